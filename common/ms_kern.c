@@ -1,0 +1,582 @@
+/* ms_kern: f32/bf16/MXFP4 decoding, the canonical dot product and the row-parallel matmul. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_kern.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MS_KERN_X86 1
+#include <immintrin.h>
+/* Only the functions carrying this attribute use AVX2/FMA; the rest of the build stays
+ * baseline x86-64 and the choice is made at run time. */
+#define MS_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define MS_KERN_X86 0
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Tables and dispatch state
+ * ------------------------------------------------------------------------------------- */
+
+/* E2M1 nibble -> value (spec §4.4): bit 3 sign, then 0, .5, 1, 1.5, 2, 3, 4, 6. */
+static const float e2m1_tab[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+/* E8M0 byte s -> 2^(s-127) as float (s = 0 is the subnormal 2^-127); s = 255 -> 0. */
+static float mx_scale[256];
+
+/* SIMD decode tables, built from e2m1_tab and mx_scale by the scalar formula so the SIMD path
+ * decodes to exactly the same values. For scale byte s and magnitude m = nibble & 7:
+ *   mx_tab_f[s][m] = bits of (float)(E2M1(m) * scale(s))            ^ (m << 28)
+ *   mx_tab_d[s][m] = high 32 bits of (double)(E2M1(m) * scale(s))   ^ (m << 28)
+ * (the low 32 bits of that double are always 0: at most 2 significant bits). The XOR with
+ * m << 28 lets the kernel restore the value and add the sign bit with one XOR by
+ * (nibble << 28); see mx_decode8_f. Rows are 32 bytes so one row is one ymm load. */
+static _Alignas(32) uint32_t mx_tab_f[256][8];
+static _Alignas(32) uint32_t mx_tab_d[256][8];
+
+static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
+static int simd_avail;
+static atomic_int simd_on;
+
+static void kern_init_once(void)
+{
+    for (int s = 0; s < 256; s++) mx_scale[s] = s == 255 ? 0.0f : ldexpf(1.0f, s - 127);
+    for (int s = 0; s < 256; s++) {
+        for (uint32_t m = 0; m < 8; m++) {
+            float f = e2m1_tab[m] * mx_scale[s];
+            double d = (double)f;
+            uint32_t fb;
+            uint64_t db;
+            memcpy(&fb, &f, 4);
+            memcpy(&db, &d, 8);
+            MS_ASSERT((db & 0xffffffffu) == 0);
+            mx_tab_f[s][m] = fb ^ (m << 28);
+            mx_tab_d[s][m] = (uint32_t)(db >> 32) ^ (m << 28);
+        }
+    }
+#if MS_KERN_X86
+    __builtin_cpu_init();
+    simd_avail = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    simd_avail = 0;
+#endif
+    const char *env = getenv("MS_NO_SIMD");
+    int off = env && *env && strcmp(env, "0") != 0;
+    atomic_store(&simd_on, simd_avail && !off);
+}
+
+void ms_kern_init(void) { pthread_once(&kern_once, kern_init_once); }
+
+int ms_kern_simd_available(void)
+{
+    ms_kern_init();
+    return simd_avail;
+}
+
+void ms_kern_set_simd(int on)
+{
+    ms_kern_init();
+    atomic_store(&simd_on, on && simd_avail);
+}
+
+int ms_kern_simd_enabled(void)
+{
+    ms_kern_init();
+    return atomic_load(&simd_on);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Scalar conversions and decoding (the reference semantics of every SIMD routine)
+ * ------------------------------------------------------------------------------------- */
+
+float ms_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    if (e == 0) {
+        if (m == 0) {
+            u = sign;
+        } else {
+            /* Subnormal half m * 2^-24: normalise into a float exponent. */
+            int sh = 0;
+            while (!(m & 0x400u)) {
+                m <<= 1;
+                sh++;
+            }
+            u = sign | ((uint32_t)(113 - sh) << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else if (e == 31) {
+        u = sign | 0x7f800000u | (m << 13); /* inf, or NaN keeping its payload */
+    } else {
+        u = sign | ((e + 112u) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t ms_f32_to_bf16_trunc(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+
+float ms_e2m1_value(unsigned n)
+{
+    MS_ASSERT(n < 16);
+    return e2m1_tab[n];
+}
+
+/* packed: uint8[cols/2], scales: uint8[cols/32] -> out: float[cols]. */
+static void mx_dequant_scalar(const uint8_t *packed, const uint8_t *scales, int64_t cols,
+                              float *out)
+{
+    for (int64_t g = 0; g < cols / 32; g++) {
+        float sc = mx_scale[scales[g]];
+        const uint8_t *p = packed + g * 16;
+        float *o = out + g * 32;
+        for (int i = 0; i < 16; i++) {
+            o[2 * i] = e2m1_tab[p[i] & 15] * sc; /* low nibble = even column (spec §4.4) */
+            o[2 * i + 1] = e2m1_tab[p[i] >> 4] * sc;
+        }
+    }
+}
+
+static void bf16_row_scalar(const uint16_t *w, int64_t n, float *out)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = ms_bf16_to_f32(w[i]);
+}
+
+/* The canonical final combine of the eight lane accumulators (ms_kern.h). */
+static inline double combine8(const double a[8])
+{
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+static double dot_scalar(const float *a, const float *b, int64_t n)
+{
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += (double)a[i + j] * (double)b[i + j];
+    for (; i < n; i++) acc[i & 7] += (double)a[i] * (double)b[i];
+    return combine8(acc);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * AVX2 + FMA kernels. Lane layout: for each block of 8 elements i..i+7, ymm "lo" holds
+ * acc[0..3] (elements i..i+3) and ymm "hi" holds acc[4..7]. A product of two floats is exact
+ * in double, so fmadd(a, b, acc) rounds exactly like acc + a*b in the scalar loop.
+ * ------------------------------------------------------------------------------------- */
+#if MS_KERN_X86
+
+/* Store the two lane vectors into acc[8] for the scalar tail and the combine. */
+MS_AVX2 static inline void acc_store(__m256d lo, __m256d hi, double acc[8])
+{
+    _mm256_storeu_pd(acc, lo);
+    _mm256_storeu_pd(acc + 4, hi);
+}
+
+MS_AVX2 static inline __m256d cvt4(const float *p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
+
+MS_AVX2 static double dot_avx2(const float *a, const float *b, int64_t n)
+{
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        lo = _mm256_fmadd_pd(cvt4(a + i), cvt4(b + i), lo);
+        hi = _mm256_fmadd_pd(cvt4(a + i + 4), cvt4(b + i + 4), hi);
+    }
+    double acc[8];
+    acc_store(lo, hi, acc);
+    for (; i < n; i++) acc[i & 7] += (double)a[i] * (double)b[i];
+    return combine8(acc);
+}
+
+/* Eight E2M1 elements (one little-endian uint32 of packed nibbles) decoded with the 8-entry
+ * table row `tab` (mx_tab_f or mx_tab_d layout). idx holds a nibble in the low 4 bits of
+ * each lane (higher bits are ignored by permutevar8x32 and shifted out by slli). */
+MS_AVX2 static inline __m256i mx_lookup(__m256i tab, __m256i idx)
+{
+    return _mm256_xor_si256(_mm256_permutevar8x32_epi32(tab, idx), _mm256_slli_epi32(idx, 28));
+}
+
+/* 8 floats of elements 0..7 of the packed word w. */
+MS_AVX2 static inline __m256 mx_decode8_f(__m256i tab, uint32_t w)
+{
+    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    return _mm256_castsi256_ps(mx_lookup(tab, _mm256_srlv_epi32(_mm256_set1_epi32((int)w), sh)));
+}
+
+MS_AVX2 static void mx_dequant_avx2(const uint8_t *packed, const uint8_t *scales, int64_t cols,
+                                    float *out)
+{
+    for (int64_t g = 0; g < cols / 32; g++) {
+        __m256i tab = _mm256_load_si256((const __m256i *)mx_tab_f[scales[g]]);
+        for (int q = 0; q < 4; q++) {
+            uint32_t w;
+            memcpy(&w, packed + g * 16 + q * 4, 4);
+            _mm256_storeu_ps(out + g * 32 + q * 8, mx_decode8_f(tab, w));
+        }
+    }
+}
+
+MS_AVX2 static void bf16_row_avx2(const uint16_t *w, int64_t n, float *out)
+{
+    const __m128i z = _mm_setzero_si128();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(w + i));
+        _mm_storeu_si128((__m128i *)(out + i), _mm_unpacklo_epi16(z, v));
+        _mm_storeu_si128((__m128i *)(out + i + 4), _mm_unpackhi_epi16(z, v));
+    }
+    for (; i < n; i++) out[i] = ms_bf16_to_f32(w[i]);
+}
+
+/* o[k] = canonical dot(w[k], x) for four float rows against one x[n]; the four dots are
+ * independent chains, which hides the FMA latency. */
+MS_AVX2 static void k4_f32(const float *const w[4], const float *x, int64_t n, double o[4])
+{
+    __m256d l0 = _mm256_setzero_pd(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0,
+            h3 = l0;
+    const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256d xl = cvt4(x + i), xh = cvt4(x + i + 4);
+        l0 = _mm256_fmadd_pd(cvt4(w0 + i), xl, l0);
+        h0 = _mm256_fmadd_pd(cvt4(w0 + i + 4), xh, h0);
+        l1 = _mm256_fmadd_pd(cvt4(w1 + i), xl, l1);
+        h1 = _mm256_fmadd_pd(cvt4(w1 + i + 4), xh, h1);
+        l2 = _mm256_fmadd_pd(cvt4(w2 + i), xl, l2);
+        h2 = _mm256_fmadd_pd(cvt4(w2 + i + 4), xh, h2);
+        l3 = _mm256_fmadd_pd(cvt4(w3 + i), xl, l3);
+        h3 = _mm256_fmadd_pd(cvt4(w3 + i + 4), xh, h3);
+    }
+    double acc[4][8];
+    acc_store(l0, h0, acc[0]);
+    acc_store(l1, h1, acc[1]);
+    acc_store(l2, h2, acc[2]);
+    acc_store(l3, h3, acc[3]);
+    for (int k = 0; k < 4; k++) {
+        for (int64_t j = i; j < n; j++) acc[k][j & 7] += (double)w[k][j] * (double)x[j];
+        o[k] = combine8(acc[k]);
+    }
+}
+
+/* Fused bf16 decode + dot for four rows (T = 1): a bf16 is a float with the low 16 bits 0,
+ * so interleaving zero words below it gives the float exactly. */
+MS_AVX2 static void k4_bf16(const uint16_t *const w[4], const float *x, int64_t n, double o[4])
+{
+    const __m128i z = _mm_setzero_si128();
+    __m256d l0 = _mm256_setzero_pd(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0,
+            h3 = l0;
+    const uint16_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    int64_t i = 0;
+#define MS_BF16_STEP(wk, lk, hk)                                                               \
+    do {                                                                                       \
+        __m128i v = _mm_loadu_si128((const __m128i *)((wk) + i));                              \
+        lk = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(z, v))), xl, \
+                             lk);                                                              \
+        hk = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi16(z, v))), xh, \
+                             hk);                                                              \
+    } while (0)
+    for (; i + 8 <= n; i += 8) {
+        __m256d xl = cvt4(x + i), xh = cvt4(x + i + 4);
+        MS_BF16_STEP(w0, l0, h0);
+        MS_BF16_STEP(w1, l1, h1);
+        MS_BF16_STEP(w2, l2, h2);
+        MS_BF16_STEP(w3, l3, h3);
+    }
+#undef MS_BF16_STEP
+    double acc[4][8];
+    acc_store(l0, h0, acc[0]);
+    acc_store(l1, h1, acc[1]);
+    acc_store(l2, h2, acc[2]);
+    acc_store(l3, h3, acc[3]);
+    for (int k = 0; k < 4; k++) {
+        for (int64_t j = i; j < n; j++)
+            acc[k][j & 7] += (double)ms_bf16_to_f32(w[k][j]) * (double)x[j];
+        o[k] = combine8(acc[k]);
+    }
+}
+
+/* Fused MXFP4 decode + dot for four rows (T = 1). Each weight is built directly as the
+ * double (double)(E2M1 * scale) from mx_tab_d: the odd 32-bit lanes of the index vector get
+ * the nibbles, the even lanes get index 0 whose table entry is 0, so every 64-bit lane is
+ * that double's bit pattern. n % 32 == 0. */
+MS_AVX2 static void k4_mxfp4(const uint8_t *const p[4], const uint8_t *const s[4],
+                             const float *x, int64_t n, double o[4])
+{
+    const __m256i sh_lo = _mm256_setr_epi32(32, 0, 32, 4, 32, 8, 32, 12);
+    const __m256i sh_hi = _mm256_setr_epi32(32, 16, 32, 20, 32, 24, 32, 28);
+    __m256d l0 = _mm256_setzero_pd(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0,
+            h3 = l0;
+#define MS_MX_STEP(k, lk, hk)                                                                   \
+    do {                                                                                        \
+        uint32_t w;                                                                             \
+        memcpy(&w, p[k] + off, 4);                                                              \
+        __m256i v = _mm256_set1_epi32((int)w);                                                  \
+        lk = _mm256_fmadd_pd(_mm256_castsi256_pd(mx_lookup(t##k, _mm256_srlv_epi32(v, sh_lo))), \
+                             xl, lk);                                                           \
+        hk = _mm256_fmadd_pd(_mm256_castsi256_pd(mx_lookup(t##k, _mm256_srlv_epi32(v, sh_hi))), \
+                             xh, hk);                                                           \
+    } while (0)
+    for (int64_t g = 0; g < n / 32; g++) {
+        __m256i t0 = _mm256_load_si256((const __m256i *)mx_tab_d[s[0][g]]);
+        __m256i t1 = _mm256_load_si256((const __m256i *)mx_tab_d[s[1][g]]);
+        __m256i t2 = _mm256_load_si256((const __m256i *)mx_tab_d[s[2][g]]);
+        __m256i t3 = _mm256_load_si256((const __m256i *)mx_tab_d[s[3][g]]);
+        for (int q = 0; q < 4; q++) {
+            int64_t i = g * 32 + q * 8, off = g * 16 + q * 4;
+            __m256d xl = cvt4(x + i), xh = cvt4(x + i + 4);
+            MS_MX_STEP(0, l0, h0);
+            MS_MX_STEP(1, l1, h1);
+            MS_MX_STEP(2, l2, h2);
+            MS_MX_STEP(3, l3, h3);
+        }
+    }
+#undef MS_MX_STEP
+    double acc[8];
+    acc_store(l0, h0, acc);
+    o[0] = combine8(acc);
+    acc_store(l1, h1, acc);
+    o[1] = combine8(acc);
+    acc_store(l2, h2, acc);
+    o[2] = combine8(acc);
+    acc_store(l3, h3, acc);
+    o[3] = combine8(acc);
+}
+
+#endif /* MS_KERN_X86 */
+
+/* ---------------------------------------------------------------------------------------
+ * Public decode / dot entry points
+ * ------------------------------------------------------------------------------------- */
+
+static int use_simd(void)
+{
+    ms_kern_init();
+    return atomic_load_explicit(&simd_on, memory_order_relaxed);
+}
+
+void ms_mxfp4_dequant_row(const uint8_t *packed, const uint8_t *scales, int64_t cols, float *out)
+{
+    MS_ASSERT(cols >= 0 && cols % 32 == 0);
+#if MS_KERN_X86
+    if (use_simd()) {
+        mx_dequant_avx2(packed, scales, cols, out);
+        return;
+    }
+#endif
+    ms_kern_init();
+    mx_dequant_scalar(packed, scales, cols, out);
+}
+
+/* Decode row r of W into out[cols] with the given path. */
+static void mat_row(const ms_mat *W, int64_t r, float *out, int simd)
+{
+    int64_t c = W->cols;
+    (void)simd;
+    switch (W->type) {
+    case MS_WT_F32:
+        memcpy(out, (const float *)W->data + r * c, (size_t)c * sizeof(float));
+        return;
+    case MS_WT_BF16:
+#if MS_KERN_X86
+        if (simd) {
+            bf16_row_avx2((const uint16_t *)W->data + r * c, c, out);
+            return;
+        }
+#endif
+        bf16_row_scalar((const uint16_t *)W->data + r * c, c, out);
+        return;
+    case MS_WT_MXFP4: {
+        const uint8_t *p = (const uint8_t *)W->data + r * (c / 2);
+        const uint8_t *s = W->scales + r * (c / 32);
+#if MS_KERN_X86
+        if (simd) {
+            mx_dequant_avx2(p, s, c, out);
+            return;
+        }
+#endif
+        mx_dequant_scalar(p, s, c, out);
+        return;
+    }
+    }
+    MS_ASSERT(!"unknown ms_wtype");
+}
+
+static void check_mat(const ms_mat *W)
+{
+    MS_ASSERT(W && W->rows >= 0 && W->cols >= 0);
+    MS_ASSERT(W->data || W->rows == 0 || W->cols == 0);
+    MS_ASSERT(W->type == MS_WT_F32 || W->type == MS_WT_BF16 || W->type == MS_WT_MXFP4);
+    if (W->type == MS_WT_MXFP4) MS_ASSERT(W->cols % 32 == 0 && (W->scales || W->rows == 0));
+}
+
+void ms_mat_row_f32(const ms_mat *W, int64_t r, float *out)
+{
+    check_mat(W);
+    MS_ASSERT(r >= 0 && r < W->rows);
+    mat_row(W, r, out, use_simd());
+}
+
+double ms_dot_f32(const float *a, const float *b, int64_t n)
+{
+#if MS_KERN_X86
+    if (use_simd()) return dot_avx2(a, b, n);
+#endif
+    return dot_scalar(a, b, n);
+}
+
+uint64_t ms_mat_bytes(const ms_mat *W)
+{
+    uint64_t r = (uint64_t)W->rows, c = (uint64_t)W->cols;
+    switch (W->type) {
+    case MS_WT_F32:
+        return r * c * 4;
+    case MS_WT_BF16:
+        return r * c * 2;
+    case MS_WT_MXFP4:
+        return r * (c / 2) + r * (c / 32);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Matmul driver: the pool splits the output rows in blocks of MS_RB rows; every output
+ * element is one canonical dot, so neither the split nor T changes any bit.
+ * ------------------------------------------------------------------------------------- */
+
+enum { MS_RB = 4 };
+
+typedef struct {
+    const ms_mat *W;
+    const float *X; /* [T][cols] */
+    int64_t T;
+    float *Y; /* [T][rows] */
+    int simd;
+} mm_ctx;
+
+/* Scalar path: decode each row once, then one canonical dot per token. */
+static void mm_rows_scalar(const mm_ctx *c, int64_t r0, int64_t r1)
+{
+    const ms_mat *W = c->W;
+    int64_t cols = W->cols, rows = W->rows;
+    float *buf = W->type == MS_WT_F32 ? NULL : ms_malloc((size_t)cols * sizeof(float));
+    for (int64_t r = r0; r < r1; r++) {
+        const float *row;
+        if (W->type == MS_WT_F32) {
+            row = (const float *)W->data + r * cols;
+        } else {
+            mat_row(W, r, buf, 0);
+            row = buf;
+        }
+        for (int64_t t = 0; t < c->T; t++)
+            c->Y[t * rows + r] = (float)dot_scalar(row, c->X + t * cols, cols);
+    }
+    free(buf);
+}
+
+#if MS_KERN_X86
+/* SIMD path over rows [r0, r1) in blocks of four; a short last block repeats its last row
+ * (the extra results are dropped). */
+MS_AVX2 static void mm_rows_avx2(const mm_ctx *c, int64_t r0, int64_t r1)
+{
+    const ms_mat *W = c->W;
+    int64_t cols = W->cols, rows = W->rows, T = c->T;
+    double o[4];
+    if (T == 1 && W->type == MS_WT_BF16) {
+        const uint16_t *d = W->data;
+        for (int64_t r = r0; r < r1; r += MS_RB) {
+            int nr = r1 - r < MS_RB ? (int)(r1 - r) : MS_RB;
+            const uint16_t *w[4];
+            for (int k = 0; k < 4; k++) w[k] = d + (r + (k < nr ? k : nr - 1)) * cols;
+            k4_bf16(w, c->X, cols, o);
+            for (int k = 0; k < nr; k++) c->Y[r + k] = (float)o[k];
+        }
+        return;
+    }
+    if (T == 1 && W->type == MS_WT_MXFP4) {
+        const uint8_t *d = W->data;
+        for (int64_t r = r0; r < r1; r += MS_RB) {
+            int nr = r1 - r < MS_RB ? (int)(r1 - r) : MS_RB;
+            const uint8_t *p[4], *s[4];
+            for (int k = 0; k < 4; k++) {
+                int64_t rr = r + (k < nr ? k : nr - 1);
+                p[k] = d + rr * (cols / 2);
+                s[k] = W->scales + rr * (cols / 32);
+            }
+            k4_mxfp4(p, s, c->X, cols, o);
+            for (int k = 0; k < nr; k++) c->Y[r + k] = (float)o[k];
+        }
+        return;
+    }
+    /* General case: rows decoded once to float (buf: float[4][cols]), reused by all tokens. */
+    float *buf = W->type == MS_WT_F32 ? NULL : ms_malloc((size_t)(MS_RB * cols) * sizeof(float));
+    for (int64_t r = r0; r < r1; r += MS_RB) {
+        int nr = r1 - r < MS_RB ? (int)(r1 - r) : MS_RB;
+        const float *w[4];
+        for (int k = 0; k < 4; k++) {
+            int kk = k < nr ? k : nr - 1;
+            if (W->type == MS_WT_F32) {
+                w[k] = (const float *)W->data + (r + kk) * cols;
+            } else {
+                if (k == kk) mat_row(W, r + k, buf + k * cols, 1);
+                w[k] = buf + kk * cols;
+            }
+        }
+        for (int64_t t = 0; t < T; t++) {
+            k4_f32(w, c->X + t * cols, cols, o);
+            for (int k = 0; k < nr; k++) c->Y[t * rows + r + k] = (float)o[k];
+        }
+    }
+    free(buf);
+}
+#endif
+
+static void mm_chunk(void *vctx, int64_t b0, int64_t b1)
+{
+    const mm_ctx *c = vctx;
+    int64_t r0 = b0 * MS_RB, r1 = b1 * MS_RB;
+    if (r1 > c->W->rows) r1 = c->W->rows;
+#if MS_KERN_X86
+    if (c->simd) {
+        mm_rows_avx2(c, r0, r1);
+        return;
+    }
+#endif
+    mm_rows_scalar(c, r0, r1);
+}
+
+/* Below this many multiply-adds a chunk is not worth waking a thread for. */
+#define MS_MIN_CHUNK_WORK (1 << 15)
+
+void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *pool)
+{
+    check_mat(W);
+    MS_ASSERT(T >= 0);
+    if (T == 0 || W->rows == 0) return;
+    MS_ASSERT(X && Y);
+    if (W->cols == 0) {
+        memset(Y, 0, (size_t)(T * W->rows) * sizeof(float));
+        return;
+    }
+    mm_ctx c = {W, X, T, Y, use_simd()};
+    int64_t nblocks = (W->rows + MS_RB - 1) / MS_RB;
+    int64_t block_work = MS_RB * W->cols * T;
+    int64_t grain = (MS_MIN_CHUNK_WORK + block_work - 1) / block_work;
+    if (grain < 4) grain = 4; /* at least 16 rows per chunk */
+    ms_pool_for(pool, nblocks, grain, mm_chunk, &c);
+}
+
+void ms_matvec(const ms_mat *W, const float *x, float *y, ms_pool *pool)
+{
+    ms_matmul(W, x, 1, y, pool);
+}

@@ -1,0 +1,79 @@
+/* ms_kern: numeric kernels for f32, bf16 and MXFP4 weight matrices (scalar and AVX2+FMA). */
+#ifndef MS_KERN_H
+#define MS_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ms_pool.h"
+
+/* Floating-point contract (ARCHITECTURE invariant 1, spec §0):
+ * every dot product is accumulated in double in ONE canonical order and rounded to float
+ * once. The canonical order of ms_dot_f32(a, b, n): eight double accumulators acc[0..7],
+ * element i is added to acc[i % 8] in increasing i (acc[j] += (double)a[i] * (double)b[i]);
+ * the result is ((acc0+acc1)+(acc2+acc3)) + ((acc4+acc5)+(acc6+acc7)).
+ * Products of two floats are exact in double, so an FMA and a separate multiply-add give the
+ * same bits; the AVX2 path and the scalar path therefore agree bit for bit, and a result never
+ * depends on the thread count (work is split by output rows only). */
+
+typedef enum {
+    MS_WT_F32 = 0,  /* data: float[rows][cols] */
+    MS_WT_BF16 = 1, /* data: uint16_t[rows][cols], bf16 bit patterns */
+    MS_WT_MXFP4 = 2 /* data: uint8_t[rows][cols/2] packed E2M1 (low nibble = even column),
+                       scales: uint8_t[rows][cols/32] E8M0 (2^(s-127); s = 255 gives 0) */
+} ms_wtype;
+
+/* A borrowed view of a weight matrix W[rows, cols]: y = W x means y[r] = sum_c W[r][c] x[c].
+ * The view does not own data or scales. */
+typedef struct {
+    ms_wtype type;
+    int64_t rows, cols;
+    const void *data;
+    const uint8_t *scales; /* MXFP4 only, else NULL */
+} ms_mat;
+
+/* Detect CPU features once (idempotent, thread-safe after the first call returns). */
+void ms_kern_init(void);
+/* 1 if the CPU supports AVX2 and FMA. */
+int ms_kern_simd_available(void);
+/* Select the SIMD path (on = 1, default when available) or the scalar path (on = 0) for all
+ * later kernel calls in the process. Results are identical either way. */
+void ms_kern_set_simd(int on);
+int ms_kern_simd_enabled(void);
+
+/* bf16 bits -> float (exact: shift left 16). */
+static inline float ms_bf16_to_f32(uint16_t h)
+{
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
+/* IEEE half bits -> float (exact, handles subnormals, inf, NaN). */
+float ms_f16_to_f32(uint16_t h);
+/* float -> bf16 by truncation (drop the low 16 bits), as the released tools do. */
+uint16_t ms_f32_to_bf16_trunc(float f);
+
+/* The E2M1 value of nibble n (0..15): 0,0.5,1,1.5,2,3,4,6 and their negatives. */
+float ms_e2m1_value(unsigned n);
+/* Dequantise one MXFP4 row of `cols` logical elements (cols % 32 == 0) into out[cols].
+ * Exact. packed: uint8[cols/2]; scales: uint8[cols/32]. */
+void ms_mxfp4_dequant_row(const uint8_t *packed, const uint8_t *scales, int64_t cols, float *out);
+
+/* Decode row r of W into out[W->cols] as float (exact for every type). */
+void ms_mat_row_f32(const ms_mat *W, int64_t r, float *out);
+
+/* Canonical double-accumulated dot product (see the contract above), not yet rounded. */
+double ms_dot_f32(const float *a, const float *b, int64_t n);
+
+/* Y[t][r] = (float) canonical_dot(row r of W, X[t]) for t < T, r < W->rows.
+ * X: float[T][W->cols], Y: float[T][W->rows] (must not alias X). pool may be NULL.
+ * The result of each element is the same for every T, thread count and SIMD setting. */
+void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *pool);
+
+/* Same as ms_matmul with T = 1. */
+void ms_matvec(const ms_mat *W, const float *x, float *y, ms_pool *pool);
+
+/* Bytes of the matrix data (+ scales) as stored. */
+uint64_t ms_mat_bytes(const ms_mat *W);
+
+#endif

@@ -1,0 +1,130 @@
+/* ms_ops: RMSNorm, L2 norm, SiTU-GLU, short convolution, gated MLP, router selection, AttnRes. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_ops.h"
+
+void ms_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y)
+{
+    MS_ASSERT(n > 0);
+    double ss = ms_dot_f32(x, x, n);
+    float r = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i] * r;
+        y[i] = w ? w[i] * v : v;
+    }
+}
+
+void ms_l2norm(float *x, int64_t n)
+{
+    double ss = ms_dot_f32(x, x, n);
+    float r = (float)(1.0 / sqrt(ss + 1e-6));
+    for (int64_t i = 0; i < n; i++) x[i] *= r;
+}
+
+float ms_situ(float g, float u, float b1, float b2)
+{
+    /* The sigmoid sees the uncapped gate (spec trap 9). */
+    float a = b1 * tanhf(g / b1) * ms_sigmoid(g);
+    float b = b2 * tanhf(u / b2);
+    return a * b;
+}
+
+void ms_shortconv_step(const float *w, int64_t C, int K, float *hist, const float *x, float *y)
+{
+    int H = K - 1;
+    for (int64_t c = 0; c < C; c++) {
+        const float *wc = w + c * K;
+        float *hc = hist + c * H;
+        double pre = 0.0;
+        for (int j = 0; j < H; j++) pre += (double)wc[j] * (double)hc[j];
+        pre += (double)wc[H] * (double)x[c];
+        y[c] = ms_silu((float)pre);
+        if (H > 0) {
+            memmove(hc, hc + 1, sizeof(float) * (size_t)(H - 1));
+            hc[H - 1] = x[c];
+        }
+    }
+}
+
+void ms_glu_mlp(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
+                int64_t T, float *y, ms_pool *pool)
+{
+    MS_ASSERT(gate->rows == up->rows && gate->cols == up->cols && down->cols == gate->rows);
+    int64_t I = gate->rows;
+    float *g = ms_malloc(sizeof(float) * (size_t)(T * I)); /* [T][I] */
+    float *u = ms_malloc(sizeof(float) * (size_t)(T * I)); /* [T][I] */
+    ms_matmul(gate, x, T, g, pool);
+    ms_matmul(up, x, T, u, pool);
+    for (int64_t i = 0; i < T * I; i++) g[i] = ms_situ(g[i], u[i], b1, b2);
+    ms_matmul(down, g, T, y, pool);
+    free(g);
+    free(u);
+}
+
+void ms_router_select(const float *logits, const float *bias, int n_experts, int k, int renorm, float scale,
+                      int32_t *ids, float *weights)
+{
+    MS_ASSERT(k >= 1 && k <= n_experts);
+    float sbuf[512];
+    uint8_t pbuf[512];
+    float *s = n_experts <= 512 ? sbuf : ms_malloc(sizeof(float) * (size_t)n_experts);
+    uint8_t *picked = n_experts <= 512 ? pbuf : ms_calloc((size_t)n_experts, 1);
+    memset(picked, 0, (size_t)n_experts);
+    for (int e = 0; e < n_experts; e++) s[e] = ms_sigmoid(logits[e]);
+    /* Repeated max of the biased score, lowest index first on ties; the bias only steers the
+     * choice. The selection order is the canonical combining order. */
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        float bc = 0.0f;
+        for (int e = 0; e < n_experts; e++) {
+            if (picked[e]) continue;
+            float c = s[e] + bias[e];
+            if (best < 0 || c > bc) {
+                best = e;
+                bc = c;
+            }
+        }
+        picked[best] = 1;
+        ids[j] = best;
+        weights[j] = s[best];
+    }
+    if (renorm) {
+        double sum = 0.0;
+        for (int j = 0; j < k; j++) sum += weights[j];
+        float denom = (float)sum + 1e-20f;
+        for (int j = 0; j < k; j++) weights[j] = weights[j] / denom;
+    }
+    for (int j = 0; j < k; j++) weights[j] *= scale;
+    if (s != sbuf) {
+        free(s);
+        free(picked);
+    }
+}
+
+void ms_attnres(const float *const *srcs, int n, int64_t E, const float *fold, float eps, float *out)
+{
+    MS_ASSERT(n >= 1 && n <= 64);
+    double score[64], pi[64];
+    float *tmp = ms_malloc(sizeof(float) * (size_t)E); /* [E] normalised key */
+    double mx = -INFINITY;
+    for (int s = 0; s < n; s++) {
+        ms_rmsnorm(srcs[s], NULL, E, eps, tmp);
+        score[s] = (double)(float)ms_dot_f32(tmp, fold, E);
+        if (score[s] > mx) mx = score[s];
+    }
+    double sum = 0.0;
+    for (int s = 0; s < n; s++) {
+        pi[s] = exp(score[s] - mx);
+        sum += pi[s];
+    }
+    for (int s = 0; s < n; s++) pi[s] /= sum;
+    for (int64_t i = 0; i < E; i++) {
+        double acc = 0.0;
+        for (int s = 0; s < n; s++) acc += pi[s] * (double)srcs[s][i];
+        out[i] = (float)acc;
+    }
+    free(tmp);
+}

@@ -1,0 +1,46 @@
+/* ms_ops: the elementwise and small ops of Kimi K3 (spec §3.1-3.4, 3.7, 3.9, 3.10). */
+#ifndef MS_OPS_H
+#define MS_OPS_H
+
+#include <stdint.h>
+
+#include "ms_kern.h"
+#include "ms_pool.h"
+
+/* RMSNorm (spec §3.1): y[i] = w[i] * (x[i] * r), r = 1/sqrt(mean(x^2) + eps), sum of squares
+ * in double in canonical order, r rounded to float. w may be NULL (unit gain). y may alias x. */
+void ms_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y);
+
+/* L2 normalisation of a KDA head (spec §3.2), in place: x / sqrt(sum x^2 + 1e-6). */
+void ms_l2norm(float *x, int64_t n);
+
+/* SiTU-GLU (spec §3.3) of gate g and up u: b1*tanh(g/b1)*sigmoid(g) * b2*tanh(u/b2). */
+float ms_situ(float g, float u, float b1, float b2);
+
+static inline float ms_sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+static inline float ms_silu(float x) { return x * ms_sigmoid(x); }
+
+/* One token of the causal depthwise short convolution with fused SiLU (spec §3.4).
+ * w: float[C][K] taps (tap K-1 multiplies the current input); hist: float[C][K-1], the previous
+ * K-1 raw inputs oldest first, updated in place; x, y: float[C]. */
+void ms_shortconv_step(const float *w, int64_t C, int K, float *hist, const float *x, float *y);
+
+/* Gated MLP y = down * SiTU(gate * x, up * x) for T rows (spec §3.8/3.9 shared and dense MLP,
+ * and one routed expert). x: float[T][gate->cols]; y: float[T][down->rows]; gate and up have
+ * the same shape [I, cols]; down is [rows, I]. */
+void ms_glu_mlp(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
+                int64_t T, float *y, ms_pool *pool);
+
+/* Router selection (spec §3.7) for one token from its raw gate logits[Ne] and bias[Ne]:
+ * picks k experts by sigmoid(logit) + bias (ties: lowest index first), weights from the
+ * unbiased sigmoid scores, optionally renormalised, times scale. ids[k] is in selection
+ * order (best first): this is the canonical combining order. */
+void ms_router_select(const float *logits, const float *bias, int n_experts, int k, int renorm, float scale,
+                      int32_t *ids, float *weights);
+
+/* AttnRes aggregation (spec §3.10) for one token. srcs[0..n-1]: the n sources (snapshots oldest
+ * first, then the prefix), each float[E]. fold: float[E] = norm gain * proj. out: float[E]
+ * (must not alias a source). */
+void ms_attnres(const float *const *srcs, int n, int64_t E, const float *fold, float eps, float *out);
+
+#endif

@@ -1,0 +1,753 @@
+/* ms_st: strict safetensors reader (single file, directory or indexed shards) and streaming writer. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ms_err.h"
+#include "ms_st.h"
+
+/* A header larger than this is refused outright: the real K3 shards have ~5k tensors each,
+ * i.e. about 1 MiB of header; 256 MiB is far beyond any honest file. */
+#define ST_MAX_HEADER ((uint64_t)256 << 20)
+/* Writer streaming buffer. */
+#define ST_CHUNK ((size_t)4 << 20)
+
+static const char *const dtype_names[] = {"F32", "BF16", "F16", "U8"};
+static const size_t dtype_sizes[] = {4, 2, 2, 1};
+
+size_t ms_dtype_size(ms_dtype dt)
+{
+    MS_ASSERT((unsigned)dt < 4);
+    return dtype_sizes[dt];
+}
+
+const char *ms_dtype_name(ms_dtype dt)
+{
+    MS_ASSERT((unsigned)dt < 4);
+    return dtype_names[dt];
+}
+
+static int dtype_parse(const char *s, ms_dtype *dt)
+{
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, dtype_names[i]) == 0) {
+            *dt = (ms_dtype)i;
+            return 0;
+        }
+    return -1;
+}
+
+/* ---------------------------------------------------------------- reader */
+
+/* Names live in a chunked arena so the pointers handed out stay valid while the tensor
+ * array grows (the real checkpoint has ~500k names). */
+typedef struct name_chunk {
+    struct name_chunk *next;
+    size_t used, cap;
+    char data[];
+} name_chunk;
+
+typedef struct {
+    char *path;
+    const uint8_t *map; /* [size] read-only mapping, NULL for an empty mapping */
+    size_t size;
+} st_file;
+
+struct ms_st {
+    st_file *files;
+    int nfiles, cap_files;
+    ms_st_tensor *t; /* [n] file order, then offset order */
+    size_t n, cap;
+    uint32_t *htab; /* [hcap] index+1 into t, 0 = empty; open addressing, linear probing */
+    size_t hcap;
+    name_chunk *names;
+};
+
+static char *arena_strdup(ms_st *st, const char *s)
+{
+    size_t len = strlen(s) + 1;
+    name_chunk *c = st->names;
+    if (!c || c->cap - c->used < len) {
+        size_t cap = len > ((size_t)1 << 20) ? len : ((size_t)1 << 20);
+        c = ms_malloc(sizeof *c + cap);
+        c->cap = cap;
+        c->used = 0;
+        c->next = st->names;
+        st->names = c;
+    }
+    char *p = c->data + c->used;
+    memcpy(p, s, len);
+    c->used += len;
+    return p;
+}
+
+static uint64_t hash_str(const char *s)
+{
+    /* FNV-1a, 64 bit */
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+void ms_st_close(ms_st *st)
+{
+    if (!st) return;
+    for (int i = 0; i < st->nfiles; i++) {
+        if (st->files[i].map) munmap((void *)st->files[i].map, st->files[i].size);
+        free(st->files[i].path);
+    }
+    free(st->files);
+    free(st->t);
+    free(st->htab);
+    while (st->names) {
+        name_chunk *n = st->names->next;
+        free(st->names);
+        st->names = n;
+    }
+    free(st);
+}
+
+static uint64_t rd_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static int err_model(void) { return ms_err_set_code(MS_EXIT_MODEL); }
+static int err_io(void) { return ms_err_set_code(MS_EXIT_IO); }
+
+static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
+{
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, cap - k, "[");
+    for (int i = 0; i < ndim && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (k < cap) snprintf(buf + k, cap - k, "]");
+}
+
+/* Read one non-negative JSON integer. */
+static int json_u64(const json_t *v, uint64_t *out)
+{
+    if (!json_is_integer(v)) return -1;
+    json_int_t x = json_integer_value(v);
+    if (x < 0) return -1;
+    *out = (uint64_t)x;
+    return 0;
+}
+
+/* Validate one header entry and append it as a tensor of file `fi`. */
+static int parse_entry(ms_st *st, int fi, const char *name, json_t *e, uint64_t data_base, uint64_t data_size)
+{
+    const char *path = st->files[fi].path;
+    if (!json_is_object(e)) {
+        ms_err_set("%s: tensor '%s': header entry is not a JSON object", path, name);
+        return err_model();
+    }
+    json_t *jd = json_object_get(e, "dtype"), *js = json_object_get(e, "shape"),
+           *jo = json_object_get(e, "data_offsets");
+    if (!jd || !js || !jo) {
+        ms_err_set("%s: tensor '%s': header entry lacks%s%s%s", path, name, jd ? "" : " \"dtype\"",
+                   js ? "" : " \"shape\"", jo ? "" : " \"data_offsets\"");
+        return err_model();
+    }
+    ms_dtype dt;
+    if (!json_is_string(jd)) {
+        ms_err_set("%s: tensor '%s': \"dtype\" is not a string", path, name);
+        return err_model();
+    }
+    if (dtype_parse(json_string_value(jd), &dt) != 0) {
+        ms_err_set("%s: tensor '%s': unsupported dtype '%s' (accepted: F32, BF16, F16, U8)", path, name,
+                   json_string_value(jd));
+        return err_model();
+    }
+    if (!json_is_array(js)) {
+        ms_err_set("%s: tensor '%s': \"shape\" is not an array", path, name);
+        return err_model();
+    }
+    size_t nd = json_array_size(js);
+    if (nd > MS_ST_MAX_DIMS) {
+        ms_err_set("%s: tensor '%s': %zu dimensions (at most %d supported)", path, name, nd, MS_ST_MAX_DIMS);
+        return err_model();
+    }
+    ms_st_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = dt;
+    t.ndim = (int)nd;
+    uint64_t numel = 1;
+    int overflow = 0;
+    for (size_t i = 0; i < nd; i++) {
+        json_t *d = json_array_get(js, i);
+        uint64_t v;
+        if (json_u64(d, &v) != 0) {
+            if (json_is_integer(d))
+                ms_err_set("%s: tensor '%s': negative dimension %lld in \"shape\"", path, name,
+                           (long long)json_integer_value(d));
+            else
+                ms_err_set("%s: tensor '%s': \"shape\" entry %zu is not an integer", path, name, i);
+            return err_model();
+        }
+        t.shape[i] = (int64_t)v;
+        if (__builtin_mul_overflow(numel, v, &numel)) overflow = 1;
+    }
+    uint64_t nbytes = 0;
+    if (overflow || numel > (uint64_t)INT64_MAX || __builtin_mul_overflow(numel, (uint64_t)dtype_sizes[dt], &nbytes)) {
+        ms_err_set("%s: tensor '%s': shape is too large", path, name);
+        return err_model();
+    }
+    t.numel = (int64_t)numel;
+    t.nbytes = nbytes;
+    uint64_t b, en;
+    if (!json_is_array(jo) || json_array_size(jo) != 2 || json_u64(json_array_get(jo, 0), &b) != 0 ||
+        json_u64(json_array_get(jo, 1), &en) != 0) {
+        ms_err_set("%s: tensor '%s': \"data_offsets\" must be [begin, end] with non-negative integers", path, name);
+        return err_model();
+    }
+    if (b > en) {
+        ms_err_set("%s: tensor '%s': data_offsets [%llu, %llu]: end lies before begin", path, name,
+                   (unsigned long long)b, (unsigned long long)en);
+        return err_model();
+    }
+    if (en > data_size) {
+        ms_err_set("%s: tensor '%s': data_offsets [%llu, %llu] reach beyond the data section of %llu bytes "
+                   "(file truncated?)",
+                   path, name, (unsigned long long)b, (unsigned long long)en, (unsigned long long)data_size);
+        return err_model();
+    }
+    if (en - b != nbytes) {
+        char sh[256];
+        shape_str(sh, sizeof sh, t.ndim, t.shape);
+        ms_err_set("%s: tensor '%s': data_offsets [%llu, %llu] span %llu bytes but %s %s needs %llu", path, name,
+                   (unsigned long long)b, (unsigned long long)en, (unsigned long long)(en - b), dtype_names[dt], sh,
+                   (unsigned long long)nbytes);
+        return err_model();
+    }
+    t.file = fi;
+    t.offset = data_base + b;
+    t.data = st->files[fi].map ? st->files[fi].map + t.offset : NULL;
+    t.name = arena_strdup(st, name);
+    if (st->n == st->cap) {
+        st->cap = st->cap ? st->cap * 2 : 256;
+        st->t = ms_realloc(st->t, st->cap * sizeof *st->t);
+    }
+    st->t[st->n++] = t;
+    return 0;
+}
+
+static int cmp_offset(const void *a, const void *b)
+{
+    const ms_st_tensor *x = a, *y = b;
+    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+    if (x->nbytes != y->nbytes) return x->nbytes < y->nbytes ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* Map `path`, validate its header and append its tensors (sorted by offset). */
+static int st_add_file(ms_st *st, const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        ms_err_set("%s: cannot open: %s", path, strerror(errno));
+        return err_io();
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        ms_err_set("%s: not a readable regular file", path);
+        close(fd);
+        return err_io();
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    if (size < 8) {
+        close(fd);
+        ms_err_set("%s: file is %llu bytes, too short for a safetensors header (truncated?)", path,
+                   (unsigned long long)size);
+        return err_model();
+    }
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (map == MAP_FAILED) {
+        ms_err_set("%s: cannot map %llu bytes: %s", path, (unsigned long long)size, strerror(e));
+        return err_io();
+    }
+    if (st->nfiles == st->cap_files) {
+        st->cap_files = st->cap_files ? st->cap_files * 2 : 8;
+        st->files = ms_realloc(st->files, (size_t)st->cap_files * sizeof *st->files);
+    }
+    int fi = st->nfiles++;
+    st->files[fi].path = ms_strdup(path);
+    st->files[fi].map = map;
+    st->files[fi].size = (size_t)size;
+
+    const uint8_t *p = map;
+    uint64_t hlen = rd_le64(p);
+    if (hlen > size - 8) {
+        ms_err_set("%s: header length %llu exceeds the file size %llu (truncated or not a safetensors file)", path,
+                   (unsigned long long)hlen, (unsigned long long)size);
+        return err_model();
+    }
+    if (hlen > ST_MAX_HEADER || hlen < 2) {
+        ms_err_set("%s: implausible header length %llu (not a safetensors file?)", path, (unsigned long long)hlen);
+        return err_model();
+    }
+    json_error_t je;
+    json_t *h = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
+    if (!h) {
+        ms_err_set("%s: invalid JSON header (line %d, column %d): %s", path, je.line, je.column, je.text);
+        return err_model();
+    }
+    if (!json_is_object(h)) {
+        json_decref(h);
+        ms_err_set("%s: header is not a JSON object", path);
+        return err_model();
+    }
+    size_t first = st->n;
+    uint64_t data_base = 8 + hlen, data_size = size - data_base;
+    const char *key;
+    json_t *val;
+    json_object_foreach(h, key, val)
+    {
+        if (strcmp(key, "__metadata__") == 0) {
+            if (!json_is_object(val)) {
+                json_decref(h);
+                ms_err_set("%s: \"__metadata__\" is not a JSON object", path);
+                return err_model();
+            }
+            continue;
+        }
+        if (parse_entry(st, fi, key, val, data_base, data_size) != 0) {
+            json_decref(h);
+            return -1;
+        }
+    }
+    json_decref(h);
+    if (st->n > first) qsort(st->t + first, st->n - first, sizeof *st->t, cmp_offset);
+    return 0;
+}
+
+/* Build the name hash table; a name seen twice is an error naming both files. */
+static int st_index(ms_st *st)
+{
+    if (st->n >= UINT32_MAX / 2) {
+        ms_err_set("%s: too many tensors (%zu)", st->nfiles ? st->files[0].path : "checkpoint", st->n);
+        return err_model();
+    }
+    size_t cap = 16;
+    while (cap < st->n * 2) cap *= 2;
+    free(st->htab);
+    st->htab = ms_calloc(cap, sizeof *st->htab);
+    st->hcap = cap;
+    for (size_t i = 0; i < st->n; i++) {
+        size_t j = (size_t)hash_str(st->t[i].name) & (cap - 1);
+        while (st->htab[j]) {
+            const ms_st_tensor *o = &st->t[st->htab[j] - 1];
+            if (strcmp(o->name, st->t[i].name) == 0) {
+                ms_err_set("tensor '%s' appears twice: in %s and in %s", o->name, st->files[o->file].path,
+                           st->files[st->t[i].file].path);
+                return err_model();
+            }
+            j = (j + 1) & (cap - 1);
+        }
+        st->htab[j] = (uint32_t)(i + 1);
+    }
+    return 0;
+}
+
+const ms_st_tensor *ms_st_find(const ms_st *st, const char *name)
+{
+    MS_ASSERT(st && name);
+    if (!st->hcap) return NULL;
+    size_t j = (size_t)hash_str(name) & (st->hcap - 1);
+    while (st->htab[j]) {
+        const ms_st_tensor *t = &st->t[st->htab[j] - 1];
+        if (strcmp(t->name, name) == 0) return t;
+        j = (j + 1) & (st->hcap - 1);
+    }
+    return NULL;
+}
+
+size_t ms_st_count(const ms_st *st) { return st->n; }
+
+const ms_st_tensor *ms_st_at(const ms_st *st, size_t i)
+{
+    MS_ASSERT(i < st->n);
+    return &st->t[i];
+}
+
+const char *ms_st_file_path(const ms_st *st, int file)
+{
+    MS_ASSERT(file >= 0 && file < st->nfiles);
+    return st->files[file].path;
+}
+
+int ms_st_file_count(const ms_st *st) { return st->nfiles; }
+
+ms_st *ms_st_open_file(const char *path)
+{
+    ms_st *st = ms_calloc(1, sizeof *st);
+    if (st_add_file(st, path) != 0 || st_index(st) != 0) {
+        ms_st_close(st);
+        return NULL;
+    }
+    return st;
+}
+
+static char *path_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = ms_malloc(a + b + 2);
+    memcpy(p, dir, a);
+    size_t k = a;
+    if (a && dir[a - 1] != '/') p[k++] = '/';
+    memcpy(p + k, name, b + 1);
+    return p;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Open the shards named by the index and check that index and shards agree tensor by tensor. */
+static int st_open_indexed(ms_st *st, const char *dir, const char *ipath)
+{
+    json_error_t je;
+    json_t *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        ms_err_set("%s: cannot parse index (line %d, column %d): %s", ipath, je.line, je.column, je.text);
+        return access(ipath, R_OK) == 0 ? err_model() : err_io();
+    }
+    json_t *wm = json_object_get(root, "weight_map");
+    if (!json_is_object(root) || !json_is_object(wm)) {
+        json_decref(root);
+        ms_err_set("%s: index has no \"weight_map\" object", ipath);
+        return err_model();
+    }
+    /* Distinct shard names, sorted: each shard is opened once, in name order. */
+    size_t nw = json_object_size(wm), ns = 0;
+    const char **shards = ms_malloc((nw ? nw : 1) * sizeof *shards);
+    const char *key;
+    json_t *val;
+    int rc = 0;
+    json_object_foreach(wm, key, val)
+    {
+        if (!json_is_string(val)) {
+            ms_err_set("%s: weight_map entry for tensor '%s' is not a string", ipath, key);
+            rc = err_model();
+            goto out;
+        }
+        const char *s = json_string_value(val);
+        if (!*s || strchr(s, '/')) {
+            ms_err_set("%s: tensor '%s' maps to '%s', which is not a plain file name", ipath, key, s);
+            rc = err_model();
+            goto out;
+        }
+        shards[ns++] = s;
+    }
+    if (ns == 0) {
+        ms_err_set("%s: weight_map is empty", ipath);
+        rc = err_model();
+        goto out;
+    }
+    qsort(shards, ns, sizeof *shards, cmp_str);
+    size_t nd = 0;
+    for (size_t i = 0; i < ns; i++)
+        if (nd == 0 || strcmp(shards[nd - 1], shards[i]) != 0) shards[nd++] = shards[i];
+    for (size_t i = 0; i < nd; i++) {
+        char *p = path_join(dir, shards[i]);
+        rc = st_add_file(st, p);
+        free(p);
+        if (rc != 0) {
+            ms_err_wrap("%s names shard '%s'", ipath, shards[i]);
+            goto out;
+        }
+    }
+    if ((rc = st_index(st)) != 0) goto out;
+    /* Every listed tensor must be in the shard the index names... */
+    json_object_foreach(wm, key, val)
+    {
+        const char *s = json_string_value(val);
+        const ms_st_tensor *t = ms_st_find(st, key);
+        if (!t) {
+            ms_err_set("%s: tensor '%s' is listed in shard '%s', but that shard does not contain it", ipath, key, s);
+            rc = err_model();
+            goto out;
+        }
+        const char *actual = st->files[t->file].path;
+        const char *base = strrchr(actual, '/');
+        base = base ? base + 1 : actual;
+        if (strcmp(base, s) != 0) {
+            ms_err_set("%s: tensor '%s' is listed in shard '%s', but it is in %s", ipath, key, s, actual);
+            rc = err_model();
+            goto out;
+        }
+    }
+    /* ...and every tensor of a shard must be listed (an unlisted one means the index and
+     * the shards come from different checkpoints). */
+    for (size_t i = 0; i < st->n; i++)
+        if (!json_object_get(wm, st->t[i].name)) {
+            ms_err_set("%s: tensor '%s' of %s is not listed in the index", ipath, st->t[i].name,
+                       st->files[st->t[i].file].path);
+            rc = err_model();
+            goto out;
+        }
+out:
+    free(shards);
+    json_decref(root);
+    return rc;
+}
+
+/* No index and no model.safetensors: every *.safetensors of the directory, in name order. */
+static int st_open_glob(ms_st *st, const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        ms_err_set("%s: cannot open checkpoint directory: %s", dir, strerror(errno));
+        return err_io();
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    const char *suf = ".safetensors";
+    size_t sl = strlen(suf);
+    while ((de = readdir(d)) != NULL) {
+        size_t l = strlen(de->d_name);
+        if (l <= sl || strcmp(de->d_name + l - sl, suf) != 0) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            names = ms_realloc(names, cap * sizeof *names);
+        }
+        names[n++] = ms_strdup(de->d_name);
+    }
+    closedir(d);
+    int rc = 0;
+    if (n == 0) {
+        ms_err_set("%s: no model.safetensors.index.json, model.safetensors or *.safetensors file", dir);
+        rc = err_model();
+    } else {
+        qsort(names, n, sizeof *names, cmp_str);
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            char *p = path_join(dir, names[i]);
+            rc = st_add_file(st, p);
+            free(p);
+        }
+        if (rc == 0) rc = st_index(st);
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return rc;
+}
+
+ms_st *ms_st_open_dir(const char *dir)
+{
+    MS_ASSERT(dir);
+    ms_st *st = ms_calloc(1, sizeof *st);
+    char *ipath = path_join(dir, "model.safetensors.index.json");
+    char *single = path_join(dir, "model.safetensors");
+    struct stat sb;
+    int rc;
+    if (stat(ipath, &sb) == 0)
+        rc = st_open_indexed(st, dir, ipath);
+    else if (stat(single, &sb) == 0)
+        rc = (st_add_file(st, single) != 0 || st_index(st) != 0) ? -1 : 0;
+    else
+        rc = st_open_glob(st, dir);
+    free(ipath);
+    free(single);
+    if (rc != 0) {
+        ms_st_close(st);
+        return NULL;
+    }
+    return st;
+}
+
+/* ---------------------------------------------------------------- writer */
+
+typedef struct {
+    char *name;
+    ms_dtype dt;
+    int ndim;
+    int64_t shape[MS_ST_MAX_DIMS];
+    uint64_t nbytes;
+    ms_st_fill_fn fill; /* NULL when copy is used */
+    void *ctx;
+    uint8_t *copy; /* [nbytes] own copy for add_copy */
+} wt_tensor;
+
+struct ms_st_writer {
+    wt_tensor *t;
+    size_t n, cap;
+    uint64_t data_bytes;
+};
+
+ms_st_writer *ms_st_writer_new(void) { return ms_calloc(1, sizeof(ms_st_writer)); }
+
+void ms_st_writer_free(ms_st_writer *w)
+{
+    if (!w) return;
+    for (size_t i = 0; i < w->n; i++) {
+        free(w->t[i].name);
+        free(w->t[i].copy);
+    }
+    free(w->t);
+    free(w);
+}
+
+static wt_tensor *writer_decl(ms_st_writer *w, const char *name, ms_dtype dt, int ndim, const int64_t *shape)
+{
+    MS_ASSERT(w && name);
+    MS_ASSERT((unsigned)dt < 4);
+    MS_ASSERT(ndim >= 0 && ndim <= MS_ST_MAX_DIMS);
+    MS_ASSERT(ndim == 0 || shape);
+    if (w->n == w->cap) {
+        w->cap = w->cap ? w->cap * 2 : 64;
+        w->t = ms_realloc(w->t, w->cap * sizeof *w->t);
+    }
+    wt_tensor *t = &w->t[w->n++];
+    memset(t, 0, sizeof *t);
+    t->name = ms_strdup(name);
+    t->dt = dt;
+    t->ndim = ndim;
+    uint64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        MS_ASSERT(shape[i] >= 0);
+        t->shape[i] = shape[i];
+        MS_ASSERT(!__builtin_mul_overflow(numel, (uint64_t)shape[i], &numel));
+    }
+    MS_ASSERT(!__builtin_mul_overflow(numel, (uint64_t)dtype_sizes[dt], &t->nbytes));
+    w->data_bytes += t->nbytes;
+    return t;
+}
+
+void ms_st_writer_add(ms_st_writer *w, const char *name, ms_dtype dt, int ndim, const int64_t *shape,
+                      ms_st_fill_fn fill, void *ctx)
+{
+    MS_ASSERT(fill);
+    wt_tensor *t = writer_decl(w, name, dt, ndim, shape);
+    t->fill = fill;
+    t->ctx = ctx;
+}
+
+void ms_st_writer_add_copy(ms_st_writer *w, const char *name, ms_dtype dt, int ndim, const int64_t *shape,
+                           const void *data)
+{
+    wt_tensor *t = writer_decl(w, name, dt, ndim, shape);
+    MS_ASSERT(data || t->nbytes == 0);
+    t->copy = ms_malloc((size_t)t->nbytes);
+    if (t->nbytes) memcpy(t->copy, data, (size_t)t->nbytes);
+}
+
+uint64_t ms_st_writer_data_bytes(const ms_st_writer *w) { return w->data_bytes; }
+
+/* The compact JSON header, tensors in declaration order, or NULL with ms_err set. */
+static char *writer_header(const ms_st_writer *w, const char *path)
+{
+    json_t *h = json_object(), *meta = json_object();
+    json_object_set_new(meta, "format", json_string("pt"));
+    json_object_set_new(h, "__metadata__", meta);
+    uint64_t off = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        const wt_tensor *t = &w->t[i];
+        if (json_object_get(h, t->name)) {
+            ms_err_set("%s: tensor '%s' declared twice", path, t->name);
+            goto fail;
+        }
+        json_t *e = json_object(), *shp = json_array(), *offs = json_array();
+        json_object_set_new(e, "dtype", json_string(dtype_names[t->dt]));
+        for (int d = 0; d < t->ndim; d++) json_array_append_new(shp, json_integer((json_int_t)t->shape[d]));
+        json_object_set_new(e, "shape", shp);
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        json_array_append_new(offs, json_integer((json_int_t)(off + t->nbytes)));
+        json_object_set_new(e, "data_offsets", offs);
+        if (json_object_set_new(h, t->name, e) != 0) {
+            ms_err_set("%s: tensor name '%s' is not valid UTF-8", path, t->name);
+            goto fail;
+        }
+        off += t->nbytes;
+    }
+    char *s = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(h);
+    if (!s) ms_err_set("%s: cannot encode the header", path);
+    return s;
+fail:
+    json_decref(h);
+    return NULL;
+}
+
+static int write_all(FILE *f, const void *p, size_t n) { return n == 0 || fwrite(p, 1, n, f) == n ? 0 : -1; }
+
+int ms_st_writer_write(ms_st_writer *w, const char *path)
+{
+    MS_ASSERT(w && path);
+    char *hdr = writer_header(w, path);
+    if (!hdr) return -1;
+    size_t hl = strlen(hdr);
+    /* Pad with spaces so that the data section starts at a multiple of 8. */
+    size_t padded = ((8 + hl + 7) & ~(size_t)7) - 8;
+    size_t tl = strlen(path);
+    char *tmp = ms_malloc(tl + 5);
+    memcpy(tmp, path, tl);
+    memcpy(tmp + tl, ".tmp", 5);
+    uint8_t *buf = NULL;
+    int rc = -1;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        ms_err_set("%s: cannot create: %s", tmp, strerror(errno));
+        err_io();
+        goto out;
+    }
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    if (write_all(f, len8, 8) || write_all(f, hdr, hl)) goto werr;
+    for (size_t i = hl; i < padded; i++)
+        if (fputc(' ', f) == EOF) goto werr;
+    uint64_t maxfill = 0;
+    for (size_t i = 0; i < w->n; i++)
+        if (w->t[i].fill && w->t[i].nbytes > maxfill) maxfill = w->t[i].nbytes;
+    size_t bcap = maxfill < ST_CHUNK ? (size_t)maxfill : ST_CHUNK;
+    buf = ms_malloc(bcap);
+    for (size_t i = 0; i < w->n; i++) {
+        const wt_tensor *t = &w->t[i];
+        if (t->copy) {
+            if (write_all(f, t->copy, (size_t)t->nbytes)) goto werr;
+            continue;
+        }
+        for (uint64_t off = 0; off < t->nbytes;) {
+            size_t len = t->nbytes - off < bcap ? (size_t)(t->nbytes - off) : bcap;
+            if (t->fill(t->ctx, t->name, off, buf, len) != 0) {
+                ms_err_wrap("%s: tensor '%s'", path, t->name);
+                goto out;
+            }
+            if (write_all(f, buf, len)) goto werr;
+            off += len;
+        }
+    }
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) goto werr;
+    int cr = fclose(f);
+    f = NULL;
+    if (cr != 0) goto werr;
+    if (rename(tmp, path) != 0) {
+        ms_err_set("%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
+        err_io();
+        goto out;
+    }
+    rc = 0;
+    goto out;
+werr:
+    ms_err_set("%s: write failed: %s", tmp, strerror(errno));
+    err_io();
+out:
+    if (f) fclose(f);
+    if (rc != 0) unlink(tmp);
+    free(buf);
+    free(tmp);
+    free(hdr);
+    return rc;
+}

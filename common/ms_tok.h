@@ -1,0 +1,41 @@
+/* ms_tok: the Kimi tiktoken tokenizer: byte-pair ranks, special tokens and the Kimi pre-tokenizer. */
+#ifndef MS_TOK_H
+#define MS_TOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ms_tok ms_tok;
+
+/* 1 if dir holds tiktoken.model (the tokenizer is then required to load). */
+int ms_tok_present(const char *dir);
+
+/* Load DIR/tiktoken.model (one "base64 rank" per line) and the special tokens of
+ * DIR/tokenizer_config.json (added_tokens_decoder: id string -> {"content", ...}); the split
+ * pattern is the Kimi pre-tokenizer, built in. Returns NULL with ms_err set (class
+ * MS_EXIT_INPUT) naming the file and line on failure. */
+ms_tok *ms_tok_load(const char *dir);
+void ms_tok_free(ms_tok *t); /* accepts NULL */
+
+/* Encode len bytes of UTF-8 text. With allow_special = 0 special-token strings are plain text.
+ * On success *ids is a malloc'ed array the caller frees and *n its length; returns 0.
+ * Returns -1 with ms_err set on invalid UTF-8 or an internal regex failure. */
+int ms_tok_encode(const ms_tok *t, const char *text, size_t len, int allow_special, int32_t **ids, size_t *n);
+
+/* Decode ids into bytes (rank tokens give their raw bytes, special ids their content string).
+ * *text is malloc'ed and NUL-terminated, *len excludes the NUL. Returns -1 with ms_err set if
+ * an id is out of range. */
+int ms_tok_decode(const ms_tok *t, const int32_t *ids, size_t n, char **text, size_t *len);
+
+/* Number of ids (ranks + specials; one more than the largest id). */
+int ms_tok_n_vocab(const ms_tok *t);
+/* Id of a special token by content, or -1. */
+int ms_tok_special_id(const ms_tok *t, const char *content);
+
+/* Write a small deterministic tiktoken tokenizer to DIR (tiktoken.model with all 256 single
+ * bytes plus byte-pair merges learnt from a built-in English sample, up to n_ranks ranks in
+ * total, and tokenizer_config.json with the specials "[BOS]", "[EOS]", "<|im_end|>" after them).
+ * n_ranks >= 256 + 16. Total ids = n_ranks + 3. Returns 0 or -1 with ms_err set. */
+int ms_tok_write_synth(const char *dir, int n_ranks);
+
+#endif

@@ -1,0 +1,47 @@
+/* moestream: the coordinator command line (run, demo, tokenize, detokenize, synth). */
+#include <stdio.h>
+#include <string.h>
+
+#include "ms_cli.h"
+#include "ms_err.h"
+
+static void usage(FILE *f)
+{
+    fputs("usage: moestream <command> [options]\n"
+          "\n"
+          "commands:\n"
+          "  run         generate from a Kimi K3 checkpoint\n"
+          "  demo        write a small synthetic checkpoint and generate from it\n"
+          "  tokenize    text -> token ids\n"
+          "  detokenize  token ids -> text\n"
+          "  synth       write a random Kimi K3 checkpoint in the released layout\n"
+          "\n"
+          "`moestream <command> --help` describes each command. Exit codes: 0 ok, 1 runtime error,\n"
+          "2 usage, 3 bad model, 4 I/O error, 5 bad input, 6 impossible budget, 7 worker failure.\n",
+          f);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return MS_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return MS_EXIT_OK;
+    }
+    if (!strcmp(cmd, "--version")) {
+        puts("moestream 0.1.0");
+        return MS_EXIT_OK;
+    }
+    if (!strcmp(cmd, "run")) return ms_cli_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "demo")) return ms_cli_demo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return ms_cli_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "detokenize")) return ms_cli_detokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "synth")) return ms_cli_synth(argc - 1, argv + 1);
+    fprintf(stderr, "moestream: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return MS_EXIT_USAGE;
+}

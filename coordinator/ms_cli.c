@@ -1,0 +1,328 @@
+/* ms_cli: shared CLI helpers and the tokenize, detokenize and synth commands. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ms_cli.h"
+#include "ms_err.h"
+#include "ms_synth.h"
+#include "ms_tok.h"
+
+int ms_cli_fail(const char *cmd, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "moestream %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+int ms_cli_fail_err(const char *cmd) { return ms_cli_fail(cmd, ms_err_code(), "%s", ms_err_msg()); }
+
+int ms_cli_parse_i64(const char *s, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+int ms_cli_parse_f32(const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) return -1;
+    *out = (float)v;
+    return 0;
+}
+
+int ms_cli_parse_ids(const char *s, int32_t **ids, size_t *n)
+{
+    size_t cap = 16, len = 0;
+    int32_t *v = ms_malloc(sizeof(int32_t) * cap);
+    const char *p = s;
+    for (;;) {
+        while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && !strchr(", \t\r\n", *end))) {
+            free(v);
+            ms_err_set("bad token id near '%.20s' (ids are non-negative integers separated by commas)", p);
+            return ms_err_set_code(MS_EXIT_USAGE);
+        }
+        if (len == cap) v = ms_realloc(v, sizeof(int32_t) * (cap *= 2));
+        v[len++] = (int32_t)x;
+        p = end;
+    }
+    *ids = v;
+    *n = len;
+    return 0;
+}
+
+char *ms_cli_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ms_err_set("cannot open %s: %s", path, strerror(errno));
+        ms_err_set_code(MS_EXIT_IO);
+        return NULL;
+    }
+    size_t cap = 65536, n = 0, got;
+    char *buf = ms_malloc(cap);
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n < 2) buf = ms_realloc(buf, cap *= 2);
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(buf);
+        ms_err_set("cannot read %s", path);
+        ms_err_set_code(MS_EXIT_IO);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 if invalid. */
+static size_t utf8_len(const unsigned char *p, size_t avail)
+{
+    unsigned c = p[0];
+    size_t n;
+    unsigned min;
+    if (c < 0x80) return 1;
+    if ((c & 0xe0) == 0xc0) n = 2, min = 0x80;
+    else if ((c & 0xf0) == 0xe0) n = 3, min = 0x800;
+    else if ((c & 0xf8) == 0xf0) n = 4, min = 0x10000;
+    else return 0;
+    if (n > avail) return 0;
+    unsigned cp = c & (0x7f >> n);
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n;
+}
+
+json_t *ms_cli_json_text(const char *bytes, size_t len)
+{
+    char *out = ms_malloc(len * 3 + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_len((const unsigned char *)bytes + i, len - i);
+        if (n == 0) {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        } else {
+            memcpy(out + o, bytes + i, n);
+            o += n;
+            i += n;
+        }
+    }
+    json_t *s = json_stringn(out, o);
+    free(out);
+    return s;
+}
+
+double ms_cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- tokenize ---- */
+
+static void tokenize_usage(FILE *f)
+{
+    fputs("usage: moestream tokenize --tokenizer DIR (--text TEXT | --file PATH) [--allow-special] [--json]\n"
+          "\n"
+          "Prints the token ids of the text, space separated (or {\"ids\": [...]} with --json).\n"
+          "Special-token strings are plain text unless --allow-special is given.\n",
+          f);
+}
+
+int ms_cli_tokenize(int argc, char **argv)
+{
+    static const struct option opts[] = {{"tokenizer", required_argument, 0, 't'}, {"text", required_argument, 0, 'x'},
+                                         {"file", required_argument, 0, 'f'},      {"allow-special", no_argument, 0, 's'},
+                                         {"json", no_argument, 0, 'j'},            {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *dir = NULL, *text = NULL, *file = NULL;
+    int allow = 0, js = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 't': dir = optarg; break;
+        case 'x': text = optarg; break;
+        case 'f': file = optarg; break;
+        case 's': allow = 1; break;
+        case 'j': js = 1; break;
+        case 'h': tokenize_usage(stdout); return MS_EXIT_OK;
+        default: tokenize_usage(stderr); return MS_EXIT_USAGE;
+        }
+    }
+    if (optind != argc) return ms_cli_fail("tokenize", MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    if (!dir) return ms_cli_fail("tokenize", MS_EXIT_USAGE, "--tokenizer DIR is required");
+    if (!!text + !!file != 1) return ms_cli_fail("tokenize", MS_EXIT_USAGE, "give exactly one of --text or --file");
+    size_t len = 0;
+    char *buf = NULL;
+    if (file) {
+        buf = ms_cli_read_file(file, &len);
+        if (!buf) return ms_cli_fail_err("tokenize");
+    } else {
+        len = strlen(text);
+    }
+    ms_tok *tok = ms_tok_load(dir);
+    if (!tok) {
+        free(buf);
+        return ms_cli_fail_err("tokenize");
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = MS_EXIT_OK;
+    if (ms_tok_encode(tok, buf ? buf : text, len, allow, &ids, &n) != 0) {
+        ms_err_set_code(MS_EXIT_INPUT);
+        rc = ms_cli_fail_err("tokenize");
+    } else if (js) {
+        json_t *a = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+        json_t *o = json_pack("{s:o}", "ids", a);
+        json_dumpf(o, stdout, JSON_COMPACT);
+        fputc('\n', stdout);
+        json_decref(o);
+    } else {
+        for (size_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
+        fputc('\n', stdout);
+    }
+    free(ids);
+    free(buf);
+    ms_tok_free(tok);
+    return rc;
+}
+
+/* ---- detokenize ---- */
+
+static void detokenize_usage(FILE *f)
+{
+    fputs("usage: moestream detokenize --tokenizer DIR (--ids 1,2,3 | --file PATH) [--json]\n"
+          "\n"
+          "Prints the text of the ids (raw bytes), or {\"text\": ...} with --json (bytes that are not\n"
+          "valid UTF-8 become U+FFFD there). --file holds ids separated by commas or whitespace.\n",
+          f);
+}
+
+int ms_cli_detokenize(int argc, char **argv)
+{
+    static const struct option opts[] = {{"tokenizer", required_argument, 0, 't'}, {"ids", required_argument, 0, 'i'},
+                                         {"file", required_argument, 0, 'f'},      {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
+    const char *dir = NULL, *idstr = NULL, *file = NULL;
+    int js = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 't': dir = optarg; break;
+        case 'i': idstr = optarg; break;
+        case 'f': file = optarg; break;
+        case 'j': js = 1; break;
+        case 'h': detokenize_usage(stdout); return MS_EXIT_OK;
+        default: detokenize_usage(stderr); return MS_EXIT_USAGE;
+        }
+    }
+    if (optind != argc) return ms_cli_fail("detokenize", MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    if (!dir) return ms_cli_fail("detokenize", MS_EXIT_USAGE, "--tokenizer DIR is required");
+    if (!!idstr + !!file != 1) return ms_cli_fail("detokenize", MS_EXIT_USAGE, "give exactly one of --ids or --file");
+    char *buf = NULL;
+    if (file && !(buf = ms_cli_read_file(file, NULL))) return ms_cli_fail_err("detokenize");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (ms_cli_parse_ids(buf ? buf : idstr, &ids, &n) != 0) {
+        free(buf);
+        return ms_cli_fail_err("detokenize");
+    }
+    free(buf);
+    ms_tok *tok = ms_tok_load(dir);
+    if (!tok) {
+        free(ids);
+        return ms_cli_fail_err("detokenize");
+    }
+    char *text = NULL;
+    size_t len = 0;
+    int rc = MS_EXIT_OK;
+    if (ms_tok_decode(tok, ids, n, &text, &len) != 0) {
+        ms_err_set_code(MS_EXIT_INPUT);
+        rc = ms_cli_fail_err("detokenize");
+    } else if (js) {
+        json_t *o = json_pack("{s:o}", "text", ms_cli_json_text(text, len));
+        json_dumpf(o, stdout, JSON_COMPACT);
+        fputc('\n', stdout);
+        json_decref(o);
+    } else {
+        fwrite(text, 1, len, stdout);
+    }
+    free(text);
+    free(ids);
+    ms_tok_free(tok);
+    return rc;
+}
+
+/* ---- synth ---- */
+
+static void synth_usage(FILE *f)
+{
+    fputs("usage: moestream synth --out DIR [--preset tiny] [--seed S]\n"
+          "\n"
+          "Writes a random Kimi K3 checkpoint in the released layout (nested config.json, BF16 trunk,\n"
+          "F32 small tensors, MXFP4 routed experts, sharded safetensors with an index) and a small\n"
+          "tiktoken tokenizer. The same preset and seed always give the same bytes.\n",
+          f);
+}
+
+int ms_cli_synth(int argc, char **argv)
+{
+    static const struct option opts[] = {{"out", required_argument, 0, 'o'}, {"preset", required_argument, 0, 'p'},
+                                         {"seed", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *out = NULL, *preset = "tiny";
+    long long seed = 1;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': out = optarg; break;
+        case 'p': preset = optarg; break;
+        case 's':
+            if (ms_cli_parse_i64(optarg, &seed) != 0)
+                return ms_cli_fail("synth", MS_EXIT_USAGE, "--seed must be an integer, got '%s'", optarg);
+            break;
+        case 'h': synth_usage(stdout); return MS_EXIT_OK;
+        default: synth_usage(stderr); return MS_EXIT_USAGE;
+        }
+    }
+    if (optind != argc) return ms_cli_fail("synth", MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    if (!out) return ms_cli_fail("synth", MS_EXIT_USAGE, "--out DIR is required");
+    ms_synth_shape sh;
+    if (ms_synth_preset(preset, &sh) != 0) return ms_cli_fail_err("synth");
+    if (ms_synth_write(out, &sh, (uint64_t)seed) != 0) return ms_cli_fail_err("synth");
+    fprintf(stderr, "moestream synth: wrote preset %s (seed %lld) to %s\n", preset, seed, out);
+    return MS_EXIT_OK;
+}

@@ -1,0 +1,35 @@
+/* ms_cli: the moestream subcommands and their shared argument helpers. */
+#ifndef MS_CLI_H
+#define MS_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Each command takes argv after the command name (argv[0] = command name) and returns a
+ * process exit code (ms_err.h); it prints its own errors. */
+int ms_cli_run(int argc, char **argv);
+int ms_cli_demo(int argc, char **argv);
+int ms_cli_tokenize(int argc, char **argv);
+int ms_cli_detokenize(int argc, char **argv);
+int ms_cli_synth(int argc, char **argv);
+
+/* Print "moestream <cmd>: message" to stderr and return code. */
+int ms_cli_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Print the last ms_err message for cmd and return its exit code class. */
+int ms_cli_fail_err(const char *cmd);
+
+/* Parse "1,2,3" (commas and/or whitespace) into a malloc'ed array. Returns 0 or -1 with
+ * ms_err set naming the bad item. */
+int ms_cli_parse_ids(const char *s, int32_t **ids, size_t *n);
+/* Strict integer / float parsing; return 0 or -1. */
+int ms_cli_parse_i64(const char *s, long long *out);
+int ms_cli_parse_f32(const char *s, float *out);
+/* Whole file into a malloc'ed NUL-terminated buffer, or NULL with ms_err set (MS_EXIT_IO). */
+char *ms_cli_read_file(const char *path, size_t *len);
+/* A JSON string value for bytes that may not be valid UTF-8 (invalid bytes become U+FFFD). */
+struct json_t;
+struct json_t *ms_cli_json_text(const char *bytes, size_t len);
+/* Monotonic seconds. */
+double ms_cli_now(void);
+
+#endif

@@ -1,0 +1,306 @@
+/* ms_cli_run: the `run` and `demo` commands: prefill, incremental decoding, output and stats. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ms_cli.h"
+#include "ms_err.h"
+#include "ms_model.h"
+#include "ms_sample.h"
+#include "ms_synth.h"
+#include "ms_tok.h"
+
+typedef struct {
+    const char *model, *prompt, *prompt_file, *ids, *dump;
+    long long n, threads, seed;
+    float temperature, top_p;
+    int json, allow_special, stop_eos, quiet;
+} run_opts;
+
+static void run_usage(FILE *f)
+{
+    fputs("usage: moestream run --model DIR (--prompt TEXT | --prompt-file PATH | --ids 1,2,3) [-n N]\n"
+          "                     [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
+          "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet]\n"
+          "\n"
+          "Generates N tokens (default 16) after the prompt. --temperature 0 (the default) is greedy.\n"
+          "--prompt needs a tokenizer (tiktoken.model) in DIR; --ids works without one.\n"
+          "--json prints one JSON object: prompt_ids, generated_ids, text (with a tokenizer), stats.\n"
+          "--dump-logits writes little-endian f32 rows of vocab_size values: every prompt position,\n"
+          "then each generated position whose logits were computed (prompt + N - 1 rows).\n"
+          "--threads 0 (default) uses one thread per CPU; results do not depend on it.\n",
+          f);
+}
+
+static long peak_rss_bytes(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss * 1024L;
+}
+
+static int write_rows(FILE *f, const float *rows, int64_t n, int64_t V, const char *path)
+{
+    if (fwrite(rows, sizeof(float), (size_t)(n * V), f) != (size_t)(n * V)) {
+        ms_err_set("cannot write logits to %s", path);
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    return 0;
+}
+
+static int generate(const run_opts *o)
+{
+    const char *cmd = "run";
+    double t0 = ms_cli_now();
+    ms_model *m = ms_model_load(o->model, (int)o->threads);
+    if (!m) return ms_cli_fail_err(cmd);
+    const ms_cfg *c = ms_model_cfg(m);
+    int64_t V = c->vocab;
+    ms_tok *tok = NULL;
+    int rc = MS_EXIT_OK;
+    int32_t *prompt = NULL, *gen = NULL;
+    size_t np = 0;
+    float *logits = NULL;
+    FILE *dump = NULL;
+    ms_seq *seq = NULL;
+    if (ms_tok_present(o->model) && !(tok = ms_tok_load(o->model))) {
+        rc = ms_cli_fail_err(cmd);
+        goto out;
+    }
+    if (o->ids) {
+        if (ms_cli_parse_ids(o->ids, &prompt, &np) != 0) {
+            rc = ms_cli_fail_err(cmd);
+            goto out;
+        }
+    } else {
+        if (!tok) {
+            rc = ms_cli_fail(cmd, MS_EXIT_USAGE,
+                             "model %s has no tokenizer (tiktoken.model), so --prompt/--prompt-file cannot be "
+                             "used; pass token ids with --ids",
+                             o->model);
+            goto out;
+        }
+        size_t len = 0;
+        char *buf = NULL;
+        const char *text = o->prompt;
+        if (o->prompt_file) {
+            if (!(buf = ms_cli_read_file(o->prompt_file, &len))) {
+                rc = ms_cli_fail_err(cmd);
+                goto out;
+            }
+            text = buf;
+        } else {
+            len = strlen(text);
+        }
+        int e = ms_tok_encode(tok, text, len, o->allow_special, &prompt, &np);
+        free(buf);
+        if (e != 0) {
+            ms_err_set_code(MS_EXIT_INPUT);
+            rc = ms_cli_fail_err(cmd);
+            goto out;
+        }
+    }
+    if (np == 0) {
+        rc = ms_cli_fail(cmd, MS_EXIT_INPUT, "the prompt is empty (no tokens)");
+        goto out;
+    }
+    for (size_t i = 0; i < np; i++)
+        if (prompt[i] >= V) {
+            rc = ms_cli_fail(cmd, MS_EXIT_INPUT, "prompt token id %d is outside the model's vocabulary (%lld ids)",
+                             prompt[i], (long long)V);
+            goto out;
+        }
+    if (o->dump && !(dump = fopen(o->dump, "wb"))) {
+        rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot create %s", o->dump);
+        goto out;
+    }
+    double t_load = ms_cli_now() - t0;
+    ms_sampler sp;
+    ms_sampler_init(&sp, o->temperature, o->top_p, (uint64_t)o->seed);
+    seq = ms_seq_new(m);
+    gen = ms_malloc(sizeof(int32_t) * (size_t)(o->n + 1));
+    logits = ms_malloc(sizeof(float) * (size_t)((dump ? (int64_t)np : 1) * V)); /* [rows][V] */
+    int64_t ng = 0;
+    double t1 = ms_cli_now(), t_prefill = 0.0, t_decode = 0.0;
+    if (o->n > 0) {
+        if (ms_model_forward(m, seq, prompt, (int64_t)np, dump != NULL, logits) != 0) {
+            rc = ms_cli_fail_err(cmd);
+            goto out;
+        }
+        t_prefill = ms_cli_now() - t1;
+        const float *last = logits + (dump ? (int64_t)(np - 1) * V : 0);
+        if (dump && write_rows(dump, logits, (int64_t)np, V, o->dump) != 0) {
+            rc = ms_cli_fail_err(cmd);
+            goto out;
+        }
+        int32_t next = ms_sampler_pick(&sp, last, V);
+        double t2 = ms_cli_now();
+        for (;;) {
+            gen[ng++] = next;
+            if (!o->json && !o->quiet) {
+                if (tok) {
+                    char *piece = NULL;
+                    size_t plen = 0;
+                    if (ms_tok_decode(tok, &next, 1, &piece, &plen) == 0) fwrite(piece, 1, plen, stdout);
+                    free(piece);
+                } else {
+                    printf("%s%d", ng > 1 ? " " : "", next);
+                }
+                fflush(stdout);
+            }
+            if (ng >= o->n || (o->stop_eos && next == c->eos_id)) break;
+            if (ms_model_forward(m, seq, &next, 1, 0, logits) != 0) {
+                rc = ms_cli_fail_err(cmd);
+                goto out;
+            }
+            if (dump && write_rows(dump, logits, 1, V, o->dump) != 0) {
+                rc = ms_cli_fail_err(cmd);
+                goto out;
+            }
+            next = ms_sampler_pick(&sp, logits, V);
+        }
+        t_decode = ms_cli_now() - t2;
+    }
+    if (dump) {
+        int bad = fclose(dump) != 0;
+        dump = NULL;
+        if (bad) {
+            rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot write %s", o->dump);
+            goto out;
+        }
+    }
+    double dec_tps = ng > 1 && t_decode > 0 ? (double)(ng - 1) / t_decode : 0.0;
+    double pre_tps = t_prefill > 0 ? (double)np / t_prefill : 0.0;
+    if (o->json) {
+        json_t *pj = json_array(), *gj = json_array();
+        for (size_t i = 0; i < np; i++) json_array_append_new(pj, json_integer(prompt[i]));
+        for (int64_t i = 0; i < ng; i++) json_array_append_new(gj, json_integer(gen[i]));
+        json_t *stats = json_pack("{s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:I}", "load_seconds", t_load,
+                                  "prefill_seconds", t_prefill, "decode_seconds", t_decode,
+                                  "prefill_tokens_per_second", pre_tps, "decode_tokens_per_second", dec_tps,
+                                  "prompt_tokens", (json_int_t)np, "generated_tokens", (json_int_t)ng, "threads",
+                                  (json_int_t)ms_pool_size(ms_model_pool(m)), "peak_rss_bytes",
+                                  (json_int_t)peak_rss_bytes());
+        json_t *out = json_pack("{s:o,s:o,s:o}", "prompt_ids", pj, "generated_ids", gj, "stats", stats);
+        if (tok) {
+            char *text = NULL;
+            size_t len = 0;
+            if (ms_tok_decode(tok, gen, (size_t)ng, &text, &len) == 0)
+                json_object_set_new(out, "text", ms_cli_json_text(text, len));
+            free(text);
+        }
+        json_dumpf(out, stdout, JSON_COMPACT);
+        fputc('\n', stdout);
+        json_decref(out);
+    } else {
+        if (!o->quiet) fputc('\n', stdout);
+        fprintf(stderr,
+                "moestream run: %zu prompt tokens in %.3f s (%.1f tok/s), %lld generated in %.3f s (%.2f tok/s), "
+                "load %.3f s, %d threads, peak RSS %.1f MiB\n",
+                np, t_prefill, pre_tps, (long long)ng, t_decode, dec_tps, t_load, ms_pool_size(ms_model_pool(m)),
+                (double)peak_rss_bytes() / 1048576.0);
+    }
+out:
+    if (dump) fclose(dump);
+    ms_seq_free(seq);
+    free(logits);
+    free(gen);
+    free(prompt);
+    ms_tok_free(tok);
+    ms_model_free(m);
+    return rc;
+}
+
+static int parse_run(int argc, char **argv, run_opts *o, int demo)
+{
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},  {"prompt", required_argument, 0, 'p'},
+                                         {"prompt-file", required_argument, 0, 'P'}, {"ids", required_argument, 0, 'i'},
+                                         {"temperature", required_argument, 0, 't'}, {"top-p", required_argument, 0, 'k'},
+                                         {"seed", required_argument, 0, 's'},   {"threads", required_argument, 0, 'T'},
+                                         {"json", no_argument, 0, 'j'},         {"dump-logits", required_argument, 0, 'd'},
+                                         {"allow-special", no_argument, 0, 'a'}, {"stop-at-eos", no_argument, 0, 'e'},
+                                         {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *cmd = demo ? "demo" : "run";
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case 'p': o->prompt = optarg; break;
+        case 'P': o->prompt_file = optarg; break;
+        case 'i': o->ids = optarg; break;
+        case 'd': o->dump = optarg; break;
+        case 'j': o->json = 1; break;
+        case 'a': o->allow_special = 1; break;
+        case 'e': o->stop_eos = 1; break;
+        case 'q': o->quiet = 1; break;
+        case 'n':
+            if (ms_cli_parse_i64(optarg, &o->n) != 0 || o->n < 0 || o->n > 1000000)
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "-n must be an integer in 0..1000000, got '%s'", optarg);
+            break;
+        case 'T':
+            if (ms_cli_parse_i64(optarg, &o->threads) != 0 || o->threads < 0 || o->threads > 1024)
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--threads must be an integer in 0..1024, got '%s'", optarg);
+            break;
+        case 's':
+            if (ms_cli_parse_i64(optarg, &o->seed) != 0)
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--seed must be an integer, got '%s'", optarg);
+            break;
+        case 't':
+            if (ms_cli_parse_f32(optarg, &o->temperature) != 0 || o->temperature < 0)
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--temperature must be a number >= 0, got '%s'", optarg);
+            break;
+        case 'k':
+            if (ms_cli_parse_f32(optarg, &o->top_p) != 0 || !(o->top_p > 0 && o->top_p <= 1))
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--top-p must be in (0, 1], got '%s'", optarg);
+            break;
+        case 'h':
+            run_usage(stdout);
+            return -1;
+        default: run_usage(stderr); return MS_EXIT_USAGE;
+        }
+    }
+    if (optind != argc) return ms_cli_fail(cmd, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    return 0;
+}
+
+int ms_cli_run(int argc, char **argv)
+{
+    run_opts o = {.n = 16, .top_p = 1.0f};
+    int rc = parse_run(argc, argv, &o, 0);
+    if (rc) return rc < 0 ? MS_EXIT_OK : rc;
+    if (!o.model) return ms_cli_fail("run", MS_EXIT_USAGE, "--model DIR is required (see moestream run --help)");
+    if (!!o.prompt + !!o.prompt_file + !!o.ids != 1)
+        return ms_cli_fail("run", MS_EXIT_USAGE, "give exactly one of --prompt, --prompt-file or --ids");
+    return generate(&o);
+}
+
+int ms_cli_demo(int argc, char **argv)
+{
+    run_opts o = {.n = 24, .top_p = 1.0f};
+    int rc = parse_run(argc, argv, &o, 1);
+    if (rc) return rc < 0 ? MS_EXIT_OK : rc;
+    char dir[4096];
+    if (!o.model) {
+        const char *base = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/moestream-demo-tiny", base && *base ? base : "/tmp");
+        o.model = dir;
+    }
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", o.model);
+    if (access(cfg, R_OK) != 0) {
+        ms_synth_shape sh;
+        ms_synth_preset("tiny", &sh);
+        fprintf(stderr, "moestream demo: writing a synthetic tiny Kimi K3 checkpoint to %s\n", o.model);
+        if (ms_synth_write(o.model, &sh, 1) != 0) return ms_cli_fail_err("demo");
+    }
+    if (!o.prompt && !o.prompt_file && !o.ids) o.prompt = "The weather today is";
+    fprintf(stderr, "moestream demo: random weights, so the text is gibberish; the engine is real.\n");
+    return generate(&o);
+}

@@ -1,0 +1,166 @@
+/* ms_kda: Kimi Delta Attention (spec §3.5): projections, short convs, decay, delta-rule recurrence. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_kda.h"
+#include "ms_ops.h"
+
+void ms_kda_state_init(ms_kda_state *st, const ms_cfg *c)
+{
+    size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim;
+    size_t H = (size_t)(c->conv_k - 1);
+    st->S = ms_calloc(P * (size_t)c->kda_head_dim, sizeof(float));
+    st->hq = ms_calloc(P * H + 1, sizeof(float));
+    st->hk = ms_calloc(P * H + 1, sizeof(float));
+    st->hv = ms_calloc(P * H + 1, sizeof(float));
+}
+
+void ms_kda_state_reset(ms_kda_state *st, const ms_cfg *c)
+{
+    size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim;
+    size_t H = (size_t)(c->conv_k - 1);
+    memset(st->S, 0, sizeof(float) * P * (size_t)c->kda_head_dim);
+    memset(st->hq, 0, sizeof(float) * P * H);
+    memset(st->hk, 0, sizeof(float) * P * H);
+    memset(st->hv, 0, sizeof(float) * P * H);
+}
+
+void ms_kda_state_free(ms_kda_state *st)
+{
+    if (!st) return;
+    free(st->S);
+    free(st->hq);
+    free(st->hk);
+    free(st->hv);
+    memset(st, 0, sizeof *st);
+}
+
+void ms_kda_decay(const float *z, const float *A_log, const float *dt_bias, int Hk, int D, float lb, float *g_out,
+                  float *alpha)
+{
+    for (int h = 0; h < Hk; h++) {
+        float a = expf(A_log[h]); /* per head, never per channel (trap 15) */
+        for (int d = 0; d < D; d++) {
+            int p = h * D + d;
+            float g = lb * ms_sigmoid(a * (z[p] + dt_bias[p]));
+            if (g_out) g_out[p] = g;
+            alpha[p] = expf(g);
+        }
+    }
+}
+
+/* Heads [h0, h1) of one recurrence step; heads are independent, so any split is exact. */
+static void recur_heads(float *S, int h0, int h1, int D, const float *q, const float *k, const float *v,
+                        const float *alpha, const float *beta, float *o)
+{
+    double u[512];
+    MS_ASSERT(D <= 512);
+    for (int h = h0; h < h1; h++) {
+        float *Sh = S + (size_t)h * D * D; /* [D][D], row = key channel */
+        const float *qh = q + h * D, *kh = k + h * D, *vh = v + h * D, *ah = alpha + h * D;
+        /* decay rows, then read S^T k */
+        for (int j = 0; j < D; j++) u[j] = 0.0;
+        for (int i = 0; i < D; i++) {
+            float *row = Sh + (size_t)i * D;
+            float ai = ah[i];
+            double ki = kh[i];
+            for (int j = 0; j < D; j++) {
+                row[j] *= ai;
+                u[j] += ki * (double)row[j];
+            }
+        }
+        /* delta write: S += k (beta (v - u))^T */
+        float dv[512];
+        for (int j = 0; j < D; j++) dv[j] = beta[h] * (vh[j] - (float)u[j]);
+        for (int i = 0; i < D; i++) {
+            float *row = Sh + (size_t)i * D;
+            float ki = kh[i];
+            for (int j = 0; j < D; j++) row[j] += ki * dv[j];
+        }
+        /* output from the updated state */
+        for (int j = 0; j < D; j++) u[j] = 0.0;
+        for (int i = 0; i < D; i++) {
+            const float *row = Sh + (size_t)i * D;
+            double qi = qh[i];
+            for (int j = 0; j < D; j++) u[j] += qi * (double)row[j];
+        }
+        for (int j = 0; j < D; j++) o[h * D + j] = (float)u[j];
+    }
+}
+
+void ms_kda_recur_step(float *S, int Hk, int D, const float *q, const float *k, const float *v, const float *alpha,
+                       const float *beta, float *o)
+{
+    recur_heads(S, 0, Hk, D, q, k, v, alpha, beta, o);
+}
+
+typedef struct {
+    float *S;
+    int D;
+    const float *q, *k, *v, *alpha, *beta;
+    float *o;
+} recur_ctx;
+
+static void recur_chunk(void *ctx, int64_t begin, int64_t end)
+{
+    recur_ctx *r = ctx;
+    recur_heads(r->S, (int)begin, (int)end, r->D, r->q, r->k, r->v, r->alpha, r->beta, r->o);
+}
+
+
+void ms_kda_forward(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *st, const float *x, int64_t T, float *out,
+                    ms_pool *pool)
+{
+    int Hk = c->kda_heads, D = c->kda_head_dim, K = c->conv_k;
+    int64_t P = (int64_t)Hk * D;
+    size_t TP = (size_t)(T * P);
+    float *q = ms_malloc(sizeof(float) * TP);    /* [T][P] */
+    float *k = ms_malloc(sizeof(float) * TP);    /* [T][P] */
+    float *v = ms_malloc(sizeof(float) * TP);    /* [T][P] */
+    float *g = ms_malloc(sizeof(float) * TP);    /* [T][P] output gate logits */
+    float *z = ms_malloc(sizeof(float) * TP);    /* [T][P] decay pre-activation */
+    float *fa = ms_malloc(sizeof(float) * (size_t)(T * D)); /* [T][D] */
+    float *b = ms_malloc(sizeof(float) * (size_t)(T * Hk)); /* [T][Hk] */
+    float *y = ms_malloc(sizeof(float) * TP);    /* [T][P] gated, normed output */
+    float *tmp = ms_malloc(sizeof(float) * (size_t)P * 4); /* conv outputs q, k, v and alpha */
+    ms_matmul(&w->q, x, T, q, pool);
+    ms_matmul(&w->k, x, T, k, pool);
+    ms_matmul(&w->v, x, T, v, pool);
+    ms_matmul(&w->g, x, T, g, pool);
+    ms_matmul(&w->fa, x, T, fa, pool);
+    ms_matmul(&w->fb, fa, T, z, pool);
+    ms_matmul(&w->b, x, T, b, pool);
+    float qscale = 1.0f / sqrtf((float)D);
+    float *cq = tmp, *ck = tmp + P, *cv = tmp + 2 * P, *alpha = tmp + 3 * P;
+    float beta[1024];
+    MS_ASSERT(Hk <= 1024);
+    for (int64_t t = 0; t < T; t++) {
+        ms_shortconv_step(w->q_conv, P, K, st->hq, q + t * P, cq);
+        ms_shortconv_step(w->k_conv, P, K, st->hk, k + t * P, ck);
+        ms_shortconv_step(w->v_conv, P, K, st->hv, v + t * P, cv);
+        for (int h = 0; h < Hk; h++) {
+            ms_l2norm(cq + h * D, D);
+            ms_l2norm(ck + h * D, D);
+            beta[h] = ms_sigmoid(b[t * Hk + h]);
+        }
+        for (int64_t p = 0; p < P; p++) cq[p] *= qscale;
+        ms_kda_decay(z + t * P, w->A_log, w->dt_bias, Hk, D, c->gate_lb, NULL, alpha);
+        float *yt = y + t * P;
+        recur_ctx rc = {st->S, D, cq, ck, cv, alpha, beta, yt};
+        ms_pool_for(pool, Hk, 8, recur_chunk, &rc);
+        for (int h = 0; h < Hk; h++) ms_rmsnorm(yt + h * D, w->o_norm, D, c->eps, yt + h * D);
+        for (int64_t p = 0; p < P; p++) yt[p] *= ms_sigmoid(g[t * P + p]);
+    }
+    ms_matmul(&w->o, y, T, out, pool);
+    free(q);
+    free(k);
+    free(v);
+    free(g);
+    free(z);
+    free(fa);
+    free(b);
+    free(y);
+    free(tmp);
+}

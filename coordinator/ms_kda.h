@@ -1,0 +1,47 @@
+/* ms_kda: Kimi Delta Attention (spec §3.5) with its recurrent and short-conv decode state. */
+#ifndef MS_KDA_H
+#define MS_KDA_H
+
+#include "ms_cfg.h"
+#include "ms_kern.h"
+#include "ms_pool.h"
+
+/* Borrowed weights of one KDA layer. P = Hk*D. */
+typedef struct {
+    ms_mat q, k, v, g;   /* [P, E] */
+    ms_mat o;            /* [E, P] */
+    ms_mat fa;           /* [D, E] */
+    ms_mat fb;           /* [P, D] */
+    ms_mat b;            /* [Hk, E] */
+    const float *q_conv, *k_conv, *v_conv; /* [P][K] */
+    const float *A_log;  /* [Hk] (first Hk values of the released tensor) */
+    const float *dt_bias;/* [P] */
+    const float *o_norm; /* [D] */
+} ms_kda_w;
+
+/* Per-sequence state of one KDA layer, owned. */
+typedef struct {
+    float *S;              /* [Hk][D][D]: row = key channel, column = value channel */
+    float *hq, *hk, *hv;   /* [P][K-1] raw pre-conv inputs, oldest first */
+} ms_kda_state;
+
+void ms_kda_state_init(ms_kda_state *st, const ms_cfg *c);  /* allocates, zeroed */
+void ms_kda_state_reset(ms_kda_state *st, const ms_cfg *c); /* zero */
+void ms_kda_state_free(ms_kda_state *st);                   /* accepts NULL */
+
+/* Decay (spec §3.5 step 4) from z[P] (= fb*(fa*x), before dt_bias): alpha[P] = exp(g),
+ * g = lb * sigmoid(exp(A_log[h]) * (z + dt_bias)). g_out may be NULL. */
+void ms_kda_decay(const float *z, const float *A_log, const float *dt_bias, int Hk, int D, float lb, float *g_out,
+                  float *alpha);
+
+/* One recurrence step for all heads (spec §3.5 step 6). q must already be scaled by D^-1/2.
+ * S: [Hk][D][D]; q, k, v, alpha: [Hk*D]; beta: [Hk]; o: [Hk*D]. */
+void ms_kda_recur_step(float *S, int Hk, int D, const float *q, const float *k, const float *v, const float *alpha,
+                       const float *beta, float *o);
+
+/* The whole KDA module for T consecutive tokens of one sequence, carrying state.
+ * x: float[T][E] (the input_layernorm output), out: float[T][E]. */
+void ms_kda_forward(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *st, const float *x, int64_t T, float *out,
+                    ms_pool *pool);
+
+#endif

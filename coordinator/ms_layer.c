@@ -1,0 +1,76 @@
+/* ms_layer: one decoder layer with the AttnRes wiring of spec §3.11. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_layer.h"
+#include "ms_ops.h"
+
+int ms_layer_snaps_after(const ms_cfg *c, int layer)
+{
+    if (layer < 0) return 0;
+    return layer / c->attn_res_block + 1; /* boundaries 0, B, 2B, ... <= layer */
+}
+
+/* AttnRes over the first n snapshots of each token plus the prefix P. */
+static void attnres_rows(const ms_cfg *c, const float *snaps, int smax, int n, const float *P, const float *fold,
+                         int64_t T, float *out)
+{
+    int64_t E = c->hidden;
+    const float *srcs[65];
+    MS_ASSERT(n + 1 <= 65);
+    for (int64_t t = 0; t < T; t++) {
+        for (int s = 0; s < n; s++) srcs[s] = snaps + (t * smax + s) * E;
+        srcs[n] = P + t * E;
+        ms_attnres(srcs, n + 1, E, fold, c->eps, out + t * E);
+    }
+}
+
+int ms_layer_forward(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *st, const ms_experts *ex,
+                     float *h, float *snaps, int smax, int *n_snap, int64_t T, int32_t *ids_out, ms_pool *pool)
+{
+    int64_t E = c->hidden;
+    size_t TE = (size_t)(T * E);
+    int n_prev = *n_snap;
+    int boundary = ms_cfg_is_boundary(c, layer);
+    int n_cur = n_prev + boundary;
+    MS_ASSERT(n_cur <= smax);
+    *n_snap = n_cur;
+    float *x = ms_malloc(sizeof(float) * TE);  /* [T][E] AttnRes output / normed input */
+    float *a = ms_malloc(sizeof(float) * TE);  /* [T][E] module output */
+    int rc = 0;
+
+    /* h holds P, the running prefix sum, throughout. */
+    if (n_prev > 0)
+        attnres_rows(c, snaps, smax, n_prev, h, w->sa_fold, T, x);
+    else
+        memcpy(x, h, sizeof(float) * TE);
+    int p_empty = 0;
+    if (boundary) {
+        for (int64_t t = 0; t < T; t++) memcpy(snaps + (t * smax + n_prev) * E, h + t * E, sizeof(float) * (size_t)E);
+        p_empty = 1;
+    }
+    for (int64_t t = 0; t < T; t++) ms_rmsnorm(x + t * E, w->in_norm, E, c->eps, x + t * E);
+    if (w->is_mla)
+        ms_mla_forward(c, &w->mla, &st->mla, x, T, a, pool);
+    else
+        ms_kda_forward(c, &w->kda, &st->kda, x, T, a, pool);
+    if (p_empty)
+        memcpy(h, a, sizeof(float) * TE);
+    else
+        for (size_t i = 0; i < TE; i++) h[i] += a[i];
+
+    attnres_rows(c, snaps, smax, n_cur, h, w->mlp_fold, T, x);
+    for (int64_t t = 0; t < T; t++) ms_rmsnorm(x + t * E, w->post_norm, E, c->eps, x + t * E);
+    if (w->is_dense) {
+        ms_glu_mlp(&w->dgate, &w->dup, &w->ddown, c->situ_b1, c->situ_b2, x, T, a, pool);
+    } else if (ms_moe_forward(c, layer, &w->moe, ex, x, T, a, ids_out, pool) != 0) {
+        rc = -1;
+        goto out;
+    }
+    for (size_t i = 0; i < TE; i++) h[i] += a[i];
+out:
+    free(x);
+    free(a);
+    return rc;
+}

@@ -1,0 +1,136 @@
+/* ms_mla: gated MLA (spec §3.6) with a compressed KV cache and per-head absorbed attention. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_mla.h"
+#include "ms_ops.h"
+
+void ms_mla_cache_init(ms_mla_cache *kc) { memset(kc, 0, sizeof *kc); }
+void ms_mla_cache_reset(ms_mla_cache *kc) { kc->n = 0; }
+
+void ms_mla_cache_free(ms_mla_cache *kc)
+{
+    if (!kc) return;
+    free(kc->lat);
+    free(kc->rope);
+    memset(kc, 0, sizeof *kc);
+}
+
+static void cache_reserve(ms_mla_cache *kc, int64_t need, int Rkv, int dr)
+{
+    if (need <= kc->cap) return;
+    int64_t cap = kc->cap ? kc->cap : 64;
+    while (cap < need) cap *= 2;
+    kc->lat = ms_realloc(kc->lat, sizeof(float) * (size_t)(cap * Rkv));
+    kc->rope = ms_realloc(kc->rope, sizeof(float) * (size_t)(cap * (dr > 0 ? dr : 1)));
+    kc->cap = cap;
+}
+
+/* Attention of T query tokens for a range of heads. The score of head h against cached
+ * position s is (q^n_h . Wk_h lat_s + q^r_h . rope_s) / sqrt(dq); with Wk_h absorbed into the
+ * query (qabs = Wk_h^T q^n_h) only the compressed cache is needed. The value read is
+ * Wv_h (sum_s p_s lat_s). All sums in double, in a fixed order. */
+typedef struct {
+    const ms_cfg *c;
+    const ms_mla_w *w;
+    const ms_mla_cache *kc;
+    int64_t T, n0;     /* query tokens, absolute position of the first */
+    const float *q;    /* [T][H*dq] */
+    float *o;          /* [T][H*dv] */
+} attn_ctx;
+
+static void attn_heads(void *vctx, int64_t h0, int64_t h1)
+{
+    attn_ctx *a = vctx;
+    const ms_cfg *c = a->c;
+    int dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head, Rkv = c->kv_lora;
+    int dq = dn + dr;
+    int64_t npos = a->n0 + a->T;
+    double scale = 1.0 / sqrt((double)dq);
+    float *wk = ms_malloc(sizeof(float) * (size_t)((dn + dv) * Rkv)); /* [dn+dv][Rkv] head rows */
+    double *qabs = ms_malloc(sizeof(double) * (size_t)Rkv);           /* [Rkv] */
+    double *ctxv = ms_malloc(sizeof(double) * (size_t)Rkv);           /* [Rkv] */
+    float *ctxf = ms_malloc(sizeof(float) * (size_t)Rkv);             /* [Rkv] */
+    double *p = ms_malloc(sizeof(double) * (size_t)npos);             /* [npos] */
+    for (int64_t h = h0; h < h1; h++) {
+        int64_t base = h * (dn + dv);
+        for (int r = 0; r < dn + dv; r++) ms_mat_row_f32(&a->w->kvb, base + r, wk + (size_t)r * Rkv);
+        for (int64_t t = 0; t < a->T; t++) {
+            const float *qh = a->q + t * (int64_t)c->mla_heads * dq + h * dq;
+            for (int j = 0; j < Rkv; j++) qabs[j] = 0.0;
+            for (int i = 0; i < dn; i++) {
+                const float *row = wk + (size_t)i * Rkv;
+                double qi = qh[i];
+                for (int j = 0; j < Rkv; j++) qabs[j] += qi * (double)row[j];
+            }
+            int64_t last = a->n0 + t; /* causal: sees 0..last */
+            double mx = -INFINITY;
+            for (int64_t s = 0; s <= last; s++) {
+                const float *lat = a->kc->lat + s * Rkv;
+                const float *rope = a->kc->rope + s * dr;
+                double sc = 0.0, sr = 0.0;
+                for (int j = 0; j < Rkv; j++) sc += qabs[j] * (double)lat[j];
+                for (int j = 0; j < dr; j++) sr += (double)qh[dn + j] * (double)rope[j];
+                p[s] = (sc + sr) * scale;
+                if (p[s] > mx) mx = p[s];
+            }
+            double sum = 0.0;
+            for (int64_t s = 0; s <= last; s++) {
+                p[s] = exp(p[s] - mx);
+                sum += p[s];
+            }
+            for (int j = 0; j < Rkv; j++) ctxv[j] = 0.0;
+            for (int64_t s = 0; s <= last; s++) {
+                const float *lat = a->kc->lat + s * Rkv;
+                double ps = p[s] / sum;
+                for (int j = 0; j < Rkv; j++) ctxv[j] += ps * (double)lat[j];
+            }
+            for (int j = 0; j < Rkv; j++) ctxf[j] = (float)ctxv[j];
+            float *oh = a->o + t * (int64_t)c->mla_heads * dv + h * dv;
+            for (int i = 0; i < dv; i++) oh[i] = (float)ms_dot_f32(wk + (size_t)(dn + i) * Rkv, ctxf, Rkv);
+        }
+    }
+    free(wk);
+    free(qabs);
+    free(ctxv);
+    free(ctxf);
+    free(p);
+}
+
+void ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const float *x, int64_t T, float *out,
+                    ms_pool *pool)
+{
+    int H = c->mla_heads, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head, Rq = c->q_lora, Rkv = c->kv_lora;
+    int dq = dn + dr;
+    float *qa = ms_malloc(sizeof(float) * (size_t)(T * Rq));            /* [T][Rq] */
+    float *q = ms_malloc(sizeof(float) * (size_t)(T * H * dq));         /* [T][H*dq] */
+    float *ckv = ms_malloc(sizeof(float) * (size_t)(T * (Rkv + dr)));   /* [T][Rkv+dr] */
+    float *o = ms_malloc(sizeof(float) * (size_t)(T * H * dv));         /* [T][H*dv] */
+    ms_matmul(&w->qa, x, T, qa, pool);
+    for (int64_t t = 0; t < T; t++) ms_rmsnorm(qa + t * Rq, w->qa_norm, Rq, c->eps, qa + t * Rq);
+    ms_matmul(&w->qb, qa, T, q, pool);
+    ms_matmul(&w->kva, x, T, ckv, pool);
+    int64_t n0 = kc->n;
+    cache_reserve(kc, n0 + T, Rkv, dr);
+    for (int64_t t = 0; t < T; t++) {
+        const float *ct = ckv + t * (Rkv + dr);
+        ms_rmsnorm(ct, w->kva_norm, Rkv, c->eps, kc->lat + (n0 + t) * Rkv);
+        memcpy(kc->rope + (n0 + t) * dr, ct + Rkv, sizeof(float) * (size_t)dr); /* raw, never rotated */
+    }
+    kc->n = n0 + T;
+    attn_ctx a = {c, w, kc, T, n0, q, o};
+    ms_pool_for(pool, H, 1, attn_heads, &a);
+    if (c->mla_out_gate) {
+        float *g = ms_malloc(sizeof(float) * (size_t)(T * H * dv)); /* [T][H*dv] */
+        ms_matmul(&w->g, x, T, g, pool);
+        for (int64_t i = 0; i < T * H * dv; i++) o[i] *= ms_sigmoid(g[i]);
+        free(g);
+    }
+    ms_matmul(&w->o, o, T, out, pool);
+    free(qa);
+    free(q);
+    free(ckv);
+    free(o);
+}

@@ -1,0 +1,38 @@
+/* ms_mla: gated Multi-head Latent Attention without positional encoding (spec §3.6). */
+#ifndef MS_MLA_H
+#define MS_MLA_H
+
+#include "ms_cfg.h"
+#include "ms_kern.h"
+#include "ms_pool.h"
+
+/* Borrowed weights of one MLA layer. dq = dn + dr. */
+typedef struct {
+    ms_mat qa;           /* [Rq, E] */
+    ms_mat qb;           /* [H*dq, Rq] */
+    ms_mat kva;          /* [Rkv+dr, E] */
+    ms_mat kvb;          /* [H*(dn+dv), Rkv] */
+    ms_mat o;            /* [E, H*dv] */
+    ms_mat g;            /* [H*dv, E]; data NULL when the output gate is off */
+    const float *qa_norm;  /* [Rq] */
+    const float *kva_norm; /* [Rkv] */
+} ms_mla_w;
+
+/* Per-sequence KV cache of one MLA layer in the compressed form: per position the normalised
+ * latent and the raw shared rope key. Owned. */
+typedef struct {
+    int64_t n, cap;   /* positions cached, capacity */
+    float *lat;       /* [cap][Rkv] */
+    float *rope;      /* [cap][dr] */
+} ms_mla_cache;
+
+void ms_mla_cache_init(ms_mla_cache *kc);
+void ms_mla_cache_reset(ms_mla_cache *kc);
+void ms_mla_cache_free(ms_mla_cache *kc); /* accepts NULL */
+
+/* The MLA module for T consecutive tokens at positions kc->n .. kc->n+T-1 (causal), appending
+ * them to the cache. x: float[T][E] (input_layernorm output), out: float[T][E]. */
+void ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const float *x, int64_t T, float *out,
+                    ms_pool *pool);
+
+#endif

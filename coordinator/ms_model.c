@@ -1,0 +1,461 @@
+/* ms_model: binds a Kimi K3 checkpoint's tensors to layer weights and runs the forward pass. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_model.h"
+#include "ms_ops.h"
+
+#define PFX "language_model.model."
+
+struct ms_model {
+    ms_cfg cfg;
+    ms_pool *pool;
+    int own_pool;
+    ms_st *st;                 /* when loaded from a directory */
+    ms_tsrc src;
+    ms_layer_w *layers;        /* [N] */
+    ms_mat embed;              /* [V, E] */
+    ms_mat lm_head;            /* [V, E] */
+    const float *final_norm;   /* [E] */
+    float *out_fold;           /* [E] output_attn_res norm * proj */
+    ms_expert_table *table;
+    ms_experts experts;
+    ms_route_fn route_fn;
+    void *route_ctx;
+    void **owned;              /* widened vectors and converted matrices */
+    size_t n_owned, cap_owned;
+    int n_errors;              /* binding problems found so far */
+    char errors[1500];
+};
+
+struct ms_seq {
+    const ms_model *m;
+    ms_layer_state *ls;        /* [N] */
+    int64_t pos;
+};
+
+static void *own(ms_model *m, void *p)
+{
+    if (m->n_owned == m->cap_owned) {
+        m->cap_owned = m->cap_owned ? 2 * m->cap_owned : 256;
+        m->owned = ms_realloc(m->owned, sizeof(void *) * m->cap_owned);
+    }
+    m->owned[m->n_owned++] = p;
+    return p;
+}
+
+/* Collect binding problems so one run reports several at once. */
+static void bind_error(ms_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bind_error(ms_model *m, const char *fmt, ...)
+{
+    m->n_errors++;
+    if (m->n_errors > 8) return;
+    size_t used = strlen(m->errors);
+    if (used + 8 >= sizeof m->errors) return;
+    if (used) {
+        strcat(m->errors, "; ");
+        used += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->errors + used, sizeof m->errors - used, fmt, ap);
+    va_end(ap);
+}
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
+{
+    size_t u = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && u < n; i++) u += (size_t)snprintf(buf + u, n - u, "%s%lld", i ? "," : "", (long long)shape[i]);
+    if (u < n) snprintf(buf + u, n - u, "]");
+}
+
+/* Look up name and check its shape (ndim dims given; -1 = any). Returns 1 if usable. */
+static int get(ms_model *m, const char *name, ms_tview *tv, int ndim, const int64_t *shape)
+{
+    if (!m->src.find(m->src.ctx, name, tv)) {
+        bind_error(m, "tensor %s is missing from %s", name, m->src.what);
+        return 0;
+    }
+    int ok = tv->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = shape[i] < 0 || tv->shape[i] == shape[i];
+    if (!ok) {
+        char want[128], got[128];
+        shape_str(want, sizeof want, ndim, shape);
+        shape_str(got, sizeof got, tv->ndim, tv->shape);
+        bind_error(m, "tensor %s in %s has shape %s, the config implies %s", name, tv->file, got, want);
+        return 0;
+    }
+    return 1;
+}
+
+static int64_t numel(const ms_tview *tv)
+{
+    int64_t n = 1;
+    for (int i = 0; i < tv->ndim; i++) n *= tv->shape[i];
+    return n;
+}
+
+/* A vector of n floats widened from F32/BF16/F16 (owned by the model unless F32). */
+static const float *widen(ms_model *m, const char *name, const ms_tview *tv, int64_t n)
+{
+    switch (tv->dtype) {
+    case MS_DT_F32:
+        return tv->data;
+    case MS_DT_BF16: {
+        float *o = own(m, ms_malloc(sizeof(float) * (size_t)n));
+        for (int64_t i = 0; i < n; i++) o[i] = ms_bf16_to_f32(((const uint16_t *)tv->data)[i]);
+        return o;
+    }
+    case MS_DT_F16: {
+        float *o = own(m, ms_malloc(sizeof(float) * (size_t)n));
+        for (int64_t i = 0; i < n; i++) o[i] = ms_f16_to_f32(((const uint16_t *)tv->data)[i]);
+        return o;
+    }
+    default:
+        bind_error(m, "tensor %s in %s has dtype %s; expected F32, BF16 or F16", name, tv->file,
+                   ms_dtype_name(tv->dtype));
+        return NULL;
+    }
+}
+
+/* Vector tensor: any shape whose element count is n (e.g. [E] or [1,E] or [P,1,K]). */
+static const float *vec(ms_model *m, const char *name, int64_t n, int ndim, const int64_t *shape)
+{
+    ms_tview tv;
+    if (!get(m, name, &tv, ndim, shape)) return NULL;
+    return widen(m, name, &tv, n);
+}
+
+static const float *vec1(ms_model *m, const char *name, int64_t n)
+{
+    int64_t s[1] = {n};
+    return vec(m, name, n, 1, s);
+}
+
+static const float *vec_row(ms_model *m, const char *name, int64_t n)
+{
+    int64_t s[2] = {1, n};
+    return vec(m, name, n, 2, s);
+}
+
+static ms_mat mat(ms_model *m, const char *name, int64_t rows, int64_t cols)
+{
+    ms_mat w = {MS_WT_F32, rows, cols, NULL, NULL};
+    ms_tview tv;
+    int64_t s[2] = {rows, cols};
+    if (!get(m, name, &tv, 2, s)) return w;
+    switch (tv.dtype) {
+    case MS_DT_F32: w.data = tv.data; break;
+    case MS_DT_BF16:
+        w.type = MS_WT_BF16;
+        w.data = tv.data;
+        break;
+    case MS_DT_F16: {
+        float *o = own(m, ms_malloc(sizeof(float) * (size_t)(rows * cols)));
+        for (int64_t i = 0; i < rows * cols; i++) o[i] = ms_f16_to_f32(((const uint16_t *)tv.data)[i]);
+        w.data = o;
+        break;
+    }
+    default:
+        bind_error(m, "tensor %s in %s has dtype %s; a dense matrix must be F32, BF16 or F16", name, tv.file,
+                   ms_dtype_name(tv.dtype));
+    }
+    return w;
+}
+
+/* A routed-expert matrix: MXFP4 (name.weight_packed U8 [rows, cols/2] + name.weight_scale U8
+ * [rows, cols/32]) as released, or a dense name.weight (fp32 oracle). */
+static ms_mat expert_mat(ms_model *m, const char *base, int64_t rows, int64_t cols)
+{
+    char n1[512], n2[512];
+    ms_tview tv, ts;
+    snprintf(n1, sizeof n1, "%s.weight_packed", base);
+    if (!m->src.find(m->src.ctx, n1, &tv)) {
+        snprintf(n1, sizeof n1, "%s.weight", base);
+        ms_tview td;
+        if (m->src.find(m->src.ctx, n1, &td)) return mat(m, n1, rows, cols);
+        bind_error(m, "tensor %s.weight_packed is missing from %s", base, m->src.what);
+        return (ms_mat){MS_WT_F32, rows, cols, NULL, NULL};
+    }
+    ms_mat w = {MS_WT_MXFP4, rows, cols, NULL, NULL};
+    if (cols % 32 != 0) {
+        bind_error(m, "tensor %s: MXFP4 row width %lld is not a multiple of 32", n1, (long long)cols);
+        return w;
+    }
+    snprintf(n2, sizeof n2, "%s.weight_scale", base);
+    int64_t sp[2] = {rows, cols / 2}, ss[2] = {rows, cols / 32};
+    if (!get(m, n1, &tv, 2, sp) || !get(m, n2, &ts, 2, ss)) return w;
+    if (tv.dtype != MS_DT_U8 || ts.dtype != MS_DT_U8) {
+        bind_error(m, "tensors %s / %s in %s must be U8 (MXFP4), found %s / %s", n1, n2, tv.file,
+                   ms_dtype_name(tv.dtype), ms_dtype_name(ts.dtype));
+        return w;
+    }
+    w.data = tv.data;
+    w.scales = ts.data;
+    return w;
+}
+
+static float *fold(ms_model *m, const float *norm, const float *proj, int64_t E)
+{
+    if (!norm || !proj) return NULL;
+    float *f = own(m, ms_malloc(sizeof(float) * (size_t)E));
+    for (int64_t i = 0; i < E; i++) f[i] = norm[i] * proj[i];
+    return f;
+}
+
+static void bind_layer(ms_model *m, int i)
+{
+    const ms_cfg *c = &m->cfg;
+    ms_layer_w *w = &m->layers[i];
+    int64_t E = c->hidden, Hk = c->kda_heads, D = c->kda_head_dim, P = Hk * D, K = c->conv_k;
+    char n[512], lp[128];
+    snprintf(lp, sizeof lp, PFX "layers.%d.", i);
+#define NM(suffix) (snprintf(n, sizeof n, "%s%s", lp, suffix), n)
+    w->is_mla = c->is_mla[i];
+    w->is_dense = ms_cfg_is_dense(c, i);
+    w->in_norm = vec1(m, NM("input_layernorm.weight"), E);
+    w->post_norm = vec1(m, NM("post_attention_layernorm.weight"), E);
+    const float *sn = vec1(m, NM("self_attention_res_norm.weight"), E);
+    const float *sp = vec_row(m, NM("self_attention_res_proj.weight"), E);
+    const float *mn = vec1(m, NM("mlp_res_norm.weight"), E);
+    const float *mp = vec_row(m, NM("mlp_res_proj.weight"), E);
+    w->sa_fold = fold(m, sn, sp, E);
+    w->mlp_fold = fold(m, mn, mp, E);
+    if (!w->is_mla) {
+        ms_kda_w *k = &w->kda;
+        k->q = mat(m, NM("self_attn.q_proj.weight"), P, E);
+        k->k = mat(m, NM("self_attn.k_proj.weight"), P, E);
+        k->v = mat(m, NM("self_attn.v_proj.weight"), P, E);
+        k->g = mat(m, NM("self_attn.g_proj.weight"), P, E);
+        k->o = mat(m, NM("self_attn.o_proj.weight"), E, P);
+        k->fa = mat(m, NM("self_attn.f_a_proj.weight"), D, E);
+        k->fb = mat(m, NM("self_attn.f_b_proj.weight"), P, D);
+        k->b = mat(m, NM("self_attn.b_proj.weight"), Hk, E);
+        int64_t cs[3] = {P, 1, K};
+        k->q_conv = vec(m, NM("self_attn.q_conv1d.weight"), P * K, 3, cs);
+        k->k_conv = vec(m, NM("self_attn.k_conv1d.weight"), P * K, 3, cs);
+        k->v_conv = vec(m, NM("self_attn.v_conv1d.weight"), P * K, 3, cs);
+        ms_tview tv;
+        if (!m->src.find(m->src.ctx, NM("self_attn.A_log"), &tv)) {
+            bind_error(m, "tensor %s is missing from %s", n, m->src.what);
+        } else if (numel(&tv) < Hk) {
+            bind_error(m, "tensor %s in %s has %lld values, fewer than the %lld KDA heads", n, tv.file,
+                       (long long)numel(&tv), (long long)Hk);
+        } else {
+            k->A_log = widen(m, n, &tv, Hk); /* only the first Hk values are heads (spec §4.3) */
+        }
+        k->dt_bias = vec1(m, NM("self_attn.dt_bias"), P);
+        k->o_norm = vec1(m, NM("self_attn.o_norm.weight"), D);
+    } else {
+        ms_mla_w *a = &w->mla;
+        int64_t H = c->mla_heads, dq = c->qk_nope + c->qk_rope, dv = c->v_head;
+        a->qa = mat(m, NM("self_attn.q_a_proj.weight"), c->q_lora, E);
+        a->qa_norm = vec1(m, NM("self_attn.q_a_layernorm.weight"), c->q_lora);
+        a->qb = mat(m, NM("self_attn.q_b_proj.weight"), H * dq, c->q_lora);
+        a->kva = mat(m, NM("self_attn.kv_a_proj_with_mqa.weight"), c->kv_lora + c->qk_rope, E);
+        a->kva_norm = vec1(m, NM("self_attn.kv_a_layernorm.weight"), c->kv_lora);
+        a->kvb = mat(m, NM("self_attn.kv_b_proj.weight"), H * (c->qk_nope + dv), c->kv_lora);
+        a->o = mat(m, NM("self_attn.o_proj.weight"), E, H * dv);
+        if (c->mla_out_gate) a->g = mat(m, NM("self_attn.g_proj.weight"), H * dv, E);
+    }
+    if (w->is_dense) {
+        w->dgate = mat(m, NM("mlp.gate_proj.weight"), c->dense_inter, E);
+        w->dup = mat(m, NM("mlp.up_proj.weight"), c->dense_inter, E);
+        w->ddown = mat(m, NM("mlp.down_proj.weight"), E, c->dense_inter);
+    } else {
+        ms_moe_w *e = &w->moe;
+        int64_t SI = (int64_t)c->n_shared * c->moe_inter, L = c->latent, I = c->moe_inter;
+        e->gate = mat(m, NM("block_sparse_moe.gate.weight"), c->n_experts, E);
+        e->bias = vec1(m, NM("block_sparse_moe.gate.e_score_correction_bias"), c->n_experts);
+        e->down = mat(m, NM("block_sparse_moe.routed_expert_down_proj.weight"), L, E);
+        e->up = mat(m, NM("block_sparse_moe.routed_expert_up_proj.weight"), E, L);
+        e->norm = vec1(m, NM("block_sparse_moe.routed_expert_norm.weight"), L);
+        e->sg = mat(m, NM("block_sparse_moe.shared_experts.gate_proj.weight"), SI, E);
+        e->su = mat(m, NM("block_sparse_moe.shared_experts.up_proj.weight"), SI, E);
+        e->sd = mat(m, NM("block_sparse_moe.shared_experts.down_proj.weight"), E, SI);
+        for (int x = 0; x < c->n_experts; x++) {
+            char base[512];
+            ms_expert_w ew;
+            snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.w1", lp, x);
+            ew.w1 = expert_mat(m, base, I, L);
+            snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.w3", lp, x);
+            ew.w3 = expert_mat(m, base, I, L);
+            snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.w2", lp, x);
+            ew.w2 = expert_mat(m, base, L, I);
+            if (ew.w1.data && ew.w2.data && ew.w3.data) ms_expert_table_set(m->table, i, x, &ew);
+        }
+    }
+#undef NM
+}
+
+ms_model *ms_model_bind(const ms_cfg *cfg, const ms_tsrc *src, int n_threads)
+{
+    ms_model *m = ms_calloc(1, sizeof *m);
+    m->cfg = *cfg;
+    m->cfg.full_attn = ms_malloc(sizeof(int) * (size_t)cfg->n_full_attn);
+    memcpy(m->cfg.full_attn, cfg->full_attn, sizeof(int) * (size_t)cfg->n_full_attn);
+    m->cfg.is_mla = ms_malloc((size_t)cfg->n_layers);
+    memcpy(m->cfg.is_mla, cfg->is_mla, (size_t)cfg->n_layers);
+    m->src = *src;
+    m->pool = ms_pool_new(n_threads);
+    if (!m->pool) {
+        ms_model_free(m);
+        return NULL;
+    }
+    const ms_cfg *c = &m->cfg;
+    int64_t E = c->hidden;
+    m->table = ms_expert_table_new(c->n_layers, c->n_experts, c->latent, c->situ_b1, c->situ_b2, m->pool);
+    m->experts = ms_expert_table_iface(m->table);
+    m->layers = ms_calloc((size_t)c->n_layers, sizeof *m->layers);
+    m->embed = mat(m, PFX "embed_tokens.weight", c->vocab, E);
+    m->lm_head = mat(m, "language_model.lm_head.weight", c->vocab, E);
+    m->final_norm = vec1(m, PFX "norm.weight", E);
+    m->out_fold = fold(m, vec1(m, PFX "output_attn_res_norm.weight", E),
+                       vec_row(m, PFX "output_attn_res_proj.weight", E), E);
+    for (int i = 0; i < c->n_layers && m->n_errors <= 8; i++) bind_layer(m, i);
+    if (m->n_errors) {
+        ms_err_set("%s: %d tensor problem%s: %s%s", src->what, m->n_errors, m->n_errors > 1 ? "s" : "", m->errors,
+                   m->n_errors > 8 ? "; ..." : "");
+        ms_err_set_code(MS_EXIT_MODEL);
+        ms_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static int st_find(void *ctx, const char *name, ms_tview *out)
+{
+    const ms_st *st = ctx;
+    const ms_st_tensor *t = ms_st_find(st, name);
+    if (!t) return 0;
+    out->dtype = t->dtype;
+    out->ndim = t->ndim;
+    memcpy(out->shape, t->shape, sizeof out->shape);
+    out->data = t->data;
+    out->file = ms_st_file_path(st, t->file);
+    return 1;
+}
+
+ms_model *ms_model_load(const char *dir, int n_threads)
+{
+    char path[4096];
+    ms_cfg cfg;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (ms_cfg_load(path, &cfg) != 0) return NULL;
+    ms_st *st = ms_st_open_dir(dir);
+    if (!st) {
+        ms_cfg_free(&cfg);
+        return NULL;
+    }
+    ms_tsrc src = {st_find, st, dir};
+    ms_model *m = ms_model_bind(&cfg, &src, n_threads);
+    ms_cfg_free(&cfg);
+    if (!m) {
+        ms_st_close(st);
+        return NULL;
+    }
+    m->st = st;
+    return m;
+}
+
+void ms_model_free(ms_model *m)
+{
+    if (!m) return;
+    for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    ms_expert_table_free(m->table);
+    ms_pool_free(m->pool);
+    ms_st_close(m->st);
+    ms_cfg_free(&m->cfg);
+    free(m);
+}
+
+const ms_cfg *ms_model_cfg(const ms_model *m) { return &m->cfg; }
+ms_pool *ms_model_pool(ms_model *m) { return m->pool; }
+void ms_model_set_experts(ms_model *m, ms_experts ex) { m->experts = ex; }
+ms_experts ms_model_local_experts(ms_model *m) { return ms_expert_table_iface(m->table); }
+
+void ms_model_set_route_observer(ms_model *m, ms_route_fn fn, void *ctx)
+{
+    m->route_fn = fn;
+    m->route_ctx = ctx;
+}
+
+ms_seq *ms_seq_new(const ms_model *m)
+{
+    const ms_cfg *c = &m->cfg;
+    ms_seq *s = ms_calloc(1, sizeof *s);
+    s->m = m;
+    s->ls = ms_calloc((size_t)c->n_layers, sizeof *s->ls);
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->is_mla[i])
+            ms_mla_cache_init(&s->ls[i].mla);
+        else
+            ms_kda_state_init(&s->ls[i].kda, c);
+    }
+    return s;
+}
+
+void ms_seq_free(ms_seq *s)
+{
+    if (!s) return;
+    for (int i = 0; i < s->m->cfg.n_layers; i++) {
+        ms_kda_state_free(&s->ls[i].kda);
+        ms_mla_cache_free(&s->ls[i].mla);
+    }
+    free(s->ls);
+    free(s);
+}
+
+int64_t ms_seq_pos(const ms_seq *s) { return s->pos; }
+
+int ms_model_forward(ms_model *m, ms_seq *s, const int32_t *ids, int64_t T, int all_rows, float *logits)
+{
+    const ms_cfg *c = &m->cfg;
+    int64_t E = c->hidden, V = c->vocab;
+    int smax = ms_layer_snaps_after(c, c->n_layers - 1);
+    int rc = -1;
+    for (int64_t t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= V) {
+            ms_err_set("token id %d at position %lld is outside the vocabulary (0..%lld)", ids[t],
+                       (long long)(s->pos + t), (long long)(V - 1));
+            ms_err_set_code(MS_EXIT_INPUT);
+            return -1;
+        }
+    float *h = ms_malloc(sizeof(float) * (size_t)(T * E));                   /* [T][E] */
+    float *snaps = ms_malloc(sizeof(float) * (size_t)(T * smax * E));        /* [T][smax][E] */
+    int32_t *route = ms_malloc(sizeof(int32_t) * (size_t)(T * c->top_k));    /* [T][k] */
+    float *x = ms_malloc(sizeof(float) * (size_t)(T * E));                   /* [T][E] */
+    for (int64_t t = 0; t < T; t++) ms_mat_row_f32(&m->embed, ids[t], h + t * E);
+    int nsnap = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (ms_layer_forward(c, i, &m->layers[i], &s->ls[i], &m->experts, h, snaps, smax, &nsnap, T, route, m->pool) !=
+            0)
+            goto out;
+        if (m->route_fn && !m->layers[i].is_dense) m->route_fn(m->route_ctx, i, T, c->top_k, route);
+    }
+    /* Tail: output AttnRes over all snapshots + prefix, final norm, LM head. */
+    int64_t r0 = all_rows ? 0 : T - 1, nr = T - r0;
+    const float *srcs[65];
+    MS_ASSERT(nsnap == smax && smax < 65);
+    for (int64_t t = r0; t < T; t++) {
+        for (int sidx = 0; sidx < smax; sidx++) srcs[sidx] = snaps + (t * smax + sidx) * E;
+        srcs[smax] = h + t * E;
+        float *xt = x + (t - r0) * E;
+        ms_attnres(srcs, smax + 1, E, m->out_fold, c->eps, xt);
+        ms_rmsnorm(xt, m->final_norm, E, c->eps, xt);
+    }
+    ms_matmul(&m->lm_head, x, nr, logits, m->pool);
+    s->pos += T;
+    rc = 0;
+out:
+    free(h);
+    free(snaps);
+    free(route);
+    free(x);
+    return rc;
+}

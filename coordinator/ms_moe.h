@@ -1,0 +1,28 @@
+/* ms_moe: the Stable LatentMoE block (router, latent down/up projections, shared experts). */
+#ifndef MS_MOE_H
+#define MS_MOE_H
+
+#include "ms_cfg.h"
+#include "ms_expert.h"
+#include "ms_kern.h"
+#include "ms_pool.h"
+
+/* Borrowed trunk weights of one MoE layer (routed experts live behind ms_experts). */
+typedef struct {
+    ms_mat gate;          /* [Ne, E] router */
+    const float *bias;    /* [Ne] e_score_correction_bias */
+    ms_mat down;          /* [L, E] routed_expert_down_proj */
+    ms_mat up;            /* [E, L] routed_expert_up_proj */
+    const float *norm;    /* [L] routed_expert_norm */
+    ms_mat sg, su;        /* [Ns*I, E] shared gate / up */
+    ms_mat sd;            /* [E, Ns*I] shared down */
+} ms_moe_w;
+
+/* LatentMoE (spec §3.8) for T rows: x: float[T][E] (post_attention_layernorm output),
+ * y: float[T][E]. Routed experts are computed by one call to ex->compute for all T rows.
+ * ids_out (int32[T][k]) receives the chosen experts when non-NULL. Returns 0, or -1 with
+ * ms_err set when the experts failed (y is then undefined). */
+int ms_moe_forward(const ms_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
+                   float *y, int32_t *ids_out, ms_pool *pool);
+
+#endif

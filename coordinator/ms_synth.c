@@ -1,0 +1,333 @@
+/* ms_synth: deterministic random K3 checkpoints (BF16 trunk, F32 small tensors, MXFP4 experts). */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ms_err.h"
+#include "ms_kern.h"
+#include "ms_st.h"
+#include "ms_synth.h"
+#include "ms_tok.h"
+
+int ms_synth_preset(const char *name, ms_synth_shape *sh)
+{
+    memset(sh, 0, sizeof *sh);
+    if (!strcmp(name, "tiny")) {
+        *sh = (ms_synth_shape){.hidden = 64, .n_layers = 6, .vocab = 512, .kda_heads = 2, .kda_head_dim = 16,
+                               .conv_k = 4, .mla_heads = 2, .q_lora = 32, .kv_lora = 16, .qk_nope = 16,
+                               .qk_rope = 8, .v_head = 16, .n_experts = 8, .top_k = 2, .n_shared = 1,
+                               .latent = 32, .moe_inter = 32, .dense_inter = 96, .attn_res_block = 2,
+                               .n_full_attn = 3, .full_attn = {3, 5, 6}, .tok_ranks = 509, .n_shards = 2,
+                               .router_bf16 = 1};
+        return 0;
+    }
+    ms_err_set("unknown synth preset '%s' (known: tiny)", name);
+    return ms_err_set_code(MS_EXIT_USAGE);
+}
+
+/* How a tensor's values are drawn. */
+typedef enum { K_UNIFORM, K_GAIN, K_ALOG, K_PACKED, K_SCALE } kind;
+
+typedef struct {
+    char name[256];
+    ms_dtype dt;
+    int ndim;
+    int64_t shape[3];
+    kind k;
+    float amp;     /* K_UNIFORM: values in [-amp, amp]; K_SCALE: centre exponent byte */
+    int valid;     /* K_ALOG: meaningful entries (heads); the rest are 0 */
+    int shard;
+    uint64_t seed;
+} tspec;
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+/* Uniform in [-1, 1) from element index i: counter-based, so any byte range can be produced. */
+static float unit(uint64_t seed, int64_t i)
+{
+    return (float)((double)(mix(seed ^ mix((uint64_t)i)) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+static void element(const tspec *t, int64_t i, uint8_t *out)
+{
+    float v = 0.0f;
+    switch (t->k) {
+    case K_UNIFORM: v = t->amp * unit(t->seed, i); break;
+    case K_GAIN: v = 1.0f + 0.1f * unit(t->seed, i); break;
+    case K_ALOG: v = i < t->valid ? logf(1.0f + 7.5f * (unit(t->seed, i) + 1.0f)) : 0.0f; break;
+    case K_PACKED: out[0] = (uint8_t)(mix(t->seed ^ mix((uint64_t)i)) & 0xff); return;
+    case K_SCALE: out[0] = (uint8_t)((int)t->amp + (int)(mix(t->seed ^ mix((uint64_t)i)) % 3) - 1); return;
+    }
+    if (t->dt == MS_DT_F32) {
+        memcpy(out, &v, 4);
+    } else {
+        uint16_t b = ms_f32_to_bf16_trunc(v);
+        memcpy(out, &b, 2);
+    }
+}
+
+static int fill(void *ctx, const char *name, uint64_t off, uint8_t *buf, size_t len)
+{
+    (void)name;
+    const tspec *t = ctx;
+    size_t es = ms_dtype_size(t->dt);
+    uint8_t tmp[8];
+    for (size_t b = 0; b < len;) {
+        uint64_t pos = off + b;
+        int64_t i = (int64_t)(pos / es);
+        size_t within = (size_t)(pos % es), n = es - within;
+        if (n > len - b) n = len - b;
+        element(t, i, tmp);
+        memcpy(buf + b, tmp + within, n);
+        b += n;
+    }
+    return 0;
+}
+
+typedef struct {
+    tspec *v;
+    int n, cap;
+    uint64_t seed;
+    int shard;
+} speclist;
+
+static tspec *add(speclist *l, const char *name, ms_dtype dt, int ndim, int64_t d0, int64_t d1, int64_t d2, kind k,
+                  float amp)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 256;
+        l->v = ms_realloc(l->v, sizeof(tspec) * (size_t)l->cap);
+    }
+    tspec *t = &l->v[l->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dt = dt;
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->shape[2] = d2;
+    t->k = k;
+    t->amp = amp;
+    t->shard = l->shard;
+    t->seed = mix(l->seed ^ name_hash(name));
+    return t;
+}
+
+static float amp_for(int64_t fan_in) { return (float)(sqrt(3.0) / sqrt((double)fan_in)); }
+
+/* Scale byte that makes E2M1 values (mean |v| about 2.6) have std about 1/sqrt(fan_in). */
+static float scale_byte(int64_t fan_in) { return (float)(127 - (int)lround(log2(2.6 * sqrt((double)fan_in)))); }
+
+#define LP(suffix) (snprintf(nm, sizeof nm, "language_model.model.layers.%d.%s", i, suffix), nm)
+
+static void build_specs(const ms_synth_shape *s, speclist *l)
+{
+    char nm[256];
+    int64_t E = s->hidden, P = (int64_t)s->kda_heads * s->kda_head_dim, D = s->kda_head_dim;
+    int64_t H = s->mla_heads, dq = s->qk_nope + s->qk_rope, SI = (int64_t)s->n_shared * s->moe_inter;
+    int64_t L = s->latent, I = s->moe_inter;
+    for (int i = 0; i < s->n_layers; i++) {
+        l->shard = s->n_shards > 1 ? (int)((int64_t)i * (s->n_shards - 1) / s->n_layers) : 0;
+        int mla = 0;
+        for (int j = 0; j < s->n_full_attn; j++) mla |= s->full_attn[j] == i + 1;
+        add(l, LP("input_layernorm.weight"), MS_DT_BF16, 1, E, 0, 0, K_GAIN, 0);
+        add(l, LP("post_attention_layernorm.weight"), MS_DT_BF16, 1, E, 0, 0, K_GAIN, 0);
+        add(l, LP("self_attention_res_norm.weight"), MS_DT_BF16, 1, E, 0, 0, K_GAIN, 0);
+        add(l, LP("self_attention_res_proj.weight"), MS_DT_BF16, 2, 1, E, 0, K_UNIFORM, 0.2f);
+        add(l, LP("mlp_res_norm.weight"), MS_DT_BF16, 1, E, 0, 0, K_GAIN, 0);
+        add(l, LP("mlp_res_proj.weight"), MS_DT_BF16, 2, 1, E, 0, K_UNIFORM, 0.2f);
+        if (!mla) {
+            add(l, LP("self_attn.q_proj.weight"), MS_DT_BF16, 2, P, E, 0, K_UNIFORM, amp_for(E));
+            add(l, LP("self_attn.k_proj.weight"), MS_DT_BF16, 2, P, E, 0, K_UNIFORM, amp_for(E));
+            add(l, LP("self_attn.v_proj.weight"), MS_DT_BF16, 2, P, E, 0, K_UNIFORM, amp_for(E));
+            add(l, LP("self_attn.g_proj.weight"), MS_DT_BF16, 2, P, E, 0, K_UNIFORM, amp_for(E));
+            add(l, LP("self_attn.o_proj.weight"), MS_DT_BF16, 2, E, P, 0, K_UNIFORM, amp_for(P));
+            add(l, LP("self_attn.q_conv1d.weight"), MS_DT_F32, 3, P, 1, s->conv_k, K_UNIFORM, 0.5f);
+            add(l, LP("self_attn.k_conv1d.weight"), MS_DT_F32, 3, P, 1, s->conv_k, K_UNIFORM, 0.5f);
+            add(l, LP("self_attn.v_conv1d.weight"), MS_DT_F32, 3, P, 1, s->conv_k, K_UNIFORM, 0.5f);
+            add(l, LP("self_attn.f_a_proj.weight"), MS_DT_BF16, 2, D, E, 0, K_UNIFORM, amp_for(E));
+            add(l, LP("self_attn.f_b_proj.weight"), MS_DT_BF16, 2, P, D, 0, K_UNIFORM, amp_for(D));
+            add(l, LP("self_attn.b_proj.weight"), MS_DT_BF16, 2, s->kda_heads, E, 0, K_UNIFORM, amp_for(E));
+            int64_t na = D > s->kda_heads ? D : s->kda_heads;
+            add(l, LP("self_attn.A_log"), MS_DT_F32, 1, na, 0, 0, K_ALOG, 0)->valid = s->kda_heads;
+            add(l, LP("self_attn.dt_bias"), MS_DT_F32, 1, P, 0, 0, K_UNIFORM, 0.5f);
+            add(l, LP("self_attn.o_norm.weight"), MS_DT_F32, 1, D, 0, 0, K_GAIN, 0);
+        } else {
+            add(l, LP("self_attn.q_a_proj.weight"), MS_DT_BF16, 2, s->q_lora, E, 0, K_UNIFORM, amp_for(E));
+            add(l, LP("self_attn.q_a_layernorm.weight"), MS_DT_BF16, 1, s->q_lora, 0, 0, K_GAIN, 0);
+            add(l, LP("self_attn.q_b_proj.weight"), MS_DT_BF16, 2, H * dq, s->q_lora, 0, K_UNIFORM, amp_for(s->q_lora));
+            add(l, LP("self_attn.kv_a_proj_with_mqa.weight"), MS_DT_BF16, 2, s->kv_lora + s->qk_rope, E, 0, K_UNIFORM,
+                amp_for(E));
+            add(l, LP("self_attn.kv_a_layernorm.weight"), MS_DT_BF16, 1, s->kv_lora, 0, 0, K_GAIN, 0);
+            add(l, LP("self_attn.kv_b_proj.weight"), MS_DT_BF16, 2, H * (s->qk_nope + s->v_head), s->kv_lora, 0,
+                K_UNIFORM, amp_for(s->kv_lora));
+            add(l, LP("self_attn.o_proj.weight"), MS_DT_BF16, 2, E, H * s->v_head, 0, K_UNIFORM,
+                amp_for(H * s->v_head));
+            add(l, LP("self_attn.g_proj.weight"), MS_DT_BF16, 2, H * s->v_head, E, 0, K_UNIFORM, amp_for(E));
+        }
+        if (i == 0) {
+            add(l, LP("mlp.gate_proj.weight"), MS_DT_BF16, 2, s->dense_inter, E, 0, K_UNIFORM, amp_for(E));
+            add(l, LP("mlp.up_proj.weight"), MS_DT_BF16, 2, s->dense_inter, E, 0, K_UNIFORM, amp_for(E));
+            add(l, LP("mlp.down_proj.weight"), MS_DT_BF16, 2, E, s->dense_inter, 0, K_UNIFORM, amp_for(s->dense_inter));
+            continue;
+        }
+        add(l, LP("block_sparse_moe.gate.weight"), s->router_bf16 ? MS_DT_BF16 : MS_DT_F32, 2, s->n_experts, E, 0,
+            K_UNIFORM, amp_for(E));
+        add(l, LP("block_sparse_moe.gate.e_score_correction_bias"), MS_DT_F32, 1, s->n_experts, 0, 0, K_UNIFORM,
+            0.02f);
+        add(l, LP("block_sparse_moe.routed_expert_down_proj.weight"), MS_DT_BF16, 2, L, E, 0, K_UNIFORM, amp_for(E));
+        add(l, LP("block_sparse_moe.routed_expert_up_proj.weight"), MS_DT_BF16, 2, E, L, 0, K_UNIFORM, amp_for(L));
+        add(l, LP("block_sparse_moe.routed_expert_norm.weight"), MS_DT_BF16, 1, L, 0, 0, K_GAIN, 0);
+        add(l, LP("block_sparse_moe.shared_experts.gate_proj.weight"), MS_DT_BF16, 2, SI, E, 0, K_UNIFORM, amp_for(E));
+        add(l, LP("block_sparse_moe.shared_experts.up_proj.weight"), MS_DT_BF16, 2, SI, E, 0, K_UNIFORM, amp_for(E));
+        add(l, LP("block_sparse_moe.shared_experts.down_proj.weight"), MS_DT_BF16, 2, E, SI, 0, K_UNIFORM, amp_for(SI));
+        /* One expert is one contiguous run: w1, w2, w3, each packed then scale (spec §4.5). */
+        for (int e = 0; e < s->n_experts; e++) {
+            char x[128];
+            static const char *wn[3] = {"w1", "w2", "w3"};
+            for (int w = 0; w < 3; w++) {
+                int64_t rows = w == 1 ? L : I, cols = w == 1 ? I : L;
+                snprintf(x, sizeof x, "block_sparse_moe.experts.%d.%s.weight_packed", e, wn[w]);
+                add(l, LP(x), MS_DT_U8, 2, rows, cols / 2, 0, K_PACKED, 0);
+                snprintf(x, sizeof x, "block_sparse_moe.experts.%d.%s.weight_scale", e, wn[w]);
+                add(l, LP(x), MS_DT_U8, 2, rows, cols / 32, 0, K_SCALE, scale_byte(cols));
+            }
+        }
+    }
+    l->shard = s->n_shards - 1;
+    add(l, "language_model.model.embed_tokens.weight", MS_DT_BF16, 2, s->vocab, E, 0, K_UNIFORM, 1.0f);
+    add(l, "language_model.model.norm.weight", MS_DT_BF16, 1, E, 0, 0, K_GAIN, 0);
+    add(l, "language_model.model.output_attn_res_norm.weight", MS_DT_BF16, 1, E, 0, 0, K_GAIN, 0);
+    add(l, "language_model.model.output_attn_res_proj.weight", MS_DT_BF16, 2, 1, E, 0, K_UNIFORM, 0.2f);
+    add(l, "language_model.lm_head.weight", MS_DT_BF16, 2, s->vocab, E, 0, K_UNIFORM, amp_for(E));
+}
+
+static json_t *int_array(const int *v, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+static int write_config(const char *dir, const ms_synth_shape *s)
+{
+    json_t *root = json_object(), *tc = json_object(), *lac = json_object();
+    int kda[256], nk = 0;
+    for (int i = 1; i <= s->n_layers && nk < 256; i++) {
+        int mla = 0;
+        for (int j = 0; j < s->n_full_attn; j++) mla |= s->full_attn[j] == i;
+        if (!mla) kda[nk++] = i;
+    }
+    json_object_set_new(root, "architectures", json_pack("[s]", "KimiK3ForConditionalGeneration"));
+    json_object_set_new(root, "model_type", json_string("kimi_k3"));
+    json_object_set_new(root, "tie_word_embeddings", json_false());
+    json_object_set_new(lac, "full_attn_layers", int_array(s->full_attn, s->n_full_attn));
+    json_object_set_new(lac, "kda_layers", int_array(kda, nk));
+    json_object_set_new(lac, "gate_lower_bound", json_real(-5.0));
+    json_object_set_new(lac, "head_dim", json_integer(s->kda_head_dim));
+    json_object_set_new(lac, "num_heads", json_integer(s->kda_heads));
+    json_object_set_new(lac, "short_conv_kernel_size", json_integer(s->conv_k));
+    json_object_set_new(lac, "use_full_rank_gate", json_true());
+    json_object_set_new(tc, "activation_situ_beta", json_real(4.0));
+    json_object_set_new(tc, "activation_situ_linear_beta", json_real(25.0));
+    json_object_set_new(tc, "attn_res_block_size", json_integer(s->attn_res_block));
+    json_object_set_new(tc, "first_k_dense_replace", json_integer(1));
+    json_object_set_new(tc, "hidden_size", json_integer(s->hidden));
+    json_object_set_new(tc, "intermediate_size", json_integer(s->dense_inter));
+    json_object_set_new(tc, "kv_lora_rank", json_integer(s->kv_lora));
+    json_object_set_new(tc, "latent_moe_use_norm", json_true());
+    json_object_set_new(tc, "linear_attn_config", lac);
+    json_object_set_new(tc, "mla_use_output_gate", json_true());
+    json_object_set_new(tc, "model_type", json_string("kimi_linear"));
+    json_object_set_new(tc, "moe_intermediate_size", json_integer(s->moe_inter));
+    json_object_set_new(tc, "moe_renormalize", json_true());
+    json_object_set_new(tc, "num_attention_heads", json_integer(s->mla_heads));
+    json_object_set_new(tc, "num_experts", json_integer(s->n_experts));
+    json_object_set_new(tc, "num_experts_per_token", json_integer(s->top_k));
+    json_object_set_new(tc, "num_hidden_layers", json_integer(s->n_layers));
+    json_object_set_new(tc, "num_shared_experts", json_integer(s->n_shared));
+    json_object_set_new(tc, "q_lora_rank", json_integer(s->q_lora));
+    json_object_set_new(tc, "qk_nope_head_dim", json_integer(s->qk_nope));
+    json_object_set_new(tc, "qk_rope_head_dim", json_integer(s->qk_rope));
+    json_object_set_new(tc, "rms_norm_eps", json_real(1e-5));
+    json_object_set_new(tc, "routed_expert_hidden_size", json_integer(s->latent));
+    json_object_set_new(tc, "routed_scaling_factor", json_real(1.0));
+    json_object_set_new(tc, "v_head_dim", json_integer(s->v_head));
+    json_object_set_new(tc, "vocab_size", json_integer(s->vocab));
+    if (s->tok_ranks > 0) {
+        json_object_set_new(tc, "bos_token_id", json_integer(s->tok_ranks));
+        json_object_set_new(tc, "eos_token_id", json_integer(s->tok_ranks + 1));
+    }
+    json_object_set_new(root, "text_config", tc);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(root);
+    if (rc != 0) {
+        ms_err_set("cannot write %s: %s", path, strerror(errno));
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    return 0;
+}
+
+int ms_synth_write(const char *dir, const ms_synth_shape *sh, uint64_t seed)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        ms_err_set("cannot create %s: %s", dir, strerror(errno));
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    if (write_config(dir, sh) != 0) return -1;
+    speclist l = {NULL, 0, 0, mix(seed), 0};
+    build_specs(sh, &l);
+    int rc = 0;
+    json_t *wmap = json_object();
+    uint64_t total = 0;
+    char path[4096], fname[256];
+    for (int s = 0; s < sh->n_shards && rc == 0; s++) {
+        ms_st_writer *w = ms_st_writer_new();
+        if (sh->n_shards == 1)
+            snprintf(fname, sizeof fname, "model.safetensors");
+        else
+            snprintf(fname, sizeof fname, "model-%05d-of-%06d.safetensors", s + 1, sh->n_shards);
+        for (int i = 0; i < l.n; i++) {
+            if (l.v[i].shard != s) continue;
+            ms_st_writer_add(w, l.v[i].name, l.v[i].dt, l.v[i].ndim, l.v[i].shape, fill, &l.v[i]);
+            json_object_set_new(wmap, l.v[i].name, json_string(fname));
+        }
+        total += ms_st_writer_data_bytes(w);
+        snprintf(path, sizeof path, "%s/%s", dir, fname);
+        rc = ms_st_writer_write(w, path);
+        ms_st_writer_free(w);
+    }
+    if (rc == 0 && sh->n_shards > 1) {
+        json_t *idx = json_pack("{s:{s:I},s:o}", "metadata", "total_size", (json_int_t)total, "weight_map", wmap);
+        wmap = NULL;
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+        if (json_dump_file(idx, path, JSON_INDENT(2)) != 0) {
+            ms_err_set("cannot write %s: %s", path, strerror(errno));
+            rc = ms_err_set_code(MS_EXIT_IO);
+        }
+        json_decref(idx);
+    }
+    json_decref(wmap);
+    free(l.v);
+    if (rc == 0 && sh->tok_ranks > 0) rc = ms_tok_write_synth(dir, sh->tok_ranks);
+    return rc;
+}

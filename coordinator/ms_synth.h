@@ -1,0 +1,26 @@
+/* ms_synth: writes random Kimi K3 checkpoints in the released on-disk layout. */
+#ifndef MS_SYNTH_H
+#define MS_SYNTH_H
+
+#include <stdint.h>
+
+/* Shape knobs of a synthetic model; ms_synth_preset fills them for a named preset. */
+typedef struct {
+    int hidden, n_layers, vocab, kda_heads, kda_head_dim, conv_k;
+    int mla_heads, q_lora, kv_lora, qk_nope, qk_rope, v_head;
+    int n_experts, top_k, n_shared, latent, moe_inter, dense_inter, attn_res_block;
+    int n_full_attn, full_attn[64]; /* ONE-based MLA layers */
+    int tok_ranks;                  /* tokenizer ranks (0 = no tokenizer) */
+    int n_shards;                   /* safetensors shards (1 = model.safetensors, else + index) */
+    int router_bf16;                /* router gate stored as BF16 (else F32) */
+} ms_synth_shape;
+
+/* Fill *sh for preset name ("tiny"). Returns 0, or -1 with ms_err set for an unknown name. */
+int ms_synth_preset(const char *name, ms_synth_shape *sh);
+
+/* Write config.json (nested released shape), the safetensors shard(s) (+ index), and a
+ * tokenizer when tok_ranks > 0, into dir (created if missing). Deterministic per seed.
+ * Returns 0, or -1 with ms_err set (class MS_EXIT_IO) naming the file that failed. */
+int ms_synth_write(const char *dir, const ms_synth_shape *sh, uint64_t seed);
+
+#endif

@@ -1,0 +1,248 @@
+/* test_cli: the moestream command line end to end (run, demo, tokenize, detokenize, synth). */
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_test.h"
+
+static char bin[4096];
+
+static json_t *run_json(const char *args, int *status)
+{
+    char cmd[16384], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s %s", bin, args);
+    *status = ms_t_run(cmd, &out);
+    json_error_t je;
+    json_t *j = out ? json_loads(out, 0, &je) : NULL;
+    if (!j) fprintf(stderr, "no JSON from: %s\n%s\n", cmd, out ? out : "");
+    free(out);
+    return j;
+}
+
+static int status_of(const char *args)
+{
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>&1", bin, args);
+    return ms_t_run(cmd, NULL);
+}
+
+static char *stderr_of(const char *args)
+{
+    char cmd[16384], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1 >/dev/null", bin, args);
+    ms_t_run(cmd, &out);
+    return out;
+}
+
+static int files_equal(const char *a, const char *b)
+{
+    size_t la, lb;
+    char *x = ms_t_read_file(a, &la), *y = ms_t_read_file(b, &lb);
+    int eq = x && y && la == lb && !memcmp(x, y, la);
+    free(x);
+    free(y);
+    return eq;
+}
+
+static void test_usage(void)
+{
+    T_CHECK(status_of("") == 2, "no command: exit 2");
+    T_CHECK(status_of("frobnicate") == 2, "unknown command: exit 2");
+    T_CHECK(status_of("--help") == 0, "--help: exit 0");
+    const char *cmds[] = {"run", "demo", "tokenize", "detokenize", "synth"};
+    for (int i = 0; i < 5; i++) {
+        char a[64];
+        snprintf(a, sizeof a, "%s --help", cmds[i]);
+        T_CHECK(status_of(a) == 0, "%s --help: exit 0", cmds[i]);
+    }
+    T_CHECK(status_of("run --ids 1,2") == 2, "run without --model: exit 2");
+    T_CHECK(status_of("run --model /nonexistent --ids 1 --prompt x") == 2, "two prompt sources: exit 2");
+    T_CHECK(status_of("run --model /nonexistent --ids 1 -n -3") == 2, "negative -n: exit 2");
+    T_CHECK(status_of("run --model /nonexistent --ids 1 --top-p 0") == 2, "top-p 0: exit 2");
+    T_CHECK(status_of("run --model /nonexistent --ids 1,x") != 0, "bad id list refused");
+    int st = status_of("run --model /nonexistent/model --ids 1");
+    T_CHECK(st == 3 || st == 4, "missing model dir: exit 3 or 4, got %d", st);
+    char *e = stderr_of("run --model /nonexistent/model --ids 1");
+    T_CHECK(e && strstr(e, "/nonexistent/model"), "message names the path: %s", e ? e : "");
+    free(e);
+}
+
+static void test_synth_run(void)
+{
+    const char *d = ms_t_tmpdir("cli");
+    char dir[4096], a[16384], f1[4200], f2[4200], f3[4200];
+    snprintf(dir, sizeof dir, "%s/m", d);
+    snprintf(a, sizeof a, "synth --out %s --seed 5", dir);
+    T_CHECK(status_of(a) == 0, "synth writes a checkpoint");
+    int st;
+    snprintf(f1, sizeof f1, "%s/l1.bin", d);
+    snprintf(a, sizeof a, "run --model %s --ids 5,6,7,8,9,10 -n 6 --json --threads 1 --dump-logits %s", dir, f1);
+    json_t *j = run_json(a, &st);
+    T_CHECK(st == 0 && j, "run --json succeeds (status %d)", st);
+    if (j) {
+        T_CHECK(json_array_size(json_object_get(j, "prompt_ids")) == 6, "prompt_ids echoed");
+        T_CHECK(json_array_size(json_object_get(j, "generated_ids")) == 6, "6 generated ids");
+        T_CHECK(json_is_string(json_object_get(j, "text")), "text present with a tokenizer");
+        json_t *stats = json_object_get(j, "stats");
+        T_CHECK(json_is_object(stats) && json_object_get(stats, "decode_tokens_per_second") &&
+                    json_object_get(stats, "prefill_seconds"),
+                "stats has times and tokens/s");
+    }
+    size_t len = 0;
+    char *buf = ms_t_read_file(f1, &len);
+    T_CHECK(buf && len == (size_t)(6 + 6 - 1) * 512 * 4, "dump has prompt + n - 1 rows of vocab f32 (%zu bytes)", len);
+    /* The greedy token at each step is the argmax of the dumped row that chose it. */
+    if (buf && j && len == (size_t)11 * 512 * 4) {
+        const float *rows = (const float *)buf;
+        int ok = 1;
+        for (int t = 0; t < 6; t++) {
+            const float *r = rows + (size_t)(5 + t) * 512;
+            int best = 0;
+            for (int i = 1; i < 512; i++)
+                if (r[i] > r[best]) best = i;
+            ok &= best == json_integer_value(json_array_get(json_object_get(j, "generated_ids"), (size_t)t));
+        }
+        T_CHECK(ok, "each generated id is the argmax of its dumped logits row");
+    }
+    free(buf);
+    json_decref(j);
+    /* Invariants through the CLI: threads and SIMD do not change a bit. */
+    snprintf(f2, sizeof f2, "%s/l2.bin", d);
+    snprintf(a, sizeof a, "run --model %s --ids 5,6,7,8,9,10 -n 6 --json --threads 2 --dump-logits %s", dir, f2);
+    json_decref(run_json(a, &st));
+    T_CHECK(st == 0 && files_equal(f1, f2), "dumped logits identical with 1 and 2 threads");
+    snprintf(f3, sizeof f3, "%s/l3.bin", d);
+    char b[16500];
+    snprintf(b, sizeof b, "env MS_NO_SIMD=1 %s run --model %s --ids 5,6,7,8,9,10 -n 6 --json --dump-logits %s",
+             bin, dir, f3);
+    T_CHECK(ms_t_run(b, NULL) == 0 && files_equal(f1, f3), "dumped logits identical with MS_NO_SIMD=1");
+    /* Prompt text through the tokenizer; the text equals detokenize of the ids. */
+    snprintf(a, sizeof a, "run --model %s --prompt 'Hello world, the weather' -n 5 --json", dir);
+    j = run_json(a, &st);
+    T_CHECK(st == 0 && j && json_array_size(json_object_get(j, "prompt_ids")) > 0, "run --prompt");
+    if (j) {
+        char ids[1024] = "";
+        json_t *g = json_object_get(j, "generated_ids");
+        for (size_t i = 0; i < json_array_size(g); i++)
+            snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%lld", i ? "," : "",
+                     (long long)json_integer_value(json_array_get(g, i)));
+        snprintf(a, sizeof a, "detokenize --tokenizer %s --ids %s --json", dir, ids);
+        json_t *dj = run_json(a, &st);
+        T_CHECK(dj && json_equal(json_object_get(dj, "text"), json_object_get(j, "text")),
+                "run's text equals detokenize of generated_ids");
+        json_decref(dj);
+        snprintf(a, sizeof a, "tokenize --tokenizer %s --text 'Hello world, the weather' --json", dir);
+        dj = run_json(a, &st);
+        T_CHECK(dj && json_equal(json_object_get(dj, "ids"), json_object_get(j, "prompt_ids")),
+                "tokenize gives run's prompt_ids");
+        json_decref(dj);
+    }
+    json_decref(j);
+    /* Sampling is reproducible per seed. */
+    snprintf(a, sizeof a, "run --model %s --ids 1,2,3 -n 8 --temperature 0.9 --top-p 0.9 --seed 11 --json", dir);
+    json_t *s1 = run_json(a, &st), *s2 = run_json(a, &st);
+    T_CHECK(s1 && s2 && json_equal(json_object_get(s1, "generated_ids"), json_object_get(s2, "generated_ids")),
+            "same seed, same sampled tokens");
+    json_decref(s1);
+    json_decref(s2);
+    /* Out-of-vocabulary id and a prompt without a tokenizer are refused clearly. */
+    snprintf(a, sizeof a, "run --model %s --ids 1,99999", dir);
+    T_CHECK(status_of(a) == 5, "out-of-vocabulary id: exit 5");
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "rm -f '%s/tiktoken.model'", dir);
+    T_CHECK(system(cmd) == 0, "remove tokenizer");
+    snprintf(a, sizeof a, "run --model %s --prompt hi", dir);
+    char *e = stderr_of(a);
+    T_CHECK(status_of(a) == 2 && e && strstr(e, "--ids"), "--prompt without tokenizer refused, suggests --ids: %s",
+            e ? e : "");
+    free(e);
+    snprintf(a, sizeof a, "run --model %s --ids 1,2 -n 2 --json", dir);
+    j = run_json(a, &st);
+    T_CHECK(st == 0 && j && !json_object_get(j, "text"), "--ids works without a tokenizer, no text field");
+    json_decref(j);
+    /* A truncated shard is refused, naming the file. */
+    snprintf(cmd, sizeof cmd, "truncate -s 5000 '%s/model-00001-of-000002.safetensors'", dir);
+    T_CHECK(system(cmd) == 0, "truncate shard");
+    snprintf(a, sizeof a, "run --model %s --ids 1,2", dir);
+    e = stderr_of(a);
+    st = status_of(a);
+    T_CHECK(st == 3 || st == 4, "truncated shard: exit 3 or 4, got %d", st);
+    T_CHECK(e && strstr(e, "model-00001-of-000002.safetensors"), "message names the shard: %s", e ? e : "");
+    free(e);
+}
+
+static void test_demo(void)
+{
+    const char *d = ms_t_tmpdir("cli-demo");
+    char a[8400];
+    snprintf(a, sizeof a, "demo --model %s/m -n 4 --json", d);
+    int st;
+    json_t *j = run_json(a, &st);
+    T_CHECK(st == 0 && j && json_array_size(json_object_get(j, "generated_ids")) == 4, "demo runs end to end");
+    json_decref(j);
+}
+
+/* The shared released-layout checkpoints through the CLI, as a user would run them. */
+static void test_shared_checkpoint(const char *name)
+{
+    char rel[512], dir[4096], path[4200], a[16384], dump[4200];
+    snprintf(rel, sizeof rel, "fixtures/kimi-k3/checkpoints/%s", name);
+    const char *p = ms_t_shared(rel);
+    if (!p) return;
+    snprintf(dir, sizeof dir, "%s", p);
+    json_error_t je;
+    snprintf(path, sizeof path, "%s/ref_greedy.json", dir);
+    json_t *rg = json_load_file(path, 0, &je);
+    snprintf(path, sizeof path, "%s/ref_logits.json", dir);
+    json_t *rl = json_load_file(path, 0, &je);
+    if (!rg || !rl) {
+        T_CHECK(0, "reference files of %s load", name);
+        return;
+    }
+    json_t *pids = json_object_get(rl, "prompt_ids");
+    char ids[1024] = "";
+    for (size_t i = 0; i < json_array_size(pids); i++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%lld", i ? "," : "",
+                 (long long)json_integer_value(json_array_get(pids, i)));
+    snprintf(dump, sizeof dump, "%s/%s.logits", ms_t_tmpdir(name), name);
+    snprintf(a, sizeof a, "run --model %s --ids %s -n 16 --temperature 0 --json --dump-logits %s", dir, ids, dump);
+    int st;
+    json_t *j = run_json(a, &st);
+    T_CHECK(st == 0 && j, "%s: run succeeds", name);
+    T_CHECK(j && json_equal(json_object_get(j, "generated_ids"), json_object_get(rg, "generated_ids")),
+            "%s: the 16 greedy tokens equal ref_greedy.json", name);
+    size_t len = 0;
+    float *rows = (float *)ms_t_read_file(dump, &len);
+    size_t np = json_array_size(pids), V = (size_t)json_integer_value(json_object_get(rl, "vocab"));
+    T_CHECK(rows && len == (np + 15) * V * 4, "%s: dump size", name);
+    if (rows && len == (np + 15) * V * 4) {
+        json_t *bits = json_object_get(rl, "logits_bits");
+        double mx = 0, worst = 0;
+        for (size_t i = 0; i < V; i++) {
+            uint32_t u = (uint32_t)json_integer_value(json_array_get(bits, i));
+            float f;
+            memcpy(&f, &u, 4);
+            mx = fmax(mx, fabs(f));
+            worst = fmax(worst, fabs((double)rows[(np - 1) * V + i] - f));
+        }
+        T_CHECK(worst <= 1e-4 * mx, "%s: row len(prompt)-1 within 1e-4 of max|logit| (%.3g)", name, worst / mx);
+    }
+    free(rows);
+    json_decref(j);
+    json_decref(rg);
+    json_decref(rl);
+}
+
+int main(void)
+{
+    snprintf(bin, sizeof bin, "%s", ms_t_bin("moestream"));
+    test_usage();
+    test_synth_run();
+    test_demo();
+    test_shared_checkpoint("tiny-s1234");
+    test_shared_checkpoint("tiny-released-like");
+    return ms_t_done();
+}

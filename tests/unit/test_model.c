@@ -1,0 +1,358 @@
+/* test_model: whole-model checks: the 13-layer fp32 oracle, the released-layout checkpoints,
+ * and the invariants (threads, SIMD, prefill vs incremental) on synthetic checkpoints. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_cfg.h"
+#include "ms_err.h"
+#include "ms_kern.h"
+#include "ms_model.h"
+#include "ms_sample.h"
+#include "ms_synth.h"
+#include "ms_test.h"
+
+/* ---- the fp32 oracle: tiny_k3.bin + tiny_k3.json, names mapped from the released ones ---- */
+
+typedef struct {
+    json_t *index;   /* tiny_k3.json "tensors" */
+    float *blob;     /* tiny_k3.bin */
+    size_t nfloats;
+} oracle_src;
+
+static const struct {
+    const char *rel, *ora;
+} moe_map[] = {
+    {"block_sparse_moe.gate.e_score_correction_bias", "mlp.e_score_correction_bias"},
+    {"block_sparse_moe.gate.weight", "mlp.gate.weight"},
+    {"block_sparse_moe.routed_expert_down_proj.weight", "mlp.down.weight"},
+    {"block_sparse_moe.routed_expert_up_proj.weight", "mlp.up.weight"},
+    {"block_sparse_moe.routed_expert_norm.weight", "mlp.norm.weight"},
+    {"block_sparse_moe.shared_experts.gate_proj.weight", "mlp.shared.w1.weight"},
+    {"block_sparse_moe.shared_experts.up_proj.weight", "mlp.shared.w3.weight"},
+    {"block_sparse_moe.shared_experts.down_proj.weight", "mlp.shared.w2.weight"},
+    {"block_sparse_moe.experts.", "mlp.experts."},
+};
+
+static int oracle_find(void *ctx, const char *name, ms_tview *out)
+{
+    oracle_src *o = ctx;
+    char n[512];
+    if (!strcmp(name, "language_model.lm_head.weight"))
+        snprintf(n, sizeof n, "lm_head.weight");
+    else if (!strncmp(name, "language_model.model.", 21))
+        snprintf(n, sizeof n, "%s", name + 21);
+    else
+        return 0;
+    for (size_t i = 0; i < sizeof moe_map / sizeof moe_map[0]; i++) {
+        char *p = strstr(n, moe_map[i].rel);
+        if (p) {
+            char tail[512];
+            snprintf(tail, sizeof tail, "%s", p + strlen(moe_map[i].rel));
+            snprintf(p, sizeof n - (size_t)(p - n), "%s%s", moe_map[i].ora, tail);
+            break;
+        }
+    }
+    for (char *p = n; *p; p++)
+        if (*p == '.') *p = '_';
+    json_t *t = json_object_get(o->index, n);
+    if (!t) return 0;
+    json_t *shape = json_object_get(t, "shape");
+    size_t off = (size_t)json_integer_value(json_object_get(t, "offset"));
+    size_t numel = (size_t)json_integer_value(json_object_get(t, "numel"));
+    if (off + numel > o->nfloats) return 0;
+    out->dtype = MS_DT_F32;
+    out->ndim = (int)json_array_size(shape);
+    for (int i = 0; i < out->ndim; i++) out->shape[i] = json_integer_value(json_array_get(shape, (size_t)i));
+    out->data = o->blob + off;
+    out->file = "tiny_k3.bin";
+    return 1;
+}
+
+static int32_t *json_ids(json_t *a, size_t *n)
+{
+    *n = json_array_size(a);
+    int32_t *v = malloc(sizeof(int32_t) * (*n + 1));
+    for (size_t i = 0; i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, i));
+    return v;
+}
+
+static float maxabs(const float *v, int64_t n)
+{
+    float m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (fabsf(v[i]) > m) m = fabsf(v[i]);
+    return m;
+}
+
+static void test_oracle(void)
+{
+    const char *p = ms_t_shared("fixtures/kimi-k3/tiny-oracle/tiny_k3.json");
+    if (!p) return;
+    char jpath[4096], bpath[4096], rpath[4096];
+    snprintf(jpath, sizeof jpath, "%s", p);
+    snprintf(bpath, sizeof bpath, "%s", ms_t_shared("fixtures/kimi-k3/tiny-oracle/tiny_k3.bin"));
+    snprintf(rpath, sizeof rpath, "%s", ms_t_shared("fixtures/kimi-k3/tiny-oracle/ref_k3.json"));
+    json_error_t je;
+    json_t *meta = json_load_file(jpath, 0, &je), *ref = json_load_file(rpath, 0, &je);
+    T_CHECK(meta && ref, "oracle json files load");
+    if (!meta || !ref) return;
+    size_t blen = 0;
+    oracle_src os = {json_object_get(meta, "tensors"), (float *)ms_t_read_file(bpath, &blen), 0};
+    os.nfloats = blen / 4;
+    char *ctext = json_dumps(meta, 0);
+    ms_cfg cfg;
+    int rc = ms_cfg_parse(ctext, "tiny_k3.json", &cfg);
+    free(ctext);
+    T_CHECK(rc == 0, "oracle config parses: %s", ms_err_msg());
+    ms_tsrc src = {oracle_find, &os, "tiny-oracle"};
+    ms_model *m = rc == 0 ? ms_model_bind(&cfg, &src, 2) : NULL;
+    T_CHECK(m != NULL, "oracle binds: %s", ms_err_msg());
+    if (m) {
+        int64_t V = cfg.vocab;
+        size_t nf, np, ntf;
+        int32_t *full = json_ids(json_object_get(ref, "full_ids"), &nf);
+        int32_t *prompt = json_ids(json_object_get(ref, "prompt_ids"), &np);
+        int32_t *tf = json_ids(json_object_get(ref, "tf_pred"), &ntf);
+        json_t *head = json_object_get(ref, "logits_head");
+        float *lg = malloc(sizeof(float) * nf * (size_t)V);
+        /* (1) one teacher-forced forward over full_ids: every argmax equals tf_pred */
+        ms_seq *s = ms_seq_new(m);
+        T_CHECK(ms_model_forward(m, s, full, (int64_t)nf, 1, lg) == 0, "teacher-forced forward: %s", ms_err_msg());
+        int tf_ok = 0;
+        double worst = 0;
+        for (size_t i = 0; i < nf && i < ntf; i++) {
+            tf_ok += ms_argmax(lg + i * V, V) == tf[i];
+            float mx = maxabs(lg + i * V, V);
+            json_t *row = json_array_get(head, i);
+            for (size_t j = 0; j < json_array_size(row); j++) {
+                double d = fabs((double)lg[i * V + j] - json_real_value(json_array_get(row, j))) / mx;
+                if (d > worst) worst = d;
+            }
+        }
+        T_CHECK(tf_ok == (int)ntf, "oracle tf_pred: %d of %zu positions match", tf_ok, ntf);
+        T_CHECK(worst <= 1e-4, "oracle logits_head relative error %.3g > 1e-4", worst);
+        printf("oracle: tf_pred %d/%zu, logits_head max rel err %.3g\n", tf_ok, ntf, worst);
+        ms_seq_free(s);
+        /* (2) greedy with full recompute at every step */
+        int fr_ok = 1;
+        for (size_t t = np; t < nf && fr_ok; t++) {
+            ms_seq *q = ms_seq_new(m);
+            ms_model_forward(m, q, full, (int64_t)t, 0, lg);
+            fr_ok = ms_argmax(lg, V) == full[t];
+            ms_seq_free(q);
+        }
+        T_CHECK(fr_ok, "oracle greedy with full recompute reproduces full_ids");
+        /* (3) incremental: prefill the prompt, then one token at a time from the saved state */
+        s = ms_seq_new(m);
+        int inc_ok = ms_model_forward(m, s, prompt, (int64_t)np, 0, lg) == 0;
+        for (size_t t = np; t < nf && inc_ok; t++) {
+            int32_t next = ms_argmax(lg, V);
+            inc_ok = next == full[t];
+            if (inc_ok && t + 1 < nf) inc_ok = ms_model_forward(m, s, &next, 1, 0, lg) == 0;
+        }
+        T_CHECK(inc_ok, "oracle incremental greedy decoding reproduces full_ids[%zu:]", np);
+        ms_seq_free(s);
+        free(full);
+        free(prompt);
+        free(tf);
+        free(lg);
+    }
+    ms_model_free(m);
+    ms_cfg_free(&cfg);
+    free(os.blob);
+    json_decref(meta);
+    json_decref(ref);
+}
+
+/* ---- released-layout checkpoints with reference logits and greedy tokens ---- */
+
+static float bits_to_f32(json_t *v)
+{
+    uint32_t u = (uint32_t)json_integer_value(v);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* max |got - want| / max |want| over a row of reference bits */
+static double rel_err_bits(const float *got, json_t *bits, int64_t V)
+{
+    double mx = 0, worst = 0;
+    for (int64_t i = 0; i < V; i++) mx = fmax(mx, fabs(bits_to_f32(json_array_get(bits, (size_t)i))));
+    for (int64_t i = 0; i < V; i++)
+        worst = fmax(worst, fabs((double)got[i] - bits_to_f32(json_array_get(bits, (size_t)i))));
+    return worst / mx;
+}
+
+static void test_checkpoint(const char *name)
+{
+    char rel[512];
+    snprintf(rel, sizeof rel, "fixtures/kimi-k3/checkpoints/%s", name);
+    const char *p = ms_t_shared(rel);
+    if (!p) return;
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s", p);
+    ms_model *m = ms_model_load(dir, 2);
+    T_CHECK(m != NULL, "%s loads: %s", name, ms_err_msg());
+    if (!m) return;
+    int64_t V = ms_model_cfg(m)->vocab;
+    json_error_t je;
+    snprintf(path, sizeof path, "%s/ref_logits.json", dir);
+    json_t *rl = json_load_file(path, 0, &je);
+    snprintf(path, sizeof path, "%s/ref_greedy.json", dir);
+    json_t *rg = json_load_file(path, 0, &je);
+    T_CHECK(rl && rg, "%s reference files load", name);
+    if (rl && rg) {
+        size_t np, ng;
+        int32_t *prompt = json_ids(json_object_get(rl, "prompt_ids"), &np);
+        int32_t *gen = json_ids(json_object_get(rg, "generated_ids"), &ng);
+        json_t *steps = json_object_get(rg, "step_logits_bits");
+        float *lg = malloc(sizeof(float) * (size_t)V);
+        ms_seq *s = ms_seq_new(m);
+        T_CHECK(ms_model_forward(m, s, prompt, (int64_t)np, 0, lg) == 0, "%s prefill", name);
+        double e0 = rel_err_bits(lg, json_object_get(rl, "logits_bits"), V);
+        T_CHECK(e0 <= 1e-4, "%s last-prompt logits rel err %.3g > 1e-4", name, e0);
+        int ok = 1;
+        double worst = 0;
+        for (size_t t = 0; t < ng && ok; t++) {
+            worst = fmax(worst, rel_err_bits(lg, json_array_get(steps, t), V));
+            int32_t next = ms_argmax(lg, V);
+            ok = next == gen[t];
+            if (!ok) fprintf(stderr, "%s: step %zu chose %d, reference %d\n", name, t, next, gen[t]);
+            if (ok && t + 1 < ng) ok = ms_model_forward(m, s, &next, 1, 0, lg) == 0;
+        }
+        T_CHECK(ok, "%s: 16 greedy tokens equal ref_greedy.json", name);
+        T_CHECK(worst <= 1e-4, "%s step logits rel err %.3g > 1e-4", name, worst);
+        printf("%s: prefill rel err %.3g, step logits worst rel err %.3g, greedy %s\n", name, e0, worst,
+               ok ? "exact" : "MISMATCH");
+        ms_seq_free(s);
+        free(lg);
+        free(prompt);
+        free(gen);
+    }
+    json_decref(rl);
+    json_decref(rg);
+    ms_model_free(m);
+}
+
+/* ---- invariants on a synthetic checkpoint (no shared data needed) ---- */
+
+static float *run_logits(const char *dir, int threads, int simd, const int32_t *ids, int64_t n, int split)
+{
+    ms_kern_set_simd(simd);
+    ms_model *m = ms_model_load(dir, threads);
+    if (!m) {
+        fprintf(stderr, "load %s: %s\n", dir, ms_err_msg());
+        return NULL;
+    }
+    int64_t V = ms_model_cfg(m)->vocab;
+    float *all = malloc(sizeof(float) * (size_t)(n * V)); /* [n][V] logits of every position */
+    ms_seq *s = ms_seq_new(m);
+    int rc = 0;
+    if (split <= 0) {
+        rc = ms_model_forward(m, s, ids, n, 1, all);
+    } else {
+        for (int64_t t = 0; t < n && rc == 0; t += split) {
+            int64_t c = n - t < split ? n - t : split;
+            rc = ms_model_forward(m, s, ids + t, c, 1, all + t * V);
+        }
+    }
+    ms_seq_free(s);
+    ms_model_free(m);
+    ms_kern_set_simd(ms_kern_simd_available());
+    if (rc) {
+        free(all);
+        return NULL;
+    }
+    return all;
+}
+
+static void test_synth_invariants(void)
+{
+    const char *d = ms_t_tmpdir("model-synth");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/tiny", d);
+    ms_synth_shape sh;
+    T_CHECK(ms_synth_preset("tiny", &sh) == 0, "preset");
+    T_CHECK(ms_synth_write(dir, &sh, 7) == 0, "synth write: %s", ms_err_msg());
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = (int32_t)((i * 37 + 11) % sh.vocab);
+    int64_t n = 40, V = sh.vocab;
+    size_t bytes = sizeof(float) * (size_t)(n * V);
+    float *base = run_logits(dir, 1, ms_kern_simd_available(), ids, n, 0);
+    T_CHECK(base != NULL, "synth model runs");
+    if (!base) return;
+    float *thr = run_logits(dir, 2, ms_kern_simd_available(), ids, n, 0);
+    T_CHECK(thr && !memcmp(base, thr, bytes), "logits bit-identical with 1 and 2 threads");
+    float *inc = run_logits(dir, 2, ms_kern_simd_available(), ids, n, 1);
+    T_CHECK(inc && !memcmp(base, inc, bytes), "one-call prefill == token-by-token incremental, bit for bit");
+    float *chunk = run_logits(dir, 2, ms_kern_simd_available(), ids, n, 7);
+    T_CHECK(chunk && !memcmp(base, chunk, bytes), "prefill in chunks of 7 == one call, bit for bit");
+    if (ms_kern_simd_available()) {
+        float *sc = run_logits(dir, 2, 0, ids, n, 0);
+        T_CHECK(sc && !memcmp(base, sc, bytes), "logits bit-identical between SIMD and scalar paths");
+        free(sc);
+    } else {
+        ms_t_skip("no AVX2+FMA on this CPU: SIMD vs scalar comparison not possible");
+    }
+    /* Finite, non-degenerate output: the synthetic model must exercise every op. */
+    int finite = 1;
+    for (int64_t i = 0; i < n * V; i++) finite &= isfinite(base[i]);
+    T_CHECK(finite, "synth logits are finite");
+    T_CHECK(maxabs(base, n * V) > 1e-3f, "synth logits are not all zero");
+    /* Same seed -> same checkpoint -> same logits; another seed -> different logits. */
+    char dir2[4200];
+    snprintf(dir2, sizeof dir2, "%s/tiny-seed8", d);
+    T_CHECK(ms_synth_write(dir2, &sh, 8) == 0, "synth seed 8");
+    float *other = run_logits(dir2, 2, ms_kern_simd_available(), ids, n, 0);
+    T_CHECK(other && memcmp(base, other, bytes) != 0, "a different seed gives a different model");
+    free(base);
+    free(thr);
+    free(inc);
+    free(chunk);
+    free(other);
+}
+
+static void test_bad_checkpoint(void)
+{
+    const char *d = ms_t_tmpdir("model-bad");
+    char dir[4096], cmd[8400];
+    snprintf(dir, sizeof dir, "%s/tiny", d);
+    ms_synth_shape sh;
+    ms_synth_preset("tiny", &sh);
+    T_CHECK(ms_synth_write(dir, &sh, 3) == 0, "synth write: %s", ms_err_msg());
+    /* Claim one more expert than the shards hold: binding must name the missing tensor. */
+    snprintf(cmd, sizeof cmd,
+             "sed -i 's/\"num_experts\": 8/\"num_experts\": 9/' '%s/config.json'", dir);
+    T_CHECK(system(cmd) == 0, "edit config");
+    ms_model *m = ms_model_load(dir, 1);
+    T_CHECK(m == NULL, "a config implying absent experts is refused");
+    T_CHECK(strstr(ms_err_msg(), "experts.8.w1") != NULL, "message names the missing tensor: %s", ms_err_msg());
+    T_CHECK(ms_err_code() == 3, "bad model class (exit 3), got %d", ms_err_code());
+    ms_model_free(m);
+    /* A wrong width in the config: the shape mismatch names tensor and file. */
+    snprintf(cmd, sizeof cmd,
+             "sed -i 's/\"num_experts\": 9/\"num_experts\": 8/; s/\"intermediate_size\": 96/\"intermediate_size\": 64/' "
+             "'%s/config.json'",
+             dir);
+    T_CHECK(system(cmd) == 0, "edit config");
+    m = ms_model_load(dir, 1);
+    T_CHECK(m == NULL, "a config whose dense width disagrees with the tensors is refused");
+    T_CHECK(strstr(ms_err_msg(), "mlp.gate_proj.weight") && strstr(ms_err_msg(), ".safetensors"),
+            "message names tensor and file: %s", ms_err_msg());
+    ms_model_free(m);
+}
+
+int main(void)
+{
+    ms_kern_init();
+    test_synth_invariants();
+    test_bad_checkpoint();
+    test_oracle();
+    test_checkpoint("tiny-s1234");
+    test_checkpoint("tiny-released-like");
+    return ms_t_done();
+}
