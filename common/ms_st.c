@@ -312,6 +312,11 @@ static int st_add_file(ms_st *st, const char *path)
         return err_model();
     }
     size_t first = st->n;
+    if (st->cap < st->n + json_object_size(h)) { /* grow once per file, geometrically */
+        size_t need = st->n + json_object_size(h);
+        st->cap = st->cap * 2 > need ? st->cap * 2 : need;
+        st->t = ms_realloc(st->t, st->cap * sizeof *st->t);
+    }
     uint64_t data_base = 8 + hlen, data_size = size - data_base;
     const char *key;
     json_t *val;

@@ -316,6 +316,48 @@ static void test_synth_invariants(void)
     free(other);
 }
 
+/* Other shapes a released-layout checkpoint may have: every variant must load and keep the
+ * invariants (one-call prefill == incremental; 1 thread == 3 threads). */
+static void test_synth_variants(void)
+{
+    const char *d = ms_t_tmpdir("model-variants");
+    for (int v = 0; v < 4; v++) {
+        ms_synth_shape sh;
+        ms_synth_preset("tiny", &sh);
+        sh.tok_ranks = 0;
+        switch (v) {
+        case 0: /* one shard, F32 router, conv kernel 1 (no conv state), many experts, top-8 */
+            sh.n_shards = 1, sh.router_bf16 = 0, sh.conv_k = 1, sh.n_experts = 40, sh.top_k = 8;
+            break;
+        case 1: /* wider heads, odd widths, three shards, block size 1 (every layer a boundary) */
+            sh.hidden = 72, sh.kda_heads = 3, sh.kda_head_dim = 24, sh.mla_heads = 3, sh.qk_nope = 8,
+            sh.qk_rope = 0 + 4, sh.v_head = 12, sh.attn_res_block = 1, sh.n_shards = 3, sh.dense_inter = 40;
+            break;
+        case 2: /* deeper, all MLA but layer 0, latent 64, shared 3 */
+            sh.n_layers = 9, sh.n_full_attn = 8, sh.latent = 64, sh.n_shared = 3, sh.attn_res_block = 4;
+            for (int i = 0; i < 8; i++) sh.full_attn[i] = i + 2;
+            break;
+        case 3: /* top-1 of 2 experts, vocab not a multiple of 8 */
+            sh.n_experts = 2, sh.top_k = 1, sh.vocab = 301, sh.moe_inter = 64;
+            break;
+        }
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/v%d", d, v);
+        T_CHECK(ms_synth_write(dir, &sh, 100 + (uint64_t)v) == 0, "variant %d writes: %s", v, ms_err_msg());
+        int32_t ids[17];
+        for (int i = 0; i < 17; i++) ids[i] = (int32_t)((i * 29 + 3) % sh.vocab);
+        size_t bytes = sizeof(float) * 17 * (size_t)sh.vocab;
+        float *a = run_logits(dir, 1, ms_kern_simd_available(), ids, 17, 0);
+        float *b = run_logits(dir, 3, ms_kern_simd_available(), ids, 17, 1);
+        T_CHECK(a && b && !memcmp(a, b, bytes), "variant %d: prefill (1 thread) == incremental (3 threads)", v);
+        int finite = a != NULL;
+        for (size_t i = 0; a && i < bytes / 4; i++) finite &= isfinite(a[i]);
+        T_CHECK(finite, "variant %d: finite logits", v);
+        free(a);
+        free(b);
+    }
+}
+
 static void test_bad_checkpoint(void)
 {
     const char *d = ms_t_tmpdir("model-bad");
@@ -350,6 +392,7 @@ int main(void)
 {
     ms_kern_init();
     test_synth_invariants();
+    test_synth_variants();
     test_bad_checkpoint();
     test_oracle();
     test_checkpoint("tiny-s1234");
