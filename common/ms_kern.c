@@ -306,26 +306,26 @@ MS_AVX2 static void k4_bf16(const uint16_t *const w[4], const float *x, int64_t 
     }
 }
 
-/* Fused MXFP4 decode + dot for four rows (T = 1). Each weight is built directly as the
- * double (double)(E2M1 * scale) from mx_tab_d: the odd 32-bit lanes of the index vector get
- * the nibbles, the even lanes get index 0 whose table entry is 0, so every 64-bit lane is
- * that double's bit pattern. n % 32 == 0. */
+/* Fused MXFP4 decode + dot for four rows (T = 1). One table lookup gives the high 32 bits of
+ * the doubles (double)(E2M1 * scale) of 8 elements (low 32 bits are 0, see mx_tab_d); the
+ * in-lane unpacks with zero widen them to two vectors holding elements (0,1,4,5) and
+ * (2,3,6,7). x is arranged the same way, so vector A accumulates acc[0,1,4,5] and B
+ * acc[2,3,6,7]: still one accumulator per element index mod 8, in increasing order.
+ * n % 32 == 0. */
 MS_AVX2 static void k4_mxfp4(const uint8_t *const p[4], const uint8_t *const s[4],
                              const float *x, int64_t n, double o[4])
 {
-    const __m256i sh_lo = _mm256_setr_epi32(32, 0, 32, 4, 32, 8, 32, 12);
-    const __m256i sh_hi = _mm256_setr_epi32(32, 16, 32, 20, 32, 24, 32, 28);
-    __m256d l0 = _mm256_setzero_pd(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0,
-            h3 = l0;
-#define MS_MX_STEP(k, lk, hk)                                                                   \
+    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    const __m256i z = _mm256_setzero_si256();
+    __m256d a0 = _mm256_setzero_pd(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0,
+            b3 = a0;
+#define MS_MX_STEP(k, ak, bk)                                                                   \
     do {                                                                                        \
         uint32_t w;                                                                             \
         memcpy(&w, p[k] + off, 4);                                                              \
-        __m256i v = _mm256_set1_epi32((int)w);                                                  \
-        lk = _mm256_fmadd_pd(_mm256_castsi256_pd(mx_lookup(t##k, _mm256_srlv_epi32(v, sh_lo))), \
-                             xl, lk);                                                           \
-        hk = _mm256_fmadd_pd(_mm256_castsi256_pd(mx_lookup(t##k, _mm256_srlv_epi32(v, sh_hi))), \
-                             xh, hk);                                                           \
+        __m256i hi = mx_lookup(t##k, _mm256_srlv_epi32(_mm256_set1_epi32((int)w), sh));        \
+        ak = _mm256_fmadd_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, hi)), xa, ak);        \
+        bk = _mm256_fmadd_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, hi)), xb, bk);        \
     } while (0)
     for (int64_t g = 0; g < n / 32; g++) {
         __m256i t0 = _mm256_load_si256((const __m256i *)mx_tab_d[s[0][g]]);
@@ -334,23 +334,24 @@ MS_AVX2 static void k4_mxfp4(const uint8_t *const p[4], const uint8_t *const s[4
         __m256i t3 = _mm256_load_si256((const __m256i *)mx_tab_d[s[3][g]]);
         for (int q = 0; q < 4; q++) {
             int64_t i = g * 32 + q * 8, off = g * 16 + q * 4;
-            __m256d xl = cvt4(x + i), xh = cvt4(x + i + 4);
-            MS_MX_STEP(0, l0, h0);
-            MS_MX_STEP(1, l1, h1);
-            MS_MX_STEP(2, l2, h2);
-            MS_MX_STEP(3, l3, h3);
+            __m128 x03 = _mm_loadu_ps(x + i), x47 = _mm_loadu_ps(x + i + 4);
+            __m256d xa = _mm256_cvtps_pd(_mm_movelh_ps(x03, x47)); /* x0 x1 x4 x5 */
+            __m256d xb = _mm256_cvtps_pd(_mm_movehl_ps(x47, x03)); /* x2 x3 x6 x7 */
+            MS_MX_STEP(0, a0, b0);
+            MS_MX_STEP(1, a1, b1);
+            MS_MX_STEP(2, a2, b2);
+            MS_MX_STEP(3, a3, b3);
         }
     }
 #undef MS_MX_STEP
-    double acc[8];
-    acc_store(l0, h0, acc);
-    o[0] = combine8(acc);
-    acc_store(l1, h1, acc);
-    o[1] = combine8(acc);
-    acc_store(l2, h2, acc);
-    o[2] = combine8(acc);
-    acc_store(l3, h3, acc);
-    o[3] = combine8(acc);
+    __m256d av[4] = {a0, a1, a2, a3}, bv[4] = {b0, b1, b2, b3};
+    for (int k = 0; k < 4; k++) {
+        double va[4], vb[4];
+        _mm256_storeu_pd(va, av[k]);
+        _mm256_storeu_pd(vb, bv[k]);
+        double acc[8] = {va[0], va[1], vb[0], vb[1], va[2], va[3], vb[2], vb[3]};
+        o[k] = combine8(acc);
+    }
 }
 
 #endif /* MS_KERN_X86 */
@@ -368,13 +369,14 @@ static int use_simd(void)
 void ms_mxfp4_dequant_row(const uint8_t *packed, const uint8_t *scales, int64_t cols, float *out)
 {
     MS_ASSERT(cols >= 0 && cols % 32 == 0);
+    int simd = use_simd(); /* also builds the tables */
 #if MS_KERN_X86
-    if (use_simd()) {
+    if (simd) {
         mx_dequant_avx2(packed, scales, cols, out);
         return;
     }
 #endif
-    ms_kern_init();
+    (void)simd;
     mx_dequant_scalar(packed, scales, cols, out);
 }
 
@@ -382,7 +384,7 @@ void ms_mxfp4_dequant_row(const uint8_t *packed, const uint8_t *scales, int64_t 
 static void mat_row(const ms_mat *W, int64_t r, float *out, int simd)
 {
     int64_t c = W->cols;
-    (void)simd;
+    (void)simd; /* unused without x86 */
     switch (W->type) {
     case MS_WT_F32:
         memcpy(out, (const float *)W->data + r * c, (size_t)c * sizeof(float));
@@ -429,9 +431,11 @@ void ms_mat_row_f32(const ms_mat *W, int64_t r, float *out)
 
 double ms_dot_f32(const float *a, const float *b, int64_t n)
 {
+    int simd = use_simd();
 #if MS_KERN_X86
-    if (use_simd()) return dot_avx2(a, b, n);
+    if (simd) return dot_avx2(a, b, n);
 #endif
+    (void)simd;
     return dot_scalar(a, b, n);
 }
 

@@ -1,37 +1,63 @@
 /* ms_pool: a persistent pthread pool that runs parallel-for loops over contiguous index chunks. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ms_err.h"
 #include "ms_pool.h"
 
 /* A loop is split into at most n_threads contiguous chunks of equal size (each >= grain);
- * the caller and the workers claim chunks from an atomic counter, so whoever is awake first
- * does the work. Workers sleep on a condition variable between loops; a generation counter
- * tells them a new loop was published. */
+ * the caller and the workers claim chunks from an atomic counter, so whoever is ready first
+ * does the work. A generation counter publishes a loop. Waiting (workers for a loop, the
+ * caller for the workers) first spins for MS_POOL_SPIN_NS, because a decode step issues
+ * hundreds of short loops back to back and a condition-variable wake-up costs tens of
+ * microseconds, then blocks on a condition variable so idle pools use no CPU.
+ *
+ * No lost wake-ups: a waiter announces itself (sleepers / caller_waiting) and re-checks the
+ * condition under mu; the other side changes the condition, then reads the announcement
+ * (all seq_cst) and, if set, signals under mu. */
+#define MS_POOL_SPIN_NS 50000
+
 struct ms_pool {
     int n_threads;      /* total, the caller's thread included */
     int n_started;      /* workers actually running */
     pthread_t *threads; /* [n_threads - 1] */
 
     pthread_mutex_t call_mu; /* serialises concurrent callers of ms_pool_for */
-    pthread_mutex_t mu;      /* guards everything below except next_chunk */
-    pthread_cond_t start_cv; /* a new generation was published (or stop) */
+    pthread_mutex_t mu;      /* only for the condition variables */
+    pthread_cond_t start_cv; /* gen changed or stop was set */
     pthread_cond_t done_cv;  /* busy reached 0 */
-    uint64_t gen;
-    int stop;
-    int busy; /* workers that have not yet finished the current generation */
+    atomic_ullong gen;
+    atomic_int stop;
+    atomic_int busy;           /* workers that have not finished the current generation */
+    atomic_int sleepers;       /* workers blocked (or about to block) on start_cv */
+    atomic_int caller_waiting; /* the caller is blocked (or about to block) on done_cv */
 
-    /* The current loop (written under mu before gen is bumped, read-only while busy > 0). */
+    /* The current loop: written before gen is bumped, read-only until busy is 0. */
     ms_pool_fn fn;
     void *ctx;
     int64_t n;
     int64_t n_chunks;
     atomic_llong next_chunk;
 };
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 /* Bounds of chunk k of [0, n) split into nc near-equal contiguous parts. */
 static void chunk_bounds(int64_t n, int64_t nc, int64_t k, int64_t *b, int64_t *e)
@@ -52,28 +78,72 @@ static void run_chunks(ms_pool *p)
     }
 }
 
+/* Wait until a generation other than `seen` is published; returns 0 when the pool stops. */
+static int wait_for_loop(ms_pool *p, uint64_t seen)
+{
+    int64_t t0 = 0;
+    for (unsigned i = 0;; i++) {
+        if (atomic_load(&p->stop)) return 0;
+        if (atomic_load(&p->gen) != seen) return 1;
+        cpu_relax();
+        if ((i & 63) == 63) {
+            sched_yield(); /* lets a descheduled peer run when threads outnumber cores */
+            int64_t t = now_ns();
+            if (!t0) t0 = t;
+            else if (t - t0 > MS_POOL_SPIN_NS) break;
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->sleepers, 1);
+    while (!atomic_load(&p->stop) && atomic_load(&p->gen) == seen)
+        pthread_cond_wait(&p->start_cv, &p->mu);
+    atomic_fetch_sub(&p->sleepers, 1);
+    pthread_mutex_unlock(&p->mu);
+    return !atomic_load(&p->stop);
+}
+
 static void *worker_main(void *arg)
 {
     ms_pool *p = arg;
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (!p->stop && p->gen == seen) pthread_cond_wait(&p->start_cv, &p->mu);
-        if (p->stop) break;
-        seen = p->gen;
-        pthread_mutex_unlock(&p->mu);
+    while (wait_for_loop(p, seen)) {
+        /* gen cannot move on before this worker decrements busy, so this is the loop. */
+        seen = atomic_load(&p->gen);
         run_chunks(p);
-        pthread_mutex_lock(&p->mu);
-        if (--p->busy == 0) pthread_cond_signal(&p->done_cv);
+        if (atomic_fetch_sub(&p->busy, 1) == 1 && atomic_load(&p->caller_waiting)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_broadcast(&p->done_cv);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
+}
+
+/* Caller side: wait until every worker has finished the current generation. */
+static void wait_for_workers(ms_pool *p)
+{
+    int64_t t0 = 0;
+    for (unsigned i = 0;; i++) {
+        if (atomic_load(&p->busy) == 0) return;
+        cpu_relax();
+        if ((i & 63) == 63) {
+            sched_yield(); /* lets a descheduled peer run when threads outnumber cores */
+            int64_t t = now_ns();
+            if (!t0) t0 = t;
+            else if (t - t0 > MS_POOL_SPIN_NS) break;
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->caller_waiting, 1);
+    while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done_cv, &p->mu);
+    atomic_store(&p->caller_waiting, 0);
+    pthread_mutex_unlock(&p->mu);
 }
 
 static void stop_workers(ms_pool *p)
 {
+    atomic_store(&p->stop, 1);
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
     pthread_cond_broadcast(&p->start_cv);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->n_started; i++) pthread_join(p->threads[i], NULL);
@@ -93,6 +163,11 @@ ms_pool *ms_pool_new(int n_threads)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->start_cv, NULL);
     pthread_cond_init(&p->done_cv, NULL);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->stop, 0);
+    atomic_init(&p->busy, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->caller_waiting, 0);
     atomic_init(&p->next_chunk, 0);
     for (int i = 0; i < n_threads - 1; i++) {
         int rc = pthread_create(&p->threads[i], NULL, worker_main, p);
@@ -128,29 +203,27 @@ void ms_pool_for(ms_pool *p, int64_t n, int64_t grain, ms_pool_fn fn, void *ctx)
     if (grain < 1) grain = 1;
     int64_t nc = n / grain;
     if (p && nc > p->n_threads) nc = p->n_threads;
-    if (!p || p->n_threads <= 1 || nc <= 1) {
+    if (!p || p->n_started == 0 || nc <= 1) {
         fn(ctx, 0, n);
         return;
     }
 
     pthread_mutex_lock(&p->call_mu);
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
     p->n_chunks = nc;
     atomic_store(&p->next_chunk, 0);
-    p->busy = p->n_started;
-    p->gen++;
-    pthread_cond_broadcast(&p->start_cv);
-    pthread_mutex_unlock(&p->mu);
-
+    atomic_store(&p->busy, p->n_started);
+    atomic_fetch_add(&p->gen, 1); /* publishes the fields above */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->start_cv);
+        pthread_mutex_unlock(&p->mu);
+    }
     run_chunks(p);
-
-    /* Wait for every worker to check in, not only for the chunks: a worker still inside
-     * run_chunks must not see the next loop's counter with this loop's fn. */
-    pthread_mutex_lock(&p->mu);
-    while (p->busy > 0) pthread_cond_wait(&p->done_cv, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    /* Wait for every worker, not only for the chunks: a worker still inside run_chunks must
+     * not see the next loop's counter with this loop's fn. */
+    wait_for_workers(p);
     pthread_mutex_unlock(&p->call_mu);
 }

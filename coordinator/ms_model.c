@@ -98,20 +98,38 @@ static int64_t numel(const ms_tview *tv)
     return n;
 }
 
+/* Safetensors packs tensors back to back, so a tensor may sit at any byte offset; element
+ * reads need natural alignment, so misaligned data is copied into an owned buffer. */
+static const void *aligned(ms_model *m, const void *data, size_t nbytes, size_t align)
+{
+    if (((uintptr_t)data & (align - 1)) == 0) return data;
+    void *p = own(m, ms_malloc(nbytes));
+    memcpy(p, data, nbytes);
+    return p;
+}
+
 /* A vector of n floats widened from F32/BF16/F16 (owned by the model unless F32). */
 static const float *widen(ms_model *m, const char *name, const ms_tview *tv, int64_t n)
 {
     switch (tv->dtype) {
     case MS_DT_F32:
-        return tv->data;
+        return aligned(m, tv->data, sizeof(float) * (size_t)n, sizeof(float));
     case MS_DT_BF16: {
         float *o = own(m, ms_malloc(sizeof(float) * (size_t)n));
-        for (int64_t i = 0; i < n; i++) o[i] = ms_bf16_to_f32(((const uint16_t *)tv->data)[i]);
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t b;
+            memcpy(&b, (const uint8_t *)tv->data + 2 * i, 2);
+            o[i] = ms_bf16_to_f32(b);
+        }
         return o;
     }
     case MS_DT_F16: {
         float *o = own(m, ms_malloc(sizeof(float) * (size_t)n));
-        for (int64_t i = 0; i < n; i++) o[i] = ms_f16_to_f32(((const uint16_t *)tv->data)[i]);
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t b;
+            memcpy(&b, (const uint8_t *)tv->data + 2 * i, 2);
+            o[i] = ms_f16_to_f32(b);
+        }
         return o;
     }
     default:
@@ -148,14 +166,18 @@ static ms_mat mat(ms_model *m, const char *name, int64_t rows, int64_t cols)
     int64_t s[2] = {rows, cols};
     if (!get(m, name, &tv, 2, s)) return w;
     switch (tv.dtype) {
-    case MS_DT_F32: w.data = tv.data; break;
+    case MS_DT_F32: w.data = aligned(m, tv.data, sizeof(float) * (size_t)(rows * cols), sizeof(float)); break;
     case MS_DT_BF16:
         w.type = MS_WT_BF16;
-        w.data = tv.data;
+        w.data = aligned(m, tv.data, sizeof(uint16_t) * (size_t)(rows * cols), sizeof(uint16_t));
         break;
     case MS_DT_F16: {
         float *o = own(m, ms_malloc(sizeof(float) * (size_t)(rows * cols)));
-        for (int64_t i = 0; i < rows * cols; i++) o[i] = ms_f16_to_f32(((const uint16_t *)tv.data)[i]);
+        for (int64_t i = 0; i < rows * cols; i++) {
+            uint16_t b;
+            memcpy(&b, (const uint8_t *)tv.data + 2 * i, 2);
+            o[i] = ms_f16_to_f32(b);
+        }
         w.data = o;
         break;
     }

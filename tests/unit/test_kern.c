@@ -1,4 +1,4 @@
-/* test_kern: decoding against the released MXFP4 bytes and the spec, and the floating-point contract of ms_matmul. */
+/* test_kern: decoding vs the released MXFP4 bytes and the spec; the ms_matmul floating-point contract. */
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -362,20 +362,96 @@ static int same_bits(const float *a, const float *b, int64_t n, int64_t *first)
     return 1;
 }
 
-static void check_matmul(ms_wtype type, int64_t rows, int64_t cols, int extremes,
+/* Order-sensitive data: in every lane j (columns c = j mod 8) x holds 2^50 at two columns
+ * (the last one of the lane, often in the n % 8 tail, and an earlier one) where each even
+ * row's weights are +v and -v. Those products cancel exactly, but the small products added in
+ * between are partly absorbed while 2^50*v sits in the accumulator, so any change of lane or
+ * order shows in the float result; odd rows do the same across lanes for the final combine. Weights are E2M1 values (scale 2^0), so every
+ * type represents them exactly. Needs cols >= 16. */
+static ms_mat make_sensitive(ms_wtype type, int64_t rows, int64_t cols, int T, float *X,
+                             void **data, uint8_t **scales)
+{
+    static const float vals[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    int64_t big1[8], big2[8];
+    for (int j = 0; j < 8; j++) {
+        int64_t last = j + (cols - 1 - j) / 8 * 8, occ = (last - j) / 8; /* occ >= 1 */
+        big2[j] = last;
+        big1[j] = j + (int64_t)(rnd() % (uint64_t)occ) * 8;
+    }
+    for (int t = 0; t < T; t++)
+        for (int64_t c = 0; c < cols; c++)
+            X[t * cols + c] = (float)((int)(rnd() % 64) - 32) * 0.25f;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < 8; j++) X[t * cols + big1[j]] = X[t * cols + big2[j]] = 0x1p50f;
+    /* Unsigned nibble codes per element, then encode for the type. */
+    uint8_t *nib = ms_malloc((size_t)(rows * cols));
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++) nib[r * cols + c] = (uint8_t)(rnd() % 16);
+        if (r % 2 == 0) {
+            for (int j = 0; j < 8; j++) {
+                uint8_t m = (uint8_t)(2 + rnd() % 6), sg = (uint8_t)(rnd() % 2 * 8);
+                nib[r * cols + big1[j]] = m | sg;
+                nib[r * cols + big2[j]] = m | (sg ^ 8);
+            }
+        } else {
+            /* Odd rows: lanes j and j+4 carry +2v*2^50 and -2v*2^50, which cancel only in
+             * the last step of the final combine. */
+            for (int j = 0; j < 4; j++) {
+                uint8_t m = (uint8_t)(2 + rnd() % 6), sg = (uint8_t)(rnd() % 2 * 8);
+                nib[r * cols + big1[j]] = nib[r * cols + big2[j]] = m | sg;
+                nib[r * cols + big1[j + 4]] = nib[r * cols + big2[j + 4]] = m | (sg ^ 8);
+            }
+        }
+    }
+    ms_mat W = {type, rows, cols, NULL, NULL};
+    *scales = NULL;
+    if (type == MS_WT_MXFP4) {
+        uint8_t *d = ms_calloc((size_t)(rows * cols / 2), 1);
+        uint8_t *s = ms_malloc((size_t)(rows * cols / 32));
+        for (int64_t i = 0; i < rows * cols; i++)
+            d[i / 2] |= (uint8_t)(nib[i] << (i % 2 ? 4 : 0));
+        memset(s, 127, (size_t)(rows * cols / 32));
+        *data = d;
+        *scales = s;
+        W.scales = s;
+    } else {
+        float *f = ms_malloc((size_t)(rows * cols) * sizeof(float));
+        for (int64_t i = 0; i < rows * cols; i++)
+            f[i] = nib[i] & 8 ? -vals[nib[i] & 7] : vals[nib[i] & 7];
+        if (type == MS_WT_BF16) {
+            uint16_t *h = ms_malloc((size_t)(rows * cols) * sizeof(uint16_t));
+            for (int64_t i = 0; i < rows * cols; i++) h[i] = ms_f32_to_bf16_trunc(f[i]);
+            free(f);
+            *data = h;
+        } else {
+            *data = f;
+        }
+    }
+    free(nib);
+    W.data = *data;
+    return W;
+}
+
+/* mode 0: random data; 1: random with extreme MXFP4 scales; 2: order-sensitive data. */
+static void check_matmul(ms_wtype type, int64_t rows, int64_t cols, int mode,
                          ms_pool *const pools[4])
 {
     static const char *tn[] = {"f32", "bf16", "mxfp4"};
     enum { T = 5 };
     void *data;
     uint8_t *scales;
-    ms_mat W = make_mat(type, rows, cols, extremes, &data, &scales);
     float *X = ms_malloc((size_t)(T * cols) * sizeof(float));
+    ms_mat W;
+    if (mode == 2) {
+        W = make_sensitive(type, rows, cols, T, X, &data, &scales);
+    } else {
+        W = make_mat(type, rows, cols, mode == 1, &data, &scales);
+        for (int64_t i = 0; i < T * cols; i++) X[i] = rnd_f();
+    }
     float *Yref = ms_malloc((size_t)(T * rows) * sizeof(float));
     float *Y = ms_malloc((size_t)(T * rows) * sizeof(float));
     float *row = ms_malloc((size_t)cols * sizeof(float));
     float *row2 = ms_malloc((size_t)cols * sizeof(float));
-    for (int64_t i = 0; i < T * cols; i++) X[i] = rnd_f();
 
     /* Reference: independent decode + the canonical order; and the naive-double check. */
     int loose_bad = 0;
@@ -460,6 +536,15 @@ static void test_matmul(void)
     /* Extreme MXFP4 scales: subnormal, zero and overflowing weights. */
     check_matmul(MS_WT_MXFP4, 130, 3584, 1, pools);
     check_matmul(MS_WT_MXFP4, 9, 96, 1, pools);
+    /* Order-sensitive data, tails of every length. */
+    for (int64_t c = 16; c <= 24; c++) {
+        check_matmul(MS_WT_F32, 7, c, 2, pools);
+        check_matmul(MS_WT_BF16, 7, c, 2, pools);
+    }
+    check_matmul(MS_WT_F32, 130, 1029, 2, pools);
+    check_matmul(MS_WT_BF16, 130, 1029, 2, pools);
+    check_matmul(MS_WT_MXFP4, 7, 32, 2, pools);
+    check_matmul(MS_WT_MXFP4, 130, 3584, 2, pools);
     for (int i = 1; i < 4; i++) ms_pool_free(pools[i]);
 
     /* Degenerate shapes. */
