@@ -153,8 +153,11 @@ static const float *vec1(ms_model *m, const char *name, int64_t n)
     return vec(m, name, n, 1, s);
 }
 
+/* AttnRes projections are [1, E] as released; [E] is accepted too. */
 static const float *vec_row(ms_model *m, const char *name, int64_t n)
 {
+    ms_tview tv;
+    if (m->src.find(m->src.ctx, name, &tv) && tv.ndim == 1) return vec1(m, name, n);
     int64_t s[2] = {1, n};
     return vec(m, name, n, 2, s);
 }
