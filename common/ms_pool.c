@@ -78,6 +78,17 @@ static void run_chunks(ms_pool *p)
     }
 }
 
+/* One step of a bounded spin: relax, yield now and then; 1 once the spin budget is spent. */
+static int spin_over(unsigned i, int64_t *t0)
+{
+    cpu_relax();
+    if ((i & 63) != 63) return 0;
+    sched_yield(); /* lets a descheduled peer run when threads outnumber cores */
+    int64_t t = now_ns();
+    if (!*t0) *t0 = t;
+    return t - *t0 > MS_POOL_SPIN_NS;
+}
+
 /* Wait until a generation other than `seen` is published; returns 0 when the pool stops. */
 static int wait_for_loop(ms_pool *p, uint64_t seen)
 {
@@ -85,13 +96,7 @@ static int wait_for_loop(ms_pool *p, uint64_t seen)
     for (unsigned i = 0;; i++) {
         if (atomic_load(&p->stop)) return 0;
         if (atomic_load(&p->gen) != seen) return 1;
-        cpu_relax();
-        if ((i & 63) == 63) {
-            sched_yield(); /* lets a descheduled peer run when threads outnumber cores */
-            int64_t t = now_ns();
-            if (!t0) t0 = t;
-            else if (t - t0 > MS_POOL_SPIN_NS) break;
-        }
+        if (spin_over(i, &t0)) break;
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
@@ -125,13 +130,7 @@ static void wait_for_workers(ms_pool *p)
     int64_t t0 = 0;
     for (unsigned i = 0;; i++) {
         if (atomic_load(&p->busy) == 0) return;
-        cpu_relax();
-        if ((i & 63) == 63) {
-            sched_yield(); /* lets a descheduled peer run when threads outnumber cores */
-            int64_t t = now_ns();
-            if (!t0) t0 = t;
-            else if (t - t0 > MS_POOL_SPIN_NS) break;
-        }
+        if (spin_over(i, &t0)) break;
     }
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->caller_waiting, 1);
