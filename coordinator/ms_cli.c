@@ -289,11 +289,13 @@ int ms_cli_detokenize(int argc, char **argv)
 
 static void synth_usage(FILE *f)
 {
-    fputs("usage: moestream synth --out DIR [--preset tiny] [--seed S]\n"
+    fputs("usage: moestream synth --out DIR [--preset tiny|small|k3-slice] [--layers N] [--seed S]\n"
           "\n"
           "Writes a random Kimi K3 checkpoint in the released layout (nested config.json, BF16 trunk,\n"
           "F32 small tensors, MXFP4 routed experts, sharded safetensors with an index) and a small\n"
-          "tiktoken tokenizer. The same preset and seed always give the same bytes.\n",
+          "tiktoken tokenizer. The same preset and seed always give the same bytes.\n"
+          "Presets: tiny (default, < 1 MB), small (about 250 MB, 256 experts a layer), k3-slice (the\n"
+          "released K3 widths with --layers N layers, default 3: about 40 GB).\n",
           f);
 }
 
@@ -301,9 +303,10 @@ int ms_cli_synth(int argc, char **argv)
 {
     static const struct option opts[] = {{"out", required_argument, 0, 'o'}, {"preset", required_argument, 0, 'p'},
                                          {"seed", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
+                                         {"layers", required_argument, 0, 'l'},
                                          {0, 0, 0, 0}};
     const char *out = NULL, *preset = "tiny";
-    long long seed = 1;
+    long long seed = 1, layers = 0;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -314,6 +317,10 @@ int ms_cli_synth(int argc, char **argv)
             if (ms_cli_parse_i64(optarg, &seed) != 0)
                 return ms_cli_fail("synth", MS_EXIT_USAGE, "--seed must be an integer, got '%s'", optarg);
             break;
+        case 'l':
+            if (ms_cli_parse_i64(optarg, &layers) != 0 || layers < 1 || layers > 64)
+                return ms_cli_fail("synth", MS_EXIT_USAGE, "--layers must be an integer in 1..64, got '%s'", optarg);
+            break;
         case 'h': synth_usage(stdout); return MS_EXIT_OK;
         default: synth_usage(stderr); return MS_EXIT_USAGE;
         }
@@ -322,6 +329,7 @@ int ms_cli_synth(int argc, char **argv)
     if (!out) return ms_cli_fail("synth", MS_EXIT_USAGE, "--out DIR is required");
     ms_synth_shape sh;
     if (ms_synth_preset(preset, &sh) != 0) return ms_cli_fail_err("synth");
+    if (layers) ms_synth_set_layers(&sh, (int)layers);
     if (ms_synth_write(out, &sh, (uint64_t)seed) != 0) return ms_cli_fail_err("synth");
     fprintf(stderr, "moestream synth: wrote preset %s (seed %lld) to %s\n", preset, seed, out);
     return MS_EXIT_OK;

@@ -25,8 +25,39 @@ int ms_synth_preset(const char *name, ms_synth_shape *sh)
                                .router_bf16 = 1};
         return 0;
     }
-    ms_err_set("unknown synth preset '%s' (known: tiny)", name);
+    if (!strcmp(name, "small")) {
+        /* A few hundred MB, most of it in many routed experts: for streaming tests. */
+        *sh = (ms_synth_shape){.hidden = 256, .n_layers = 4, .vocab = 4096, .kda_heads = 4, .kda_head_dim = 32,
+                               .conv_k = 4, .mla_heads = 4, .q_lora = 128, .kv_lora = 64, .qk_nope = 32,
+                               .qk_rope = 16, .v_head = 32, .n_experts = 256, .top_k = 8, .n_shared = 1,
+                               .latent = 256, .moe_inter = 768, .dense_inter = 512, .attn_res_block = 2,
+                               .n_full_attn = 1, .full_attn = {4}, .tok_ranks = 4093, .n_shards = 3,
+                               .router_bf16 = 1};
+        return 0;
+    }
+    if (!strcmp(name, "k3-slice")) {
+        /* The released Kimi K3 widths (spec §1.1) with few layers; ms_synth_set_layers picks N. */
+        *sh = (ms_synth_shape){.hidden = 7168, .n_layers = 3, .vocab = 163840, .kda_heads = 96, .kda_head_dim = 128,
+                               .conv_k = 4, .mla_heads = 96, .q_lora = 1536, .kv_lora = 512, .qk_nope = 128,
+                               .qk_rope = 64, .v_head = 128, .n_experts = 896, .top_k = 16, .n_shared = 2,
+                               .latent = 3584, .moe_inter = 3072, .dense_inter = 33792, .attn_res_block = 12,
+                               .tok_ranks = 163837, .router_bf16 = 1};
+        ms_synth_set_layers(sh, 3);
+        return 0;
+    }
+    ms_err_set("unknown synth preset '%s' (known: tiny, small, k3-slice)", name);
     return ms_err_set_code(MS_EXIT_USAGE);
+}
+
+void ms_synth_set_layers(ms_synth_shape *sh, int n)
+{
+    MS_ASSERT(n >= 1 && n <= 64);
+    sh->n_layers = n;
+    /* The released layer map cut to n layers: MLA at every 4th one-based layer and the last. */
+    sh->n_full_attn = 0;
+    for (int i = 1; i <= n; i++)
+        if (i % 4 == 0 || (i == n && n > 1)) sh->full_attn[sh->n_full_attn++] = i;
+    sh->n_shards = n + 1;
 }
 
 /* How a tensor's values are drawn. */
@@ -72,7 +103,7 @@ static void element(const tspec *t, int64_t i, uint8_t *out)
     case K_UNIFORM: v = t->amp * unit(t->seed, i); break;
     case K_GAIN: v = 1.0f + 0.1f * unit(t->seed, i); break;
     case K_ALOG: v = i < t->valid ? logf(1.0f + 7.5f * (unit(t->seed, i) + 1.0f)) : 0.0f; break;
-    case K_PACKED: out[0] = (uint8_t)(mix(t->seed ^ mix((uint64_t)i)) & 0xff); return;
+    case K_PACKED: out[0] = (uint8_t)(mix(t->seed ^ mix((uint64_t)i >> 3)) >> (8 * (i & 7))); return;
     case K_SCALE: out[0] = (uint8_t)((int)t->amp + (int)(mix(t->seed ^ mix((uint64_t)i)) % 3) - 1); return;
     }
     if (t->dt == MS_DT_F32) {
@@ -88,6 +119,13 @@ static int fill(void *ctx, const char *name, uint64_t off, uint8_t *buf, size_t 
     (void)name;
     const tspec *t = ctx;
     size_t es = ms_dtype_size(t->dt);
+    if (t->k == K_PACKED) { /* the bulk of a checkpoint: eight random bytes per hash */
+        for (size_t b = 0; b < len;) {
+            uint64_t pos = off + b, w = mix(t->seed ^ mix(pos >> 3));
+            for (unsigned k = (unsigned)(pos & 7); k < 8 && b < len; k++, b++) buf[b] = (uint8_t)(w >> (8 * k));
+        }
+        return 0;
+    }
     uint8_t tmp[8];
     for (size_t b = 0; b < len;) {
         uint64_t pos = off + b;
@@ -313,6 +351,9 @@ int ms_synth_write(const char *dir, const ms_synth_shape *sh, uint64_t seed)
         }
         total += ms_st_writer_data_bytes(w);
         snprintf(path, sizeof path, "%s/%s", dir, fname);
+        if (ms_st_writer_data_bytes(w) > (64u << 20))
+            ms_log(1, "synth: writing %s (%d of %d, %.2f GB)", fname, s + 1, sh->n_shards,
+                   (double)ms_st_writer_data_bytes(w) / 1e9);
         rc = ms_st_writer_write(w, path);
         ms_st_writer_free(w);
     }

@@ -15,8 +15,13 @@ typedef struct {
     int router_bf16;                /* router gate stored as BF16 (else F32) */
 } ms_synth_shape;
 
-/* Fill *sh for preset name ("tiny"). Returns 0, or -1 with ms_err set for an unknown name. */
+/* Fill *sh for preset name: "tiny" (a few hundred KB), "small" (about 250 MB, 256 experts a
+ * layer) or "k3-slice" (the released K3 widths, 3 layers by default: dense layer 0, a KDA+MoE
+ * layer, an MLA+MoE layer; about 40 GB). Returns 0, or -1 with ms_err set for an unknown name. */
 int ms_synth_preset(const char *name, ms_synth_shape *sh);
+/* Set the layer count (1..64) with the released layer map cut to n layers (MLA at every 4th
+ * one-based layer and at the last) and one shard per layer plus one. */
+void ms_synth_set_layers(ms_synth_shape *sh, int n);
 
 /* Write config.json (nested released shape), the safetensors shard(s) (+ index), and a
  * tokenizer when tok_ranks > 0, into dir (created if missing). Deterministic per seed.

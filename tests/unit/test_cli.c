@@ -185,6 +185,24 @@ static void test_demo(void)
     json_decref(j);
 }
 
+/* The small preset: real sharding, 256 MXFP4 experts a layer, 4096-id tokenizer. */
+static void test_small_preset(void)
+{
+    const char *d = ms_t_tmpdir("cli-small");
+    char a[8400];
+    snprintf(a, sizeof a, "synth --preset small --out %s/m --seed 2", d);
+    T_CHECK(status_of(a) == 0, "synth --preset small");
+    snprintf(a, sizeof a, "run --model %s/m --prompt 'Rain later today' -n 3 --json", d);
+    int st;
+    json_t *j = run_json(a, &st);
+    T_CHECK(st == 0 && j && json_array_size(json_object_get(j, "generated_ids")) == 3, "small preset runs");
+    json_decref(j);
+    snprintf(a, sizeof a, "synth --preset k3-slice --layers 0 --out %s/x", d);
+    T_CHECK(status_of(a) == 2, "--layers 0 refused");
+    snprintf(a, sizeof a, "synth --preset nope --out %s/x", d);
+    T_CHECK(status_of(a) == 2, "unknown preset refused");
+}
+
 /* The shared released-layout checkpoints through the CLI, as a user would run them. */
 static void test_shared_checkpoint(const char *name)
 {
@@ -242,6 +260,7 @@ int main(void)
     test_usage();
     test_synth_run();
     test_demo();
+    test_small_preset();
     test_shared_checkpoint("tiny-s1234");
     test_shared_checkpoint("tiny-released-like");
     return ms_t_done();
