@@ -55,8 +55,9 @@ static int table_compute(void *ctx, int layer, int64_t n_rows, const float *z, i
             return ms_err_set("layer %d expert %d has no weights loaded", layer, ids[i]);
     }
     int64_t *slot = ms_malloc(sizeof(int64_t) * (size_t)n); /* [n] (row*k + j) using the expert */
-    float *zin = ms_malloc(sizeof(float) * (size_t)(n_rows * L)); /* [rows of this expert][L] */
-    float *zout = ms_malloc(sizeof(float) * (size_t)(n_rows * L));
+    /* A group holds at most n (row, rank) pairs (a row may even repeat an expert). */
+    float *zin = ms_malloc(sizeof(float) * (size_t)(n * L)); /* [pairs of this expert][L] */
+    float *zout = ms_malloc(sizeof(float) * (size_t)(n * L));
     uint8_t *done = ms_calloc((size_t)n, 1);
     for (int64_t i = 0; i < n; i++) {
         if (done[i]) continue;

@@ -562,8 +562,76 @@ static void mm_chunk(void *vctx, int64_t b0, int64_t b1)
 /* Below this many multiply-adds a chunk is not worth waking a thread for. */
 #define MS_MIN_CHUNK_WORK (1 << 15)
 
+/* Bytes of rows [0, n) of a matrix of W's type and width, and the offset of their scales. */
+static uint64_t rows_bytes(const ms_mat *W, int64_t n) { return ms_mat_bytes(&(ms_mat){W->type, n, W->cols, 0, 0, 0, 0}); }
+
+/* Streamed matrix: chunk by chunk, Y[t][r0..r1) from a resident view of rows r0..r1. */
+static void matmul_streamed(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *pool)
+{
+    float *tmp = NULL; /* [T][chunk rows] */
+    int64_t cap = 0, done = 0;
+    while (done < W->rows) {
+        int64_t r0 = 0, r1 = 0;
+        const void *data = NULL;
+        const uint8_t *scales = NULL;
+        if (W->stream->acquire(W->stream->ctx, W->key, &r0, &r1, &data, &scales) != 0) {
+            for (int64_t t = 0; t < T; t++) memset(Y + t * W->rows + done, 0, sizeof(float) * (size_t)(W->rows - done));
+            break;
+        }
+        MS_ASSERT(r0 == done && r1 > r0 && r1 <= W->rows);
+        ms_mat sub = {W->type, r1 - r0, W->cols, data, scales, NULL, NULL};
+        if (r1 - r0 > cap) {
+            cap = r1 - r0;
+            free(tmp);
+            tmp = ms_malloc(sizeof(float) * (size_t)(T * cap));
+        }
+        ms_matmul(&sub, X, T, tmp, pool);
+        for (int64_t t = 0; t < T; t++)
+            memcpy(Y + t * W->rows + r0, tmp + t * (r1 - r0), sizeof(float) * (size_t)(r1 - r0));
+        W->stream->release(W->stream->ctx, W->key);
+        done = r1;
+    }
+    free(tmp);
+}
+
+int ms_mat_materialize(const ms_mat *W, ms_mat *out, void **owned)
+{
+    *owned = NULL;
+    *out = *W;
+    if (W->data || !W->stream || W->rows == 0) return 0;
+    uint64_t nb = ms_mat_bytes(W), sb = W->type == MS_WT_MXFP4 ? (uint64_t)W->rows * (uint64_t)(W->cols / 32) : 0;
+    uint8_t *buf = ms_calloc((size_t)nb + 1, 1);
+    int64_t done = 0;
+    int rc = 0;
+    while (done < W->rows) {
+        int64_t r0 = 0, r1 = 0;
+        const void *data = NULL;
+        const uint8_t *scales = NULL;
+        if (W->stream->acquire(W->stream->ctx, W->key, &r0, &r1, &data, &scales) != 0) {
+            rc = -1;
+            break;
+        }
+        MS_ASSERT(r0 == done && r1 > r0 && r1 <= W->rows);
+        uint64_t body = rows_bytes(W, r1 - r0) - (W->type == MS_WT_MXFP4 ? (uint64_t)(r1 - r0) * (W->cols / 32) : 0);
+        uint64_t at = rows_bytes(W, r0) - (W->type == MS_WT_MXFP4 ? (uint64_t)r0 * (W->cols / 32) : 0);
+        memcpy(buf + at, data, (size_t)body);
+        if (sb) memcpy(buf + (nb - sb) + (uint64_t)r0 * (W->cols / 32), scales, (size_t)(r1 - r0) * (W->cols / 32));
+        W->stream->release(W->stream->ctx, W->key);
+        done = r1;
+    }
+    out->data = buf;
+    out->scales = sb ? buf + (nb - sb) : NULL;
+    out->stream = NULL;
+    *owned = buf;
+    return rc;
+}
+
 void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *pool)
 {
+    if (W && !W->data && W->stream && W->rows > 0 && W->cols > 0 && T > 0) {
+        matmul_streamed(W, X, T, Y, pool);
+        return;
+    }
     check_mat(W);
     MS_ASSERT(T >= 0);
     if (T == 0 || W->rows == 0) return;

@@ -23,13 +23,27 @@ typedef enum {
                        scales: uint8_t[rows][cols/32] E8M0 (2^(s-127); s = 255 gives 0) */
 } ms_wtype;
 
+/* A source of a matrix that is not resident: it hands out consecutive row ranges that are,
+ * in order (the trunk streamer). acquire returns 0 and sets rows [*r0, *r1) with their data
+ * (and MXFP4 scales), valid until release; or -1 after recording an error the caller of the
+ * forward pass will see (the kernel then writes zeros for those rows). */
+typedef struct ms_mat_stream {
+    int (*acquire)(void *ctx, const void *key, int64_t *r0, int64_t *r1, const void **data, const uint8_t **scales);
+    void (*release)(void *ctx, const void *key);
+    void *ctx;
+} ms_mat_stream;
+
 /* A borrowed view of a weight matrix W[rows, cols]: y = W x means y[r] = sum_c W[r][c] x[c].
- * The view does not own data or scales. */
+ * The view does not own data or scales. When data is NULL and stream is set, ms_matmul
+ * pulls the rows chunk by chunk from the stream (key identifies the matrix to it); every
+ * output element is the same canonical dot as with resident data. */
 typedef struct {
     ms_wtype type;
     int64_t rows, cols;
     const void *data;
     const uint8_t *scales; /* MXFP4 only, else NULL */
+    const ms_mat_stream *stream;
+    const void *key;
 } ms_mat;
 
 /* Detect CPU features once (idempotent, thread-safe after the first call returns). */
@@ -69,6 +83,11 @@ double ms_dot_f32(const float *a, const float *b, int64_t n);
  * X: float[T][W->cols], Y: float[T][W->rows] (must not alias X). pool may be NULL.
  * The result of each element is the same for every T, thread count and SIMD setting. */
 void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *pool);
+
+/* A resident view of W: W itself when resident, else the whole matrix pulled from its stream
+ * into *owned (malloc'ed; caller frees; NULL when W is resident). Returns 0, or -1 when the
+ * stream failed (the view is then zero-filled). */
+int ms_mat_materialize(const ms_mat *W, ms_mat *out, void **owned);
 
 /* Same as ms_matmul with T = 1. */
 void ms_matvec(const ms_mat *W, const float *x, float *y, ms_pool *pool);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ms_cachesim.h"
 #include "ms_cli.h"
 #include "ms_err.h"
 
@@ -15,6 +16,7 @@ static void usage(FILE *f)
           "  tokenize    text -> token ids\n"
           "  detokenize  token ids -> text\n"
           "  synth       write a random Kimi K3 checkpoint in the released layout\n"
+          "  cache-sim   replay a routed-expert trace through LRU, the cache policy and Belady\n"
           "\n"
           "`moestream <command> --help` describes each command. Exit codes: 0 ok, 1 runtime error,\n"
           "2 usage, 3 bad model, 4 I/O error, 5 bad input, 6 impossible budget, 7 worker failure.\n",
@@ -41,6 +43,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "tokenize")) return ms_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return ms_cli_detokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return ms_cli_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "cache-sim")) return ms_cli_cache_sim(argc - 1, argv + 1);
     fprintf(stderr, "moestream: unknown command '%s'\n", cmd);
     usage(stderr);
     return MS_EXIT_USAGE;

@@ -11,15 +11,17 @@
 #include "ms_cli.h"
 #include "ms_err.h"
 #include "ms_model.h"
+#include "ms_plan.h"
 #include "ms_sample.h"
 #include "ms_synth.h"
 #include "ms_tok.h"
 
 typedef struct {
-    const char *model, *prompt, *prompt_file, *ids, *dump;
-    long long n, threads, seed;
+    const char *model, *prompt, *prompt_file, *ids, *dump, *trace;
+    long long n, threads, seed, io_depth, chunk;
     float temperature, top_p;
-    int json, allow_special, stop_eos, quiet;
+    uint64_t budget;
+    int json, allow_special, stop_eos, quiet, buffered, lru;
 } run_opts;
 
 static void run_usage(FILE *f)
@@ -27,13 +29,21 @@ static void run_usage(FILE *f)
     fputs("usage: moestream run --model DIR (--prompt TEXT | --prompt-file PATH | --ids 1,2,3) [-n N]\n"
           "                     [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet]\n"
+          "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
+          "                     [--prefill-chunk N] [--lru-cache]\n"
           "\n"
           "Generates N tokens (default 16) after the prompt. --temperature 0 (the default) is greedy.\n"
           "--prompt needs a tokenizer (tiktoken.model) in DIR; --ids works without one.\n"
           "--json prints one JSON object: prompt_ids, generated_ids, text (with a tokenizer), stats.\n"
           "--dump-logits writes little-endian f32 rows of vocab_size values: every prompt position,\n"
           "then each generated position whose logits were computed (prompt + N - 1 rows).\n"
-          "--threads 0 (default) uses one thread per CPU; results do not depend on it.\n",
+          "--threads 0 (default) uses one thread per CPU; results do not depend on it.\n"
+          "--ram-budget SIZE (K/M/G/T = powers of 1024; default: the memory available now) bounds the\n"
+          "peak resident memory of the run; routed experts are read from disk on demand into a cache,\n"
+          "trunk matrices that do not fit stream from disk; the answer is the same at every budget.\n"
+          "--trace PATH records every routed-expert request as little-endian int32 (layer, expert) pairs.\n"
+          "--buffered-io reads through the page cache instead of O_DIRECT; --io-depth N reads in flight\n"
+          "(default 8); --prefill-chunk N caps the tokens per prefill pass; --lru-cache uses plain LRU.\n",
           f);
 }
 
@@ -42,6 +52,16 @@ static long peak_rss_bytes(void)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss * 1024L;
+}
+
+/* Route observer: append (layer, expert) int32 pairs in request order. */
+static void trace_route(void *ctx, int layer, int64_t T, int k, const int32_t *ids)
+{
+    FILE *f = ctx;
+    for (int64_t i = 0; i < T * k; i++) {
+        int32_t pair[2] = {layer, ids[i]};
+        fwrite(pair, sizeof pair, 1, f);
+    }
 }
 
 static int write_rows(FILE *f, const float *rows, int64_t n, int64_t V, const char *path)
@@ -57,17 +77,16 @@ static int generate(const run_opts *o)
 {
     const char *cmd = "run";
     double t0 = ms_cli_now();
-    ms_model *m = ms_model_load(o->model, (int)o->threads);
-    if (!m) return ms_cli_fail_err(cmd);
-    const ms_cfg *c = ms_model_cfg(m);
-    int64_t V = c->vocab;
+    ms_model *m = NULL;
     ms_tok *tok = NULL;
     int rc = MS_EXIT_OK;
     int32_t *prompt = NULL, *gen = NULL;
     size_t np = 0;
     float *logits = NULL;
-    FILE *dump = NULL;
+    FILE *dump = NULL, *trace = NULL;
     ms_seq *seq = NULL;
+    const ms_cfg *c = NULL;
+    int64_t V = 0;
     if (ms_tok_present(o->model) && !(tok = ms_tok_load(o->model))) {
         rc = ms_cli_fail_err(cmd);
         goto out;
@@ -109,6 +128,23 @@ static int generate(const run_opts *o)
         rc = ms_cli_fail(cmd, MS_EXIT_INPUT, "the prompt is empty (no tokens)");
         goto out;
     }
+    ms_run_opts ro = {0};
+    ro.n_threads = (int)o->threads;
+    ro.ram_budget = o->budget;
+    ro.buffered = o->buffered;
+    ro.io_depth = (int)o->io_depth;
+    ro.prompt_tokens = (int64_t)np;
+    ro.max_positions = (int64_t)np + o->n + 1;
+    ro.max_chunk = o->chunk;
+    ro.all_logits = o->dump != NULL;
+    ro.lru = o->lru;
+    ro.quiet = o->quiet;
+    if (!(m = ms_model_open(o->model, &ro))) {
+        rc = ms_cli_fail_err(cmd);
+        goto out;
+    }
+    c = ms_model_cfg(m);
+    V = c->vocab;
     for (size_t i = 0; i < np; i++)
         if (prompt[i] >= V) {
             rc = ms_cli_fail(cmd, MS_EXIT_INPUT, "prompt token id %d is outside the model's vocabulary (%lld ids)",
@@ -119,25 +155,43 @@ static int generate(const run_opts *o)
         rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot create %s", o->dump);
         goto out;
     }
+    if (o->trace) {
+        if (!(trace = fopen(o->trace, "wb"))) {
+            rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot create %s", o->trace);
+            goto out;
+        }
+        ms_model_set_route_observer(m, trace_route, trace);
+    }
     double t_load = ms_cli_now() - t0;
     ms_sampler sp;
     ms_sampler_init(&sp, o->temperature, o->top_p, (uint64_t)o->seed);
     seq = ms_seq_new(m);
     gen = ms_malloc(sizeof(int32_t) * (size_t)(o->n + 1));
-    logits = ms_malloc(sizeof(float) * (size_t)((dump ? (int64_t)np : 1) * V)); /* [rows][V] */
+    int64_t chunk = ms_model_chunk(m);
+    logits = ms_malloc(sizeof(float) * (size_t)((dump ? chunk : 1) * V)); /* [rows][V] */
     int64_t ng = 0;
+    int progress = !o->quiet && isatty(2);
     double t1 = ms_cli_now(), t_prefill = 0.0, t_decode = 0.0;
     if (o->n > 0) {
-        if (ms_model_forward(m, seq, prompt, (int64_t)np, dump != NULL, logits) != 0) {
-            rc = ms_cli_fail_err(cmd);
-            goto out;
+        /* Layer-major prefill in chunks the plan allows: all rows of a chunk go through a layer
+         * together, so each routed expert is read at most once per layer per chunk. */
+        const float *last = logits;
+        for (int64_t p0 = 0; p0 < (int64_t)np; p0 += chunk) {
+            int64_t cn = (int64_t)np - p0 < chunk ? (int64_t)np - p0 : chunk;
+            if (progress) fprintf(stderr, "\rprefill %lld/%zu tokens", (long long)(p0 + cn), np);
+            if (ms_model_forward(m, seq, prompt + p0, cn, dump != NULL, logits) != 0) {
+                if (progress) fputc('\n', stderr);
+                rc = ms_cli_fail_err(cmd);
+                goto out;
+            }
+            if (dump && write_rows(dump, logits, cn, V, o->dump) != 0) {
+                rc = ms_cli_fail_err(cmd);
+                goto out;
+            }
+            last = logits + (dump ? (cn - 1) * V : 0);
         }
+        if (progress) fputc('\n', stderr);
         t_prefill = ms_cli_now() - t1;
-        const float *last = logits + (dump ? (int64_t)(np - 1) * V : 0);
-        if (dump && write_rows(dump, logits, (int64_t)np, V, o->dump) != 0) {
-            rc = ms_cli_fail_err(cmd);
-            goto out;
-        }
         int32_t next = ms_sampler_pick(&sp, last, V);
         double t2 = ms_cli_now();
         for (;;) {
@@ -154,6 +208,7 @@ static int generate(const run_opts *o)
                 fflush(stdout);
             }
             if (ng >= o->n || (o->stop_eos && next == c->eos_id)) break;
+            if (progress && o->json) fprintf(stderr, "\rtoken %lld/%lld", (long long)ng + 1, o->n);
             if (ms_model_forward(m, seq, &next, 1, 0, logits) != 0) {
                 rc = ms_cli_fail_err(cmd);
                 goto out;
@@ -165,7 +220,14 @@ static int generate(const run_opts *o)
             next = ms_sampler_pick(&sp, logits, V);
         }
         t_decode = ms_cli_now() - t2;
+        if (progress && o->json) fputc('\n', stderr);
     }
+    if (trace && fclose(trace) != 0) {
+        trace = NULL;
+        rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot write %s", o->trace);
+        goto out;
+    }
+    trace = NULL;
     if (dump) {
         int bad = fclose(dump) != 0;
         dump = NULL;
@@ -176,16 +238,35 @@ static int generate(const run_opts *o)
     }
     double dec_tps = ng > 1 && t_decode > 0 ? (double)(ng - 1) / t_decode : 0.0;
     double pre_tps = t_prefill > 0 ? (double)np / t_prefill : 0.0;
+    double wall = ms_cli_now() - t0;
+    ms_model_stats ms;
+    ms_model_get_stats(m, &ms);
+    double read_rate = ms.read_busy_seconds > 0 ? (double)ms.bytes_read_experts / ms.read_busy_seconds : 0.0;
+    double io_share = wall > 0 ? ms.io_wait_seconds / wall : 0.0;
+    double s_per_tok = ng > 1 ? t_decode / (double)(ng - 1) : 0.0;
     if (o->json) {
         json_t *pj = json_array(), *gj = json_array();
         for (size_t i = 0; i < np; i++) json_array_append_new(pj, json_integer(prompt[i]));
         for (int64_t i = 0; i < ng; i++) json_array_append_new(gj, json_integer(gen[i]));
-        json_t *stats = json_pack("{s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:I}", "load_seconds", t_load,
+        json_t *stats = json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:I}", "load_seconds", t_load,
                                   "prefill_seconds", t_prefill, "decode_seconds", t_decode,
-                                  "prefill_tokens_per_second", pre_tps, "decode_tokens_per_second", dec_tps,
-                                  "prompt_tokens", (json_int_t)np, "generated_tokens", (json_int_t)ng, "threads",
+                                  "decode_seconds_per_token", s_per_tok, "prefill_tokens_per_second", pre_tps,
+                                  "decode_tokens_per_second", dec_tps, "prompt_tokens", (json_int_t)np,
+                                  "generated_tokens", (json_int_t)ng, "threads",
                                   (json_int_t)ms_pool_size(ms_model_pool(m)), "peak_rss_bytes",
                                   (json_int_t)peak_rss_bytes());
+        json_object_set_new(stats, "bytes_read_experts", json_integer((json_int_t)ms.bytes_read_experts));
+        json_object_set_new(stats, "bytes_read_trunk", json_integer((json_int_t)ms.bytes_read_trunk));
+        json_object_set_new(stats, "expert_requests", json_integer((json_int_t)ms.expert_requests));
+        json_object_set_new(stats, "expert_cache_hits", json_integer((json_int_t)ms.expert_cache_hits));
+        json_object_set_new(stats, "expert_cache_misses", json_integer((json_int_t)ms.expert_cache_misses));
+        json_object_set_new(stats, "expert_cache_evictions", json_integer((json_int_t)ms.expert_cache_evictions));
+        json_object_set_new(stats, "expert_cache_peak_bytes", json_integer((json_int_t)ms.expert_cache_peak_bytes));
+        json_object_set_new(stats, "expert_read_bytes_per_second", json_real(read_rate));
+        json_object_set_new(stats, "io_wait_seconds", json_real(ms.io_wait_seconds));
+        json_object_set_new(stats, "io_wait_share", json_real(io_share));
+        json_object_set_new(stats, "wall_seconds", json_real(wall));
+        if (ms_model_plan(m)) json_object_set_new(stats, "plan", ms_plan_json(ms_model_plan(m)));
         json_t *out = json_pack("{s:o,s:o,s:o}", "prompt_ids", pj, "generated_ids", gj, "stats", stats);
         if (tok) {
             char *text = NULL;
@@ -197,16 +278,28 @@ static int generate(const run_opts *o)
         json_dumpf(out, stdout, JSON_COMPACT);
         fputc('\n', stdout);
         json_decref(out);
-    } else {
-        if (!o->quiet) fputc('\n', stdout);
+    } else if (!o->quiet) {
+        fputc('\n', stdout);
+    }
+    if (!o->quiet) {
+        char a[64], b[64], d[64];
         fprintf(stderr,
-                "moestream run: %zu prompt tokens in %.3f s (%.1f tok/s), %lld generated in %.3f s (%.2f tok/s), "
-                "load %.3f s, %d threads, peak RSS %.1f MiB\n",
-                np, t_prefill, pre_tps, (long long)ng, t_decode, dec_tps, t_load, ms_pool_size(ms_model_pool(m)),
-                (double)peak_rss_bytes() / 1048576.0);
+                "moestream run: %zu prompt tokens in %.3f s (%.1f tok/s), %lld generated in %.3f s (%.3f s/token), "
+                "load %.3f s, %d threads, peak RSS %s\n",
+                np, t_prefill, pre_tps, (long long)ng, t_decode, s_per_tok, t_load, ms_pool_size(ms_model_pool(m)),
+                ms_plan_fmt((uint64_t)peak_rss_bytes(), a, sizeof a));
+        if (ms.expert_requests || ms.bytes_read_trunk)
+            fprintf(stderr,
+                    "moestream run: read %s of experts (%.0f MB/s while reading), %s of trunk; expert cache %llu hits, "
+                    "%llu misses, %llu evictions; waiting on I/O %.0f%% of %.2f s\n",
+                    ms_plan_fmt(ms.bytes_read_experts, b, sizeof b), read_rate / 1e6,
+                    ms_plan_fmt(ms.bytes_read_trunk, d, sizeof d), (unsigned long long)ms.expert_cache_hits,
+                    (unsigned long long)ms.expert_cache_misses, (unsigned long long)ms.expert_cache_evictions,
+                    100.0 * io_share, wall);
     }
 out:
     if (dump) fclose(dump);
+    if (trace) fclose(trace);
     ms_seq_free(seq);
     free(logits);
     free(gen);
@@ -225,6 +318,9 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
                                          {"json", no_argument, 0, 'j'},         {"dump-logits", required_argument, 0, 'd'},
                                          {"allow-special", no_argument, 0, 'a'}, {"stop-at-eos", no_argument, 0, 'e'},
                                          {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
+                                         {"ram-budget", required_argument, 0, 'B'}, {"trace", required_argument, 0, 'R'},
+                                         {"buffered-io", no_argument, 0, 'U'},  {"io-depth", required_argument, 0, 'D'},
+                                         {"prefill-chunk", required_argument, 0, 'C'}, {"lru-cache", no_argument, 0, 'L'},
                                          {0, 0, 0, 0}};
     const char *cmd = demo ? "demo" : "run";
     int c;
@@ -240,6 +336,23 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'a': o->allow_special = 1; break;
         case 'e': o->stop_eos = 1; break;
         case 'q': o->quiet = 1; break;
+        case 'R': o->trace = optarg; break;
+        case 'U': o->buffered = 1; break;
+        case 'L': o->lru = 1; break;
+        case 'B':
+            if (ms_plan_parse_size(optarg, &o->budget) != 0 || o->budget == 0)
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--ram-budget must be a size such as 512M or 8G, got '%s'",
+                                   optarg);
+            break;
+        case 'D':
+            if (ms_cli_parse_i64(optarg, &o->io_depth) != 0 || o->io_depth < 1 || o->io_depth > 256)
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--io-depth must be an integer in 1..256, got '%s'", optarg);
+            break;
+        case 'C':
+            if (ms_cli_parse_i64(optarg, &o->chunk) != 0 || o->chunk < 1 || o->chunk > 65536)
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--prefill-chunk must be an integer in 1..65536, got '%s'",
+                                   optarg);
+            break;
         case 'n':
             if (ms_cli_parse_i64(optarg, &o->n) != 0 || o->n < 0 || o->n > 1000000)
                 return ms_cli_fail(cmd, MS_EXIT_USAGE, "-n must be an integer in 0..1000000, got '%s'", optarg);

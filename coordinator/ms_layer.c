@@ -51,9 +51,12 @@ int ms_layer_forward(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_s
         p_empty = 1;
     }
     for (int64_t t = 0; t < T; t++) ms_rmsnorm(x + t * E, w->in_norm, E, c->eps, x + t * E);
-    if (w->is_mla)
-        ms_mla_forward(c, &w->mla, &st->mla, x, T, a, pool);
-    else
+    if (w->is_mla) {
+        if (ms_mla_forward(c, &w->mla, &st->mla, x, T, a, pool) != 0) {
+            rc = -1;
+            goto out;
+        }
+    } else
         ms_kda_forward(c, &w->kda, &st->kda, x, T, a, pool);
     if (p_empty)
         memcpy(h, a, sizeof(float) * TE);

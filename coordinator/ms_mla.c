@@ -18,6 +18,16 @@ void ms_mla_cache_free(ms_mla_cache *kc)
     memset(kc, 0, sizeof *kc);
 }
 
+static void cache_reserve(ms_mla_cache *kc, int64_t need, int Rkv, int dr);
+
+void ms_mla_cache_reserve(ms_mla_cache *kc, const ms_cfg *c, int64_t n)
+{
+    if (n <= kc->cap) return;
+    kc->lat = ms_realloc(kc->lat, sizeof(float) * (size_t)(n * c->kv_lora));
+    kc->rope = ms_realloc(kc->rope, sizeof(float) * (size_t)(n * (c->qk_rope > 0 ? c->qk_rope : 1)));
+    kc->cap = n;
+}
+
 static void cache_reserve(ms_mla_cache *kc, int64_t need, int Rkv, int dr)
 {
     if (need <= kc->cap) return;
@@ -35,6 +45,7 @@ static void cache_reserve(ms_mla_cache *kc, int64_t need, int Rkv, int dr)
 typedef struct {
     const ms_cfg *c;
     const ms_mla_w *w;
+    const ms_mat *kvb;   /* resident view of w->kvb */
     const ms_mla_cache *kc;
     int64_t T, n0;     /* query tokens, absolute position of the first */
     const float *q;    /* [T][H*dq] */
@@ -56,7 +67,7 @@ static void attn_heads(void *vctx, int64_t h0, int64_t h1)
     double *p = ms_malloc(sizeof(double) * (size_t)npos);             /* [npos] */
     for (int64_t h = h0; h < h1; h++) {
         int64_t base = h * (dn + dv);
-        for (int r = 0; r < dn + dv; r++) ms_mat_row_f32(&a->w->kvb, base + r, wk + (size_t)r * Rkv);
+        for (int r = 0; r < dn + dv; r++) ms_mat_row_f32(a->kvb, base + r, wk + (size_t)r * Rkv);
         for (int64_t t = 0; t < a->T; t++) {
             const float *qh = a->q + t * (int64_t)c->mla_heads * dq + h * dq;
             for (int j = 0; j < Rkv; j++) qabs[j] = 0.0;
@@ -99,8 +110,8 @@ static void attn_heads(void *vctx, int64_t h0, int64_t h1)
     free(p);
 }
 
-void ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const float *x, int64_t T, float *out,
-                    ms_pool *pool)
+int ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const float *x, int64_t T, float *out,
+                   ms_pool *pool)
 {
     int H = c->mla_heads, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head, Rq = c->q_lora, Rkv = c->kv_lora;
     int dq = dn + dr;
@@ -120,8 +131,13 @@ void ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const 
         memcpy(kc->rope + (n0 + t) * dr, ct + Rkv, sizeof(float) * (size_t)dr); /* raw, never rotated */
     }
     kc->n = n0 + T;
-    attn_ctx a = {c, w, kc, T, n0, q, o};
+    /* The attention reads kv_b by rows: a streamed kv_b is pulled whole for this call. */
+    ms_mat kvb;
+    void *kvb_owned = NULL;
+    int rc = ms_mat_materialize(&w->kvb, &kvb, &kvb_owned);
+    attn_ctx a = {c, w, &kvb, kc, T, n0, q, o};
     ms_pool_for(pool, H, 1, attn_heads, &a);
+    free(kvb_owned);
     if (c->mla_out_gate) {
         float *g = ms_malloc(sizeof(float) * (size_t)(T * H * dv)); /* [T][H*dv] */
         ms_matmul(&w->g, x, T, g, pool);
@@ -133,4 +149,5 @@ void ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const 
     free(q);
     free(ckv);
     free(o);
+    return rc;
 }

@@ -28,11 +28,14 @@ typedef struct {
 
 void ms_mla_cache_init(ms_mla_cache *kc);
 void ms_mla_cache_reset(ms_mla_cache *kc);
+/* Make room for n positions now (so the memory plan holds; the cache still grows if needed). */
+void ms_mla_cache_reserve(ms_mla_cache *kc, const ms_cfg *c, int64_t n);
 void ms_mla_cache_free(ms_mla_cache *kc); /* accepts NULL */
 
 /* The MLA module for T consecutive tokens at positions kc->n .. kc->n+T-1 (causal), appending
- * them to the cache. x: float[T][E] (input_layernorm output), out: float[T][E]. */
-void ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const float *x, int64_t T, float *out,
+ * them to the cache. x: float[T][E] (input_layernorm output), out: float[T][E].
+ * Returns 0, or -1 when a streamed weight could not be read (ms_err set by the streamer). */
+int ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const float *x, int64_t T, float *out,
                     ms_pool *pool);
 
 #endif

@@ -5,31 +5,10 @@
 #include <string.h>
 
 #include "ms_err.h"
-#include "ms_model.h"
+#include "ms_model_int.h"
 #include "ms_ops.h"
 
 #define PFX "language_model.model."
-
-struct ms_model {
-    ms_cfg cfg;
-    ms_pool *pool;
-    int own_pool;
-    ms_st *st;                 /* when loaded from a directory */
-    ms_tsrc src;
-    ms_layer_w *layers;        /* [N] */
-    ms_mat embed;              /* [V, E] */
-    ms_mat lm_head;            /* [V, E] */
-    const float *final_norm;   /* [E] */
-    float *out_fold;           /* [E] output_attn_res norm * proj */
-    ms_expert_table *table;
-    ms_experts experts;
-    ms_route_fn route_fn;
-    void *route_ctx;
-    void **owned;              /* widened vectors and converted matrices */
-    size_t n_owned, cap_owned;
-    int n_errors;              /* binding problems found so far */
-    char errors[1500];
-};
 
 struct ms_seq {
     const ms_model *m;
@@ -37,7 +16,7 @@ struct ms_seq {
     int64_t pos;
 };
 
-static void *own(ms_model *m, void *p)
+void *ms_model_own(ms_model *m, void *p)
 {
     if (m->n_owned == m->cap_owned) {
         m->cap_owned = m->cap_owned ? 2 * m->cap_owned : 256;
@@ -103,7 +82,7 @@ static int64_t numel(const ms_tview *tv)
 static const void *aligned(ms_model *m, const void *data, size_t nbytes, size_t align)
 {
     if (((uintptr_t)data & (align - 1)) == 0) return data;
-    void *p = own(m, ms_malloc(nbytes));
+    void *p = ms_model_own(m, ms_malloc(nbytes));
     memcpy(p, data, nbytes);
     return p;
 }
@@ -115,7 +94,7 @@ static const float *widen(ms_model *m, const char *name, const ms_tview *tv, int
     case MS_DT_F32:
         return aligned(m, tv->data, sizeof(float) * (size_t)n, sizeof(float));
     case MS_DT_BF16: {
-        float *o = own(m, ms_malloc(sizeof(float) * (size_t)n));
+        float *o = ms_model_own(m, ms_malloc(sizeof(float) * (size_t)n));
         for (int64_t i = 0; i < n; i++) {
             uint16_t b;
             memcpy(&b, (const uint8_t *)tv->data + 2 * i, 2);
@@ -124,7 +103,7 @@ static const float *widen(ms_model *m, const char *name, const ms_tview *tv, int
         return o;
     }
     case MS_DT_F16: {
-        float *o = own(m, ms_malloc(sizeof(float) * (size_t)n));
+        float *o = ms_model_own(m, ms_malloc(sizeof(float) * (size_t)n));
         for (int64_t i = 0; i < n; i++) {
             uint16_t b;
             memcpy(&b, (const uint8_t *)tv->data + 2 * i, 2);
@@ -162,71 +141,126 @@ static const float *vec_row(ms_model *m, const char *name, int64_t n)
     return vec(m, name, n, 2, s);
 }
 
-static ms_mat mat(ms_model *m, const char *name, int64_t rows, int64_t cols)
+/* Record a trunk matrix that lives in a file: resident or streamed, as the plan decides. */
+static void add_ref(ms_model *m, ms_mat *dst, const char *name, const ms_tview *tv)
 {
-    ms_mat w = {MS_WT_F32, rows, cols, NULL, NULL};
+    if (m->n_refs == m->cap_refs) {
+        m->cap_refs = m->cap_refs ? 2 * m->cap_refs : 64;
+        m->refs = ms_realloc(m->refs, sizeof *m->refs * (size_t)m->cap_refs);
+    }
+    ms_wref *r = &m->refs[m->n_refs++];
+    r->dst = dst;
+    r->name = ms_strdup(name);
+    r->file = tv->fidx;
+    r->off = tv->foff;
+    r->bytes = ms_mat_bytes(dst);
+    r->layer = -1;
+}
+
+/* Bind a dense matrix [rows, cols] into *w. */
+static void mat(ms_model *m, ms_mat *w, const char *name, int64_t rows, int64_t cols)
+{
     ms_tview tv;
     int64_t s[2] = {rows, cols};
-    if (!get(m, name, &tv, 2, s)) return w;
+    *w = (ms_mat){MS_WT_F32, rows, cols, NULL, NULL, NULL, NULL};
+    if (!get(m, name, &tv, 2, s)) return;
     switch (tv.dtype) {
-    case MS_DT_F32: w.data = aligned(m, tv.data, sizeof(float) * (size_t)(rows * cols), sizeof(float)); break;
+    case MS_DT_F32:
     case MS_DT_BF16:
-        w.type = MS_WT_BF16;
-        w.data = aligned(m, tv.data, sizeof(uint16_t) * (size_t)(rows * cols), sizeof(uint16_t));
+        w->type = tv.dtype == MS_DT_F32 ? MS_WT_F32 : MS_WT_BF16;
+        if (m->files && tv.fidx >= 0)
+            add_ref(m, w, name, &tv); /* data comes later: pinned read or stream */
+        else
+            w->data = aligned(m, tv.data, (size_t)ms_mat_bytes(w), tv.dtype == MS_DT_F32 ? 4 : 2);
         break;
     case MS_DT_F16: {
-        float *o = own(m, ms_malloc(sizeof(float) * (size_t)(rows * cols)));
+        float *o = ms_model_own(m, ms_malloc(sizeof(float) * (size_t)(rows * cols)));
         for (int64_t i = 0; i < rows * cols; i++) {
             uint16_t b;
             memcpy(&b, (const uint8_t *)tv.data + 2 * i, 2);
             o[i] = ms_f16_to_f32(b);
         }
-        w.data = o;
+        w->data = o;
         break;
     }
     default:
         bind_error(m, "tensor %s in %s has dtype %s; a dense matrix must be F32, BF16 or F16", name, tv.file,
                    ms_dtype_name(tv.dtype));
     }
-    return w;
 }
 
-/* A routed-expert matrix: MXFP4 (name.weight_packed U8 [rows, cols/2] + name.weight_scale U8
- * [rows, cols/32]) as released, or a dense name.weight (fp32 oracle). */
-static ms_mat expert_mat(ms_model *m, const char *base, int64_t rows, int64_t cols)
+/* One routed-expert matrix: MXFP4 (base.weight_packed U8 [rows, cols/2] + base.weight_scale U8
+ * [rows, cols/32]) as released, or a dense base.weight (fp32 oracle). Returns 1 for MXFP4 (tp,
+ * ts describe the two parts), 2 for dense, 0 after a binding error. */
+static int expert_mat(ms_model *m, const char *base, int64_t rows, int64_t cols, ms_mat *w, ms_tview *tp,
+                      ms_tview *ts)
 {
     char n1[512], n2[512];
-    ms_tview tv, ts;
-    snprintf(n1, sizeof n1, "%s.weight_packed", base);
-    if (!m->src.find(m->src.ctx, n1, &tv)) {
-        snprintf(n1, sizeof n1, "%s.weight", base);
+    *w = (ms_mat){MS_WT_MXFP4, rows, cols, NULL, NULL, NULL, NULL};
+    snprintf(n1, sizeof n1, "%.480s.weight_packed", base);
+    if (!m->src.find(m->src.ctx, n1, tp)) {
+        snprintf(n1, sizeof n1, "%.480s.weight", base);
         ms_tview td;
-        if (m->src.find(m->src.ctx, n1, &td)) return mat(m, n1, rows, cols);
+        if (m->src.find(m->src.ctx, n1, &td)) {
+            int saved = m->files;
+            m->files = 0; /* dense experts are used in place (only the fp32 oracle has them) */
+            mat(m, w, n1, rows, cols);
+            m->files = saved;
+            return w->data ? 2 : 0;
+        }
         bind_error(m, "tensor %s.weight_packed is missing from %s", base, m->src.what);
-        return (ms_mat){MS_WT_F32, rows, cols, NULL, NULL};
+        return 0;
     }
-    ms_mat w = {MS_WT_MXFP4, rows, cols, NULL, NULL};
     if (cols % 32 != 0) {
         bind_error(m, "tensor %s: MXFP4 row width %lld is not a multiple of 32", n1, (long long)cols);
-        return w;
+        return 0;
     }
-    snprintf(n2, sizeof n2, "%s.weight_scale", base);
+    snprintf(n2, sizeof n2, "%.480s.weight_scale", base);
     int64_t sp[2] = {rows, cols / 2}, ss[2] = {rows, cols / 32};
-    if (!get(m, n1, &tv, 2, sp) || !get(m, n2, &ts, 2, ss)) return w;
-    if (tv.dtype != MS_DT_U8 || ts.dtype != MS_DT_U8) {
-        bind_error(m, "tensors %s / %s in %s must be U8 (MXFP4), found %s / %s", n1, n2, tv.file,
-                   ms_dtype_name(tv.dtype), ms_dtype_name(ts.dtype));
-        return w;
+    if (!get(m, n1, tp, 2, sp) || !get(m, n2, ts, 2, ss)) return 0;
+    if (tp->dtype != MS_DT_U8 || ts->dtype != MS_DT_U8) {
+        bind_error(m, "tensors %s / %s in %s must be U8 (MXFP4), found %s / %s", n1, n2, tp->file,
+                   ms_dtype_name(tp->dtype), ms_dtype_name(ts->dtype));
+        return 0;
     }
-    w.data = tv.data;
-    w.scales = ts.data;
-    return w;
+    w->data = tp->data;
+    w->scales = ts->data;
+    return 1;
+}
+
+/* Routed expert e of layer i: into the on-disk store (files) or the in-memory table. */
+static void bind_expert(ms_model *m, int i, int e, const char *lp)
+{
+    const ms_cfg *c = &m->cfg;
+    static const char *wn[3] = {"w1", "w2", "w3"};
+    ms_mat w[3];
+    ms_tview tv[6];
+    int kind[3];
+    for (int j = 0; j < 3; j++) {
+        char base[512];
+        snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.%s", lp, e, wn[j]);
+        int64_t rows = j == 1 ? c->latent : c->moe_inter, cols = j == 1 ? c->moe_inter : c->latent;
+        kind[j] = expert_mat(m, base, rows, cols, &w[j], &tv[2 * j], &tv[2 * j + 1]);
+        if (!kind[j]) return;
+    }
+    if (m->files && kind[0] == 1 && kind[1] == 1 && kind[2] == 1 && tv[0].fidx >= 0) {
+        ms_xloc *x = &m->xlocs[(size_t)i * (size_t)c->n_experts + (size_t)e];
+        for (int j = 0; j < 6; j++) {
+            x->file[j] = tv[j].fidx;
+            x->off[j] = tv[j].foff;
+            x->len[j] = j % 2 == 0 ? (uint64_t)w[j / 2].rows * (uint64_t)(w[j / 2].cols / 2)
+                                   : (uint64_t)w[j / 2].rows * (uint64_t)(w[j / 2].cols / 32);
+        }
+        return;
+    }
+    ms_expert_w ew = {w[0], w[1], w[2]};
+    ms_expert_table_set(m->table, i, e, &ew);
 }
 
 static float *fold(ms_model *m, const float *norm, const float *proj, int64_t E)
 {
     if (!norm || !proj) return NULL;
-    float *f = own(m, ms_malloc(sizeof(float) * (size_t)E));
+    float *f = ms_model_own(m, ms_malloc(sizeof(float) * (size_t)E));
     for (int64_t i = 0; i < E; i++) f[i] = norm[i] * proj[i];
     return f;
 }
@@ -238,6 +272,7 @@ static void bind_layer(ms_model *m, int i)
     int64_t E = c->hidden, Hk = c->kda_heads, D = c->kda_head_dim, P = Hk * D, K = c->conv_k;
     char n[512], lp[128];
     snprintf(lp, sizeof lp, PFX "layers.%d.", i);
+    int n_refs0 = m->n_refs;
 #define NM(suffix) (snprintf(n, sizeof n, "%s%s", lp, suffix), n)
     w->is_mla = c->is_mla[i];
     w->is_dense = ms_cfg_is_dense(c, i);
@@ -251,14 +286,14 @@ static void bind_layer(ms_model *m, int i)
     w->mlp_fold = fold(m, mn, mp, E);
     if (!w->is_mla) {
         ms_kda_w *k = &w->kda;
-        k->q = mat(m, NM("self_attn.q_proj.weight"), P, E);
-        k->k = mat(m, NM("self_attn.k_proj.weight"), P, E);
-        k->v = mat(m, NM("self_attn.v_proj.weight"), P, E);
-        k->g = mat(m, NM("self_attn.g_proj.weight"), P, E);
-        k->o = mat(m, NM("self_attn.o_proj.weight"), E, P);
-        k->fa = mat(m, NM("self_attn.f_a_proj.weight"), D, E);
-        k->fb = mat(m, NM("self_attn.f_b_proj.weight"), P, D);
-        k->b = mat(m, NM("self_attn.b_proj.weight"), Hk, E);
+        mat(m, &k->q, NM("self_attn.q_proj.weight"), P, E);
+        mat(m, &k->k, NM("self_attn.k_proj.weight"), P, E);
+        mat(m, &k->v, NM("self_attn.v_proj.weight"), P, E);
+        mat(m, &k->g, NM("self_attn.g_proj.weight"), P, E);
+        mat(m, &k->o, NM("self_attn.o_proj.weight"), E, P);
+        mat(m, &k->fa, NM("self_attn.f_a_proj.weight"), D, E);
+        mat(m, &k->fb, NM("self_attn.f_b_proj.weight"), P, D);
+        mat(m, &k->b, NM("self_attn.b_proj.weight"), Hk, E);
         int64_t cs[3] = {P, 1, K};
         k->q_conv = vec(m, NM("self_attn.q_conv1d.weight"), P * K, 3, cs);
         k->k_conv = vec(m, NM("self_attn.k_conv1d.weight"), P * K, 3, cs);
@@ -277,46 +312,37 @@ static void bind_layer(ms_model *m, int i)
     } else {
         ms_mla_w *a = &w->mla;
         int64_t H = c->mla_heads, dq = c->qk_nope + c->qk_rope, dv = c->v_head;
-        a->qa = mat(m, NM("self_attn.q_a_proj.weight"), c->q_lora, E);
+        mat(m, &a->qa, NM("self_attn.q_a_proj.weight"), c->q_lora, E);
         a->qa_norm = vec1(m, NM("self_attn.q_a_layernorm.weight"), c->q_lora);
-        a->qb = mat(m, NM("self_attn.q_b_proj.weight"), H * dq, c->q_lora);
-        a->kva = mat(m, NM("self_attn.kv_a_proj_with_mqa.weight"), c->kv_lora + c->qk_rope, E);
+        mat(m, &a->qb, NM("self_attn.q_b_proj.weight"), H * dq, c->q_lora);
+        mat(m, &a->kva, NM("self_attn.kv_a_proj_with_mqa.weight"), c->kv_lora + c->qk_rope, E);
         a->kva_norm = vec1(m, NM("self_attn.kv_a_layernorm.weight"), c->kv_lora);
-        a->kvb = mat(m, NM("self_attn.kv_b_proj.weight"), H * (c->qk_nope + dv), c->kv_lora);
-        a->o = mat(m, NM("self_attn.o_proj.weight"), E, H * dv);
-        if (c->mla_out_gate) a->g = mat(m, NM("self_attn.g_proj.weight"), H * dv, E);
+        mat(m, &a->kvb, NM("self_attn.kv_b_proj.weight"), H * (c->qk_nope + dv), c->kv_lora);
+        mat(m, &a->o, NM("self_attn.o_proj.weight"), E, H * dv);
+        if (c->mla_out_gate) mat(m, &a->g, NM("self_attn.g_proj.weight"), H * dv, E);
     }
     if (w->is_dense) {
-        w->dgate = mat(m, NM("mlp.gate_proj.weight"), c->dense_inter, E);
-        w->dup = mat(m, NM("mlp.up_proj.weight"), c->dense_inter, E);
-        w->ddown = mat(m, NM("mlp.down_proj.weight"), E, c->dense_inter);
+        mat(m, &w->dgate, NM("mlp.gate_proj.weight"), c->dense_inter, E);
+        mat(m, &w->dup, NM("mlp.up_proj.weight"), c->dense_inter, E);
+        mat(m, &w->ddown, NM("mlp.down_proj.weight"), E, c->dense_inter);
     } else {
         ms_moe_w *e = &w->moe;
-        int64_t SI = (int64_t)c->n_shared * c->moe_inter, L = c->latent, I = c->moe_inter;
-        e->gate = mat(m, NM("block_sparse_moe.gate.weight"), c->n_experts, E);
+        int64_t SI = (int64_t)c->n_shared * c->moe_inter, L = c->latent;
+        mat(m, &e->gate, NM("block_sparse_moe.gate.weight"), c->n_experts, E);
         e->bias = vec1(m, NM("block_sparse_moe.gate.e_score_correction_bias"), c->n_experts);
-        e->down = mat(m, NM("block_sparse_moe.routed_expert_down_proj.weight"), L, E);
-        e->up = mat(m, NM("block_sparse_moe.routed_expert_up_proj.weight"), E, L);
+        mat(m, &e->down, NM("block_sparse_moe.routed_expert_down_proj.weight"), L, E);
+        mat(m, &e->up, NM("block_sparse_moe.routed_expert_up_proj.weight"), E, L);
         e->norm = vec1(m, NM("block_sparse_moe.routed_expert_norm.weight"), L);
-        e->sg = mat(m, NM("block_sparse_moe.shared_experts.gate_proj.weight"), SI, E);
-        e->su = mat(m, NM("block_sparse_moe.shared_experts.up_proj.weight"), SI, E);
-        e->sd = mat(m, NM("block_sparse_moe.shared_experts.down_proj.weight"), E, SI);
-        for (int x = 0; x < c->n_experts; x++) {
-            char base[512];
-            ms_expert_w ew;
-            snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.w1", lp, x);
-            ew.w1 = expert_mat(m, base, I, L);
-            snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.w3", lp, x);
-            ew.w3 = expert_mat(m, base, I, L);
-            snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.w2", lp, x);
-            ew.w2 = expert_mat(m, base, L, I);
-            if (ew.w1.data && ew.w2.data && ew.w3.data) ms_expert_table_set(m->table, i, x, &ew);
-        }
+        mat(m, &e->sg, NM("block_sparse_moe.shared_experts.gate_proj.weight"), SI, E);
+        mat(m, &e->su, NM("block_sparse_moe.shared_experts.up_proj.weight"), SI, E);
+        mat(m, &e->sd, NM("block_sparse_moe.shared_experts.down_proj.weight"), E, SI);
+        for (int x = 0; x < c->n_experts && m->n_errors <= 8; x++) bind_expert(m, i, x, lp);
     }
+    for (int r = n_refs0; r < m->n_refs; r++) m->refs[r].layer = i;
 #undef NM
 }
 
-ms_model *ms_model_bind(const ms_cfg *cfg, const ms_tsrc *src, int n_threads)
+ms_model *ms_model_bind(const ms_cfg *cfg, const ms_tsrc *src, const ms_run_opts *o)
 {
     ms_model *m = ms_calloc(1, sizeof *m);
     m->cfg = *cfg;
@@ -325,7 +351,10 @@ ms_model *ms_model_bind(const ms_cfg *cfg, const ms_tsrc *src, int n_threads)
     m->cfg.is_mla = ms_malloc((size_t)cfg->n_layers);
     memcpy(m->cfg.is_mla, cfg->is_mla, (size_t)cfg->n_layers);
     m->src = *src;
-    m->pool = ms_pool_new(n_threads);
+    if (o) m->opts = *o;
+    m->files = src->paths != NULL && src->n_paths > 0;
+    m->embed_ref = -1;
+    m->pool = ms_pool_new(m->opts.n_threads);
     if (!m->pool) {
         ms_model_free(m);
         return NULL;
@@ -334,17 +363,23 @@ ms_model *ms_model_bind(const ms_cfg *cfg, const ms_tsrc *src, int n_threads)
     int64_t E = c->hidden;
     m->table = ms_expert_table_new(c->n_layers, c->n_experts, c->latent, c->situ_b1, c->situ_b2, m->pool);
     m->experts = ms_expert_table_iface(m->table);
+    if (m->files) m->xlocs = ms_calloc((size_t)c->n_layers * (size_t)c->n_experts, sizeof *m->xlocs);
     m->layers = ms_calloc((size_t)c->n_layers, sizeof *m->layers);
-    m->embed = mat(m, PFX "embed_tokens.weight", c->vocab, E);
-    m->lm_head = mat(m, "language_model.lm_head.weight", c->vocab, E);
+    mat(m, &m->embed, PFX "embed_tokens.weight", c->vocab, E);
+    if (m->n_refs > 0) m->embed_ref = m->n_refs - 1;
     m->final_norm = vec1(m, PFX "norm.weight", E);
     m->out_fold = fold(m, vec1(m, PFX "output_attn_res_norm.weight", E),
                        vec_row(m, PFX "output_attn_res_proj.weight", E), E);
     for (int i = 0; i < c->n_layers && m->n_errors <= 8; i++) bind_layer(m, i);
+    mat(m, &m->lm_head, "language_model.lm_head.weight", c->vocab, E);
     if (m->n_errors) {
         ms_err_set("%s: %d tensor problem%s: %s%s", src->what, m->n_errors, m->n_errors > 1 ? "s" : "", m->errors,
                    m->n_errors > 8 ? "; ..." : "");
         ms_err_set_code(MS_EXIT_MODEL);
+        ms_model_free(m);
+        return NULL;
+    }
+    if (m->files && ms_mload_setup(m) != 0) {
         ms_model_free(m);
         return NULL;
     }
@@ -361,10 +396,12 @@ static int st_find(void *ctx, const char *name, ms_tview *out)
     memcpy(out->shape, t->shape, sizeof out->shape);
     out->data = t->data;
     out->file = ms_st_file_path(st, t->file);
+    out->fidx = t->file;
+    out->foff = t->offset;
     return 1;
 }
 
-ms_model *ms_model_load(const char *dir, int n_threads)
+ms_model *ms_model_open(const char *dir, const ms_run_opts *o)
 {
     char path[4096];
     ms_cfg cfg;
@@ -375,31 +412,51 @@ ms_model *ms_model_load(const char *dir, int n_threads)
         ms_cfg_free(&cfg);
         return NULL;
     }
-    ms_tsrc src = {st_find, st, dir};
-    ms_model *m = ms_model_bind(&cfg, &src, n_threads);
+    int nf = ms_st_file_count(st);
+    const char **paths = ms_malloc(sizeof(char *) * (size_t)nf);
+    for (int i = 0; i < nf; i++) paths[i] = ms_st_file_path(st, i);
+    ms_tsrc src = {st_find, st, dir, paths, nf};
+    ms_model *m = ms_model_bind(&cfg, &src, o);
     ms_cfg_free(&cfg);
     if (!m) {
+        free(paths);
         ms_st_close(st);
         return NULL;
     }
     m->st = st;
+    m->src.paths = paths; /* owned from now on */
     return m;
+}
+
+ms_model *ms_model_load(const char *dir, int n_threads)
+{
+    ms_run_opts o = {0};
+    o.n_threads = n_threads;
+    o.quiet = 1;
+    return ms_model_open(dir, &o);
 }
 
 void ms_model_free(ms_model *m)
 {
     if (!m) return;
+    ms_mload_teardown(m);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
+    for (int i = 0; i < m->n_refs; i++) free(m->refs[i].name);
+    free(m->refs);
+    free(m->xlocs);
     free(m->layers);
     ms_expert_table_free(m->table);
     ms_pool_free(m->pool);
+    if (m->st) free((void *)m->src.paths);
     ms_st_close(m->st);
     ms_cfg_free(&m->cfg);
     free(m);
 }
 
 const ms_cfg *ms_model_cfg(const ms_model *m) { return &m->cfg; }
+const ms_plan *ms_model_plan(const ms_model *m) { return m->planned ? &m->plan : NULL; }
+int64_t ms_model_chunk(const ms_model *m) { return m->planned ? m->plan.chunk : 64; }
 ms_pool *ms_model_pool(ms_model *m) { return m->pool; }
 void ms_model_set_experts(ms_model *m, ms_experts ex) { m->experts = ex; }
 ms_experts ms_model_local_experts(ms_model *m) { return ms_expert_table_iface(m->table); }
@@ -417,8 +474,10 @@ ms_seq *ms_seq_new(const ms_model *m)
     s->m = m;
     s->ls = ms_calloc((size_t)c->n_layers, sizeof *s->ls);
     for (int i = 0; i < c->n_layers; i++) {
-        if (c->is_mla[i])
+        if (c->is_mla[i]) {
             ms_mla_cache_init(&s->ls[i].mla);
+            if (m->opts.max_positions > 0) ms_mla_cache_reserve(&s->ls[i].mla, c, m->opts.max_positions);
+        }
         else
             ms_kda_state_init(&s->ls[i].kda, c);
     }
@@ -455,12 +514,18 @@ int ms_model_forward(ms_model *m, ms_seq *s, const int32_t *ids, int64_t T, int 
     float *snaps = ms_malloc(sizeof(float) * (size_t)(T * smax * E));        /* [T][smax][E] */
     int32_t *route = ms_malloc(sizeof(int32_t) * (size_t)(T * c->top_k));    /* [T][k] */
     float *x = ms_malloc(sizeof(float) * (size_t)(T * E));                   /* [T][E] */
-    for (int64_t t = 0; t < T; t++) ms_mat_row_f32(&m->embed, ids[t], h + t * E);
+    for (int64_t t = 0; t < T; t++) {
+        if (m->embed.data)
+            ms_mat_row_f32(&m->embed, ids[t], h + t * E);
+        else if (ms_mload_embed_row(m, ids[t], h + t * E) != 0)
+            goto out;
+    }
     int nsnap = 0;
     for (int i = 0; i < c->n_layers; i++) {
         if (ms_layer_forward(c, i, &m->layers[i], &s->ls[i], &m->experts, h, snaps, smax, &nsnap, T, route, m->pool) !=
             0)
             goto out;
+        if (ms_wstream_check(m->ws) != 0) goto out; /* a trunk read failed: no answer from partial weights */
         if (m->route_fn && !m->layers[i].is_dense) m->route_fn(m->route_ctx, i, T, c->top_k, route);
     }
     /* Tail: output AttnRes over all snapshots + prefix, final norm, LM head. */
@@ -475,6 +540,7 @@ int ms_model_forward(ms_model *m, ms_seq *s, const int32_t *ids, int64_t T, int 
         ms_rmsnorm(xt, m->final_norm, E, c->eps, xt);
     }
     ms_matmul(&m->lm_head, x, nr, logits, m->pool);
+    if (ms_wstream_check(m->ws) != 0) goto out;
     s->pos += T;
     rc = 0;
 out:

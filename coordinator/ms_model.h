@@ -7,6 +7,7 @@
 #include "ms_cfg.h"
 #include "ms_expert.h"
 #include "ms_layer.h"
+#include "ms_plan.h"
 #include "ms_pool.h"
 #include "ms_st.h"
 
@@ -15,8 +16,10 @@ typedef struct {
     ms_dtype dtype;
     int ndim;
     int64_t shape[MS_ST_MAX_DIMS];
-    const void *data;
-    const char *file; /* where it lives, for messages */
+    const void *data;   /* in-memory bytes (a mapping or a buffer); small tensors are read here */
+    const char *file;   /* where it lives, for messages */
+    int fidx;           /* file index for direct reads (ms_tsrc.paths), or -1 if memory only */
+    uint64_t foff;      /* absolute byte offset in that file */
 } ms_tview;
 
 /* Where weights come from, by released tensor name (spec §4.3). find returns 1 and fills *out
@@ -24,23 +27,61 @@ typedef struct {
 typedef struct {
     int (*find)(void *ctx, const char *name, ms_tview *out);
     void *ctx;
-    const char *what; /* e.g. the checkpoint directory, for messages */
+    const char *what;          /* e.g. the checkpoint directory, for messages */
+    const char *const *paths;  /* files that fidx indexes (NULL: every tensor is in memory) */
+    int n_paths;
 } ms_tsrc;
 
 typedef struct ms_model ms_model;
 
-/* Open DIR (config.json + safetensors, single or sharded) and bind every tensor the config
- * implies, checking presence, dtype and shape; the first problems are reported by tensor and
- * file name. n_threads <= 0: one per CPU. Returns NULL with ms_err set (class MS_EXIT_MODEL or
- * MS_EXIT_IO) on failure. */
+/* How to run: memory budget and I/O. Zero-initialised means: budget = the memory available
+ * now, O_DIRECT reads, 8 reads in flight, prefill chunks of up to 64 tokens. */
+typedef struct {
+    int n_threads;           /* <= 0: one per CPU */
+    uint64_t ram_budget;     /* peak RSS allowed for the run; 0 = MemAvailable */
+    int buffered;            /* 1: buffered reads instead of O_DIRECT */
+    int io_depth;            /* reads in flight (0 = 8) */
+    int64_t prompt_tokens;   /* tokens the run will prefill (planning) */
+    int64_t max_positions;   /* prompt + generated tokens (KV cache planning) */
+    int64_t max_chunk;       /* largest prefill chunk (0 = 64) */
+    int all_logits;          /* logits of every prefill row will be asked for */
+    int lru;                 /* plain LRU expert cache (benchmarks) */
+    int quiet;               /* do not print the plan */
+    uint64_t baseline;       /* planner's resident baseline; 0 = measure this process (tests
+                                set it to make plans independent of the allocator's state) */
+} ms_run_opts;
+
+/* Open DIR (config.json + safetensors, single or sharded), bind every tensor the config
+ * implies, checking presence, dtype and shape (the first problems are reported by tensor and
+ * file name), plan the memory budget, read the pinned trunk and set up streaming and the
+ * expert store. o may be NULL (defaults). Returns NULL with ms_err set (class MS_EXIT_MODEL,
+ * MS_EXIT_IO or MS_EXIT_BUDGET) on failure. */
+ms_model *ms_model_open(const char *dir, const ms_run_opts *o);
+/* ms_model_open with default options and n_threads. */
 ms_model *ms_model_load(const char *dir, int n_threads);
 
-/* Bind from any weight source. cfg is copied (deep); src must outlive the model. */
-ms_model *ms_model_bind(const ms_cfg *cfg, const ms_tsrc *src, int n_threads);
+/* Bind from any weight source. cfg is copied (deep); src must outlive the model. With file
+ * locations in src (paths set), the model streams as planned; otherwise every tensor is used
+ * in place from memory. */
+ms_model *ms_model_bind(const ms_cfg *cfg, const ms_tsrc *src, const ms_run_opts *o);
 
 void ms_model_free(ms_model *m); /* accepts NULL */
 
 const ms_cfg *ms_model_cfg(const ms_model *m);
+/* The memory plan, or NULL when the model runs from memory (no files). */
+const ms_plan *ms_model_plan(const ms_model *m);
+/* Largest prefill chunk the plan allows (tokens per ms_model_forward call). */
+int64_t ms_model_chunk(const ms_model *m);
+
+/* Streaming and cache counters since open. */
+typedef struct {
+    uint64_t bytes_read_experts, bytes_read_trunk;
+    uint64_t expert_requests, expert_cache_hits, expert_cache_misses, expert_cache_evictions;
+    uint64_t expert_cache_bytes, expert_cache_peak_bytes;
+    double io_wait_seconds;      /* compute waiting for reads (experts + trunk) */
+    double read_busy_seconds;    /* wall time with expert reads in flight */
+} ms_model_stats;
+void ms_model_get_stats(ms_model *m, ms_model_stats *st);
 ms_pool *ms_model_pool(ms_model *m);
 /* Replace the routed-expert provider (default: the in-process table bound at load). */
 void ms_model_set_experts(ms_model *m, ms_experts ex);

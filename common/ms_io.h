@@ -1,0 +1,62 @@
+/* ms_io: a pool of reader threads that serves aligned O_DIRECT (or buffered) reads in order. */
+#ifndef MS_IO_H
+#define MS_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MS_IO_ALIGN 4096u
+
+/* Files opened for reading: O_DIRECT when asked and supported, else buffered. Owned. */
+typedef struct ms_io_files ms_io_files;
+
+/* Open n paths. direct = 1 asks for O_DIRECT; a file system that refuses it falls back to
+ * buffered reads for that file (ms_io_files_direct() tells). Returns NULL with ms_err set
+ * (class MS_EXIT_IO) naming the file on failure. */
+ms_io_files *ms_io_files_open(const char *const *paths, int n, int direct);
+void ms_io_files_close(ms_io_files *f); /* accepts NULL */
+int ms_io_files_direct(const ms_io_files *f, int file);
+const char *ms_io_files_path(const ms_io_files *f, int file);
+
+/* One read request. The caller owns it and keeps it alive until it completes. */
+typedef struct ms_io_req {
+    int file;             /* index into the ms_io_files */
+    uint64_t off;         /* wanted byte range [off, off + len) of the file */
+    size_t len;
+    uint8_t *buf;         /* MS_IO_ALIGN-aligned, at least ms_io_span(off, len) bytes */
+    const uint8_t *data;  /* on completion: the wanted bytes (buf + off % MS_IO_ALIGN) */
+    int status;           /* 0 pending, 1 done, -1 failed (message in err) */
+    char err[256];
+    struct ms_io_req *next; /* queue link, private */
+    void *user;           /* free for the caller */
+} ms_io_req;
+
+/* Bytes of aligned buffer a read of [off, off+len) needs: the enclosing aligned range. */
+size_t ms_io_span(uint64_t off, size_t len);
+/* An MS_IO_ALIGN-aligned buffer of n bytes (rounded up); free with free(). Aborts on OOM. */
+void *ms_io_alloc(size_t n);
+
+typedef struct ms_io ms_io;
+
+/* A reader pool with `depth` threads, so up to `depth` reads are in flight. files is
+ * borrowed. Returns NULL with ms_err set if a thread cannot be started. */
+ms_io *ms_io_new(ms_io_files *files, int depth);
+void ms_io_free(ms_io *io); /* waits for reads in flight; accepts NULL */
+
+/* Queue a read (requests start in submission order: submit in file-offset order). */
+void ms_io_submit(ms_io *io, ms_io_req *r);
+/* Block until r completes; returns 0 or -1 (r->err says why: short read, I/O error). The time
+ * spent blocked is added to the pool's wait counter. */
+int ms_io_wait(ms_io *io, ms_io_req *r);
+/* Synchronous read of [off, off+len) into buf (len bytes, any alignment), through the pool's
+ * files; returns 0 or -1 with ms_err set naming the file. */
+int ms_io_read(ms_io *io, int file, uint64_t off, size_t len, void *buf);
+
+typedef struct {
+    uint64_t reads, bytes;   /* completed reads and the wanted bytes they delivered */
+    double wait_seconds;     /* time callers spent blocked in ms_io_wait / ms_io_read */
+    double busy_seconds;     /* wall time during which at least one read was in flight */
+} ms_io_stats;
+void ms_io_get_stats(ms_io *io, ms_io_stats *st);
+
+#endif

@@ -1,0 +1,477 @@
+/* ms_xstore: routed experts read from SSD on demand into a byte-bounded, policy-managed cache. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ms_cpolicy.h"
+#include "ms_err.h"
+#include "ms_ops.h"
+#include "ms_xstore.h"
+
+/*
+ * Buffers. Every buffer is one "slot": ms_xstore_slot_bytes, MS_IO_ALIGN-aligned, large
+ * enough for the worst-case aligned span(s) of one expert. A buffer is either free, holds a
+ * cached (resident, valid) expert, or receives a read of this call. Buffers are
+ * interchangeable, so "read straight into its cache slot" and "read into a staging buffer"
+ * differ only in what happens after the compute: a key the policy still keeps becomes the
+ * owner of the buffer (no copy), any other buffer goes back to the free list. At most
+ * n_slots + depth buffers ever exist: cached keys + reads pending in this call never exceed
+ * that (resident keys <= n_slots, pending reads <= depth); they are allocated lazily.
+ *
+ * Slot layout (fixed by the expert's ms_xloc, so a hit finds its parts again):
+ *   contiguous expert: one read of span(off[0], E); the parts follow each other from
+ *     buf + off[0] % MS_IO_ALIGN;
+ *   scattered expert: part i is read into its own aligned region of span(off[i], len[i])
+ *     bytes, regions back to back; part i starts at region_i + off[i] % MS_IO_ALIGN.
+ */
+
+#define XS_PARTS 6
+
+typedef struct {
+    uint32_t key;
+    int d;                     /* index of the expert among this call's distinct experts */
+    uint8_t *buf;              /* slot_bytes, aligned */
+    int n_req;
+    ms_io_req req[XS_PARTS];
+} xs_pend;
+
+struct ms_xstore {
+    ms_xstore_opts o;
+    ms_io_files *files;        /* borrowed */
+    ms_pool *pool;             /* borrowed, may be NULL */
+    ms_io *io;
+    ms_cpolicy *pol;
+    uint64_t part_len[XS_PARTS];
+    uint64_t E, slot_bytes;
+    size_t n_keys, n_slots;
+    ms_xloc *loc;              /* [n_keys] */
+    uint8_t *loc_state;        /* [n_keys] 0 unset, 1 scattered, 2 contiguous */
+    uint8_t **key_buf;         /* [n_keys] buffer of a resident key with valid bytes, else NULL */
+    uint8_t **free_buf;        /* [cap] free buffers */
+    size_t n_free, n_alloc, cap;
+    xs_pend *pend;             /* [depth] ring of reads in flight / awaiting compute */
+    int32_t *dmap;             /* [n_experts] index among this call's distinct experts, -1 outside a call */
+    pthread_mutex_t mu;
+    ms_xstore_stats st;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Largest aligned span a read of len bytes can need (start at the last byte of a block). */
+static uint64_t worst_span(uint64_t len) { return (len + 2 * (uint64_t)MS_IO_ALIGN - 2) / MS_IO_ALIGN * MS_IO_ALIGN; }
+
+static void part_lengths(int latent, int inter, uint64_t len[XS_PARTS])
+{
+    uint64_t LI = (uint64_t)latent * (uint64_t)inter;
+    for (int m = 0; m < 3; m++) {
+        len[2 * m] = LI / 2;      /* packed E2M1: [rows][cols/2] */
+        len[2 * m + 1] = LI / 32; /* E8M0 scales: [rows][cols/32] */
+    }
+}
+
+uint64_t ms_xstore_expert_bytes(int latent, int inter)
+{
+    uint64_t len[XS_PARTS], t = 0;
+    part_lengths(latent, inter, len);
+    for (int i = 0; i < XS_PARTS; i++) t += len[i];
+    return t;
+}
+
+/* The sum of the parts' worst spans also bounds the worst span of the whole run, so one
+ * slot size serves both layouts. */
+uint64_t ms_xstore_slot_bytes(int latent, int inter)
+{
+    uint64_t len[XS_PARTS], t = 0;
+    part_lengths(latent, inter, len);
+    for (int i = 0; i < XS_PARTS; i++) t += worst_span(len[i]);
+    return t;
+}
+
+uint64_t ms_xstore_fixed_bytes(int latent, int inter, int depth)
+{
+    return (uint64_t)(depth < 1 ? 1 : depth) * ms_xstore_slot_bytes(latent, inter);
+}
+
+ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *pool)
+{
+    if (!o || !files) {
+        ms_err_set("expert store: no options or no files");
+        return NULL;
+    }
+    if (o->n_layers < 1 || o->n_experts < 1) {
+        ms_err_set("expert store: %d layers x %d experts is empty", o->n_layers, o->n_experts);
+        return NULL;
+    }
+    if (o->latent < 32 || o->latent % 32 || o->inter < 32 || o->inter % 32) {
+        ms_err_set("expert store: latent %d / intermediate %d must be positive multiples of 32 (MXFP4 blocks)",
+                   o->latent, o->inter);
+        return NULL;
+    }
+    if (o->depth < 1) {
+        ms_err_set("expert store: read depth %d must be at least 1", o->depth);
+        return NULL;
+    }
+    ms_xstore *s = ms_calloc(1, sizeof *s);
+    s->o = *o;
+    s->files = files;
+    s->pool = pool;
+    part_lengths(o->latent, o->inter, s->part_len);
+    s->E = ms_xstore_expert_bytes(o->latent, o->inter);
+    s->slot_bytes = ms_xstore_slot_bytes(o->latent, o->inter);
+    s->n_keys = (size_t)o->n_layers * (size_t)o->n_experts;
+    uint64_t slots = o->cache_bytes / s->slot_bytes;
+    s->n_slots = slots < s->n_keys ? (size_t)slots : s->n_keys; /* more slots than keys are never used */
+    pthread_mutex_init(&s->mu, NULL);
+    s->pol = o->lru ? ms_cpolicy_new_lru(s->n_keys, s->n_slots) : ms_cpolicy_new(s->n_keys, s->n_slots);
+    if (!s->pol) {
+        ms_err_wrap("expert store");
+        ms_xstore_free(s);
+        return NULL;
+    }
+    s->io = ms_io_new(files, o->depth);
+    if (!s->io) {
+        ms_err_wrap("expert store");
+        ms_xstore_free(s);
+        return NULL;
+    }
+    s->loc = ms_calloc(s->n_keys, sizeof *s->loc);
+    s->loc_state = ms_calloc(s->n_keys, 1);
+    s->key_buf = ms_calloc(s->n_keys, sizeof *s->key_buf);
+    s->cap = s->n_slots + (size_t)o->depth;
+    s->free_buf = ms_calloc(s->cap, sizeof *s->free_buf);
+    /* The staging buffers exist whatever happens; cache slots come on first use. */
+    for (int i = 0; i < o->depth; i++) {
+        s->free_buf[s->n_free++] = ms_io_alloc((size_t)s->slot_bytes);
+        s->n_alloc++;
+    }
+    s->pend = ms_calloc((size_t)o->depth, sizeof *s->pend);
+    s->dmap = ms_malloc(sizeof(int32_t) * (size_t)o->n_experts);
+    for (int e = 0; e < o->n_experts; e++) s->dmap[e] = -1;
+    return s;
+}
+
+void ms_xstore_free(ms_xstore *s)
+{
+    if (!s) return;
+    ms_io_free(s->io); /* no read is in flight between calls, but be safe */
+    if (s->key_buf)
+        for (size_t k = 0; k < s->n_keys; k++) free(s->key_buf[k]);
+    for (size_t i = 0; i < s->n_free; i++) free(s->free_buf[i]);
+    ms_cpolicy_free(s->pol);
+    pthread_mutex_destroy(&s->mu);
+    free(s->loc);
+    free(s->loc_state);
+    free(s->key_buf);
+    free(s->free_buf);
+    free(s->pend);
+    free(s->dmap);
+    free(s);
+}
+
+void ms_xstore_set(ms_xstore *s, int layer, int expert, const ms_xloc *loc)
+{
+    MS_ASSERT(layer >= 0 && layer < s->o.n_layers && expert >= 0 && expert < s->o.n_experts);
+    int contiguous = 1;
+    for (int i = 0; i < XS_PARTS; i++) {
+        MS_ASSERT(loc->file[i] >= 0 && loc->len[i] == s->part_len[i]);
+        if (i > 0 && (loc->file[i] != loc->file[0] || loc->off[i] != loc->off[i - 1] + loc->len[i - 1]))
+            contiguous = 0;
+    }
+    size_t key = (size_t)layer * (size_t)s->o.n_experts + (size_t)expert;
+    pthread_mutex_lock(&s->mu);
+    /* A new location invalidates cached bytes of the old one. */
+    if (s->key_buf[key]) {
+        s->free_buf[s->n_free++] = s->key_buf[key];
+        s->key_buf[key] = NULL;
+    }
+    ms_cpolicy_remove(s->pol, (uint32_t)key);
+    s->loc[key] = *loc;
+    s->loc_state[key] = contiguous ? 2 : 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Offsets of the six parts within a slot holding the expert at loc (see the layout above). */
+static void slot_offsets(const ms_xstore *s, size_t key, uint64_t off[XS_PARTS])
+{
+    const ms_xloc *l = &s->loc[key];
+    if (s->loc_state[key] == 2) {
+        off[0] = l->off[0] % MS_IO_ALIGN;
+        for (int i = 1; i < XS_PARTS; i++) off[i] = off[i - 1] + l->len[i - 1];
+    } else {
+        uint64_t region = 0;
+        for (int i = 0; i < XS_PARTS; i++) {
+            off[i] = region + l->off[i] % MS_IO_ALIGN;
+            region += ms_io_span(l->off[i], (size_t)l->len[i]);
+        }
+    }
+}
+
+static uint8_t *buf_get(ms_xstore *s)
+{
+    if (s->n_free) return s->free_buf[--s->n_free];
+    MS_ASSERT(s->n_alloc < s->cap); /* the accounting in the comment at the top guarantees it */
+    s->n_alloc++;
+    return ms_io_alloc((size_t)s->slot_bytes);
+}
+
+static void buf_put(ms_xstore *s, uint8_t *b) { s->free_buf[s->n_free++] = b; }
+
+/* State of one compute call. */
+typedef struct {
+    int layer, k;
+    const float *z;
+    float *out;
+    int nd;            /* distinct experts, first-appearance order */
+    int32_t *dexp;     /* [nd] expert id */
+    int64_t *start;    /* [nd+1] range of d's (row*k+j) indices in qlist */
+    int64_t *qlist;    /* [n_rows*k] (row*k + j) grouped by expert, increasing within a group */
+    uint8_t *hit;      /* [nd] 1 if the expert was a hit */
+    uint8_t *done;     /* [nd] 1 once its outputs are written */
+    float *zin, *zout; /* [max group][L] gathered rows and their outputs */
+} xs_call;
+
+/* Compute distinct expert d from the slot buf: gather its rows, run the GLU, scatter. */
+static void compute_one(ms_xstore *s, xs_call *c, int d, const uint8_t *buf)
+{
+    int64_t L = s->o.latent, I = s->o.inter;
+    size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->dexp[d];
+    uint64_t off[XS_PARTS];
+    slot_offsets(s, key, off);
+    /* w1, w3: [I, L]; w2: [L, I]; data = packed [rows][cols/2], scales = [rows][cols/32] */
+    ms_mat w1 = {.type = MS_WT_MXFP4, .rows = I, .cols = L, .data = buf + off[0], .scales = buf + off[1]};
+    ms_mat w2 = {.type = MS_WT_MXFP4, .rows = L, .cols = I, .data = buf + off[2], .scales = buf + off[3]};
+    ms_mat w3 = {.type = MS_WT_MXFP4, .rows = I, .cols = L, .data = buf + off[4], .scales = buf + off[5]};
+    int64_t m = c->start[d + 1] - c->start[d];
+    const int64_t *q = c->qlist + c->start[d];
+    for (int64_t r = 0; r < m; r++) memcpy(c->zin + r * L, c->z + (q[r] / c->k) * L, sizeof(float) * (size_t)L);
+    ms_glu_mlp(&w1, &w3, &w2, s->o.b1, s->o.b2, c->zin, m, c->zout, s->pool);
+    for (int64_t r = 0; r < m; r++) memcpy(c->out + q[r] * L, c->zout + r * L, sizeof(float) * (size_t)L);
+    c->done[d] = 1;
+}
+
+typedef struct {
+    int file;
+    uint64_t off;
+    int d;
+} xs_miss;
+
+static int miss_cmp(const void *a, const void *b)
+{
+    const xs_miss *x = a, *y = b;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    if (x->off != y->off) return x->off < y->off ? -1 : 1;
+    return x->d < y->d ? -1 : x->d > y->d;
+}
+
+/* One policy access for a missed expert, then its read(s) into a free buffer. */
+static void submit_miss(ms_xstore *s, xs_call *c, int d, xs_pend *p)
+{
+    size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->dexp[d];
+    uint32_t victim = UINT32_MAX;
+    int r = ms_cpolicy_access(s->pol, (uint32_t)key, &victim);
+    MS_ASSERT(r != MS_CPOLICY_HIT);
+    s->st.misses++;
+    if (r == MS_CPOLICY_EVICT) {
+        s->st.evictions++;
+        /* A victim with a cached buffer gives it back. If it is a hit of this very call that
+         * is not computed yet, compute it first (it is in memory; order never changes bits).
+         * A victim that is a read pending in this call keeps its buffer until computed. */
+        if (s->key_buf[victim]) {
+            size_t vl = victim / (size_t)s->o.n_experts;
+            int32_t vd = vl == (size_t)c->layer ? s->dmap[victim % (size_t)s->o.n_experts] : -1;
+            if (vd >= 0 && c->hit[vd] && !c->done[vd]) compute_one(s, c, vd, s->key_buf[victim]);
+            buf_put(s, s->key_buf[victim]);
+            s->key_buf[victim] = NULL;
+        }
+    }
+    uint64_t used = (uint64_t)ms_cpolicy_resident(s->pol) * s->slot_bytes;
+    if (used > s->st.cache_bytes_peak) s->st.cache_bytes_peak = used;
+
+    const ms_xloc *l = &s->loc[key];
+    p->key = (uint32_t)key;
+    p->d = d;
+    p->buf = buf_get(s);
+    memset(p->req, 0, sizeof p->req);
+    if (s->loc_state[key] == 2) {
+        p->n_req = 1;
+        p->req[0].file = l->file[0];
+        p->req[0].off = l->off[0];
+        p->req[0].len = (size_t)s->E;
+        p->req[0].buf = p->buf;
+    } else {
+        p->n_req = XS_PARTS;
+        uint64_t region = 0;
+        for (int i = 0; i < XS_PARTS; i++) {
+            p->req[i].file = l->file[i];
+            p->req[i].off = l->off[i];
+            p->req[i].len = (size_t)l->len[i];
+            p->req[i].buf = p->buf + region;
+            region += ms_io_span(l->off[i], (size_t)l->len[i]);
+        }
+    }
+    for (int i = 0; i < p->n_req; i++) ms_io_submit(s->io, &p->req[i]);
+}
+
+/* Wait for every part of p; returns the index of the first failed part, or -1. */
+static int wait_pend(ms_xstore *s, xs_pend *p)
+{
+    int bad = -1;
+    double t0 = now_s();
+    for (int i = 0; i < p->n_req; i++)
+        if (ms_io_wait(s->io, &p->req[i]) != 0 && bad < 0) bad = i;
+    s->st.io_wait_seconds += now_s() - t0;
+    return bad;
+}
+
+static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids,
+                      float *out)
+{
+    ms_xstore *s = ctx;
+    int NE = s->o.n_experts;
+    if (layer < 0 || layer >= s->o.n_layers)
+        return ms_err_set("expert request for layer %d out of range (0..%d)", layer, s->o.n_layers - 1);
+    if (n_rows < 0 || k < 1) return ms_err_set("expert request for layer %d: %lld rows x %d experts", layer,
+                                               (long long)n_rows, k);
+    int64_t n = n_rows * k;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= NE)
+            return ms_err_set("expert id %d out of range (0..%d) in layer %d", ids[i], NE - 1, layer);
+        if (!s->loc_state[(size_t)layer * (size_t)NE + (size_t)ids[i]])
+            return ms_err_set("layer %d expert %d has no location in the expert store", layer, ids[i]);
+    }
+    if (n == 0) return 0;
+    int64_t L = s->o.latent;
+
+    pthread_mutex_lock(&s->mu);
+    s->st.requests += (uint64_t)n;
+    xs_call c = {.layer = layer, .k = k, .z = z, .out = out};
+    /* Group the (row, rank) pairs by expert: first-appearance order, then a counting sort. */
+    int32_t *qd = ms_malloc(sizeof(int32_t) * (size_t)n); /* [n] distinct index of pair q */
+    c.dexp = ms_malloc(sizeof(int32_t) * (size_t)n);
+    c.start = ms_calloc((size_t)n + 1, sizeof(int64_t));
+    c.qlist = ms_malloc(sizeof(int64_t) * (size_t)n);
+    for (int64_t q = 0; q < n; q++) {
+        int32_t e = ids[q];
+        if (s->dmap[e] < 0) {
+            s->dmap[e] = c.nd;
+            c.dexp[c.nd++] = e;
+        }
+        qd[q] = s->dmap[e];
+        c.start[qd[q] + 1]++;
+    }
+    int64_t max_m = 0;
+    for (int d = 0; d < c.nd; d++) {
+        if (c.start[d + 1] > max_m) max_m = c.start[d + 1];
+        c.start[d + 1] += c.start[d];
+    }
+    int64_t *fill = ms_malloc(sizeof(int64_t) * (size_t)c.nd); /* [nd] next free position per group */
+    for (int d = 0; d < c.nd; d++) fill[d] = c.start[d];
+    for (int64_t q = 0; q < n; q++) c.qlist[fill[qd[q]]++] = q;
+    free(fill);
+    free(qd);
+    c.hit = ms_calloc((size_t)c.nd, 1);
+    c.done = ms_calloc((size_t)c.nd, 1);
+    c.zin = ms_malloc(sizeof(float) * (size_t)(max_m * L));
+    c.zout = ms_malloc(sizeof(float) * (size_t)(max_m * L));
+
+    /* Hits first (accesses of hits never change residency), misses sorted by file offset. */
+    xs_miss *miss = ms_malloc(sizeof(xs_miss) * (size_t)c.nd);
+    int n_miss = 0;
+    for (int d = 0; d < c.nd; d++) {
+        size_t key = (size_t)layer * (size_t)NE + (size_t)c.dexp[d];
+        if (ms_cpolicy_contains(s->pol, (uint32_t)key)) {
+            MS_ASSERT(s->key_buf[key] != NULL);
+            int r = ms_cpolicy_access(s->pol, (uint32_t)key, NULL);
+            MS_ASSERT(r == MS_CPOLICY_HIT);
+            c.hit[d] = 1;
+            s->st.hits++;
+        } else {
+            const ms_xloc *l = &s->loc[key];
+            miss[n_miss].file = l->file[0];
+            miss[n_miss].off = l->off[0];
+            miss[n_miss].d = d;
+            n_miss++;
+        }
+    }
+    qsort(miss, (size_t)n_miss, sizeof *miss, miss_cmp);
+
+    /* A ring of up to depth misses read in flight; the first window is issued before the
+     * hits are computed so the disk works while they are. */
+    int depth = s->o.depth, head = 0, n_pend = 0, next = 0, rc = 0;
+    while (next < n_miss && n_pend < depth) {
+        submit_miss(s, &c, miss[next++].d, &s->pend[(head + n_pend) % depth]);
+        n_pend++;
+    }
+    for (int d = 0; d < c.nd; d++) {
+        size_t key = (size_t)layer * (size_t)NE + (size_t)c.dexp[d];
+        if (c.hit[d] && !c.done[d]) compute_one(s, &c, d, s->key_buf[key]);
+    }
+    while (n_pend > 0) {
+        xs_pend *p = &s->pend[head];
+        int bad = wait_pend(s, p);
+        if (bad >= 0) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "layer %d expert %d: cannot read %s: %s", layer, c.dexp[p->d],
+                     ms_io_files_path(s->files, p->req[bad].file), p->req[bad].err);
+            /* Drain every read of this call; none of their bytes may be trusted or kept. */
+            for (int i = 0; i < n_pend; i++) {
+                xs_pend *q = &s->pend[(head + i) % depth];
+                if (i > 0) wait_pend(s, q);
+                ms_cpolicy_remove(s->pol, q->key);
+                buf_put(s, q->buf);
+            }
+            ms_err_set("%s", msg);
+            ms_err_set_code(MS_EXIT_IO);
+            rc = -1;
+            break;
+        }
+        s->st.bytes_read += s->E;
+        compute_one(s, &c, p->d, p->buf);
+        if (ms_cpolicy_contains(s->pol, p->key))
+            s->key_buf[p->key] = p->buf; /* the policy keeps it: the buffer becomes its slot */
+        else
+            buf_put(s, p->buf);
+        head = (head + 1) % depth;
+        n_pend--;
+        if (next < n_miss) {
+            submit_miss(s, &c, miss[next++].d, &s->pend[(head + n_pend) % depth]);
+            n_pend++;
+        }
+    }
+
+    for (int d = 0; d < c.nd; d++) s->dmap[c.dexp[d]] = -1;
+    pthread_mutex_unlock(&s->mu);
+    free(miss);
+    free(c.zin);
+    free(c.zout);
+    free(c.hit);
+    free(c.done);
+    free(c.dexp);
+    free(c.start);
+    free(c.qlist);
+    return rc;
+}
+
+ms_experts ms_xstore_iface(ms_xstore *s)
+{
+    ms_experts ex = {xs_compute, s};
+    return ex;
+}
+
+void ms_xstore_get_stats(ms_xstore *s, ms_xstore_stats *st)
+{
+    pthread_mutex_lock(&s->mu);
+    *st = s->st;
+    st->cache_bytes_used = (uint64_t)ms_cpolicy_resident(s->pol) * s->slot_bytes;
+    ms_io_stats io;
+    ms_io_get_stats(s->io, &io);
+    st->read_busy_seconds = io.busy_seconds;
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,282 @@
+/* ms_mload: plans the RAM budget for a model on disk, reads its pinned trunk, and starts the
+ * trunk streamer and the on-disk expert store. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_model_int.h"
+
+#define CHUNK_BYTES (16ull << 20) /* trunk ring chunk */
+#define RING_SLOTS 4
+
+/* Resident memory of this process from /proc/self/status (VmHWM if peak, else VmRSS). */
+static uint64_t rss_bytes(int peak)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    uint64_t kb = 0;
+    const char *key = peak ? "VmHWM:" : "VmRSS:";
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, strlen(key))) kb = strtoull(line + strlen(key), NULL, 10);
+    fclose(f);
+    return kb * 1024;
+}
+
+static uint64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    uint64_t kb = 0;
+    if (!f) return 8ull << 30;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "MemAvailable:", 13)) kb = strtoull(line + 13, NULL, 10);
+    fclose(f);
+    return kb ? kb * 1024 : 8ull << 30;
+}
+
+/* Is ref r used by ms_matmul through a stream (everything but the embedding)? */
+static int is_trunk(const ms_model *m, int r) { return r != m->embed_ref; }
+
+/* Trunk matrices in the exact order the forward pass uses them (ms_kda_forward, ms_mla_forward,
+ * ms_glu_mlp, ms_moe_forward, then the LM head). The streamer checks the order at run time. */
+static int schedule(const ms_model *m, ms_mat **out)
+{
+    const ms_cfg *c = &m->cfg;
+    int n = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        ms_layer_w *w = &m->layers[i];
+        if (!w->is_mla) {
+            ms_kda_w *k = &w->kda;
+            ms_mat *v[] = {&k->q, &k->k, &k->v, &k->g, &k->fa, &k->fb, &k->b, &k->o};
+            for (size_t j = 0; j < sizeof v / sizeof v[0]; j++) out[n++] = v[j];
+        } else {
+            ms_mla_w *a = &w->mla;
+            out[n++] = &a->qa;
+            out[n++] = &a->qb;
+            out[n++] = &a->kva;
+            out[n++] = &a->kvb;
+            if (c->mla_out_gate) out[n++] = &a->g;
+            out[n++] = &a->o;
+        }
+        if (w->is_dense) {
+            out[n++] = &w->dgate;
+            out[n++] = &w->dup;
+            out[n++] = &w->ddown;
+        } else {
+            ms_moe_w *e = &w->moe;
+            ms_mat *v[] = {&e->gate, &e->down, &e->up, &e->sg, &e->su, &e->sd};
+            for (size_t j = 0; j < sizeof v / sizeof v[0]; j++) out[n++] = v[j];
+        }
+    }
+    out[n++] = (ms_mat *)&m->lm_head;
+    return n;
+}
+
+static int ref_of(const ms_model *m, const ms_mat *w)
+{
+    for (int r = 0; r < m->n_refs; r++)
+        if (m->refs[r].dst == w) return r;
+    return -1;
+}
+
+/* Working memory per prefill token and fixed, from the shapes (generous upper bounds). */
+static void work_bytes(const ms_model *m, uint64_t *per_token, uint64_t *fixed)
+{
+    const ms_cfg *c = &m->cfg;
+    uint64_t E = (uint64_t)c->hidden, P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
+    uint64_t H = (uint64_t)c->mla_heads, dq = (uint64_t)(c->qk_nope + c->qk_rope), dv = (uint64_t)c->v_head;
+    uint64_t L = (uint64_t)c->latent, k = (uint64_t)c->top_k, SI = (uint64_t)c->n_shared * (uint64_t)c->moe_inter;
+    uint64_t smax = (uint64_t)(c->n_layers - 1) / (uint64_t)c->attn_res_block + 1;
+    uint64_t kda = 6 * P + (uint64_t)c->kda_head_dim + (uint64_t)c->kda_heads;
+    uint64_t mla = (uint64_t)c->q_lora + H * dq + (uint64_t)(c->kv_lora + c->qk_rope) + 2 * H * dv;
+    uint64_t mlp = 2 * (uint64_t)c->dense_inter;
+    uint64_t moe = (uint64_t)c->n_experts + 3 * k + L * (3 + 2 * k) + E + 2 * SI;
+    uint64_t mod = kda > mla ? kda : mla;
+    mod += mlp > moe ? mlp : moe;
+    uint64_t row = E * (5 + smax) + mod + 4096; /* + a streamed chunk's output rows */
+    if (m->opts.all_logits) row += (uint64_t)c->vocab;
+    *per_token = 4 * row;
+    uint64_t threads = (uint64_t)ms_pool_size(m->pool);
+    uint64_t kvb = 0;
+    for (int i = 0; i < c->n_layers; i++)
+        if (m->layers[i].is_mla) kvb = ms_mat_bytes(&m->layers[i].mla.kvb);
+    uint64_t mla_scratch = threads * (4 * (uint64_t)(c->qk_nope + c->v_head) * (uint64_t)c->kv_lora +
+                                      20 * (uint64_t)c->kv_lora + 8 * (uint64_t)m->opts.max_positions);
+    /* logits row, sampler candidates (16 B per id), kv_b pulled whole when streamed, MLA scratch */
+    *fixed = 4 * (uint64_t)c->vocab + 16 * (uint64_t)c->vocab + kvb + mla_scratch + 4 * P * 4;
+}
+
+static uint64_t state_bytes(const ms_model *m)
+{
+    const ms_cfg *c = &m->cfg;
+    uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim, total = 0;
+    int64_t pos = m->opts.max_positions > 0 ? m->opts.max_positions : 4096;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->is_mla[i])
+            total += 4 * (uint64_t)(c->kv_lora + c->qk_rope) * (uint64_t)pos;
+        else
+            total += 4 * (P * (uint64_t)c->kda_head_dim + 3 * P * (uint64_t)(c->conv_k - 1) + 3);
+    }
+    return total;
+}
+
+int ms_mload_setup(ms_model *m)
+{
+    const ms_cfg *c = &m->cfg;
+    int depth = m->opts.io_depth > 0 ? m->opts.io_depth : 8;
+    m->iof = ms_io_files_open(m->src.paths, m->src.n_paths, !m->opts.buffered);
+    if (!m->iof) return -1;
+    m->io = ms_io_new(m->iof, depth);
+    if (!m->io) return -1;
+
+    /* The schedule of trunk matrices (all with file locations). */
+    int cap = c->n_layers * 16 + 4;
+    ms_mat **sched = ms_malloc(sizeof *sched * (size_t)cap);
+    int ns = schedule(m, sched);
+    uint64_t *sizes = ms_malloc(sizeof(uint64_t) * (size_t)ns);
+    ms_wstream_item *items = ms_malloc(sizeof *items * (size_t)ns);
+    int *refidx = ms_malloc(sizeof(int) * (size_t)ns);
+    for (int i = 0; i < ns; i++) {
+        refidx[i] = ref_of(m, sched[i]);
+        MS_ASSERT(refidx[i] >= 0 && is_trunk(m, refidx[i]));
+        const ms_wref *r = &m->refs[refidx[i]];
+        sizes[i] = r->bytes;
+        items[i] = (ms_wstream_item){sched[i], r->name, r->file, r->off, r->bytes / (uint64_t)sched[i]->rows,
+                                     sched[i]->rows};
+    }
+
+    /* Plan. */
+    uint64_t per_tok, wfixed;
+    work_bytes(m, &per_tok, &wfixed);
+    ms_plan_in in = {0};
+    in.budget = m->opts.ram_budget ? m->opts.ram_budget : mem_available();
+    in.baseline = m->opts.baseline ? m->opts.baseline : rss_bytes(1);
+    in.state = state_bytes(m);
+    in.work_fixed = wfixed;
+    in.work_per_token = per_tok;
+    in.prompt_tokens = m->opts.prompt_tokens > 0 ? m->opts.prompt_tokens : 64;
+    in.max_chunk = m->opts.max_chunk > 0 ? m->opts.max_chunk : 64;
+    in.expert_fixed = ms_xstore_fixed_bytes(c->latent, c->moe_inter, depth);
+    in.expert_bytes = ms_xstore_slot_bytes(c->latent, c->moe_inter);
+    in.min_cache = (uint64_t)c->top_k * in.expert_bytes;
+    in.trunk = sizes;
+    in.n_trunk = ns;
+    in.ring = ms_wstream_ring_bytes(items, ns, CHUNK_BYTES, RING_SLOTS);
+    int rc = -1;
+    if (ms_plan_make(&in, &m->plan) != 0) goto out;
+    m->plan.in.trunk = NULL; /* sizes is freed below */
+    m->planned = 1;
+    if (!m->opts.quiet) ms_plan_print(&m->plan, stderr);
+
+    /* Read the pinned prefix: aligned buffers, reads in flight together. */
+    ms_io_req *reqs = ms_calloc((size_t)(m->plan.n_pinned + 1), sizeof *reqs);
+    for (int i = 0; i < m->plan.n_pinned; i++) {
+        const ms_wref *r = &m->refs[refidx[i]];
+        reqs[i].file = r->file;
+        reqs[i].off = r->off;
+        reqs[i].len = (size_t)r->bytes;
+        reqs[i].buf = ms_model_own(m, ms_io_alloc(ms_io_span(r->off, (size_t)r->bytes)));
+        ms_io_submit(m->io, &reqs[i]);
+    }
+    int bad = 0;
+    for (int i = 0; i < m->plan.n_pinned; i++) {
+        if (ms_io_wait(m->io, &reqs[i]) != 0 && !bad) {
+            bad = 1;
+            ms_err_wrap("reading tensor %s", m->refs[refidx[i]].name);
+        }
+        sched[i]->data = reqs[i].data;
+    }
+    free(reqs);
+    if (bad) goto out;
+
+    /* Stream the rest. */
+    if (m->plan.n_pinned < ns) {
+        m->ws = ms_wstream_new(m->io, items + m->plan.n_pinned, ns - m->plan.n_pinned, CHUNK_BYTES, RING_SLOTS);
+        for (int i = m->plan.n_pinned; i < ns; i++) {
+            sched[i]->stream = ms_wstream_iface(m->ws);
+            sched[i]->key = sched[i];
+        }
+    }
+
+    /* Routed experts on disk. */
+    ms_xstore_opts xo = {c->n_layers, c->n_experts, c->latent, c->moe_inter, c->situ_b1, c->situ_b2,
+                         m->plan.cache, depth, m->opts.lru};
+    int any = 0;
+    for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_experts; i++) any |= m->xlocs[i].len[0] > 0;
+    if (any) {
+        m->xs = ms_xstore_new(&xo, m->iof, m->pool);
+        if (!m->xs) goto out;
+        for (int i = 0; i < c->n_layers; i++)
+            for (int e = 0; e < c->n_experts; e++) {
+                const ms_xloc *x = &m->xlocs[(size_t)i * (size_t)c->n_experts + (size_t)e];
+                if (x->len[0]) ms_xstore_set(m->xs, i, e, x);
+            }
+        m->experts = ms_xstore_iface(m->xs);
+    }
+    rc = 0;
+out:
+    free(sched);
+    free(sizes);
+    free(items);
+    free(refidx);
+    return rc;
+}
+
+void ms_mload_teardown(ms_model *m)
+{
+    ms_xstore_free(m->xs);
+    m->xs = NULL;
+    ms_wstream_free(m->ws);
+    m->ws = NULL;
+    ms_io_free(m->io);
+    m->io = NULL;
+    ms_io_files_close(m->iof);
+    m->iof = NULL;
+}
+
+int ms_mload_embed_row(ms_model *m, int32_t id, float *out)
+{
+    const ms_wref *r = &m->refs[m->embed_ref];
+    uint64_t rb = r->bytes / (uint64_t)m->embed.rows;
+    void *buf = ms_malloc((size_t)rb);
+    int rc = ms_io_read(m->io, r->file, r->off + (uint64_t)id * rb, (size_t)rb, buf);
+    if (rc == 0) {
+        ms_mat row = {m->embed.type, 1, m->embed.cols, buf, NULL, NULL, NULL};
+        ms_mat_row_f32(&row, 0, out);
+    } else {
+        ms_err_wrap("reading row %d of %s", id, r->name);
+    }
+    free(buf);
+    return rc;
+}
+
+void ms_model_get_stats(ms_model *m, ms_model_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (m->xs) {
+        ms_xstore_stats x;
+        ms_xstore_get_stats(m->xs, &x);
+        st->bytes_read_experts = x.bytes_read;
+        st->expert_requests = x.requests;
+        st->expert_cache_hits = x.hits;
+        st->expert_cache_misses = x.misses;
+        st->expert_cache_evictions = x.evictions;
+        st->expert_cache_bytes = x.cache_bytes_used;
+        st->expert_cache_peak_bytes = x.cache_bytes_peak;
+        st->io_wait_seconds += x.io_wait_seconds;
+        st->read_busy_seconds = x.read_busy_seconds;
+    }
+    if (m->ws) {
+        ms_wstream_stats w;
+        ms_wstream_get_stats(m->ws, &w);
+        st->io_wait_seconds += w.wait_seconds;
+    }
+    if (m->io) {
+        ms_io_stats s;
+        ms_io_get_stats(m->io, &s);
+        /* pinned loads and embedding rows go through the same pool */
+        st->bytes_read_trunk = s.bytes;
+    }
+}

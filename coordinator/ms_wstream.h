@@ -1,0 +1,46 @@
+/* ms_wstream: streams non-resident trunk matrices from disk in row chunks through a small ring. */
+#ifndef MS_WSTREAM_H
+#define MS_WSTREAM_H
+
+#include <stdint.h>
+
+#include "ms_io.h"
+#include "ms_kern.h"
+
+/* One streamed matrix: rows of row_bytes each, stored contiguously at file/off. */
+typedef struct {
+    const void *key;     /* the ms_mat that ms_matmul will pass back (its address) */
+    const char *name;    /* tensor name, for messages (borrowed) */
+    int file;
+    uint64_t off;
+    uint64_t row_bytes;
+    int64_t rows;
+} ms_wstream_item;
+
+typedef struct ms_wstream ms_wstream;
+
+/* A streamer over the schedule items[0..n) (copied), in the exact order the forward pass uses
+ * them; after the last item it goes on with the first (the next forward pass), so reads for
+ * the next layer and the next token overlap the current compute. Chunks hold as many whole
+ * rows as fit in chunk_bytes (at least one row); the ring has n_slots chunk buffers, each a
+ * read in flight or a chunk ready or in use. io is borrowed. */
+ms_wstream *ms_wstream_new(ms_io *io, const ms_wstream_item *items, int n, uint64_t chunk_bytes, int n_slots);
+void ms_wstream_free(ms_wstream *w); /* waits for reads in flight; accepts NULL */
+
+/* Memory the ring will use for these settings (all slots), for the planner. */
+uint64_t ms_wstream_ring_bytes(const ms_wstream_item *items, int n, uint64_t chunk_bytes, int n_slots);
+
+/* The stream to set in each scheduled ms_mat (stream = this, key = its address). */
+const ms_mat_stream *ms_wstream_iface(ms_wstream *w);
+
+/* 0, or -1 after a read failed (ms_err is set to the first failure, naming the tensor and
+ * file); a failed stream stays failed. */
+int ms_wstream_check(ms_wstream *w);
+
+typedef struct {
+    uint64_t bytes_read;     /* trunk bytes delivered */
+    double wait_seconds;     /* compute thread blocked waiting for chunks */
+} ms_wstream_stats;
+void ms_wstream_get_stats(ms_wstream *w, ms_wstream_stats *st);
+
+#endif

@@ -1,0 +1,526 @@
+/* test_xstore: the SSD expert store against the in-memory expert table (bits, stats, errors). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_expert.h"
+#include "ms_io.h"
+#include "ms_ops.h"
+#include "ms_st.h"
+#include "ms_test.h"
+#include "ms_xstore.h"
+
+/* Tiny experts: w1, w3: [I, L], w2: [L, I], MXFP4. NE per layer > 8 so one call can miss
+ * more experts than the deepest read queue. */
+#define NL 2
+#define NE 12
+#define LAT 64
+#define INTER 64
+#define NK (NL * NE)
+#define N_CALLS 24 /* random calls per store configuration */
+
+static const char *part_name[6] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
+                                   "w2.weight_scale",  "w3.weight_packed", "w3.weight_scale"};
+static char tmp_root[4096];
+static uint8_t *part_bytes[NK][6]; /* the random bytes of each expert part */
+static uint64_t part_len[6];
+static int64_t part_shape[6][2];
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+
+static const char *tpath(const char *name)
+{
+    static char buf[4][4096 + 64];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp_root, name);
+    return buf[k];
+}
+
+static void tname(char *buf, size_t n, int l, int e, int part)
+{
+    snprintf(buf, n, "model.layers.%d.mlp.experts.%d.%s", l, e, part_name[part]);
+}
+
+/* A filler tensor of an odd size, so experts start at every kind of alignment. */
+static void add_filler(ms_st_writer *w, int *nf, int64_t bytes)
+{
+    char name[64];
+    snprintf(name, sizeof name, "filler.%d", (*nf)++);
+    uint8_t *b = malloc((size_t)bytes);
+    for (int64_t i = 0; i < bytes; i++) b[i] = (uint8_t)rnd();
+    ms_st_writer_add_copy(w, name, MS_DT_U8, 1, &bytes, b);
+    free(b);
+}
+
+static void add_part(ms_st_writer *w, int key, int part)
+{
+    char name[128];
+    tname(name, sizeof name, key / NE, key % NE, part);
+    ms_st_writer_add_copy(w, name, MS_DT_U8, 2, part_shape[part], part_bytes[key][part]);
+}
+
+/* scattered = 0: every expert one canonical run (fillers only between experts).
+ * scattered = 1: even keys have their parts in a shuffled order with fillers between. */
+static void write_file(const char *path, int scattered)
+{
+    ms_st_writer *w = ms_st_writer_new();
+    int nf = 0;
+    add_filler(w, &nf, 37);
+    for (int key = 0; key < NK; key++) {
+        if (scattered && key % 2 == 0) {
+            static const int order[6] = {4, 1, 5, 0, 3, 2};
+            for (int i = 0; i < 6; i++) {
+                add_part(w, key, order[i]);
+                add_filler(w, &nf, 1 + (int64_t)(rnd() % 5000));
+            }
+        } else {
+            for (int p = 0; p < 6; p++) add_part(w, key, p);
+            if (key % 3 == 1) add_filler(w, &nf, 1 + (int64_t)(rnd() % 3000));
+        }
+    }
+    int rc = ms_st_writer_write(w, path);
+    if (rc != 0) {
+        fprintf(stderr, "cannot write %s: %s\n", path, ms_err_msg());
+        exit(1);
+    }
+    ms_st_writer_free(w);
+}
+
+static const ms_st_tensor *find_part(const ms_st *st, int key, int part)
+{
+    char name[128];
+    tname(name, sizeof name, key / NE, key % NE, part);
+    const ms_st_tensor *t = ms_st_find(st, name);
+    if (!t) {
+        fprintf(stderr, "tensor %s missing\n", name);
+        exit(1);
+    }
+    return t;
+}
+
+/* Location of expert key: parts from file A (mode 0), file B (mode 1), or alternately
+ * (mode 2: even parts from A, odd from B; both files hold the same bytes). */
+static void make_loc(ms_st *const sts[2], int key, int mode, ms_xloc *loc)
+{
+    for (int p = 0; p < 6; p++) {
+        int f = mode == 2 ? p % 2 : mode;
+        const ms_st_tensor *t = find_part(sts[f], key, p);
+        loc->file[p] = f;
+        loc->off[p] = t->offset;
+        loc->len[p] = t->nbytes;
+    }
+}
+
+static int loc_contiguous(const ms_xloc *l)
+{
+    for (int p = 1; p < 6; p++)
+        if (l->file[p] != l->file[0] || l->off[p] != l->off[p - 1] + l->len[p - 1]) return 0;
+    return 1;
+}
+
+static int has(const char *s, const char *n) { return strstr(s, n) != NULL; }
+
+/* ---- shape arithmetic ---- */
+
+static void test_sizes(void)
+{
+    /* spec §4.5: one K3 expert (L = 3584, I = 3072) is 17,547,264 bytes */
+    T_CHECK(ms_xstore_expert_bytes(3584, 3072) == 17547264ull, "K3 expert bytes %llu",
+            (unsigned long long)ms_xstore_expert_bytes(3584, 3072));
+    int shapes[3][2] = {{3584, 3072}, {LAT, INTER}, {64, 32}};
+    for (int i = 0; i < 3; i++) {
+        int L = shapes[i][0], I = shapes[i][1];
+        uint64_t E = ms_xstore_expert_bytes(L, I), slot = ms_xstore_slot_bytes(L, I);
+        int ok = slot % MS_IO_ALIGN == 0;
+        /* any start offset, one read or six reads, must fit a slot */
+        for (uint64_t off = 0; off < MS_IO_ALIGN; off += 1 + off / 3) {
+            if (ms_io_span(off, (size_t)E) > slot) ok = 0;
+            uint64_t six = 0, lens[6] = {(uint64_t)L * I / 2, (uint64_t)L * I / 32, (uint64_t)L * I / 2,
+                                         (uint64_t)L * I / 32, (uint64_t)L * I / 2, (uint64_t)L * I / 32};
+            for (int p = 0; p < 6; p++) six += ms_io_span(off + 977 * (uint64_t)p, (size_t)lens[p]);
+            if (six > slot) ok = 0;
+        }
+        T_CHECK(ok, "slot %llu too small for expert of %llu bytes (L %d I %d)", (unsigned long long)slot,
+                (unsigned long long)E, L, I);
+        T_CHECK(ms_xstore_fixed_bytes(L, I, 8) == 8 * slot, "fixed bytes = depth slots");
+    }
+}
+
+/* ---- reference vs store ---- */
+
+typedef struct {
+    uint64_t cache_slots; /* cache_bytes = cache_slots * slot - cache_minus */
+    uint64_t cache_minus;
+    int depth, direct, lru, mode;
+} cfg;
+
+static ms_expert_table *ref_table;
+static ms_st *sts[2];
+
+/* One routing: layer, rows, k, ids[rows][k], distinct within a row as a router picks them,
+ * drawn from a subset of the layer's experts so they repeat across rows. */
+static void random_routing(int *layer, int64_t *n_rows, int *k, int32_t *ids, float *z)
+{
+    *layer = (int)(rnd() % NL);
+    *n_rows = 1 + (int64_t)(rnd() % 9);
+    *k = 1 + (int)(rnd() % 4);
+    int pool_n = *k + (int)(rnd() % (unsigned)(NE - *k + 1));
+    int base = (int)(rnd() % NE);
+    for (int64_t r = 0; r < *n_rows; r++)
+        for (int j = 0; j < *k; j++) {
+            int32_t e;
+            int dup;
+            do {
+                e = (int32_t)((base + (int)(rnd() % (unsigned)pool_n)) % NE);
+                dup = 0;
+                for (int i = 0; i < j; i++) dup |= ids[r * *k + i] == e;
+            } while (dup);
+            ids[r * *k + j] = e;
+        }
+    for (int64_t i = 0; i < *n_rows * LAT; i++) z[i] = (float)((int)(rnd() % 2001) - 1000) / 997.0f;
+}
+
+static int distinct(const int32_t *ids, int64_t n)
+{
+    int seen[NE] = {0}, c = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!seen[ids[i]]++) c++;
+    return c;
+}
+
+static int run_cfg(const cfg *c, int *direct_ran)
+{
+    const char *paths[2] = {tpath("a.safetensors"), tpath("b.safetensors")};
+    ms_io_files *files = ms_io_files_open(paths, 2, c->direct);
+    T_CHECK(files != NULL, "open files: %s", ms_err_msg());
+    if (!files) return 0;
+    *direct_ran = ms_io_files_direct(files, 0) && ms_io_files_direct(files, 1);
+    uint64_t slot = ms_xstore_slot_bytes(LAT, INTER), E = ms_xstore_expert_bytes(LAT, INTER);
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .latent = LAT, .inter = INTER, .b1 = 4.0f, .b2 = 25.0f,
+                        .cache_bytes = c->cache_slots * slot - c->cache_minus, .depth = c->depth, .lru = c->lru};
+    ms_xstore *s = ms_xstore_new(&o, files, NULL);
+    T_CHECK(s != NULL, "store: %s", ms_err_msg());
+    if (!s) {
+        ms_io_files_close(files);
+        return 0;
+    }
+    for (int key = 0; key < NK; key++) {
+        ms_xloc loc;
+        make_loc(sts, key, c->mode, &loc);
+        ms_xstore_set(s, key / NE, key % NE, &loc);
+    }
+    ms_experts st_if = ms_xstore_iface(s), ref_if = ms_expert_table_iface(ref_table);
+    int32_t ids[9 * 4];
+    float z[9 * LAT], want[9 * 4 * LAT], got[9 * 4 * LAT];
+    int bad_bits = 0, bad_stats = 0, bad_cap = 0, bad_repeat = 0;
+    uint64_t n_calls = 0;
+    ms_xstore_stats prev, now;
+    ms_xstore_get_stats(s, &prev);
+    int all_fit = c->cache_minus == 0 && c->cache_slots >= NK;
+    for (int call = 0; call < N_CALLS; call++) {
+        int layer, k;
+        int64_t n_rows;
+        random_routing(&layer, &n_rows, &k, ids, z);
+        memset(got, 0xff, sizeof got);
+        int rc_ref = ref_if.compute(ref_if.ctx, layer, n_rows, z, k, ids, want);
+        int rc = st_if.compute(st_if.ctx, layer, n_rows, z, k, ids, got);
+        T_CHECK(rc == 0 && rc_ref == 0, "compute failed: %s", ms_err_msg());
+        if (rc != 0) break;
+        n_calls++;
+        if (memcmp(got, want, sizeof(float) * (size_t)(n_rows * k * LAT)) != 0) bad_bits++;
+        ms_xstore_get_stats(s, &now);
+        int nd = distinct(ids, n_rows * k);
+        uint64_t dm = now.misses - prev.misses;
+        if (now.hits + now.misses - prev.hits - prev.misses != (uint64_t)nd ||
+            now.requests - prev.requests != (uint64_t)(n_rows * k) || now.bytes_read - prev.bytes_read != dm * E)
+            bad_stats++;
+        if (now.cache_bytes_used > o.cache_bytes || now.cache_bytes_peak > o.cache_bytes) bad_cap++;
+        prev = now;
+        /* With room for every expert, the same call again is served from memory. */
+        if (all_fit && call % 5 == 0) {
+            memset(got, 0xff, sizeof got);
+            rc = st_if.compute(st_if.ctx, layer, n_rows, z, k, ids, got);
+            ms_xstore_get_stats(s, &now);
+            if (rc != 0 || now.misses != prev.misses || now.bytes_read != prev.bytes_read ||
+                now.hits - prev.hits != (uint64_t)nd ||
+                memcmp(got, want, sizeof(float) * (size_t)(n_rows * k * LAT)) != 0)
+                bad_repeat++;
+            prev = now;
+        }
+    }
+    char what[160];
+    snprintf(what, sizeof what, "cache %llu slots%s, depth %d, %s, %s, %s", (unsigned long long)c->cache_slots,
+             c->cache_minus ? " - 1 byte" : "", c->depth, c->direct ? "direct" : "buffered",
+             c->lru ? "LRU" : "WLFU", c->mode == 0 ? "file A" : c->mode == 1 ? "file B" : "A/B mixed");
+    T_CHECK(n_calls == N_CALLS, "%s: %llu calls", what, (unsigned long long)n_calls);
+    T_CHECK(bad_bits == 0, "%s: %d calls differ from the table", what, bad_bits);
+    T_CHECK(bad_stats == 0, "%s: %d calls with inconsistent counters", what, bad_stats);
+    T_CHECK(bad_cap == 0, "%s: %d calls over the cache bytes", what, bad_cap);
+    T_CHECK(bad_repeat == 0, "%s: %d repeated calls were not pure hits", what, bad_repeat);
+    ms_xstore_get_stats(s, &now);
+    if (o.cache_bytes < slot) T_CHECK(now.hits == 0 && now.cache_bytes_peak == 0, "%s: no cache, yet hits", what);
+    if (c->cache_slots >= 3 && c->cache_minus == 0) T_CHECK(now.hits > 0, "%s: a cache that never hits", what);
+    if (c->cache_slots > 0 && c->cache_slots < NK) T_CHECK(now.evictions > 0, "%s: small cache never evicts", what);
+    T_CHECK(now.io_wait_seconds >= 0 && now.read_busy_seconds >= 0, "%s: timers", what);
+    ms_xstore_free(s);
+    ms_io_files_close(files);
+    return 1;
+}
+
+/* Each (row, rank) on its own, T = 1, from the mapped bytes: grouping must not change a bit. */
+static void test_row_invariance(void)
+{
+    const char *paths[1] = {tpath("b.safetensors")};
+    ms_io_files *files = ms_io_files_open(paths, 1, 1);
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .latent = LAT, .inter = INTER, .b1 = 4.0f, .b2 = 25.0f,
+                        .cache_bytes = 2 * ms_xstore_slot_bytes(LAT, INTER), .depth = 3};
+    ms_xstore *s = ms_xstore_new(&o, files, NULL);
+    ms_st *one[2] = {sts[1], sts[1]};
+    for (int key = 0; key < NK; key++) {
+        ms_xloc loc;
+        make_loc(one, key, 0, &loc);
+        ms_xstore_set(s, key / NE, key % NE, &loc);
+    }
+    ms_experts ex = ms_xstore_iface(s);
+    int bad = 0;
+    for (int call = 0; call < 10; call++) {
+        int layer, k;
+        int64_t n_rows;
+        int32_t ids[9 * 4];
+        float z[9 * LAT], got[9 * 4 * LAT], y[LAT];
+        random_routing(&layer, &n_rows, &k, ids, z);
+        T_CHECK(ex.compute(ex.ctx, layer, n_rows, z, k, ids, got) == 0, "compute: %s", ms_err_msg());
+        for (int64_t q = 0; q < n_rows * k; q++) {
+            int key = layer * NE + ids[q];
+            ms_mat w[6 / 2];
+            for (int m = 0; m < 3; m++) {
+                const ms_st_tensor *tp = find_part(sts[1], key, 2 * m), *ts = find_part(sts[1], key, 2 * m + 1);
+                memset(&w[m], 0, sizeof w[m]);
+                w[m].type = MS_WT_MXFP4;
+                w[m].rows = m == 1 ? LAT : INTER;
+                w[m].cols = m == 1 ? INTER : LAT;
+                w[m].data = tp->data;
+                w[m].scales = ts->data;
+            }
+            ms_glu_mlp(&w[0], &w[2], &w[1], 4.0f, 25.0f, z + (q / k) * LAT, 1, y, NULL);
+            if (memcmp(y, got + q * LAT, sizeof y) != 0) bad++;
+        }
+    }
+    T_CHECK(bad == 0, "%d outputs differ from one-row computes", bad);
+    ms_xstore_free(s);
+    ms_io_files_close(files);
+}
+
+/* ---- errors ---- */
+
+static void test_errors(void)
+{
+    /* c.safetensors: file A cut in the middle of the expert that ends last in the file. */
+    int last = 0;
+    for (int key = 0; key < NK; key++)
+        if (find_part(sts[0], key, 5)->offset > find_part(sts[0], last, 5)->offset) last = key;
+    const ms_st_tensor *mid = find_part(sts[0], last, 2);
+    size_t cut = (size_t)mid->offset + 100;
+    size_t alen = 0;
+    char *abytes = ms_t_read_file(tpath("a.safetensors"), &alen);
+    FILE *f = fopen(tpath("c.safetensors"), "wb");
+    T_CHECK(abytes && f && fwrite(abytes, 1, cut, f) == cut, "write truncated copy");
+    if (f) fclose(f);
+    free(abytes);
+
+    /* Variant first = 0: every expert in c (the cut one is read last, in offset order);
+     * first = 1: only the cut one in c (file 0), the rest in a (file 1), so the failing read
+     * is the first in order and the reads behind it are still in flight when it fails. */
+    for (int v = 0; v < 4; v++) {
+        int direct = v & 1, first = v >> 1;
+        const char *paths[2] = {tpath("c.safetensors"), tpath("a.safetensors")};
+        ms_io_files *files = ms_io_files_open(paths, 2, direct);
+        ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .latent = LAT, .inter = INTER, .b1 = 4.0f, .b2 = 25.0f,
+                            .cache_bytes = NK * ms_xstore_slot_bytes(LAT, INTER), .depth = 4};
+        ms_xstore *s = ms_xstore_new(&o, files, NULL);
+        ms_st *one[2] = {sts[0], sts[0]};
+        for (int key = 0; key < NK; key++) {
+            ms_xloc loc;
+            make_loc(one, key, 0, &loc);
+            T_CHECK(loc_contiguous(&loc), "file A expert %d not contiguous", key);
+            if (first && key != last)
+                for (int p = 0; p < 6; p++) loc.file[p] = 1;
+            if (key != NE + 3) ms_xstore_set(s, key / NE, key % NE, &loc); /* (1, 3) stays unset */
+        }
+        ms_experts ex = ms_xstore_iface(s), ref = ms_expert_table_iface(ref_table);
+        int L0 = last / NE, E0 = last % NE;
+        char want_l[32], want_e[32];
+        snprintf(want_l, sizeof want_l, "layer %d", L0);
+        snprintf(want_e, sizeof want_e, "expert %d", E0);
+        float z[3 * LAT], got[3 * 3 * LAT], want[3 * 3 * LAT];
+        for (int i = 0; i < 3 * LAT; i++) z[i] = (float)(i % 17) * 0.125f - 1.0f;
+        int o1 = (E0 + 1) % NE, o2 = (E0 + 2) % NE, o3 = (E0 + 5) % NE;
+        if (L0 == 1) { /* keep clear of the unset expert 3 */
+            if (o1 == 3) o1 = (E0 + 7) % NE;
+            if (o2 == 3) o2 = (E0 + 8) % NE;
+            if (o3 == 3) o3 = (E0 + 9) % NE;
+        }
+        /* Warm one other expert, then a call mixing a hit, misses and the truncated expert. */
+        int32_t warm[1] = {o1};
+        T_CHECK(ex.compute(ex.ctx, L0, 1, z, 1, warm, got) == 0, "warm call: %s", ms_err_msg());
+        int32_t ids[9] = {o2, last % NE, o1, o1, o3, E0, o2, o3, o1};
+        for (int rep = 0; rep < 2; rep++) {
+            ms_err_clear();
+            int rc = ex.compute(ex.ctx, L0, 3, z, 3, ids, got);
+            const char *m = ms_err_msg();
+            T_CHECK(rc == -1, "truncated expert accepted (try %d)", rep);
+            T_CHECK(has(m, "c.safetensors") && has(m, want_l) && has(m, want_e),
+                    "message must name file, layer and expert: %s", m);
+            T_CHECK(ms_err_code() == MS_EXIT_IO, "class %d", ms_err_code());
+        }
+        ms_xstore_stats st;
+        ms_xstore_get_stats(s, &st);
+        T_CHECK(st.cache_bytes_used <= o.cache_bytes, "cache over budget after failure");
+        /* The other experts still work, from cache or disk, and give the table's bits. */
+        int32_t ok_ids[6] = {o2, o1, o3, o3, o1, o2};
+        int rc = ex.compute(ex.ctx, L0, 2, z, 3, ok_ids, got);
+        T_CHECK(rc == 0, "other experts after a failure: %s", ms_err_msg());
+        T_CHECK(ref.compute(ref.ctx, L0, 2, z, 3, ok_ids, want) == 0, "reference");
+        T_CHECK(rc == 0 && memcmp(got, want, sizeof(float) * 6 * LAT) == 0, "bits after failure");
+
+        /* Unset expert, ids and layer out of range: refused by name, nothing computed. */
+        int32_t unset[2] = {0, 3};
+        ms_err_clear();
+        T_CHECK(ex.compute(ex.ctx, 1, 1, z, 2, unset, got) == -1 && has(ms_err_msg(), "layer 1 expert 3"),
+                "unset expert: %s", ms_err_msg());
+        int32_t big[1] = {NE}, neg[1] = {-1}, fine[1] = {0};
+        ms_err_clear();
+        T_CHECK(ex.compute(ex.ctx, 0, 1, z, 1, big, got) == -1 && has(ms_err_msg(), "expert id 12") &&
+                    has(ms_err_msg(), "layer 0"),
+                "id too large: %s", ms_err_msg());
+        ms_err_clear();
+        T_CHECK(ex.compute(ex.ctx, 0, 1, z, 1, neg, got) == -1 && has(ms_err_msg(), "expert id -1"),
+                "negative id: %s", ms_err_msg());
+        ms_err_clear();
+        T_CHECK(ex.compute(ex.ctx, NL, 1, z, 1, fine, got) == -1 && has(ms_err_msg(), "layer 2"),
+                "layer out of range: %s", ms_err_msg());
+        ms_err_clear();
+        T_CHECK(ex.compute(ex.ctx, -1, 1, z, 1, fine, got) == -1 && has(ms_err_msg(), "layer -1"),
+                "negative layer: %s", ms_err_msg());
+        ms_xstore_get_stats(s, &st);
+        uint64_t req = st.requests;
+        T_CHECK(ex.compute(ex.ctx, 0, 0, z, 1, fine, got) == 0, "zero rows");
+        ms_xstore_get_stats(s, &st);
+        T_CHECK(st.requests == req, "zero rows counted");
+        ms_xstore_free(s);
+        ms_io_files_close(files);
+    }
+
+    /* Bad options are refused with a message. */
+    const char *paths[1] = {tpath("a.safetensors")};
+    ms_io_files *files = ms_io_files_open(paths, 1, 0);
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .latent = 48, .inter = INTER, .depth = 2};
+    ms_err_clear();
+    T_CHECK(ms_xstore_new(&o, files, NULL) == NULL && has(ms_err_msg(), "latent 48"), "latent 48: %s",
+            ms_err_msg());
+    o.latent = LAT;
+    o.depth = 0;
+    ms_err_clear();
+    T_CHECK(ms_xstore_new(&o, files, NULL) == NULL && has(ms_err_msg(), "depth 0"), "depth 0: %s", ms_err_msg());
+    ms_io_files_close(files);
+    ms_xstore_free(NULL);
+}
+
+int main(void)
+{
+    snprintf(tmp_root, sizeof tmp_root, "%s", ms_t_tmpdir("xstore"));
+    test_sizes();
+
+    int64_t I = INTER, L = LAT;
+    int64_t shp[6][2] = {{I, L / 2}, {I, L / 32}, {L, I / 2}, {L, I / 32}, {I, L / 2}, {I, L / 32}};
+    memcpy(part_shape, shp, sizeof shp);
+    for (int p = 0; p < 6; p++) part_len[p] = (uint64_t)(part_shape[p][0] * part_shape[p][1]);
+    for (int key = 0; key < NK; key++)
+        for (int p = 0; p < 6; p++) {
+            part_bytes[key][p] = malloc(part_len[p]);
+            /* scales near 2^0 keep every value finite; packed nibbles are anything */
+            for (uint64_t i = 0; i < part_len[p]; i++)
+                part_bytes[key][p][i] = (uint8_t)(p % 2 ? 120 + rnd() % 10 : rnd());
+        }
+    write_file(tpath("a.safetensors"), 0);
+    write_file(tpath("b.safetensors"), 1);
+    sts[0] = ms_st_open_file(tpath("a.safetensors"));
+    sts[1] = ms_st_open_file(tpath("b.safetensors"));
+    T_CHECK(sts[0] && sts[1], "reopen: %s", ms_err_msg());
+    if (!sts[0] || !sts[1]) return ms_t_done();
+
+    /* Both files hold the same expert bytes; A is contiguous, B scatters the even experts. */
+    int same = 1, contig_a = 0, contig_b = 0, unaligned = 0;
+    for (int key = 0; key < NK; key++) {
+        ms_xloc la, lb;
+        ms_st *one0[2] = {sts[0], sts[0]}, *one1[2] = {sts[1], sts[1]};
+        make_loc(one0, key, 0, &la);
+        make_loc(one1, key, 0, &lb);
+        contig_a += loc_contiguous(&la);
+        contig_b += loc_contiguous(&lb);
+        unaligned += la.off[0] % MS_IO_ALIGN != 0;
+        for (int p = 0; p < 6; p++)
+            if (memcmp(find_part(sts[0], key, p)->data, find_part(sts[1], key, p)->data, part_len[p]) != 0 ||
+                memcmp(find_part(sts[0], key, p)->data, part_bytes[key][p], part_len[p]) != 0)
+                same = 0;
+    }
+    T_CHECK(same, "files hold different expert bytes");
+    T_CHECK(contig_a == NK && contig_b == NK / 2, "contiguous experts: A %d, B %d", contig_a, contig_b);
+    T_CHECK(unaligned > 0, "no unaligned expert in A");
+
+    /* The reference: the in-memory table over A's mapped bytes. */
+    ref_table = ms_expert_table_new(NL, NE, LAT, 4.0f, 25.0f, NULL);
+    for (int key = 0; key < NK; key++) {
+        ms_expert_w w;
+        memset(&w, 0, sizeof w);
+        ms_mat *m[3] = {&w.w1, &w.w2, &w.w3};
+        for (int i = 0; i < 3; i++) {
+            m[i]->type = MS_WT_MXFP4;
+            m[i]->rows = i == 1 ? L : I;
+            m[i]->cols = i == 1 ? I : L;
+            m[i]->data = find_part(sts[0], key, 2 * i)->data;
+            m[i]->scales = find_part(sts[0], key, 2 * i + 1)->data;
+        }
+        ms_expert_table_set(ref_table, key / NE, key % NE, &w);
+    }
+
+    int direct_ok = 0, direct_asked = 0;
+    static const uint64_t caches[][2] = {{0, 0}, {1, 0}, {3, 0}, {3, 1}, {NK, 0}};
+    /* Every cache size x depth x read mode; policy and file layout rotate so each of their six
+     * pairs meets every cache size (the full product would only cost time). */
+    int n_run = 0;
+    for (size_t ci = 0; ci < sizeof caches / sizeof caches[0]; ci++)
+        for (int depth = 1; depth <= 8; depth += 7)
+            for (int direct = 0; direct <= 1; direct++)
+                for (int twice = 0; twice < 2; twice++, n_run++) {
+                    int pair = (int)((n_run + ci) % 6);
+                    cfg c = {caches[ci][0], caches[ci][1], depth, direct, pair / 3, pair % 3};
+                    int dr = 0;
+                    run_cfg(&c, &dr);
+                    if (direct) {
+                        direct_asked++;
+                        direct_ok += dr;
+                    }
+                }
+    printf("O_DIRECT on %s: %s\n", tmp_root,
+           direct_ok == direct_asked ? "used" : direct_ok ? "partly used" : "refused by the file system, buffered reads ran");
+    test_row_invariance();
+    test_errors();
+
+    ms_expert_table_free(ref_table);
+    ms_st_close(sts[0]);
+    ms_st_close(sts[1]);
+    for (int key = 0; key < NK; key++)
+        for (int p = 0; p < 6; p++) free(part_bytes[key][p]);
+    return ms_t_done();
+}
