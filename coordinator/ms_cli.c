@@ -294,7 +294,7 @@ static void synth_usage(FILE *f)
           "Writes a random Kimi K3 checkpoint in the released layout (nested config.json, BF16 trunk,\n"
           "F32 small tensors, MXFP4 routed experts, sharded safetensors with an index) and a small\n"
           "tiktoken tokenizer. The same preset and seed always give the same bytes.\n"
-          "Presets: tiny (default, < 1 MB), small (about 250 MB, 256 experts a layer), k3-slice (the\n"
+          "Presets: tiny (default, < 1 MB), small (about 650 MB, 512 experts a layer), k3-slice (the\n"
           "released K3 widths with --layers N layers, default 3: about 40 GB).\n",
           f);
 }

@@ -262,6 +262,8 @@ static int generate(const run_opts *o)
         json_object_set_new(stats, "expert_cache_misses", json_integer((json_int_t)ms.expert_cache_misses));
         json_object_set_new(stats, "expert_cache_evictions", json_integer((json_int_t)ms.expert_cache_evictions));
         json_object_set_new(stats, "expert_cache_peak_bytes", json_integer((json_int_t)ms.expert_cache_peak_bytes));
+        json_object_set_new(stats, "expert_cache_capacity_bytes", json_integer((json_int_t)ms.expert_cache_capacity));
+        json_object_set_new(stats, "expert_bytes", json_integer((json_int_t)ms.expert_bytes));
         json_object_set_new(stats, "expert_read_bytes_per_second", json_real(read_rate));
         json_object_set_new(stats, "io_wait_seconds", json_real(ms.io_wait_seconds));
         json_object_set_new(stats, "io_wait_share", json_real(io_share));

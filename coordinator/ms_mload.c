@@ -265,6 +265,8 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
         st->expert_cache_evictions = x.evictions;
         st->expert_cache_bytes = x.cache_bytes_used;
         st->expert_cache_peak_bytes = x.cache_bytes_peak;
+        st->expert_cache_capacity = m->plan.cache;
+        st->expert_bytes = ms_xstore_expert_bytes(m->cfg.latent, m->cfg.moe_inter);
         st->io_wait_seconds += x.io_wait_seconds;
         st->read_busy_seconds = x.read_busy_seconds;
     }

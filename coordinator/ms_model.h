@@ -77,7 +77,8 @@ int64_t ms_model_chunk(const ms_model *m);
 typedef struct {
     uint64_t bytes_read_experts, bytes_read_trunk;
     uint64_t expert_requests, expert_cache_hits, expert_cache_misses, expert_cache_evictions;
-    uint64_t expert_cache_bytes, expert_cache_peak_bytes;
+    uint64_t expert_cache_bytes, expert_cache_peak_bytes, expert_cache_capacity;
+    uint64_t expert_bytes;       /* bytes of one routed expert as stored */
     double io_wait_seconds;      /* compute waiting for reads (experts + trunk) */
     double read_busy_seconds;    /* wall time with expert reads in flight */
 } ms_model_stats;

@@ -27,11 +27,11 @@ int ms_synth_preset(const char *name, ms_synth_shape *sh)
     }
     if (!strcmp(name, "small")) {
         /* A few hundred MB, most of it in many routed experts: for streaming tests. */
-        *sh = (ms_synth_shape){.hidden = 256, .n_layers = 4, .vocab = 4096, .kda_heads = 4, .kda_head_dim = 32,
+        *sh = (ms_synth_shape){.hidden = 256, .n_layers = 5, .vocab = 4096, .kda_heads = 4, .kda_head_dim = 32,
                                .conv_k = 4, .mla_heads = 4, .q_lora = 128, .kv_lora = 64, .qk_nope = 32,
-                               .qk_rope = 16, .v_head = 32, .n_experts = 256, .top_k = 8, .n_shared = 1,
+                               .qk_rope = 16, .v_head = 32, .n_experts = 512, .top_k = 8, .n_shared = 1,
                                .latent = 256, .moe_inter = 768, .dense_inter = 512, .attn_res_block = 2,
-                               .n_full_attn = 1, .full_attn = {4}, .tok_ranks = 4093, .n_shards = 3,
+                               .n_full_attn = 2, .full_attn = {4, 5}, .tok_ranks = 4093, .n_shards = 3,
                                .router_bf16 = 1};
         return 0;
     }

@@ -15,7 +15,7 @@ typedef struct {
     int router_bf16;                /* router gate stored as BF16 (else F32) */
 } ms_synth_shape;
 
-/* Fill *sh for preset name: "tiny" (a few hundred KB), "small" (about 250 MB, 256 experts a
+/* Fill *sh for preset name: "tiny" (a few hundred KB), "small" (about 650 MB, 512 experts a
  * layer) or "k3-slice" (the released K3 widths, 3 layers by default: dense layer 0, a KDA+MoE
  * layer, an MLA+MoE layer; about 40 GB). Returns 0, or -1 with ms_err set for an unknown name. */
 int ms_synth_preset(const char *name, ms_synth_shape *sh);

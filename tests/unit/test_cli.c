@@ -203,6 +203,117 @@ static void test_small_preset(void)
     T_CHECK(status_of(a) == 2, "unknown preset refused");
 }
 
+/* --trace records every routed-expert request; layer-major prefill reads each routed expert at
+ * most once per layer per chunk (the byte counter agrees with the distinct experts per call). */
+static void test_trace(void)
+{
+    const char *d = ms_t_tmpdir("cli-trace");
+    char a[8400], tr[4200];
+    snprintf(a, sizeof a, "synth --out %s/m --seed 4", d);
+    T_CHECK(status_of(a) == 0, "synth");
+    snprintf(tr, sizeof tr, "%s/run.trace", d);
+    char ids[256] = "";
+    for (int i = 0; i < 20; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", 7 * i + 3);
+    /* a cache of top-k slots only: the minimum the planner accepts, so nearly every use is a read */
+    snprintf(a, sizeof a, "run --model %s/m --ids %s -n 4 --prefill-chunk 8 --ram-budget 1K --json", d, ids);
+    char *e = stderr_of(a);
+    const char *p = e ? strrchr(e, '(') : NULL;
+    unsigned long long minb = p ? strtoull(p + 1, NULL, 10) : 0;
+    free(e);
+    T_CHECK(minb > 0, "the refusal names the minimum in bytes");
+    snprintf(a, sizeof a, "run --model %s/m --ids %s -n 4 --prefill-chunk 8 --ram-budget %llu --trace %s --json", d,
+             ids, minb + (minb >> 3), tr);
+    int st;
+    json_t *j = run_json(a, &st);
+    T_CHECK(st == 0 && j, "run with --trace (status %d)", st);
+    size_t len = 0;
+    int32_t *t = (int32_t *)ms_t_read_file(tr, &len);
+    /* tiny preset: layers 1..5 are MoE, top-2; prefill chunks 8, 8, 4, then 3 decode steps */
+    const int moe_layers = 5, k = 2, calls[] = {8, 8, 4, 1, 1, 1};
+    size_t want = 0;
+    for (int c = 0; c < 6; c++) want += (size_t)calls[c] * k * moe_layers;
+    T_CHECK(t && len == want * 8, "trace has one (layer, expert) pair per request: %zu bytes, want %zu", len, want * 8);
+    if (t && j && len == want * 8) {
+        size_t at = 0, distinct = 0;
+        int layers_ok = 1;
+        for (int c = 0; c < 6; c++)
+            for (int l = 1; l <= moe_layers; l++) {
+                int seen[64] = {0};
+                for (int r = 0; r < calls[c] * k; r++, at++) {
+                    layers_ok &= t[2 * at] == l && t[2 * at + 1] >= 0 && t[2 * at + 1] < 8;
+                    if (t[2 * at + 1] >= 0 && t[2 * at + 1] < 64 && !seen[t[2 * at + 1]]++) distinct++;
+                }
+            }
+        T_CHECK(layers_ok, "trace pairs are (MoE layer in order, valid expert)");
+        json_t *s = json_object_get(j, "stats");
+        unsigned long long br = (unsigned long long)json_integer_value(json_object_get(s, "bytes_read_experts"));
+        unsigned long long eb = (unsigned long long)json_integer_value(json_object_get(s, "expert_bytes"));
+        unsigned long long miss = (unsigned long long)json_integer_value(json_object_get(s, "expert_cache_misses"));
+        unsigned long long hits = (unsigned long long)json_integer_value(json_object_get(s, "expert_cache_hits"));
+        T_CHECK(eb > 0 && br == miss * eb, "bytes read = misses x expert bytes (%llu = %llu x %llu)", br, miss, eb);
+        T_CHECK(hits + miss == distinct, "each distinct expert of a layer call is looked up once: %llu + %llu vs %zu",
+                hits, miss, distinct);
+        T_CHECK(br <= distinct * eb, "at most one read per expert per layer per chunk (%llu <= %zu)", br,
+                (size_t)(distinct * eb));
+    }
+    free(t);
+    json_decref(j);
+    /* the same run with a full cache: identical tokens */
+    snprintf(a, sizeof a, "run --model %s/m --ids %s -n 4 --json", d, ids);
+    json_t *j2 = run_json(a, &st);
+    snprintf(a, sizeof a, "run --model %s/m --ids %s -n 4 --prefill-chunk 8 --ram-budget %llu --json", d, ids,
+             minb + (minb >> 3));
+    json_t *j3 = run_json(a, &st);
+    T_CHECK(j2 && j3 && json_equal(json_object_get(j2, "generated_ids"), json_object_get(j3, "generated_ids")),
+            "same tokens at the smallest budget and with everything in memory");
+    json_decref(j2);
+    json_decref(j3);
+    T_CHECK(status_of("run --model /x --ids 1 --ram-budget 12Q") == 2, "a bad size is a usage error");
+}
+
+/* The small preset under a memory cgroup whose limit equals the budget: not killed, RSS within. */
+static void test_cgroup_budget(void)
+{
+#ifdef __SANITIZE_ADDRESS__
+    ms_t_skip("AddressSanitizer build: its shadow memory and quarantine are not the program's, so the cgroup "
+              "RSS bound is checked in the plain build only");
+    return;
+#endif
+    const char *d = ms_t_tmpdir("cli-cgroup");
+    char a[8400], cmd[16800], rep[4200];
+    snprintf(a, sizeof a, "synth --preset small --out %s/m --seed 3", d);
+    T_CHECK(status_of(a) == 0, "synth small");
+    snprintf(rep, sizeof rep, "%s/cgroup.txt", d);
+    snprintf(cmd, sizeof cmd,
+             "bash %s/tests/cgroup-run.sh %llu %s %s run --model %s/m --prompt 'Rain later, then sun and wind "
+             "from the north west' -n 6 --ram-budget 256M --json",
+             getenv("MS_SOURCE_DIR") ? getenv("MS_SOURCE_DIR") : "..", 256ull << 20, rep, bin, d);
+    char *out = NULL;
+    int st = ms_t_run(cmd, &out);
+    if (st == 77) {
+        ms_t_skip("memory cgroups cannot be created here (needs root and a memory controller): cgroup limit check");
+        free(out);
+        return;
+    }
+    json_error_t je;
+    json_t *j = out ? json_loads(out, 0, &je) : NULL;
+    T_CHECK(st == 0 && j, "small preset at --ram-budget 256M under a 256 MiB cgroup: exit %d", st);
+    char *r = ms_t_read_file(rep, NULL);
+    T_CHECK(r && strstr(r, "oom_kills=0"), "no OOM kill in the cgroup: %s", r ? r : "(no report)");
+    if (j) {
+        json_t *s = json_object_get(j, "stats");
+        long long rss = json_integer_value(json_object_get(s, "peak_rss_bytes"));
+        long long br = json_integer_value(json_object_get(s, "bytes_read_experts"));
+        long long cap = json_integer_value(json_object_get(s, "expert_cache_capacity_bytes"));
+        T_CHECK(rss > 0 && rss <= (256ll << 20), "peak RSS %lld within the budget", rss);
+        T_CHECK(br > 0 && cap > 0 && cap < 300ll << 20, "experts streamed through a cache of %lld bytes", cap);
+    }
+    printf("cgroup: %s", r ? r : "\n");
+    free(r);
+    free(out);
+    json_decref(j);
+}
+
 /* The shared released-layout checkpoints through the CLI, as a user would run them. */
 static void test_shared_checkpoint(const char *name)
 {
@@ -261,6 +372,8 @@ int main(void)
     test_synth_run();
     test_demo();
     test_small_preset();
+    test_trace();
+    test_cgroup_budget();
     test_shared_checkpoint("tiny-s1234");
     test_shared_checkpoint("tiny-released-like");
     return ms_t_done();
