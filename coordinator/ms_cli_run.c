@@ -170,6 +170,8 @@ static int generate(const run_opts *o)
     int64_t chunk = ms_model_chunk(m);
     logits = ms_malloc(sizeof(float) * (size_t)((dump ? chunk : 1) * V)); /* [rows][V] */
     int64_t ng = 0;
+    ms_model_stats after_prefill;
+    memset(&after_prefill, 0, sizeof after_prefill);
     int progress = !o->quiet && isatty(2);
     double t1 = ms_cli_now(), t_prefill = 0.0, t_decode = 0.0;
     if (o->n > 0) {
@@ -192,6 +194,7 @@ static int generate(const run_opts *o)
         }
         if (progress) fputc('\n', stderr);
         t_prefill = ms_cli_now() - t1;
+        ms_model_get_stats(m, &after_prefill);
         int32_t next = ms_sampler_pick(&sp, last, V);
         double t2 = ms_cli_now();
         for (;;) {
@@ -257,6 +260,11 @@ static int generate(const run_opts *o)
                                   (json_int_t)peak_rss_bytes());
         json_object_set_new(stats, "bytes_read_experts", json_integer((json_int_t)ms.bytes_read_experts));
         json_object_set_new(stats, "bytes_read_trunk", json_integer((json_int_t)ms.bytes_read_trunk));
+        json_object_set_new(stats, "bytes_read_at_load", json_integer((json_int_t)ms.bytes_read_at_load));
+        uint64_t dec_bytes = ms.bytes_read_experts + ms.bytes_read_trunk - after_prefill.bytes_read_experts -
+                             after_prefill.bytes_read_trunk;
+        json_object_set_new(stats, "decode_bytes_read_per_token",
+                            json_real(ng > 1 ? (double)dec_bytes / (double)(ng - 1) : 0.0));
         json_object_set_new(stats, "expert_requests", json_integer((json_int_t)ms.expert_requests));
         json_object_set_new(stats, "expert_cache_hits", json_integer((json_int_t)ms.expert_cache_hits));
         json_object_set_new(stats, "expert_cache_misses", json_integer((json_int_t)ms.expert_cache_misses));

@@ -7,8 +7,8 @@
 #include "ms_err.h"
 #include "ms_model_int.h"
 
-#define CHUNK_BYTES (16ull << 20) /* trunk ring chunk */
-#define RING_SLOTS 4
+#define CHUNK_MAX (16ull << 20) /* trunk ring chunk: big reads run at the disk's full speed */
+#define RING_SLOTS 8
 
 /* Resident memory of this process from /proc/self/status (VmHWM if peak, else VmRSS). */
 static uint64_t rss_bytes(int peak)
@@ -136,6 +136,7 @@ int ms_mload_setup(ms_model *m)
     ms_mat **sched = ms_malloc(sizeof *sched * (size_t)cap);
     int ns = schedule(m, sched);
     uint64_t *sizes = ms_malloc(sizeof(uint64_t) * (size_t)ns);
+    uint64_t trunk_total = 0;
     ms_wstream_item *items = ms_malloc(sizeof *items * (size_t)ns);
     int *refidx = ms_malloc(sizeof(int) * (size_t)ns);
     for (int i = 0; i < ns; i++) {
@@ -143,9 +144,14 @@ int ms_mload_setup(ms_model *m)
         MS_ASSERT(refidx[i] >= 0 && is_trunk(m, refidx[i]));
         const ms_wref *r = &m->refs[refidx[i]];
         sizes[i] = r->bytes;
+        trunk_total += r->bytes;
         items[i] = (ms_wstream_item){sched[i], r->name, r->file, r->off, r->bytes / (uint64_t)sched[i]->rows,
                                      sched[i]->rows};
     }
+
+    /* A small model gets small chunks, so that its ring stays far below its trunk. */
+    uint64_t chunk_bytes = trunk_total / 64 < CHUNK_MAX ? trunk_total / 64 : CHUNK_MAX;
+    if (chunk_bytes < 4096) chunk_bytes = 4096;
 
     /* Plan. */
     uint64_t per_tok, wfixed;
@@ -160,10 +166,10 @@ int ms_mload_setup(ms_model *m)
     in.max_chunk = m->opts.max_chunk > 0 ? m->opts.max_chunk : 64;
     in.expert_fixed = ms_xstore_fixed_bytes(c->latent, c->moe_inter, depth);
     in.expert_bytes = ms_xstore_slot_bytes(c->latent, c->moe_inter);
-    in.min_cache = (uint64_t)c->top_k * in.expert_bytes;
+    in.min_cache = 2 * in.expert_bytes; /* a cache of at least two experts */
     in.trunk = sizes;
     in.n_trunk = ns;
-    in.ring = ms_wstream_ring_bytes(items, ns, CHUNK_BYTES, RING_SLOTS);
+    in.ring = ms_wstream_ring_bytes(items, ns, chunk_bytes, RING_SLOTS);
     int rc = -1;
     if (ms_plan_make(&in, &m->plan) != 0) goto out;
     m->plan.in.trunk = NULL; /* sizes is freed below */
@@ -190,10 +196,13 @@ int ms_mload_setup(ms_model *m)
     }
     free(reqs);
     if (bad) goto out;
+    ms_io_stats ios;
+    ms_io_get_stats(m->io, &ios);
+    m->load_bytes = ios.bytes;
 
     /* Stream the rest. */
     if (m->plan.n_pinned < ns) {
-        m->ws = ms_wstream_new(m->io, items + m->plan.n_pinned, ns - m->plan.n_pinned, CHUNK_BYTES, RING_SLOTS);
+        m->ws = ms_wstream_new(m->io, items + m->plan.n_pinned, ns - m->plan.n_pinned, chunk_bytes, RING_SLOTS);
         for (int i = m->plan.n_pinned; i < ns; i++) {
             sched[i]->stream = ms_wstream_iface(m->ws);
             sched[i]->key = sched[i];
@@ -278,7 +287,8 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
     if (m->io) {
         ms_io_stats s;
         ms_io_get_stats(m->io, &s);
-        /* pinned loads and embedding rows go through the same pool */
-        st->bytes_read_trunk = s.bytes;
+        /* streamed chunks and embedding rows; the pinned prefix read at open is counted apart */
+        st->bytes_read_trunk = s.bytes - m->load_bytes;
+        st->bytes_read_at_load = m->load_bytes;
     }
 }

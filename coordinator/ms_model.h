@@ -75,7 +75,8 @@ int64_t ms_model_chunk(const ms_model *m);
 
 /* Streaming and cache counters since open. */
 typedef struct {
-    uint64_t bytes_read_experts, bytes_read_trunk;
+    uint64_t bytes_read_experts, bytes_read_trunk; /* during forward passes */
+    uint64_t bytes_read_at_load;                   /* the pinned trunk, read at open */
     uint64_t expert_requests, expert_cache_hits, expert_cache_misses, expert_cache_evictions;
     uint64_t expert_cache_bytes, expert_cache_peak_bytes, expert_cache_capacity;
     uint64_t expert_bytes;       /* bytes of one routed expert as stored */

@@ -37,6 +37,7 @@ struct ms_model {
     ms_xloc *xlocs;            /* [N][Ne] expert locations while binding */
     ms_plan plan;
     int planned;
+    uint64_t load_bytes;       /* trunk bytes read while opening (the pinned prefix) */
     ms_layer_w *layers;        /* [N] */
     ms_mat embed;              /* [V, E] */
     ms_mat lm_head;            /* [V, E] */

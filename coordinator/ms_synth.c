@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ms_err.h"
 #include "ms_kern.h"
@@ -114,10 +115,33 @@ static void element(const tspec *t, int64_t i, uint8_t *out)
     }
 }
 
+/* Progress of one ms_synth_write (a progress bar on a terminal). */
+static struct {
+    uint64_t done, total;
+    int last_pct, tty;
+} progress;
+
+static void progress_add(size_t len)
+{
+    progress.done += len;
+    if (!progress.tty || !progress.total) return;
+    int pct = (int)(100.0 * (double)progress.done / (double)progress.total);
+    if (pct == progress.last_pct) return;
+    progress.last_pct = pct;
+    char bar[41];
+    memset(bar, '#', (size_t)(pct * 40 / 100));
+    memset(bar + pct * 40 / 100, '.', (size_t)(40 - pct * 40 / 100));
+    bar[40] = 0;
+    fprintf(stderr, "\rsynth [%s] %3d%% %.2f of %.2f GB", bar, pct, (double)progress.done / 1e9,
+            (double)progress.total / 1e9);
+    if (progress.done >= progress.total) fputc('\n', stderr);
+}
+
 static int fill(void *ctx, const char *name, uint64_t off, uint8_t *buf, size_t len)
 {
     (void)name;
     const tspec *t = ctx;
+    progress_add(len);
     size_t es = ms_dtype_size(t->dt);
     if (t->k == K_PACKED) { /* the bulk of a checkpoint: eight random bytes per hash */
         for (size_t b = 0; b < len;) {
@@ -334,6 +358,14 @@ int ms_synth_write(const char *dir, const ms_synth_shape *sh, uint64_t seed)
     if (write_config(dir, sh) != 0) return -1;
     speclist l = {NULL, 0, 0, mix(seed), 0};
     build_specs(sh, &l);
+    progress.done = progress.total = 0;
+    progress.last_pct = -1;
+    progress.tty = isatty(2);
+    for (int i = 0; i < l.n; i++) {
+        uint64_t n = ms_dtype_size(l.v[i].dt);
+        for (int d = 0; d < l.v[i].ndim; d++) n *= (uint64_t)l.v[i].shape[d];
+        progress.total += n;
+    }
     int rc = 0;
     json_t *wmap = json_object();
     uint64_t total = 0;
@@ -351,7 +383,7 @@ int ms_synth_write(const char *dir, const ms_synth_shape *sh, uint64_t seed)
         }
         total += ms_st_writer_data_bytes(w);
         snprintf(path, sizeof path, "%s/%s", dir, fname);
-        if (ms_st_writer_data_bytes(w) > (64u << 20))
+        if (!progress.tty && ms_st_writer_data_bytes(w) > (64u << 20))
             ms_log(1, "synth: writing %s (%d of %d, %.2f GB)", fname, s + 1, sh->n_shards,
                    (double)ms_st_writer_data_bytes(w) / 1e9);
         rc = ms_st_writer_write(w, path);
