@@ -86,15 +86,14 @@ lines.append(f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores
              f"reads at queue depth 8 on `{os.path.basename(sorted((os.path.getsize(os.path.join(model,f)),f) for f in os.listdir(model) if f.endswith('.safetensors'))[-1][1])}`: "
              f"**{fio/1e9:.2f} GB/s**.\n")
 lines.append("Command: `sudo bash tests/bench/memory-ladder.sh`\n")
-lines.append("| budget | decode s/token | prefill s | peak RSS | cgroup peak | OOM kills | trunk pinned | expert cache | GB read / token (decode) | expert hit rate | achieved read rate | / fio | I/O wait | logits = first row |")
+lines.append("| budget | decode s/token | prefill s | peak RSS | cgroup peak | OOM kills | trunk pinned | expert cache | GB read / decode token | expert hit rate | achieved read rate | / fio | I/O wait | logits = first row |")
 lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for b, r, cg, same in rows:
     if r is None:
         lines.append(f"| {b} | failed | | | | | | | | | | | | |"); continue
     s = r["stats"]; p = s.get("plan", {})
     dec = s["decode_seconds_per_token"]
-    # bytes read during decode only are not separated; report the whole run per generated token
-    gb_tok = (s["bytes_read_experts"] + s["bytes_read_trunk"]) / 1e9 / max(1, s["generated_tokens"] + 1)
+    gb_tok = s["decode_bytes_read_per_token"] / 1e9
     hits, miss = s["expert_cache_hits"], s["expert_cache_misses"]
     hr = hits / max(1, hits + miss)
     rate = (s["bytes_read_experts"] + s["bytes_read_trunk"]) / max(1e-9, s["wall_seconds"] - s["load_seconds"])
@@ -104,9 +103,9 @@ for b, r, cg, same in rows:
                  f"{gb_tok:.2f} | {100*hr:.1f}% | {rate/1e9:.2f} GB/s | {rate/fio:.2f} | "
                  f"{100*s['io_wait_share']:.0f}% | {'yes' if same else 'NO'} |")
 lines.append("")
-lines.append("Columns: *decode s/token* excludes the prefill; *GB read / token* is every byte read after load "
-             "(prefill included) divided by the forward passes; *achieved read rate* is those bytes over the run's "
-             "wall time after load; *logits = first row* compares the `--dump-logits` file of each budget with the "
+lines.append("Columns: *decode s/token* excludes the prefill; *GB read / decode token* is what each decode "
+             "step read (experts + streamed trunk); *achieved read rate* is every byte read after load over the "
+             "run's wall time after load; *logits = first row* compares the `--dump-logits` file of each budget with the "
              "first budget's, bit for bit.\n")
 text = "\n".join(lines) + "\n"
 print(text)
