@@ -16,6 +16,8 @@ typedef struct {
     int file[6];         /* index into the store's ms_io_files */
     uint64_t off[6];     /* absolute byte offset of each part */
     uint64_t len[6];     /* bytes of each part */
+    int has_xxh3;        /* 1: verify every read against xxh3 (packs); released files have none */
+    uint64_t xxh3;       /* XXH3-64 of the six parts' bytes in canonical order */
 } ms_xloc;
 
 typedef struct {

@@ -1,0 +1,218 @@
+/* ms_wire: protobuf-c envelope codec with validation, libuuid ids and the model fingerprint. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uuid/uuid.h>
+#include <xxhash.h>
+
+#include "ms_err.h"
+#include "ms_wire.h"
+
+void ms_uuid_new(ms_uuid *u) { uuid_generate(u->b); }
+
+void ms_uuid_str(const ms_uuid *u, char out[37]) { uuid_unparse_lower(u->b, out); }
+
+void ms_wire_pack(Moestream__Envelope *e, uint8_t **buf, size_t *len)
+{
+    e->protocol_version = MS_WIRE_VERSION;
+    *len = moestream__envelope__get_packed_size(e);
+    *buf = ms_malloc(*len ? *len : 1);
+    moestream__envelope__pack(e, *buf);
+}
+
+int ms_wire_uuid(const ProtobufCBinaryData *d, ms_uuid *u)
+{
+    if (d->len != 16) return -1;
+    memcpy(u->b, d->data, 16);
+    return 0;
+}
+
+static int bad(char *why, size_t n, int *code, int c, const char *msg)
+{
+    snprintf(why, n, "%s", msg);
+    if (code) *code = c;
+    return -1;
+}
+
+static int check(const Moestream__Envelope *e, char *why, size_t n, int *code)
+{
+    const int BM = MOESTREAM__ERROR__CODE__BAD_MESSAGE;
+    if (e->protocol_version != MS_WIRE_VERSION) {
+        snprintf(why, n, "protocol version %u is not supported (this side speaks %u)", e->protocol_version,
+                 MS_WIRE_VERSION);
+        if (code) *code = MOESTREAM__ERROR__CODE__VERSION;
+        return -1;
+    }
+    switch (e->body_case) {
+    case MOESTREAM__ENVELOPE__BODY_HELLO:
+        if (e->hello->client_uuid.len != 16) return bad(why, n, code, BM, "hello: client_uuid is not 16 bytes");
+        return 0;
+    case MOESTREAM__ENVELOPE__BODY_HELLO_REPLY:
+        if (e->hello_reply->worker_uuid.len != 16) return bad(why, n, code, BM, "hello reply: worker_uuid is not 16 bytes");
+        return 0;
+    case MOESTREAM__ENVELOPE__BODY_COMPUTE: {
+        const Moestream__ComputeRequest *c = e->compute;
+        if (c->request_uuid.len != 16) return bad(why, n, code, BM, "compute: request_uuid is not 16 bytes");
+        if (c->latent_width == 0 || c->rows == 0) return bad(why, n, code, BM, "compute: zero rows or latent_width");
+        if ((uint64_t)c->rows * c->latent_width != c->n_activations) {
+            snprintf(why, n, "compute: %zu activations for %u rows of width %u", c->n_activations, c->rows,
+                     c->latent_width);
+            if (code) *code = BM;
+            return -1;
+        }
+        if (c->n_item_row != c->n_item_expert || c->n_item_row == 0)
+            return bad(why, n, code, BM, "compute: item_row and item_expert differ in length or are empty");
+        for (size_t i = 0; i < c->n_item_row; i++)
+            if (c->item_row[i] >= c->rows) {
+                snprintf(why, n, "compute: item %zu names row %u of %u", i, c->item_row[i], c->rows);
+                if (code) *code = BM;
+                return -1;
+            }
+        return 0;
+    }
+    case MOESTREAM__ENVELOPE__BODY_COMPUTE_REPLY: {
+        const Moestream__ComputeReply *r = e->compute_reply;
+        if (r->request_uuid.len != 16) return bad(why, n, code, BM, "compute reply: request_uuid is not 16 bytes");
+        if ((uint64_t)r->items * r->latent_width != r->n_outputs)
+            return bad(why, n, code, BM, "compute reply: outputs do not match items x latent_width");
+        return 0;
+    }
+    case MOESTREAM__ENVELOPE__BODY_ERROR:
+    case MOESTREAM__ENVELOPE__BODY_PING:
+    case MOESTREAM__ENVELOPE__BODY_PONG:
+    case MOESTREAM__ENVELOPE__BODY_STATS:
+    case MOESTREAM__ENVELOPE__BODY_STATS_REPLY:
+        return 0;
+    default:
+        return bad(why, n, code, BM, "message has no body");
+    }
+}
+
+Moestream__Envelope *ms_wire_unpack(const uint8_t *buf, size_t len, char *why, size_t why_len, int *code)
+{
+    if ((int64_t)len > MS_WIRE_MAX_MSG) {
+        bad(why, why_len, code, MOESTREAM__ERROR__CODE__TOO_LARGE, "message larger than the protocol allows");
+        return NULL;
+    }
+    Moestream__Envelope *e = moestream__envelope__unpack(NULL, len, buf);
+    if (!e) {
+        bad(why, why_len, code, MOESTREAM__ERROR__CODE__BAD_MESSAGE, "not a valid protobuf Envelope");
+        return NULL;
+    }
+    if (check(e, why, why_len, code) != 0) {
+        moestream__envelope__free_unpacked(e, NULL);
+        return NULL;
+    }
+    return e;
+}
+
+void ms_wire_free(Moestream__Envelope *e)
+{
+    if (e) moestream__envelope__free_unpacked(e, NULL);
+}
+
+void ms_wire_error(const ms_uuid *request, int code, const char *message, uint8_t **buf, size_t *len)
+{
+    Moestream__Envelope env = MOESTREAM__ENVELOPE__INIT;
+    Moestream__Error err = MOESTREAM__ERROR__INIT;
+    ms_uuid zero = {{0}};
+    err.request_uuid.data = (uint8_t *)(request ? request->b : zero.b);
+    err.request_uuid.len = 16;
+    err.code = (Moestream__Error__Code)code;
+    err.message = (char *)message;
+    env.body_case = MOESTREAM__ENVELOPE__BODY_ERROR;
+    env.error = &err;
+    ms_wire_pack(&env, buf, len);
+}
+
+/* Hash whole small file or ranges of a shard. */
+static int hash_range(XXH3_state_t *st, int fd, uint64_t off, uint64_t len, const char *path)
+{
+    uint8_t buf[65536];
+    while (len > 0) {
+        size_t n = len < sizeof buf ? (size_t)len : sizeof buf;
+        ssize_t got = pread(fd, buf, n, (off_t)off);
+        if (got <= 0) {
+            ms_err_set("cannot read %s for the model fingerprint", path);
+            return ms_err_set_code(MS_EXIT_IO);
+        }
+        XXH3_64bits_update(st, buf, (size_t)got);
+        off += (uint64_t)got;
+        len -= (uint64_t)got;
+    }
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int ms_wire_fingerprint(const char *dir, char out[17])
+{
+    XXH3_state_t *st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    char path[4096];
+    int rc = -1, fd = -1;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    struct stat sb;
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &sb) != 0) {
+        ms_err_set("cannot open %s: %s", path, strerror(errno));
+        ms_err_set_code(MS_EXIT_IO);
+        goto out;
+    }
+    if (hash_range(st, fd, 0, (uint64_t)sb.st_size, path) != 0) goto out;
+    close(fd);
+    fd = -1;
+    DIR *d = opendir(dir);
+    if (!d) {
+        ms_err_set("cannot list %s: %s", dir, strerror(errno));
+        ms_err_set_code(MS_EXIT_IO);
+        goto out;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l > 12 && !strcmp(de->d_name + l - 12, ".safetensors")) {
+            if (n == cap) names = ms_realloc(names, sizeof(char *) * (cap = cap ? 2 * cap : 16));
+            names[n++] = ms_strdup(de->d_name);
+        }
+    }
+    closedir(d);
+    qsort(names, n, sizeof(char *), cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        uint8_t hb[8];
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &sb) != 0 || pread(fd, hb, 8, 0) != 8) {
+            ms_err_set("cannot read %s for the model fingerprint", path);
+            ms_err_set_code(MS_EXIT_IO);
+            goto out;
+        }
+        uint64_t hl = 0;
+        for (int k = 7; k >= 0; k--) hl = (hl << 8) | hb[k];
+        uint64_t data0 = 8 + hl, size = (uint64_t)sb.st_size;
+        if (data0 > size) {
+            ms_err_set("%s: header length beyond the file", path);
+            ms_err_set_code(MS_EXIT_MODEL);
+            goto out;
+        }
+        uint64_t dl = size - data0, head = dl < 65536 ? dl : 65536;
+        if (hash_range(st, fd, 0, data0, path) != 0 || hash_range(st, fd, data0, head, path) != 0 ||
+            hash_range(st, fd, size - head, head, path) != 0)
+            goto out;
+        close(fd);
+        fd = -1;
+    }
+    snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(st));
+    rc = 0;
+out:
+    if (fd >= 0) close(fd);
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    XXH3_freeState(st);
+    return rc;
+}

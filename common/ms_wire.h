@@ -1,0 +1,45 @@
+/* ms_wire: the moestream protocol on ZeroMQ: strict decoding, encoding, uuids, fingerprints. */
+#ifndef MS_WIRE_H
+#define MS_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moestream.pb-c.h"
+
+#define MS_WIRE_VERSION 1u
+/* Largest message either side accepts (also set as ZMQ_MAXMSGSIZE on every socket). */
+#define MS_WIRE_MAX_MSG ((int64_t)512 << 20)
+
+/* A 16-byte libuuid id. */
+typedef struct {
+    uint8_t b[16];
+} ms_uuid;
+void ms_uuid_new(ms_uuid *u);
+/* 36 characters + NUL. */
+void ms_uuid_str(const ms_uuid *u, char out[37]);
+
+/* Encode e (its protocol_version is set to MS_WIRE_VERSION) into a malloc'ed buffer. */
+void ms_wire_pack(Moestream__Envelope *e, uint8_t **buf, size_t *len);
+
+/* Decode and validate one message: a known version, a body, 16-byte uuids where present, and
+ * for compute requests/replies consistent sizes (activations = rows x latent_width, as many
+ * item_row as item_expert, every item_row < rows, outputs = items x latent_width, latent_width
+ * > 0). Returns the envelope (free with ms_wire_free) or NULL with a reason in why (and, when
+ * the version is the problem, *code = MOESTREAM__ERROR__CODE__VERSION, else BAD_MESSAGE). */
+Moestream__Envelope *ms_wire_unpack(const uint8_t *buf, size_t len, char *why, size_t why_len, int *code);
+void ms_wire_free(Moestream__Envelope *e); /* accepts NULL */
+
+/* Ready-to-send encodings of the simple messages (malloc'ed). uuid may be NULL. */
+void ms_wire_error(const ms_uuid *request, int code, const char *message, uint8_t **buf, size_t *len);
+
+/* Copy a 16-byte uuid field (0 on success, -1 if it is not 16 bytes). */
+int ms_wire_uuid(const ProtobufCBinaryData *d, ms_uuid *u);
+
+/* The model fingerprint: 16 hex characters of XXH3-64 over config.json's bytes and, for every
+ * safetensors shard of dir in name order, its header and the first and last 64 KiB of its
+ * data section. Cheap (no full read) and different for different weights files. Returns 0,
+ * or -1 with ms_err set naming the file. */
+int ms_wire_fingerprint(const char *dir, char out[17]);
+
+#endif
