@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 #include "ms_cpolicy.h"
 #include "ms_err.h"
@@ -53,6 +54,7 @@ struct ms_xstore {
     size_t n_free, n_alloc, cap;
     xs_pend *pend;             /* [depth] ring of reads in flight / awaiting compute */
     int32_t *dmap;             /* [n_experts] index among this call's distinct experts, -1 outside a call */
+    XXH3_state_t *xxh;         /* checksum of scattered experts (part by part) */
     pthread_mutex_t mu;
     ms_xstore_stats st;
 };
@@ -154,6 +156,12 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
     s->pend = ms_calloc((size_t)o->depth, sizeof *s->pend);
     s->dmap = ms_malloc(sizeof(int32_t) * (size_t)o->n_experts);
     for (int e = 0; e < o->n_experts; e++) s->dmap[e] = -1;
+    s->xxh = XXH3_createState();
+    if (!s->xxh) {
+        ms_err_set("expert store: out of memory for the checksum state");
+        ms_xstore_free(s);
+        return NULL;
+    }
     return s;
 }
 
@@ -172,6 +180,7 @@ void ms_xstore_free(ms_xstore *s)
     free(s->free_buf);
     free(s->pend);
     free(s->dmap);
+    if (s->xxh) XXH3_freeState(s->xxh);
     free(s);
 }
 
@@ -319,6 +328,17 @@ static void submit_miss(ms_xstore *s, xs_call *c, int d, xs_pend *p)
     for (int i = 0; i < p->n_req; i++) ms_io_submit(s->io, &p->req[i]);
 }
 
+/* XXH3-64 of the expert held in buf (slot layout of key), over its six parts in canonical order. */
+static uint64_t slot_xxh3(ms_xstore *s, size_t key, const uint8_t *buf)
+{
+    uint64_t off[XS_PARTS];
+    slot_offsets(s, key, off);
+    if (s->loc_state[key] == 2) return XXH3_64bits(buf + off[0], (size_t)s->E);
+    XXH3_64bits_reset(s->xxh);
+    for (int i = 0; i < XS_PARTS; i++) XXH3_64bits_update(s->xxh, buf + off[i], (size_t)s->part_len[i]);
+    return XXH3_64bits_digest(s->xxh);
+}
+
 /* Wait for every part of p; returns the index of the first failed part, or -1. */
 static int wait_pend(ms_xstore *s, xs_pend *p)
 {
@@ -415,11 +435,26 @@ static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int 
     }
     while (n_pend > 0) {
         xs_pend *p = &s->pend[head];
-        int bad = wait_pend(s, p);
+        int bad = wait_pend(s, p), code = MS_EXIT_IO;
+        char msg[768];
         if (bad >= 0) {
-            char msg[512];
             snprintf(msg, sizeof msg, "layer %d expert %d: cannot read %s: %s", layer, c.dexp[p->d],
                      ms_io_files_path(s->files, p->req[bad].file), p->req[bad].err);
+        } else if (s->loc[p->key].has_xxh3) {
+            /* Packs carry a checksum: bytes that do not match are never computed or cached. */
+            uint64_t got = slot_xxh3(s, p->key, p->buf), want = s->loc[p->key].xxh3;
+            if (got != want) {
+                const ms_xloc *l = &s->loc[p->key];
+                snprintf(msg, sizeof msg,
+                         "layer %d expert %d: checksum mismatch in %s at byte %llu "
+                         "(xxh3 %016llx expected, %016llx read)",
+                         layer, c.dexp[p->d], ms_io_files_path(s->files, l->file[0]), (unsigned long long)l->off[0],
+                         (unsigned long long)want, (unsigned long long)got);
+                bad = 0;
+                code = MS_EXIT_MODEL;
+            }
+        }
+        if (bad >= 0) {
             /* Drain every read of this call; none of their bytes may be trusted or kept. */
             for (int i = 0; i < n_pend; i++) {
                 xs_pend *q = &s->pend[(head + i) % depth];
@@ -428,7 +463,7 @@ static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int 
                 buf_put(s, q->buf);
             }
             ms_err_set("%s", msg);
-            ms_err_set_code(MS_EXIT_IO);
+            ms_err_set_code(code);
             rc = -1;
             break;
         }

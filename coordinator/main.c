@@ -17,6 +17,8 @@ static void usage(FILE *f)
           "  detokenize  token ids -> text\n"
           "  synth       write a random Kimi K3 checkpoint in the released layout\n"
           "  cache-sim   replay a routed-expert trace through LRU, the cache policy and Belady\n"
+          "  shard       split a checkpoint's experts into per-worker packs (+ a trunk-only checkpoint)\n"
+          "  keygen      write a CURVE key pair for workers and coordinators\n"
           "\n"
           "`moestream <command> --help` describes each command. Exit codes: 0 ok, 1 runtime error,\n"
           "2 usage, 3 bad model, 4 I/O error, 5 bad input, 6 impossible budget, 7 worker failure.\n",
@@ -44,6 +46,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "detokenize")) return ms_cli_detokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return ms_cli_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "cache-sim")) return ms_cli_cache_sim(argc - 1, argv + 1);
+    if (!strcmp(cmd, "keygen")) return ms_cli_keygen(argc - 1, argv + 1);
+    if (!strcmp(cmd, "shard")) return ms_cli_shard(argc - 1, argv + 1);
     fprintf(stderr, "moestream: unknown command '%s'\n", cmd);
     usage(stderr);
     return MS_EXIT_USAGE;

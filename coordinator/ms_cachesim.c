@@ -11,6 +11,7 @@
 #include "ms_cli.h"
 #include "ms_cpolicy.h"
 #include "ms_err.h"
+#include "ms_size.h"
 
 /* ---- trace ---- */
 
@@ -237,52 +238,7 @@ int ms_cachesim_run(const ms_cachesim_trace *t, ms_cachesim_kind kind, size_t sl
 
 /* ---- sizes ---- */
 
-int ms_cachesim_parse_size(const char *s, uint64_t *bytes)
-{
-    char *end;
-    errno = 0;
-    size_t digits = s ? strspn(s, "0123456789.") : 0; /* plain decimal only: no sign, exponent or hex */
-    if (digits == 0) goto bad;
-    double v = strtod(s, &end);
-    if (errno || end != s + digits || !isfinite(v)) goto bad;
-    double mult = 1;
-    const char *u = end;
-    int e = 0;
-    switch (*u) {
-    case 'k': case 'K': e = 1; break;
-    case 'm': case 'M': e = 2; break;
-    case 'g': case 'G': e = 3; break;
-    case 't': case 'T': e = 4; break;
-    default: break;
-    }
-    if (e) {
-        /* GNU convention (dd, truncate): K, M, G, T and KiB..TiB are powers of 1024; KB..TB are
-         * powers of 1000. */
-        u++;
-        int dec = 0;
-        if (*u == 'i' || *u == 'I') {
-            u++;
-            if (*u != 'B' && *u != 'b') goto bad;
-            u++;
-        } else if (*u == 'B' || *u == 'b') {
-            dec = 1;
-            u++;
-        }
-        for (int i = 0; i < e; i++) mult *= dec ? 1000.0 : 1024.0;
-    } else if (*u == 'B' || *u == 'b') {
-        u++;
-    }
-    if (*u) goto bad;
-    double b = floor(v * mult);
-    if (b >= 9007199254740992.0) goto bad; /* 2^53: beyond exact doubles */
-    *bytes = (uint64_t)b;
-    return 0;
-bad:
-    ms_err_set("bad size '%s' (a number of bytes, optionally with K/M/G/T or KiB..TiB = powers of 1024, or "
-               "KB/MB/GB/TB = powers of 1000, e.g. 64GB or 64GiB)",
-               s ? s : "");
-    return ms_err_set_code(MS_EXIT_USAGE);
-}
+int ms_cachesim_parse_size(const char *s, uint64_t *bytes) { return ms_size_parse(s, bytes); }
 
 /* ---- the command ---- */
 

@@ -9,6 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
 
 #include "ms_cli.h"
 #include "ms_err.h"
@@ -332,5 +336,66 @@ int ms_cli_synth(int argc, char **argv)
     if (layers) ms_synth_set_layers(&sh, (int)layers);
     if (ms_synth_write(out, &sh, (uint64_t)seed) != 0) return ms_cli_fail_err("synth");
     fprintf(stderr, "moestream synth: wrote preset %s (seed %lld) to %s\n", preset, seed, out);
+    return MS_EXIT_OK;
+}
+
+/* ---- keygen ---- */
+
+static void keygen_usage(FILE *f)
+{
+    fputs("usage: moestream keygen --out PREFIX\n"
+          "\n"
+          "Writes a CURVE key pair for ZeroMQ: PREFIX.pub (the public key) and PREFIX.key (the secret key,\n"
+          "mode 0600), each one line of Z85 text. Existing files are not overwritten.\n",
+          f);
+}
+
+static int write_key(const char *path, const char *key, mode_t mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd < 0) {
+        ms_err_set("cannot create %s: %s", path, strerror(errno));
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    char line[64];
+    int n = snprintf(line, sizeof line, "%s\n", key);
+    int ok = write(fd, line, (size_t)n) == n && fchmod(fd, mode) == 0;
+    ok &= close(fd) == 0;
+    if (!ok) {
+        unlink(path);
+        ms_err_set("cannot write %s", path);
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    return 0;
+}
+
+int ms_cli_keygen(int argc, char **argv)
+{
+    static const struct option opts[] = {{"out", required_argument, 0, 'o'}, {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *out = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': out = optarg; break;
+        case 'h': keygen_usage(stdout); return MS_EXIT_OK;
+        default: keygen_usage(stderr); return MS_EXIT_USAGE;
+        }
+    }
+    if (optind != argc) return ms_cli_fail("keygen", MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    if (!out) return ms_cli_fail("keygen", MS_EXIT_USAGE, "--out PREFIX is required");
+    char pub[41], sec[41], path[4096];
+    if (zmq_curve_keypair(pub, sec) != 0)
+        return ms_cli_fail("keygen", MS_EXIT_RUNTIME, "this libzmq has no CURVE support");
+    snprintf(path, sizeof path, "%s.key", out);
+    if (write_key(path, sec, 0600) != 0) return ms_cli_fail_err("keygen");
+    snprintf(path, sizeof path, "%s.pub", out);
+    if (write_key(path, pub, 0644) != 0) {
+        snprintf(path, sizeof path, "%s.key", out);
+        unlink(path);
+        return ms_cli_fail_err("keygen");
+    }
+    fprintf(stderr, "moestream keygen: wrote %s.pub and %s.key (mode 0600)\n", out, out);
     return MS_EXIT_OK;
 }

@@ -12,6 +12,8 @@ int ms_cli_demo(int argc, char **argv);
 int ms_cli_tokenize(int argc, char **argv);
 int ms_cli_detokenize(int argc, char **argv);
 int ms_cli_synth(int argc, char **argv);
+int ms_cli_shard(int argc, char **argv); /* ms_cli_shard.c: per-worker expert packs */
+int ms_cli_keygen(int argc, char **argv);
 
 /* Print "moestream <cmd>: message" to stderr and return code. */
 int ms_cli_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

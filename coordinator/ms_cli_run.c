@@ -1,5 +1,6 @@
 /* ms_cli_run: the `run` and `demo` commands: prefill, incremental decoding, output and stats. */
 #include <getopt.h>
+#include <signal.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +11,10 @@
 
 #include "ms_cli.h"
 #include "ms_err.h"
+#include "ms_local.h"
 #include "ms_model.h"
+#include "ms_remote.h"
+#include "ms_wire.h"
 #include "ms_plan.h"
 #include "ms_sample.h"
 #include "ms_synth.h"
@@ -18,6 +22,10 @@
 
 typedef struct {
     const char *model, *prompt, *prompt_file, *ids, *dump, *trace;
+    const char *workers, *cluster, *curve_secret;
+    long long local_workers; /* -1 = default */
+    float worker_timeout;
+    int insecure;
     long long n, threads, seed, io_depth, chunk;
     float temperature, top_p;
     uint64_t budget;
@@ -31,6 +39,8 @@ static void run_usage(FILE *f)
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet]\n"
           "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
           "                     [--prefill-chunk N] [--lru-cache]\n"
+          "                     [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
+          "                     [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "\n"
           "Generates N tokens (default 16) after the prompt. --temperature 0 (the default) is greedy.\n"
           "--prompt needs a tokenizer (tiktoken.model) in DIR; --ids works without one.\n"
@@ -43,7 +53,13 @@ static void run_usage(FILE *f)
           "trunk matrices that do not fit stream from disk; the answer is the same at every budget.\n"
           "--trace PATH records every routed-expert request as little-endian int32 (layer, expert) pairs.\n"
           "--buffered-io reads through the page cache instead of O_DIRECT; --io-depth N reads in flight\n"
-          "(default 8); --prefill-chunk N caps the tokens per prefill pass; --lru-cache uses plain LRU.\n",
+          "(default 8); --prefill-chunk N caps the tokens per prefill pass; --lru-cache uses plain LRU.\n"
+          "--workers / --cluster use moestream-worker processes already running (the cluster file is JSON:\n"
+          "{\"workers\": [{\"endpoint\": \"tcp://host:port\", \"public_key\": \"<Z85>\"}]}); over tcp the\n"
+          "connection is CURVE-encrypted with --curve-secret FILE (this side's key, from moestream keygen)\n"
+          "unless --insecure. --local-workers N starts N workers on this box over ipc (0, the default,\n"
+          "computes experts in this process) and splits the budget among all processes.\n"
+          "--worker-timeout SEC is the deadline of one request (default 60).\n",
           f);
 }
 
@@ -73,6 +89,70 @@ static int write_rows(FILE *f, const float *rows, int64_t n, int64_t V, const ch
     return 0;
 }
 
+/* The experts' workers of a run: remote (listed) or started here. */
+typedef struct {
+    ms_remote_worker *list;   /* owned when listed; the ms_local's when local */
+    int n, listed;
+    ms_local *local;
+    ms_remote *remote;
+} workers_t;
+
+static void stop_workers(workers_t *wk)
+{
+    ms_remote_free(wk->remote);
+    wk->remote = NULL;
+    ms_local_stop(wk->local); /* SIGTERM, wait, remove the socket directory */
+    wk->local = NULL;
+    if (wk->listed) ms_remote_workers_free(wk->list, wk->n);
+    wk->list = NULL;
+}
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig) { got_signal = sig; }
+
+static int start_workers(const run_opts *o, ms_model *m, workers_t *wk)
+{
+    const char *cmd = "run";
+    const ms_cfg *c = ms_model_cfg(m);
+    char secret[41] = "";
+    if (o->curve_secret && ms_remote_read_key(o->curve_secret, secret) != 0) return ms_cli_fail_err(cmd);
+    if (o->workers || o->cluster) {
+        int rc = o->cluster ? ms_remote_load_cluster(o->cluster, &wk->list, &wk->n)
+                            : ms_remote_parse_list(o->workers, &wk->list, &wk->n);
+        if (rc != 0) return ms_cli_fail_err(cmd);
+        wk->listed = 1;
+        for (int i = 0; i < wk->n; i++)
+            if (!strncmp(wk->list[i].endpoint, "tcp://", 6) && !wk->list[i].public_key && !o->insecure)
+                return ms_cli_fail(cmd, MS_EXIT_USAGE,
+                                   "worker %s is reached over plain tcp: give its public key in a --cluster file "
+                                   "(with --curve-secret), or pass --insecure",
+                                   wk->list[i].endpoint);
+    } else {
+        const ms_plan *p = ms_model_plan(m);
+        int n = (int)o->local_workers;
+        /* Each worker: its read buffers and process overhead (reserved by the plan) plus an equal
+         * share of the expert cache. */
+        uint64_t each = 0;
+        if (p) each = p->in.expert_fixed / (uint64_t)n + p->cache / (uint64_t)n;
+        wk->local = ms_local_start(o->model, n, c->n_experts, each, (int)(o->threads ? o->threads : 0), o->buffered,
+                                   1, &wk->list, &wk->n);
+        if (!wk->local) return ms_cli_fail_err(cmd);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+    }
+    char fp[17];
+    if (ms_wire_fingerprint(o->model, fp) != 0) return ms_cli_fail_err(cmd);
+    ms_remote_opts ro = {wk->n, wk->list, secret[0] ? secret : NULL, fp, c->n_layers, c->n_experts, c->latent,
+                         o->worker_timeout, o->quiet};
+    wk->remote = ms_remote_new(&ro, c->first_dense);
+    if (!wk->remote) return ms_cli_fail_err(cmd);
+    ms_model_set_experts(m, ms_remote_iface(wk->remote));
+    return MS_EXIT_OK;
+}
+
 static int generate(const run_opts *o)
 {
     const char *cmd = "run";
@@ -85,6 +165,7 @@ static int generate(const run_opts *o)
     float *logits = NULL;
     FILE *dump = NULL, *trace = NULL;
     ms_seq *seq = NULL;
+    workers_t wk = {0};
     const ms_cfg *c = NULL;
     int64_t V = 0;
     if (ms_tok_present(o->model) && !(tok = ms_tok_load(o->model))) {
@@ -139,12 +220,16 @@ static int generate(const run_opts *o)
     ro.all_logits = o->dump != NULL;
     ro.lru = o->lru;
     ro.quiet = o->quiet;
+    int remote = o->workers || o->cluster || o->local_workers > 0;
+    ro.remote_experts = remote;
+    ro.local_workers = o->local_workers > 0 ? (int)o->local_workers : 0;
     if (!(m = ms_model_open(o->model, &ro))) {
         rc = ms_cli_fail_err(cmd);
         goto out;
     }
     c = ms_model_cfg(m);
     V = c->vocab;
+    if (remote && (rc = start_workers(o, m, &wk)) != MS_EXIT_OK) goto out;
     for (size_t i = 0; i < np; i++)
         if (prompt[i] >= V) {
             rc = ms_cli_fail(cmd, MS_EXIT_INPUT, "prompt token id %d is outside the model's vocabulary (%lld ids)",
@@ -211,6 +296,10 @@ static int generate(const run_opts *o)
                 fflush(stdout);
             }
             if (ng >= o->n || (o->stop_eos && next == c->eos_id)) break;
+            if (got_signal) {
+                rc = ms_cli_fail(cmd, 130, "interrupted; stopping the workers");
+                goto out;
+            }
             if (progress && o->json) fprintf(stderr, "\rtoken %lld/%lld", (long long)ng + 1, o->n);
             if (ms_model_forward(m, seq, &next, 1, 0, logits) != 0) {
                 rc = ms_cli_fail_err(cmd);
@@ -277,6 +366,15 @@ static int generate(const run_opts *o)
         json_object_set_new(stats, "io_wait_share", json_real(io_share));
         json_object_set_new(stats, "wall_seconds", json_real(wall));
         if (ms_model_plan(m)) json_object_set_new(stats, "plan", ms_plan_json(ms_model_plan(m)));
+        if (wk.remote) {
+            ms_remote_stats rs;
+            ms_remote_get_stats(wk.remote, &rs);
+            json_object_set_new(stats, "workers",
+                                json_pack("{s:i,s:i,s:I,s:I,s:I,s:I,s:I}", "count", wk.n, "up", rs.workers_up,
+                                          "requests", (json_int_t)rs.requests, "resends", (json_int_t)rs.resends,
+                                          "failovers", (json_int_t)rs.failovers, "bytes_sent",
+                                          (json_int_t)rs.bytes_sent, "bytes_received", (json_int_t)rs.bytes_received));
+        }
         json_t *out = json_pack("{s:o,s:o,s:o}", "prompt_ids", pj, "generated_ids", gj, "stats", stats);
         if (tok) {
             char *text = NULL;
@@ -310,6 +408,7 @@ static int generate(const run_opts *o)
 out:
     if (dump) fclose(dump);
     if (trace) fclose(trace);
+    stop_workers(&wk);
     ms_seq_free(seq);
     free(logits);
     free(gen);
@@ -331,6 +430,10 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
                                          {"ram-budget", required_argument, 0, 'B'}, {"trace", required_argument, 0, 'R'},
                                          {"buffered-io", no_argument, 0, 'U'},  {"io-depth", required_argument, 0, 'D'},
                                          {"prefill-chunk", required_argument, 0, 'C'}, {"lru-cache", no_argument, 0, 'L'},
+                                         {"workers", required_argument, 0, 'W'}, {"cluster", required_argument, 0, 'K'},
+                                         {"local-workers", required_argument, 0, 'N'},
+                                         {"curve-secret", required_argument, 0, 'S'}, {"insecure", no_argument, 0, 'I'},
+                                         {"worker-timeout", required_argument, 0, 'O'},
                                          {0, 0, 0, 0}};
     const char *cmd = demo ? "demo" : "run";
     int c;
@@ -347,6 +450,19 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'e': o->stop_eos = 1; break;
         case 'q': o->quiet = 1; break;
         case 'R': o->trace = optarg; break;
+        case 'W': o->workers = optarg; break;
+        case 'K': o->cluster = optarg; break;
+        case 'S': o->curve_secret = optarg; break;
+        case 'I': o->insecure = 1; break;
+        case 'N':
+            if (ms_cli_parse_i64(optarg, &o->local_workers) != 0 || o->local_workers < 0 || o->local_workers > 64)
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--local-workers must be an integer in 0..64, got '%s'",
+                                   optarg);
+            break;
+        case 'O':
+            if (ms_cli_parse_f32(optarg, &o->worker_timeout) != 0 || o->worker_timeout <= 0)
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--worker-timeout must be a positive number, got '%s'", optarg);
+            break;
         case 'U': o->buffered = 1; break;
         case 'L': o->lru = 1; break;
         case 'B':
@@ -390,6 +506,8 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         }
     }
     if (optind != argc) return ms_cli_fail(cmd, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    if (!!o->workers + !!o->cluster + (o->local_workers > 0) > 1)
+        return ms_cli_fail(cmd, MS_EXIT_USAGE, "give at most one of --workers, --cluster and --local-workers");
     return 0;
 }
 

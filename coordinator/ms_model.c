@@ -336,7 +336,8 @@ static void bind_layer(ms_model *m, int i)
         mat(m, &e->sg, NM("block_sparse_moe.shared_experts.gate_proj.weight"), SI, E);
         mat(m, &e->su, NM("block_sparse_moe.shared_experts.up_proj.weight"), SI, E);
         mat(m, &e->sd, NM("block_sparse_moe.shared_experts.down_proj.weight"), E, SI);
-        for (int x = 0; x < c->n_experts && m->n_errors <= 8; x++) bind_expert(m, i, x, lp);
+        if (!m->opts.remote_experts)
+            for (int x = 0; x < c->n_experts && m->n_errors <= 8; x++) bind_expert(m, i, x, lp);
     }
     for (int r = n_refs0; r < m->n_refs; r++) m->refs[r].layer = i;
 #undef NM

@@ -49,6 +49,10 @@ typedef struct {
     int quiet;               /* do not print the plan */
     uint64_t baseline;       /* planner's resident baseline; 0 = measure this process (tests
                                 set it to make plans independent of the allocator's state) */
+    int remote_experts;      /* routed experts come from workers: not bound here (the checkpoint
+                                may hold only the trunk); set them with ms_model_set_experts */
+    int local_workers;       /* workers this run will start on this box: the plan reserves their
+                                fixed costs, and its expert cache is theirs to share */
 } ms_run_opts;
 
 /* Open DIR (config.json + safetensors, single or sharded), bind every tensor the config

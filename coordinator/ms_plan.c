@@ -4,24 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ms_cachesim.h"
 #include "ms_err.h"
 #include "ms_plan.h"
+#include "ms_size.h"
 
-const char *ms_plan_fmt(uint64_t b, char *buf, size_t n)
-{
-    if (b >= (1ull << 30))
-        snprintf(buf, n, "%.2f GiB", (double)b / (double)(1ull << 30));
-    else if (b >= (1ull << 20))
-        snprintf(buf, n, "%.1f MiB", (double)b / (double)(1ull << 20));
-    else
-        snprintf(buf, n, "%.1f KiB", (double)b / 1024.0);
-    return buf;
-}
+const char *ms_plan_fmt(uint64_t b, char *buf, size_t n) { return ms_size_fmt(b, buf, n); }
 
 int ms_plan_parse_size(const char *s, uint64_t *out)
 {
-    return ms_cachesim_parse_size(s, out); /* one size syntax for every option */
+    return ms_size_parse(s, out); /* one size syntax for every option */
 }
 
 static uint64_t fixed_for(const ms_plan_in *in, int64_t chunk, uint64_t margin)

@@ -12,6 +12,8 @@
 #include "ms_test.h"
 #include "ms_xstore.h"
 
+#include <xxhash.h>
+
 /* Tiny experts: w1, w3: [I, L], w2: [L, I], MXFP4. NE per layer > 8 so one call can miss
  * more experts than the deepest read queue. */
 #define NL 2
@@ -112,6 +114,7 @@ static const ms_st_tensor *find_part(const ms_st *st, int key, int part)
  * (mode 2: even parts from A, odd from B; both files hold the same bytes). */
 static void make_loc(ms_st *const sts[2], int key, int mode, ms_xloc *loc)
 {
+    memset(loc, 0, sizeof *loc); /* no checksum unless a test sets one */
     for (int p = 0; p < 6; p++) {
         int f = mode == 2 ? p % 2 : mode;
         const ms_st_tensor *t = find_part(sts[f], key, p);
@@ -436,6 +439,102 @@ static void test_errors(void)
     ms_xstore_free(NULL);
 }
 
+/* ---- checksums (packs): verified on every read, a mismatch is refused by name ---- */
+
+static void test_checksums(void)
+{
+    /* Reference sums from the bytes the files were written from, in canonical part order. */
+    uint64_t sums[NK];
+    for (int key = 0; key < NK; key++) {
+        uint64_t E = 0;
+        for (int p = 0; p < 6; p++) E += part_len[p];
+        uint8_t *all = malloc(E), *q = all;
+        for (int p = 0; p < 6; p++) {
+            memcpy(q, part_bytes[key][p], part_len[p]);
+            q += part_len[p];
+        }
+        sums[key] = XXH3_64bits(all, E);
+        free(all);
+    }
+    const int BAD = NE + 4; /* layer 1 expert 4: an even key, so scattered in file B */
+    for (int mode = 0; mode <= 1; mode++) {
+        const char *paths[2] = {tpath("a.safetensors"), tpath("b.safetensors")};
+        const char *fname = mode ? "b.safetensors" : "a.safetensors";
+        ms_io_files *files = ms_io_files_open(paths, 2, mode);
+        ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .latent = LAT, .inter = INTER, .b1 = 4.0f, .b2 = 25.0f,
+                            .cache_bytes = 4 * ms_xstore_slot_bytes(LAT, INTER), .depth = 3};
+        ms_xstore *s = ms_xstore_new(&o, files, NULL);
+        T_CHECK(s != NULL, "store: %s", ms_err_msg());
+        if (!s) {
+            ms_io_files_close(files);
+            continue;
+        }
+        for (int key = 0; key < NK; key++) {
+            ms_xloc loc;
+            make_loc(sts, key, mode, &loc);
+            loc.has_xxh3 = 1;
+            loc.xxh3 = key == BAD ? sums[key] ^ 1 : sums[key];
+            ms_xstore_set(s, key / NE, key % NE, &loc);
+        }
+        ms_experts ex = ms_xstore_iface(s), ref = ms_expert_table_iface(ref_table);
+        int32_t ids[9 * 4];
+        float z[9 * LAT], want[9 * 4 * LAT], got[9 * 4 * LAT];
+        int n_good = 0, n_bad = 0, wrong_bits = 0, wrong_fail = 0, wrong_msg = 0;
+        for (int call = 0; call < 40; call++) {
+            int layer, k;
+            int64_t n_rows;
+            random_routing(&layer, &n_rows, &k, ids, z);
+            int hits_bad = 0;
+            for (int64_t i = 0; i < n_rows * k; i++) hits_bad |= layer * NE + ids[i] == BAD;
+            ms_err_clear();
+            int rc = ex.compute(ex.ctx, layer, n_rows, z, k, ids, got);
+            if (hits_bad) {
+                n_bad++;
+                if (rc != -1) wrong_fail++;
+                const char *m = ms_err_msg();
+                if (!has(m, "layer 1 expert 4") || !has(m, fname) || !has(m, "checksum") ||
+                    ms_err_code() != MS_EXIT_MODEL)
+                    wrong_msg++;
+            } else {
+                n_good++;
+                T_CHECK(ref.compute(ref.ctx, layer, n_rows, z, k, ids, want) == 0, "reference");
+                if (rc != 0) wrong_fail++;
+                else if (memcmp(got, want, sizeof(float) * (size_t)(n_rows * k * LAT)) != 0) wrong_bits++;
+            }
+        }
+        T_CHECK(wrong_fail == 0, "mode %d: %d calls failed or succeeded wrongly (%s)", mode, wrong_fail, ms_err_msg());
+        T_CHECK(wrong_bits == 0, "mode %d: %d verified calls differ from the table", mode, wrong_bits);
+        T_CHECK(wrong_msg == 0, "mode %d: %d failures without layer, expert, file, checksum, class 3", mode, wrong_msg);
+        /* Explicitly: the corrupt expert alone, twice: read again each time (never cached). */
+        int32_t one[1] = {4};
+        for (int rep = 0; rep < 2; rep++) {
+            ms_xstore_stats a, b;
+            ms_xstore_get_stats(s, &a);
+            ms_err_clear();
+            int rc = ex.compute(ex.ctx, 1, 1, z, 1, one, got);
+            ms_xstore_get_stats(s, &b);
+            T_CHECK(rc == -1 && has(ms_err_msg(), "layer 1 expert 4") && has(ms_err_msg(), "checksum"),
+                    "mode %d: corrupt expert alone: %s", mode, ms_err_msg());
+            T_CHECK(b.misses - a.misses == 1 && b.hits == a.hits, "mode %d: corrupt expert came from the cache", mode);
+        }
+        /* and the rest of its layer still works (some from the cache), bit for bit */
+        int32_t rest[3] = {3, 5, 6};
+        for (int rep = 0; rep < 2; rep++) {
+            int rc = ex.compute(ex.ctx, 1, 1, z, 3, rest, got);
+            T_CHECK(rc == 0, "mode %d: good experts after a checksum failure: %s", mode, ms_err_msg());
+            T_CHECK(ref.compute(ref.ctx, 1, 1, z, 3, rest, want) == 0, "reference");
+            T_CHECK(rc == 0 && memcmp(got, want, sizeof(float) * 3 * LAT) == 0, "mode %d: bits after failure", mode);
+        }
+        ms_xstore_stats st;
+        ms_xstore_get_stats(s, &st);
+        T_CHECK(st.hits > 0 && st.cache_bytes_used <= o.cache_bytes, "mode %d: cache after checksum failures", mode);
+        T_CHECK(n_good > 0 && n_bad > 0, "mode %d: %d calls with and %d without the corrupt expert", mode, n_bad,
+                n_good);
+        ms_xstore_free(s);
+        ms_io_files_close(files);
+    }
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "%s", ms_t_tmpdir("xstore"));
@@ -516,6 +615,7 @@ int main(void)
            direct_ok == direct_asked ? "used" : direct_ok ? "partly used" : "refused by the file system, buffered reads ran");
     test_row_invariance();
     test_errors();
+    test_checksums();
 
     ms_expert_table_free(ref_table);
     ms_st_close(sts[0]);

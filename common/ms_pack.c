@@ -1,0 +1,947 @@
+/* ms_pack: per-worker expert packs: the strict manifest reader and the moestream shard writer. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ms_cfg.h"
+#include "ms_err.h"
+#include "ms_pack.h"
+#include "ms_st.h"
+#include "ms_wire.h"
+
+#define PACK_FORMAT "moestream-pack"
+#define PACK_VERSION 1
+#define PACK_ALIGN 4096u              /* every expert starts at a multiple of this in experts.bin */
+#define COPY_CHUNK ((size_t)16 << 20) /* bounded copy buffer: experts stream through it */
+#define PFX "language_model.model.layers."
+
+static const char *part_suffix[6] = {"w1.weight_packed", "w1.weight_scale",  "w2.weight_packed",
+                                     "w2.weight_scale",  "w3.weight_packed", "w3.weight_scale"};
+
+/* Canonical part sizes: w1, w3 are [I, L], w2 is [L, I]; packed = [rows][cols/2], scales =
+ * [rows][cols/32] (MXFP4). The byte counts are the same for all three matrices. */
+static void part_sizes(int latent, int inter, uint64_t len[6])
+{
+    uint64_t LI = (uint64_t)latent * (uint64_t)inter;
+    for (int m = 0; m < 3; m++) {
+        len[2 * m] = LI / 2;
+        len[2 * m + 1] = LI / 32;
+    }
+}
+
+static uint64_t align_up(uint64_t x) { return (x + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN; }
+
+/* Exactly 16 hex digits; lower-cased into out (17 bytes) when given. */
+static int parse_hex16(const char *s, uint64_t *v, char *out)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (d < 0) return -1;
+        x = x << 4 | (uint64_t)d;
+        if (out) out[i] = (char)(d < 10 ? '0' + d : 'a' + d - 10);
+    }
+    if (s[16] != 0) return -1;
+    if (out) out[16] = 0;
+    if (v) *v = x;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- manifest reader ---- */
+
+/* Set "path: message" with class MS_EXIT_MODEL; returns -1. */
+static int mf_fail(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int mf_fail(const char *path, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ms_err_set("%s: %s", path, msg);
+    return ms_err_set_code(MS_EXIT_MODEL);
+}
+
+/* Integer field key of obj in [lo, hi]; where = "" or "experts[i] ... " names the entry. */
+static int mf_int(const char *path, const char *where, json_t *obj, const char *key, long long lo, long long hi,
+                  long long *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v) return mf_fail(path, "%sfield \"%s\" is missing", where, key);
+    if (!json_is_integer(v)) return mf_fail(path, "%sfield \"%s\" must be an integer", where, key);
+    long long x = (long long)json_integer_value(v);
+    if (x < lo || x > hi) return mf_fail(path, "%sfield \"%s\" is %lld, must be in %lld..%lld", where, key, x, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int mf_hex(const char *path, const char *where, json_t *obj, const char *key, uint64_t *v, char *out)
+{
+    json_t *s = json_object_get(obj, key);
+    if (!s) return mf_fail(path, "%sfield \"%s\" is missing", where, key);
+    if (!json_is_string(s)) return mf_fail(path, "%sfield \"%s\" must be a string", where, key);
+    if (parse_hex16(json_string_value(s), v, out) != 0)
+        return mf_fail(path, "%sfield \"%s\" is \"%s\", must be 16 hex digits", where, key, json_string_value(s));
+    return 0;
+}
+
+static int cmp_layer_expert(const void *a, const void *b, void *ctx)
+{
+    const ms_pack_entry *e = ctx;
+    const ms_pack_entry *x = &e[*(const size_t *)a], *y = &e[*(const size_t *)b];
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    return x->expert < y->expert ? -1 : x->expert > y->expert;
+}
+
+static int cmp_offset(const void *a, const void *b, void *ctx)
+{
+    const ms_pack_entry *e = ctx;
+    const ms_pack_entry *x = &e[*(const size_t *)a], *y = &e[*(const size_t *)b];
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Everything after the JSON parse; p->bin_path and p->config_path are already set. */
+static int mf_validate(const char *path, json_t *root, ms_pack *p)
+{
+    if (!json_is_object(root)) return mf_fail(path, "the manifest must be a JSON object");
+    json_t *fmt = json_object_get(root, "format");
+    if (!fmt) return mf_fail(path, "field \"format\" is missing");
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), PACK_FORMAT) != 0)
+        return mf_fail(path, "field \"format\" must be \"%s\"", PACK_FORMAT);
+    long long v;
+    if (mf_int(path, "", root, "version", 0, 1LL << 30, &v) != 0) return -1;
+    if (v != PACK_VERSION)
+        return mf_fail(path, "field \"version\" is %lld; this build reads pack version %d", v, PACK_VERSION);
+    if (mf_hex(path, "", root, "model_fingerprint", NULL, p->fingerprint) != 0) return -1;
+    long long workers, worker, replicas, nl, ne, lat, inter, eb;
+    if (mf_int(path, "", root, "workers", 1, 1 << 20, &workers) != 0 ||
+        mf_int(path, "", root, "worker", 0, workers - 1, &worker) != 0 ||
+        mf_int(path, "", root, "replicas", 1, workers, &replicas) != 0 ||
+        mf_int(path, "", root, "num_layers", 1, 1 << 20, &nl) != 0 ||
+        mf_int(path, "", root, "num_experts", 1, 1 << 24, &ne) != 0 ||
+        mf_int(path, "", root, "latent", 32, 1 << 20, &lat) != 0 ||
+        mf_int(path, "", root, "inter", 32, 1 << 20, &inter) != 0 ||
+        mf_int(path, "", root, "expert_bytes", 1, INT64_MAX, &eb) != 0)
+        return -1;
+    if (lat % 32 || inter % 32)
+        return mf_fail(path, "fields \"latent\" %lld and \"inter\" %lld must be multiples of 32 (MXFP4 blocks)", lat,
+                       inter);
+    p->workers = (int)workers;
+    p->worker = (int)worker;
+    p->replicas = (int)replicas;
+    p->n_layers = (int)nl;
+    p->n_experts = (int)ne;
+    p->latent = (int)lat;
+    p->inter = (int)inter;
+    uint64_t want_len[6], want_e = 0;
+    part_sizes(p->latent, p->inter, want_len);
+    for (int i = 0; i < 6; i++) want_e += want_len[i];
+    if ((uint64_t)eb != want_e)
+        return mf_fail(path, "field \"expert_bytes\" is %lld, but latent %d and inter %d make %llu", eb, p->latent,
+                       p->inter, (unsigned long long)want_e);
+    p->expert_bytes = want_e;
+
+    json_t *arr = json_object_get(root, "experts");
+    if (!arr) return mf_fail(path, "field \"experts\" is missing");
+    if (!json_is_array(arr)) return mf_fail(path, "field \"experts\" must be an array");
+    p->n = json_array_size(arr);
+    p->entries = ms_calloc(p->n ? p->n : 1, sizeof *p->entries);
+    for (size_t i = 0; i < p->n; i++) {
+        json_t *o = json_array_get(arr, i);
+        char where[96];
+        snprintf(where, sizeof where, "experts[%zu]: ", i);
+        if (!json_is_object(o)) return mf_fail(path, "%smust be an object", where);
+        ms_pack_entry *e = &p->entries[i];
+        long long l, x, off;
+        if (mf_int(path, where, o, "layer", 0, nl - 1, &l) != 0 || mf_int(path, where, o, "expert", 0, ne - 1, &x) != 0)
+            return -1;
+        e->layer = (int)l;
+        e->expert = (int)x;
+        snprintf(where, sizeof where, "experts[%zu] (layer %d expert %d): ", i, e->layer, e->expert);
+        if (mf_int(path, where, o, "offset", 0, INT64_MAX - (long long)want_e, &off) != 0) return -1;
+        if (off % PACK_ALIGN)
+            return mf_fail(path, "%sfield \"offset\" %lld is not a multiple of %u", where, off, PACK_ALIGN);
+        e->offset = (uint64_t)off;
+        json_t *parts = json_object_get(o, "parts");
+        if (!parts) return mf_fail(path, "%sfield \"parts\" is missing", where);
+        if (!json_is_array(parts) || json_array_size(parts) != 6)
+            return mf_fail(path, "%sfield \"parts\" must be an array of 6 integers", where);
+        uint64_t sum = 0;
+        for (int k = 0; k < 6; k++) {
+            json_t *pk = json_array_get(parts, (size_t)k);
+            if (!json_is_integer(pk) || json_integer_value(pk) < 0)
+                return mf_fail(path, "%sfield \"parts\"[%d] must be a non-negative integer", where, k);
+            e->len[k] = (uint64_t)json_integer_value(pk);
+            if (e->len[k] > want_e) return mf_fail(path, "%sfield \"parts\"[%d] is larger than the expert", where, k);
+            sum += e->len[k];
+        }
+        if (sum != want_e)
+            return mf_fail(path, "%sfield \"parts\" sums to %llu, not expert_bytes %llu", where,
+                           (unsigned long long)sum, (unsigned long long)want_e);
+        for (int k = 0; k < 6; k++)
+            if (e->len[k] != want_len[k])
+                return mf_fail(path, "%sfield \"parts\"[%d] (%s) is %llu bytes, expected %llu", where, k,
+                               part_suffix[k], (unsigned long long)e->len[k], (unsigned long long)want_len[k]);
+        if (mf_hex(path, where, o, "xxh3", &e->xxh3, NULL) != 0) return -1;
+    }
+
+    /* Distinct (layer, expert), then no two experts sharing bytes. */
+    size_t *ix = ms_malloc(sizeof(size_t) * (p->n ? p->n : 1));
+    for (size_t i = 0; i < p->n; i++) ix[i] = i;
+    qsort_r(ix, p->n, sizeof *ix, cmp_layer_expert, p->entries);
+    int rc = 0;
+    for (size_t i = 1; i < p->n && rc == 0; i++) {
+        const ms_pack_entry *a = &p->entries[ix[i - 1]], *b = &p->entries[ix[i]];
+        size_t lo = ix[i - 1] < ix[i] ? ix[i - 1] : ix[i], hi = ix[i - 1] < ix[i] ? ix[i] : ix[i - 1];
+        if (a->layer == b->layer && a->expert == b->expert)
+            rc =
+                mf_fail(path, "experts[%zu] and experts[%zu] are both layer %d expert %d", lo, hi, a->layer, a->expert);
+    }
+    if (rc == 0) {
+        qsort_r(ix, p->n, sizeof *ix, cmp_offset, p->entries);
+        for (size_t i = 1; i < p->n && rc == 0; i++) {
+            const ms_pack_entry *a = &p->entries[ix[i - 1]], *b = &p->entries[ix[i]];
+            if (a->offset + want_e > b->offset)
+                rc = mf_fail(
+                    path, "experts[%zu] (layer %d expert %d) at offset %llu overlaps experts[%zu] (layer %d expert %d)",
+                    ix[i], b->layer, b->expert, (unsigned long long)b->offset, ix[i - 1], a->layer, a->expert);
+        }
+    }
+    if (rc != 0) {
+        free(ix);
+        return -1;
+    }
+
+    /* Every entry inside experts.bin. */
+    struct stat sb;
+    if (stat(p->bin_path, &sb) != 0) {
+        free(ix);
+        ms_err_set("%s: cannot open %s: %s", path, p->bin_path, strerror(errno));
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    for (size_t i = 0; i < p->n; i++) {
+        const ms_pack_entry *e = &p->entries[ix[i]];
+        if (e->offset + want_e > size) {
+            rc = mf_fail(
+                path, "experts[%zu] (layer %d expert %d) ends at byte %llu, beyond the %llu bytes of %s (truncated?)",
+                ix[i], e->layer, e->expert, (unsigned long long)(e->offset + want_e), (unsigned long long)size,
+                p->bin_path);
+            break;
+        }
+    }
+    free(ix);
+    if (rc != 0) return -1;
+
+    /* The model's config must agree with the manifest (the worker computes with its widths). */
+    ms_cfg cfg;
+    if (ms_cfg_load(p->config_path, &cfg) != 0) {
+        int code = ms_err_code();
+        ms_err_wrap("pack %s", path);
+        return ms_err_set_code(code);
+    }
+    const char *bad = cfg.n_layers != p->n_layers     ? "num_layers"
+                      : cfg.n_experts != p->n_experts ? "num_experts"
+                      : cfg.latent != p->latent       ? "latent"
+                      : cfg.moe_inter != p->inter     ? "inter"
+                                                      : NULL;
+    if (bad) {
+        ms_cfg_free(&cfg);
+        return mf_fail(path, "field \"%s\" disagrees with %s", bad, p->config_path);
+    }
+    for (size_t i = 0; i < p->n && rc == 0; i++)
+        if (ms_cfg_is_dense(&cfg, p->entries[i].layer))
+            rc = mf_fail(path, "experts[%zu]: layer %d is a dense layer (first_k_dense_replace %d in %s)", i,
+                         p->entries[i].layer, cfg.first_dense, p->config_path);
+    ms_cfg_free(&cfg);
+    return rc;
+}
+
+int ms_pack_open(const char *dir, ms_pack *p)
+{
+    MS_ASSERT(dir && p);
+    memset(p, 0, sizeof *p);
+    size_t dl = strlen(dir) + 32;
+    char *path = ms_malloc(dl);
+    snprintf(path, dl, "%s/manifest.json", dir);
+    p->bin_path = ms_malloc(dl);
+    snprintf(p->bin_path, dl, "%s/experts.bin", dir);
+    p->config_path = ms_malloc(dl);
+    snprintf(p->config_path, dl, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ms_err_set("%s: cannot open: %s", path, strerror(errno));
+        ms_err_set_code(MS_EXIT_IO);
+        free(path);
+        ms_pack_close(p);
+        return -1;
+    }
+    json_error_t je;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+    fclose(f);
+    int rc;
+    if (!root)
+        rc = mf_fail(path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+    else
+        rc = mf_validate(path, root, p);
+    json_decref(root);
+    free(path);
+    if (rc != 0) ms_pack_close(p);
+    return rc;
+}
+
+void ms_pack_close(ms_pack *p)
+{
+    if (!p) return;
+    free(p->entries);
+    free(p->bin_path);
+    free(p->config_path);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---------------------------------------------------------------- shard writer ---- */
+
+static int io_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int io_fail(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ms_err_set("%s", msg);
+    return ms_err_set_code(MS_EXIT_IO);
+}
+
+static int pread_full(int fd, uint8_t *buf, size_t len, uint64_t off, const char *path)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, buf + got, len - got, (off_t)(off + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0)
+            return io_fail("cannot read %s at byte %llu: %s", path, (unsigned long long)(off + got), strerror(errno));
+        if (n == 0)
+            return io_fail("short read of %s at byte %llu (file truncated?)", path, (unsigned long long)(off + got));
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+static int pwrite_full(int fd, const uint8_t *buf, size_t len, uint64_t off, const char *path)
+{
+    size_t put = 0;
+    while (put < len) {
+        ssize_t n = pwrite(fd, buf + put, len - put, (off_t)(off + put));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            return io_fail("cannot write %s at byte %llu: %s", path, (unsigned long long)(off + put),
+                           n < 0 ? strerror(errno) : "no progress");
+        put += (size_t)n;
+    }
+    return 0;
+}
+
+/* Progress over every byte written (packs and trunk): a bar on stderr when it is a terminal. */
+typedef struct {
+    uint64_t done, total;
+    int last_pct, show;
+} sh_progress;
+
+static void progress_add(sh_progress *pg, uint64_t n)
+{
+    pg->done += n;
+    if (!pg->show || !pg->total) return;
+    int pct = (int)(100.0 * (double)pg->done / (double)pg->total);
+    if (pct > 100) pct = 100;
+    if (pct == pg->last_pct) return;
+    pg->last_pct = pct;
+    char bar[41];
+    memset(bar, '#', (size_t)(pct * 40 / 100));
+    memset(bar + pct * 40 / 100, '.', (size_t)(40 - pct * 40 / 100));
+    bar[40] = 0;
+    fprintf(stderr, "\rshard [%s] %3d%% %.2f of %.2f GB", bar, pct, (double)pg->done / 1e9, (double)pg->total / 1e9);
+    if (pg->done >= pg->total) fputc('\n', stderr);
+}
+
+/* One routed expert of the source: where its six parts are, and its first owner. */
+typedef struct {
+    int layer, expert, owner;
+    int file[6];
+    uint64_t off[6];
+} sh_expert;
+
+static int cmp_src(const void *a, const void *b)
+{
+    const sh_expert *x = a, *y = b;
+    if (x->file[0] != y->file[0]) return x->file[0] < y->file[0] ? -1 : 1;
+    return x->off[0] < y->off[0] ? -1 : x->off[0] > y->off[0];
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    const ms_pack_entry *x = a, *y = b;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    return x->expert < y->expert ? -1 : x->expert > y->expert;
+}
+
+/* Is name one of the six tensors of a routed expert (layer in [l0, nl), expert in [0, ne))? */
+static int is_routed_part(const char *name, int l0, int nl, int ne)
+{
+    size_t pl = strlen(PFX);
+    if (strncmp(name, PFX, pl) != 0) return 0;
+    const char *s = name + pl;
+    char *end;
+    if (*s < '0' || *s > '9') return 0;
+    long l = strtol(s, &end, 10);
+    static const char mid[] = ".block_sparse_moe.experts.";
+    if (strncmp(end, mid, sizeof mid - 1) != 0) return 0;
+    s = end + sizeof mid - 1;
+    if (*s < '0' || *s > '9') return 0;
+    long e = strtol(s, &end, 10);
+    if (*end != '.' || l < l0 || l >= nl || e < 0 || e >= ne) return 0;
+    /* Exactly the spelling find_expert looks up (no "layers.01"), so what leaves the trunk is
+     * what the packs hold. */
+    for (int k = 0; k < 6; k++) {
+        char canon[256];
+        snprintf(canon, sizeof canon, PFX "%ld.block_sparse_moe.experts.%ld.%s", l, e, part_suffix[k]);
+        if (strcmp(name, canon) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Find and check the six tensors of expert (l, e). */
+static int find_expert(const ms_st *st, const ms_cfg *c, const char *dir, int l, int e, sh_expert *x)
+{
+    int64_t I = c->moe_inter, L = c->latent;
+    int64_t shapes[6][2] = {{I, L / 2}, {I, L / 32}, {L, I / 2}, {L, I / 32}, {I, L / 2}, {I, L / 32}};
+    x->layer = l;
+    x->expert = e;
+    for (int k = 0; k < 6; k++) {
+        char name[256];
+        snprintf(name, sizeof name, PFX "%d.block_sparse_moe.experts.%d.%s", l, e, part_suffix[k]);
+        const ms_st_tensor *t = ms_st_find(st, name);
+        if (!t) {
+            ms_err_set("tensor %s is missing from %s (moestream shard needs MXFP4 routed experts)", name, dir);
+            return ms_err_set_code(MS_EXIT_MODEL);
+        }
+        if (t->dtype != MS_DT_U8 || t->ndim != 2 || t->shape[0] != shapes[k][0] || t->shape[1] != shapes[k][1]) {
+            ms_err_set("tensor %s in %s is %s with %d dims [%lld, %lld], expected U8 [%lld, %lld]", name,
+                       ms_st_file_path(st, t->file), ms_dtype_name(t->dtype), t->ndim,
+                       (long long)(t->ndim > 0 ? t->shape[0] : 0), (long long)(t->ndim > 1 ? t->shape[1] : 0),
+                       (long long)shapes[k][0], (long long)shapes[k][1]);
+            return ms_err_set_code(MS_EXIT_MODEL);
+        }
+        x->file[k] = t->file;
+        x->off[k] = t->offset;
+    }
+    return 0;
+}
+
+static int make_dir(const char *path)
+{
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return io_fail("cannot create %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return io_fail("%s exists and is not a directory", path);
+    return 0;
+}
+
+static int remove_stale(const char *path)
+{
+    if (unlink(path) != 0 && errno != ENOENT) return io_fail("cannot remove the stale %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* fsync and rename tmp into place. */
+static int commit_file(const char *tmp, const char *path)
+{
+    int fd = open(tmp, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        int err = errno;
+        if (fd >= 0) close(fd);
+        return io_fail("cannot sync %s: %s", tmp, strerror(err));
+    }
+    close(fd);
+    if (rename(tmp, path) != 0) return io_fail("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    return 0;
+}
+
+/* Copy a whole (small) file via tmp + rename. */
+static int copy_file(const char *src, const char *dst)
+{
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", dst);
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0) return io_fail("cannot open %s: %s", src, strerror(errno));
+    int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) {
+        close(in);
+        return io_fail("cannot create %s: %s", tmp, strerror(errno));
+    }
+    uint8_t buf[1 << 16];
+    uint64_t off = 0;
+    int rc = 0;
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            rc = io_fail("cannot read %s: %s", src, strerror(errno));
+            break;
+        }
+        if (n == 0) break;
+        if ((rc = pwrite_full(out, buf, (size_t)n, off, tmp)) != 0) break;
+        off += (uint64_t)n;
+    }
+    close(in);
+    if (close(out) != 0 && rc == 0) rc = io_fail("cannot write %s: %s", tmp, strerror(errno));
+    if (rc == 0) rc = commit_file(tmp, dst);
+    if (rc != 0) unlink(tmp);
+    return rc;
+}
+
+static int dump_json(json_t *j, const char *path)
+{
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (json_dump_file(j, tmp, JSON_INDENT(1)) != 0) {
+        unlink(tmp);
+        return io_fail("cannot write %s: %s", tmp, strerror(errno));
+    }
+    if (commit_file(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* A trunk tensor's bytes come straight from its source file. */
+typedef struct {
+    int fd;
+    uint64_t off;
+    const char *path;
+    sh_progress *pg;
+} sh_fill;
+
+static int trunk_fill(void *ctx, const char *name, uint64_t off, uint8_t *buf, size_t len)
+{
+    (void)name;
+    sh_fill *f = ctx;
+    if (pread_full(f->fd, buf, len, f->off + off, f->path) != 0) return -1;
+    progress_add(f->pg, len);
+    return 0;
+}
+
+static const char *base_name(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+/* State of one ms_pack_shard call. */
+typedef struct {
+    const char *model_dir, *out_dir;
+    int N, R;
+    ms_cfg cfg;
+    ms_st *st;
+    char fp[17];
+    int n_src;
+    int *src_fd;   /* [n_src] */
+    sh_expert *ex; /* [n_ex], in source file order */
+    size_t n_ex;
+    uint64_t part_len[6], E;
+    ms_pack_entry **ent; /* [N][cnt[w]] */
+    size_t *cnt, *fill;  /* [N] */
+    uint64_t *cursor;    /* [N] end of the last expert written in worker w's experts.bin */
+    int *bin_fd;         /* [N] */
+    char **wdir;         /* [N] out_dir/worker-<i> */
+    sh_progress pg;
+} sh_state;
+
+/* a/b into out[n]; ms_pack_shard refuses directory names long enough to overflow it. */
+static void path2(char *out, size_t n, const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    MS_ASSERT(la + lb + 2 <= n);
+    memcpy(out, a, la);
+    out[la] = '/';
+    memcpy(out + la + 1, b, lb + 1);
+}
+
+/* Copy every routed expert once from the source (in file order) into each pack holding it. */
+static int copy_experts(sh_state *s)
+{
+    size_t ch = s->E < COPY_CHUNK ? (size_t)s->E : COPY_CHUNK;
+    uint8_t *buf = ms_malloc(ch); /* [ch] bytes of the expert being copied */
+    XXH3_state_t *h = XXH3_createState();
+    int rc = 0;
+    char bin[4200];
+    for (size_t i = 0; i < s->n_ex && rc == 0; i++) {
+        const sh_expert *x = &s->ex[i];
+        ms_pack_entry *dst[64];
+        int holders[64], nh = s->R < 64 ? s->R : 64;
+        MS_ASSERT(s->R <= 64);
+        for (int j = 0; j < nh; j++) {
+            int w = (x->owner + j) % s->N;
+            holders[j] = w;
+            ms_pack_entry *e = &s->ent[w][s->fill[w]++];
+            e->layer = x->layer;
+            e->expert = x->expert;
+            e->offset = align_up(s->cursor[w]);
+            memcpy(e->len, s->part_len, sizeof e->len);
+            s->cursor[w] = e->offset + s->E;
+            dst[j] = e;
+        }
+        XXH3_64bits_reset(h);
+        /* One run when the six parts are adjacent in canonical order (released layout), else six. */
+        int contiguous = 1;
+        for (int k = 1; k < 6; k++)
+            if (x->file[k] != x->file[0] || x->off[k] != x->off[k - 1] + s->part_len[k - 1]) contiguous = 0;
+        uint64_t pos = 0; /* bytes of the expert copied so far */
+        for (int k = 0; k < (contiguous ? 1 : 6) && rc == 0; k++) {
+            uint64_t run = contiguous ? s->E : s->part_len[k];
+            int f = x->file[k];
+            const char *sp = ms_st_file_path(s->st, f);
+            for (uint64_t o = 0; o < run && rc == 0;) {
+                size_t n = run - o < ch ? (size_t)(run - o) : ch;
+                if ((rc = pread_full(s->src_fd[f], buf, n, x->off[k] + o, sp)) != 0) break;
+                XXH3_64bits_update(h, buf, n);
+                for (int j = 0; j < nh && rc == 0; j++) {
+                    path2(bin, sizeof bin, s->wdir[holders[j]], "experts.bin.tmp");
+                    rc = pwrite_full(s->bin_fd[holders[j]], buf, n, dst[j]->offset + pos, bin);
+                }
+                /* The source is read once: keep it from crowding the page cache. */
+                posix_fadvise(s->src_fd[f], (off_t)(x->off[k] + o), (off_t)n, POSIX_FADV_DONTNEED);
+                progress_add(&s->pg, (uint64_t)n * (uint64_t)nh);
+                o += n;
+                pos += n;
+            }
+        }
+        if (rc == 0) {
+            uint64_t d = XXH3_64bits_digest(h);
+            for (int j = 0; j < nh; j++) dst[j]->xxh3 = d;
+        }
+    }
+    XXH3_freeState(h);
+    free(buf);
+    return rc;
+}
+
+/* manifest.json: the header fields indented, then one line per expert (a K3 pack lists
+ * tens of thousands), via tmp + rename. */
+static int write_manifest(sh_state *s, int w)
+{
+    ms_pack_entry *e = s->ent[w];
+    qsort(e, s->cnt[w], sizeof *e, cmp_entry);
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string(PACK_FORMAT));
+    json_object_set_new(root, "version", json_integer(PACK_VERSION));
+    json_object_set_new(root, "model_fingerprint", json_string(s->fp));
+    json_object_set_new(root, "worker", json_integer(w));
+    json_object_set_new(root, "workers", json_integer(s->N));
+    json_object_set_new(root, "replicas", json_integer(s->R));
+    json_object_set_new(root, "num_layers", json_integer(s->cfg.n_layers));
+    json_object_set_new(root, "num_experts", json_integer(s->cfg.n_experts));
+    json_object_set_new(root, "latent", json_integer(s->cfg.latent));
+    json_object_set_new(root, "inter", json_integer(s->cfg.moe_inter));
+    json_object_set_new(root, "expert_bytes", json_integer((json_int_t)s->E));
+    char *head = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    char *end = strrchr(head, '}'); /* drop the closing brace: the experts array follows */
+    MS_ASSERT(end != NULL);
+    while (end > head && (end[-1] == '\n' || end[-1] == ' ')) end--;
+    *end = 0;
+    char path[4200], tmp[4300];
+    path2(path, sizeof path, s->wdir[w], "manifest.json");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        free(head);
+        return io_fail("cannot create %s: %s", tmp, strerror(errno));
+    }
+    fprintf(f, "%s,\n \"experts\": [", head);
+    free(head);
+    for (size_t i = 0; i < s->cnt[w]; i++)
+        fprintf(
+            f,
+            "%s\n  {\"layer\": %d, \"expert\": %d, \"offset\": %llu, \"parts\": [%llu, %llu, %llu, %llu, %llu, %llu], "
+            "\"xxh3\": \"%016llx\"}",
+            i ? "," : "", e[i].layer, e[i].expert, (unsigned long long)e[i].offset, (unsigned long long)e[i].len[0],
+            (unsigned long long)e[i].len[1], (unsigned long long)e[i].len[2], (unsigned long long)e[i].len[3],
+            (unsigned long long)e[i].len[4], (unsigned long long)e[i].len[5], (unsigned long long)e[i].xxh3);
+    fprintf(f, "\n ]\n}\n");
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        unlink(tmp);
+        return io_fail("cannot write %s: %s", tmp, strerror(errno));
+    }
+    if (commit_file(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* out_dir/trunk: every tensor but the routed experts, one trunk shard per source shard that
+ * has any, an index, the tokenizer files and config.json (written last). */
+static int write_trunk(sh_state *s, const char *tdir)
+{
+    size_t nt = ms_st_count(s->st);
+    sh_fill *fills = ms_calloc(nt ? nt : 1, sizeof *fills);
+    json_t *wmap = json_object();
+    uint64_t total = 0;
+    int rc = 0;
+    char path[4200], src[4200];
+    for (int f = 0; f < s->n_src && rc == 0; f++) {
+        ms_st_writer *w = ms_st_writer_new();
+        const char *fname = base_name(ms_st_file_path(s->st, f));
+        int n = 0;
+        for (size_t i = 0; i < nt; i++) {
+            const ms_st_tensor *t = ms_st_at(s->st, i);
+            if (t->file != f || is_routed_part(t->name, s->cfg.first_dense, s->cfg.n_layers, s->cfg.n_experts))
+                continue;
+            fills[i] = (sh_fill){s->src_fd[f], t->offset, ms_st_file_path(s->st, f), &s->pg};
+            ms_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, trunk_fill, &fills[i]);
+            json_object_set_new(wmap, t->name, json_string(fname));
+            n++;
+        }
+        if (n > 0) {
+            total += ms_st_writer_data_bytes(w);
+            path2(path, sizeof path, tdir, fname);
+            rc = ms_st_writer_write(w, path);
+        }
+        ms_st_writer_free(w);
+    }
+    if (rc == 0) {
+        json_t *idx = json_pack("{s:{s:I},s:O}", "metadata", "total_size", (json_int_t)total, "weight_map", wmap);
+        path2(path, sizeof path, tdir, "model.safetensors.index.json");
+        rc = dump_json(idx, path);
+        json_decref(idx);
+    }
+    json_decref(wmap);
+    free(fills);
+    static const char *tok_files[2] = {"tiktoken.model", "tokenizer_config.json"};
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        path2(src, sizeof src, s->model_dir, tok_files[i]);
+        path2(path, sizeof path, tdir, tok_files[i]);
+        if (access(src, F_OK) == 0)
+            rc = copy_file(src, path);
+        else
+            rc = remove_stale(path);
+    }
+    if (rc == 0) {
+        path2(src, sizeof src, s->model_dir, "config.json");
+        path2(path, sizeof path, tdir, "config.json");
+        rc = copy_file(src, path);
+    }
+    return rc;
+}
+
+/* Load, check and plan: everything that can fail before a byte is written. */
+static int shard_plan(sh_state *s)
+{
+    char path[4200];
+    path2(path, sizeof path, s->model_dir, "config.json");
+    if (ms_cfg_load(path, &s->cfg) != 0) return -1;
+    const ms_cfg *c = &s->cfg;
+    if (c->latent % 32 || c->moe_inter % 32) {
+        ms_err_set("%s: routed_expert_hidden_size %d and moe_intermediate_size %d must be multiples of 32 (MXFP4)",
+                   path, c->latent, c->moe_inter);
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    int n_moe = c->n_layers - c->first_dense;
+    if (n_moe < 1) {
+        ms_err_set("%s: no MoE layer (first_k_dense_replace %d, %d layers): nothing to shard", path, c->first_dense,
+                   c->n_layers);
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    if (s->N > c->n_experts) {
+        ms_err_set("%d workers for %d experts a layer: some worker would own no expert", s->N, c->n_experts);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    s->st = ms_st_open_dir(s->model_dir);
+    if (!s->st) return -1;
+    if (ms_wire_fingerprint(s->model_dir, s->fp) != 0) return -1;
+    part_sizes(c->latent, c->moe_inter, s->part_len);
+    s->E = 0;
+    for (int k = 0; k < 6; k++) s->E += s->part_len[k];
+
+    /* Owner of each expert id: worker i owns [i*Ne/N, (i+1)*Ne/N). */
+    int *owner = ms_malloc(sizeof(int) * (size_t)c->n_experts);
+    for (int i = 0; i < s->N; i++) {
+        int64_t a = (int64_t)i * c->n_experts / s->N, b = (int64_t)(i + 1) * c->n_experts / s->N;
+        for (int64_t e = a; e < b; e++) owner[e] = i;
+    }
+    s->n_ex = (size_t)n_moe * (size_t)c->n_experts;
+    s->ex = ms_calloc(s->n_ex, sizeof *s->ex);
+    size_t k = 0;
+    int rc = 0;
+    for (int l = c->first_dense; l < c->n_layers && rc == 0; l++)
+        for (int e = 0; e < c->n_experts && rc == 0; e++, k++) {
+            rc = find_expert(s->st, c, s->model_dir, l, e, &s->ex[k]);
+            s->ex[k].owner = owner[e];
+        }
+    free(owner);
+    if (rc != 0) return -1;
+    qsort(s->ex, s->n_ex, sizeof *s->ex, cmp_src);
+
+    s->cnt = ms_calloc((size_t)s->N, sizeof *s->cnt);
+    s->fill = ms_calloc((size_t)s->N, sizeof *s->fill);
+    s->cursor = ms_calloc((size_t)s->N, sizeof *s->cursor);
+    for (size_t i = 0; i < s->n_ex; i++)
+        for (int j = 0; j < s->R; j++) s->cnt[(s->ex[i].owner + j) % s->N]++;
+    s->ent = ms_calloc((size_t)s->N, sizeof *s->ent);
+    for (int w = 0; w < s->N; w++) s->ent[w] = ms_calloc(s->cnt[w] ? s->cnt[w] : 1, sizeof **s->ent);
+
+    /* Bytes to write: every pack (with its alignment padding) and the trunk. */
+    s->pg.total = (uint64_t)s->n_ex * (uint64_t)s->R * s->E;
+    for (size_t i = 0; i < ms_st_count(s->st); i++) {
+        const ms_st_tensor *t = ms_st_at(s->st, i);
+        if (!is_routed_part(t->name, c->first_dense, c->n_layers, c->n_experts)) s->pg.total += t->nbytes;
+    }
+    s->src_fd = ms_malloc(sizeof(int) * (size_t)(s->n_src = ms_st_file_count(s->st)));
+    for (int f = 0; f < s->n_src; f++) s->src_fd[f] = -1;
+    for (int f = 0; f < s->n_src; f++) {
+        s->src_fd[f] = open(ms_st_file_path(s->st, f), O_RDONLY | O_CLOEXEC);
+        if (s->src_fd[f] < 0) return io_fail("cannot open %s: %s", ms_st_file_path(s->st, f), strerror(errno));
+        posix_fadvise(s->src_fd[f], 0, 0, POSIX_FADV_SEQUENTIAL);
+    }
+    return 0;
+}
+
+int ms_pack_shard(const char *model_dir, int workers, int replicas, const char *out_dir)
+{
+    MS_ASSERT(model_dir && out_dir);
+    if (workers < 1 || replicas < 1 || replicas > workers) {
+        ms_err_set("shard: %d workers with %d replicas: need workers >= 1 and 1 <= replicas <= workers", workers,
+                   replicas);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    if (strlen(model_dir) > 3000 || strlen(out_dir) > 3000) {
+        ms_err_set("shard: directory name too long: %.64s...", strlen(model_dir) > 3000 ? model_dir : out_dir);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    if (replicas > 64) {
+        ms_err_set("shard: %d replicas is more than the 64 supported", replicas);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    sh_state s;
+    memset(&s, 0, sizeof s);
+    s.model_dir = model_dir;
+    s.out_dir = out_dir;
+    s.N = workers;
+    s.R = replicas;
+    s.pg.last_pct = -1;
+    s.pg.show = isatty(2) && ms_log_level() >= 1;
+    int rc = shard_plan(&s);
+    char path[4200], tmp[4200], tdir[4200];
+    path2(tdir, sizeof tdir, out_dir, "trunk");
+
+    /* Directories, then the commit markers of a previous run go first: until the new
+     * manifest (packs) or config.json (trunk) is renamed into place, nothing looks valid. */
+    if (rc == 0) rc = make_dir(out_dir);
+    if (rc == 0) {
+        s.wdir = ms_calloc((size_t)s.N, sizeof *s.wdir);
+        s.bin_fd = ms_malloc(sizeof(int) * (size_t)s.N);
+        for (int w = 0; w < s.N; w++) s.bin_fd[w] = -1;
+        for (int w = 0; w < s.N && rc == 0; w++) {
+            size_t n = strlen(out_dir) + 32;
+            s.wdir[w] = ms_malloc(n);
+            snprintf(s.wdir[w], n, "%s/worker-%d", out_dir, w);
+            rc = make_dir(s.wdir[w]);
+            if (rc == 0) {
+                path2(path, sizeof path, s.wdir[w], "manifest.json");
+                rc = remove_stale(path);
+            }
+        }
+    }
+    /* Packs of an earlier run with more workers would not match the new ones: retire them. */
+    for (int w = s.N; rc == 0; w++) {
+        char wd[4200];
+        snprintf(wd, sizeof wd, "%.3000s/worker-%d", out_dir, w);
+        if (access(wd, F_OK) != 0) break;
+        path2(path, sizeof path, wd, "manifest.json");
+        rc = remove_stale(path);
+    }
+    if (rc == 0) rc = make_dir(tdir);
+    if (rc == 0) {
+        path2(path, sizeof path, tdir, "config.json");
+        rc = remove_stale(path);
+    }
+    if (rc == 0) {
+        path2(path, sizeof path, tdir, "model.safetensors.index.json");
+        rc = remove_stale(path);
+    }
+    if (rc == 0) {
+        struct statvfs vf;
+        uint64_t need = s.pg.total; /* the alignment gaps are holes: they take no space */
+        if (statvfs(out_dir, &vf) == 0 && (uint64_t)vf.f_bavail * (uint64_t)vf.f_frsize < need)
+            rc = io_fail("%s has %.2f GB free; the packs and trunk need about %.2f GB", out_dir,
+                         (double)vf.f_bavail * (double)vf.f_frsize / 1e9, (double)need / 1e9);
+    }
+
+    /* The packs: experts.bin.tmp of every worker written in one pass over the source. */
+    for (int w = 0; w < s.N && rc == 0; w++) {
+        path2(tmp, sizeof tmp, s.wdir[w], "experts.bin.tmp");
+        s.bin_fd[w] = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (s.bin_fd[w] < 0) rc = io_fail("cannot create %s: %s", tmp, strerror(errno));
+    }
+    if (rc == 0) rc = copy_experts(&s);
+    for (int w = 0; w < s.N && rc == 0; w++) {
+        path2(tmp, sizeof tmp, s.wdir[w], "experts.bin.tmp");
+        path2(path, sizeof path, s.wdir[w], "experts.bin");
+        /* A sparse tail is fine, but the file must cover the last expert's bytes. */
+        if (ftruncate(s.bin_fd[w], (off_t)s.cursor[w]) != 0 || fsync(s.bin_fd[w]) != 0)
+            rc = io_fail("cannot write %s: %s", tmp, strerror(errno));
+        if (close(s.bin_fd[w]) != 0 && rc == 0) rc = io_fail("cannot write %s: %s", tmp, strerror(errno));
+        s.bin_fd[w] = -1;
+        if (rc == 0 && rename(tmp, path) != 0) rc = io_fail("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        if (rc == 0) {
+            path2(tmp, sizeof tmp, model_dir, "config.json");
+            path2(path, sizeof path, s.wdir[w], "config.json");
+            rc = copy_file(tmp, path);
+        }
+        if (rc == 0) rc = write_manifest(&s, w);
+    }
+    if (rc == 0) rc = write_trunk(&s, tdir);
+    if (rc != 0 && s.pg.show && s.pg.done > 0 && s.pg.done < s.pg.total) fputc('\n', stderr);
+
+    /* Cleanup; on failure no tmp file survives. */
+    if (s.bin_fd)
+        for (int w = 0; w < s.N; w++) {
+            if (s.bin_fd[w] >= 0) close(s.bin_fd[w]);
+            if (rc != 0 && s.wdir && s.wdir[w]) {
+                path2(tmp, sizeof tmp, s.wdir[w], "experts.bin.tmp");
+                unlink(tmp);
+            }
+        }
+    if (s.src_fd)
+        for (int f = 0; f < s.n_src; f++)
+            if (s.src_fd[f] >= 0) close(s.src_fd[f]);
+    if (s.ent)
+        for (int w = 0; w < s.N; w++) free(s.ent[w]);
+    if (s.wdir)
+        for (int w = 0; w < s.N; w++) free(s.wdir[w]);
+    free(s.wdir);
+    free(s.bin_fd);
+    free(s.ent);
+    free(s.cnt);
+    free(s.fill);
+    free(s.cursor);
+    free(s.src_fd);
+    free(s.ex);
+    ms_st_close(s.st);
+    ms_cfg_free(&s.cfg);
+    return rc;
+}

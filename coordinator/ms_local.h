@@ -1,0 +1,27 @@
+/* ms_local: starts and stops the coordinator's own moestream-worker processes on this box. */
+#ifndef MS_LOCAL_H
+#define MS_LOCAL_H
+
+#include <stdint.h>
+
+#include "ms_remote.h"
+
+typedef struct ms_local ms_local;
+
+/* Start n workers serving the checkpoint in model_dir over ipc sockets in a new private 0700
+ * directory; worker i owns experts [i*Ne/n, (i+1)*Ne/n) of every layer and gets budget_each
+ * bytes (--ram-budget), threads each. Workers die with the coordinator (PR_SET_PDEATHSIG).
+ * On success *workers and *n_workers describe their endpoints (owned by the ms_local). Returns
+ * NULL with ms_err set (MS_EXIT_WORKER) if a worker cannot be started. */
+ms_local *ms_local_start(const char *model_dir, int n, int n_experts, uint64_t budget_each, int threads,
+                         int buffered, int quiet, ms_remote_worker **workers, int *n_workers);
+/* SIGTERM every worker, wait up to a few seconds, SIGKILL the rest, remove the directory.
+ * Accepts NULL. */
+void ms_local_stop(ms_local *l);
+/* Pid of worker i (tests kill one to check fail-over). */
+int ms_local_pid(const ms_local *l, int i);
+
+/* Path of the moestream-worker binary: $MS_WORKER_BIN, else next to this executable. */
+const char *ms_local_worker_bin(void);
+
+#endif

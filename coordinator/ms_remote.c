@@ -1,0 +1,682 @@
+/* ms_remote: DEALER sockets to expert workers; per-call requests, deadlines, fail-over to replicas. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "ms_err.h"
+#include "ms_remote.h"
+#include "ms_wire.h"
+
+enum { W_DOWN = 0, W_PROBING = 1, W_UP = 2 };
+
+typedef struct {
+    char *endpoint;
+    char pub[41];
+    int curve;
+    void *sock;            /* DEALER, NULL when down */
+    void *mon;             /* PAIR receiving the socket's disconnect events */
+    int state;
+    double probe_at;       /* W_DOWN: when to try again; W_PROBING: when the hello was sent */
+    double backoff;
+    uint8_t *owns;         /* [n_layers * n_experts] */
+    char why[256];         /* last failure */
+    /* the request in flight during a call */
+    int pending;
+    ms_uuid req;
+    int64_t *items;        /* [n_items] global item index per request item */
+    int64_t n_items;
+} wconn;
+
+struct ms_remote {
+    ms_remote_opts o;
+    void *ctx;
+    wconn *w;
+    int n;
+    char secret[41], pub[41];
+    int first_moe;
+    int mon_seq;
+    ms_remote_stats st;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void close_sock(wconn *w)
+{
+    if (w->sock) zmq_close(w->sock);
+    if (w->mon) zmq_close(w->mon);
+    w->sock = w->mon = NULL;
+}
+
+static void mark_down(ms_remote *r, wconn *w, const char *why)
+{
+    char reason[256];
+    snprintf(reason, sizeof reason, "%.200s", why);
+    if (w->state == W_UP && !r->o.quiet) fprintf(stderr, "moestream: worker %s is down: %s\n", w->endpoint, reason);
+    snprintf(w->why, sizeof w->why, "%s", reason);
+    close_sock(w);
+    w->state = W_DOWN;
+    w->pending = 0;
+    w->backoff = w->backoff ? (w->backoff * 2 > 30 ? 30 : w->backoff * 2) : 0.5;
+    w->probe_at = now_s() + w->backoff;
+}
+
+static int open_sock(ms_remote *r, wconn *w)
+{
+    int64_t maxmsg = MS_WIRE_MAX_MSG;
+    int zero = 0, one = 1, ivl = 1000, hb_to = 5000;
+    char mon_ep[64];
+    w->sock = zmq_socket(r->ctx, ZMQ_DEALER);
+    if (!w->sock) return -1;
+    zmq_setsockopt(w->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    zmq_setsockopt(w->sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(w->sock, ZMQ_IMMEDIATE, &one, sizeof one);
+    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_to, sizeof hb_to);
+    if (w->curve) {
+        zmq_setsockopt(w->sock, ZMQ_CURVE_SERVERKEY, w->pub, 40);
+        zmq_setsockopt(w->sock, ZMQ_CURVE_PUBLICKEY, r->pub, 40);
+        zmq_setsockopt(w->sock, ZMQ_CURVE_SECRETKEY, r->secret, 40);
+    }
+    snprintf(mon_ep, sizeof mon_ep, "inproc://ms-remote-mon-%d", r->mon_seq++);
+    if (zmq_socket_monitor(w->sock, mon_ep, ZMQ_EVENT_DISCONNECTED) == 0) {
+        w->mon = zmq_socket(r->ctx, ZMQ_PAIR);
+        if (w->mon) zmq_connect(w->mon, mon_ep);
+    }
+    if (zmq_connect(w->sock, w->endpoint) != 0) {
+        snprintf(w->why, sizeof w->why, "cannot connect: %s", zmq_strerror(zmq_errno()));
+        close_sock(w);
+        return -1;
+    }
+    return 0;
+}
+
+static int send_env(ms_remote *r, wconn *w, Moestream__Envelope *e)
+{
+    uint8_t *buf;
+    size_t len;
+    ms_wire_pack(e, &buf, &len);
+    int rc = zmq_send(w->sock, buf, len, ZMQ_DONTWAIT);
+    free(buf);
+    if (rc < 0) return -1;
+    r->st.bytes_sent += len;
+    return 0;
+}
+
+static void send_hello(ms_remote *r, wconn *w)
+{
+    Moestream__Envelope env = MOESTREAM__ENVELOPE__INIT;
+    Moestream__Hello h = MOESTREAM__HELLO__INIT;
+    ms_uuid id;
+    ms_uuid_new(&id);
+    h.client_uuid.data = id.b;
+    h.client_uuid.len = 16;
+    h.model_fingerprint = (char *)r->o.fingerprint;
+    env.body_case = MOESTREAM__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    send_env(r, w, &env); /* with ZMQ_IMMEDIATE an unconnected peer refuses: the probe then times out */
+}
+
+/* Receive one message from w (non-blocking); NULL if none or garbage (w->why set). */
+static Moestream__Envelope *recv_env(ms_remote *r, wconn *w)
+{
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, w->sock, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&m);
+        return NULL;
+    }
+    r->st.bytes_received += zmq_msg_size(&m);
+    char why[256];
+    int code;
+    Moestream__Envelope *e = ms_wire_unpack(zmq_msg_data(&m), zmq_msg_size(&m), why, sizeof why, &code);
+    zmq_msg_close(&m);
+    if (!e) snprintf(w->why, sizeof w->why, "bad message from the worker: %.200s", why);
+    return e;
+}
+
+/* Take a HelloReply: check the model and record what the worker owns. */
+static int take_hello(ms_remote *r, wconn *w, const Moestream__Envelope *e)
+{
+    if (e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR) {
+        snprintf(w->why, sizeof w->why, "refused the hello: %.200s", e->error->message);
+        return -1;
+    }
+    if (e->body_case != MOESTREAM__ENVELOPE__BODY_HELLO_REPLY) {
+        snprintf(w->why, sizeof w->why, "answered the hello with message type %d", (int)e->body_case);
+        return -1;
+    }
+    const Moestream__HelloReply *h = e->hello_reply;
+    if (strcmp(h->model_fingerprint, r->o.fingerprint) != 0) {
+        snprintf(w->why, sizeof w->why, "serves model %s, this coordinator runs %s", h->model_fingerprint,
+                 r->o.fingerprint);
+        return -1;
+    }
+    if ((int)h->latent_width != r->o.latent || (int)h->num_layers != r->o.n_layers ||
+        (int)h->num_experts != r->o.n_experts) {
+        snprintf(w->why, sizeof w->why, "has a different model shape (latent %u, %u layers, %u experts)",
+                 h->latent_width, h->num_layers, h->num_experts);
+        return -1;
+    }
+    memset(w->owns, 0, (size_t)r->o.n_layers * (size_t)r->o.n_experts);
+    for (size_t i = 0; i < h->n_owned; i++) {
+        const Moestream__ExpertRange *g = h->owned[i];
+        if ((int)g->layer >= r->o.n_layers || g->expert_end > (uint32_t)r->o.n_experts || g->expert_begin > g->expert_end) {
+            snprintf(w->why, sizeof w->why, "claims experts outside the model (layer %u, %u..%u)", g->layer,
+                     g->expert_begin, g->expert_end);
+            return -1;
+        }
+        for (uint32_t x = g->expert_begin; x < g->expert_end; x++)
+            w->owns[(size_t)g->layer * (size_t)r->o.n_experts + x] = 1;
+    }
+    w->state = W_UP;
+    w->backoff = 0;
+    return 0;
+}
+
+/* Drain disconnect events: a worker whose connection dropped is down at once. */
+static void check_monitor(ms_remote *r, wconn *w)
+{
+    if (!w->mon) return;
+    for (;;) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, w->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            return;
+        }
+        int first = zmq_msg_size(&m) >= 2;
+        uint16_t ev = 0;
+        if (first) memcpy(&ev, zmq_msg_data(&m), 2);
+        int more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+        if (more) { /* second frame: the endpoint */
+            zmq_msg_init(&m);
+            zmq_msg_recv(&m, w->mon, ZMQ_DONTWAIT);
+            zmq_msg_close(&m);
+        }
+        if (ev == ZMQ_EVENT_DISCONNECTED && w->state != W_DOWN) {
+            mark_down(r, w, "connection lost");
+            return;
+        }
+    }
+}
+
+/* Probe down workers whose back-off has passed, and finish probes that got their answer. */
+static void probe(ms_remote *r)
+{
+    double t = now_s();
+    for (int i = 0; i < r->n; i++) {
+        wconn *w = &r->w[i];
+        if (w->state == W_DOWN && t >= w->probe_at) {
+            if (open_sock(r, w) == 0) {
+                w->state = W_PROBING;
+                w->probe_at = t;
+                send_hello(r, w);
+            } else {
+                mark_down(r, w, w->why);
+            }
+        } else if (w->state == W_PROBING) {
+            Moestream__Envelope *e;
+            while ((e = recv_env(r, w))) {
+                if (take_hello(r, w, e) == 0 && !r->o.quiet)
+                    fprintf(stderr, "moestream: worker %s is up again\n", w->endpoint);
+                ms_wire_free(e);
+                if (w->state == W_UP) break;
+            }
+            if (w->state == W_PROBING && t - w->probe_at > (r->o.timeout_s < 5 ? r->o.timeout_s : 5))
+                mark_down(r, w, "no answer to hello");
+            else if (w->state == W_PROBING && t - w->probe_at > 0.5)
+                send_hello(r, w); /* the first one may have been refused before the connection was up */
+        }
+    }
+}
+
+ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
+{
+    ms_remote *r = ms_calloc(1, sizeof *r);
+    r->o = *o;
+    if (r->o.timeout_s <= 0) r->o.timeout_s = 60;
+    r->first_moe = first_moe;
+    r->n = o->n_workers;
+    r->ctx = zmq_ctx_new();
+    r->w = ms_calloc((size_t)r->n, sizeof *r->w);
+    int any_curve = 0;
+    for (int i = 0; i < r->n; i++) {
+        wconn *w = &r->w[i];
+        w->endpoint = o->workers[i].endpoint;
+        w->owns = ms_calloc((size_t)o->n_layers * (size_t)o->n_experts, 1);
+        if (o->workers[i].public_key) {
+            snprintf(w->pub, sizeof w->pub, "%s", o->workers[i].public_key);
+            w->curve = 1;
+            any_curve = 1;
+        }
+    }
+    if (any_curve) {
+        if (!o->secret_key || strlen(o->secret_key) != 40) {
+            ms_err_set("workers with public keys need the coordinator's CURVE secret (--curve-secret FILE)");
+            ms_err_set_code(MS_EXIT_USAGE);
+            ms_remote_free(r);
+            return NULL;
+        }
+        snprintf(r->secret, sizeof r->secret, "%s", o->secret_key);
+        if (zmq_curve_public(r->pub, r->secret) != 0) {
+            ms_err_set("the coordinator's CURVE secret key is not a valid Z85 key");
+            ms_err_set_code(MS_EXIT_USAGE);
+            ms_remote_free(r);
+            return NULL;
+        }
+    }
+    /* Hellos to all, answers awaited together. */
+    for (int i = 0; i < r->n; i++) {
+        wconn *w = &r->w[i];
+        if (open_sock(r, w) != 0) continue;
+        w->state = W_PROBING;
+        w->probe_at = now_s();
+        send_hello(r, w);
+    }
+    double t0 = now_s(), limit = r->o.timeout_s < 10 ? r->o.timeout_s : 10;
+    for (;;) {
+        int waiting = 0;
+        for (int i = 0; i < r->n; i++) waiting += r->w[i].state == W_PROBING;
+        if (!waiting || now_s() - t0 > limit) break;
+        for (int i = 0; i < r->n; i++) {
+            wconn *w = &r->w[i];
+            if (w->state != W_PROBING) continue;
+            zmq_pollitem_t it = {w->sock, 0, ZMQ_POLLIN, 0};
+            if (zmq_poll(&it, 1, 50) > 0) {
+                Moestream__Envelope *e = recv_env(r, w);
+                if (e) {
+                    if (take_hello(r, w, e) != 0) {
+                        ms_wire_free(e);
+                        ms_err_set("worker %s %s", w->endpoint, w->why);
+                        ms_err_set_code(MS_EXIT_WORKER);
+                        ms_remote_free(r);
+                        return NULL;
+                    }
+                    ms_wire_free(e);
+                }
+            } else if (now_s() - w->probe_at > 0.5) {
+                send_hello(r, w);
+                w->probe_at = now_s();
+            }
+        }
+    }
+    for (int i = 0; i < r->n; i++)
+        if (r->w[i].state != W_UP) {
+            ms_err_set("worker %s did not answer within %.0f s%s%s", r->w[i].endpoint, limit,
+                       r->w[i].why[0] ? ": " : "", r->w[i].why);
+            ms_err_set_code(MS_EXIT_WORKER);
+            ms_remote_free(r);
+            return NULL;
+        }
+    /* Every routed expert must have an owner. */
+    for (int l = first_moe; l < o->n_layers; l++)
+        for (int e = 0; e < o->n_experts; e++) {
+            int owned = 0;
+            for (int i = 0; i < r->n && !owned; i++) owned = r->w[i].owns[(size_t)l * (size_t)o->n_experts + (size_t)e];
+            if (!owned) {
+                ms_err_set("no worker owns layer %d expert %d (and maybe others): check the workers' --experts or "
+                           "packs",
+                           l, e);
+                ms_err_set_code(MS_EXIT_WORKER);
+                ms_remote_free(r);
+                return NULL;
+            }
+        }
+    if (!o->quiet) fprintf(stderr, "moestream: %d worker%s up\n", r->n, r->n > 1 ? "s" : "");
+    return r;
+}
+
+void ms_remote_free(ms_remote *r)
+{
+    if (!r) return;
+    for (int i = 0; i < r->n; i++) {
+        close_sock(&r->w[i]);
+        free(r->w[i].owns);
+        free(r->w[i].items);
+    }
+    free(r->w);
+    if (r->ctx) zmq_ctx_term(r->ctx);
+    free(r);
+}
+
+/* Pick an up owner of (layer, e), skipping `avoid`; -1 if none. Replicas are used in turn by
+ * expert id so load spreads, deterministically. */
+static int pick(ms_remote *r, int layer, int e, int avoid)
+{
+    int cand[256], n = 0;
+    for (int i = 0; i < r->n && n < 256; i++)
+        if (i != avoid && r->w[i].state == W_UP && r->w[i].owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)e])
+            cand[n++] = i;
+    return n ? cand[e % n] : -1;
+}
+
+/* Send worker wi the items listed in its items array. */
+static int send_request(ms_remote *r, int wi, int layer, const float *z, int k, const int32_t *ids, int64_t n_rows)
+{
+    wconn *w = &r->w[wi];
+    int64_t L = r->o.latent;
+    int64_t *local = ms_malloc(sizeof(int64_t) * (size_t)n_rows); /* global row -> local row, -1 */
+    for (int64_t i = 0; i < n_rows; i++) local[i] = -1;
+    int64_t rows = 0;
+    for (int64_t j = 0; j < w->n_items; j++) {
+        int64_t g = w->items[j] / k;
+        if (local[g] < 0) local[g] = rows++;
+    }
+    Moestream__ComputeRequest c = MOESTREAM__COMPUTE_REQUEST__INIT;
+    float *act = ms_malloc(sizeof(float) * (size_t)(rows * L)); /* [rows][L] */
+    uint32_t *irow = ms_malloc(sizeof(uint32_t) * (size_t)w->n_items);
+    uint32_t *iexp = ms_malloc(sizeof(uint32_t) * (size_t)w->n_items);
+    for (int64_t g = 0; g < n_rows; g++)
+        if (local[g] >= 0) memcpy(act + local[g] * L, z + g * L, sizeof(float) * (size_t)L);
+    for (int64_t j = 0; j < w->n_items; j++) {
+        irow[j] = (uint32_t)local[w->items[j] / k];
+        iexp[j] = (uint32_t)ids[w->items[j]];
+    }
+    ms_uuid_new(&w->req);
+    c.request_uuid.data = w->req.b;
+    c.request_uuid.len = 16;
+    c.layer = (uint32_t)layer;
+    c.rows = (uint32_t)rows;
+    c.latent_width = (uint32_t)L;
+    c.n_activations = (size_t)(rows * L);
+    c.activations = act;
+    c.n_item_row = c.n_item_expert = (size_t)w->n_items;
+    c.item_row = irow;
+    c.item_expert = iexp;
+    Moestream__Envelope env = MOESTREAM__ENVELOPE__INIT;
+    env.body_case = MOESTREAM__ENVELOPE__BODY_COMPUTE;
+    env.compute = &c;
+    int rc = send_env(r, w, &env);
+    free(act);
+    free(irow);
+    free(iexp);
+    free(local);
+    if (rc == 0) {
+        w->pending = 1;
+        w->probe_at = now_s(); /* the deadline counts from here */
+        r->st.requests++;
+    }
+    return rc;
+}
+
+/* Give the items of worker `from` to other up owners; -1 (ms_err set) if some have none. */
+static int reassign(ms_remote *r, int from, int layer, const int32_t *ids, int64_t *assign, int *need_send)
+{
+    wconn *f = &r->w[from];
+    for (int64_t j = 0; j < f->n_items; j++) {
+        int64_t i = f->items[j];
+        int to = pick(r, layer, ids[i], from);
+        if (to < 0) {
+            char list[512] = "";
+            for (int x = 0; x < r->n; x++)
+                if (r->w[x].owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)ids[i]])
+                    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s (%s)", list[0] ? ", " : "",
+                             r->w[x].endpoint, r->w[x].state == W_UP ? "failed" : r->w[x].why);
+            ms_err_set("layer %d expert %d is unreachable: its workers %s", layer, ids[i], list);
+            return ms_err_set_code(MS_EXIT_WORKER);
+        }
+        assign[i] = to;
+        need_send[to] = 1;
+        r->st.failovers++;
+    }
+    f->n_items = 0;
+    return 0;
+}
+
+static void collect(ms_remote *r, int64_t n, const int64_t *assign, int *need_send)
+{
+    for (int i = 0; i < r->n; i++) {
+        if (!need_send[i]) continue;
+        wconn *w = &r->w[i];
+        free(w->items);
+        w->items = ms_malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+        w->n_items = 0;
+        for (int64_t j = 0; j < n; j++)
+            if (assign[j] == i) w->items[w->n_items++] = j;
+    }
+}
+
+static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids, float *out)
+{
+    ms_remote *r = ctx;
+    int64_t n = n_rows * k, L = r->o.latent;
+    int rc = -1;
+    probe(r);
+    int64_t *assign = ms_malloc(sizeof(int64_t) * (size_t)n); /* [n] worker of each item */
+    uint8_t *done = ms_calloc((size_t)n, 1);
+    int *need_send = ms_calloc((size_t)r->n, sizeof(int));
+    for (int i = 0; i < r->n; i++) {
+        r->w[i].pending = 0;
+        r->w[i].n_items = 0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= r->o.n_experts) {
+            ms_err_set("expert id %d out of range in layer %d", ids[i], layer);
+            goto out;
+        }
+        int wi = pick(r, layer, ids[i], -1);
+        if (wi < 0) {
+            ms_err_set("layer %d expert %d is unreachable: every worker that owns it is down", layer, ids[i]);
+            ms_err_set_code(MS_EXIT_WORKER);
+            goto out;
+        }
+        assign[i] = wi;
+        need_send[wi] = 1;
+    }
+    for (;;) {
+        collect(r, n, assign, need_send);
+        for (int i = 0; i < r->n; i++) {
+            if (!need_send[i]) continue;
+            need_send[i] = 0;
+            if (r->w[i].n_items && send_request(r, i, layer, z, k, ids, n_rows) != 0) {
+                mark_down(r, &r->w[i], "cannot send");
+                if (reassign(r, i, layer, ids, assign, need_send) != 0) goto out;
+                r->st.resends++;
+            }
+        }
+        int any_send = 0;
+        for (int i = 0; i < r->n; i++) any_send |= need_send[i];
+        if (any_send) continue;
+        int pending = 0;
+        for (int i = 0; i < r->n; i++) pending += r->w[i].pending;
+        if (!pending) break;
+        /* Wait for replies, disconnects and deadlines. */
+        zmq_pollitem_t items[512];
+        int map[512], np = 0;
+        for (int i = 0; i < r->n && np < 510; i++) {
+            if (!r->w[i].pending) continue;
+            items[np] = (zmq_pollitem_t){r->w[i].sock, 0, ZMQ_POLLIN, 0};
+            map[np++] = i;
+            if (r->w[i].mon) {
+                items[np] = (zmq_pollitem_t){r->w[i].mon, 0, ZMQ_POLLIN, 0};
+                map[np++] = i;
+            }
+        }
+        double t0 = now_s();
+        int pr = zmq_poll(items, np, 200);
+        if (pr < 0 && zmq_errno() == EINTR) {
+            ms_err_set("interrupted");
+            goto out;
+        }
+        for (int p = 0; p < np; p++) {
+            int i = map[p];
+            wconn *w = &r->w[i];
+            if (!w->pending) continue;
+            if (items[p].socket == w->mon) {
+                if (items[p].revents & ZMQ_POLLIN) check_monitor(r, w);
+                if (w->state == W_DOWN) {
+                    if (reassign(r, i, layer, ids, assign, need_send) != 0) goto out;
+                    r->st.resends++;
+                }
+                continue;
+            }
+            if (!(items[p].revents & ZMQ_POLLIN)) continue;
+            Moestream__Envelope *e;
+            while (w->pending && (e = recv_env(r, w))) {
+                ms_uuid u;
+                if (e->body_case == MOESTREAM__ENVELOPE__BODY_COMPUTE_REPLY &&
+                    ms_wire_uuid(&e->compute_reply->request_uuid, &u) == 0 && !memcmp(u.b, w->req.b, 16)) {
+                    const Moestream__ComputeReply *cr = e->compute_reply;
+                    if ((int64_t)cr->items != w->n_items || (int64_t)cr->latent_width != L) {
+                        mark_down(r, w, "reply does not match the request");
+                    } else {
+                        for (int64_t j = 0; j < w->n_items; j++) {
+                            memcpy(out + w->items[j] * L, cr->outputs + j * L, sizeof(float) * (size_t)L);
+                            done[w->items[j]] = 1;
+                        }
+                        w->pending = 0;
+                        w->n_items = 0;
+                    }
+                } else if (e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR &&
+                           ms_wire_uuid(&e->error->request_uuid, &u) == 0 && !memcmp(u.b, w->req.b, 16)) {
+                    /* The worker is alive but could not compute (I/O, checksum, ownership): try a
+                     * replica; with none the run stops with the worker's own message. */
+                    char msg[600];
+                    snprintf(msg, sizeof msg, "worker %s: %s", w->endpoint, e->error->message);
+                    w->pending = 0;
+                    int code = e->error->code;
+                    ms_wire_free(e);
+                    e = NULL;
+                    if (reassign(r, i, layer, ids, assign, need_send) != 0) {
+                        ms_err_set("%s", msg);
+                        ms_err_set_code(code == MOESTREAM__ERROR__CODE__CHECKSUM ? MS_EXIT_MODEL : MS_EXIT_WORKER);
+                        goto out;
+                    }
+                    if (!r->o.quiet) fprintf(stderr, "moestream: %s; retrying on a replica\n", msg);
+                    r->st.resends++;
+                }
+                ms_wire_free(e); /* stale replies of earlier calls, pongs: ignored */
+            }
+            if (w->state == W_DOWN && w->n_items) {
+                if (reassign(r, i, layer, ids, assign, need_send) != 0) goto out;
+                r->st.resends++;
+            }
+        }
+        /* Deadlines. */
+        double t = now_s();
+        (void)t0;
+        for (int i = 0; i < r->n; i++) {
+            wconn *w = &r->w[i];
+            if (w->pending && t - w->probe_at > r->o.timeout_s) {
+                mark_down(r, w, "no reply before the deadline");
+                if (reassign(r, i, layer, ids, assign, need_send) != 0) goto out;
+                r->st.resends++;
+            }
+        }
+    }
+    for (int64_t i = 0; i < n; i++) MS_ASSERT(done[i]);
+    rc = 0;
+out:
+    free(assign);
+    free(done);
+    free(need_send);
+    return rc;
+}
+
+ms_experts ms_remote_iface(ms_remote *r)
+{
+    ms_experts ex = {remote_compute, r};
+    return ex;
+}
+
+void ms_remote_get_stats(ms_remote *r, ms_remote_stats *st)
+{
+    *st = r->st;
+    st->workers_up = 0;
+    for (int i = 0; i < r->n; i++) st->workers_up += r->w[i].state == W_UP;
+}
+
+static char *dup_or_null(const char *s) { return s ? ms_strdup(s) : NULL; }
+
+int ms_remote_load_cluster(const char *path, ms_remote_worker **w, int *n)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        ms_err_set("cluster file %s: %s (line %d)", path, je.text, je.line);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    json_t *arr = json_object_get(root, "workers");
+    if (!json_is_array(arr) || json_array_size(arr) == 0) {
+        json_decref(root);
+        ms_err_set("cluster file %s: \"workers\" must be a non-empty array", path);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    *n = (int)json_array_size(arr);
+    *w = ms_calloc((size_t)*n, sizeof **w);
+    for (int i = 0; i < *n; i++) {
+        json_t *o = json_array_get(arr, (size_t)i);
+        const char *ep = json_string_value(json_object_get(o, "endpoint"));
+        json_t *pk = json_object_get(o, "public_key");
+        if (!ep || (pk && (!json_is_string(pk) || strlen(json_string_value(pk)) != 40))) {
+            ms_remote_workers_free(*w, i);
+            json_decref(root);
+            ms_err_set("cluster file %s: worker %d needs an \"endpoint\" string and, if given, a 40-character Z85 "
+                       "\"public_key\"",
+                       path, i);
+            return ms_err_set_code(MS_EXIT_USAGE);
+        }
+        (*w)[i].endpoint = ms_strdup(ep);
+        (*w)[i].public_key = dup_or_null(pk ? json_string_value(pk) : NULL);
+    }
+    json_decref(root);
+    return 0;
+}
+
+int ms_remote_parse_list(const char *list, ms_remote_worker **w, int *n)
+{
+    char *s = ms_strdup(list), *save = NULL;
+    *n = 0;
+    *w = NULL;
+    for (char *t = strtok_r(s, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        *w = ms_realloc(*w, sizeof **w * (size_t)(*n + 1));
+        (*w)[*n].endpoint = ms_strdup(t);
+        (*w)[*n].public_key = NULL;
+        (*n)++;
+    }
+    free(s);
+    if (*n == 0) {
+        ms_err_set("--workers needs at least one endpoint");
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    return 0;
+}
+
+void ms_remote_workers_free(ms_remote_worker *w, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(w[i].endpoint);
+        free(w[i].public_key);
+    }
+    free(w);
+}
+
+int ms_remote_read_key(const char *path, char out[41])
+{
+    FILE *f = fopen(path, "r");
+    char line[256];
+    if (!f) {
+        ms_err_set("cannot open key file %s: %s", path, strerror(errno));
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    int ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    size_t l = ok ? strcspn(line, "\r\n") : 0;
+    if (!ok || l != 40) {
+        ms_err_set("key file %s must hold one 40-character Z85 key on its first line", path);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    memcpy(out, line, 40);
+    out[40] = 0;
+    return 0;
+}

@@ -1,0 +1,59 @@
+/* ms_remote: routed experts served by moestream-worker processes over ZeroMQ (the ms_experts
+ * interface, with replicas, deadlines and fail-over). */
+#ifndef MS_REMOTE_H
+#define MS_REMOTE_H
+
+#include <stdint.h>
+
+#include "ms_expert.h"
+
+/* One worker to use. */
+typedef struct {
+    char *endpoint;        /* tcp://host:port or ipc://path, owned */
+    char *public_key;      /* the worker's CURVE public key (Z85, 40 chars), owned; NULL = plain */
+} ms_remote_worker;
+
+typedef struct {
+    int n_workers;
+    ms_remote_worker *workers;   /* borrowed */
+    const char *secret_key;      /* the coordinator's CURVE secret (Z85) when any worker uses CURVE */
+    const char *fingerprint;     /* the coordinator's model fingerprint */
+    int n_layers, n_experts, latent;
+    double timeout_s;            /* per request (and hello) deadline; 0 = 30 s */
+    int quiet;
+} ms_remote_opts;
+
+typedef struct ms_remote ms_remote;
+
+/* Connect to every worker and exchange hellos (each must answer within the timeout, with the
+ * same model fingerprint and latent width). Every routed expert of every MoE layer
+ * [first_moe, n_layers) must be owned by at least one worker. Returns NULL with ms_err set
+ * (class MS_EXIT_WORKER) naming the worker or the experts nobody owns. */
+ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe);
+void ms_remote_free(ms_remote *r); /* accepts NULL */
+
+/* The ms_experts interface: one request per (call, worker) carrying all the rows that worker
+ * computes; outputs placed in canonical (row, rank) order, so the result is bit-identical to
+ * in-process. A worker that errs with a transport problem or misses its deadline is marked
+ * down and its items are re-sent to a replica; with no replica left the call fails naming the
+ * unreachable experts and workers (class MS_EXIT_WORKER). A down worker is probed again on
+ * later calls and used again when it answers. */
+ms_experts ms_remote_iface(ms_remote *r);
+
+typedef struct {
+    uint64_t requests, resends, failovers, bytes_sent, bytes_received;
+    int workers_up;
+} ms_remote_stats;
+void ms_remote_get_stats(ms_remote *r, ms_remote_stats *st);
+
+/* Parse a cluster file {"workers": [{"endpoint": "...", "public_key": "<Z85>"}, ...]}.
+ * On success *w is a malloc'ed array of *n (free with ms_remote_workers_free). */
+int ms_remote_load_cluster(const char *path, ms_remote_worker **w, int *n);
+/* Parse "EP,EP,..." (no keys). */
+int ms_remote_parse_list(const char *list, ms_remote_worker **w, int *n);
+void ms_remote_workers_free(ms_remote_worker *w, int n);
+
+/* Read a one-line Z85 key file (40 characters). Returns 0 or -1 with ms_err set. */
+int ms_remote_read_key(const char *path, char out[41]);
+
+#endif

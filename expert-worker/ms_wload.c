@@ -1,0 +1,464 @@
+/* ms_wload: opens a worker's experts (checkpoint or pack), resolves --experts, plans its budget. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_pack.h"
+#include "ms_size.h"
+#include "ms_st.h"
+#include "ms_wire.h"
+#include "ms_wload.h"
+
+#define MIB (1ull << 20)
+#define CHUNK_BYTES (4 * MIB)      /* activations of one store call (worker side) */
+#define REQ_MIN (8 * MIB)          /* the request limit never goes below this */
+#define REQ_MAX ((uint64_t)MS_WIRE_MAX_MSG - MIB) /* a reply must still fit in one message */
+
+uint64_t ms_wload_rss(int peak)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    const char *key = peak ? "VmHWM:" : "VmRSS:";
+    size_t kl = strlen(key);
+    char line[256];
+    uint64_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl)) kb = strtoull(line + kl, NULL, 10);
+    fclose(f);
+    return kb * 1024;
+}
+
+static uint64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "MemAvailable:", 13)) kb = strtoull(line + 13, NULL, 10);
+    fclose(f);
+    return kb * 1024;
+}
+
+/* ---- --experts SPEC ---- */
+
+/* A decimal number of at most 9 digits spanning exactly [s, e). */
+static int parse_num(const char *s, const char *e, int *out)
+{
+    if (e <= s || e - s > 9) return -1;
+    int v = 0;
+    for (const char *p = s; p < e; p++) {
+        if (!isdigit((unsigned char)*p)) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* "*" (lo = 0, hi = max - 1, star = 1), "N" or "A-B" within [s, e). */
+static int parse_range(const char *s, const char *e, int max, int *lo, int *hi, int *star)
+{
+    *star = 0;
+    if (e - s == 1 && *s == '*') {
+        *star = 1;
+        *lo = 0;
+        *hi = max - 1;
+        return 0;
+    }
+    const char *dash = memchr(s, '-', (size_t)(e - s));
+    if (!dash) {
+        if (parse_num(s, e, lo) != 0) return -1;
+        *hi = *lo;
+        return 0;
+    }
+    if (parse_num(s, dash, lo) != 0 || parse_num(dash + 1, e, hi) != 0 || *lo > *hi) return -1;
+    return 0;
+}
+
+static int spec_error(const char *item, int len, const char *why)
+{
+    ms_err_set("--experts: item '%.*s': %s (items are LAYER:FIRST-LAST, either side may be '*' or a single "
+               "number, e.g. '*:0-447' or '1:0-895,2:*')",
+               len, item, why);
+    return ms_err_set_code(MS_EXIT_USAGE);
+}
+
+/* Resolve spec against avail ([n_layers][n_experts], the experts the source has) into owned. */
+static int parse_spec(const char *spec, const ms_cfg *c, const uint8_t *avail, int is_pack, uint8_t *owned)
+{
+    int NL = c->n_layers, NE = c->n_experts;
+    size_t nk = (size_t)NL * (size_t)NE;
+    if (!spec || !strcmp(spec, "all") || !strcmp(spec, "*")) {
+        memcpy(owned, avail, nk);
+        return 0;
+    }
+    if (!*spec) return spec_error(spec, 0, "empty");
+    const char *p = spec;
+    char why[256];
+    for (;;) {
+        const char *end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        int len = (int)(end - p);
+        if (!len) return spec_error(p, len, "an empty item (a stray comma?)");
+        const char *colon = memchr(p, ':', (size_t)len);
+        if (!colon) return spec_error(p, len, "no ':' between the layer and the experts");
+        int l0, l1, e0, e1, lstar, estar;
+        if (parse_range(p, colon, NL, &l0, &l1, &lstar) != 0)
+            return spec_error(p, len, "the layer part is not '*', N or A-B with A <= B");
+        if (parse_range(colon + 1, end, NE, &e0, &e1, &estar) != 0)
+            return spec_error(p, len, "the expert part is not '*', N or A-B with A <= B");
+        if (l1 >= NL) {
+            snprintf(why, sizeof why, "layer %d does not exist (the model has layers 0..%d)", l1, NL - 1);
+            return spec_error(p, len, why);
+        }
+        if (e1 >= NE) {
+            snprintf(why, sizeof why, "expert %d does not exist (layers have experts 0..%d)", e1, NE - 1);
+            return spec_error(p, len, why);
+        }
+        int any_layer = 0;
+        for (int l = l0; l <= l1; l++) {
+            const uint8_t *al = avail + (size_t)l * (size_t)NE;
+            int has = 0;
+            for (int e = 0; e < NE; e++) has |= al[e];
+            if (!has) {
+                if (lstar) continue; /* '*' means the layers that have experts */
+                if (l < c->first_dense)
+                    snprintf(why, sizeof why, "layer %d is dense: it has no routed experts (MoE layers are %d..%d)",
+                             l, c->first_dense, NL - 1);
+                else
+                    snprintf(why, sizeof why, "the pack has no expert of layer %d", l);
+                return spec_error(p, len, why);
+            }
+            any_layer = 1;
+            for (int e = e0; e <= e1; e++) {
+                if (al[e]) {
+                    owned[(size_t)l * (size_t)NE + (size_t)e] = 1;
+                } else if (!estar) {
+                    snprintf(why, sizeof why, "%s layer %d expert %d", is_pack ? "the pack has no" : "no such expert:",
+                             l, e);
+                    return spec_error(p, len, why);
+                }
+            }
+        }
+        if (!any_layer) return spec_error(p, len, "names no layer with routed experts");
+        if (!*end) break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+const char *ms_wload_layer_ranges(const ms_wload *w, int layer, char *buf, size_t n)
+{
+    int NE = w->cfg.n_experts;
+    size_t at = 0;
+    buf[0] = 0;
+    for (int e = 0; e < NE;) {
+        if (!ms_wload_owns(w, layer, e)) {
+            e++;
+            continue;
+        }
+        int b = e;
+        while (e < NE && ms_wload_owns(w, layer, e)) e++;
+        int k = b + 1 == e ? snprintf(buf + at, n - at, "%s%d", at ? "," : "", b)
+                           : snprintf(buf + at, n - at, "%s%d-%d", at ? "," : "", b, e - 1);
+        if (k < 0 || (size_t)k >= n - at) {
+            if (n > 4) strcpy(buf + n - 4, "...");
+            return buf;
+        }
+        at += (size_t)k;
+    }
+    if (!at) snprintf(buf, n, "none");
+    return buf;
+}
+
+const char *ms_wload_describe(const ms_wload *w, char *buf, size_t n)
+{
+    int NL = w->cfg.n_layers;
+    size_t at = 0;
+    buf[0] = 0;
+    char cur[512], nxt[512];
+    for (int l = 0; l < NL;) {
+        ms_wload_layer_ranges(w, l, cur, sizeof cur);
+        int b = l;
+        for (l++; l < NL; l++)
+            if (strcmp(ms_wload_layer_ranges(w, l, nxt, sizeof nxt), cur)) break;
+        if (!strcmp(cur, "none")) continue;
+        int k = b + 1 == l ? snprintf(buf + at, n - at, "%slayer %d: %s", at ? "; " : "", b, cur)
+                           : snprintf(buf + at, n - at, "%slayers %d-%d: %s", at ? "; " : "", b, l - 1, cur);
+        if (k < 0 || (size_t)k >= n - at) {
+            if (n > 4) strcpy(buf + n - 4, "...");
+            return buf;
+        }
+        at += (size_t)k;
+    }
+    if (!at) snprintf(buf, n, "none");
+    return buf;
+}
+
+/* ---- sources ---- */
+
+static void part_lengths(const ms_cfg *c, uint64_t len[6])
+{
+    uint64_t LI = (uint64_t)c->latent * (uint64_t)c->moe_inter;
+    for (int m = 0; m < 3; m++) {
+        len[2 * m] = LI / 2;      /* packed E2M1: [rows][cols/2] */
+        len[2 * m + 1] = LI / 32; /* E8M0 scales: [rows][cols/32] */
+    }
+}
+
+/* Every routed expert of every MoE layer of a released checkpoint; the owned ones get their
+ * six tensors checked (U8, [rows, cols/2] and [rows, cols/32]) and their location. */
+static int open_model(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
+{
+    const ms_cfg *c = &w->cfg;
+    int NL = c->n_layers, NE = c->n_experts;
+    uint8_t *avail = ms_calloc((size_t)NL * (size_t)NE, 1);
+    for (int l = c->first_dense; l < NL; l++) memset(avail + (size_t)l * (size_t)NE, 1, (size_t)NE);
+    int rc = parse_spec(o->experts, c, avail, 0, w->owned);
+    free(avail);
+    if (rc != 0) return -1;
+
+    ms_st *st = ms_st_open_dir(w->source);
+    if (!st) return -1;
+    static const char *wn[3] = {"w1", "w2", "w3"};
+    char errs[2048];
+    size_t at = 0;
+    int n_err = 0;
+    errs[0] = 0;
+    for (int l = 0; l < NL; l++)
+        for (int e = 0; e < NE; e++) {
+            if (!ms_wload_owns(w, l, e)) continue;
+            ms_xloc *x = &locs[(size_t)l * (size_t)NE + (size_t)e];
+            for (int j = 0; j < 6; j++) {
+                int m = j / 2;
+                int64_t rows = m == 1 ? c->latent : c->moe_inter, cols = m == 1 ? c->moe_inter : c->latent;
+                int64_t want1 = j % 2 == 0 ? cols / 2 : cols / 32;
+                char name[256];
+                snprintf(name, sizeof name, "language_model.model.layers.%d.block_sparse_moe.experts.%d.%s.%s", l, e,
+                         wn[m], j % 2 == 0 ? "weight_packed" : "weight_scale");
+                const ms_st_tensor *t = ms_st_find(st, name);
+                const char *bad = NULL;
+                char what[160];
+                if (!t) {
+                    bad = "is missing";
+                } else if (t->dtype != MS_DT_U8 || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != want1) {
+                    snprintf(what, sizeof what, "is %s of %d dims [%lld, %lld], expected U8 [%lld, %lld]",
+                             ms_dtype_name(t->dtype), t->ndim, (long long)(t->ndim > 0 ? t->shape[0] : 0),
+                             (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)rows, (long long)want1);
+                    bad = what;
+                }
+                if (bad) {
+                    if (n_err++ < 6 && at < sizeof errs) {
+                        int k = snprintf(errs + at, sizeof errs - at, "%stensor %s %s", at ? "; " : "", name, bad);
+                        if (k > 0) at += (size_t)k;
+                    }
+                    continue;
+                }
+                x->file[j] = t->file;
+                x->off[j] = t->offset;
+                x->len[j] = t->nbytes;
+            }
+        }
+    if (n_err) {
+        ms_err_set("%s: %d problem%s with routed-expert tensors: %s%s", w->source, n_err, n_err > 1 ? "s" : "", errs,
+                   n_err > 6 ? "; ..." : "");
+        ms_st_close(st);
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    int nf = ms_st_file_count(st);
+    const char **paths = ms_malloc(sizeof(char *) * (size_t)(nf > 0 ? nf : 1));
+    for (int i = 0; i < nf; i++) paths[i] = ms_st_file_path(st, i);
+    w->files = ms_io_files_open(paths, nf, !o->buffered);
+    free(paths);
+    ms_st_close(st); /* locations are known; the mapping is not needed any more */
+    if (!w->files) return -1;
+    if (ms_wire_fingerprint(w->source, w->fingerprint) != 0) return -1;
+    return 0;
+}
+
+static int open_pack(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
+{
+    const ms_cfg *c = &w->cfg;
+    int NL = c->n_layers, NE = c->n_experts;
+    ms_pack p;
+    memset(&p, 0, sizeof p);
+    if (ms_pack_open(w->source, &p) != 0) return -1;
+    int rc = -1;
+    uint8_t *avail = NULL;
+    if (p.n_layers != NL || p.n_experts != NE || p.latent != c->latent || p.inter != c->moe_inter) {
+        ms_err_set("%s/manifest.json: the pack is for %d layers x %d experts, latent %d, intermediate %d, but its "
+                   "config.json says %d x %d, %d, %d",
+                   w->source, p.n_layers, p.n_experts, p.latent, p.inter, NL, NE, c->latent, c->moe_inter);
+        ms_err_set_code(MS_EXIT_MODEL);
+        goto out;
+    }
+    uint64_t want[6];
+    part_lengths(c, want);
+    avail = ms_calloc((size_t)NL * (size_t)NE, 1);
+    for (size_t i = 0; i < p.n; i++) {
+        const ms_pack_entry *en = &p.entries[i];
+        if (en->layer < c->first_dense || en->layer >= NL || en->expert < 0 || en->expert >= NE) {
+            ms_err_set("%s/manifest.json: entry %zu names layer %d expert %d, which is not a routed expert of the "
+                       "model (MoE layers %d..%d, experts 0..%d)",
+                       w->source, i, en->layer, en->expert, c->first_dense, NL - 1, NE - 1);
+            ms_err_set_code(MS_EXIT_MODEL);
+            goto out;
+        }
+        for (int j = 0; j < 6; j++)
+            if (en->len[j] != want[j]) {
+                ms_err_set("%s/manifest.json: layer %d expert %d: part %d has %llu bytes, the model needs %llu",
+                           w->source, en->layer, en->expert, j, (unsigned long long)en->len[j],
+                           (unsigned long long)want[j]);
+                ms_err_set_code(MS_EXIT_MODEL);
+                goto out;
+            }
+        avail[(size_t)en->layer * (size_t)NE + (size_t)en->expert] = 1;
+    }
+    if (parse_spec(o->experts, c, avail, 1, w->owned) != 0) goto out;
+    for (size_t i = 0; i < p.n; i++) {
+        const ms_pack_entry *en = &p.entries[i];
+        if (!ms_wload_owns(w, en->layer, en->expert)) continue;
+        ms_xloc *x = &locs[(size_t)en->layer * (size_t)NE + (size_t)en->expert];
+        uint64_t off = en->offset;
+        for (int j = 0; j < 6; j++) {
+            x->file[j] = 0;
+            x->off[j] = off;
+            x->len[j] = en->len[j];
+            off += en->len[j];
+        }
+        x->has_xxh3 = 1; /* the store verifies every read of a pack */
+        x->xxh3 = en->xxh3;
+    }
+    const char *paths[1] = {p.bin_path};
+    w->files = ms_io_files_open(paths, 1, !o->buffered);
+    if (!w->files) goto out;
+    memcpy(w->fingerprint, p.fingerprint, sizeof w->fingerprint);
+    w->fingerprint[16] = 0;
+    rc = 0;
+out:
+    free(avail);
+    ms_pack_close(&p);
+    return rc;
+}
+
+/* ---- budget ---- */
+
+static int plan(ms_wload *w, const ms_wload_opts *o, int depth)
+{
+    const ms_cfg *c = &w->cfg;
+    ms_wload_plan *p = &w->plan;
+    memset(p, 0, sizeof *p);
+    uint64_t L4 = 4 * (uint64_t)c->latent;
+    /* Items per store call: z and its outputs on this side, the store's gathered copies. */
+    uint64_t ci = CHUNK_BYTES / L4;
+    w->chunk_items = (int)(ci < 1 ? 1 : ci > 65536 ? 65536 : ci);
+    p->chunk_work = 4 * (uint64_t)w->chunk_items * L4 + (uint64_t)w->chunk_items * 16;
+    p->store_fixed = ms_xstore_fixed_bytes(c->latent, c->moe_inter, depth);
+    p->slot = ms_xstore_slot_bytes(c->latent, c->moe_inter);
+    p->baseline = ms_wload_rss(0);
+    if (o->ram_budget) {
+        p->budget = o->ram_budget;
+    } else {
+        /* Standalone default: most of what is free now; the page cache is not used (O_DIRECT). */
+        uint64_t avail = mem_available();
+        p->budget = avail ? avail / 10 * 9 : 8ull << 30;
+    }
+    p->slack = 16 * MIB + p->budget / 50;
+    uint64_t core = p->baseline + p->store_fixed + p->chunk_work + p->slack;
+    if (p->budget < core + 2 * REQ_MIN) {
+        /* Solve need >= core' + 16 MiB + need/50 (the slack grows with the budget), with room for
+         * the baseline moving a little between runs. */
+        uint64_t core0 = p->baseline + p->store_fixed + p->chunk_work + 2 * REQ_MIN + 16 * MIB;
+        uint64_t need = (core0 + p->baseline / 16) / 49 * 50 + MIB;
+        need = (need + MIB - 1) / MIB * MIB;
+        char a[64], b[64];
+        ms_err_set("--ram-budget %s cannot hold this worker's fixed costs (baseline %llu bytes, read buffers %llu, "
+                   "compute buffers %llu, request buffers %llu, slack %llu); the minimum that would work is about %s "
+                   "(%llu bytes)",
+                   ms_size_fmt(p->budget, a, sizeof a), (unsigned long long)p->baseline,
+                   (unsigned long long)p->store_fixed, (unsigned long long)p->chunk_work,
+                   (unsigned long long)(2 * REQ_MIN), (unsigned long long)p->slack, ms_size_fmt(need, b, sizeof b),
+                   (unsigned long long)need);
+        return ms_err_set_code(MS_EXIT_BUDGET);
+    }
+    /* The request limit grows with the budget (a sixteenth of what is left), the cache takes the
+     * rest in whole slots, and what the owned experts cannot use goes back to the requests. */
+    uint64_t rest = p->budget - core - 2 * REQ_MIN;
+    uint64_t extra = rest / 16;
+    if (extra > REQ_MAX - REQ_MIN) extra = REQ_MAX - REQ_MIN;
+    p->request_limit = REQ_MIN + extra;
+    rest -= 2 * extra;
+    uint64_t slots = rest / p->slot;
+    if (slots > w->n_owned) slots = w->n_owned;
+    p->cache_slots = slots;
+    p->cache = slots * p->slot;
+    rest -= p->cache;
+    extra = rest / 2;
+    if (extra > REQ_MAX - p->request_limit) extra = REQ_MAX - p->request_limit;
+    p->request_limit += extra;
+    p->request_work = 2 * p->request_limit;
+    p->fixed = core + p->request_work;
+    return 0;
+}
+
+int ms_wload_open(const ms_wload_opts *o, ms_wload *w)
+{
+    memset(w, 0, sizeof *w);
+    MS_ASSERT(!!o->model_dir != !!o->pack_dir);
+    w->is_pack = o->pack_dir != NULL;
+    w->source = ms_strdup(w->is_pack ? o->pack_dir : o->model_dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", w->source);
+    if (ms_cfg_load(path, &w->cfg) != 0) return -1;
+    const ms_cfg *c = &w->cfg;
+    if (c->latent % 32 || c->moe_inter % 32 || c->latent <= 0 || c->moe_inter <= 0) {
+        ms_err_set("%s: routed_expert_hidden_size %d and moe_intermediate_size %d must be positive multiples of 32 "
+                   "(MXFP4 blocks)",
+                   path, c->latent, c->moe_inter);
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    if (c->first_dense >= c->n_layers) {
+        ms_err_set("%s: first_k_dense_replace %d leaves no MoE layer of %d: nothing for a worker to serve", path,
+                   c->first_dense, c->n_layers);
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    size_t nk = (size_t)c->n_layers * (size_t)c->n_experts;
+    w->owned = ms_calloc(nk, 1);
+    ms_xloc *locs = ms_calloc(nk, sizeof *locs);
+    int rc = -1;
+    if ((w->is_pack ? open_pack(w, o, locs) : open_model(w, o, locs)) != 0) goto out;
+    for (size_t k = 0; k < nk; k++) w->n_owned += w->owned[k];
+    if (w->n_owned == 0) {
+        ms_err_set("%s: --experts %s leaves this worker no expert to serve", w->source, o->experts ? o->experts : "all");
+        ms_err_set_code(w->is_pack ? MS_EXIT_MODEL : MS_EXIT_USAGE);
+        goto out;
+    }
+    w->pool = ms_pool_new(o->threads);
+    if (!w->pool) goto out;
+    int depth = o->io_depth > 0 ? o->io_depth : 8;
+    if (plan(w, o, depth) != 0) goto out;
+    ms_xstore_opts xo = {c->n_layers, c->n_experts, c->latent, c->moe_inter, c->situ_b1, c->situ_b2,
+                         w->plan.cache, depth, 0};
+    w->store = ms_xstore_new(&xo, w->files, w->pool);
+    if (!w->store) goto out;
+    for (size_t k = 0; k < nk; k++)
+        if (w->owned[k]) ms_xstore_set(w->store, (int)(k / (size_t)c->n_experts), (int)(k % (size_t)c->n_experts), &locs[k]);
+    rc = 0;
+out:
+    free(locs);
+    return rc;
+}
+
+void ms_wload_close(ms_wload *w)
+{
+    if (!w) return;
+    ms_xstore_free(w->store);
+    ms_io_files_close(w->files);
+    ms_pool_free(w->pool);
+    ms_cfg_free(&w->cfg);
+    free(w->owned);
+    free(w->source);
+    memset(w, 0, sizeof *w);
+}

@@ -1,0 +1,72 @@
+/* ms_wload: what an expert worker serves: its experts (from a checkpoint or a pack), budget and store. */
+#ifndef MS_WLOAD_H
+#define MS_WLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ms_cfg.h"
+#include "ms_io.h"
+#include "ms_pool.h"
+#include "ms_xstore.h"
+
+typedef struct {
+    const char *model_dir;     /* --model DIR (released layout), or NULL */
+    const char *pack_dir;      /* --pack DIR, or NULL (exactly one of the two) */
+    const char *experts;       /* --experts SPEC, NULL = every expert available */
+    uint64_t ram_budget;       /* peak RSS of this process; 0 = from MemAvailable */
+    int threads;               /* compute threads, 0 = one per CPU */
+    int io_depth;              /* reads in flight, 0 = 8 */
+    int buffered;              /* 1: no O_DIRECT */
+} ms_wload_opts;
+
+/* The memory plan of a worker (bytes). */
+typedef struct {
+    uint64_t budget;           /* what it was given (or the default it chose) */
+    uint64_t baseline;         /* measured RSS before the store and the request buffers */
+    uint64_t store_fixed;      /* the store's read buffers (ms_xstore_fixed_bytes) */
+    uint64_t chunk_work;       /* compute buffers of one chunk of items (worker + store) */
+    uint64_t slack;            /* allocator, zmq, thread stacks: 16 MiB + 2% of the budget */
+    uint64_t request_limit;    /* largest request accepted: (rows + items) x latent floats */
+    uint64_t request_work;     /* 2 x request_limit: the request and its reply live together */
+    uint64_t fixed;            /* the sum of the above but the budget */
+    uint64_t slot;             /* one cache slot (ms_xstore_slot_bytes) */
+    uint64_t cache;            /* expert cache capacity, whole slots */
+    uint64_t cache_slots;
+} ms_wload_plan;
+
+typedef struct {
+    ms_cfg cfg;
+    char fingerprint[17];
+    char *source;              /* the directory, owned */
+    int is_pack;
+    uint8_t *owned;            /* [n_layers][n_experts] 1 if served here, owned */
+    size_t n_owned;
+    int chunk_items;           /* items computed per store call */
+    ms_io_files *files;
+    ms_pool *pool;
+    ms_xstore *store;
+    ms_wload_plan plan;
+} ms_wload;
+
+/* Open the source, resolve --experts, check every owned expert's tensors, plan the budget and
+ * build the store. Returns 0, or -1 with ms_err set and its class: MS_EXIT_USAGE (bad SPEC,
+ * naming the item), MS_EXIT_MODEL (config, a missing or mis-shaped tensor, a bad manifest),
+ * MS_EXIT_IO, MS_EXIT_BUDGET (naming the minimum budget). */
+int ms_wload_open(const ms_wload_opts *o, ms_wload *w);
+void ms_wload_close(ms_wload *w); /* accepts a zeroed or closed ms_wload */
+
+static inline int ms_wload_owns(const ms_wload *w, int layer, int expert)
+{
+    return w->owned[(size_t)layer * (size_t)w->cfg.n_experts + (size_t)expert];
+}
+
+/* The owned experts of one layer as text "0-3,7" into buf ("none" when empty). */
+const char *ms_wload_layer_ranges(const ms_wload *w, int layer, char *buf, size_t n);
+/* The whole set as text "layers 1-5: 0-7; layer 6: 0-3" into buf (cut with "..." if long). */
+const char *ms_wload_describe(const ms_wload *w, char *buf, size_t n);
+
+/* Resident memory of this process now (VmRSS) or its peak (VmHWM), 0 if unknown. */
+uint64_t ms_wload_rss(int peak);
+
+#endif

@@ -1,0 +1,870 @@
+/* ms_wsrv: the expert worker's server: one ROUTER socket, a ZAP thread for CURVE, strict requests. */
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "ms_err.h"
+#include "ms_size.h"
+#include "ms_wire.h"
+#include "ms_wsrv.h"
+
+#define POLL_MS 200          /* how often the loop looks at the stop flag when idle */
+#define DRAIN_MS 300         /* after a stop: answer what still arrives for this long */
+#define LINGER_MS 1000       /* replies still queued at close get this long to leave */
+#define MSG_OVERHEAD 65536   /* envelope bytes beyond the floats of a request */
+
+typedef enum {
+    E_BAD = MOESTREAM__ERROR__CODE__BAD_MESSAGE,
+    E_FP = MOESTREAM__ERROR__CODE__FINGERPRINT,
+    E_LAYER = MOESTREAM__ERROR__CODE__BAD_LAYER,
+    E_WIDTH = MOESTREAM__ERROR__CODE__BAD_WIDTH,
+    E_OWNED = MOESTREAM__ERROR__CODE__NOT_OWNED,
+    E_LARGE = MOESTREAM__ERROR__CODE__TOO_LARGE,
+    E_IO = MOESTREAM__ERROR__CODE__IO,
+    E_SUM = MOESTREAM__ERROR__CODE__CHECKSUM,
+    E_DOWN = MOESTREAM__ERROR__CODE__SHUTTING_DOWN,
+} err_code;
+
+struct ms_wsrv {
+    void *ctx, *sock;
+    void *zap;                 /* REP socket of the ZAP handler (used by its thread only) */
+    pthread_t zap_thread;
+    int zap_started;
+    ms_wsrv_keys keys;         /* copy of the allow list (the thread reads it) */
+    ms_wload *w;
+    ms_experts ex;
+    ms_uuid uuid;
+    char uuid_s[37];
+    char endpoint[512];
+    uint64_t max_msg;          /* request_limit + overhead: larger messages are refused unread */
+    /* compute buffers of one chunk (plan.chunk_work) */
+    float *z, *out;            /* [chunk_items][L] */
+    int32_t *ids;              /* [chunk_items] */
+    uint64_t n_requests, n_items, n_errors;
+    int draining;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- keys ---- */
+
+static char *read_small(const char *path, const char *what)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ms_err_set("%s %s: cannot open: %s", what, path, strerror(errno));
+        ms_err_set_code(MS_EXIT_IO);
+        return NULL;
+    }
+    size_t cap = 1 << 20, len = 0, got;
+    char *buf = ms_malloc(cap + 1);
+    while ((got = fread(buf + len, 1, cap - len, f)) > 0) len += got;
+    int err = ferror(f);
+    fclose(f);
+    if (err || len == cap) {
+        free(buf);
+        ms_err_set("%s %s: %s", what, path, err ? "read error" : "larger than 1 MiB: not a key file");
+        ms_err_set_code(err ? MS_EXIT_IO : MS_EXIT_USAGE);
+        return NULL;
+    }
+    buf[len] = 0;
+    return buf;
+}
+
+/* Next key line of text (blank and '#' lines skipped), trimmed in place; NULL at the end. */
+static char *next_line(char **cur, int *lineno)
+{
+    while (**cur) {
+        char *s = *cur, *nl = strchr(s, '\n');
+        *cur = nl ? nl + 1 : s + strlen(s);
+        if (nl) *nl = 0;
+        ++*lineno;
+        while (isspace((unsigned char)*s)) s++;
+        char *e = s + strlen(s);
+        while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+        if (*s && *s != '#') return s;
+    }
+    return NULL;
+}
+
+static int decode_key(const char *z85, uint8_t out[32], const char *what, const char *path, int lineno)
+{
+    if (strlen(z85) != 40 || !zmq_z85_decode(out, z85)) {
+        ms_err_set("%s %s line %d: not a CURVE key (40 Z85 characters, as moestream keygen writes)", what, path,
+                   lineno);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    return 0;
+}
+
+int ms_wsrv_keys_load(const char *secret_path, const char *allow_path, ms_wsrv_keys *k)
+{
+    memset(k, 0, sizeof *k);
+    if (!secret_path && !allow_path) return 0;
+    if (!secret_path || !allow_path) {
+        ms_err_set("--curve-secret FILE and --allow FILE go together (%s is missing)",
+                   secret_path ? "--allow" : "--curve-secret");
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    if (!zmq_has("curve")) {
+        ms_err_set("this libzmq was built without CURVE support: --curve-secret cannot be used");
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    char *text = read_small(secret_path, "--curve-secret");
+    if (!text) return -1;
+    char *cur = text, *line;
+    int lineno = 0, rc = -1;
+    uint8_t bin[32];
+    if (!(line = next_line(&cur, &lineno))) {
+        ms_err_set("--curve-secret %s: no key in the file", secret_path);
+        ms_err_set_code(MS_EXIT_USAGE);
+        goto out;
+    }
+    if (decode_key(line, bin, "--curve-secret", secret_path, lineno) != 0) goto out;
+    memcpy(k->secret, line, 41);
+    if (next_line(&cur, &lineno)) {
+        ms_err_set("--curve-secret %s line %d: more than one key in the file", secret_path, lineno);
+        ms_err_set_code(MS_EXIT_USAGE);
+        goto out;
+    }
+    if (zmq_curve_public(k->public_key, k->secret) != 0) {
+        ms_err_set("--curve-secret %s: cannot derive the public key: %s", secret_path, zmq_strerror(errno));
+        ms_err_set_code(MS_EXIT_USAGE);
+        goto out;
+    }
+    memset(text, 0, strlen(text));
+    free(text);
+    text = read_small(allow_path, "--allow");
+    if (!text) goto out;
+    cur = text;
+    lineno = 0;
+    size_t cap = 0;
+    while ((line = next_line(&cur, &lineno))) {
+        if (decode_key(line, bin, "--allow", allow_path, lineno) != 0) goto out;
+        if (k->n_allow == cap) k->allow = ms_realloc(k->allow, sizeof *k->allow * (cap = cap ? 2 * cap : 8));
+        memcpy(k->allow[k->n_allow++], bin, 32);
+    }
+    if (!k->n_allow) {
+        ms_err_set("--allow %s: no client key in the file: nobody could connect", allow_path);
+        ms_err_set_code(MS_EXIT_USAGE);
+        goto out;
+    }
+    k->curve = 1;
+    rc = 0;
+out:
+    if (text) {
+        memset(text, 0, strlen(text));
+        free(text);
+    }
+    memset(bin, 0, sizeof bin);
+    if (rc) ms_wsrv_keys_free(k);
+    return rc;
+}
+
+void ms_wsrv_keys_free(ms_wsrv_keys *k)
+{
+    if (!k) return;
+    free(k->allow);
+    memset(k, 0, sizeof *k); /* the secret does not outlive its use */
+}
+
+int ms_wsrv_check_endpoint(const char *ep, int curve, int insecure)
+{
+    if (curve && insecure) {
+        ms_err_set("--insecure and --curve-secret contradict each other: choose one");
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    if (!strncmp(ep, "ipc://", 6) && ep[6]) return 0;
+    if (strncmp(ep, "tcp://", 6) || !ep[6]) {
+        ms_err_set("--listen %s: the endpoint must be tcp://HOST:PORT or ipc://PATH", ep);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    if (!curve && !insecure) {
+        ms_err_set("--listen %s: plain TCP lets anyone who reaches this port use the worker; give --curve-secret "
+                   "FILE --allow FILE (keys from 'moestream keygen'), or --insecure on a trusted network",
+                   ep);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    return 0;
+}
+
+/* ---- ZAP: answers CURVE handshakes, 200 for allowed client keys, 400 for the rest ---- */
+
+static void *zap_main(void *arg)
+{
+    ms_wsrv *s = arg;
+    char last_denied[41] = "";
+    double last_log = -1e9;
+    for (;;) {
+        zmq_msg_t f[8];
+        int n = 0, more = 1, dead = 0, extra = 0;
+        while (more) {
+            zmq_msg_t t;
+            zmq_msg_init(&t);
+            if (zmq_msg_recv(&t, s->zap, 0) < 0) {
+                zmq_msg_close(&t);
+                if (errno == EINTR) continue;
+                dead = 1; /* ETERM: the context is shutting down */
+                break;
+            }
+            more = zmq_msg_more(&t);
+            if (n < 8) {
+                zmq_msg_init(&f[n]);
+                zmq_msg_move(&f[n++], &t);
+            } else {
+                extra++;
+            }
+            zmq_msg_close(&t);
+        }
+        if (dead) {
+            for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
+            break;
+        }
+        /* version, request id, domain, address, routing id, mechanism, credentials... */
+        const char *status = "400", *text = "client key not allowed";
+        char user[41] = "";
+        int ok_shape = n >= 7 && !extra && zmq_msg_size(&f[0]) == 3 && !memcmp(zmq_msg_data(&f[0]), "1.0", 3);
+        if (ok_shape && zmq_msg_size(&f[5]) == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5) &&
+            zmq_msg_size(&f[6]) == 32) {
+            const uint8_t *key = zmq_msg_data(&f[6]);
+            for (size_t i = 0; i < s->keys.n_allow; i++)
+                if (!memcmp(s->keys.allow[i], key, 32)) {
+                    status = "200";
+                    text = "OK";
+                    zmq_z85_encode(user, key, 32);
+                    break;
+                }
+            if (!user[0]) {
+                char z[41], addr[64];
+                zmq_z85_encode(z, key, 32);
+                size_t al = zmq_msg_size(&f[3]) < sizeof addr - 1 ? zmq_msg_size(&f[3]) : sizeof addr - 1;
+                memcpy(addr, zmq_msg_data(&f[3]), al);
+                addr[al] = 0;
+                /* A refused client reconnects every fraction of a second: log each key once a minute. */
+                double t = now_s();
+                if (strcmp(z, last_denied) || t - last_log > 60) {
+                    ms_log(1, "worker: refused a connection from %s: CURVE key %s is not in the allow list",
+                           addr[0] ? addr : "?", z);
+                    memcpy(last_denied, z, sizeof z);
+                    last_log = t;
+                }
+            }
+        }
+        {
+            /* A REP socket must answer every request, even one it cannot read. */
+            zmq_send(s->zap, "1.0", 3, ZMQ_SNDMORE);
+            zmq_send(s->zap, n >= 2 ? zmq_msg_data(&f[1]) : "", n >= 2 ? zmq_msg_size(&f[1]) : 0, ZMQ_SNDMORE);
+            zmq_send(s->zap, status, 3, ZMQ_SNDMORE);
+            zmq_send(s->zap, text, strlen(text), ZMQ_SNDMORE);
+            zmq_send(s->zap, user, strlen(user), ZMQ_SNDMORE);
+            zmq_send(s->zap, "", 0, 0);
+        }
+        for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
+    }
+    zmq_close(s->zap);
+    s->zap = NULL;
+    return NULL;
+}
+
+/* ---- setup ---- */
+
+static int zfail(const char *what, const char *ep)
+{
+    ms_err_set("--listen %s: %s: %s", ep, what, zmq_strerror(errno));
+    return ms_err_set_code(MS_EXIT_RUNTIME);
+}
+
+ms_wsrv *ms_wsrv_new(const ms_wsrv_opts *o)
+{
+    ms_wsrv *s = ms_calloc(1, sizeof *s);
+    s->w = o->load;
+    s->ex = ms_xstore_iface(s->w->store);
+    ms_uuid_new(&s->uuid);
+    ms_uuid_str(&s->uuid, s->uuid_s);
+    if (o->keys && o->keys->curve) {
+        s->keys = *o->keys;
+        s->keys.allow = ms_malloc(sizeof *s->keys.allow * o->keys->n_allow);
+        memcpy(s->keys.allow, o->keys->allow, sizeof *s->keys.allow * o->keys->n_allow);
+    }
+    int L = s->w->cfg.latent, C = s->w->chunk_items;
+    s->z = ms_malloc(sizeof(float) * (size_t)C * (size_t)L);
+    s->out = ms_malloc(sizeof(float) * (size_t)C * (size_t)L);
+    s->ids = ms_malloc(sizeof(int32_t) * (size_t)C);
+    s->max_msg = s->w->plan.request_limit + MSG_OVERHEAD;
+
+    s->ctx = zmq_ctx_new();
+    if (!s->ctx) {
+        zfail("cannot create a ZeroMQ context", o->endpoint);
+        goto fail;
+    }
+    if (s->keys.curve) {
+        /* The handler must be bound before the server socket accepts a handshake. */
+        s->zap = zmq_socket(s->ctx, ZMQ_REP);
+        if (!s->zap || zmq_bind(s->zap, "inproc://zeromq.zap.01") != 0) {
+            zfail("cannot start the ZAP handler", o->endpoint);
+            goto fail;
+        }
+        if (pthread_create(&s->zap_thread, NULL, zap_main, s) != 0) {
+            ms_err_set("--listen %s: cannot start the ZAP thread", o->endpoint);
+            goto fail;
+        }
+        s->zap_started = 1;
+    }
+    s->sock = zmq_socket(s->ctx, ZMQ_ROUTER);
+    if (!s->sock) {
+        zfail("cannot create the socket", o->endpoint);
+        goto fail;
+    }
+    int64_t maxmsg = MS_WIRE_MAX_MSG;
+    int hwm = 16, linger = LINGER_MS, one = 1;
+    if (zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0 ||
+        zmq_setsockopt(s->sock, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0 ||
+        zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger) != 0) {
+        zfail("cannot set socket options", o->endpoint);
+        goto fail;
+    }
+    if (strchr(o->endpoint, '[') && zmq_setsockopt(s->sock, ZMQ_IPV6, &one, sizeof one) != 0) {
+        zfail("cannot enable IPv6", o->endpoint);
+        goto fail;
+    }
+    if (s->keys.curve) {
+        if (zmq_setsockopt(s->sock, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+            zmq_setsockopt(s->sock, ZMQ_CURVE_SECRETKEY, s->keys.secret, 40) != 0 ||
+            zmq_setsockopt(s->sock, ZMQ_ZAP_DOMAIN, "moestream", 9) != 0) {
+            zfail("cannot enable CURVE", o->endpoint);
+            goto fail;
+        }
+    }
+    if (zmq_bind(s->sock, o->endpoint) != 0) {
+        zfail("cannot bind", o->endpoint);
+        goto fail;
+    }
+    size_t el = sizeof s->endpoint;
+    if (zmq_getsockopt(s->sock, ZMQ_LAST_ENDPOINT, s->endpoint, &el) != 0 || !s->endpoint[0])
+        snprintf(s->endpoint, sizeof s->endpoint, "%s", o->endpoint);
+    memset(s->keys.secret, 0, sizeof s->keys.secret); /* the socket has its copy */
+    return s;
+fail:
+    ms_wsrv_free(s);
+    return NULL;
+}
+
+void ms_wsrv_free(ms_wsrv *s)
+{
+    if (!s) return;
+    if (s->sock) zmq_close(s->sock); /* lingers up to LINGER_MS in zmq_ctx_term for queued replies */
+    if (s->ctx) {
+        zmq_ctx_shutdown(s->ctx); /* the ZAP thread's recv returns ETERM */
+        if (s->zap_started) pthread_join(s->zap_thread, NULL);
+        else if (s->zap) zmq_close(s->zap);
+        zmq_ctx_term(s->ctx);
+    }
+    free(s->keys.allow);
+    free(s->z);
+    free(s->out);
+    free(s->ids);
+    free(s);
+}
+
+const char *ms_wsrv_endpoint(const ms_wsrv *s) { return s->endpoint; }
+const char *ms_wsrv_uuid(const ms_wsrv *s) { return s->uuid_s; }
+
+/* ---- messages ---- */
+
+/* One message from a client: its routing id, an optional empty delimiter (REQ clients), the
+ * payload. frames counts every frame after the routing id. */
+typedef struct {
+    zmq_msg_t id, f[2];
+    int n_f, frames;
+} wmsg;
+
+static void wmsg_close(wmsg *m)
+{
+    zmq_msg_close(&m->id);
+    for (int i = 0; i < m->n_f; i++) zmq_msg_close(&m->f[i]);
+}
+
+/* Returns 1 with a message, 0 if none is waiting (flags = ZMQ_DONTWAIT), -1 on a socket error. */
+static int recv_one(ms_wsrv *s, int flags, wmsg *m)
+{
+    m->n_f = m->frames = 0;
+    zmq_msg_init(&m->id);
+    for (;;) {
+        if (zmq_msg_recv(&m->id, s->sock, flags) >= 0) break;
+        if (errno == EAGAIN) {
+            zmq_msg_close(&m->id);
+            return 0;
+        }
+        if (errno != EINTR) {
+            zmq_msg_close(&m->id);
+            return -1;
+        }
+        if (flags & ZMQ_DONTWAIT) continue;
+        zmq_msg_close(&m->id);
+        return 0;
+    }
+    int more = zmq_msg_more(&m->id);
+    while (more) {
+        zmq_msg_t t;
+        zmq_msg_init(&t);
+        if (zmq_msg_recv(&t, s->sock, 0) < 0) {
+            zmq_msg_close(&t);
+            if (errno == EINTR) continue; /* the rest of a message is already here */
+            break;
+        }
+        more = zmq_msg_more(&t);
+        m->frames++;
+        if (m->n_f < 2) {
+            zmq_msg_init(&m->f[m->n_f]);
+            zmq_msg_move(&m->f[m->n_f++], &t);
+        }
+        zmq_msg_close(&t);
+    }
+    return 1;
+}
+
+static void free_cb(void *data, void *hint)
+{
+    (void)hint;
+    free(data);
+}
+
+/* Send buf (malloc'ed, taken over) to the client of m, with the REQ delimiter if it had one. */
+static void send_to(ms_wsrv *s, wmsg *m, int delim, uint8_t *buf, size_t len)
+{
+    zmq_msg_t id, r;
+    zmq_msg_init(&id);
+    zmq_msg_copy(&id, &m->id);
+    if (zmq_msg_send(&id, s->sock, ZMQ_SNDMORE) < 0) {
+        zmq_msg_close(&id);
+        free(buf);
+        return;
+    }
+    if (delim) zmq_send(s->sock, "", 0, ZMQ_SNDMORE);
+    zmq_msg_init_data(&r, buf, len, free_cb, NULL); /* no copy: zmq frees it once sent */
+    if (zmq_msg_send(&r, s->sock, 0) < 0) {
+        ms_log(2, "worker: a reply could not be queued: %s", zmq_strerror(errno));
+        zmq_msg_close(&r);
+    }
+}
+
+static void send_env(ms_wsrv *s, wmsg *m, int delim, Moestream__Envelope *e)
+{
+    uint8_t *buf;
+    size_t len;
+    ms_wire_pack(e, &buf, &len);
+    send_to(s, m, delim, buf, len);
+}
+
+static void send_error(ms_wsrv *s, wmsg *m, int delim, const ms_uuid *rid, int code, const char *text)
+{
+    uint8_t *buf;
+    size_t len;
+    s->n_errors++;
+    ms_wire_error(rid, code, text, &buf, &len);
+    send_to(s, m, delim, buf, len);
+}
+
+/* Protobuf wire scanning, to quote the request uuid of a compute request that cannot be decoded
+ * (too large, or failing validation). Bounds-checked; returns -1 on anything unexpected. */
+static int pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t r = 0;
+    for (int sh = 0; sh < 64 && *p < end; sh += 7) {
+        uint8_t b = *(*p)++;
+        r |= (uint64_t)(b & 0x7f) << sh;
+        if (!(b & 0x80)) {
+            *v = r;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int pb_field(const uint8_t *p, const uint8_t *end, uint64_t field, const uint8_t **sub, uint64_t *sub_len)
+{
+    while (p < end) {
+        uint64_t key, v;
+        if (pb_varint(&p, end, &key) != 0) return -1;
+        switch (key & 7) {
+        case 0:
+            if (pb_varint(&p, end, &v) != 0) return -1;
+            break;
+        case 1:
+            if (end - p < 8) return -1;
+            p += 8;
+            break;
+        case 5:
+            if (end - p < 4) return -1;
+            p += 4;
+            break;
+        case 2:
+            if (pb_varint(&p, end, &v) != 0 || v > (uint64_t)(end - p)) return -1;
+            if ((key >> 3) == field) {
+                *sub = p;
+                *sub_len = v;
+                return 0;
+            }
+            p += v;
+            break;
+        default:
+            return -1;
+        }
+    }
+    return -1;
+}
+
+static int scan_request_uuid(const uint8_t *buf, size_t len, ms_uuid *u)
+{
+    const uint8_t *c, *id;
+    uint64_t cl, il;
+    if (pb_field(buf, buf + len, 12, &c, &cl) != 0 || pb_field(c, c + cl, 1, &id, &il) != 0 || il != 16) return -1;
+    memcpy(u->b, id, 16);
+    return 0;
+}
+
+static const char *peer_of(zmq_msg_t *m, char *buf, size_t n)
+{
+    const char *addr = zmq_msg_gets(m, "Peer-Address");
+    const char *user = zmq_msg_gets(m, "User-Id");
+    snprintf(buf, n, "%s%s%s%s", addr && *addr ? " at " : "", addr && *addr ? addr : "", user && *user ? " key " : "",
+             user && *user ? user : "");
+    return buf;
+}
+
+static void on_hello(ms_wsrv *s, wmsg *m, int delim, zmq_msg_t *payload, const Moestream__Hello *h)
+{
+    ms_uuid cu;
+    char cs[37], peer[160];
+    ms_wire_uuid(&h->client_uuid, &cu);
+    ms_uuid_str(&cu, cs);
+    peer_of(payload, peer, sizeof peer);
+    const char *fp = h->model_fingerprint ? h->model_fingerprint : "";
+    if (strcmp(fp, s->w->fingerprint)) {
+        char text[600];
+        snprintf(text, sizeof text,
+                 "model fingerprint mismatch: the client runs model %.40s, this worker serves %s (%.400s)",
+                 *fp ? fp : "(none)", s->w->fingerprint, s->w->source);
+        ms_log(1, "worker: refused hello from client %s%s: %s", cs, peer, text);
+        send_error(s, m, delim, NULL, E_FP, text);
+        return;
+    }
+    ms_log(1, "worker: hello from client %s%s", cs, peer);
+    const ms_cfg *c = &s->w->cfg;
+    /* Owned experts as maximal runs per layer. */
+    size_t n = 0, cap = 16;
+    Moestream__ExpertRange *r = ms_malloc(sizeof *r * cap);
+    for (int l = 0; l < c->n_layers; l++)
+        for (int e = 0; e < c->n_experts;) {
+            if (!ms_wload_owns(s->w, l, e)) {
+                e++;
+                continue;
+            }
+            int b = e;
+            while (e < c->n_experts && ms_wload_owns(s->w, l, e)) e++;
+            if (n == cap) r = ms_realloc(r, sizeof *r * (cap *= 2));
+            moestream__expert_range__init(&r[n]);
+            r[n].layer = (uint32_t)l;
+            r[n].expert_begin = (uint32_t)b;
+            r[n].expert_end = (uint32_t)e;
+            n++;
+        }
+    Moestream__ExpertRange **rp = ms_malloc(sizeof *rp * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) rp[i] = &r[i];
+    Moestream__HelloReply hr = MOESTREAM__HELLO_REPLY__INIT;
+    hr.worker_uuid.data = s->uuid.b;
+    hr.worker_uuid.len = 16;
+    hr.model_fingerprint = s->w->fingerprint;
+    hr.n_owned = n;
+    hr.owned = rp;
+    hr.cache_capacity_bytes = s->w->plan.cache;
+    hr.latent_width = (uint32_t)c->latent;
+    hr.num_layers = (uint32_t)c->n_layers;
+    hr.num_experts = (uint32_t)c->n_experts;
+    Moestream__Envelope e = MOESTREAM__ENVELOPE__INIT;
+    e.body_case = MOESTREAM__ENVELOPE__BODY_HELLO_REPLY;
+    e.hello_reply = &hr;
+    send_env(s, m, delim, &e);
+    free(rp);
+    free(r);
+}
+
+/* Validate a compute request; 0 if it can run, else an error code with text. */
+static int check_compute(ms_wsrv *s, const Moestream__ComputeRequest *c, char *text, size_t tn)
+{
+    const ms_cfg *cfg = &s->w->cfg;
+    int L = cfg->latent;
+    size_t n = c->n_item_expert;
+    if (c->layer >= (uint32_t)cfg->n_layers) {
+        snprintf(text, tn, "compute: layer %u does not exist (the model has layers 0..%d)", c->layer,
+                 cfg->n_layers - 1);
+        return E_LAYER;
+    }
+    if (c->layer < (uint32_t)cfg->first_dense) {
+        snprintf(text, tn, "compute: layer %u is dense: it has no routed experts (MoE layers are %d..%d)", c->layer,
+                 cfg->first_dense, cfg->n_layers - 1);
+        return E_LAYER;
+    }
+    if (c->latent_width != (uint32_t)L) {
+        snprintf(text, tn, "compute: latent_width %u, but this model's routed experts take %d", c->latent_width, L);
+        return E_WIDTH;
+    }
+    if (c->rows > MS_WSRV_MAX_ROWS) {
+        snprintf(text, tn, "compute: %u rows; a request may carry at most %u", c->rows, MS_WSRV_MAX_ROWS);
+        return E_LARGE;
+    }
+    if ((uint64_t)n > (uint64_t)c->rows * MS_WSRV_MAX_ITEMS_PER_ROW) {
+        snprintf(text, tn, "compute: %zu items for %u rows; at most %u items per row", n, c->rows,
+                 MS_WSRV_MAX_ITEMS_PER_ROW);
+        return E_LARGE;
+    }
+    uint64_t bytes = ((uint64_t)c->rows + (uint64_t)n) * (uint64_t)L * 4;
+    if (bytes > s->w->plan.request_limit) {
+        snprintf(text, tn,
+                 "compute: %u rows + %zu items of %d floats are %llu bytes; this worker accepts at most %llu bytes "
+                 "per request (set by its --ram-budget): split the request",
+                 c->rows, n, L, (unsigned long long)bytes, (unsigned long long)s->w->plan.request_limit);
+        return E_LARGE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t e = c->item_expert[i];
+        if (e >= (uint32_t)cfg->n_experts) {
+            snprintf(text, tn, "compute: item %zu: layer %u expert %u does not exist (experts 0..%d)", i, c->layer, e,
+                     cfg->n_experts - 1);
+            return E_OWNED;
+        }
+        if (!ms_wload_owns(s->w, (int)c->layer, (int)e)) {
+            char own[256];
+            snprintf(text, tn, "compute: item %zu: layer %u expert %u is not owned by this worker (it owns %s of layer %u)",
+                     i, c->layer, e, ms_wload_layer_ranges(s->w, (int)c->layer, own, sizeof own), c->layer);
+            return E_OWNED;
+        }
+    }
+    return 0;
+}
+
+/* Compute every item through the store, one chunk of items at a time. Items are taken in
+ * expert order so that a chunk boundary splits at most one expert's rows, and each item is one
+ * row of its own (k = 1): its output is exactly the store's canonical computation. Returns the
+ * outputs [n][L] in item order, or NULL with ms_err set by the store. */
+static float *compute_items(ms_wsrv *s, const Moestream__ComputeRequest *c)
+{
+    int L = s->w->cfg.latent, NE = s->w->cfg.n_experts;
+    size_t n = c->n_item_expert;
+    uint32_t *start = ms_calloc((size_t)NE + 1, sizeof *start);
+    uint32_t *order = ms_malloc(sizeof *order * n);
+    for (size_t i = 0; i < n; i++) start[c->item_expert[i] + 1]++;
+    for (int e = 0; e < NE; e++) start[e + 1] += start[e];
+    for (size_t i = 0; i < n; i++) order[start[c->item_expert[i]]++] = (uint32_t)i;
+    free(start);
+    float *outputs = ms_malloc(sizeof(float) * n * (size_t)L);
+    size_t C = (size_t)s->w->chunk_items;
+    for (size_t at = 0; at < n; at += C) {
+        size_t cn = n - at < C ? n - at : C;
+        for (size_t j = 0; j < cn; j++) {
+            uint32_t i = order[at + j];
+            memcpy(s->z + j * (size_t)L, c->activations + (size_t)c->item_row[i] * (size_t)L, sizeof(float) * (size_t)L);
+            s->ids[j] = (int32_t)c->item_expert[i];
+        }
+        if (s->ex.compute(s->ex.ctx, (int)c->layer, (int64_t)cn, s->z, 1, s->ids, s->out) != 0) {
+            free(outputs);
+            free(order);
+            return NULL;
+        }
+        for (size_t j = 0; j < cn; j++)
+            memcpy(outputs + (size_t)order[at + j] * (size_t)L, s->out + j * (size_t)L, sizeof(float) * (size_t)L);
+    }
+    free(order);
+    return outputs;
+}
+
+static void on_compute(ms_wsrv *s, wmsg *m, int delim, Moestream__Envelope *env)
+{
+    const Moestream__ComputeRequest *c = env->compute;
+    ms_uuid rid;
+    char rs[37], text[768];
+    ms_wire_uuid(&c->request_uuid, &rid);
+    ms_uuid_str(&rid, rs);
+    s->n_requests++;
+    if (s->draining) {
+        ms_wire_free(env);
+        send_error(s, m, delim, &rid, E_DOWN, "the worker is shutting down");
+        return;
+    }
+    int code = check_compute(s, c, text, sizeof text);
+    if (code) {
+        ms_log(1, "worker: request %s refused: %s", rs, text);
+        ms_wire_free(env);
+        send_error(s, m, delim, &rid, code, text);
+        return;
+    }
+    double t0 = now_s();
+    uint32_t n = (uint32_t)c->n_item_expert, layer = c->layer, rows = c->rows, L = c->latent_width;
+    float *outputs = compute_items(s, c);
+    ms_wire_free(env); /* the request goes before the reply is encoded (request_work = 2 x limit) */
+    if (!outputs) {
+        const char *em = ms_err_msg();
+        code = strcasestr(em, "checksum") || strcasestr(em, "xxh3") ? E_SUM : E_IO;
+        snprintf(text, sizeof text, "%s", em);
+        ms_log(0, "worker: request %s (layer %u): %s", rs, layer, text);
+        send_error(s, m, delim, &rid, code, text);
+        return;
+    }
+    s->n_items += n;
+    Moestream__ComputeReply r = MOESTREAM__COMPUTE_REPLY__INIT;
+    r.request_uuid.data = rid.b;
+    r.request_uuid.len = 16;
+    r.items = n;
+    r.latent_width = L;
+    r.n_outputs = (size_t)n * L;
+    r.outputs = outputs;
+    Moestream__Envelope e = MOESTREAM__ENVELOPE__INIT;
+    e.body_case = MOESTREAM__ENVELOPE__BODY_COMPUTE_REPLY;
+    e.compute_reply = &r;
+    uint8_t *buf;
+    size_t len;
+    ms_wire_pack(&e, &buf, &len);
+    free(outputs);
+    send_to(s, m, delim, buf, len);
+    ms_log(2, "worker: request %s layer %u: %u rows, %u items in %.3f ms", rs, layer, rows, n, 1e3 * (now_s() - t0));
+}
+
+static void on_stats(ms_wsrv *s, wmsg *m, int delim)
+{
+    ms_xstore_stats st;
+    ms_xstore_get_stats(s->w->store, &st);
+    Moestream__StatsReply r = MOESTREAM__STATS_REPLY__INIT;
+    r.requests = s->n_requests;
+    r.items = s->n_items;
+    r.cache_hits = st.hits;
+    r.cache_misses = st.misses;
+    r.bytes_read = st.bytes_read;
+    r.errors = s->n_errors;
+    r.peak_rss_bytes = ms_wload_rss(1);
+    Moestream__Envelope e = MOESTREAM__ENVELOPE__INIT;
+    e.body_case = MOESTREAM__ENVELOPE__BODY_STATS_REPLY;
+    e.stats_reply = &r;
+    send_env(s, m, delim, &e);
+}
+
+static void handle(ms_wsrv *s, wmsg *m)
+{
+    /* One frame holding one Envelope; a REQ client adds an empty delimiter before it. */
+    int delim = m->frames == 2 && zmq_msg_size(&m->f[0]) == 0;
+    char why[512];
+    if (m->frames != 1 && !delim) {
+        snprintf(why, sizeof why, "expected one frame holding one Envelope, got %d frames", m->frames);
+        ms_log(1, "worker: bad message: %s", why);
+        send_error(s, m, m->frames > 0 && zmq_msg_size(&m->f[0]) == 0, NULL, E_BAD, why);
+        return;
+    }
+    zmq_msg_t *payload = &m->f[delim];
+    const uint8_t *data = zmq_msg_data(payload);
+    size_t len = zmq_msg_size(payload);
+    ms_uuid rid;
+    int have_rid = scan_request_uuid(data, len, &rid) == 0;
+    if (len > s->max_msg) {
+        char a[64];
+        snprintf(why, sizeof why, "a message of %zu bytes is larger than this worker accepts (%s, set by its --ram-budget)",
+                 len, ms_size_fmt(s->max_msg, a, sizeof a));
+        ms_log(1, "worker: %s", why);
+        send_error(s, m, delim, have_rid ? &rid : NULL, E_LARGE, why);
+        return;
+    }
+    int code = E_BAD;
+    Moestream__Envelope *env = ms_wire_unpack(data, len, why, sizeof why, &code);
+    if (!env) {
+        ms_log(1, "worker: bad message of %zu bytes: %s", len, why);
+        send_error(s, m, delim, have_rid ? &rid : NULL, code, why);
+        return;
+    }
+    switch (env->body_case) {
+    case MOESTREAM__ENVELOPE__BODY_COMPUTE:
+        on_compute(s, m, delim, env); /* frees env */
+        return;
+    case MOESTREAM__ENVELOPE__BODY_HELLO:
+        if (s->draining)
+            send_error(s, m, delim, NULL, E_DOWN, "the worker is shutting down");
+        else
+            on_hello(s, m, delim, payload, env->hello);
+        break;
+    case MOESTREAM__ENVELOPE__BODY_PING:
+        if (s->draining) {
+            send_error(s, m, delim, NULL, E_DOWN, "the worker is shutting down");
+        } else {
+            Moestream__Pong p = MOESTREAM__PONG__INIT;
+            p.sequence = env->ping->sequence;
+            p.worker_uuid.data = s->uuid.b;
+            p.worker_uuid.len = 16;
+            Moestream__Envelope e = MOESTREAM__ENVELOPE__INIT;
+            e.body_case = MOESTREAM__ENVELOPE__BODY_PONG;
+            e.pong = &p;
+            send_env(s, m, delim, &e);
+        }
+        break;
+    case MOESTREAM__ENVELOPE__BODY_STATS:
+        on_stats(s, m, delim);
+        break;
+    default:
+        snprintf(why, sizeof why, "a worker does not accept %s messages",
+                 env->body_case == MOESTREAM__ENVELOPE__BODY_HELLO_REPLY     ? "HelloReply"
+                 : env->body_case == MOESTREAM__ENVELOPE__BODY_COMPUTE_REPLY ? "ComputeReply"
+                 : env->body_case == MOESTREAM__ENVELOPE__BODY_ERROR         ? "Error"
+                 : env->body_case == MOESTREAM__ENVELOPE__BODY_PONG          ? "Pong"
+                                                                             : "StatsReply");
+        ms_log(1, "worker: bad message: %s", why);
+        send_error(s, m, delim, NULL, E_BAD, why);
+        break;
+    }
+    ms_wire_free(env);
+}
+
+int ms_wsrv_run(ms_wsrv *s, volatile sig_atomic_t *stop)
+{
+    zmq_pollitem_t it = {s->sock, 0, ZMQ_POLLIN, 0};
+    while (!*stop) {
+        int rc = zmq_poll(&it, 1, POLL_MS);
+        if (rc < 0) {
+            if (errno == EINTR) continue;
+            ms_err_set("worker socket %s: %s", s->endpoint, zmq_strerror(errno));
+            return -1;
+        }
+        /* Requests are served in arrival order; the flag is looked at between two of them. */
+        while (rc > 0 && !*stop) {
+            wmsg m;
+            int got = recv_one(s, ZMQ_DONTWAIT, &m);
+            if (got < 0) {
+                ms_err_set("worker socket %s: %s", s->endpoint, zmq_strerror(errno));
+                return -1;
+            }
+            if (!got) break;
+            handle(s, &m);
+            wmsg_close(&m);
+        }
+    }
+    /* Drain: whatever arrives now is told that the worker is going away. */
+    s->draining = 1;
+    ms_log(1, "worker: stopping: finishing, answering new requests with SHUTTING_DOWN");
+    double end = now_s() + DRAIN_MS / 1e3;
+    for (double t = now_s(); t < end; t = now_s()) {
+        int rc = zmq_poll(&it, 1, (long)((end - t) * 1e3) + 1);
+        if (rc < 0 && errno != EINTR) break;
+        if (rc <= 0) continue;
+        wmsg m;
+        while (recv_one(s, ZMQ_DONTWAIT, &m) == 1) {
+            handle(s, &m);
+            wmsg_close(&m);
+        }
+    }
+    return 0;
+}

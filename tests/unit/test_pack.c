@@ -1,0 +1,784 @@
+/* test_pack: moestream shard (packs and trunk vs the source), strict manifests, the checksummed store. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ms_cfg.h"
+#include "ms_cli.h"
+#include "ms_err.h"
+#include "ms_expert.h"
+#include "ms_io.h"
+#include "ms_ops.h"
+#include "ms_pack.h"
+#include "ms_st.h"
+#include "ms_synth.h"
+#include "ms_test.h"
+#include "ms_wire.h"
+#include "ms_xstore.h"
+
+static const char *part_suffix[6] = {"w1.weight_packed", "w1.weight_scale",  "w2.weight_packed",
+                                     "w2.weight_scale",  "w3.weight_packed", "w3.weight_scale"};
+static char root[4096];
+
+static int has(const char *s, const char *n) { return s && strstr(s, n) != NULL; }
+
+/* root/rel in one of 8 rotating buffers: copy a result that must outlive 8 more calls. */
+static const char *rpath(const char *rel)
+{
+    static char buf[8][4096 + 256];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", root, rel);
+    return buf[k];
+}
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+
+/* A routed expert's tensor, by the naming of the released checkpoints (spec §4.3); shared
+ * experts are named ".shared_experts." and never match. */
+static int is_routed(const char *name) { return strstr(name, ".block_sparse_moe.experts.") != NULL; }
+
+static const ms_st_tensor *part_of(const ms_st *st, int l, int e, int k)
+{
+    char name[256];
+    snprintf(name, sizeof name, "language_model.model.layers.%d.block_sparse_moe.experts.%d.%s", l, e, part_suffix[k]);
+    return ms_st_find(st, name);
+}
+
+/* The source bytes of expert (l, e) in canonical order (malloc'ed), from the mapped checkpoint. */
+static uint8_t *src_expert(const ms_st *st, int l, int e, uint64_t len[6], uint64_t *total)
+{
+    uint64_t t = 0;
+    for (int k = 0; k < 6; k++) {
+        const ms_st_tensor *x = part_of(st, l, e, k);
+        len[k] = x ? x->nbytes : 0;
+        t += len[k];
+    }
+    uint8_t *b = malloc(t ? t : 1);
+    uint64_t o = 0;
+    for (int k = 0; k < 6; k++) {
+        const ms_st_tensor *x = part_of(st, l, e, k);
+        if (x) memcpy(b + o, x->data, len[k]);
+        o += len[k];
+    }
+    *total = t;
+    return b;
+}
+
+static int files_equal(const char *a, const char *b)
+{
+    size_t la = 0, lb = 0;
+    char *x = ms_t_read_file(a, &la), *y = ms_t_read_file(b, &lb);
+    int eq = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return eq;
+}
+
+/* First owner of expert e among N workers: the i with i*Ne/N <= e < (i+1)*Ne/N. */
+static int owner_of(int e, int ne, int n)
+{
+    for (int i = 0; i < n; i++)
+        if ((int64_t)e >= (int64_t)i * ne / n && (int64_t)e < (int64_t)(i + 1) * ne / n) return i;
+    return -1;
+}
+
+/* ---- shard a checkpoint and check every pack and the trunk against the source ---- */
+
+static void check_shard(const char *model, const char *out, int N, int R)
+{
+    char what[256];
+    snprintf(what, sizeof what, "%s N=%d R=%d", model, N, R);
+    ms_cfg cfg;
+    char cpath[4300];
+    snprintf(cpath, sizeof cpath, "%s/config.json", model);
+    T_CHECK(ms_cfg_load(cpath, &cfg) == 0, "config: %s", ms_err_msg());
+    ms_st *st = ms_st_open_dir(model);
+    T_CHECK(st != NULL, "source: %s", ms_err_msg());
+    if (!st) return;
+    ms_err_clear();
+    int rc = ms_pack_shard(model, N, R, out);
+    T_CHECK(rc == 0, "%s: shard failed: %s", what, ms_err_msg());
+    if (rc != 0) {
+        ms_st_close(st);
+        ms_cfg_free(&cfg);
+        return;
+    }
+    char fp[17];
+    T_CHECK(ms_wire_fingerprint(model, fp) == 0, "fingerprint");
+    int NL = cfg.n_layers, NE = cfg.n_experts;
+    int *count = calloc((size_t)NL * (size_t)NE, sizeof(int));
+    int bad_bytes = 0, bad_sum = 0, bad_align = 0, bad_owner = 0, bad_len = 0, n_entries = 0;
+    char dir[4200], path[4300];
+    for (int w = 0; w < N; w++) {
+        snprintf(dir, sizeof dir, "%s/worker-%d", out, w);
+        ms_pack p;
+        int orc = ms_pack_open(dir, &p);
+        T_CHECK(orc == 0, "%s: open pack %d: %s", what, w, ms_err_msg());
+        if (orc != 0) continue;
+        T_CHECK(p.worker == w && p.workers == N && p.replicas == R, "%s: pack %d says worker %d of %d, R %d", what, w,
+                p.worker, p.workers, p.replicas);
+        T_CHECK(p.n_layers == NL && p.n_experts == NE && p.latent == cfg.latent && p.inter == cfg.moe_inter,
+                "%s: pack %d shape", what, w);
+        T_CHECK(strcmp(p.fingerprint, fp) == 0, "%s: pack %d fingerprint %s, model %s", what, w, p.fingerprint, fp);
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        T_CHECK(files_equal(path, cpath), "%s: pack %d config.json differs from the model's", what, w);
+        size_t blen = 0;
+        uint8_t *bin = (uint8_t *)ms_t_read_file(p.bin_path, &blen);
+        T_CHECK(bin != NULL, "%s: read %s", what, p.bin_path);
+        /* Experts this worker must hold: its range and those of the R-1 workers before it. */
+        int want_n = 0;
+        for (int l = cfg.first_dense; l < NL; l++)
+            for (int e = 0; e < NE; e++) want_n += (w - owner_of(e, NE, N) + N) % N < R;
+        T_CHECK((int)p.n == want_n, "%s: pack %d holds %zu experts, expected %d", what, w, p.n, want_n);
+        for (size_t i = 0; i < p.n && bin; i++) {
+            const ms_pack_entry *en = &p.entries[i];
+            n_entries++;
+            if (en->layer < cfg.first_dense || (w - owner_of(en->expert, NE, N) + N) % N >= R) bad_owner++;
+            count[(size_t)en->layer * (size_t)NE + (size_t)en->expert]++;
+            if (en->offset % 4096) bad_align++;
+            uint64_t len[6], E;
+            uint8_t *want = src_expert(st, en->layer, en->expert, len, &E);
+            for (int k = 0; k < 6; k++) bad_len += en->len[k] != len[k];
+            if (E != p.expert_bytes || en->offset + E > blen || memcmp(bin + en->offset, want, (size_t)E) != 0)
+                bad_bytes++;
+            if (XXH3_64bits(want, (size_t)E) != en->xxh3) bad_sum++;
+            free(want);
+        }
+        free(bin);
+        ms_pack_close(&p);
+        T_CHECK(p.entries == NULL && p.bin_path == NULL, "close leaves a zeroed pack");
+    }
+    int bad_count = 0;
+    for (int l = 0; l < NL; l++)
+        for (int e = 0; e < NE; e++)
+            if (count[(size_t)l * (size_t)NE + (size_t)e] != (l < cfg.first_dense ? 0 : R)) bad_count++;
+    T_CHECK(n_entries == (NL - cfg.first_dense) * NE * R, "%s: %d entries in all", what, n_entries);
+    T_CHECK(bad_count == 0, "%s: %d experts not on exactly R packs", what, bad_count);
+    T_CHECK(bad_owner == 0, "%s: %d experts on a worker that does not own them", what, bad_owner);
+    T_CHECK(bad_bytes == 0, "%s: %d pack experts differ from the source tensors", what, bad_bytes);
+    T_CHECK(bad_sum == 0, "%s: %d checksums differ from XXH3 of the source bytes", what, bad_sum);
+    T_CHECK(bad_align == 0, "%s: %d offsets not 4 KiB aligned", what, bad_align);
+    T_CHECK(bad_len == 0, "%s: %d part lengths differ from the tensors", what, bad_len);
+    free(count);
+
+    /* The trunk: every non-expert tensor with identical bytes, no routed expert. */
+    snprintf(dir, sizeof dir, "%s/trunk", out);
+    ms_st *tr = ms_st_open_dir(dir);
+    T_CHECK(tr != NULL, "%s: trunk does not open: %s", what, ms_err_msg());
+    if (tr) {
+        size_t n_src = 0;
+        int missing = 0, differ = 0, experts_in = 0;
+        for (size_t i = 0; i < ms_st_count(st); i++) {
+            const ms_st_tensor *t = ms_st_at(st, i);
+            const ms_st_tensor *u = ms_st_find(tr, t->name);
+            if (is_routed(t->name)) {
+                experts_in += u != NULL;
+                continue;
+            }
+            n_src++;
+            if (!u) {
+                missing++;
+                continue;
+            }
+            if (u->dtype != t->dtype || u->ndim != t->ndim || memcmp(u->shape, t->shape, sizeof t->shape) != 0 ||
+                u->nbytes != t->nbytes || memcmp(u->data, t->data, (size_t)t->nbytes) != 0)
+                differ++;
+        }
+        for (size_t i = 0; i < ms_st_count(tr); i++) experts_in += is_routed(ms_st_at(tr, i)->name);
+        T_CHECK(missing == 0 && differ == 0, "%s: trunk misses %d and changes %d tensors", what, missing, differ);
+        T_CHECK(experts_in == 0, "%s: %d routed expert tensors in the trunk", what, experts_in);
+        T_CHECK(ms_st_count(tr) == n_src, "%s: trunk has %zu tensors, source %zu non-expert", what, ms_st_count(tr),
+                n_src);
+        ms_st_close(tr);
+    }
+    snprintf(path, sizeof path, "%s/trunk/config.json", out);
+    T_CHECK(files_equal(path, cpath), "%s: trunk config.json differs", what);
+    static const char *tok[2] = {"tiktoken.model", "tokenizer_config.json"};
+    for (int i = 0; i < 2; i++) {
+        char sp[4300];
+        snprintf(sp, sizeof sp, "%s/%s", model, tok[i]);
+        snprintf(path, sizeof path, "%s/trunk/%s", out, tok[i]);
+        if (access(sp, F_OK) == 0)
+            T_CHECK(files_equal(path, sp), "%s: trunk %s differs", what, tok[i]);
+        else
+            T_CHECK(access(path, F_OK) != 0, "%s: trunk has a %s the model lacks", what, tok[i]);
+    }
+    /* No temporary file is left behind. */
+    char cmd[4400], *listing = NULL;
+    snprintf(cmd, sizeof cmd, "find '%s' -name '*.tmp'", out);
+    T_CHECK(ms_t_run(cmd, &listing) == 0 && listing && listing[0] == 0, "%s: tmp files left: %s", what,
+            listing ? listing : "?");
+    free(listing);
+    ms_st_close(st);
+    ms_cfg_free(&cfg);
+}
+
+/* ---- manifest corruption ---- */
+
+static void copy_file(const char *src, const char *dst, long truncate_by)
+{
+    size_t n = 0;
+    char *b = ms_t_read_file(src, &n);
+    if (b && truncate_by > 0) n = n > (size_t)truncate_by ? n - (size_t)truncate_by : 0;
+    FILE *f = fopen(dst, "wb");
+    if (b && f) fwrite(b, 1, n, f);
+    if (f) fclose(f);
+    free(b);
+}
+
+/* A copy of pack src in root/bad with the manifest given as JSON (or raw text when j is NULL). */
+static const char *bad_pack(const char *src, json_t *j, const char *raw, long truncate_bin)
+{
+    const char *d = rpath("bad");
+    mkdir(d, 0755);
+    char a[4400], b[4400];
+    snprintf(a, sizeof a, "%s/config.json", src);
+    snprintf(b, sizeof b, "%s/config.json", d);
+    copy_file(a, b, 0);
+    snprintf(a, sizeof a, "%s/experts.bin", src);
+    snprintf(b, sizeof b, "%s/experts.bin", d);
+    copy_file(a, b, truncate_bin);
+    snprintf(b, sizeof b, "%s/manifest.json", d);
+    if (j) {
+        json_dump_file(j, b, JSON_INDENT(1));
+    } else {
+        FILE *f = fopen(b, "wb");
+        if (f) {
+            fputs(raw, f);
+            fclose(f);
+        }
+    }
+    return d;
+}
+
+/* Open the corrupted pack: it must fail, class code, the message naming the manifest and each of needles. */
+static void expect_bad(const char *label, const char *dir, int code, const char *n1, const char *n2)
+{
+    ms_pack p;
+    memset(&p, 0x5a, sizeof p);
+    ms_err_clear();
+    int rc = ms_pack_open(dir, &p);
+    const char *m = ms_err_msg();
+    T_CHECK(rc == -1, "%s: accepted", label);
+    T_CHECK(has(m, "manifest.json") && has(m, n1) && (!n2 || has(m, n2)),
+            "%s: message must name manifest.json, %s%s%s: %s", label, n1, n2 ? " and " : "", n2 ? n2 : "", m);
+    T_CHECK(ms_err_code() == code, "%s: class %d, expected %d", label, ms_err_code(), code);
+    T_CHECK(p.entries == NULL && p.bin_path == NULL && p.config_path == NULL && p.n == 0, "%s: pack not cleared",
+            label);
+    ms_pack_close(&p);
+}
+
+static json_t *entry(json_t *j, size_t i) { return json_array_get(json_object_get(j, "experts"), i); }
+
+static void test_manifest_errors(const char *good_dir)
+{
+    char good[4200], mp[4400];
+    snprintf(good, sizeof good, "%s", good_dir);
+    snprintf(mp, sizeof mp, "%s/manifest.json", good);
+    json_error_t je;
+    json_t *orig = json_load_file(mp, 0, &je);
+    T_CHECK(orig != NULL && json_array_size(json_object_get(orig, "experts")) >= 3, "manifest to corrupt: %s", je.text);
+    if (!orig) return;
+    json_t *j;
+    ms_pack p;
+
+    /* The unmodified copy opens (the corruptions below are the only difference). */
+    j = json_deep_copy(orig);
+    T_CHECK(ms_pack_open(bad_pack(good, j, NULL, 0), &p) == 0, "control copy: %s", ms_err_msg());
+    ms_pack_close(&p);
+    json_decref(j);
+
+    expect_bad("bad JSON", bad_pack(good, NULL, "{\"format\": \"moestream-pack\", \"version\": ", 0), MS_EXIT_MODEL,
+               "invalid JSON", NULL);
+    expect_bad("not an object", bad_pack(good, NULL, "[1, 2]", 0), MS_EXIT_MODEL, "object", NULL);
+
+    static const char *fields[] = {"format",  "version",  "model_fingerprint", "worker",
+                                   "workers", "replicas", "num_layers",        "num_experts",
+                                   "latent",  "inter",    "expert_bytes",      "experts"};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        char label[96], quoted[64];
+        j = json_deep_copy(orig);
+        json_object_del(j, fields[i]);
+        snprintf(label, sizeof label, "missing %s", fields[i]);
+        snprintf(quoted, sizeof quoted, "\"%s\"", fields[i]);
+        expect_bad(label, bad_pack(good, j, NULL, 0), MS_EXIT_MODEL, quoted, "missing");
+        json_decref(j);
+        /* and the same field with a wrong type */
+        j = json_deep_copy(orig);
+        json_object_set_new(j, fields[i], json_real(1.5));
+        snprintf(label, sizeof label, "%s of the wrong type", fields[i]);
+        expect_bad(label, bad_pack(good, j, NULL, 0), MS_EXIT_MODEL, quoted, NULL);
+        json_decref(j);
+    }
+
+    struct {
+        const char *label, *key;
+        json_t *val;
+        const char *n1, *n2;
+    } top[] = {
+        {"format", "format", json_string("safetensors"), "\"format\"", NULL},
+        {"version 2", "version", json_integer(2), "\"version\"", NULL},
+        {"short fingerprint", "model_fingerprint", json_string("0123abcd"), "\"model_fingerprint\"", "16 hex"},
+        {"non-hex fingerprint", "model_fingerprint", json_string("0123456789abcdeg"), "\"model_fingerprint\"", NULL},
+        {"worker >= workers", "worker", json_integer(99), "\"worker\"", "99"},
+        {"zero workers", "workers", json_integer(0), "\"workers\"", NULL},
+        {"replicas > workers", "replicas", json_integer(99), "\"replicas\"", NULL},
+        {"latent not /32", "latent", json_integer(48), "\"latent\"", NULL},
+        {"expert_bytes", "expert_bytes", json_integer(1000), "\"expert_bytes\"", NULL},
+        {"num_experts vs config", "num_experts", json_integer(64), "\"num_experts\"", "config.json"},
+        {"num_layers vs config", "num_layers", json_integer(64), "\"num_layers\"", "config.json"},
+    };
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) {
+        j = json_deep_copy(orig);
+        json_object_set_new(j, top[i].key, top[i].val);
+        expect_bad(top[i].label, bad_pack(good, j, NULL, 0), MS_EXIT_MODEL, top[i].n1, top[i].n2);
+        json_decref(j);
+    }
+
+    /* Entries. */
+    json_int_t off0 = json_integer_value(json_object_get(entry(orig, 0), "offset"));
+    json_int_t off1 = json_integer_value(json_object_get(entry(orig, 1), "offset"));
+    json_int_t nl = json_integer_value(json_object_get(orig, "num_layers"));
+    json_int_t ne = json_integer_value(json_object_get(orig, "num_experts"));
+    json_t *l0 = json_object_get(entry(orig, 0), "layer"), *e0 = json_object_get(entry(orig, 0), "expert");
+    struct {
+        const char *label, *key;
+        json_t *val;
+        const char *n1, *n2;
+    } ent[] = {
+        {"misaligned offset", "offset", json_integer(off1 + 8), "experts[1]", "\"offset\""},
+        {"negative offset", "offset", json_integer(-4096), "experts[1]", "\"offset\""},
+        {"overlapping offset", "offset", json_integer(off0), "experts[1]", "overlaps"},
+        {"layer out of range", "layer", json_integer(nl), "experts[1]", "\"layer\""},
+        {"negative expert", "expert", json_integer(-1), "experts[1]", "\"expert\""},
+        {"expert out of range", "expert", json_integer(ne), "experts[1]", "\"expert\""},
+        {"dense layer", "layer", json_integer(0), "experts[1]", "dense"},
+        {"bad checksum hex", "xxh3", json_string("not-a-checksum!!"), "experts[1]", "\"xxh3\""},
+        {"checksum as number", "xxh3", json_integer(12345), "experts[1]", "\"xxh3\""},
+        {"parts of 5", "parts", json_pack("[i,i,i,i,i]", 1, 2, 3, 4, 5), "experts[1]", "\"parts\""},
+        {"parts sum", "parts", NULL, "experts[1]", "\"parts\""},
+        {"parts permuted", "parts", NULL, "experts[1]", "\"parts\"[0]"},
+        {"missing offset", "offset", NULL, "experts[1]", "\"offset\""},
+        {"entry not an object", NULL, NULL, "experts[1]", "object"},
+    };
+    for (size_t i = 0; i < sizeof ent / sizeof ent[0]; i++) {
+        j = json_deep_copy(orig);
+        json_t *e1 = entry(j, 1);
+        if (!strcmp(ent[i].label, "parts sum")) {
+            json_t *pa = json_object_get(e1, "parts");
+            json_array_set_new(pa, 0, json_integer(json_integer_value(json_array_get(pa, 0)) + 1));
+        } else if (!strcmp(ent[i].label, "parts permuted")) {
+            json_t *pa = json_object_get(e1, "parts"), *a0 = json_deep_copy(json_array_get(pa, 0));
+            json_array_set(pa, 0, json_array_get(pa, 1));
+            json_array_set_new(pa, 1, a0);
+        } else if (!strcmp(ent[i].label, "missing offset")) {
+            json_object_del(e1, "offset");
+        } else if (!ent[i].key) {
+            json_array_set_new(json_object_get(j, "experts"), 1, json_string("layer 1"));
+        } else {
+            json_object_set_new(e1, ent[i].key, ent[i].val);
+        }
+        expect_bad(ent[i].label, bad_pack(good, j, NULL, 0), MS_EXIT_MODEL, ent[i].n1, ent[i].n2);
+        json_decref(j);
+    }
+    /* The same (layer, expert) twice, with distinct offsets. */
+    j = json_deep_copy(orig);
+    json_object_set(entry(j, 2), "layer", l0);
+    json_object_set(entry(j, 2), "expert", e0);
+    expect_bad("duplicate expert", bad_pack(good, j, NULL, 0), MS_EXIT_MODEL, "experts[0] and experts[2]", "both");
+    json_decref(j);
+    /* Duplicate keys in one object are refused too. */
+    expect_bad("duplicate key",
+               bad_pack(good, NULL, "{\"format\": \"moestream-pack\", \"format\": \"moestream-pack\"}", 0),
+               MS_EXIT_MODEL, "invalid JSON", "format");
+
+    /* experts.bin shorter than the last expert, and missing. */
+    j = json_deep_copy(orig);
+    expect_bad("truncated experts.bin", bad_pack(good, j, NULL, 1), MS_EXIT_MODEL, "experts.bin", "truncated");
+    const char *d = bad_pack(good, j, NULL, 0);
+    char path[4400];
+    snprintf(path, sizeof path, "%s/experts.bin", d);
+    unlink(path);
+    expect_bad("missing experts.bin", d, MS_EXIT_IO, "experts.bin", NULL);
+    d = bad_pack(good, j, NULL, 0);
+    snprintf(path, sizeof path, "%s/config.json", d);
+    unlink(path);
+    expect_bad("missing config.json", d, MS_EXIT_IO, "config.json", NULL);
+    d = bad_pack(good, j, NULL, 0);
+    snprintf(path, sizeof path, "%s/manifest.json", d);
+    unlink(path);
+    expect_bad("missing manifest", d, MS_EXIT_IO, "manifest.json", NULL);
+    json_decref(j);
+    json_decref(orig);
+}
+
+/* ---- the command ---- */
+
+static int cli(int n, const char *const *args)
+{
+    char *argv[32];
+    for (int i = 0; i < n; i++) argv[i] = (char *)args[i];
+    argv[n] = NULL;
+    ms_err_clear();
+    return ms_cli_shard(n, argv);
+}
+
+static void test_cli(const char *model)
+{
+    char out[4200], trunk[4200], nowrite[4200], bad_cfg[4200], nomodel[4200];
+    snprintf(out, sizeof out, "%s", rpath("cli"));
+    snprintf(trunk, sizeof trunk, "%s", rpath("s21/trunk")); /* a checkpoint without routed experts */
+    snprintf(nowrite, sizeof nowrite, "%s", rpath("model/config.json/sub"));
+    snprintf(bad_cfg, sizeof bad_cfg, "%s", rpath("badcfg"));
+    snprintf(nomodel, sizeof nomodel, "%s", rpath("no-such-model"));
+    mkdir(bad_cfg, 0755);
+    FILE *f = fopen(rpath("badcfg/config.json"), "w");
+    if (f) {
+        fputs("{\"hidden_size\": 64}", f);
+        fclose(f);
+    }
+    struct {
+        int want;
+        int n;
+        const char *a[12];
+    } cases[] = {
+        {2, 1, {"shard"}},
+        {2, 5, {"shard", "--model", model, "--out", out}},
+        {2, 5, {"shard", "--workers", "2", "--out", out}},
+        {2, 5, {"shard", "--model", model, "--workers", "2"}},
+        {2, 7, {"shard", "--model", model, "--workers", "0", "--out", out}},
+        {2, 7, {"shard", "--model", model, "--workers", "-1", "--out", out}},
+        {2, 7, {"shard", "--model", model, "--workers", "two", "--out", out}},
+        {2, 7, {"shard", "--model", model, "--workers", "2x", "--out", out}},
+        {2, 9, {"shard", "--model", model, "--workers", "2", "--replicas", "0", "--out", out}},
+        {2, 9, {"shard", "--model", model, "--workers", "2", "--replicas", "3", "--out", out}},
+        {2, 8, {"shard", "--model", model, "--workers", "2", "--bogus", "--out", out}},
+        {2, 8, {"shard", "--model", model, "--workers", "2", "--out", out, "extra"}},
+        {2, 7, {"shard", "--model", model, "--workers", "9", "--out", out}}, /* 8 experts a layer */
+        {0, 2, {"shard", "--help"}},
+        {4, 7, {"shard", "--model", nomodel, "--workers", "2", "--out", out}},
+        {3, 7, {"shard", "--model", bad_cfg, "--workers", "2", "--out", out}},
+        {3, 7, {"shard", "--model", trunk, "--workers", "2", "--out", out}},
+        {4, 7, {"shard", "--model", model, "--workers", "2", "--out", nowrite}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = cli(cases[i].n, cases[i].a);
+        char line[512] = "";
+        for (int k = 1; k < cases[i].n; k++) {
+            strncat(line, " ", sizeof line - strlen(line) - 1);
+            strncat(line, cases[i].a[k], sizeof line - strlen(line) - 1);
+        }
+        T_CHECK(rc == cases[i].want, "shard%s: exit %d, expected %d", line, rc, cases[i].want);
+    }
+    /* The messages name what is wrong. */
+    const char *a1[] = {"shard", "--model", trunk, "--workers", "2", "--out", out};
+    cli(7, a1);
+    T_CHECK(has(ms_err_msg(), "experts.0.w1.weight_packed") && has(ms_err_msg(), "missing"),
+            "model without experts: %s", ms_err_msg());
+    const char *a2[] = {"shard", "--model", model, "--workers", "2", "--out", nowrite};
+    cli(7, a2);
+    T_CHECK(has(ms_err_msg(), "config.json/sub"), "unwritable out: %s", ms_err_msg());
+    T_CHECK(access(rpath("cli/worker-0"), F_OK) != 0, "a refused command wrote packs");
+
+    /* A good run: exit 0, and its packs open. */
+    const char *ok[] = {"shard", "--model", model, "--workers", "2", "--replicas", "2", "--out", out, "--quiet"};
+    T_CHECK(cli(10, ok) == 0, "shard --quiet: %s", ms_err_msg());
+    ms_pack p;
+    T_CHECK(ms_pack_open(rpath("cli/worker-1"), &p) == 0 && p.replicas == 2 && p.workers == 2, "cli pack: %s",
+            ms_err_msg());
+    ms_pack_close(&p);
+    /* Sharding again over the same directory replaces the packs. */
+    const char *again[] = {"shard", "--model", model, "--workers", "2", "--out", out, "--quiet"};
+    T_CHECK(cli(8, again) == 0, "shard again: %s", ms_err_msg());
+    T_CHECK(ms_pack_open(rpath("cli/worker-1"), &p) == 0 && p.replicas == 1, "re-sharded pack: %s", ms_err_msg());
+    ms_pack_close(&p);
+    /* With fewer workers, the packs of the earlier run's extra workers stop looking valid. */
+    const char *three[] = {"shard", "--model", model, "--workers", "3", "--out", out, "--quiet"};
+    const char *one[] = {"shard", "--model", model, "--workers", "1", "--out", out, "--quiet"};
+    T_CHECK(cli(8, three) == 0 && cli(8, one) == 0, "shard 3 then 1: %s", ms_err_msg());
+    T_CHECK(ms_pack_open(rpath("cli/worker-0"), &p) == 0 && p.workers == 1, "pack of 1: %s", ms_err_msg());
+    ms_pack_close(&p);
+    T_CHECK(ms_pack_open(rpath("cli/worker-1"), &p) == -1 && ms_pack_open(rpath("cli/worker-2"), &p) == -1,
+            "stale packs of the 3-worker run still open");
+}
+
+/* ---- a failed shard leaves nothing that looks like a pack ---- */
+
+static void test_failed_shard(const char *model)
+{
+    char out[4200], cmd[8800], *listing = NULL;
+    snprintf(out, sizeof out, "%s", rpath("crash"));
+    T_CHECK(ms_pack_shard(model, 2, 1, out) == 0, "first shard: %s", ms_err_msg());
+    /* Fails after the old manifests are gone, before any expert is written: trunk is a file. */
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/trunk' && touch '%s/trunk'", out, out);
+    T_CHECK(ms_t_run(cmd, NULL) == 0, "make trunk a file");
+    ms_err_clear();
+    T_CHECK(ms_pack_shard(model, 2, 1, out) == -1 && ms_err_code() == MS_EXIT_IO && has(ms_err_msg(), "trunk"),
+            "trunk not a directory: %s", ms_err_msg());
+    ms_pack p;
+    T_CHECK(ms_pack_open(rpath("crash/worker-0"), &p) == -1 && ms_pack_open(rpath("crash/worker-1"), &p) == -1,
+            "the old packs still look valid after a failed shard");
+    /* Fails in the middle of the packs: worker-1's experts.bin.tmp cannot be created. */
+    snprintf(cmd, sizeof cmd, "rm -f '%s/trunk' && mkdir -p '%s/worker-1/experts.bin.tmp'", out, out);
+    T_CHECK(ms_t_run(cmd, NULL) == 0, "block worker-1");
+    ms_err_clear();
+    T_CHECK(ms_pack_shard(model, 2, 1, out) == -1 && ms_err_code() == MS_EXIT_IO &&
+                has(ms_err_msg(), "worker-1/experts.bin.tmp"),
+            "blocked worker-1: %s", ms_err_msg());
+    T_CHECK(ms_pack_open(rpath("crash/worker-0"), &p) == -1, "worker-0 looks valid after a failed shard");
+    snprintf(cmd, sizeof cmd, "find '%s' -name '*.tmp' -type f", out);
+    T_CHECK(ms_t_run(cmd, &listing) == 0 && listing && listing[0] == 0, "tmp files left: %s", listing ? listing : "?");
+    free(listing);
+    /* Unblocked, the same command succeeds. */
+    snprintf(cmd, sizeof cmd, "rmdir '%s/worker-1/experts.bin.tmp'", out);
+    T_CHECK(ms_t_run(cmd, NULL) == 0, "unblock");
+    T_CHECK(ms_pack_shard(model, 2, 1, out) == 0, "shard after repair: %s", ms_err_msg());
+    T_CHECK(ms_pack_open(rpath("crash/worker-1"), &p) == 0, "repaired pack: %s", ms_err_msg());
+    ms_pack_close(&p);
+}
+
+/* ---- a store over a pack computes what the in-memory table computes; checksums bite ---- */
+
+static void set_mat(ms_mat *m, const ms_st *st, int l, int e, int which, int64_t rows, int64_t cols)
+{
+    memset(m, 0, sizeof *m);
+    m->type = MS_WT_MXFP4;
+    m->rows = rows;
+    m->cols = cols;
+    m->data = part_of(st, l, e, 2 * which)->data;
+    m->scales = part_of(st, l, e, 2 * which + 1)->data;
+}
+
+static ms_xstore *pack_store(const ms_pack *p, const ms_cfg *c, ms_io_files **files, int direct, int slots)
+{
+    const char *paths[1] = {p->bin_path};
+    *files = ms_io_files_open(paths, 1, direct);
+    T_CHECK(*files != NULL, "open %s: %s", p->bin_path, ms_err_msg());
+    if (!*files) return NULL;
+    ms_xstore_opts o = {.n_layers = c->n_layers,
+                        .n_experts = c->n_experts,
+                        .latent = c->latent,
+                        .inter = c->moe_inter,
+                        .b1 = c->situ_b1,
+                        .b2 = c->situ_b2,
+                        .cache_bytes = (uint64_t)slots * ms_xstore_slot_bytes(c->latent, c->moe_inter),
+                        .depth = 3};
+    ms_xstore *s = ms_xstore_new(&o, *files, NULL);
+    T_CHECK(s != NULL, "store: %s", ms_err_msg());
+    for (size_t i = 0; s && i < p->n; i++) {
+        const ms_pack_entry *en = &p->entries[i];
+        ms_xloc x;
+        memset(&x, 0, sizeof x);
+        uint64_t off = en->offset;
+        for (int k = 0; k < 6; k++) {
+            x.file[k] = 0;
+            x.off[k] = off;
+            x.len[k] = en->len[k];
+            off += en->len[k];
+        }
+        x.has_xxh3 = 1;
+        x.xxh3 = en->xxh3;
+        ms_xstore_set(s, en->layer, en->expert, &x);
+    }
+    return s;
+}
+
+/* One random call on layer `layer` over the experts held[0..nh): rows x k distinct per row. */
+static void routing(const int *held, int nh, int64_t *rows, int *k, int32_t *ids, float *z, int L)
+{
+    *rows = 1 + (int64_t)(rnd() % 6);
+    *k = 1 + (int)(rnd() % (unsigned)(nh < 3 ? nh : 3));
+    for (int64_t r = 0; r < *rows; r++)
+        for (int j = 0; j < *k; j++) {
+            int32_t e, dup;
+            do {
+                e = held[rnd() % (unsigned)nh];
+                dup = 0;
+                for (int i = 0; i < j; i++) dup |= ids[r * *k + i] == e;
+            } while (dup);
+            ids[r * *k + j] = e;
+        }
+    for (int64_t i = 0; i < *rows * L; i++) z[i] = (float)((int)(rnd() % 2001) - 1000) / 613.0f;
+}
+
+static void test_store(const char *model, const char *packdir)
+{
+    ms_cfg c;
+    char cpath[4300];
+    snprintf(cpath, sizeof cpath, "%s/config.json", model);
+    if (ms_cfg_load(cpath, &c) != 0) {
+        T_CHECK(0, "config: %s", ms_err_msg());
+        return;
+    }
+    ms_st *st = ms_st_open_dir(model);
+    ms_pack p;
+    int rc = ms_pack_open(packdir, &p);
+    T_CHECK(st && rc == 0, "open: %s", ms_err_msg());
+    if (!st || rc != 0) {
+        ms_st_close(st);
+        ms_cfg_free(&c);
+        return;
+    }
+    int64_t L = c.latent, I = c.moe_inter;
+    ms_expert_table *ref = ms_expert_table_new(c.n_layers, c.n_experts, c.latent, c.situ_b1, c.situ_b2, NULL);
+    for (int l = c.first_dense; l < c.n_layers; l++)
+        for (int e = 0; e < c.n_experts; e++) {
+            ms_expert_w w;
+            set_mat(&w.w1, st, l, e, 0, I, L);
+            set_mat(&w.w2, st, l, e, 1, L, I);
+            set_mat(&w.w3, st, l, e, 2, I, L);
+            ms_expert_table_set(ref, l, e, &w);
+        }
+    ms_experts rif = ms_expert_table_iface(ref);
+    /* held[l][..]: the experts of layer l in this pack */
+    int *held = calloc((size_t)c.n_layers * (size_t)c.n_experts, sizeof(int)),
+        *nh = calloc((size_t)c.n_layers, sizeof(int));
+    for (size_t i = 0; i < p.n; i++)
+        held[(size_t)p.entries[i].layer * (size_t)c.n_experts + (size_t)nh[p.entries[i].layer]++] = p.entries[i].expert;
+    enum { MAXR = 6, MAXK = 3 };
+    int32_t ids[MAXR * MAXK];
+    float *z = malloc(sizeof(float) * MAXR * (size_t)L), *got = malloc(sizeof(float) * MAXR * MAXK * (size_t)L),
+          *want = malloc(sizeof(float) * MAXR * MAXK * (size_t)L);
+
+    for (int direct = 0; direct <= 1; direct++) {
+        ms_io_files *files;
+        ms_xstore *s = pack_store(&p, &c, &files, direct, 4);
+        if (!s) continue;
+        ms_experts sif = ms_xstore_iface(s);
+        int bad = 0, fails = 0;
+        for (int call = 0; call < 40; call++) {
+            int layer = c.first_dense + (int)(rnd() % (unsigned)(c.n_layers - c.first_dense)), k;
+            int64_t rows;
+            routing(held + (size_t)layer * (size_t)c.n_experts, nh[layer], &rows, &k, ids, z, (int)L);
+            int r1 = sif.compute(sif.ctx, layer, rows, z, k, ids, got),
+                r2 = rif.compute(rif.ctx, layer, rows, z, k, ids, want);
+            if (r1 != 0 || r2 != 0) {
+                fails++;
+                continue;
+            }
+            if (memcmp(got, want, sizeof(float) * (size_t)(rows * k * L)) != 0) bad++;
+        }
+        ms_xstore_stats sst;
+        ms_xstore_get_stats(s, &sst);
+        T_CHECK(fails == 0, "%s: %d store calls failed: %s", direct ? "direct" : "buffered", fails, ms_err_msg());
+        T_CHECK(bad == 0, "%s: %d calls differ from the in-memory table", direct ? "direct" : "buffered", bad);
+        T_CHECK(sst.misses > 0 && sst.hits > 0, "store over a pack: %llu misses, %llu hits",
+                (unsigned long long)sst.misses, (unsigned long long)sst.hits);
+        ms_xstore_free(s);
+        ms_io_files_close(files);
+    }
+
+    /* Flip one byte inside one expert of experts.bin (in its w2 scales). */
+    const ms_pack_entry *vic = &p.entries[p.n / 2];
+    uint64_t at = vic->offset + vic->len[0] + vic->len[1] + vic->len[2] + 3;
+    int fd = open(p.bin_path, O_RDWR);
+    uint8_t byte = 0;
+    T_CHECK(fd >= 0 && pread(fd, &byte, 1, (off_t)at) == 1, "read victim byte");
+    byte ^= 0x10;
+    T_CHECK(fd >= 0 && pwrite(fd, &byte, 1, (off_t)at) == 1, "flip victim byte");
+    if (fd >= 0) close(fd);
+    int VL = vic->layer, VE = vic->expert;
+    int others[64], no = 0;
+    for (int i = 0; i < nh[VL] && no < 64; i++)
+        if (held[(size_t)VL * (size_t)c.n_experts + (size_t)i] != VE)
+            others[no++] = held[(size_t)VL * (size_t)c.n_experts + (size_t)i];
+    T_CHECK(no >= 2, "the victim's layer has %d other experts", no);
+    char wl[32], we[32];
+    snprintf(wl, sizeof wl, "layer %d", VL);
+    snprintf(we, sizeof we, "expert %d", VE);
+    for (int direct = 0; direct <= 1 && no >= 2; direct++) {
+        ms_io_files *files;
+        ms_xstore *s = pack_store(&p, &c, &files, direct, 8);
+        if (!s) continue;
+        ms_experts sif = ms_xstore_iface(s);
+        for (int64_t i = 0; i < 2 * L; i++) z[i] = (float)(i % 13) * 0.25f - 1.5f;
+        /* warm one other expert, then a call with a hit, a miss and the corrupt expert */
+        int32_t warm[1] = {others[0]};
+        T_CHECK(sif.compute(sif.ctx, VL, 1, z, 1, warm, got) == 0, "warm: %s", ms_err_msg());
+        int32_t mix[6] = {others[0], VE, others[1], VE, others[1], others[0]};
+        for (int rep = 0; rep < 2; rep++) {
+            ms_err_clear();
+            int r = sif.compute(sif.ctx, VL, 2, z, 3, mix, got);
+            const char *m = ms_err_msg();
+            T_CHECK(r == -1, "corrupt expert served (try %d)", rep);
+            T_CHECK(has(m, wl) && has(m, we) && has(m, "experts.bin") && has(m, "checksum"),
+                    "message must name layer, expert, file and checksum: %s", m);
+            T_CHECK(ms_err_code() == MS_EXIT_MODEL, "class %d", ms_err_code());
+        }
+        /* The others are still served, with the table's bits. */
+        int32_t ok[4] = {others[1], others[0], others[0], others[1]};
+        int r = sif.compute(sif.ctx, VL, 2, z, 2, ok, got);
+        T_CHECK(r == 0, "other experts after a checksum failure: %s", ms_err_msg());
+        T_CHECK(rif.compute(rif.ctx, VL, 2, z, 2, ok, want) == 0, "reference");
+        T_CHECK(r == 0 && memcmp(got, want, sizeof(float) * 4 * (size_t)L) == 0, "bits after a checksum failure");
+        ms_xstore_stats sst;
+        ms_xstore_get_stats(s, &sst);
+        T_CHECK(sst.cache_bytes_used <= 8 * ms_xstore_slot_bytes(c.latent, c.moe_inter), "cache over budget");
+        ms_xstore_free(s);
+        ms_io_files_close(files);
+    }
+    free(z);
+    free(got);
+    free(want);
+    free(held);
+    free(nh);
+    ms_expert_table_free(ref);
+    ms_pack_close(&p);
+    ms_st_close(st);
+    ms_cfg_free(&c);
+}
+
+int main(void)
+{
+    snprintf(root, sizeof root, "%s", ms_t_tmpdir("pack"));
+    static char model[4200];
+    snprintf(model, sizeof model, "%s", rpath("model"));
+    ms_synth_shape sh;
+    T_CHECK(ms_synth_preset("tiny", &sh) == 0, "preset");
+    T_CHECK(ms_synth_write(model, &sh, 7) == 0, "synth: %s", ms_err_msg());
+
+    /* The packs and trunk of every layout, from the synthetic checkpoint. */
+    static const int nr[][2] = {{1, 1}, {2, 1}, {2, 2}, {3, 1}, {3, 2}, {3, 3}};
+    for (size_t i = 0; i < sizeof nr / sizeof nr[0]; i++) {
+        char rel[32];
+        snprintf(rel, sizeof rel, "s%d%d", nr[i][0], nr[i][1]);
+        check_shard(model, rpath(rel), nr[i][0], nr[i][1]);
+    }
+    /* Bad arguments of the library call. */
+    ms_err_clear();
+    T_CHECK(ms_pack_shard(model, 2, 3, rpath("x")) == -1 && ms_err_code() == MS_EXIT_USAGE, "R > N accepted");
+    T_CHECK(ms_pack_shard(model, 0, 1, rpath("x")) == -1 && ms_err_code() == MS_EXIT_USAGE, "N = 0 accepted");
+    T_CHECK(ms_pack_shard(model, 2, 0, rpath("x")) == -1 && ms_err_code() == MS_EXIT_USAGE, "R = 0 accepted");
+
+    test_manifest_errors(rpath("s21/worker-0"));
+    test_cli(model);
+    test_failed_shard(model);
+    test_store(model, rpath("s32/worker-1"));
+
+    /* The shared released-like checkpoints (three shards, nested config; one file, flat config). */
+    const char *rel = ms_t_shared("fixtures/kimi-k3/checkpoints/tiny-released-like");
+    if (rel) check_shard(rel, rpath("rel22"), 2, 2);
+    const char *flat = ms_t_shared("fixtures/kimi-k3/checkpoints/tiny-s1234");
+    if (flat) check_shard(flat, rpath("flat31"), 3, 1);
+
+    ms_pack p;
+    memset(&p, 0, sizeof p);
+    ms_pack_close(&p);
+    ms_pack_close(NULL);
+    return ms_t_done();
+}
