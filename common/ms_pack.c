@@ -741,6 +741,18 @@ static int write_trunk(sh_state *s, const char *tdir)
             rc = remove_stale(path);
     }
     if (rc == 0) {
+        /* The trunk's files differ from the model's: it carries the model's fingerprint, so the
+         * coordinator presents the same one the packs do (ms_wire_fingerprint reads it). */
+        path2(path, sizeof path, tdir, "moestream.fingerprint");
+        FILE *f = fopen(path, "w");
+        rc = f && fprintf(f, "%s\n", s->fp) == 17 ? 0 : -1;
+        if (f && fclose(f) != 0) rc = -1;
+        if (rc != 0) {
+            ms_err_set("cannot write %s", path);
+            ms_err_set_code(MS_EXIT_IO);
+        }
+    }
+    if (rc == 0) {
         path2(src, sizeof src, s->model_dir, "config.json");
         path2(path, sizeof path, tdir, "config.json");
         rc = copy_file(src, path);

@@ -158,6 +158,23 @@ int ms_wire_fingerprint(const char *dir, char out[17])
     int rc = -1, fd = -1;
     char **names = NULL;
     size_t n = 0, cap = 0;
+    /* A trunk-only checkpoint written by moestream shard carries its model's fingerprint. */
+    snprintf(path, sizeof path, "%s/moestream.fingerprint", dir);
+    FILE *ff = fopen(path, "r");
+    if (ff) {
+        char line[64] = "";
+        int ok = fgets(line, sizeof line, ff) != NULL && strspn(line, "0123456789abcdef") == 16;
+        fclose(ff);
+        if (!ok) {
+            ms_err_set("%s must hold 16 lower-case hex digits", path);
+            ms_err_set_code(MS_EXIT_MODEL);
+            goto out;
+        }
+        memcpy(out, line, 16);
+        out[16] = 0;
+        rc = 0;
+        goto out;
+    }
     snprintf(path, sizeof path, "%s/config.json", dir);
     struct stat sb;
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &sb) != 0) {

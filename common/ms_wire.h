@@ -38,8 +38,10 @@ int ms_wire_uuid(const ProtobufCBinaryData *d, ms_uuid *u);
 
 /* The model fingerprint: 16 hex characters of XXH3-64 over config.json's bytes and, for every
  * safetensors shard of dir in name order, its header and the first and last 64 KiB of its
- * data section. Cheap (no full read) and different for different weights files. Returns 0,
- * or -1 with ms_err set naming the file. */
+ * data section. Cheap (no full read) and different for different weights files. A trunk-only
+ * checkpoint written by moestream shard holds its model's fingerprint in
+ * DIR/moestream.fingerprint, which is used instead. Returns 0, or -1 with ms_err set naming
+ * the file. */
 int ms_wire_fingerprint(const char *dir, char out[17]);
 
 #endif

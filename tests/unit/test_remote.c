@@ -19,7 +19,8 @@ typedef struct {
     char ep[1200];
 } worker;
 
-/* Start a worker on an ipc endpoint in d with an expert SPEC; wait for its socket. */
+/* Start a worker on an ipc endpoint in d with an expert SPEC (or a pack directory when spec
+ * starts with '/'); wait for its socket. */
 static int start_worker(worker *w, const char *d, int idx, const char *spec, const char *env)
 {
     snprintf(w->ep, sizeof w->ep, "ipc://%s/w%d.sock", d, idx);
@@ -27,8 +28,11 @@ static int start_worker(worker *w, const char *d, int idx, const char *spec, con
     w->pid = fork();
     if (w->pid == 0) {
         if (env) putenv((char *)env);
-        execl(wbin, wbin, "--model", dir, "--listen", w->ep, "--experts", spec, "--threads", "1", "--quiet",
-              (char *)NULL);
+        if (spec[0] == '/')
+            execl(wbin, wbin, "--pack", spec, "--listen", w->ep, "--threads", "1", "--quiet", (char *)NULL);
+        else
+            execl(wbin, wbin, "--model", dir, "--listen", w->ep, "--experts", spec, "--threads", "1", "--quiet",
+                  (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 500; i++) {
@@ -49,12 +53,14 @@ static void stop_worker(worker *w)
     }
 }
 
+static const char *model_dir = dir; /* the coordinator's checkpoint (full, or a trunk) */
+
 static int run_to(const char *extra, const char *dump, json_t **out)
 {
     char cmd[32768], *o = NULL;
     snprintf(cmd, sizeof cmd, "%s run --model %s --ids 5,9,13,200,17,400,3,8,90,61 -n 12 --json --quiet "
              "--dump-logits %s %s",
-             bin, dir, dump, extra);
+             bin, model_dir, dump, extra);
     int st = ms_t_run(cmd, &o);
     json_error_t je;
     if (out) *out = o ? json_loads(o, 0, &je) : NULL;
@@ -157,6 +163,101 @@ int main(void)
         T_CHECK(st == 7 && err && strstr(err, "w1.sock"), "dead worker: exit 7 naming it (%d): %s", st, err ? err : "");
         free(err);
         stop_worker(&w[0]);
+    }
+
+    /* Packs from moestream shard: the coordinator keeps only the trunk; 3 workers, 2 replicas. */
+    {
+        char out[1200], trunk[1300], packs[3][1300], extra[8192], list[4096] = "";
+        snprintf(out, sizeof out, "%.1000s/packs", tmp);
+        snprintf(cmd, sizeof cmd, "%s shard --model %s --workers 3 --replicas 2 --out %s --quiet", bin, dir, out);
+        T_CHECK(ms_t_run(cmd, NULL) == 0, "shard into 3 packs with 2 replicas");
+        snprintf(trunk, sizeof trunk, "%s/trunk", out);
+        worker w[3] = {{0}};
+        for (int i = 0; i < 3; i++) {
+            snprintf(packs[i], sizeof packs[i], "%s/worker-%d", out, i);
+            T_CHECK(start_worker(&w[i], sock, 10 + i, packs[i], NULL) == 0, "pack worker %d", i);
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? "," : "", w[i].ep);
+        }
+        model_dir = trunk;
+        snprintf(extra, sizeof extra, "--workers %s", list);
+        snprintf(b, sizeof b, "%s/packs.bin", tmp);
+        int st = run_to(extra, b, NULL);
+        T_CHECK(st == 0 && same_file(a, b), "trunk-only coordinator + pack workers: logits bit-identical (%d)", st);
+        /* Corrupt one expert the run uses in worker 0's pack: its replica answers instead. */
+        char tr[1300];
+        snprintf(tr, sizeof tr, "%s/used.trace", tmp);
+        snprintf(cmd, sizeof cmd, "%s run --model %s --ids 5,9,13,200,17,400,3,8,90,61 -n 12 --quiet --trace %s "
+                 ">/dev/null 2>&1", bin, dir, tr);
+        T_CHECK(ms_t_run(cmd, NULL) == 0, "trace of the experts used");
+        size_t tl = 0;
+        int32_t *pairs = (int32_t *)ms_t_read_file(tr, &tl);
+        char mf[1400];
+        snprintf(mf, sizeof mf, "%s/manifest.json", packs[0]);
+        json_error_t je;
+        json_t *man = json_load_file(mf, 0, &je);
+        long long off = -1;
+        int cl = -1, ce = -1;
+        for (size_t p = 0; pairs && p < tl / 8 && off < 0; p++) {
+            json_t *ents = json_object_get(man, "experts");
+            for (size_t i = 0; i < json_array_size(ents); i++) {
+                json_t *en = json_array_get(ents, i);
+                if (json_integer_value(json_object_get(en, "layer")) == pairs[2 * p] &&
+                    json_integer_value(json_object_get(en, "expert")) == pairs[2 * p + 1]) {
+                    off = json_integer_value(json_object_get(en, "offset"));
+                    cl = pairs[2 * p];
+                    ce = pairs[2 * p + 1];
+                    break;
+                }
+            }
+        }
+        free(pairs);
+        json_decref(man);
+        T_CHECK(off >= 0, "found a used expert in worker 0's pack");
+        if (off >= 0) {
+            snprintf(cmd, sizeof cmd,
+                     "printf '\\377' | dd of=%s/experts.bin bs=1 seek=%lld conv=notrunc status=none", packs[0],
+                     off + 100);
+            T_CHECK(ms_t_run(cmd, NULL) == 0, "flip a byte");
+            snprintf(b, sizeof b, "%s/packs-corrupt.bin", tmp);
+            st = run_to(extra, b, NULL);
+            T_CHECK(st == 0 && same_file(a, b), "a corrupt copy with a replica: same logits (%d)", st);
+            /* Without a replica: one pack, one copy of everything; the run fails naming the expert. */
+            for (int i = 0; i < 3; i++) stop_worker(&w[i]);
+            char one[4200], *err = NULL, pat[64], p1[1300];
+            snprintf(p1, sizeof p1, "%s/single", tmp);
+            snprintf(cmd, sizeof cmd, "%s shard --model %s --workers 1 --out %s --quiet", bin, dir, p1);
+            T_CHECK(ms_t_run(cmd, NULL) == 0, "shard into one pack");
+            snprintf(mf, sizeof mf, "%s/worker-0/manifest.json", p1);
+            man = json_load_file(mf, 0, &je);
+            long long off1 = -1;
+            json_t *ents = json_object_get(man, "experts");
+            for (size_t i = 0; i < json_array_size(ents); i++) {
+                json_t *en = json_array_get(ents, i);
+                if (json_integer_value(json_object_get(en, "layer")) == cl &&
+                    json_integer_value(json_object_get(en, "expert")) == ce)
+                    off1 = json_integer_value(json_object_get(en, "offset"));
+            }
+            json_decref(man);
+            snprintf(cmd, sizeof cmd, "printf '\\377' | dd of=%s/worker-0/experts.bin bs=1 seek=%lld conv=notrunc "
+                     "status=none", p1, off1 + 100);
+            T_CHECK(off1 >= 0 && ms_t_run(cmd, NULL) == 0, "flip a byte of layer %d expert %d", cl, ce);
+            char pk[1400];
+            snprintf(pk, sizeof pk, "%s/worker-0", p1);
+            worker w1 = {0};
+            T_CHECK(start_worker(&w1, sock, 20, pk, NULL) == 0, "single pack worker");
+            snprintf(one, sizeof one,
+                     "%s run --model %s/trunk --ids 5,9,13,200,17,400,3,8,90,61 -n 12 --quiet --workers %s "
+                     "--worker-timeout 5 2>&1 >/dev/null",
+                     bin, p1, w1.ep);
+            st = ms_t_run(one, &err);
+            snprintf(pat, sizeof pat, "layer %d expert %d", cl, ce);
+            T_CHECK(st == 3 && err && strstr(err, pat) && strstr(err, "checksum"),
+                    "corrupt expert without a replica: exit 3 naming it (%d): %s", st, err ? err : "");
+            free(err);
+            stop_worker(&w1);
+        }
+        for (int i = 0; i < 3; i++) stop_worker(&w[i]);
+        model_dir = dir;
     }
 
     /* Plain tcp needs --insecure or keys. */
