@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_io.h"
 
@@ -97,13 +98,6 @@ struct ms_io {
     ms_io_stats st;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Read the enclosing aligned range of r's wanted bytes; the file may end inside the last
  * block, which is fine as long as every wanted byte arrived. */
 static int do_read(ms_io *io, ms_io_req *r)
@@ -136,11 +130,11 @@ static void *reader_main(void *arg)
         ms_io_req *r = io->head;
         io->head = r->next;
         if (!io->head) io->tail = NULL;
-        if (io->in_flight++ == 0) io->busy_since = now_s();
+        if (io->in_flight++ == 0) io->busy_since = ms_now();
         pthread_mutex_unlock(&io->mu);
         int st = do_read(io, r);
         pthread_mutex_lock(&io->mu);
-        if (--io->in_flight == 0) io->st.busy_seconds += now_s() - io->busy_since;
+        if (--io->in_flight == 0) io->st.busy_seconds += ms_now() - io->busy_since;
         if (st == 1) {
             io->st.reads++;
             io->st.bytes += r->len;
@@ -210,9 +204,9 @@ int ms_io_wait(ms_io *io, ms_io_req *r)
 {
     pthread_mutex_lock(&io->mu);
     if (r->status == 0) {
-        double t0 = now_s();
+        double t0 = ms_now();
         while (r->status == 0) pthread_cond_wait(&io->done_cv, &io->mu);
-        io->st.wait_seconds += now_s() - t0;
+        io->st.wait_seconds += ms_now() - t0;
     }
     int st = r->status;
     pthread_mutex_unlock(&io->mu);

@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include "ms_cpolicy.h"
+#include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_ops.h"
 #include "ms_xstore.h"
@@ -58,13 +59,6 @@ struct ms_xstore {
     pthread_mutex_t mu;
     ms_xstore_stats st;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Largest aligned span a read of len bytes can need (start at the last byte of a block). */
 static uint64_t worst_span(uint64_t len) { return (len + 2 * (uint64_t)MS_IO_ALIGN - 2) / MS_IO_ALIGN * MS_IO_ALIGN; }
@@ -343,10 +337,10 @@ static uint64_t slot_xxh3(ms_xstore *s, size_t key, const uint8_t *buf)
 static int wait_pend(ms_xstore *s, xs_pend *p)
 {
     int bad = -1;
-    double t0 = now_s();
+    double t0 = ms_now();
     for (int i = 0; i < p->n_req; i++)
         if (ms_io_wait(s->io, &p->req[i]) != 0 && bad < 0) bad = i;
-    s->st.io_wait_seconds += now_s() - t0;
+    s->st.io_wait_seconds += ms_now() - t0;
     return bad;
 }
 

@@ -15,6 +15,7 @@
 #include <zmq.h>
 
 #include "ms_cli.h"
+#include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_synth.h"
 #include "ms_tok.h"
@@ -146,12 +147,7 @@ json_t *ms_cli_json_text(const char *bytes, size_t len)
     return s;
 }
 
-double ms_cli_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+double ms_cli_now(void) { return ms_now(); }
 
 /* ---- tokenize ---- */
 

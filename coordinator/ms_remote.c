@@ -7,6 +7,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_remote.h"
 #include "ms_wire.h"
@@ -42,13 +43,6 @@ struct ms_remote {
     ms_remote_stats st;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void close_sock(wconn *w)
 {
     if (w->sock) zmq_close(w->sock);
@@ -66,7 +60,7 @@ static void mark_down(ms_remote *r, wconn *w, const char *why)
     w->state = W_DOWN;
     w->pending = 0;
     w->backoff = w->backoff ? (w->backoff * 2 > 30 ? 30 : w->backoff * 2) : 0.5;
-    w->probe_at = now_s() + w->backoff;
+    w->probe_at = ms_now() + w->backoff;
 }
 
 static int open_sock(ms_remote *r, wconn *w)
@@ -213,7 +207,7 @@ static void check_monitor(ms_remote *r, wconn *w)
 /* Probe down workers whose back-off has passed, and finish probes that got their answer. */
 static void probe(ms_remote *r)
 {
-    double t = now_s();
+    double t = ms_now();
     for (int i = 0; i < r->n; i++) {
         wconn *w = &r->w[i];
         if (w->state == W_DOWN && t >= w->probe_at) {
@@ -280,14 +274,14 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
         wconn *w = &r->w[i];
         if (open_sock(r, w) != 0) continue;
         w->state = W_PROBING;
-        w->probe_at = now_s();
+        w->probe_at = ms_now();
         send_hello(r, w);
     }
-    double t0 = now_s(), limit = r->o.timeout_s < 10 ? r->o.timeout_s : 10;
+    double t0 = ms_now(), limit = r->o.timeout_s < 10 ? r->o.timeout_s : 10;
     for (;;) {
         int waiting = 0;
         for (int i = 0; i < r->n; i++) waiting += r->w[i].state == W_PROBING;
-        if (!waiting || now_s() - t0 > limit) break;
+        if (!waiting || ms_now() - t0 > limit) break;
         for (int i = 0; i < r->n; i++) {
             wconn *w = &r->w[i];
             if (w->state != W_PROBING) continue;
@@ -304,9 +298,9 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
                     }
                     ms_wire_free(e);
                 }
-            } else if (now_s() - w->probe_at > 0.5) {
+            } else if (ms_now() - w->probe_at > 0.5) {
                 send_hello(r, w);
-                w->probe_at = now_s();
+                w->probe_at = ms_now();
             }
         }
     }
@@ -403,7 +397,7 @@ static int send_request(ms_remote *r, int wi, int layer, const float *z, int k, 
     free(local);
     if (rc == 0) {
         w->pending = 1;
-        w->probe_at = now_s(); /* the deadline counts from here */
+        w->probe_at = ms_now(); /* the deadline counts from here */
         r->st.requests++;
     }
     return rc;
@@ -502,7 +496,7 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
                 map[np++] = i;
             }
         }
-        double t0 = now_s();
+        double t0 = ms_now();
         int pr = zmq_poll(items, np, 200);
         if (pr < 0 && zmq_errno() == EINTR) {
             ms_err_set("interrupted");
@@ -563,7 +557,7 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
             }
         }
         /* Deadlines. */
-        double t = now_s();
+        double t = ms_now();
         (void)t0;
         for (int i = 0; i < r->n; i++) {
             wconn *w = &r->w[i];

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_wstream.h"
 
@@ -32,13 +33,6 @@ struct ms_wstream {
     ms_mat_stream iface;
     ms_wstream_stats st;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int64_t rows_per(const ms_wstream_item *it, uint64_t chunk_bytes)
 {
@@ -98,13 +92,13 @@ static int acquire(void *ctx, const void *key, int64_t *r0, int64_t *r1, const v
         fprintf(stderr, "moestream: internal error: trunk stream expected %s next\n", it->name);
         MS_ASSERT(it->key == key);
     }
-    double t0 = now_s();
+    double t0 = ms_now();
     if (ms_io_wait(w->io, &s->req) != 0) {
         w->failed = 1;
         snprintf(w->err, sizeof w->err, "reading tensor %s: %s", it->name, ms_err_msg());
         return -1;
     }
-    w->st.wait_seconds += now_s() - t0;
+    w->st.wait_seconds += ms_now() - t0;
     w->st.bytes_read += s->req.len;
     *r0 = s->c.r0;
     *r1 = s->c.r1;
