@@ -129,7 +129,8 @@ int main(int argc, char **argv)
     }
     if (!!lo.model_dir == !!lo.pack_dir) {
         usage(stderr);
-        return fail(MS_EXIT_USAGE, "%s", lo.model_dir ? "give --model or --pack, not both" : "--model DIR or --pack DIR is required");
+        return fail(MS_EXIT_USAGE, "%s",
+                    lo.model_dir ? "give --model or --pack, not both" : "--model DIR or --pack DIR is required");
     }
     if (!listen) {
         usage(stderr);

@@ -1,5 +1,6 @@
 /* ms_wload: opens a worker's experts (checkpoint or pack), resolves --experts, plans its budget. */
 #include <ctype.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,7 @@
 
 #define MIB (1ull << 20)
 #define CHUNK_BYTES (4 * MIB)      /* activations of one store call (worker side) */
-#define REQ_MIN (8 * MIB)          /* the request limit never goes below this */
+#define REQ_MIN (16 * MIB)         /* the request limit never goes below this: a 64-token K3 prefill chunk */
 #define REQ_MAX ((uint64_t)MS_WIRE_MAX_MSG - MIB) /* a reply must still fit in one message */
 
 uint64_t ms_wload_rss(int peak)
@@ -357,6 +358,9 @@ static int plan(ms_wload *w, const ms_wload_opts *o, int depth)
     p->chunk_work = 4 * (uint64_t)w->chunk_items * L4 + (uint64_t)w->chunk_items * 16;
     p->store_fixed = ms_xstore_fixed_bytes(c->latent, c->moe_inter, depth);
     p->slot = ms_xstore_slot_bytes(c->latent, c->moe_inter);
+    /* The checkpoint's header parse is over: give its freed heap back before measuring, so the
+     * baseline is what stays (glibc keeps freed blocks otherwise, a few MiB that vary by run). */
+    malloc_trim(0);
     p->baseline = ms_wload_rss(0);
     if (o->ram_budget) {
         p->budget = o->ram_budget;
@@ -431,7 +435,8 @@ int ms_wload_open(const ms_wload_opts *o, ms_wload *w)
     if ((w->is_pack ? open_pack(w, o, locs) : open_model(w, o, locs)) != 0) goto out;
     for (size_t k = 0; k < nk; k++) w->n_owned += w->owned[k];
     if (w->n_owned == 0) {
-        ms_err_set("%s: --experts %s leaves this worker no expert to serve", w->source, o->experts ? o->experts : "all");
+        ms_err_set("%s: --experts %s leaves this worker no expert to serve", w->source,
+                   o->experts ? o->experts : "all");
         ms_err_set_code(w->is_pack ? MS_EXIT_MODEL : MS_EXIT_USAGE);
         goto out;
     }
@@ -444,7 +449,8 @@ int ms_wload_open(const ms_wload_opts *o, ms_wload *w)
     w->store = ms_xstore_new(&xo, w->files, w->pool);
     if (!w->store) goto out;
     for (size_t k = 0; k < nk; k++)
-        if (w->owned[k]) ms_xstore_set(w->store, (int)(k / (size_t)c->n_experts), (int)(k % (size_t)c->n_experts), &locs[k]);
+        if (w->owned[k])
+            ms_xstore_set(w->store, (int)(k / (size_t)c->n_experts), (int)(k % (size_t)c->n_experts), &locs[k]);
     rc = 0;
 out:
     free(locs);

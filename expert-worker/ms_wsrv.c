@@ -2,12 +2,14 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <zmq.h>
 
+#include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_size.h"
 #include "ms_wire.h"
@@ -48,13 +50,6 @@ struct ms_wsrv {
     uint64_t n_requests, n_items, n_errors;
     int draining;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- keys ---- */
 
@@ -251,7 +246,7 @@ static void *zap_main(void *arg)
                 memcpy(addr, zmq_msg_data(&f[3]), al);
                 addr[al] = 0;
                 /* A refused client reconnects every fraction of a second: log each key once a minute. */
-                double t = now_s();
+                double t = ms_now();
                 if (strcmp(z, last_denied) || t - last_log > 60) {
                     ms_log(1, "worker: refused a connection from %s: CURVE key %s is not in the allow list",
                            addr[0] ? addr : "?", z);
@@ -645,8 +640,9 @@ static int check_compute(ms_wsrv *s, const Moestream__ComputeRequest *c, char *t
         }
         if (!ms_wload_owns(s->w, (int)c->layer, (int)e)) {
             char own[256];
-            snprintf(text, tn, "compute: item %zu: layer %u expert %u is not owned by this worker (it owns %s of layer %u)",
-                     i, c->layer, e, ms_wload_layer_ranges(s->w, (int)c->layer, own, sizeof own), c->layer);
+            snprintf(text, tn,
+                     "compute: item %zu: layer %u expert %u is not owned by this worker (it owns %s of layer %u)", i,
+                     c->layer, e, ms_wload_layer_ranges(s->w, (int)c->layer, own, sizeof own), c->layer);
             return E_OWNED;
         }
     }
@@ -673,7 +669,8 @@ static float *compute_items(ms_wsrv *s, const Moestream__ComputeRequest *c)
         size_t cn = n - at < C ? n - at : C;
         for (size_t j = 0; j < cn; j++) {
             uint32_t i = order[at + j];
-            memcpy(s->z + j * (size_t)L, c->activations + (size_t)c->item_row[i] * (size_t)L, sizeof(float) * (size_t)L);
+            memcpy(s->z + j * (size_t)L, c->activations + (size_t)c->item_row[i] * (size_t)L,
+                   sizeof(float) * (size_t)L);
             s->ids[j] = (int32_t)c->item_expert[i];
         }
         if (s->ex.compute(s->ex.ctx, (int)c->layer, (int64_t)cn, s->z, 1, s->ids, s->out) != 0) {
@@ -696,6 +693,10 @@ static void on_compute(ms_wsrv *s, wmsg *m, int delim, Moestream__Envelope *env)
     ms_wire_uuid(&c->request_uuid, &rid);
     ms_uuid_str(&rid, rs);
     s->n_requests++;
+    /* Fault injection for the fail-over tests: MS_WORKER_FAULT_KILL_AFTER=N makes the worker
+     * SIGKILL itself on compute request N+1, before answering (a crash mid-generation). */
+    const char *kill_after = getenv("MS_WORKER_FAULT_KILL_AFTER");
+    if (kill_after && s->n_requests > strtoull(kill_after, NULL, 10)) raise(SIGKILL);
     if (s->draining) {
         ms_wire_free(env);
         send_error(s, m, delim, &rid, E_DOWN, "the worker is shutting down");
@@ -708,7 +709,7 @@ static void on_compute(ms_wsrv *s, wmsg *m, int delim, Moestream__Envelope *env)
         send_error(s, m, delim, &rid, code, text);
         return;
     }
-    double t0 = now_s();
+    double t0 = ms_now();
     uint32_t n = (uint32_t)c->n_item_expert, layer = c->layer, rows = c->rows, L = c->latent_width;
     float *outputs = compute_items(s, c);
     ms_wire_free(env); /* the request goes before the reply is encoded (request_work = 2 x limit) */
@@ -736,7 +737,7 @@ static void on_compute(ms_wsrv *s, wmsg *m, int delim, Moestream__Envelope *env)
     ms_wire_pack(&e, &buf, &len);
     free(outputs);
     send_to(s, m, delim, buf, len);
-    ms_log(2, "worker: request %s layer %u: %u rows, %u items in %.3f ms", rs, layer, rows, n, 1e3 * (now_s() - t0));
+    ms_log(2, "worker: request %s layer %u: %u rows, %u items in %.3f ms", rs, layer, rows, n, 1e3 * (ms_now() - t0));
 }
 
 static void on_stats(ms_wsrv *s, wmsg *m, int delim)
@@ -775,8 +776,9 @@ static void handle(ms_wsrv *s, wmsg *m)
     int have_rid = scan_request_uuid(data, len, &rid) == 0;
     if (len > s->max_msg) {
         char a[64];
-        snprintf(why, sizeof why, "a message of %zu bytes is larger than this worker accepts (%s, set by its --ram-budget)",
-                 len, ms_size_fmt(s->max_msg, a, sizeof a));
+        snprintf(why, sizeof why,
+                 "a message of %zu bytes is larger than this worker accepts (%s, set by its --ram-budget)", len,
+                 ms_size_fmt(s->max_msg, a, sizeof a));
         ms_log(1, "worker: %s", why);
         send_error(s, m, delim, have_rid ? &rid : NULL, E_LARGE, why);
         return;
@@ -855,8 +857,8 @@ int ms_wsrv_run(ms_wsrv *s, volatile sig_atomic_t *stop)
     /* Drain: whatever arrives now is told that the worker is going away. */
     s->draining = 1;
     ms_log(1, "worker: stopping: finishing, answering new requests with SHUTTING_DOWN");
-    double end = now_s() + DRAIN_MS / 1e3;
-    for (double t = now_s(); t < end; t = now_s()) {
+    double end = ms_now() + DRAIN_MS / 1e3;
+    for (double t = ms_now(); t < end; t = ms_now()) {
         int rc = zmq_poll(&it, 1, (long)((end - t) * 1e3) + 1);
         if (rc < 0 && errno != EINTR) break;
         if (rc <= 0) continue;

@@ -260,6 +260,52 @@ int main(void)
         model_dir = dir;
     }
 
+    /* A worker SIGKILLed in the middle of a generation (after answering 6 requests). */
+    {
+        worker w[3] = {{0}};
+        /* with replicas: every expert on two workers; worker 0 dies mid-run */
+        static const char *rep[3] = {"*:0-5", "*:3-7", "*:0-2,*:6-7"};
+        char list[4096] = "", extra[4200];
+        int ok = start_worker(&w[0], sock, 30, rep[0], "MS_WORKER_FAULT_KILL_AFTER=6") == 0;
+        for (int i = 1; i < 3; i++) ok &= start_worker(&w[i], sock, 30 + i, rep[i], NULL) == 0;
+        for (int i = 0; i < 3; i++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? "," : "", w[i].ep);
+        T_CHECK(ok, "replicated workers started");
+        snprintf(extra, sizeof extra, "--workers %s --worker-timeout 10", list);
+        snprintf(b, sizeof b, "%s/killed.bin", tmp);
+        json_t *j = NULL;
+        int st = run_to(extra, b, &j);
+        int status = 0;
+        T_CHECK(waitpid(w[0].pid, &status, WNOHANG) == w[0].pid && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+                "worker 0 was SIGKILLed mid-generation");
+        w[0].pid = 0;
+        T_CHECK(st == 0 && same_file(a, b), "SIGKILL with replicas: logits bit-identical (%d)", st);
+        T_CHECK(j && json_equal(json_object_get(j, "generated_ids"), json_object_get(ref, "generated_ids")),
+                "SIGKILL with replicas: same tokens");
+        json_t *ws = j ? json_object_get(json_object_get(j, "stats"), "workers") : NULL;
+        T_CHECK(ws && json_integer_value(json_object_get(ws, "failovers")) > 0, "the coordinator failed over");
+        json_decref(j);
+        for (int i = 0; i < 3; i++) stop_worker(&w[i]);
+
+        /* without replicas: a clear error naming the worker and experts, exit 7, no hang */
+        static const char *disj[2] = {"*:0-3", "*:4-7"};
+        list[0] = 0;
+        ok = start_worker(&w[0], sock, 40, disj[0], "MS_WORKER_FAULT_KILL_AFTER=6") == 0 &&
+             start_worker(&w[1], sock, 41, disj[1], NULL) == 0;
+        T_CHECK(ok, "disjoint workers started");
+        char one[8192], *err = NULL;
+        snprintf(one, sizeof one,
+                 "timeout 120 %s run --model %s --ids 5,9,13,200,17,400,3,8,90,61 -n 12 --quiet --workers %s,%s "
+                 "--worker-timeout 10 2>&1 >/dev/null",
+                 bin, dir, w[0].ep, w[1].ep);
+        double t0 = (double)time(NULL);
+        st = ms_t_run(one, &err);
+        T_CHECK(st == 7 && err && strstr(err, "unreachable") && strstr(err, "w40.sock"),
+                "SIGKILL without replicas: exit 7 naming the experts and worker (%d): %s", st, err ? err : "");
+        T_CHECK((double)time(NULL) - t0 < 60, "and it did not hang");
+        free(err);
+        for (int i = 0; i < 2; i++) stop_worker(&w[i]);
+    }
+
     /* Plain tcp needs --insecure or keys. */
     T_CHECK(ms_t_run("true", NULL) == 0, "shell");
     snprintf(cmd, sizeof cmd, "%s run --model %s --ids 1 --workers tcp://127.0.0.1:1 --quiet 2>/dev/null", bin, dir);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -78,6 +79,7 @@ static int worker_start(worker *w, const char *name, const char **args)
     argv[n] = NULL;
     w->pid = fork();
     if (w->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* no stray worker if the test dies */
         int fd = open(w->log, O_WRONLY | O_CREAT | O_TRUNC, 0644), nul = open("/dev/null", O_WRONLY);
         if (fd < 0 || nul < 0) _exit(126);
         dup2(fd, 2);
@@ -287,7 +289,7 @@ static int check_reply(const creq *r, Moestream__Envelope *e, const char *what)
     return bad == 0;
 }
 
-/* Send r, expect an Error with code (and r's uuid when with_uuid); returns 1 if so. */
+/* Send r, expect an Error with code carrying r's uuid (and needle in its text); returns 1 if so. */
 static int expect_error(void *s, creq *r, uint32_t version, int code, const char *needle, const char *what)
 {
     creq_send(s, r, version);
@@ -349,10 +351,9 @@ static int load_reference(void)
             ms_mat m[3];
             for (int j = 0; j < 3; j++) {
                 char n1[256], n2[256];
-                snprintf(n1, sizeof n1, "language_model.model.layers.%d.block_sparse_moe.experts.%d.%s.weight_packed", l,
-                         e, wn[j]);
-                snprintf(n2, sizeof n2, "language_model.model.layers.%d.block_sparse_moe.experts.%d.%s.weight_scale", l,
-                         e, wn[j]);
+                const char *pfx = "language_model.model.layers";
+                snprintf(n1, sizeof n1, "%s.%d.block_sparse_moe.experts.%d.%s.weight_packed", pfx, l, e, wn[j]);
+                snprintf(n2, sizeof n2, "%s.%d.block_sparse_moe.experts.%d.%s.weight_scale", pfx, l, e, wn[j]);
                 const ms_st_tensor *tp = ms_st_find(st, n1), *ts = ms_st_find(st, n2);
                 if (!tp || !ts) return -1;
                 int64_t rows = j == 1 ? cfg.latent : cfg.moe_inter, cols = j == 1 ? cfg.moe_inter : cfg.latent;
@@ -436,7 +437,7 @@ static void test_main_worker(const char *fp)
             ranges_ok = h->owned[i]->layer == (uint32_t)(cfg.first_dense + (int)i) && h->owned[i]->expert_begin == 0 &&
                         h->owned[i]->expert_end == (uint32_t)cfg.n_experts;
         T_CHECK(ranges_ok, "owns [0, %d) of every MoE layer, one range each (%zu ranges)", cfg.n_experts, h->n_owned);
-        uint64_t eb = (uint64_t)cfg.latent * (uint64_t)cfg.moe_inter / 2 * 3 + (uint64_t)cfg.latent * cfg.moe_inter / 32 * 3;
+        uint64_t LI = (uint64_t)cfg.latent * (uint64_t)cfg.moe_inter, eb = LI / 2 * 3 + LI / 32 * 3; /* MXFP4 */
         uint64_t n_all = (uint64_t)(cfg.n_layers - cfg.first_dense) * (uint64_t)cfg.n_experts;
         T_CHECK(h->cache_capacity_bytes >= n_all * eb && h->cache_capacity_bytes <= (512ull << 20),
                 "a 512 MiB budget caches all %llu experts within the budget (%llu bytes)", (unsigned long long)n_all,
@@ -640,7 +641,8 @@ static void test_owned_budget_io(const char *fp)
             ranges_ok = h->owned[i]->layer == (uint32_t)(cfg.first_dense + (int)i) && h->owned[i]->expert_begin == 0 &&
                         h->owned[i]->expert_end == 4;
         T_CHECK(ranges_ok, "owns [0, 4) of every MoE layer (%zu ranges)", h->n_owned);
-        T_CHECK(h->cache_capacity_bytes < need, "the cache (%llu) fits in the budget", (unsigned long long)h->cache_capacity_bytes);
+        T_CHECK(h->cache_capacity_bytes < need, "the cache (%llu) fits in the budget",
+                (unsigned long long)h->cache_capacity_bytes);
     }
     ms_wire_free(e);
     T_CHECK(good_request(s, (uint32_t)cfg.first_dense, 0, 3, "owned experts"), "owned experts computed exactly");
@@ -652,6 +654,10 @@ static void test_owned_budget_io(const char *fp)
     /* Beyond the request limit of a minimum budget (a few MiB): refused, not computed. */
     creq_random(&r, 2, 65536, 131072, 0, 3);
     expect_error(s, &r, MS_WIRE_VERSION, EC(TOO_LARGE), "bytes", "a request beyond the budget's request limit");
+    creq_free(&r);
+    /* A message larger than the limit is refused before it is decoded (uuid still quoted). */
+    creq_random(&r, 2, 140000, 1, 0, 3);
+    expect_error(s, &r, MS_WIRE_VERSION, EC(TOO_LARGE), "larger than", "a message beyond the request limit");
     creq_free(&r);
     T_CHECK(good_request(s, 3, 0, 3, "after TOO_LARGE"), "still serving after a refused large request");
 
@@ -682,11 +688,9 @@ static void test_owned_budget_io(const char *fp)
         ms_t_skip("AddressSanitizer build: the worker's peak RSS is not held to its budget");
         need = UINT64_MAX / 2;
 #endif
-        T_CHECK(y && y->body_case == MOESTREAM__ENVELOPE__BODY_STATS_REPLY && y->stats_reply->peak_rss_bytes > 0 &&
-                    y->stats_reply->peak_rss_bytes <= need,
-                "peak RSS %llu within the budget %llu",
-                y && y->body_case == MOESTREAM__ENVELOPE__BODY_STATS_REPLY ? (unsigned long long)y->stats_reply->peak_rss_bytes : 0ull,
-                need);
+        int is_stats = y && y->body_case == MOESTREAM__ENVELOPE__BODY_STATS_REPLY;
+        unsigned long long peak = is_stats ? (unsigned long long)y->stats_reply->peak_rss_bytes : 0ull;
+        T_CHECK(is_stats && peak > 0 && peak <= need, "peak RSS %llu within the budget %llu", peak, need);
         ms_wire_free(y);
     }
 
@@ -719,21 +723,21 @@ static void test_owned_budget_io(const char *fp)
  * experts.bin is a CHECKSUM error naming the expert. */
 static void test_pack(const char *fp)
 {
-    char pack[700], w0[800], ep[700];
+    char pack[700], wdir[800], ep[700];
     snprintf(pack, sizeof pack, "%s/pack", root);
     if (ms_pack_shard(model, 2, 1, pack) != 0) {
         T_CHECK(0, "ms_pack_shard: %s", ms_err_msg());
         return;
     }
-    snprintf(w0, sizeof w0, "%s/worker-1", pack);
+    snprintf(wdir, sizeof wdir, "%s/worker-1", pack);
     ms_pack pk;
     memset(&pk, 0, sizeof pk);
-    if (ms_pack_open(w0, &pk) != 0) {
+    if (ms_pack_open(wdir, &pk) != 0) {
         T_CHECK(0, "ms_pack_open: %s", ms_err_msg());
         return;
     }
     snprintf(ep, sizeof ep, "ipc://%s/p.sock", root);
-    const char *args[] = {"--pack", w0, "--listen", ep, "--ram-budget", "256M", "--threads", "1", NULL};
+    const char *args[] = {"--pack", wdir, "--listen", ep, "--ram-budget", "256M", "--threads", "1", NULL};
     worker w;
     int rc = worker_start(&w, "p", args);
     T_CHECK(rc == 0, "pack worker started (rc %d)", rc);
@@ -750,7 +754,8 @@ static void test_pack(const char *fp)
         const Moestream__HelloReply *h = e->hello_reply;
         int half = cfg.n_experts / 2, ranges_ok = h->n_owned == (size_t)(cfg.n_layers - cfg.first_dense);
         for (size_t i = 0; ranges_ok && i < h->n_owned; i++)
-            ranges_ok = h->owned[i]->expert_begin == (uint32_t)half && h->owned[i]->expert_end == (uint32_t)cfg.n_experts;
+            ranges_ok = h->owned[i]->expert_begin == (uint32_t)half &&
+                        h->owned[i]->expert_end == (uint32_t)cfg.n_experts;
         T_CHECK(ranges_ok, "pack worker 1 of 2 owns the upper half of each MoE layer");
     }
     ms_wire_free(e);
@@ -821,7 +826,8 @@ static void test_security(const char *fp)
     T_CHECK(rc == 2 && out && strstr(out, "--insecure") && strstr(out, "--curve-secret"),
             "plain tcp without --insecure: exit 2 naming the options (rc %d: %s)", rc, out ? out : "");
     free(out);
-    snprintf(cmd, sizeof cmd, "'%s' --model '%s' --listen tcp://127.0.0.1:0 --curve-secret '%s' 2>&1", wbin, model, secf);
+    snprintf(cmd, sizeof cmd, "'%s' --model '%s' --listen tcp://127.0.0.1:0 --curve-secret '%s' 2>&1", wbin, model,
+             secf);
     rc = ms_t_run(cmd, NULL);
     T_CHECK(rc == 2, "--curve-secret without --allow: exit 2 (rc %d)", rc);
     char badf[700];
@@ -830,8 +836,8 @@ static void test_security(const char *fp)
     snprintf(cmd, sizeof cmd, "'%s' --model '%s' --listen tcp://127.0.0.1:0 --curve-secret '%s' --allow '%s' 2>&1",
              wbin, model, badf, allowf);
     rc = ms_t_run(cmd, &out);
-    T_CHECK(rc == 2 && out && strstr(out, "bad.secret line 1"), "a malformed secret key file: exit 2 naming it (rc %d: %s)",
-            rc, out ? out : "");
+    T_CHECK(rc == 2 && out && strstr(out, "bad.secret line 1"),
+            "a malformed secret key file: exit 2 naming it (rc %d: %s)", rc, out ? out : "");
     free(out);
 
     /* CURVE: the allowed key is served, another key gets no answer at all. */
@@ -871,7 +877,8 @@ static void test_security(const char *fp)
     if (rc == 0) {
         void *c = client(w.ep, NULL, NULL, NULL, ZMQ_DEALER);
         Moestream__Envelope *e = hello(c, fp, 10000);
-        T_CHECK(e && e->body_case == MOESTREAM__ENVELOPE__BODY_HELLO_REPLY, "--insecure: a plain tcp client is answered");
+        T_CHECK(e && e->body_case == MOESTREAM__ENVELOPE__BODY_HELLO_REPLY,
+                "--insecure: a plain tcp client is answered");
         ms_wire_free(e);
         T_CHECK(worker_stop(&w, 10, NULL) == 0, "insecure worker exits 0");
         zmq_close(c);
