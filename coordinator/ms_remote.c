@@ -234,6 +234,38 @@ static void probe(ms_remote *r)
     }
 }
 
+/* Wait up to `limit` seconds for workers being probed to answer. */
+static void wait_probes(ms_remote *r, double limit)
+{
+    double t0 = ms_now();
+    for (;;) {
+        zmq_pollitem_t it[256];
+        int n = 0;
+        for (int i = 0; i < r->n && n < 256; i++)
+            if (r->w[i].state == W_PROBING) it[n++] = (zmq_pollitem_t){r->w[i].sock, 0, ZMQ_POLLIN, 0};
+        if (!n || ms_now() - t0 > limit) return;
+        zmq_poll(it, n, 50);
+        probe(r);
+    }
+}
+
+/* Bring back, if it can, an owner of (layer, e) when none is up: probe the down ones now. */
+static void revive_owners(ms_remote *r, int layer, int e)
+{
+    int any = 0;
+    for (int i = 0; i < r->n; i++) {
+        wconn *w = &r->w[i];
+        if (w->state == W_DOWN) {
+            w->probe_at = 0; /* ownership of a worker never heard from is unknown: try it too */
+            any = 1;
+        }
+        if (w->state == W_UP && w->owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)e]) return;
+    }
+    if (!any) return;
+    probe(r);
+    wait_probes(r, r->o.timeout_s < 5 ? r->o.timeout_s : 5);
+}
+
 ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
 {
     ms_remote *r = ms_calloc(1, sizeof *r);
@@ -304,29 +336,38 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
             }
         }
     }
-    for (int i = 0; i < r->n; i++)
-        if (r->w[i].state != W_UP) {
-            ms_err_set("worker %s did not answer within %.0f s%s%s", r->w[i].endpoint, limit,
-                       r->w[i].why[0] ? ": " : "", r->w[i].why);
-            ms_err_set_code(MS_EXIT_WORKER);
-            ms_remote_free(r);
-            return NULL;
+    /* A worker that does not answer is left down and probed again later; the run can start
+     * as long as the others own every expert. */
+    int up = 0;
+    char down[1024] = "";
+    for (int i = 0; i < r->n; i++) {
+        wconn *w = &r->w[i];
+        if (w->state == W_UP) {
+            up++;
+            continue;
         }
+        snprintf(down + strlen(down), sizeof down - strlen(down), "%s%s (%s)", down[0] ? ", " : "", w->endpoint,
+                 w->why[0] ? w->why : "no answer");
+        if (!o->quiet)
+            fprintf(stderr, "moestream: worker %s did not answer within %.0f s%s%s\n", w->endpoint, limit,
+                    w->why[0] ? ": " : "", w->why);
+        mark_down(r, w, w->why[0] ? w->why : "no answer to hello");
+    }
     /* Every routed expert must have an owner. */
     for (int l = first_moe; l < o->n_layers; l++)
         for (int e = 0; e < o->n_experts; e++) {
             int owned = 0;
             for (int i = 0; i < r->n && !owned; i++) owned = r->w[i].owns[(size_t)l * (size_t)o->n_experts + (size_t)e];
             if (!owned) {
-                ms_err_set("no worker owns layer %d expert %d (and maybe others): check the workers' --experts or "
-                           "packs",
-                           l, e);
+                ms_err_set("no worker that answered owns layer %d expert %d (and maybe others)%s%s: check the "
+                           "workers' --experts or packs",
+                           l, e, down[0] ? "; not answering: " : "", down);
                 ms_err_set_code(MS_EXIT_WORKER);
                 ms_remote_free(r);
                 return NULL;
             }
         }
-    if (!o->quiet) fprintf(stderr, "moestream: %d worker%s up\n", r->n, r->n > 1 ? "s" : "");
+    if (!o->quiet) fprintf(stderr, "moestream: %d of %d worker%s up\n", up, r->n, r->n > 1 ? "s" : "");
     return r;
 }
 
@@ -411,6 +452,10 @@ static int reassign(ms_remote *r, int from, int layer, const int32_t *ids, int64
         int64_t i = f->items[j];
         int to = pick(r, layer, ids[i], from);
         if (to < 0) {
+            revive_owners(r, layer, ids[i]); /* a replica that was down may be back */
+            to = pick(r, layer, ids[i], from);
+        }
+        if (to < 0) {
             char list[512] = "";
             for (int x = 0; x < r->n; x++)
                 if (r->w[x].owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)ids[i]])
@@ -459,6 +504,10 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
             goto out;
         }
         int wi = pick(r, layer, ids[i], -1);
+        if (wi < 0) {
+            revive_owners(r, layer, ids[i]);
+            wi = pick(r, layer, ids[i], -1);
+        }
         if (wi < 0) {
             ms_err_set("layer %d expert %d is unreachable: every worker that owns it is down", layer, ids[i]);
             ms_err_set_code(MS_EXIT_WORKER);

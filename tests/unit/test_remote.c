@@ -10,7 +10,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ms_cfg.h"
+#include "ms_err.h"
+#include "ms_remote.h"
 #include "ms_test.h"
+#include "ms_wire.h"
 
 static char bin[1024], wbin[1024], dir[1024];
 
@@ -142,7 +146,7 @@ int main(void)
         snprintf(extra, sizeof extra, "%s run --model %s --ids 1,2 -n 2 --workers %s --quiet 2>&1 >/dev/null", bin,
                  dir, w.ep);
         int st = ms_t_run(extra, &err);
-        T_CHECK(st == 7 && err && strstr(err, "no worker owns"), "unowned experts: exit 7 naming them (%d): %s", st,
+        T_CHECK(st == 7 && err && strstr(err, "owns layer 1 expert 4"), "unowned experts: exit 7 naming them (%d): %s", st,
                 err ? err : "");
         free(err);
         stop_worker(&w);
@@ -304,6 +308,40 @@ int main(void)
         T_CHECK((double)time(NULL) - t0 < 60, "and it did not hang");
         free(err);
         for (int i = 0; i < 2; i++) stop_worker(&w[i]);
+    }
+
+    /* A worker that comes back is used again (library level: ms_remote with one worker). */
+    {
+        ms_cfg cfg;
+        char cp[1200], fp[17];
+        snprintf(cp, sizeof cp, "%s/config.json", dir);
+        T_CHECK(ms_cfg_load(cp, &cfg) == 0 && ms_wire_fingerprint(dir, fp) == 0, "config and fingerprint");
+        worker w = {0};
+        T_CHECK(start_worker(&w, sock, 50, "*:*", NULL) == 0, "worker for the revival test");
+        ms_remote_worker rw = {w.ep, NULL};
+        ms_remote_opts ro = {1, &rw, NULL, fp, cfg.n_layers, cfg.n_experts, cfg.latent, 3.0, 1};
+        ms_remote *r = ms_remote_new(&ro, cfg.first_dense);
+        T_CHECK(r != NULL, "ms_remote_new: %s", ms_err_msg());
+        if (r) {
+            ms_experts ex = ms_remote_iface(r);
+            float z[2 * 32], o1[2 * 2 * 32], o2[2 * 2 * 32];
+            int32_t ids[4] = {1, 6, 0, 3};
+            for (int i = 0; i < 64; i++) z[i] = (float)((i * 37) % 11) / 7.0f - 0.5f;
+            T_CHECK(cfg.latent == 32 && ex.compute(ex.ctx, 2, 2, z, 2, ids, o1) == 0, "compute with the worker up");
+            stop_worker(&w);
+            double t0 = (double)time(NULL);
+            int rc = ex.compute(ex.ctx, 2, 2, z, 2, ids, o2);
+            T_CHECK(rc != 0 && ms_err_code() == 7, "worker gone: the call fails with class 7 (%s)", ms_err_msg());
+            T_CHECK((double)time(NULL) - t0 < 30, "without hanging");
+            T_CHECK(start_worker(&w, sock, 50, "*:*", NULL) == 0, "the worker restarts on the same endpoint");
+            memset(o2, 0, sizeof o2);
+            rc = ex.compute(ex.ctx, 2, 2, z, 2, ids, o2);
+            T_CHECK(rc == 0 && !memcmp(o1, o2, sizeof o1), "the restarted worker is used again, same bits (%s)",
+                    rc ? ms_err_msg() : "ok");
+            ms_remote_free(r);
+        }
+        stop_worker(&w);
+        ms_cfg_free(&cfg);
     }
 
     /* Plain tcp needs --insecure or keys. */
