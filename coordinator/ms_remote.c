@@ -23,6 +23,7 @@ typedef struct {
     int state;
     double probe_at;       /* W_DOWN: when to try again; W_PROBING: when the hello was sent */
     double backoff;
+    double hello_at;       /* W_PROBING: when the last hello went out */
     uint8_t *owns;         /* [n_layers * n_experts] */
     char why[256];         /* last failure */
     /* the request in flight during a call */
@@ -34,6 +35,7 @@ typedef struct {
 
 struct ms_remote {
     ms_remote_opts o;
+    char fingerprint[64];  /* copied: the caller's string may not outlive the call */
     void *ctx;
     wconn *w;
     int n;
@@ -107,6 +109,7 @@ static int send_env(ms_remote *r, wconn *w, Moestream__Envelope *e)
 
 static void send_hello(ms_remote *r, wconn *w)
 {
+    w->hello_at = ms_now();
     Moestream__Envelope env = MOESTREAM__ENVELOPE__INIT;
     Moestream__Hello h = MOESTREAM__HELLO__INIT;
     ms_uuid id;
@@ -228,7 +231,7 @@ static void probe(ms_remote *r)
             }
             if (w->state == W_PROBING && t - w->probe_at > (r->o.timeout_s < 5 ? r->o.timeout_s : 5))
                 mark_down(r, w, "no answer to hello");
-            else if (w->state == W_PROBING && t - w->probe_at > 0.5)
+            else if (w->state == W_PROBING && t - w->hello_at > 0.5)
                 send_hello(r, w); /* the first one may have been refused before the connection was up */
         }
     }
@@ -270,6 +273,9 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
 {
     ms_remote *r = ms_calloc(1, sizeof *r);
     r->o = *o;
+    snprintf(r->fingerprint, sizeof r->fingerprint, "%s", o->fingerprint ? o->fingerprint : "");
+    r->o.fingerprint = r->fingerprint;
+    r->o.workers = NULL; /* endpoints and keys are copied below */
     if (r->o.timeout_s <= 0) r->o.timeout_s = 60;
     r->first_moe = first_moe;
     r->n = o->n_workers;
@@ -278,7 +284,7 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
     int any_curve = 0;
     for (int i = 0; i < r->n; i++) {
         wconn *w = &r->w[i];
-        w->endpoint = o->workers[i].endpoint;
+        w->endpoint = ms_strdup(o->workers[i].endpoint);
         w->owns = ms_calloc((size_t)o->n_layers * (size_t)o->n_experts, 1);
         if (o->workers[i].public_key) {
             snprintf(w->pub, sizeof w->pub, "%s", o->workers[i].public_key);
@@ -330,9 +336,8 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
                     }
                     ms_wire_free(e);
                 }
-            } else if (ms_now() - w->probe_at > 0.5) {
+            } else if (ms_now() - w->hello_at > 0.5) {
                 send_hello(r, w);
-                w->probe_at = ms_now();
             }
         }
     }
@@ -376,6 +381,7 @@ void ms_remote_free(ms_remote *r)
     if (!r) return;
     for (int i = 0; i < r->n; i++) {
         close_sock(&r->w[i]);
+        free(r->w[i].endpoint);
         free(r->w[i].owns);
         free(r->w[i].items);
     }
@@ -525,6 +531,7 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
                 mark_down(r, &r->w[i], "cannot send");
                 if (reassign(r, i, layer, ids, assign, need_send) != 0) goto out;
                 r->st.resends++;
+                break; /* item lists changed: collect them again before sending more */
             }
         }
         int any_send = 0;
@@ -590,6 +597,7 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
                     int code = e->error->code;
                     ms_wire_free(e);
                     e = NULL;
+                    if (code == MOESTREAM__ERROR__CODE__SHUTTING_DOWN) mark_down(r, w, "shutting down");
                     if (reassign(r, i, layer, ids, assign, need_send) != 0) {
                         ms_err_set("%s", msg);
                         ms_err_set_code(code == MOESTREAM__ERROR__CODE__CHECKSUM ? MS_EXIT_MODEL : MS_EXIT_WORKER);
@@ -617,7 +625,12 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
             }
         }
     }
-    for (int64_t i = 0; i < n; i++) MS_ASSERT(done[i]);
+    for (int64_t i = 0; i < n; i++)
+        if (!done[i]) { /* should not happen; never report partial output as success */
+            ms_err_set("layer %d expert %d: no output came back from the workers", layer, ids[i]);
+            ms_err_set_code(MS_EXIT_WORKER);
+            goto out;
+        }
     rc = 0;
 out:
     free(assign);

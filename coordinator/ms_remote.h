@@ -15,11 +15,11 @@ typedef struct {
 
 typedef struct {
     int n_workers;
-    ms_remote_worker *workers;   /* borrowed */
+    ms_remote_worker *workers;   /* copied by ms_remote_new */
     const char *secret_key;      /* the coordinator's CURVE secret (Z85) when any worker uses CURVE */
-    const char *fingerprint;     /* the coordinator's model fingerprint */
+    const char *fingerprint;     /* the coordinator's model fingerprint (copied) */
     int n_layers, n_experts, latent;
-    double timeout_s;            /* per request (and hello) deadline; 0 = 30 s */
+    double timeout_s;            /* per request (and hello) deadline; 0 = 60 s */
     int quiet;
 } ms_remote_opts;
 
