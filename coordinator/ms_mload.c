@@ -169,7 +169,8 @@ int ms_mload_setup(ms_model *m)
     int nproc = m->opts.remote_experts ? m->opts.local_workers : 1;
     in.expert_fixed = (uint64_t)nproc * ms_xstore_fixed_bytes(c->latent, c->moe_inter, depth);
     if (m->opts.remote_experts) in.expert_fixed += (uint64_t)nproc * (48ull << 20);
-    in.expert_bytes = ms_xstore_slot_bytes(c->latent, c->moe_inter);
+    /* With only remote workers the coordinator keeps no expert cache: they plan their own. */
+    in.expert_bytes = nproc ? ms_xstore_slot_bytes(c->latent, c->moe_inter) : 0;
     in.min_cache = (uint64_t)(2 * nproc) * in.expert_bytes; /* at least two experts per process */
     in.trunk = sizes;
     in.n_trunk = ns;
