@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ms_test.h"
@@ -106,6 +107,22 @@ char *ms_t_read_file(const char *path, size_t *len)
     fclose(f);
     if (len) *len = (size_t)n;
     return buf;
+}
+
+int ms_t_same_file(const char *a, const char *b)
+{
+    size_t la = 0, lb = 0;
+    char *x = ms_t_read_file(a, &la), *y = ms_t_read_file(b, &lb);
+    int eq = x && y && la == lb && la > 0 && !memcmp(x, y, la);
+    free(x);
+    free(y);
+    return eq;
+}
+
+void ms_t_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
 }
 
 int ms_t_close(float got, float want, double abs_tol, double rel_tol)

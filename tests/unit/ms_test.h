@@ -41,6 +41,12 @@ int ms_t_run(const char *cmd, char **out);
 /* Read a whole file (malloc'ed, NUL-terminated), or NULL. */
 char *ms_t_read_file(const char *path, size_t *len);
 
+/* 1 if both files exist, are non-empty and hold the same bytes. */
+int ms_t_same_file(const char *a, const char *b);
+
+/* Sleep for ms milliseconds. */
+void ms_t_sleep_ms(int ms);
+
 /* |got - want| <= abs + rel * |want| */
 int ms_t_close(float got, float want, double abs_tol, double rel_tol);
 

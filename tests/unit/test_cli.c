@@ -37,16 +37,6 @@ static char *stderr_of(const char *args)
     return out;
 }
 
-static int files_equal(const char *a, const char *b)
-{
-    size_t la, lb;
-    char *x = ms_t_read_file(a, &la), *y = ms_t_read_file(b, &lb);
-    int eq = x && y && la == lb && !memcmp(x, y, la);
-    free(x);
-    free(y);
-    return eq;
-}
-
 static void test_usage(void)
 {
     T_CHECK(status_of("") == 2, "no command: exit 2");
@@ -113,12 +103,12 @@ static void test_synth_run(void)
     snprintf(f2, sizeof f2, "%s/l2.bin", d);
     snprintf(a, sizeof a, "run --model %s --ids 5,6,7,8,9,10 -n 6 --json --threads 2 --dump-logits %s", dir, f2);
     json_decref(run_json(a, &st));
-    T_CHECK(st == 0 && files_equal(f1, f2), "dumped logits identical with 1 and 2 threads");
+    T_CHECK(st == 0 && ms_t_same_file(f1, f2), "dumped logits identical with 1 and 2 threads");
     snprintf(f3, sizeof f3, "%s/l3.bin", d);
     char b[16500];
     snprintf(b, sizeof b, "env MS_NO_SIMD=1 %s run --model %s --ids 5,6,7,8,9,10 -n 6 --json --dump-logits %s",
              bin, dir, f3);
-    T_CHECK(ms_t_run(b, NULL) == 0 && files_equal(f1, f3), "dumped logits identical with MS_NO_SIMD=1");
+    T_CHECK(ms_t_run(b, NULL) == 0 && ms_t_same_file(f1, f3), "dumped logits identical with MS_NO_SIMD=1");
     /* Prompt text through the tokenizer; the text equals detokenize of the ids. */
     snprintf(a, sizeof a, "run --model %s --prompt 'Hello world, the weather' -n 5 --json", dir);
     j = run_json(a, &st);

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ms_clock.h"
 #include "ms_test.h"
 
 /* Every name this test creates starts with these, followed by the pid of the run that made it,
@@ -28,19 +29,6 @@ static char ns_name[NW][32];             /* namespaces made by this run ("" = no
 static char veth_host[NW][32];           /* root-namespace ends made by this run */
 static volatile pid_t worker_pid[NW];    /* worker processes alive (0 = none) */
 static char bin[1024], wbin[1024], dir[1024], tmp[1024];
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* Run ip with up to 5 arguments, output discarded; only fork/execv/waitpid so that it may be used
  * from the cleanup of a signal handler. Returns the exit status, -1 if it could not run. */
@@ -236,7 +224,7 @@ static int worker_start(worker *w, int i, const char *spec, const char *allow)
     }
     if (p < 0) return -1;
     worker_pid[i] = p;
-    for (double t0 = now_s(); now_s() - t0 < 30;) {
+    for (double t0 = ms_now(); ms_now() - t0 < 30;) {
         int st;
         if (waitpid(p, &st, WNOHANG) == p) {
             worker_pid[i] = 0;
@@ -247,7 +235,7 @@ static int worker_start(worker *w, int i, const char *spec, const char *allow)
         int up = text && strstr(text, "listening on ");
         free(text);
         if (up) return 0;
-        sleep_ms(20);
+        ms_t_sleep_ms(20);
     }
     return -1;
 }
@@ -258,13 +246,13 @@ static int worker_stop(int i, double limit_s)
     pid_t p = worker_pid[i];
     if (p <= 0) return -1;
     kill(p, SIGTERM);
-    for (double t0 = now_s(); now_s() - t0 < limit_s;) {
+    for (double t0 = ms_now(); ms_now() - t0 < limit_s;) {
         int st;
         if (waitpid(p, &st, WNOHANG) == p) {
             worker_pid[i] = 0;
             return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
         }
-        sleep_ms(10);
+        ms_t_sleep_ms(10);
     }
     kill(p, SIGKILL);
     waitpid(p, NULL, 0);
@@ -291,16 +279,6 @@ static char *read_key(const char *path)
     return k;
 }
 
-static int same_file(const char *a, const char *b)
-{
-    size_t la, lb;
-    char *x = ms_t_read_file(a, &la), *y = ms_t_read_file(b, &lb);
-    int eq = x && y && la == lb && la > 0 && !memcmp(x, y, la);
-    free(x);
-    free(y);
-    return eq;
-}
-
 /* One coordinator run, bounded by timeout(1); stdout parsed as JSON into *out, stderr kept in
  * *err when asked. Returns the exit status (124 = timed out). */
 static int coord_run(const char *extra, const char *dump, json_t **out, char **err, double *secs)
@@ -309,9 +287,9 @@ static int coord_run(const char *extra, const char *dump, json_t **out, char **e
     snprintf(errf, sizeof errf, "%s/coord.err", tmp);
     snprintf(cmd, sizeof cmd, "timeout -k 5 60 '%s' run --model '%s' --ids 5,9,13,200,17,400,3,8,90,61 -n 12 "
              "--json --quiet --threads 2 --dump-logits '%s' %s 2>'%s'", bin, dir, dump, extra, errf);
-    double t0 = now_s();
+    double t0 = ms_now();
     int st = ms_t_run(cmd, &o);
-    if (secs) *secs = now_s() - t0;
+    if (secs) *secs = ms_now() - t0;
     json_error_t je;
     if (out) *out = o ? json_loads(o, 0, &je) : NULL;
     if (err) *err = ms_t_read_file(errf, NULL);
@@ -441,7 +419,7 @@ int main(void)
         snprintf(extra, sizeof extra, "--cluster '%s' --curve-secret '%s/coord.key' --worker-timeout 20", cluster, tmp);
         st = coord_run(extra, b, &got, &err, NULL);
         T_CHECK(st == 0 && got, "coordinator with --cluster over CURVE (status %d): %s", st, err ? err : "");
-        T_CHECK(st == 0 && same_file(a, b), "--dump-logits bit-identical to the in-process run");
+        T_CHECK(st == 0 && ms_t_same_file(a, b), "--dump-logits bit-identical to the in-process run");
         json_t *gi = json_object_get(got, "generated_ids"), *ri = json_object_get(ref, "generated_ids");
         T_CHECK(gi && json_array_size(gi) == 12 && json_equal(gi, ri), "generated tokens identical to in-process");
         json_t *ws = json_object_get(json_object_get(got, "stats"), "workers");
@@ -487,7 +465,7 @@ int main(void)
         /* The allowed coordinator still works after the refused one. */
         snprintf(extra, sizeof extra, "--cluster '%s' --curve-secret '%s/coord.key' --worker-timeout 20", cluster, tmp);
         st = coord_run(extra, c, NULL, NULL, NULL);
-        T_CHECK(st == 0 && same_file(a, c), "after the refusal, the allowed coordinator: same logits (status %d)", st);
+        T_CHECK(st == 0 && ms_t_same_file(a, c), "after the refusal, the allowed coordinator: same logits (status %d)", st);
     }
     for (int i = 0; i < NW; i++)
         if (worker_pid[i] > 0) {

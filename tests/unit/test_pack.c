@@ -79,16 +79,6 @@ static uint8_t *src_expert(const ms_st *st, int l, int e, uint64_t len[6], uint6
     return b;
 }
 
-static int files_equal(const char *a, const char *b)
-{
-    size_t la = 0, lb = 0;
-    char *x = ms_t_read_file(a, &la), *y = ms_t_read_file(b, &lb);
-    int eq = x && y && la == lb && memcmp(x, y, la) == 0;
-    free(x);
-    free(y);
-    return eq;
-}
-
 /* First owner of expert e among N workers: the i with i*Ne/N <= e < (i+1)*Ne/N. */
 static int owner_of(int e, int ne, int n)
 {
@@ -136,7 +126,7 @@ static void check_shard(const char *model, const char *out, int N, int R)
                 "%s: pack %d shape", what, w);
         T_CHECK(strcmp(p.fingerprint, fp) == 0, "%s: pack %d fingerprint %s, model %s", what, w, p.fingerprint, fp);
         snprintf(path, sizeof path, "%s/config.json", dir);
-        T_CHECK(files_equal(path, cpath), "%s: pack %d config.json differs from the model's", what, w);
+        T_CHECK(ms_t_same_file(path, cpath), "%s: pack %d config.json differs from the model's", what, w);
         size_t blen = 0;
         uint8_t *bin = (uint8_t *)ms_t_read_file(p.bin_path, &blen);
         T_CHECK(bin != NULL, "%s: read %s", what, p.bin_path);
@@ -207,14 +197,14 @@ static void check_shard(const char *model, const char *out, int N, int R)
         ms_st_close(tr);
     }
     snprintf(path, sizeof path, "%s/trunk/config.json", out);
-    T_CHECK(files_equal(path, cpath), "%s: trunk config.json differs", what);
+    T_CHECK(ms_t_same_file(path, cpath), "%s: trunk config.json differs", what);
     static const char *tok[2] = {"tiktoken.model", "tokenizer_config.json"};
     for (int i = 0; i < 2; i++) {
         char sp[4300];
         snprintf(sp, sizeof sp, "%s/%s", model, tok[i]);
         snprintf(path, sizeof path, "%s/trunk/%s", out, tok[i]);
         if (access(sp, F_OK) == 0)
-            T_CHECK(files_equal(path, sp), "%s: trunk %s differs", what, tok[i]);
+            T_CHECK(ms_t_same_file(path, sp), "%s: trunk %s differs", what, tok[i]);
         else
             T_CHECK(access(path, F_OK) != 0, "%s: trunk has a %s the model lacks", what, tok[i]);
     }

@@ -72,16 +72,6 @@ static int run_to(const char *extra, const char *dump, json_t **out)
     return st;
 }
 
-static int same_file(const char *a, const char *b)
-{
-    size_t la, lb;
-    char *x = ms_t_read_file(a, &la), *y = ms_t_read_file(b, &lb);
-    int eq = x && y && la == lb && la > 0 && !memcmp(x, y, la);
-    free(x);
-    free(y);
-    return eq;
-}
-
 int main(void)
 {
     snprintf(bin, sizeof bin, "%.1000s", ms_t_bin("moestream"));
@@ -107,7 +97,7 @@ int main(void)
         snprintf(extra, sizeof extra, "--local-workers %d", n);
         json_t *j = NULL;
         int st = run_to(extra, b, &j);
-        T_CHECK(st == 0 && same_file(a, b), "%d local worker(s): logits bit-identical to in-process (status %d)", n,
+        T_CHECK(st == 0 && ms_t_same_file(a, b), "%d local worker(s): logits bit-identical to in-process (status %d)", n,
                 st);
         T_CHECK(j && json_equal(json_object_get(j, "generated_ids"), json_object_get(ref, "generated_ids")),
                 "%d local worker(s): same tokens", n);
@@ -134,7 +124,7 @@ int main(void)
         snprintf(extra, sizeof extra, "--workers %s", list);
         snprintf(b, sizeof b, "%s/layout%d.bin", tmp, L);
         int st = run_to(extra, b, NULL);
-        T_CHECK(st == 0 && same_file(a, b), "layout %d: logits bit-identical to in-process (status %d)", L, st);
+        T_CHECK(st == 0 && ms_t_same_file(a, b), "layout %d: logits bit-identical to in-process (status %d)", L, st);
         for (int i = 0; i < 3; i++) stop_worker(&w[i]);
     }
 
@@ -186,7 +176,7 @@ int main(void)
         snprintf(extra, sizeof extra, "--workers %s", list);
         snprintf(b, sizeof b, "%s/packs.bin", tmp);
         int st = run_to(extra, b, NULL);
-        T_CHECK(st == 0 && same_file(a, b), "trunk-only coordinator + pack workers: logits bit-identical (%d)", st);
+        T_CHECK(st == 0 && ms_t_same_file(a, b), "trunk-only coordinator + pack workers: logits bit-identical (%d)", st);
         /* Corrupt one expert the run uses in worker 0's pack: its replica answers instead. */
         char tr[1300];
         snprintf(tr, sizeof tr, "%s/used.trace", tmp);
@@ -224,7 +214,7 @@ int main(void)
             T_CHECK(ms_t_run(cmd, NULL) == 0, "flip a byte");
             snprintf(b, sizeof b, "%s/packs-corrupt.bin", tmp);
             st = run_to(extra, b, NULL);
-            T_CHECK(st == 0 && same_file(a, b), "a corrupt copy with a replica: same logits (%d)", st);
+            T_CHECK(st == 0 && ms_t_same_file(a, b), "a corrupt copy with a replica: same logits (%d)", st);
             /* Without a replica: one pack, one copy of everything; the run fails naming the expert. */
             for (int i = 0; i < 3; i++) stop_worker(&w[i]);
             char one[4200], *err = NULL, pat[64], p1[1300];
@@ -282,7 +272,7 @@ int main(void)
         T_CHECK(waitpid(w[0].pid, &status, WNOHANG) == w[0].pid && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
                 "worker 0 was SIGKILLed mid-generation");
         w[0].pid = 0;
-        T_CHECK(st == 0 && same_file(a, b), "SIGKILL with replicas: logits bit-identical (%d)", st);
+        T_CHECK(st == 0 && ms_t_same_file(a, b), "SIGKILL with replicas: logits bit-identical (%d)", st);
         T_CHECK(j && json_equal(json_object_get(j, "generated_ids"), json_object_get(ref, "generated_ids")),
                 "SIGKILL with replicas: same tokens");
         json_t *ws = j ? json_object_get(json_object_get(j, "stats"), "workers") : NULL;

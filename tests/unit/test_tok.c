@@ -8,15 +8,9 @@
 #include <jansson.h>
 
 #include "ms_err.h"
+#include "ms_clock.h"
 #include "ms_test.h"
 #include "ms_tok.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Printable, truncated rendering of bytes for failure messages (static storage). */
 static const char *show(const char *s, size_t n)
@@ -132,9 +126,9 @@ static void test_shared_cases(void)
     json_object_foreach(dec, key, val) if (atol(key) > max_id) max_id = atol(key);
 
     /* Load time is reported, not asserted: speed is measured by benchmarks, never unit tests. */
-    double t0 = now_s();
+    double t0 = ms_now();
     ms_tok *t = ms_tok_load(dir);
-    double t_load = now_s() - t0;
+    double t_load = ms_now() - t0;
     T_CHECK(t != NULL, "load %s: %s", dir, ms_err_msg());
     if (!t) {
         json_decref(cfg);
@@ -233,9 +227,9 @@ static void test_shared_cases(void)
         all_len += base;
     }
     size_t n_all = 0;
-    t0 = now_s();
+    t0 = ms_now();
     int ok = round_trip(t, all, all_len, 0, &n_all);
-    double t_enc = now_s() - t0;
+    double t_enc = ms_now() - t0;
     printf("tokenizer: %zu bytes -> %zu ids, encode+decode %.3f s\n", all_len, n_all, t_enc);
     T_CHECK(ok, "all case texts concatenated round-trip");
     T_CHECK(all_len > 100000, "speed document has %zu bytes", all_len);
@@ -244,9 +238,9 @@ static void test_shared_cases(void)
     size_t big = 300000;
     char *run = malloc(big);
     for (size_t i = 0; i < big; i++) run[i] = (char)('a' + (i * 7 + i / 13) % 26);
-    t0 = now_s();
+    t0 = ms_now();
     ok = round_trip(t, run, big, 0, &n_all);
-    printf("tokenizer: one %zu-letter piece -> %zu ids in %.3f s\n", big, n_all, now_s() - t0);
+    printf("tokenizer: one %zu-letter piece -> %zu ids in %.3f s\n", big, n_all, ms_now() - t0);
     T_CHECK(ok && n_all > 0 && n_all < big, "a %zu-byte letter run round-trips with merges (%zu ids)", big, n_all);
     free(run);
     free(all);

@@ -21,6 +21,7 @@
 #include "ms_size.h"
 #include "ms_st.h"
 #include "ms_synth.h"
+#include "ms_clock.h"
 #include "ms_test.h"
 #include "ms_wire.h"
 
@@ -40,19 +41,6 @@ static uint32_t rnd(void)
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return (uint32_t)(rng >> 16);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
 }
 
 /* ---- worker processes ---- */
@@ -87,7 +75,7 @@ static int worker_start(worker *w, const char *name, const char **args)
         execv(wbin, (char *const *)argv);
         _exit(127);
     }
-    for (double t0 = now_s(); now_s() - t0 < 30;) {
+    for (double t0 = ms_now(); ms_now() - t0 < 30;) {
         int st_;
         if (waitpid(w->pid, &st_, WNOHANG) == w->pid) {
             w->status = WIFEXITED(st_) ? WEXITSTATUS(st_) : 128;
@@ -104,7 +92,7 @@ static int worker_start(worker *w, const char *name, const char **args)
             return 0;
         }
         free(text);
-        sleep_ms(20);
+        ms_t_sleep_ms(20);
     }
     return -1;
 }
@@ -113,17 +101,17 @@ static int worker_start(worker *w, const char *name, const char **args)
 static int worker_stop(worker *w, double limit_s, double *took)
 {
     if (w->pid <= 0) return w->status;
-    double t0 = now_s();
+    double t0 = ms_now();
     kill(w->pid, SIGTERM);
     int st_;
-    while (now_s() - t0 < limit_s) {
+    while (ms_now() - t0 < limit_s) {
         if (waitpid(w->pid, &st_, WNOHANG) == w->pid) {
-            if (took) *took = now_s() - t0;
+            if (took) *took = ms_now() - t0;
             w->pid = 0;
             w->status = WIFEXITED(st_) ? WEXITSTATUS(st_) : 128 + (WIFSIGNALED(st_) ? WTERMSIG(st_) : 0);
             return w->status;
         }
-        sleep_ms(10);
+        ms_t_sleep_ms(10);
     }
     kill(w->pid, SIGKILL);
     waitpid(w->pid, &st_, 0);
