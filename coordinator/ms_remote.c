@@ -31,6 +31,7 @@ typedef struct {
     ms_uuid req;
     int64_t *items;        /* [n_items] global item index per request item */
     int64_t n_items;
+    int64_t off, end;      /* items [off, end) are in the request in flight; [0, off) are done */
 } wconn;
 
 struct ms_remote {
@@ -401,27 +402,43 @@ static int pick(ms_remote *r, int layer, int e, int avoid)
     return n ? cand[e % n] : -1;
 }
 
-/* Send worker wi the items listed in its items array. */
+/* A request stays below this size, well under any worker's limit (16 MiB at its smallest
+ * budget): one request per (layer, worker) whenever it fits, consecutive slices otherwise.
+ * MS_REMOTE_MAX_REQUEST (bytes) lowers it, so tests can exercise the slicing. */
+static int64_t max_request(void)
+{
+    static int64_t v;
+    if (!v) {
+        const char *e = getenv("MS_REMOTE_MAX_REQUEST");
+        v = e && atoll(e) > 0 ? atoll(e) : (int64_t)8 << 20;
+    }
+    return v;
+}
+
+/* Send worker wi the next slice of its items, from w->off. */
 static int send_request(ms_remote *r, int wi, int layer, const float *z, int k, const int32_t *ids, int64_t n_rows)
 {
     wconn *w = &r->w[wi];
     int64_t L = r->o.latent;
     int64_t *local = ms_malloc(sizeof(int64_t) * (size_t)n_rows); /* global row -> local row, -1 */
     for (int64_t i = 0; i < n_rows; i++) local[i] = -1;
-    int64_t rows = 0;
-    for (int64_t j = 0; j < w->n_items; j++) {
-        int64_t g = w->items[j] / k;
+    int64_t rows = 0, end = w->off;
+    for (; end < w->n_items; end++) {
+        int64_t g = w->items[end] / k, nr = rows + (local[g] < 0);
+        if (end > w->off && (nr + end - w->off + 1) * L * 4 > max_request()) break;
         if (local[g] < 0) local[g] = rows++;
     }
+    w->end = end;
+    int64_t ni = end - w->off;
     Moestream__ComputeRequest c = MOESTREAM__COMPUTE_REQUEST__INIT;
     float *act = ms_malloc(sizeof(float) * (size_t)(rows * L)); /* [rows][L] */
-    uint32_t *irow = ms_malloc(sizeof(uint32_t) * (size_t)w->n_items);
-    uint32_t *iexp = ms_malloc(sizeof(uint32_t) * (size_t)w->n_items);
+    uint32_t *irow = ms_malloc(sizeof(uint32_t) * (size_t)ni);
+    uint32_t *iexp = ms_malloc(sizeof(uint32_t) * (size_t)ni);
     for (int64_t g = 0; g < n_rows; g++)
         if (local[g] >= 0) memcpy(act + local[g] * L, z + g * L, sizeof(float) * (size_t)L);
-    for (int64_t j = 0; j < w->n_items; j++) {
-        irow[j] = (uint32_t)local[w->items[j] / k];
-        iexp[j] = (uint32_t)ids[w->items[j]];
+    for (int64_t j = 0; j < ni; j++) {
+        irow[j] = (uint32_t)local[w->items[w->off + j] / k];
+        iexp[j] = (uint32_t)ids[w->items[w->off + j]];
     }
     ms_uuid_new(&w->req);
     c.request_uuid.data = w->req.b;
@@ -431,7 +448,7 @@ static int send_request(ms_remote *r, int wi, int layer, const float *z, int k, 
     c.latent_width = (uint32_t)L;
     c.n_activations = (size_t)(rows * L);
     c.activations = act;
-    c.n_item_row = c.n_item_expert = (size_t)w->n_items;
+    c.n_item_row = c.n_item_expert = (size_t)ni;
     c.item_row = irow;
     c.item_expert = iexp;
     Moestream__Envelope env = MOESTREAM__ENVELOPE__INIT;
@@ -454,7 +471,7 @@ static int send_request(ms_remote *r, int wi, int layer, const float *z, int k, 
 static int reassign(ms_remote *r, int from, int layer, const int32_t *ids, int64_t *assign, int *need_send)
 {
     wconn *f = &r->w[from];
-    for (int64_t j = 0; j < f->n_items; j++) {
+    for (int64_t j = f->off; j < f->n_items; j++) { /* the slices already answered stay */
         int64_t i = f->items[j];
         int to = pick(r, layer, ids[i], from);
         if (to < 0) {
@@ -474,7 +491,7 @@ static int reassign(ms_remote *r, int from, int layer, const int32_t *ids, int64
         need_send[to] = 1;
         r->st.failovers++;
     }
-    f->n_items = 0;
+    f->n_items = f->off = f->end = 0;
     return 0;
 }
 
@@ -485,7 +502,7 @@ static void collect(ms_remote *r, int64_t n, const int64_t *assign, int *need_se
         wconn *w = &r->w[i];
         free(w->items);
         w->items = ms_malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
-        w->n_items = 0;
+        w->n_items = w->off = w->end = 0;
         for (int64_t j = 0; j < n; j++)
             if (assign[j] == i) w->items[w->n_items++] = j;
     }
@@ -502,7 +519,7 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
     int *need_send = ms_calloc((size_t)r->n, sizeof(int));
     for (int i = 0; i < r->n; i++) {
         r->w[i].pending = 0;
-        r->w[i].n_items = 0;
+        r->w[i].n_items = r->w[i].off = r->w[i].end = 0;
     }
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= r->o.n_experts) {
@@ -577,15 +594,20 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
                 if (e->body_case == MOESTREAM__ENVELOPE__BODY_COMPUTE_REPLY &&
                     ms_wire_uuid(&e->compute_reply->request_uuid, &u) == 0 && !memcmp(u.b, w->req.b, 16)) {
                     const Moestream__ComputeReply *cr = e->compute_reply;
-                    if ((int64_t)cr->items != w->n_items || (int64_t)cr->latent_width != L) {
+                    if ((int64_t)cr->items != w->end - w->off || (int64_t)cr->latent_width != L) {
                         mark_down(r, w, "reply does not match the request");
                     } else {
-                        for (int64_t j = 0; j < w->n_items; j++) {
-                            memcpy(out + w->items[j] * L, cr->outputs + j * L, sizeof(float) * (size_t)L);
+                        for (int64_t j = w->off; j < w->end; j++) {
+                            memcpy(out + w->items[j] * L, cr->outputs + (j - w->off) * L, sizeof(float) * (size_t)L);
                             done[w->items[j]] = 1;
                         }
+                        w->off = w->end;
                         w->pending = 0;
-                        w->n_items = 0;
+                        if (w->off < w->n_items) { /* the next slice */
+                            if (send_request(r, i, layer, z, k, ids, n_rows) != 0) mark_down(r, w, "cannot send");
+                        } else {
+                            w->n_items = w->off = w->end = 0;
+                        }
                     }
                 } else if (e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR &&
                            ms_wire_uuid(&e->error->request_uuid, &u) == 0 && !memcmp(u.b, w->req.b, 16)) {

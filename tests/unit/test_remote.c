@@ -128,6 +128,26 @@ int main(void)
         for (int i = 0; i < 3; i++) stop_worker(&w[i]);
     }
 
+    /* Requests larger than the cap go out as consecutive slices: same bits. */
+    {
+        worker w[2] = {{0}};
+        T_CHECK(start_worker(&w[0], sock, 60, "*:0-4", NULL) == 0 && start_worker(&w[1], sock, 61, "*:3-7", NULL) == 0,
+                "workers for the slicing test");
+        char extra[4200];
+        snprintf(extra, sizeof extra, "--workers %s,%s", w[0].ep, w[1].ep);
+        snprintf(b, sizeof b, "%s/sliced.bin", tmp);
+        setenv("MS_REMOTE_MAX_REQUEST", "700", 1); /* a row and a few items per request */
+        json_t *j = NULL;
+        int st = run_to(extra, b, &j);
+        unsetenv("MS_REMOTE_MAX_REQUEST");
+        json_t *ws = j ? json_object_get(json_object_get(j, "stats"), "workers") : NULL;
+        T_CHECK(st == 0 && ms_t_same_file(a, b), "sliced requests: logits bit-identical (%d)", st);
+        T_CHECK(ws && json_integer_value(json_object_get(ws, "requests")) > 2 * 12 * 5,
+                "the requests were sliced (%lld requests)", (long long)json_integer_value(json_object_get(ws, "requests")));
+        json_decref(j);
+        for (int i = 0; i < 2; i++) stop_worker(&w[i]);
+    }
+
     /* Experts nobody owns: refused at start, naming one, exit 7. */
     {
         worker w = {0};
