@@ -133,7 +133,13 @@ static int start_workers(const run_opts *o, ms_model *m, workers_t *wk)
         /* Each worker: its read buffers and process overhead (reserved by the plan) plus an equal
          * share of the expert cache. */
         uint64_t each = 0;
-        if (p) each = p->in.expert_fixed / (uint64_t)n + p->cache / (uint64_t)n;
+        if (p) {
+            /* The workers' reserved read buffers and process costs, the expert cache, and
+             * whatever the plan left unused (the cache is capped at the model's experts). */
+            uint64_t used = p->fixed + p->pinned_bytes + p->cache;
+            uint64_t spare = p->in.budget > used ? p->in.budget - used : 0;
+            each = (p->in.expert_fixed + p->cache + spare) / (uint64_t)n;
+        }
         wk->local = ms_local_start(o->model, n, c->n_experts, each, (int)(o->threads ? o->threads : 0), o->buffered,
                                    1, &wk->list, &wk->n);
         if (!wk->local) return ms_cli_fail_err(cmd);
@@ -328,6 +334,8 @@ static int generate(const run_opts *o)
             goto out;
         }
     }
+    /* All local processes together: the coordinator and the workers it started. */
+    uint64_t rss_self = (uint64_t)peak_rss_bytes(), rss_all = rss_self + ms_local_peak_rss(wk.local);
     double dec_tps = ng > 1 && t_decode > 0 ? (double)(ng - 1) / t_decode : 0.0;
     double pre_tps = t_prefill > 0 ? (double)np / t_prefill : 0.0;
     double wall = ms_cli_now() - t0;
@@ -346,7 +354,8 @@ static int generate(const run_opts *o)
                                   "decode_tokens_per_second", dec_tps, "prompt_tokens", (json_int_t)np,
                                   "generated_tokens", (json_int_t)ng, "threads",
                                   (json_int_t)ms_pool_size(ms_model_pool(m)), "peak_rss_bytes",
-                                  (json_int_t)peak_rss_bytes());
+                                  (json_int_t)rss_all);
+        json_object_set_new(stats, "peak_rss_coordinator_bytes", json_integer((json_int_t)rss_self));
         json_object_set_new(stats, "bytes_read_experts", json_integer((json_int_t)ms.bytes_read_experts));
         json_object_set_new(stats, "bytes_read_trunk", json_integer((json_int_t)ms.bytes_read_trunk));
         json_object_set_new(stats, "bytes_read_at_load", json_integer((json_int_t)ms.bytes_read_at_load));
@@ -395,7 +404,7 @@ static int generate(const run_opts *o)
                 "moestream run: %zu prompt tokens in %.3f s (%.1f tok/s), %lld generated in %.3f s (%.3f s/token), "
                 "load %.3f s, %d threads, peak RSS %s\n",
                 np, t_prefill, pre_tps, (long long)ng, t_decode, s_per_tok, t_load, ms_pool_size(ms_model_pool(m)),
-                ms_plan_fmt((uint64_t)peak_rss_bytes(), a, sizeof a));
+                ms_plan_fmt(rss_all, a, sizeof a));
         if (ms.expert_requests || ms.bytes_read_trunk)
             fprintf(stderr,
                     "moestream run: read %s of experts (%.0f MB/s while reading), %s of trunk; expert cache %llu hits, "

@@ -99,6 +99,20 @@ ms_local *ms_local_start(const char *model_dir, int n, int n_experts, uint64_t b
     return l;
 }
 
+uint64_t ms_local_peak_rss(const ms_local *l)
+{
+    uint64_t total = 0;
+    for (int i = 0; l && i < l->n; i++) {
+        char path[64], line[256];
+        snprintf(path, sizeof path, "/proc/%d/status", (int)l->pid[i]);
+        FILE *f = l->pid[i] > 0 ? fopen(path, "r") : NULL;
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "VmHWM:", 6)) total += strtoull(line + 6, NULL, 10) * 1024;
+        if (f) fclose(f);
+    }
+    return total;
+}
+
 int ms_local_pid(const ms_local *l, int i) { return l && i >= 0 && i < l->n ? (int)l->pid[i] : -1; }
 
 void ms_local_stop(ms_local *l)

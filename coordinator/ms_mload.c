@@ -164,14 +164,15 @@ int ms_mload_setup(ms_model *m)
     in.work_per_token = per_tok;
     in.prompt_tokens = m->opts.prompt_tokens > 0 ? m->opts.prompt_tokens : 64;
     in.max_chunk = m->opts.max_chunk > 0 ? m->opts.max_chunk : 64;
-    /* Local workers each need their read buffers and a process of their own (~48 MiB); remote
+    /* Local workers each need their read buffers and a process of their own (~64 MiB); remote
      * workers plan their own memory. */
     int nproc = m->opts.remote_experts ? m->opts.local_workers : 1;
     in.expert_fixed = (uint64_t)nproc * ms_xstore_fixed_bytes(c->latent, c->moe_inter, depth);
-    if (m->opts.remote_experts) in.expert_fixed += (uint64_t)nproc * (48ull << 20);
+    if (m->opts.remote_experts) in.expert_fixed += (uint64_t)nproc * (64ull << 20);
     /* With only remote workers the coordinator keeps no expert cache: they plan their own. */
     in.expert_bytes = nproc ? ms_xstore_slot_bytes(c->latent, c->moe_inter) : 0;
     in.min_cache = (uint64_t)(2 * nproc) * in.expert_bytes; /* at least two experts per process */
+    in.max_slots = (uint64_t)(c->n_layers - c->first_dense) * (uint64_t)c->n_experts;
     in.trunk = sizes;
     in.n_trunk = ns;
     in.ring = ms_wstream_ring_bytes(items, ns, chunk_bytes, RING_SLOTS);

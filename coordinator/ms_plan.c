@@ -70,6 +70,7 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
     p->fixed = f;
     avail += in->min_cache;
     p->cache_slots = in->expert_bytes ? avail / in->expert_bytes : 0;
+    if (in->max_slots && p->cache_slots > in->max_slots) p->cache_slots = in->max_slots;
     p->cache = p->cache_slots * in->expert_bytes;
     return 0;
 }

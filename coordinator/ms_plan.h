@@ -19,6 +19,7 @@ typedef struct {
     uint64_t expert_fixed;     /* expert read buffers (staging), whatever the cache */
     uint64_t expert_bytes;     /* one expert's cache slot */
     uint64_t min_cache;        /* smallest useful expert cache (e.g. top-k experts) */
+    uint64_t max_slots;        /* experts that exist (the cache never needs more); 0 = no cap */
     const uint64_t *trunk;     /* [n_trunk] bytes of each trunk matrix, in forward order */
     int n_trunk;
     uint64_t ring;             /* trunk ring buffers, needed when any trunk matrix streams */
