@@ -37,11 +37,16 @@ drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 to_bytes() { numfmt --from=iec "$1"; }
 ids="100,2000,30000,4000,500,60000,7000,80"
 
-# The disk's own bandwidth: O_DIRECT random 16 MiB reads, queue depth 8, on the largest shard.
+# The disk's own bandwidth: O_DIRECT random 16 MiB reads, queue depth 8, on the largest shard,
+# measured before and after the ladder (a VM's disk varies; the larger is used, which makes
+# the ratios below conservative).
 shard=$(ls -S "$model"/*.safetensors | head -n 1)
-drop
-fio --name=ladder --filename="$shard" --readonly --direct=1 --rw=randread --bs=16M --iodepth=8 \
-    --ioengine=libaio --runtime=20 --time_based --output-format=json > "$out/fio.json" 2>/dev/null
+fio_run() {
+  drop
+  fio --name=ladder --filename="$shard" --readonly --direct=1 --rw=randread --bs=16M --iodepth=8 \
+      --ioengine=libaio --runtime=20 --time_based --output-format=json > "$out/fio-$1.json" 2>/dev/null
+}
+fio_run before
 
 for b in $budgets; do
   drop
@@ -60,10 +65,13 @@ for b in $budgets; do
   fi
 done
 
+fio_run after
+
 python3 - "$out" "$model" "$ntok" "$budgets" <<'PY'
 import json, os, platform, subprocess, sys, hashlib, datetime
 out, model, ntok, budgets = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split()
-fio = json.load(open(f"{out}/fio.json"))["jobs"][0]["read"]["bw_bytes"]
+fios = [json.load(open(f"{out}/fio-{w}.json"))["jobs"][0]["read"]["bw_bytes"] for w in ("before", "after")]
+fio = max(fios)
 def sh(c): return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
 cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
 mem = sh("free -g | awk '/Mem:/{print $2}'")
@@ -83,7 +91,8 @@ lines.append(f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores
              f"and an MLA+MoE layer at the released K3 widths, 896 MXFP4 experts of 17,547,264 bytes per MoE layer). "
              f"Prompt of 8 tokens, {ntok} generated greedily. Each run: page cache dropped, then run inside a memory "
              f"cgroup whose limit equals `--ram-budget` (none for 'unlimited'). Disk: fio O_DIRECT random 16 MiB "
-             f"reads at queue depth 8 on `{os.path.basename(sorted((os.path.getsize(os.path.join(model,f)),f) for f in os.listdir(model) if f.endswith('.safetensors'))[-1][1])}`: "
+             f"reads at queue depth 8 on `{os.path.basename(sorted((os.path.getsize(os.path.join(model,f)),f) for f in os.listdir(model) if f.endswith('.safetensors'))[-1][1])}`, "
+             f"before and after the ladder: {fios[0]/1e9:.2f} and {fios[1]/1e9:.2f} GB/s; the ratios use the larger, "
              f"**{fio/1e9:.2f} GB/s**.\n")
 lines.append("Command: `sudo bash tests/bench/memory-ladder.sh`\n")
 lines.append("| budget | decode s/token | prefill s | peak RSS | cgroup peak | OOM kills | trunk pinned | expert cache | GB read / decode token | expert hit rate | achieved read rate | / fio | I/O wait | logits = first row |")
