@@ -353,7 +353,7 @@ static int load_reference(void)
     return 0;
 }
 
-/* ---- the size syntax (common/ms_size) ---- */
+/* ---- the size syntax (common/base/ms_size) ---- */
 
 static void test_size(void)
 {
