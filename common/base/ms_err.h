@@ -13,7 +13,8 @@ enum {
     MS_EXIT_IO = 4,      /* a file could not be read or written */
     MS_EXIT_INPUT = 5,   /* bad input data: prompt, ids, tokenizer files, trace */
     MS_EXIT_BUDGET = 6,  /* impossible RAM budget */
-    MS_EXIT_WORKER = 7   /* an expert worker failed or is unreachable */
+    MS_EXIT_WORKER = 7,  /* an expert worker failed or is unreachable */
+    MS_EXIT_INTERRUPTED = 130 /* stopped by SIGINT/SIGTERM (Ctrl-C): nothing partial is reported as done */
 };
 
 /* Set the calling thread's last error (printf-style). Always returns -1 so callers can

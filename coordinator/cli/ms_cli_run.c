@@ -5,18 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ms_cli.h"
+#include "ms_engine.h"
 #include "ms_err.h"
-#include "ms_local.h"
-#include "ms_model.h"
-#include "ms_remote.h"
-#include "ms_wire.h"
 #include "ms_plan.h"
-#include "ms_sample.h"
 #include "ms_synth.h"
 #include "ms_tok.h"
 
@@ -63,13 +57,6 @@ static void run_usage(FILE *f)
           f);
 }
 
-static long peak_rss_bytes(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_maxrss * 1024L;
-}
-
 /* Route observer: append (layer, expert) int32 pairs in request order. */
 static void trace_route(void *ctx, int layer, int64_t T, int k, const int32_t *ids)
 {
@@ -80,168 +67,205 @@ static void trace_route(void *ctx, int layer, int64_t T, int k, const int32_t *i
     }
 }
 
-static int write_rows(FILE *f, const float *rows, int64_t n, int64_t V, const char *path)
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig) { got_signal = sig; }
+
+/* What the callbacks of the one sequence of `run` need. */
+typedef struct {
+    const run_opts *o;
+    ms_tok *tok;
+    FILE *dump;
+    int64_t V;
+} run_ctx;
+
+static void print_token(void *ctx, ms_eseq *s, int32_t token)
 {
-    if (fwrite(rows, sizeof(float), (size_t)(n * V), f) != (size_t)(n * V)) {
-        ms_err_set("cannot write logits to %s", path);
+    run_ctx *r = ctx;
+    size_t ng;
+    ms_engine_seq_tokens(s, &ng);
+    if (r->o->json || r->o->quiet) return;
+    if (r->tok) {
+        char *piece = NULL;
+        size_t plen = 0;
+        if (ms_tok_decode(r->tok, &token, 1, &piece, &plen) == 0) fwrite(piece, 1, plen, stdout);
+        free(piece);
+    } else {
+        printf("%s%d", ng > 1 ? " " : "", token);
+    }
+    fflush(stdout);
+}
+
+static int dump_rows(void *ctx, ms_eseq *s, const float *rows, int64_t n)
+{
+    run_ctx *r = ctx;
+    (void)s;
+    if (!r->dump) return 0;
+    if (fwrite(rows, sizeof(float), (size_t)(n * r->V), r->dump) != (size_t)(n * r->V)) {
+        ms_err_set("cannot write logits to %s", r->o->dump);
         return ms_err_set_code(MS_EXIT_IO);
     }
     return 0;
 }
 
-/* The experts' workers of a run: remote (listed) or started here. */
-typedef struct {
-    ms_remote_worker *list;   /* owned when listed; the ms_local's when local */
-    int n, listed;
-    ms_local *local;
-    ms_remote *remote;
-} workers_t;
-
-static void stop_workers(workers_t *wk)
-{
-    ms_remote_free(wk->remote);
-    wk->remote = NULL;
-    ms_local_stop(wk->local); /* SIGTERM, wait, remove the socket directory */
-    wk->local = NULL;
-    if (wk->listed) ms_remote_workers_free(wk->list, wk->n);
-    wk->list = NULL;
-}
-
-static volatile sig_atomic_t got_signal;
-static void on_signal(int sig) { got_signal = sig; }
-
-static int start_workers(const run_opts *o, ms_model *m, workers_t *wk)
+/* The prompt as token ids, from --ids or through the tokenizer. */
+static int read_prompt(const run_opts *o, ms_tok *tok, int32_t **prompt, size_t *np)
 {
     const char *cmd = "run";
-    const ms_cfg *c = ms_model_cfg(m);
-    char secret[41] = "";
-    if (o->curve_secret && ms_remote_read_key(o->curve_secret, secret) != 0) return ms_cli_fail_err(cmd);
-    if (o->workers || o->cluster) {
-        int rc = o->cluster ? ms_remote_load_cluster(o->cluster, &wk->list, &wk->n)
-                            : ms_remote_parse_list(o->workers, &wk->list, &wk->n);
-        if (rc != 0) return ms_cli_fail_err(cmd);
-        wk->listed = 1;
-        for (int i = 0; i < wk->n; i++)
-            if (!strncmp(wk->list[i].endpoint, "tcp://", 6) && !wk->list[i].public_key && !o->insecure)
-                return ms_cli_fail(cmd, MS_EXIT_USAGE,
-                                   "worker %s is reached over plain tcp: give its public key in a --cluster file "
-                                   "(with --curve-secret), or pass --insecure",
-                                   wk->list[i].endpoint);
+    if (o->ids) return ms_cli_parse_ids(o->ids, prompt, np) != 0 ? ms_cli_fail_err(cmd) : MS_EXIT_OK;
+    if (!tok)
+        return ms_cli_fail(cmd, MS_EXIT_USAGE,
+                           "model %s has no tokenizer (tiktoken.model), so --prompt/--prompt-file cannot be used; "
+                           "pass token ids with --ids",
+                           o->model);
+    size_t len = 0;
+    char *buf = NULL;
+    const char *text = o->prompt;
+    if (o->prompt_file) {
+        if (!(buf = ms_cli_read_file(o->prompt_file, &len))) return ms_cli_fail_err(cmd);
+        text = buf;
     } else {
-        const ms_plan *p = ms_model_plan(m);
-        int n = (int)o->local_workers;
-        /* Each worker: its read buffers and process overhead (reserved by the plan) plus an equal
-         * share of the expert cache. */
-        uint64_t each = 0;
-        if (p) {
-            /* The workers' reserved read buffers and process costs, the expert cache, and
-             * whatever the plan left unused (the cache is capped at the model's experts). */
-            uint64_t used = p->fixed + p->pinned_bytes + p->cache;
-            uint64_t spare = p->in.budget > used ? p->in.budget - used : 0;
-            each = (p->in.expert_fixed + p->cache + spare) / (uint64_t)n;
-        }
-        wk->local = ms_local_start(o->model, n, c->n_experts, each, (int)(o->threads ? o->threads : 0), o->buffered,
-                                   1, &wk->list, &wk->n);
-        if (!wk->local) return ms_cli_fail_err(cmd);
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
+        len = strlen(text);
     }
-    char fp[17];
-    if (ms_wire_fingerprint(o->model, fp) != 0) return ms_cli_fail_err(cmd);
-    ms_remote_opts ro = {wk->n, wk->list, secret[0] ? secret : NULL, fp, c->n_layers, c->n_experts, c->latent,
-                         o->worker_timeout, o->quiet};
-    wk->remote = ms_remote_new(&ro, c->first_dense);
-    if (!wk->remote) return ms_cli_fail_err(cmd);
-    ms_model_set_experts(m, ms_remote_iface(wk->remote));
+    int e = ms_tok_encode(tok, text, len, o->allow_special, prompt, np);
+    free(buf);
+    if (e != 0) {
+        ms_err_set_code(MS_EXIT_INPUT);
+        return ms_cli_fail_err(cmd);
+    }
+    if (*np == 0) return ms_cli_fail(cmd, MS_EXIT_INPUT, "the prompt is empty (no tokens)");
     return MS_EXIT_OK;
 }
 
+static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int32_t *gen,
+                       size_t ng, const ms_engine_stats *es, const ms_model_stats *after_prefill, double t_load,
+                       double t_prefill, double t_decode, double wall)
+{
+    const ms_model_stats *ms = &es->model;
+    double dec_tps = ng > 1 && t_decode > 0 ? (double)(ng - 1) / t_decode : 0.0;
+    double pre_tps = t_prefill > 0 ? (double)np / t_prefill : 0.0;
+    double s_per_tok = ng > 1 ? t_decode / (double)(ng - 1) : 0.0;
+    double read_rate = ms->read_busy_seconds > 0 ? (double)ms->bytes_read_experts / ms->read_busy_seconds : 0.0;
+    json_t *pj = json_array(), *gj = json_array();
+    for (size_t i = 0; i < np; i++) json_array_append_new(pj, json_integer(prompt[i]));
+    for (size_t i = 0; i < ng; i++) json_array_append_new(gj, json_integer(gen[i]));
+    json_t *stats = json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:I}", "load_seconds", t_load, "prefill_seconds",
+                              t_prefill, "decode_seconds", t_decode, "decode_seconds_per_token", s_per_tok,
+                              "prefill_tokens_per_second", pre_tps, "decode_tokens_per_second", dec_tps,
+                              "prompt_tokens", (json_int_t)np, "generated_tokens", (json_int_t)ng, "threads",
+                              (json_int_t)es->threads, "peak_rss_bytes", (json_int_t)es->peak_rss_all);
+    json_object_set_new(stats, "peak_rss_coordinator_bytes", json_integer((json_int_t)es->peak_rss_self));
+    json_object_set_new(stats, "bytes_read_experts", json_integer((json_int_t)ms->bytes_read_experts));
+    json_object_set_new(stats, "bytes_read_trunk", json_integer((json_int_t)ms->bytes_read_trunk));
+    json_object_set_new(stats, "bytes_read_at_load", json_integer((json_int_t)ms->bytes_read_at_load));
+    uint64_t dec_bytes = ms->bytes_read_experts + ms->bytes_read_trunk - after_prefill->bytes_read_experts -
+                         after_prefill->bytes_read_trunk;
+    json_object_set_new(stats, "decode_bytes_read_per_token",
+                        json_real(ng > 1 ? (double)dec_bytes / (double)(ng - 1) : 0.0));
+    json_object_set_new(stats, "expert_requests", json_integer((json_int_t)ms->expert_requests));
+    json_object_set_new(stats, "expert_cache_hits", json_integer((json_int_t)ms->expert_cache_hits));
+    json_object_set_new(stats, "expert_cache_misses", json_integer((json_int_t)ms->expert_cache_misses));
+    json_object_set_new(stats, "expert_cache_evictions", json_integer((json_int_t)ms->expert_cache_evictions));
+    json_object_set_new(stats, "expert_cache_peak_bytes", json_integer((json_int_t)ms->expert_cache_peak_bytes));
+    json_object_set_new(stats, "expert_cache_capacity_bytes", json_integer((json_int_t)ms->expert_cache_capacity));
+    json_object_set_new(stats, "expert_bytes", json_integer((json_int_t)ms->expert_bytes));
+    json_object_set_new(stats, "expert_read_bytes_per_second", json_real(read_rate));
+    json_object_set_new(stats, "io_wait_seconds", json_real(ms->io_wait_seconds));
+    json_object_set_new(stats, "io_wait_share", json_real(wall > 0 ? ms->io_wait_seconds / wall : 0.0));
+    json_object_set_new(stats, "wall_seconds", json_real(wall));
+    json_object_set_new(stats, "forward_passes", json_integer((json_int_t)es->passes));
+    const ms_plan *plan = ms_model_plan(ms_engine_model(e));
+    if (plan) json_object_set_new(stats, "plan", ms_plan_json(plan));
+    if (es->workers)
+        json_object_set_new(stats, "workers",
+                            json_pack("{s:i,s:i,s:I,s:I,s:I,s:I,s:I}", "count", es->workers, "up", es->workers_up,
+                                      "requests", (json_int_t)es->worker_requests, "resends",
+                                      (json_int_t)es->worker_resends, "failovers", (json_int_t)es->worker_failovers,
+                                      "bytes_sent", (json_int_t)es->worker_bytes_sent, "bytes_received",
+                                      (json_int_t)es->worker_bytes_received));
+    json_t *out = json_pack("{s:o,s:o,s:o}", "prompt_ids", pj, "generated_ids", gj, "stats", stats);
+    ms_tok *tok = ms_engine_tok(e);
+    if (tok) {
+        char *text = NULL;
+        size_t len = 0;
+        if (ms_tok_decode(tok, gen, ng, &text, &len) == 0) json_object_set_new(out, "text", ms_cli_json_text(text, len));
+        free(text);
+    }
+    json_dumpf(out, stdout, JSON_COMPACT);
+    fputc('\n', stdout);
+    json_decref(out);
+}
+
+static void print_report(size_t np, size_t ng, const ms_engine_stats *es, double t_load, double t_prefill,
+                         double t_decode, double wall)
+{
+    const ms_model_stats *ms = &es->model;
+    double pre_tps = t_prefill > 0 ? (double)np / t_prefill : 0.0;
+    double s_per_tok = ng > 1 ? t_decode / (double)(ng - 1) : 0.0;
+    double read_rate = ms->read_busy_seconds > 0 ? (double)ms->bytes_read_experts / ms->read_busy_seconds : 0.0;
+    char a[64], b[64], d[64];
+    fprintf(stderr,
+            "moestream run: %zu prompt tokens in %.3f s (%.1f tok/s), %zu generated in %.3f s (%.3f s/token), "
+            "load %.3f s, %d threads, peak RSS %s\n",
+            np, t_prefill, pre_tps, ng, t_decode, s_per_tok, t_load, es->threads,
+            ms_plan_fmt(es->peak_rss_all, a, sizeof a));
+    if (ms->expert_requests || ms->bytes_read_trunk)
+        fprintf(stderr,
+                "moestream run: read %s of experts (%.0f MB/s while reading), %s of trunk; expert cache %llu hits, "
+                "%llu misses, %llu evictions; waiting on I/O %.0f%% of %.2f s\n",
+                ms_plan_fmt(ms->bytes_read_experts, b, sizeof b), read_rate / 1e6,
+                ms_plan_fmt(ms->bytes_read_trunk, d, sizeof d), (unsigned long long)ms->expert_cache_hits,
+                (unsigned long long)ms->expert_cache_misses, (unsigned long long)ms->expert_cache_evictions,
+                100.0 * (wall > 0 ? ms->io_wait_seconds / wall : 0.0), wall);
+}
+
+/* `run`: one sequence through the engine: prefill in the plan's chunks, then one token per step. */
 static int generate(const run_opts *o)
 {
     const char *cmd = "run";
     double t0 = ms_cli_now();
-    ms_model *m = NULL;
-    ms_tok *tok = NULL;
-    int rc = MS_EXIT_OK;
-    int32_t *prompt = NULL, *gen = NULL;
+    ms_engine *e = NULL;
+    ms_eseq *seq = NULL;
+    int32_t *prompt = NULL;
     size_t np = 0;
-    float *logits = NULL;
     FILE *dump = NULL, *trace = NULL;
-    ms_seq *seq = NULL;
-    workers_t wk = {0};
-    const ms_cfg *c = NULL;
-    int64_t V = 0;
-    if (ms_tok_present(o->model) && !(tok = ms_tok_load(o->model))) {
+    int rc = MS_EXIT_OK;
+    ms_engine_opts eo = {0};
+    eo.model_dir = o->model;
+    eo.run.n_threads = (int)o->threads;
+    eo.run.ram_budget = o->budget;
+    eo.run.buffered = o->buffered;
+    eo.run.io_depth = (int)o->io_depth;
+    eo.run.max_chunk = o->chunk;
+    eo.run.all_logits = o->dump != NULL;
+    eo.run.lru = o->lru;
+    eo.run.quiet = o->quiet;
+    eo.local_workers = o->local_workers > 0 ? (int)o->local_workers : 0;
+    eo.workers = o->workers;
+    eo.cluster = o->cluster;
+    eo.curve_secret = o->curve_secret;
+    eo.insecure = o->insecure;
+    eo.worker_timeout = o->worker_timeout;
+    /* The prompt is read before the model opens so that the plan knows its length; the
+     * tokenizer it may need is the model directory's. */
+    {
+        ms_tok *tok = NULL;
+        if (!o->ids && ms_tok_present(o->model) && !(tok = ms_tok_load(o->model))) return ms_cli_fail_err(cmd);
+        rc = read_prompt(o, tok, &prompt, &np);
+        ms_tok_free(tok);
+        if (rc != MS_EXIT_OK) goto out;
+    }
+    eo.run.prompt_tokens = (int64_t)np;
+    eo.run.max_positions = (int64_t)np + o->n + 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    if (!(e = ms_engine_open(&eo))) {
         rc = ms_cli_fail_err(cmd);
         goto out;
     }
-    if (o->ids) {
-        if (ms_cli_parse_ids(o->ids, &prompt, &np) != 0) {
-            rc = ms_cli_fail_err(cmd);
-            goto out;
-        }
-    } else {
-        if (!tok) {
-            rc = ms_cli_fail(cmd, MS_EXIT_USAGE,
-                             "model %s has no tokenizer (tiktoken.model), so --prompt/--prompt-file cannot be "
-                             "used; pass token ids with --ids",
-                             o->model);
-            goto out;
-        }
-        size_t len = 0;
-        char *buf = NULL;
-        const char *text = o->prompt;
-        if (o->prompt_file) {
-            if (!(buf = ms_cli_read_file(o->prompt_file, &len))) {
-                rc = ms_cli_fail_err(cmd);
-                goto out;
-            }
-            text = buf;
-        } else {
-            len = strlen(text);
-        }
-        int e = ms_tok_encode(tok, text, len, o->allow_special, &prompt, &np);
-        free(buf);
-        if (e != 0) {
-            ms_err_set_code(MS_EXIT_INPUT);
-            rc = ms_cli_fail_err(cmd);
-            goto out;
-        }
-    }
-    if (np == 0) {
-        rc = ms_cli_fail(cmd, MS_EXIT_INPUT, "the prompt is empty (no tokens)");
-        goto out;
-    }
-    ms_run_opts ro = {0};
-    ro.n_threads = (int)o->threads;
-    ro.ram_budget = o->budget;
-    ro.buffered = o->buffered;
-    ro.io_depth = (int)o->io_depth;
-    ro.prompt_tokens = (int64_t)np;
-    ro.max_positions = (int64_t)np + o->n + 1;
-    ro.max_chunk = o->chunk;
-    ro.all_logits = o->dump != NULL;
-    ro.lru = o->lru;
-    ro.quiet = o->quiet;
-    int remote = o->workers || o->cluster || o->local_workers > 0;
-    ro.remote_experts = remote;
-    ro.local_workers = o->local_workers > 0 ? (int)o->local_workers : 0;
-    if (!(m = ms_model_open(o->model, &ro))) {
-        rc = ms_cli_fail_err(cmd);
-        goto out;
-    }
-    c = ms_model_cfg(m);
-    V = c->vocab;
-    if (remote && (rc = start_workers(o, m, &wk)) != MS_EXIT_OK) goto out;
-    for (size_t i = 0; i < np; i++)
-        if (prompt[i] >= V) {
-            rc = ms_cli_fail(cmd, MS_EXIT_INPUT, "prompt token id %d is outside the model's vocabulary (%lld ids)",
-                             prompt[i], (long long)V);
-            goto out;
-        }
+    const ms_cfg *c = ms_engine_cfg(e);
     if (o->dump && !(dump = fopen(o->dump, "wb"))) {
         rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot create %s", o->dump);
         goto out;
@@ -251,81 +275,63 @@ static int generate(const run_opts *o)
             rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot create %s", o->trace);
             goto out;
         }
-        ms_model_set_route_observer(m, trace_route, trace);
+        ms_model_set_route_observer(ms_engine_model(e), trace_route, trace);
     }
     double t_load = ms_cli_now() - t0;
-    ms_sampler sp;
-    ms_sampler_init(&sp, o->temperature, o->top_p, (uint64_t)o->seed);
-    seq = ms_seq_new(m);
-    gen = ms_malloc(sizeof(int32_t) * (size_t)(o->n + 1));
-    int64_t chunk = ms_model_chunk(m);
-    logits = ms_malloc(sizeof(float) * (size_t)((dump ? chunk : 1) * V)); /* [rows][V] */
-    int64_t ng = 0;
+    run_ctx rctx = {o, ms_engine_tok(e), dump, c->vocab};
+    ms_gen_params gp = {o->temperature, o->top_p, (uint64_t)o->seed, o->n, o->stop_eos, dump != NULL,
+                        print_token, dump_rows, &rctx};
+    if (!(seq = ms_engine_seq_new(e, prompt, np, &gp))) {
+        rc = ms_cli_fail_err(cmd);
+        goto out;
+    }
     ms_model_stats after_prefill;
     memset(&after_prefill, 0, sizeof after_prefill);
     int progress = !o->quiet && isatty(2);
-    double t1 = ms_cli_now(), t_prefill = 0.0, t_decode = 0.0;
-    if (o->n > 0) {
-        /* Layer-major prefill in chunks the plan allows: all rows of a chunk go through a layer
-         * together, so each routed expert is read at most once per layer per chunk. */
-        const float *last = logits;
-        for (int64_t p0 = 0; p0 < (int64_t)np; p0 += chunk) {
-            int64_t cn = (int64_t)np - p0 < chunk ? (int64_t)np - p0 : chunk;
-            if (progress) fprintf(stderr, "\rprefill %lld/%zu tokens", (long long)(p0 + cn), np);
-            if (ms_model_forward(m, seq, prompt + p0, cn, dump != NULL, logits) != 0) {
-                if (progress) fputc('\n', stderr);
-                rc = ms_cli_fail_err(cmd);
-                goto out;
-            }
-            if (dump && write_rows(dump, logits, cn, V, o->dump) != 0) {
-                rc = ms_cli_fail_err(cmd);
-                goto out;
-            }
-            last = logits + (dump ? (cn - 1) * V : 0);
+    double t1 = ms_cli_now(), t_prefill = 0.0, t2 = t1;
+    while (!ms_engine_seq_done(seq)) {
+        if (got_signal) {
+            rc = ms_cli_fail(cmd, MS_EXIT_INTERRUPTED, "interrupted (signal %d); nothing more was generated",
+                             (int)got_signal);
+            goto out;
         }
-        if (progress) fputc('\n', stderr);
-        t_prefill = ms_cli_now() - t1;
-        ms_model_get_stats(m, &after_prefill);
-        int32_t next = ms_sampler_pick(&sp, last, V);
-        double t2 = ms_cli_now();
-        for (;;) {
-            gen[ng++] = next;
-            if (!o->json && !o->quiet) {
-                if (tok) {
-                    char *piece = NULL;
-                    size_t plen = 0;
-                    if (ms_tok_decode(tok, &next, 1, &piece, &plen) == 0) fwrite(piece, 1, plen, stdout);
-                    free(piece);
-                } else {
-                    printf("%s%d", ng > 1 ? " " : "", next);
-                }
-                fflush(stdout);
-            }
-            if (ng >= o->n || (o->stop_eos && next == c->eos_id)) break;
-            if (got_signal) {
-                rc = ms_cli_fail(cmd, 130, "interrupted; stopping the workers");
-                goto out;
-            }
-            if (progress && o->json) fprintf(stderr, "\rtoken %lld/%lld", (long long)ng + 1, o->n);
-            if (ms_model_forward(m, seq, &next, 1, 0, logits) != 0) {
+        size_t ng0;
+        ms_engine_seq_tokens(seq, &ng0);
+        if (ms_engine_step(e, &seq, 1) != 0) {
+            if (progress) fputc('\n', stderr);
+            if (got_signal)
+                rc = ms_cli_fail(cmd, MS_EXIT_INTERRUPTED, "interrupted (signal %d): %s", (int)got_signal,
+                                 ms_err_msg());
+            else
                 rc = ms_cli_fail_err(cmd);
-                goto out;
-            }
-            if (dump && write_rows(dump, logits, 1, V, o->dump) != 0) {
-                rc = ms_cli_fail_err(cmd);
-                goto out;
-            }
-            next = ms_sampler_pick(&sp, logits, V);
+            goto out;
         }
-        t_decode = ms_cli_now() - t2;
-        if (progress && o->json) fputc('\n', stderr);
+        size_t ng;
+        ms_engine_seq_tokens(seq, &ng);
+        if (ng0 == 0) {
+            if (progress)
+                fprintf(stderr, "\rprefill %zu/%zu tokens%s", ms_engine_seq_prefilled(seq), np, ng ? "\n" : "");
+            if (ng) { /* the prompt is in and the first token sampled */
+                t2 = ms_cli_now();
+                t_prefill = t2 - t1;
+                ms_model_get_stats(ms_engine_model(e), &after_prefill);
+            }
+        } else if (progress && o->json && !ms_engine_seq_done(seq)) {
+            fprintf(stderr, "\rtoken %zu/%lld", ng + 1, o->n);
+        }
     }
-    if (trace && fclose(trace) != 0) {
+    size_t ng;
+    const int32_t *gen = ms_engine_seq_tokens(seq, &ng);
+    double t_decode = ng ? ms_cli_now() - t2 : 0.0;
+    if (progress && o->json && ng > 1) fputc('\n', stderr);
+    if (trace) {
+        int bad = fclose(trace) != 0;
         trace = NULL;
-        rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot write %s", o->trace);
-        goto out;
+        if (bad) {
+            rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot write %s", o->trace);
+            goto out;
+        }
     }
-    trace = NULL;
     if (dump) {
         int bad = fclose(dump) != 0;
         dump = NULL;
@@ -334,96 +340,20 @@ static int generate(const run_opts *o)
             goto out;
         }
     }
-    /* All local processes together: the coordinator and the workers it started. */
-    uint64_t rss_self = (uint64_t)peak_rss_bytes(), rss_all = rss_self + ms_local_peak_rss(wk.local);
-    double dec_tps = ng > 1 && t_decode > 0 ? (double)(ng - 1) / t_decode : 0.0;
-    double pre_tps = t_prefill > 0 ? (double)np / t_prefill : 0.0;
+    ms_engine_stats es;
+    ms_engine_get_stats(e, &es);
     double wall = ms_cli_now() - t0;
-    ms_model_stats ms;
-    ms_model_get_stats(m, &ms);
-    double read_rate = ms.read_busy_seconds > 0 ? (double)ms.bytes_read_experts / ms.read_busy_seconds : 0.0;
-    double io_share = wall > 0 ? ms.io_wait_seconds / wall : 0.0;
-    double s_per_tok = ng > 1 ? t_decode / (double)(ng - 1) : 0.0;
-    if (o->json) {
-        json_t *pj = json_array(), *gj = json_array();
-        for (size_t i = 0; i < np; i++) json_array_append_new(pj, json_integer(prompt[i]));
-        for (int64_t i = 0; i < ng; i++) json_array_append_new(gj, json_integer(gen[i]));
-        json_t *stats = json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:I}", "load_seconds", t_load,
-                                  "prefill_seconds", t_prefill, "decode_seconds", t_decode,
-                                  "decode_seconds_per_token", s_per_tok, "prefill_tokens_per_second", pre_tps,
-                                  "decode_tokens_per_second", dec_tps, "prompt_tokens", (json_int_t)np,
-                                  "generated_tokens", (json_int_t)ng, "threads",
-                                  (json_int_t)ms_pool_size(ms_model_pool(m)), "peak_rss_bytes",
-                                  (json_int_t)rss_all);
-        json_object_set_new(stats, "peak_rss_coordinator_bytes", json_integer((json_int_t)rss_self));
-        json_object_set_new(stats, "bytes_read_experts", json_integer((json_int_t)ms.bytes_read_experts));
-        json_object_set_new(stats, "bytes_read_trunk", json_integer((json_int_t)ms.bytes_read_trunk));
-        json_object_set_new(stats, "bytes_read_at_load", json_integer((json_int_t)ms.bytes_read_at_load));
-        uint64_t dec_bytes = ms.bytes_read_experts + ms.bytes_read_trunk - after_prefill.bytes_read_experts -
-                             after_prefill.bytes_read_trunk;
-        json_object_set_new(stats, "decode_bytes_read_per_token",
-                            json_real(ng > 1 ? (double)dec_bytes / (double)(ng - 1) : 0.0));
-        json_object_set_new(stats, "expert_requests", json_integer((json_int_t)ms.expert_requests));
-        json_object_set_new(stats, "expert_cache_hits", json_integer((json_int_t)ms.expert_cache_hits));
-        json_object_set_new(stats, "expert_cache_misses", json_integer((json_int_t)ms.expert_cache_misses));
-        json_object_set_new(stats, "expert_cache_evictions", json_integer((json_int_t)ms.expert_cache_evictions));
-        json_object_set_new(stats, "expert_cache_peak_bytes", json_integer((json_int_t)ms.expert_cache_peak_bytes));
-        json_object_set_new(stats, "expert_cache_capacity_bytes", json_integer((json_int_t)ms.expert_cache_capacity));
-        json_object_set_new(stats, "expert_bytes", json_integer((json_int_t)ms.expert_bytes));
-        json_object_set_new(stats, "expert_read_bytes_per_second", json_real(read_rate));
-        json_object_set_new(stats, "io_wait_seconds", json_real(ms.io_wait_seconds));
-        json_object_set_new(stats, "io_wait_share", json_real(io_share));
-        json_object_set_new(stats, "wall_seconds", json_real(wall));
-        if (ms_model_plan(m)) json_object_set_new(stats, "plan", ms_plan_json(ms_model_plan(m)));
-        if (wk.remote) {
-            ms_remote_stats rs;
-            ms_remote_get_stats(wk.remote, &rs);
-            json_object_set_new(stats, "workers",
-                                json_pack("{s:i,s:i,s:I,s:I,s:I,s:I,s:I}", "count", wk.n, "up", rs.workers_up,
-                                          "requests", (json_int_t)rs.requests, "resends", (json_int_t)rs.resends,
-                                          "failovers", (json_int_t)rs.failovers, "bytes_sent",
-                                          (json_int_t)rs.bytes_sent, "bytes_received", (json_int_t)rs.bytes_received));
-        }
-        json_t *out = json_pack("{s:o,s:o,s:o}", "prompt_ids", pj, "generated_ids", gj, "stats", stats);
-        if (tok) {
-            char *text = NULL;
-            size_t len = 0;
-            if (ms_tok_decode(tok, gen, (size_t)ng, &text, &len) == 0)
-                json_object_set_new(out, "text", ms_cli_json_text(text, len));
-            free(text);
-        }
-        json_dumpf(out, stdout, JSON_COMPACT);
+    if (o->json)
+        print_json(e, prompt, np, gen, ng, &es, &after_prefill, t_load, t_prefill, t_decode, wall);
+    else if (!o->quiet)
         fputc('\n', stdout);
-        json_decref(out);
-    } else if (!o->quiet) {
-        fputc('\n', stdout);
-    }
-    if (!o->quiet) {
-        char a[64], b[64], d[64];
-        fprintf(stderr,
-                "moestream run: %zu prompt tokens in %.3f s (%.1f tok/s), %lld generated in %.3f s (%.3f s/token), "
-                "load %.3f s, %d threads, peak RSS %s\n",
-                np, t_prefill, pre_tps, (long long)ng, t_decode, s_per_tok, t_load, ms_pool_size(ms_model_pool(m)),
-                ms_plan_fmt(rss_all, a, sizeof a));
-        if (ms.expert_requests || ms.bytes_read_trunk)
-            fprintf(stderr,
-                    "moestream run: read %s of experts (%.0f MB/s while reading), %s of trunk; expert cache %llu hits, "
-                    "%llu misses, %llu evictions; waiting on I/O %.0f%% of %.2f s\n",
-                    ms_plan_fmt(ms.bytes_read_experts, b, sizeof b), read_rate / 1e6,
-                    ms_plan_fmt(ms.bytes_read_trunk, d, sizeof d), (unsigned long long)ms.expert_cache_hits,
-                    (unsigned long long)ms.expert_cache_misses, (unsigned long long)ms.expert_cache_evictions,
-                    100.0 * io_share, wall);
-    }
+    if (!o->quiet) print_report(np, ng, &es, t_load, t_prefill, t_decode, wall);
 out:
     if (dump) fclose(dump);
     if (trace) fclose(trace);
-    stop_workers(&wk);
-    ms_seq_free(seq);
-    free(logits);
-    free(gen);
+    ms_engine_seq_free(seq);
+    ms_engine_free(e);
     free(prompt);
-    ms_tok_free(tok);
-    ms_model_free(m);
     return rc;
 }
 

@@ -110,50 +110,55 @@ static void recur_chunk(void *ctx, int64_t begin, int64_t end)
 }
 
 
-void ms_kda_forward(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *st, const float *x, int64_t T, float *out,
-                    ms_pool *pool)
+void ms_kda_forward_batch(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *const *st, const ms_rows *seg,
+                          int n_seg, const float *x, int64_t R, float *out, ms_pool *pool)
 {
     int Hk = c->kda_heads, D = c->kda_head_dim, K = c->conv_k;
     int64_t P = (int64_t)Hk * D;
-    size_t TP = (size_t)(T * P);
-    float *q = ms_malloc(sizeof(float) * TP);    /* [T][P] */
-    float *k = ms_malloc(sizeof(float) * TP);    /* [T][P] */
-    float *v = ms_malloc(sizeof(float) * TP);    /* [T][P] */
-    float *g = ms_malloc(sizeof(float) * TP);    /* [T][P] output gate logits */
-    float *z = ms_malloc(sizeof(float) * TP);    /* [T][P] decay pre-activation */
-    float *fa = ms_malloc(sizeof(float) * (size_t)(T * D)); /* [T][D] */
-    float *b = ms_malloc(sizeof(float) * (size_t)(T * Hk)); /* [T][Hk] */
-    float *y = ms_malloc(sizeof(float) * TP);    /* [T][P] gated, normed output */
+    size_t RP = (size_t)(R * P);
+    float *q = ms_malloc(sizeof(float) * RP);    /* [R][P] */
+    float *k = ms_malloc(sizeof(float) * RP);    /* [R][P] */
+    float *v = ms_malloc(sizeof(float) * RP);    /* [R][P] */
+    float *g = ms_malloc(sizeof(float) * RP);    /* [R][P] output gate logits */
+    float *z = ms_malloc(sizeof(float) * RP);    /* [R][P] decay pre-activation */
+    float *fa = ms_malloc(sizeof(float) * (size_t)(R * D)); /* [R][D] */
+    float *b = ms_malloc(sizeof(float) * (size_t)(R * Hk)); /* [R][Hk] */
+    float *y = ms_malloc(sizeof(float) * RP);    /* [R][P] gated, normed output */
     float *tmp = ms_malloc(sizeof(float) * (size_t)P * 4); /* conv outputs q, k, v and alpha */
-    ms_matmul(&w->q, x, T, q, pool);
-    ms_matmul(&w->k, x, T, k, pool);
-    ms_matmul(&w->v, x, T, v, pool);
-    ms_matmul(&w->g, x, T, g, pool);
-    ms_matmul(&w->fa, x, T, fa, pool);
-    ms_matmul(&w->fb, fa, T, z, pool);
-    ms_matmul(&w->b, x, T, b, pool);
+    /* The streaming schedule (ms_mload.c) follows this order of matmuls. */
+    ms_matmul(&w->q, x, R, q, pool);
+    ms_matmul(&w->k, x, R, k, pool);
+    ms_matmul(&w->v, x, R, v, pool);
+    ms_matmul(&w->g, x, R, g, pool);
+    ms_matmul(&w->fa, x, R, fa, pool);
+    ms_matmul(&w->fb, fa, R, z, pool);
+    ms_matmul(&w->b, x, R, b, pool);
     float qscale = 1.0f / sqrtf((float)D);
     float *cq = tmp, *ck = tmp + P, *cv = tmp + 2 * P, *alpha = tmp + 3 * P;
     float beta[1024];
     MS_ASSERT(Hk <= 1024);
-    for (int64_t t = 0; t < T; t++) {
-        ms_shortconv_step(w->q_conv, P, K, st->hq, q + t * P, cq);
-        ms_shortconv_step(w->k_conv, P, K, st->hk, k + t * P, ck);
-        ms_shortconv_step(w->v_conv, P, K, st->hv, v + t * P, cv);
-        for (int h = 0; h < Hk; h++) {
-            ms_l2norm(cq + h * D, D);
-            ms_l2norm(ck + h * D, D);
-            beta[h] = ms_sigmoid(b[t * Hk + h]);
+    for (int s = 0; s < n_seg; s++) {
+        ms_kda_state *ss = st[s];
+        MS_ASSERT(seg[s].r0 >= 0 && seg[s].r0 + seg[s].T <= R);
+        for (int64_t t = seg[s].r0; t < seg[s].r0 + seg[s].T; t++) {
+            ms_shortconv_step(w->q_conv, P, K, ss->hq, q + t * P, cq);
+            ms_shortconv_step(w->k_conv, P, K, ss->hk, k + t * P, ck);
+            ms_shortconv_step(w->v_conv, P, K, ss->hv, v + t * P, cv);
+            for (int h = 0; h < Hk; h++) {
+                ms_l2norm(cq + h * D, D);
+                ms_l2norm(ck + h * D, D);
+                beta[h] = ms_sigmoid(b[t * Hk + h]);
+            }
+            for (int64_t p = 0; p < P; p++) cq[p] *= qscale;
+            ms_kda_decay(z + t * P, w->A_log, w->dt_bias, Hk, D, c->gate_lb, NULL, alpha);
+            float *yt = y + t * P;
+            recur_ctx rc = {ss->S, D, cq, ck, cv, alpha, beta, yt};
+            ms_pool_for(pool, Hk, 8, recur_chunk, &rc);
+            for (int h = 0; h < Hk; h++) ms_rmsnorm(yt + h * D, w->o_norm, D, c->eps, yt + h * D);
+            for (int64_t p = 0; p < P; p++) yt[p] *= ms_sigmoid(g[t * P + p]);
         }
-        for (int64_t p = 0; p < P; p++) cq[p] *= qscale;
-        ms_kda_decay(z + t * P, w->A_log, w->dt_bias, Hk, D, c->gate_lb, NULL, alpha);
-        float *yt = y + t * P;
-        recur_ctx rc = {st->S, D, cq, ck, cv, alpha, beta, yt};
-        ms_pool_for(pool, Hk, 8, recur_chunk, &rc);
-        for (int h = 0; h < Hk; h++) ms_rmsnorm(yt + h * D, w->o_norm, D, c->eps, yt + h * D);
-        for (int64_t p = 0; p < P; p++) yt[p] *= ms_sigmoid(g[t * P + p]);
     }
-    ms_matmul(&w->o, y, T, out, pool);
+    ms_matmul(&w->o, y, R, out, pool);
     free(q);
     free(k);
     free(v);
@@ -163,4 +168,11 @@ void ms_kda_forward(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *st, const 
     free(b);
     free(y);
     free(tmp);
+}
+
+void ms_kda_forward(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *st, const float *x, int64_t T, float *out,
+                    ms_pool *pool)
+{
+    ms_rows seg = {0, T};
+    ms_kda_forward_batch(c, w, &st, &seg, 1, x, T, out, pool);
 }

@@ -5,6 +5,7 @@
 #include "ms_cfg.h"
 #include "ms_kern.h"
 #include "ms_pool.h"
+#include "ms_rows.h"
 
 /* Borrowed weights of one KDA layer. P = Hk*D. */
 typedef struct {
@@ -39,8 +40,14 @@ void ms_kda_decay(const float *z, const float *A_log, const float *dt_bias, int 
 void ms_kda_recur_step(float *S, int Hk, int D, const float *q, const float *k, const float *v, const float *alpha,
                        const float *beta, float *o);
 
-/* The whole KDA module for T consecutive tokens of one sequence, carrying state.
- * x: float[T][E] (the input_layernorm output), out: float[T][E]. */
+/* The whole KDA module for a batched pass of R rows made of n_seg sequences: segment s is
+ * rows seg[s] of x and continues the state st[s]. Projections run once over all R rows (each
+ * weight read once); the short convolutions and the recurrence run per sequence, so a row's
+ * output never depends on the other sequences. x: float[R][E] (the input_layernorm output),
+ * out: float[R][E]. */
+void ms_kda_forward_batch(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *const *st, const ms_rows *seg,
+                          int n_seg, const float *x, int64_t R, float *out, ms_pool *pool);
+/* One sequence: T consecutive tokens carrying state (ms_kda_forward_batch with one segment). */
 void ms_kda_forward(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *st, const float *x, int64_t T, float *out,
                     ms_pool *pool);
 

@@ -26,8 +26,9 @@ static void attnres_rows(const ms_cfg *c, const float *snaps, int smax, int n, c
     }
 }
 
-int ms_layer_forward(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *st, const ms_experts *ex,
-                     float *h, float *snaps, int smax, int *n_snap, int64_t T, int32_t *ids_out, ms_pool *pool)
+int ms_layer_forward_batch(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *const *st,
+                           const ms_rows *seg, int n_seg, const ms_experts *ex, float *h, float *snaps, int smax,
+                           int *n_snap, int64_t T, int32_t *ids_out, ms_pool *pool)
 {
     int64_t E = c->hidden;
     size_t TE = (size_t)(T * E);
@@ -51,13 +52,19 @@ int ms_layer_forward(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_s
         p_empty = 1;
     }
     for (int64_t t = 0; t < T; t++) ms_rmsnorm(x + t * E, w->in_norm, E, c->eps, x + t * E);
+    MS_ASSERT(n_seg >= 1 && n_seg <= MS_LAYER_MAX_SEQS);
     if (w->is_mla) {
-        if (ms_mla_forward(c, &w->mla, &st->mla, x, T, a, pool) != 0) {
+        ms_mla_cache *kc[MS_LAYER_MAX_SEQS];
+        for (int s = 0; s < n_seg; s++) kc[s] = &st[s]->mla;
+        if (ms_mla_forward_batch(c, &w->mla, kc, seg, n_seg, x, T, a, pool) != 0) {
             rc = -1;
             goto out;
         }
-    } else
-        ms_kda_forward(c, &w->kda, &st->kda, x, T, a, pool);
+    } else {
+        ms_kda_state *ks[MS_LAYER_MAX_SEQS];
+        for (int s = 0; s < n_seg; s++) ks[s] = &st[s]->kda;
+        ms_kda_forward_batch(c, &w->kda, ks, seg, n_seg, x, T, a, pool);
+    }
     if (p_empty)
         memcpy(h, a, sizeof(float) * TE);
     else
@@ -76,4 +83,11 @@ out:
     free(x);
     free(a);
     return rc;
+}
+
+int ms_layer_forward(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *st, const ms_experts *ex,
+                     float *h, float *snaps, int smax, int *n_snap, int64_t T, int32_t *ids_out, ms_pool *pool)
+{
+    ms_rows seg = {0, T};
+    return ms_layer_forward_batch(c, layer, w, &st, &seg, 1, ex, h, snaps, smax, n_snap, T, ids_out, pool);
 }

@@ -8,6 +8,9 @@
 #include "ms_mla.h"
 #include "ms_moe.h"
 
+/* Most sequences one batched pass can carry. */
+#define MS_LAYER_MAX_SEQS 256
+
 /* Borrowed weights of one layer (fold vectors are owned by whoever built the struct). */
 typedef struct {
     int is_mla, is_dense;
@@ -40,5 +43,13 @@ int ms_layer_snaps_after(const ms_cfg *c, int layer);
  * Returns 0, or -1 with ms_err set if the routed experts failed. */
 int ms_layer_forward(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *st, const ms_experts *ex,
                      float *h, float *snaps, int smax, int *n_snap, int64_t T, int32_t *ids_out, ms_pool *pool);
+
+/* The same layer for a batched pass of R rows made of n_seg sequences: segment s is rows
+ * seg[s] and continues the state st[s] (see ms_rows.h). h, snaps and ids_out are as above with
+ * R rows. Every matmul of the layer runs once over all R rows and the routed experts are asked
+ * once for all rows; each row's result is bit-identical to running its sequence alone. */
+int ms_layer_forward_batch(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *const *st,
+                           const ms_rows *seg, int n_seg, const ms_experts *ex, float *h, float *snaps, int smax,
+                           int *n_snap, int64_t R, int32_t *ids_out, ms_pool *pool);
 
 #endif

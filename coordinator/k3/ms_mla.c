@@ -110,44 +110,57 @@ static void attn_heads(void *vctx, int64_t h0, int64_t h1)
     free(p);
 }
 
-int ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const float *x, int64_t T, float *out,
-                   ms_pool *pool)
+int ms_mla_forward_batch(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *const *kc, const ms_rows *seg, int n_seg,
+                         const float *x, int64_t R, float *out, ms_pool *pool)
 {
     int H = c->mla_heads, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head, Rq = c->q_lora, Rkv = c->kv_lora;
     int dq = dn + dr;
-    float *qa = ms_malloc(sizeof(float) * (size_t)(T * Rq));            /* [T][Rq] */
-    float *q = ms_malloc(sizeof(float) * (size_t)(T * H * dq));         /* [T][H*dq] */
-    float *ckv = ms_malloc(sizeof(float) * (size_t)(T * (Rkv + dr)));   /* [T][Rkv+dr] */
-    float *o = ms_malloc(sizeof(float) * (size_t)(T * H * dv));         /* [T][H*dv] */
-    ms_matmul(&w->qa, x, T, qa, pool);
-    for (int64_t t = 0; t < T; t++) ms_rmsnorm(qa + t * Rq, w->qa_norm, Rq, c->eps, qa + t * Rq);
-    ms_matmul(&w->qb, qa, T, q, pool);
-    ms_matmul(&w->kva, x, T, ckv, pool);
-    int64_t n0 = kc->n;
-    cache_reserve(kc, n0 + T, Rkv, dr);
-    for (int64_t t = 0; t < T; t++) {
-        const float *ct = ckv + t * (Rkv + dr);
-        ms_rmsnorm(ct, w->kva_norm, Rkv, c->eps, kc->lat + (n0 + t) * Rkv);
-        memcpy(kc->rope + (n0 + t) * dr, ct + Rkv, sizeof(float) * (size_t)dr); /* raw, never rotated */
-    }
-    kc->n = n0 + T;
-    /* The attention reads kv_b by rows: a streamed kv_b is pulled whole for this call. */
+    float *qa = ms_malloc(sizeof(float) * (size_t)(R * Rq));            /* [R][Rq] */
+    float *q = ms_malloc(sizeof(float) * (size_t)(R * H * dq));         /* [R][H*dq] */
+    float *ckv = ms_malloc(sizeof(float) * (size_t)(R * (Rkv + dr)));   /* [R][Rkv+dr] */
+    float *o = ms_malloc(sizeof(float) * (size_t)(R * H * dv));         /* [R][H*dv] */
+    /* The streaming schedule (ms_mload.c) follows this order of matmuls: qa, qb, kva, kvb, g, o. */
+    ms_matmul(&w->qa, x, R, qa, pool);
+    for (int64_t t = 0; t < R; t++) ms_rmsnorm(qa + t * Rq, w->qa_norm, Rq, c->eps, qa + t * Rq);
+    ms_matmul(&w->qb, qa, R, q, pool);
+    ms_matmul(&w->kva, x, R, ckv, pool);
+    /* The attention reads kv_b by rows: a streamed kv_b is pulled whole, once for the pass. */
     ms_mat kvb;
     void *kvb_owned = NULL;
     int rc = ms_mat_materialize(&w->kvb, &kvb, &kvb_owned);
-    attn_ctx a = {c, w, &kvb, kc, T, n0, q, o};
-    ms_pool_for(pool, H, 1, attn_heads, &a);
+    for (int s = 0; s < n_seg; s++) {
+        ms_mla_cache *kcs = kc[s];
+        int64_t r0 = seg[s].r0, T = seg[s].T;
+        MS_ASSERT(r0 >= 0 && r0 + T <= R);
+        int64_t n0 = kcs->n;
+        cache_reserve(kcs, n0 + T, Rkv, dr);
+        for (int64_t t = 0; t < T; t++) {
+            const float *ct = ckv + (r0 + t) * (Rkv + dr);
+            ms_rmsnorm(ct, w->kva_norm, Rkv, c->eps, kcs->lat + (n0 + t) * Rkv);
+            memcpy(kcs->rope + (n0 + t) * dr, ct + Rkv, sizeof(float) * (size_t)dr); /* raw, never rotated */
+        }
+        kcs->n = n0 + T;
+        attn_ctx a = {c, w, &kvb, kcs, T, n0, q + r0 * H * dq, o + r0 * H * dv};
+        ms_pool_for(pool, H, 1, attn_heads, &a);
+    }
     free(kvb_owned);
     if (c->mla_out_gate) {
-        float *g = ms_malloc(sizeof(float) * (size_t)(T * H * dv)); /* [T][H*dv] */
-        ms_matmul(&w->g, x, T, g, pool);
-        for (int64_t i = 0; i < T * H * dv; i++) o[i] *= ms_sigmoid(g[i]);
+        float *g = ms_malloc(sizeof(float) * (size_t)(R * H * dv)); /* [R][H*dv] */
+        ms_matmul(&w->g, x, R, g, pool);
+        for (int64_t i = 0; i < R * H * dv; i++) o[i] *= ms_sigmoid(g[i]);
         free(g);
     }
-    ms_matmul(&w->o, o, T, out, pool);
+    ms_matmul(&w->o, o, R, out, pool);
     free(qa);
     free(q);
     free(ckv);
     free(o);
     return rc;
+}
+
+int ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const float *x, int64_t T, float *out,
+                   ms_pool *pool)
+{
+    ms_rows seg = {0, T};
+    return ms_mla_forward_batch(c, w, &kc, &seg, 1, x, T, out, pool);
 }

@@ -5,6 +5,7 @@
 #include "ms_cfg.h"
 #include "ms_kern.h"
 #include "ms_pool.h"
+#include "ms_rows.h"
 
 /* Borrowed weights of one MLA layer. dq = dn + dr. */
 typedef struct {
@@ -37,5 +38,10 @@ void ms_mla_cache_free(ms_mla_cache *kc); /* accepts NULL */
  * Returns 0, or -1 when a streamed weight could not be read (ms_err set by the streamer). */
 int ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const float *x, int64_t T, float *out,
                     ms_pool *pool);
+/* The MLA module for a batched pass of R rows made of n_seg sequences: segment s is rows
+ * seg[s] of x and continues cache kc[s]. Projections run once over all R rows; cache appends
+ * and attention run per sequence. Same return as ms_mla_forward. */
+int ms_mla_forward_batch(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *const *kc, const ms_rows *seg, int n_seg,
+                         const float *x, int64_t R, float *out, ms_pool *pool);
 
 #endif

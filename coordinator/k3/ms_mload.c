@@ -119,7 +119,7 @@ static uint64_t state_bytes(const ms_model *m)
         else
             total += 4 * (P * (uint64_t)c->kda_head_dim + 3 * P * (uint64_t)(c->conv_k - 1) + 3);
     }
-    return total;
+    return total * (uint64_t)(m->opts.max_seqs > 1 ? m->opts.max_seqs : 1);
 }
 
 int ms_mload_setup(ms_model *m)

@@ -1,4 +1,5 @@
 /* ms_model: binds a Kimi K3 checkpoint's tensors to layer weights and runs the forward pass. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -498,56 +499,119 @@ void ms_seq_free(ms_seq *s)
 
 int64_t ms_seq_pos(const ms_seq *s) { return s->pos; }
 
-int ms_model_forward(ms_model *m, ms_seq *s, const int32_t *ids, int64_t T, int all_rows, float *logits)
+/* The first non-finite value of rows [0, R) of x (width W), as a row index, or -1. */
+static int64_t first_nonfinite_row(const float *x, int64_t R, int64_t W)
+{
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < W; j++)
+            if (!isfinite(x[r * W + j])) return r;
+    return -1;
+}
+
+/* The item (sequence index in the pass) that row r belongs to. */
+static int item_of_row(const ms_rows *seg, int n, int64_t r)
+{
+    for (int i = 0; i < n; i++)
+        if (r >= seg[i].r0 && r < seg[i].r0 + seg[i].T) return i;
+    return -1;
+}
+
+int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
 {
     const ms_cfg *c = &m->cfg;
     int64_t E = c->hidden, V = c->vocab;
     int smax = ms_layer_snaps_after(c, c->n_layers - 1);
     int rc = -1;
-    for (int64_t t = 0; t < T; t++)
-        if (ids[t] < 0 || ids[t] >= V) {
-            ms_err_set("token id %d at position %lld is outside the vocabulary (0..%lld)", ids[t],
-                       (long long)(s->pos + t), (long long)(V - 1));
-            ms_err_set_code(MS_EXIT_INPUT);
-            return -1;
-        }
-    float *h = ms_malloc(sizeof(float) * (size_t)(T * E));                   /* [T][E] */
-    float *snaps = ms_malloc(sizeof(float) * (size_t)(T * smax * E));        /* [T][smax][E] */
-    int32_t *route = ms_malloc(sizeof(int32_t) * (size_t)(T * c->top_k));    /* [T][k] */
-    float *x = ms_malloc(sizeof(float) * (size_t)(T * E));                   /* [T][E] */
-    for (int64_t t = 0; t < T; t++) {
-        if (m->embed.data)
-            ms_mat_row_f32(&m->embed, ids[t], h + t * E);
-        else if (ms_mload_embed_row(m, ids[t], h + t * E) != 0)
-            goto out;
+    MS_ASSERT(n >= 1 && n <= MS_LAYER_MAX_SEQS);
+    ms_rows seg[MS_LAYER_MAX_SEQS];
+    int64_t R = 0;
+    for (int i = 0; i < n; i++) {
+        MS_ASSERT(items[i].T >= 1 && items[i].seq && items[i].seq->m == m);
+        for (int j = 0; j < i; j++) MS_ASSERT(items[j].seq != items[i].seq);
+        for (int64_t t = 0; t < items[i].T; t++)
+            if (items[i].ids[t] < 0 || items[i].ids[t] >= V) {
+                ms_err_set("token id %d at position %lld is outside the vocabulary (0..%lld)", items[i].ids[t],
+                           (long long)(items[i].seq->pos + t), (long long)(V - 1));
+                ms_err_set_code(MS_EXIT_INPUT);
+                return -1;
+            }
+        seg[i] = (ms_rows){R, items[i].T};
+        R += items[i].T;
     }
+    int64_t out_rows = 0; /* logits rows asked for */
+    for (int i = 0; i < n; i++) out_rows += items[i].all_rows ? items[i].T : 1;
+    float *h = ms_malloc(sizeof(float) * (size_t)(R * E));                   /* [R][E] */
+    float *snaps = ms_malloc(sizeof(float) * (size_t)(R * smax * E));        /* [R][smax][E] */
+    int32_t *route = ms_malloc(sizeof(int32_t) * (size_t)(R * c->top_k));    /* [R][k] */
+    float *x = ms_malloc(sizeof(float) * (size_t)(out_rows * E));            /* [out_rows][E] */
+    float *lg = ms_malloc(sizeof(float) * (size_t)(out_rows * V));           /* [out_rows][V] */
+    ms_layer_state **st = ms_malloc(sizeof *st * (size_t)n);                 /* [n] this layer's states */
+    for (int i = 0; i < n; i++)
+        for (int64_t t = 0; t < items[i].T; t++) {
+            float *ht = h + (seg[i].r0 + t) * E;
+            if (m->embed.data)
+                ms_mat_row_f32(&m->embed, items[i].ids[t], ht);
+            else if (ms_mload_embed_row(m, items[i].ids[t], ht) != 0)
+                goto out;
+        }
     int nsnap = 0;
-    for (int i = 0; i < c->n_layers; i++) {
-        if (ms_layer_forward(c, i, &m->layers[i], &s->ls[i], &m->experts, h, snaps, smax, &nsnap, T, route, m->pool) !=
-            0)
+    for (int l = 0; l < c->n_layers; l++) {
+        for (int i = 0; i < n; i++) st[i] = &items[i].seq->ls[l];
+        if (ms_layer_forward_batch(c, l, &m->layers[l], st, seg, n, &m->experts, h, snaps, smax, &nsnap, R, route,
+                                   m->pool) != 0)
             goto out;
         if (ms_wstream_check(m->ws) != 0) goto out; /* a trunk read failed: no answer from partial weights */
-        if (m->route_fn && !m->layers[i].is_dense) m->route_fn(m->route_ctx, i, T, c->top_k, route);
+        int64_t bad = first_nonfinite_row(h, R, E);
+        if (bad >= 0) {
+            int it = item_of_row(seg, n, bad);
+            ms_err_set("layer %d produced a non-finite hidden state (position %lld of sequence %d of the pass); "
+                       "the weights or an expert output are corrupt",
+                       l, (long long)(items[it].seq->pos + bad - seg[it].r0), it);
+            goto out;
+        }
+        if (m->route_fn && !m->layers[l].is_dense) m->route_fn(m->route_ctx, l, R, c->top_k, route);
     }
-    /* Tail: output AttnRes over all snapshots + prefix, final norm, LM head. */
-    int64_t r0 = all_rows ? 0 : T - 1, nr = T - r0;
+    /* Tail: output AttnRes over all snapshots + prefix, final norm, LM head (asked rows only). */
     const float *srcs[65];
     MS_ASSERT(nsnap == smax && smax < 65);
-    for (int64_t t = r0; t < T; t++) {
-        for (int sidx = 0; sidx < smax; sidx++) srcs[sidx] = snaps + (t * smax + sidx) * E;
-        srcs[smax] = h + t * E;
-        float *xt = x + (t - r0) * E;
-        ms_attnres(srcs, smax + 1, E, m->out_fold, c->eps, xt);
-        ms_rmsnorm(xt, m->final_norm, E, c->eps, xt);
-    }
-    ms_matmul(&m->lm_head, x, nr, logits, m->pool);
+    int64_t o = 0;
+    for (int i = 0; i < n; i++)
+        for (int64_t t = items[i].all_rows ? 0 : items[i].T - 1; t < items[i].T; t++, o++) {
+            int64_t r = seg[i].r0 + t;
+            for (int sidx = 0; sidx < smax; sidx++) srcs[sidx] = snaps + (r * smax + sidx) * E;
+            srcs[smax] = h + r * E;
+            float *xt = x + o * E;
+            ms_attnres(srcs, smax + 1, E, m->out_fold, c->eps, xt);
+            ms_rmsnorm(xt, m->final_norm, E, c->eps, xt);
+        }
+    ms_matmul(&m->lm_head, x, out_rows, lg, m->pool);
     if (ms_wstream_check(m->ws) != 0) goto out;
-    s->pos += T;
+    int64_t bad = first_nonfinite_row(lg, out_rows, V);
+    if (bad >= 0) {
+        ms_err_set("the LM head produced a non-finite logit (logits row %lld of the pass); the weights are corrupt",
+                   (long long)bad);
+        goto out;
+    }
+    o = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t nr = items[i].all_rows ? items[i].T : 1;
+        memcpy(items[i].logits, lg + o * V, sizeof(float) * (size_t)(nr * V));
+        o += nr;
+        items[i].seq->pos += items[i].T;
+    }
     rc = 0;
 out:
     free(h);
     free(snaps);
     free(route);
     free(x);
+    free(lg);
+    free(st);
     return rc;
+}
+
+int ms_model_forward(ms_model *m, ms_seq *s, const int32_t *ids, int64_t T, int all_rows, float *logits)
+{
+    ms_batch_item it = {s, ids, T, all_rows, logits};
+    return ms_model_forward_batch(m, &it, 1);
 }

@@ -42,7 +42,8 @@ typedef struct {
     int buffered;            /* 1: buffered reads instead of O_DIRECT */
     int io_depth;            /* reads in flight (0 = 8) */
     int64_t prompt_tokens;   /* tokens the run will prefill (planning) */
-    int64_t max_positions;   /* prompt + generated tokens (KV cache planning) */
+    int64_t max_positions;   /* prompt + generated tokens of one sequence (KV cache planning) */
+    int max_seqs;            /* sequences alive at once, each with its state (0 = 1) */
     int64_t max_chunk;       /* largest prefill chunk (0 = 64) */
     int all_logits;          /* logits of every prefill row will be asked for */
     int lru;                 /* plain LRU expert cache (benchmarks) */
@@ -108,5 +109,23 @@ void ms_model_set_route_observer(ms_model *m, ms_route_fn fn, void *ctx);
  * float[V] for the last row only. Returns 0, or -1 with ms_err set (an id out of range, expert
  * failure); the sequence must then be discarded. */
 int ms_model_forward(ms_model *m, ms_seq *s, const int32_t *ids, int64_t T, int all_rows, float *logits);
+
+/* One sequence's share of a batched pass. */
+typedef struct {
+    ms_seq *seq;          /* continued by this pass; each sequence at most once per pass */
+    const int32_t *ids;   /* [T] the next tokens of the sequence (T >= 1) */
+    int64_t T;
+    int all_rows;         /* 1: logits of every row; 0: of the last row only */
+    float *logits;        /* out: float[T][V] if all_rows, else float[V] */
+} ms_batch_item;
+
+/* One pass over n sequences at once (each at its own position, with its own KDA states and
+ * MLA caches): the rows of all items go through each layer together, so every trunk matrix is
+ * read once per pass and each routed expert is read and computed once per layer for all the
+ * rows routed to it. Each item's logits are bit-identical to ms_model_forward on that sequence
+ * alone. Returns 0, or -1 with ms_err set (an id out of range, a failed read or expert, a
+ * non-finite hidden state or logit naming the layer); the sequences of a failed pass must be
+ * discarded. */
+int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n);
 
 #endif

@@ -1,0 +1,305 @@
+/* ms_engine: opens a model with its experts' workers and steps sets of sequences through
+ * batched forward passes, sampling each with its own RNG. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "ms_engine.h"
+#include "ms_err.h"
+#include "ms_local.h"
+#include "ms_remote.h"
+#include "ms_sample.h"
+#include "ms_wire.h"
+
+struct ms_engine {
+    ms_engine_opts o;
+    ms_model *m;
+    ms_tok *tok;
+    int64_t V;
+    /* workers of the routed experts (none: in this process) */
+    ms_remote_worker *wlist;  /* owned when listed, else the ms_local's */
+    int n_workers, listed;
+    ms_local *local;
+    ms_remote *remote;
+    uint64_t passes, pass_rows;
+};
+
+struct ms_eseq {
+    ms_engine *e;
+    ms_seq *seq;
+    ms_gen_params p;
+    ms_sampler sp;
+    int32_t *prompt;          /* [n_prompt] */
+    size_t n_prompt, fed;     /* prompt tokens, and how many went through the model */
+    int32_t *gen;             /* [max_tokens] generated tokens */
+    size_t n_gen;
+    float *last;              /* [V] logits of the last computed row */
+    int has_last;
+    const char *finish;       /* NULL while running */
+    /* this step's pass */
+    int64_t take;             /* rows fed in the current pass */
+    float *rows;              /* [cap_rows][V] logits out of the pass when all_logits */
+    int64_t cap_rows;
+};
+
+static void stop_workers(ms_engine *e)
+{
+    ms_remote_free(e->remote);
+    e->remote = NULL;
+    ms_local_stop(e->local); /* SIGTERM, wait, remove the socket directory */
+    e->local = NULL;
+    if (e->listed) ms_remote_workers_free(e->wlist, e->n_workers);
+    e->wlist = NULL;
+    e->n_workers = 0;
+}
+
+/* Budget share of each local worker: the read buffers and process costs the plan reserved,
+ * the expert cache, and what the plan left unused (the cache is capped at the model's experts). */
+static uint64_t local_worker_budget(const ms_plan *p, int n)
+{
+    if (!p) return 0;
+    uint64_t used = p->fixed + p->pinned_bytes + p->cache;
+    uint64_t spare = p->in.budget > used ? p->in.budget - used : 0;
+    return (p->in.expert_fixed + p->cache + spare) / (uint64_t)n;
+}
+
+static int start_workers(ms_engine *e)
+{
+    const ms_engine_opts *o = &e->o;
+    const ms_cfg *c = ms_model_cfg(e->m);
+    char secret[41] = "";
+    if (o->curve_secret && ms_remote_read_key(o->curve_secret, secret) != 0) return -1;
+    if (o->workers || o->cluster) {
+        int rc = o->cluster ? ms_remote_load_cluster(o->cluster, &e->wlist, &e->n_workers)
+                            : ms_remote_parse_list(o->workers, &e->wlist, &e->n_workers);
+        if (rc != 0) return -1;
+        e->listed = 1;
+        for (int i = 0; i < e->n_workers; i++)
+            if (!strncmp(e->wlist[i].endpoint, "tcp://", 6) && !e->wlist[i].public_key && !o->insecure) {
+                ms_err_set("worker %s is reached over plain tcp: give its public key in a --cluster file "
+                           "(with --curve-secret), or pass --insecure",
+                           e->wlist[i].endpoint);
+                return ms_err_set_code(MS_EXIT_USAGE);
+            }
+    } else {
+        int n = o->local_workers;
+        e->local = ms_local_start(o->model_dir, n, c->n_experts, local_worker_budget(ms_model_plan(e->m), n),
+                                  o->run.n_threads, o->run.buffered, 1, &e->wlist, &e->n_workers);
+        if (!e->local) return -1;
+    }
+    char fp[17];
+    if (ms_wire_fingerprint(o->model_dir, fp) != 0) return -1;
+    ms_remote_opts ro = {e->n_workers, e->wlist, secret[0] ? secret : NULL, fp, c->n_layers, c->n_experts, c->latent,
+                         o->worker_timeout, o->run.quiet};
+    e->remote = ms_remote_new(&ro, c->first_dense);
+    if (!e->remote) return -1;
+    ms_model_set_experts(e->m, ms_remote_iface(e->remote));
+    return 0;
+}
+
+ms_engine *ms_engine_open(const ms_engine_opts *o)
+{
+    int remote = o->workers || o->cluster || o->local_workers > 0;
+    if (!!o->workers + !!o->cluster + (o->local_workers > 0) > 1) {
+        ms_err_set("give at most one of --workers, --cluster and --local-workers");
+        ms_err_set_code(MS_EXIT_USAGE);
+        return NULL;
+    }
+    ms_engine *e = ms_calloc(1, sizeof *e);
+    e->o = *o;
+    if (e->o.max_seqs < 1) e->o.max_seqs = 1;
+    MS_ASSERT(e->o.max_seqs <= MS_LAYER_MAX_SEQS);
+    ms_run_opts ro = o->run;
+    ro.max_seqs = e->o.max_seqs;
+    ro.remote_experts = remote;
+    ro.local_workers = o->local_workers > 0 ? o->local_workers : 0;
+    /* A step of max_seqs decoding sequences fits one pass when the budget allows. */
+    if (e->o.max_seqs > 1) {
+        if (ro.prompt_tokens < e->o.max_seqs) ro.prompt_tokens = e->o.max_seqs;
+        if ((ro.max_chunk > 0 ? ro.max_chunk : 64) < e->o.max_seqs) ro.max_chunk = e->o.max_seqs;
+    }
+    if (ms_tok_present(o->model_dir) && !(e->tok = ms_tok_load(o->model_dir))) goto fail;
+    if (!(e->m = ms_model_open(o->model_dir, &ro))) goto fail;
+    e->V = ms_model_cfg(e->m)->vocab;
+    if (remote && start_workers(e) != 0) goto fail;
+    return e;
+fail:
+    ms_engine_free(e);
+    return NULL;
+}
+
+void ms_engine_free(ms_engine *e)
+{
+    if (!e) return;
+    stop_workers(e);
+    ms_model_free(e->m);
+    ms_tok_free(e->tok);
+    free(e);
+}
+
+ms_model *ms_engine_model(ms_engine *e) { return e->m; }
+const ms_cfg *ms_engine_cfg(const ms_engine *e) { return ms_model_cfg(e->m); }
+ms_tok *ms_engine_tok(ms_engine *e) { return e->tok; }
+int64_t ms_engine_pass_rows(const ms_engine *e) { return ms_model_chunk(e->m); }
+
+ms_eseq *ms_engine_seq_new(ms_engine *e, const int32_t *prompt, size_t n, const ms_gen_params *p)
+{
+    if (n == 0) {
+        ms_err_set("the prompt is empty (no tokens)");
+        ms_err_set_code(MS_EXIT_INPUT);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (prompt[i] < 0 || prompt[i] >= e->V) {
+            ms_err_set("prompt token id %d (position %zu) is outside the model's vocabulary (%lld ids)", prompt[i], i,
+                       (long long)e->V);
+            ms_err_set_code(MS_EXIT_INPUT);
+            return NULL;
+        }
+    MS_ASSERT(p->max_tokens >= 0);
+    ms_eseq *s = ms_calloc(1, sizeof *s);
+    s->e = e;
+    s->p = *p;
+    ms_sampler_init(&s->sp, p->temperature, p->top_p > 0 ? p->top_p : 1.0f, p->seed);
+    s->prompt = ms_malloc(sizeof(int32_t) * n);
+    memcpy(s->prompt, prompt, sizeof(int32_t) * n);
+    s->n_prompt = n;
+    s->gen = ms_malloc(sizeof(int32_t) * (size_t)(p->max_tokens + 1));
+    s->last = ms_malloc(sizeof(float) * (size_t)e->V);
+    s->seq = ms_seq_new(e->m);
+    if (p->max_tokens == 0) s->finish = "length";
+    return s;
+}
+
+void ms_engine_seq_free(ms_eseq *s)
+{
+    if (!s) return;
+    ms_seq_free(s->seq);
+    free(s->prompt);
+    free(s->gen);
+    free(s->last);
+    free(s->rows);
+    free(s);
+}
+
+int ms_engine_seq_done(const ms_eseq *s) { return s->finish != NULL; }
+const char *ms_engine_seq_finish_reason(const ms_eseq *s) { return s->finish; }
+size_t ms_engine_seq_prefilled(const ms_eseq *s) { return s->fed; }
+size_t ms_engine_seq_prompt_len(const ms_eseq *s) { return s->n_prompt; }
+const float *ms_engine_seq_last_logits(const ms_eseq *s) { return s->has_last ? s->last : NULL; }
+
+const int32_t *ms_engine_seq_tokens(const ms_eseq *s, size_t *n)
+{
+    *n = s->n_gen;
+    return s->gen;
+}
+
+/* After a pass: hand the rows to on_logits, keep the last, and sample when the prompt is in. */
+static int finish_pass(ms_eseq *s, const float *rows, int64_t n_rows)
+{
+    int64_t V = s->e->V;
+    if (s->p.on_logits && s->p.on_logits(s->p.ctx, s, rows, n_rows) != 0) return -1;
+    memcpy(s->last, rows + (n_rows - 1) * V, sizeof(float) * (size_t)V);
+    s->has_last = 1;
+    if (s->fed < s->n_prompt) return 0; /* more prompt to run */
+    int32_t next = ms_sampler_pick(&s->sp, s->last, V);
+    s->gen[s->n_gen++] = next;
+    if (s->p.on_token) s->p.on_token(s->p.ctx, s, next);
+    if ((int64_t)s->n_gen >= s->p.max_tokens)
+        s->finish = "length";
+    else if (s->p.stop_at_eos && next == ms_model_cfg(s->e->m)->eos_id)
+        s->finish = "stop";
+    return 0;
+}
+
+/* Run one forward pass over items [0, n) whose take is set. */
+static int run_pass(ms_engine *e, ms_eseq *const *set, int n)
+{
+    int64_t V = e->V;
+    ms_batch_item *it = ms_malloc(sizeof *it * (size_t)n);
+    int rc = -1;
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        ms_eseq *s = set[i];
+        int prefill = s->fed < s->n_prompt;
+        int all = prefill && s->p.all_logits;
+        int64_t need = all ? s->take : 1;
+        if (s->cap_rows < need) {
+            free(s->rows);
+            s->rows = ms_malloc(sizeof(float) * (size_t)(need * V));
+            s->cap_rows = need;
+        }
+        const int32_t *ids = prefill ? s->prompt + s->fed : &s->gen[s->n_gen - 1];
+        it[i] = (ms_batch_item){s->seq, ids, s->take, all, s->rows};
+        rows += s->take;
+    }
+    if (ms_model_forward_batch(e->m, it, n) != 0) goto out;
+    e->passes++;
+    e->pass_rows += (uint64_t)rows;
+    for (int i = 0; i < n; i++) {
+        ms_eseq *s = set[i];
+        int prefill = s->fed < s->n_prompt;
+        int64_t got = it[i].all_rows ? s->take : 1;
+        if (prefill) s->fed += (size_t)s->take;
+        if (finish_pass(s, s->rows, got) != 0) goto out;
+    }
+    rc = 0;
+out:
+    free(it);
+    return rc;
+}
+
+int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
+{
+    int64_t cap = ms_engine_pass_rows(e);
+    if (cap > MS_LAYER_MAX_SEQS * 64) cap = MS_LAYER_MAX_SEQS * 64;
+    ms_eseq **pass = ms_malloc(sizeof *pass * (size_t)(n > 0 ? n : 1));
+    int np = 0, rc = 0;
+    int64_t rows = 0;
+    /* Decoding sequences first (one row each), then prompt chunks in the rows left; a pass
+     * that is full runs and the next one starts. */
+    for (int round = 0; round < 2 && rc == 0; round++)
+        for (int i = 0; i < n && rc == 0; i++) {
+            ms_eseq *s = seqs[i];
+            MS_ASSERT(s->e == e);
+            if (s->finish) continue;
+            int prefill = s->fed < s->n_prompt;
+            if (prefill != round) continue;
+            int64_t want = prefill ? (int64_t)(s->n_prompt - s->fed) : 1;
+            if (rows >= cap || np == MS_LAYER_MAX_SEQS) {
+                rc = run_pass(e, pass, np);
+                np = 0;
+                rows = 0;
+            }
+            s->take = want < cap - rows ? want : cap - rows;
+            pass[np++] = s;
+            rows += s->take;
+        }
+    if (rc == 0 && np > 0) rc = run_pass(e, pass, np);
+    free(pass);
+    return rc;
+}
+
+void ms_engine_get_stats(ms_engine *e, ms_engine_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    ms_model_get_stats(e->m, &st->model);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    st->peak_rss_self = (uint64_t)ru.ru_maxrss * 1024u;
+    st->peak_rss_all = st->peak_rss_self + ms_local_peak_rss(e->local);
+    st->threads = ms_pool_size(ms_model_pool(e->m));
+    st->passes = e->passes;
+    st->pass_rows = e->pass_rows;
+    if (e->remote) {
+        ms_remote_stats rs;
+        ms_remote_get_stats(e->remote, &rs);
+        st->workers = e->n_workers;
+        st->workers_up = rs.workers_up;
+        st->worker_requests = rs.requests;
+        st->worker_resends = rs.resends;
+        st->worker_failovers = rs.failovers;
+        st->worker_bytes_sent = rs.bytes_sent;
+        st->worker_bytes_received = rs.bytes_received;
+    }
+}

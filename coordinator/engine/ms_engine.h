@@ -1,0 +1,98 @@
+/* ms_engine: the inference engine every command drives: a model with its experts, sequences,
+ * batched decoding steps, sampling, callbacks and stats. */
+#ifndef MS_ENGINE_H
+#define MS_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ms_model.h"
+#include "ms_tok.h"
+
+typedef struct ms_engine ms_engine;
+typedef struct ms_eseq ms_eseq;
+
+/* How to open an engine. Zero-initialised: routed experts in this process, no workers. */
+typedef struct {
+    const char *model_dir;     /* config.json + safetensors (+ tokenizer files, optional) */
+    ms_run_opts run;           /* budget, threads, I/O; run.max_positions is per sequence */
+    int max_seqs;              /* sequences that decode together (planning; 0 = 1) */
+    /* Where routed experts are computed: at most one of the three. */
+    int local_workers;         /* > 0: start this many moestream-worker processes over ipc */
+    const char *workers;       /* "tcp://h:p,ipc://path,...": workers already running */
+    const char *cluster;       /* cluster file (JSON with endpoints and public keys) */
+    const char *curve_secret;  /* this side's CURVE secret key file (tcp workers with keys) */
+    int insecure;              /* allow plain tcp to workers listed without a key */
+    float worker_timeout;      /* seconds per request (0 = 60) */
+} ms_engine_opts;
+
+/* Open the model (plan, pin, stream set-up), its tokenizer when DIR has one, and the experts'
+ * workers. Returns NULL with ms_err set and its exit class (MS_EXIT_USAGE for bad worker
+ * options, MS_EXIT_MODEL/IO/BUDGET/WORKER otherwise). Local workers are stopped by
+ * ms_engine_free. */
+ms_engine *ms_engine_open(const ms_engine_opts *o);
+void ms_engine_free(ms_engine *e); /* stops local workers; accepts NULL */
+
+ms_model *ms_engine_model(ms_engine *e);
+const ms_cfg *ms_engine_cfg(const ms_engine *e);
+/* The tokenizer, or NULL when the model directory has none. Owned by the engine. */
+ms_tok *ms_engine_tok(ms_engine *e);
+/* Rows one forward pass may carry (the plan's prefill chunk): a step splits larger sets. */
+int64_t ms_engine_pass_rows(const ms_engine *e);
+
+/* How one sequence generates. */
+typedef struct {
+    float temperature;         /* 0 = greedy */
+    float top_p;               /* (0, 1]; 0 is taken as 1 */
+    uint64_t seed;             /* the sequence's own RNG: other sequences never change it */
+    int64_t max_tokens;        /* tokens to generate (0: none, the prompt is not even run) */
+    int stop_at_eos;           /* stop after the model's eos id */
+    int all_logits;            /* on_logits receives every prompt row, not only the last */
+    /* Called with each generated token, in order. */
+    void (*on_token)(void *ctx, ms_eseq *s, int32_t token);
+    /* Called with the logits rows computed for this sequence in a pass (float[n][V]): every
+     * prompt row if all_logits (else the last prompt row), then one row per fed token. A
+     * non-zero return fails the step with that return's ms_err (e.g. a write that failed). */
+    int (*on_logits)(void *ctx, ms_eseq *s, const float *rows, int64_t n);
+    void *ctx;
+} ms_gen_params;
+
+/* A new sequence that will prefill prompt[n] (copied; n >= 1, ids checked against the
+ * vocabulary) and then generate. Its KDA states and MLA caches are its own. NULL with ms_err
+ * set (MS_EXIT_INPUT) on a bad prompt. */
+ms_eseq *ms_engine_seq_new(ms_engine *e, const int32_t *prompt, size_t n, const ms_gen_params *p);
+void ms_engine_seq_free(ms_eseq *s); /* accepts NULL; any time between steps */
+
+int ms_engine_seq_done(const ms_eseq *s);
+/* "length" (max_tokens reached), "stop" (eos), or NULL while running. */
+const char *ms_engine_seq_finish_reason(const ms_eseq *s);
+/* Generated tokens so far (borrowed, valid until the next step or free). */
+const int32_t *ms_engine_seq_tokens(const ms_eseq *s, size_t *n);
+/* Prompt tokens already run through the model. */
+size_t ms_engine_seq_prefilled(const ms_eseq *s);
+size_t ms_engine_seq_prompt_len(const ms_eseq *s);
+/* Logits of the sequence's last computed row (float[V]), or NULL before its first pass. */
+const float *ms_engine_seq_last_logits(const ms_eseq *s);
+
+/* One step for a set of sequences, each at its own position: every sequence that is not done
+ * advances once, by one prefill chunk of its prompt or by its last generated token; a sequence
+ * whose prompt is then complete samples its next token. The rows of all sequences share
+ * forward passes (ms_model_forward_batch) of at most ms_engine_pass_rows rows: every trunk
+ * matrix is read once per pass and each routed expert once per layer per pass. Tokens and
+ * logits of each sequence are bit-identical to stepping it alone. Returns 0, or -1 with ms_err
+ * set: the sequences of a failed step must be freed. */
+int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n);
+
+/* Counters and the resident memory of every local process. */
+typedef struct {
+    ms_model_stats model;
+    uint64_t peak_rss_self;          /* this process (VmHWM) */
+    uint64_t peak_rss_all;           /* this process and the local workers it started */
+    int threads;
+    int workers, workers_up;         /* 0 when experts run in this process */
+    uint64_t worker_requests, worker_resends, worker_failovers, worker_bytes_sent, worker_bytes_received;
+    uint64_t passes, pass_rows;      /* forward passes run and the rows they carried */
+} ms_engine_stats;
+void ms_engine_get_stats(ms_engine *e, ms_engine_stats *st);
+
+#endif
