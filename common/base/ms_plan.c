@@ -30,14 +30,17 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
     uint64_t trunk = 0;
     for (int i = 0; i < in->n_trunk; i++) trunk += in->trunk[i];
     int64_t want = in->prompt_tokens < in->max_chunk ? in->prompt_tokens : in->max_chunk;
-    if (want < 1) want = 1;
+    /* A step of n sequences is one pass only if a pass holds n rows: cheaper to reserve their
+     * working memory than to stream the trunk once per row. */
+    int64_t least = in->min_chunk > 1 ? in->min_chunk : 1;
+    if (want < least) want = least;
     /* The largest chunk that leaves room for the fixed costs (and the ring if it is needed). */
     int64_t chunk = want;
     for (;;) {
         uint64_t f = fixed_for(in, chunk, p->margin) + in->min_cache;
         int fits_all = f + trunk <= in->budget;
         if (fits_all || f + in->ring <= in->budget) break;
-        if (chunk == 1) {
+        if (chunk == least) {
             /* The slack grows with the budget (24 MiB + 1%): solve for the budget that holds it. */
             uint64_t core = f - p->margin + (trunk < in->ring ? trunk : in->ring);
             uint64_t need = (core + (24ull << 20)) / 99 * 100 + 4096;
@@ -49,7 +52,7 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
                        (unsigned long long)need);
             return ms_err_set_code(MS_EXIT_BUDGET);
         }
-        chunk = chunk / 2 > 1 ? chunk / 2 : 1;
+        chunk = chunk / 2 > least ? chunk / 2 : least;
     }
     p->chunk = chunk;
     uint64_t f = fixed_for(in, chunk, p->margin);

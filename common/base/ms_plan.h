@@ -16,6 +16,7 @@ typedef struct {
     uint64_t work_per_token;   /* working buffers per token of a prefill chunk */
     int64_t prompt_tokens;     /* tokens to prefill (chunk never larger) */
     int64_t max_chunk;         /* largest prefill chunk wanted (e.g. 64) */
+    int64_t min_chunk;         /* rows a pass must hold (sequences decoding together); 0 = 1 */
     uint64_t expert_fixed;     /* expert read buffers (staging), whatever the cache */
     uint64_t expert_bytes;     /* one expert's cache slot */
     uint64_t min_cache;        /* smallest useful expert cache (e.g. top-k experts) */

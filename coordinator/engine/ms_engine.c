@@ -113,11 +113,6 @@ ms_engine *ms_engine_open(const ms_engine_opts *o)
     ro.max_seqs = e->o.max_seqs;
     ro.remote_experts = remote;
     ro.local_workers = o->local_workers > 0 ? o->local_workers : 0;
-    /* A step of max_seqs decoding sequences fits one pass when the budget allows. */
-    if (e->o.max_seqs > 1) {
-        if (ro.prompt_tokens < e->o.max_seqs) ro.prompt_tokens = e->o.max_seqs;
-        if ((ro.max_chunk > 0 ? ro.max_chunk : 64) < e->o.max_seqs) ro.max_chunk = e->o.max_seqs;
-    }
     if (ms_tok_present(o->model_dir) && !(e->tok = ms_tok_load(o->model_dir))) goto fail;
     if (!(e->m = ms_model_open(o->model_dir, &ro))) goto fail;
     e->V = ms_model_cfg(e->m)->vocab;

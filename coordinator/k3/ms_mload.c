@@ -164,6 +164,7 @@ int ms_mload_setup(ms_model *m)
     in.work_per_token = per_tok;
     in.prompt_tokens = m->opts.prompt_tokens > 0 ? m->opts.prompt_tokens : 64;
     in.max_chunk = m->opts.max_chunk > 0 ? m->opts.max_chunk : 64;
+    in.min_chunk = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
     /* Local workers each need their read buffers and a process of their own (~64 MiB); remote
      * workers plan their own memory. */
     int nproc = m->opts.remote_experts ? m->opts.local_workers : 1;
@@ -289,6 +290,7 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
         ms_wstream_stats w;
         ms_wstream_get_stats(m->ws, &w);
         st->io_wait_seconds += w.wait_seconds;
+        st->trunk_bytes_streamed = w.bytes_read;
     }
     if (m->io) {
         ms_io_stats s;

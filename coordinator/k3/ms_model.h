@@ -82,6 +82,8 @@ int64_t ms_model_chunk(const ms_model *m);
 typedef struct {
     uint64_t bytes_read_experts, bytes_read_trunk; /* during forward passes */
     uint64_t bytes_read_at_load;                   /* the pinned trunk, read at open */
+    uint64_t trunk_bytes_streamed;                 /* streamed trunk bytes the passes consumed (reads
+                                                      done ahead for the next pass not counted) */
     uint64_t expert_requests, expert_cache_hits, expert_cache_misses, expert_cache_evictions;
     uint64_t expert_cache_bytes, expert_cache_peak_bytes, expert_cache_capacity;
     uint64_t expert_bytes;       /* bytes of one routed expert as stored */
