@@ -594,10 +594,34 @@ static void matmul_streamed(const ms_mat *W, const float *X, int64_t T, float *Y
     free(tmp);
 }
 
+static _Thread_local ms_mat_trace *g_trace;
+
+void ms_mat_trace_begin(ms_mat_trace *t)
+{
+    MS_ASSERT(!g_trace);
+    g_trace = t;
+}
+
+void ms_mat_trace_end(void) { g_trace = NULL; }
+
+static void trace_add(const ms_mat *W)
+{
+    ms_mat_trace *t = g_trace;
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 64;
+        t->mats = ms_realloc(t->mats, sizeof *t->mats * (size_t)t->cap);
+    }
+    t->mats[t->n++] = W;
+}
+
 int ms_mat_materialize(const ms_mat *W, ms_mat *out, void **owned)
 {
     *owned = NULL;
     *out = *W;
+    if (g_trace) {
+        trace_add(W);
+        return 0;
+    }
     if (W->data || !W->stream || W->rows == 0) return 0;
     uint64_t nb = ms_mat_bytes(W), sb = W->type == MS_WT_MXFP4 ? (uint64_t)W->rows * (uint64_t)(W->cols / 32) : 0;
     uint8_t *buf = ms_calloc((size_t)nb + 1, 1);
@@ -628,6 +652,10 @@ int ms_mat_materialize(const ms_mat *W, ms_mat *out, void **owned)
 
 void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *pool)
 {
+    if (g_trace) {
+        trace_add(W);
+        if (T == 0) return;
+    }
     if (W && !W->data && W->stream && W->rows > 0 && W->cols > 0 && T > 0) {
         matmul_streamed(W, X, T, Y, pool);
         return;

@@ -89,6 +89,17 @@ void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *po
  * stream failed (the view is then zero-filled). */
 int ms_mat_materialize(const ms_mat *W, ms_mat *out, void **owned);
 
+/* Recording the order of matrix use. While a trace is active on the calling thread, every
+ * ms_matmul and ms_mat_materialize appends its matrix to it; a call with T = 0 (a pass of no
+ * rows) then does nothing else, so a zero-row forward pass lists the matrices in the exact
+ * order a real pass uses them: that list is the trunk streaming schedule. */
+typedef struct {
+    const ms_mat **mats;  /* [n] in order of use, malloc'ed; the caller frees */
+    int n, cap;
+} ms_mat_trace;
+void ms_mat_trace_begin(ms_mat_trace *t); /* t zero-initialised */
+void ms_mat_trace_end(void);
+
 /* Same as ms_matmul with T = 1. */
 void ms_matvec(const ms_mat *W, const float *x, float *y, ms_pool *pool);
 

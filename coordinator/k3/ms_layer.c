@@ -52,7 +52,7 @@ int ms_layer_forward_batch(const ms_cfg *c, int layer, const ms_layer_w *w, ms_l
         p_empty = 1;
     }
     for (int64_t t = 0; t < T; t++) ms_rmsnorm(x + t * E, w->in_norm, E, c->eps, x + t * E);
-    MS_ASSERT(n_seg >= 1 && n_seg <= MS_LAYER_MAX_SEQS);
+    MS_ASSERT(n_seg >= 0 && n_seg <= MS_LAYER_MAX_SEQS);
     if (w->is_mla) {
         ms_mla_cache *kc[MS_LAYER_MAX_SEQS];
         for (int s = 0; s < n_seg; s++) kc[s] = &st[s]->mla;

@@ -39,41 +39,6 @@ static uint64_t mem_available(void)
 /* Is ref r used by ms_matmul through a stream (everything but the embedding)? */
 static int is_trunk(const ms_model *m, int r) { return r != m->embed_ref; }
 
-/* Trunk matrices in the exact order the forward pass uses them (ms_kda_forward, ms_mla_forward,
- * ms_glu_mlp, ms_moe_forward, then the LM head). The streamer checks the order at run time. */
-static int schedule(const ms_model *m, ms_mat **out)
-{
-    const ms_cfg *c = &m->cfg;
-    int n = 0;
-    for (int i = 0; i < c->n_layers; i++) {
-        ms_layer_w *w = &m->layers[i];
-        if (!w->is_mla) {
-            ms_kda_w *k = &w->kda;
-            ms_mat *v[] = {&k->q, &k->k, &k->v, &k->g, &k->fa, &k->fb, &k->b, &k->o};
-            for (size_t j = 0; j < sizeof v / sizeof v[0]; j++) out[n++] = v[j];
-        } else {
-            ms_mla_w *a = &w->mla;
-            out[n++] = &a->qa;
-            out[n++] = &a->qb;
-            out[n++] = &a->kva;
-            out[n++] = &a->kvb;
-            if (c->mla_out_gate) out[n++] = &a->g;
-            out[n++] = &a->o;
-        }
-        if (w->is_dense) {
-            out[n++] = &w->dgate;
-            out[n++] = &w->dup;
-            out[n++] = &w->ddown;
-        } else {
-            ms_moe_w *e = &w->moe;
-            ms_mat *v[] = {&e->gate, &e->down, &e->up, &e->sg, &e->su, &e->sd};
-            for (size_t j = 0; j < sizeof v / sizeof v[0]; j++) out[n++] = v[j];
-        }
-    }
-    out[n++] = (ms_mat *)&m->lm_head;
-    return n;
-}
-
 static int ref_of(const ms_model *m, const ms_mat *w)
 {
     for (int r = 0; r < m->n_refs; r++)
@@ -131,10 +96,9 @@ int ms_mload_setup(ms_model *m)
     m->io = ms_io_new(m->iof, depth);
     if (!m->io) return -1;
 
-    /* The schedule of trunk matrices (all with file locations). */
-    int cap = c->n_layers * 16 + 4;
-    ms_mat **sched = ms_malloc(sizeof *sched * (size_t)cap);
-    int ns = schedule(m, sched);
+    /* The schedule of trunk matrices (all with file locations): the forward pass's own order. */
+    ms_mat **sched = NULL;
+    int ns = ms_model_schedule(m, &sched);
     uint64_t *sizes = ms_malloc(sizeof(uint64_t) * (size_t)ns);
     uint64_t trunk_total = 0;
     ms_wstream_item *items = ms_malloc(sizeof *items * (size_t)ns);

@@ -522,7 +522,7 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
     int64_t E = c->hidden, V = c->vocab;
     int smax = ms_layer_snaps_after(c, c->n_layers - 1);
     int rc = -1;
-    MS_ASSERT(n >= 1 && n <= MS_LAYER_MAX_SEQS);
+    MS_ASSERT(n >= 0 && n <= MS_LAYER_MAX_SEQS); /* n = 0: the zero-row walk of ms_model_schedule */
     ms_rows seg[MS_LAYER_MAX_SEQS];
     int64_t R = 0;
     for (int i = 0; i < n; i++) {
@@ -569,7 +569,7 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
                        l, (long long)(items[it].seq->pos + bad - seg[it].r0), it);
             goto out;
         }
-        if (m->route_fn && !m->layers[l].is_dense) m->route_fn(m->route_ctx, l, R, c->top_k, route);
+        if (m->route_fn && R > 0 && !m->layers[l].is_dense) m->route_fn(m->route_ctx, l, R, c->top_k, route);
     }
     /* Tail: output AttnRes over all snapshots + prefix, final norm, LM head (asked rows only). */
     const float *srcs[65];
@@ -608,6 +608,17 @@ out:
     free(lg);
     free(st);
     return rc;
+}
+
+int ms_model_schedule(ms_model *m, ms_mat ***out)
+{
+    ms_mat_trace tr = {0};
+    ms_mat_trace_begin(&tr);
+    int rc = ms_model_forward_batch(m, NULL, 0);
+    ms_mat_trace_end();
+    MS_ASSERT(rc == 0);
+    *out = (ms_mat **)tr.mats; /* the model's own matrices: it may set their data and stream */
+    return tr.n;
 }
 
 int ms_model_forward(ms_model *m, ms_seq *s, const int32_t *ids, int64_t T, int all_rows, float *logits)

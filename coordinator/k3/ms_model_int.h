@@ -61,6 +61,10 @@ int ms_mload_setup(ms_model *m);
 void ms_mload_teardown(ms_model *m);
 /* Read row r of the embedding (a streamed table) into out[E] as floats. */
 int ms_mload_embed_row(ms_model *m, int32_t id, float *out);
+/* The trunk matrices in the order a forward pass uses them, found by running a pass of zero
+ * rows under a matrix trace (so the schedule is the forward code itself, never a copy of it).
+ * *out is malloc'ed (the caller frees); returns the count. */
+int ms_model_schedule(ms_model *m, ms_mat ***out);
 /* Release everything the binder owns. */
 void *ms_model_own(ms_model *m, void *p);
 

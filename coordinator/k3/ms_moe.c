@@ -23,7 +23,7 @@ int ms_moe_forward(const ms_cfg *c, int layer, const ms_moe_w *w, const ms_exper
     for (int64_t t = 0; t < T; t++)
         ms_router_select(logits + t * Ne, w->bias, Ne, k, c->renorm, c->routed_scale, ids + t * k, wts + t * k);
     ms_matmul(&w->down, x, T, z, pool);
-    if (ex->compute(ex->ctx, layer, T, z, k, ids, eo) != 0) {
+    if (T > 0 && ex->compute(ex->ctx, layer, T, z, k, ids, eo) != 0) {
         ms_err_wrap("layer %d routed experts", layer);
         goto out;
     }
