@@ -49,19 +49,25 @@ void ms_shortconv_step(const float *w, int64_t C, int K, float *hist, const floa
     }
 }
 
-void ms_glu_mlp(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
-                int64_t T, float *y, ms_pool *pool)
+void ms_glu_mlp_ws(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
+                   int64_t T, float *y, float *work, ms_pool *pool)
 {
     MS_ASSERT(gate->rows == up->rows && gate->cols == up->cols && down->cols == gate->rows);
     int64_t I = gate->rows;
-    float *g = ms_malloc(sizeof(float) * (size_t)(T * I)); /* [T][I] */
-    float *u = ms_malloc(sizeof(float) * (size_t)(T * I)); /* [T][I] */
+    float *g = work;         /* [T][I] */
+    float *u = work + T * I; /* [T][I] */
     ms_matmul(gate, x, T, g, pool);
     ms_matmul(up, x, T, u, pool);
     for (int64_t i = 0; i < T * I; i++) g[i] = ms_situ(g[i], u[i], b1, b2);
     ms_matmul(down, g, T, y, pool);
-    free(g);
-    free(u);
+}
+
+void ms_glu_mlp(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
+                int64_t T, float *y, ms_pool *pool)
+{
+    float *work = ms_malloc(sizeof(float) * (size_t)(2 * T * gate->rows + 1)); /* [2][T][I] */
+    ms_glu_mlp_ws(gate, up, down, b1, b2, x, T, y, work, pool);
+    free(work);
 }
 
 void ms_router_select(const float *logits, const float *bias, int n_experts, int k, int renorm, float scale,

@@ -30,6 +30,9 @@ void ms_shortconv_step(const float *w, int64_t C, int K, float *hist, const floa
  * the same shape [I, cols]; down is [rows, I]. */
 void ms_glu_mlp(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
                 int64_t T, float *y, ms_pool *pool);
+/* ms_glu_mlp with the caller's scratch: work is float[2][T][gate->rows]. */
+void ms_glu_mlp_ws(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
+                   int64_t T, float *y, float *work, ms_pool *pool);
 
 /* Router selection (spec §3.7) for one token from its raw gate logits[Ne] and bias[Ne]:
  * picks k experts by sigmoid(logit) + bias (ties: lowest index first), weights from the

@@ -110,21 +110,28 @@ static void recur_chunk(void *ctx, int64_t begin, int64_t end)
 }
 
 
+size_t ms_kda_work_floats(const ms_cfg *c, int64_t R)
+{
+    size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim, r = (size_t)R;
+    return 6 * MS_ARENA_SPAN(r * P) + MS_ARENA_SPAN(r * (size_t)c->kda_head_dim) +
+           MS_ARENA_SPAN(r * (size_t)c->kda_heads) + MS_ARENA_SPAN(4 * P);
+}
+
 void ms_kda_forward_batch(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *const *st, const ms_rows *seg,
-                          int n_seg, const float *x, int64_t R, float *out, ms_pool *pool)
+                          int n_seg, const float *x, int64_t R, float *out, ms_arena *ar, ms_pool *pool)
 {
     int Hk = c->kda_heads, D = c->kda_head_dim, K = c->conv_k;
     int64_t P = (int64_t)Hk * D;
-    size_t RP = (size_t)(R * P);
-    float *q = ms_malloc(sizeof(float) * RP);    /* [R][P] */
-    float *k = ms_malloc(sizeof(float) * RP);    /* [R][P] */
-    float *v = ms_malloc(sizeof(float) * RP);    /* [R][P] */
-    float *g = ms_malloc(sizeof(float) * RP);    /* [R][P] output gate logits */
-    float *z = ms_malloc(sizeof(float) * RP);    /* [R][P] decay pre-activation */
-    float *fa = ms_malloc(sizeof(float) * (size_t)(R * D)); /* [R][D] */
-    float *b = ms_malloc(sizeof(float) * (size_t)(R * Hk)); /* [R][Hk] */
-    float *y = ms_malloc(sizeof(float) * RP);    /* [R][P] gated, normed output */
-    float *tmp = ms_malloc(sizeof(float) * (size_t)P * 4); /* conv outputs q, k, v and alpha */
+    size_t RP = (size_t)(R * P), mark = ms_arena_mark(ar);
+    float *q = ms_arena_take(ar, RP);    /* [R][P] */
+    float *k = ms_arena_take(ar, RP);    /* [R][P] */
+    float *v = ms_arena_take(ar, RP);    /* [R][P] */
+    float *g = ms_arena_take(ar, RP);    /* [R][P] output gate logits */
+    float *z = ms_arena_take(ar, RP);    /* [R][P] decay pre-activation */
+    float *fa = ms_arena_take(ar, (size_t)(R * D)); /* [R][D] */
+    float *b = ms_arena_take(ar, (size_t)(R * Hk)); /* [R][Hk] */
+    float *y = ms_arena_take(ar, RP);    /* [R][P] gated, normed output */
+    float *tmp = ms_arena_take(ar, (size_t)P * 4); /* [4][P] conv outputs q, k, v and alpha */
     /* The streaming schedule (ms_mload.c) follows this order of matmuls. */
     ms_matmul(&w->q, x, R, q, pool);
     ms_matmul(&w->k, x, R, k, pool);
@@ -159,20 +166,15 @@ void ms_kda_forward_batch(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *cons
         }
     }
     ms_matmul(&w->o, y, R, out, pool);
-    free(q);
-    free(k);
-    free(v);
-    free(g);
-    free(z);
-    free(fa);
-    free(b);
-    free(y);
-    free(tmp);
+    ms_arena_reset(ar, mark);
 }
 
 void ms_kda_forward(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *st, const float *x, int64_t T, float *out,
                     ms_pool *pool)
 {
     ms_rows seg = {0, T};
-    ms_kda_forward_batch(c, w, &st, &seg, 1, x, T, out, pool);
+    ms_arena ar = {0};
+    ms_arena_reserve(&ar, ms_kda_work_floats(c, T));
+    ms_kda_forward_batch(c, w, &st, &seg, 1, x, T, out, &ar, pool);
+    ms_arena_free(&ar);
 }

@@ -6,6 +6,7 @@
 #include "ms_kern.h"
 #include "ms_pool.h"
 #include "ms_rows.h"
+#include "ms_arena.h"
 
 /* Borrowed weights of one KDA layer. P = Hk*D. */
 typedef struct {
@@ -46,7 +47,9 @@ void ms_kda_recur_step(float *S, int Hk, int D, const float *q, const float *k, 
  * output never depends on the other sequences. x: float[R][E] (the input_layernorm output),
  * out: float[R][E]. */
 void ms_kda_forward_batch(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *const *st, const ms_rows *seg,
-                          int n_seg, const float *x, int64_t R, float *out, ms_pool *pool);
+                          int n_seg, const float *x, int64_t R, float *out, ms_arena *ar, ms_pool *pool);
+/* Scratch floats ms_kda_forward_batch takes from its arena for R rows (returned on exit). */
+size_t ms_kda_work_floats(const ms_cfg *c, int64_t R);
 /* One sequence: T consecutive tokens carrying state (ms_kda_forward_batch with one segment). */
 void ms_kda_forward(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *st, const float *x, int64_t T, float *out,
                     ms_pool *pool);

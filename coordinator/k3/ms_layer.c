@@ -26,9 +26,22 @@ static void attnres_rows(const ms_cfg *c, const float *snaps, int smax, int n, c
     }
 }
 
+size_t ms_layer_work_floats(const ms_cfg *c, int64_t R)
+{
+    size_t attn = 0, ffn = 0, kda = ms_kda_work_floats(c, R), mla = ms_mla_work_floats(c, R);
+    for (int i = 0; i < c->n_layers; i++) {
+        size_t a = c->is_mla[i] ? mla : kda;
+        size_t f = ms_cfg_is_dense(c, i) ? MS_ARENA_SPAN(2 * (size_t)R * (size_t)c->dense_inter)
+                                         : ms_moe_work_floats(c, R);
+        if (a > attn) attn = a;
+        if (f > ffn) ffn = f;
+    }
+    return 2 * MS_ARENA_SPAN((size_t)R * (size_t)c->hidden) + (attn > ffn ? attn : ffn);
+}
+
 int ms_layer_forward_batch(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *const *st,
                            const ms_rows *seg, int n_seg, const ms_experts *ex, float *h, float *snaps, int smax,
-                           int *n_snap, int64_t T, int32_t *ids_out, ms_pool *pool)
+                           int *n_snap, int64_t T, int32_t *ids_out, ms_arena *ar, ms_pool *pool)
 {
     int64_t E = c->hidden;
     size_t TE = (size_t)(T * E);
@@ -37,8 +50,9 @@ int ms_layer_forward_batch(const ms_cfg *c, int layer, const ms_layer_w *w, ms_l
     int n_cur = n_prev + boundary;
     MS_ASSERT(n_cur <= smax);
     *n_snap = n_cur;
-    float *x = ms_malloc(sizeof(float) * TE);  /* [T][E] AttnRes output / normed input */
-    float *a = ms_malloc(sizeof(float) * TE);  /* [T][E] module output */
+    size_t mark = ms_arena_mark(ar);
+    float *x = ms_arena_take(ar, TE);  /* [T][E] AttnRes output / normed input */
+    float *a = ms_arena_take(ar, TE);  /* [T][E] module output */
     int rc = 0;
 
     /* h holds P, the running prefix sum, throughout. */
@@ -56,14 +70,14 @@ int ms_layer_forward_batch(const ms_cfg *c, int layer, const ms_layer_w *w, ms_l
     if (w->is_mla) {
         ms_mla_cache *kc[MS_LAYER_MAX_SEQS];
         for (int s = 0; s < n_seg; s++) kc[s] = &st[s]->mla;
-        if (ms_mla_forward_batch(c, &w->mla, kc, seg, n_seg, x, T, a, pool) != 0) {
+        if (ms_mla_forward_batch(c, &w->mla, kc, seg, n_seg, x, T, a, ar, pool) != 0) {
             rc = -1;
             goto out;
         }
     } else {
         ms_kda_state *ks[MS_LAYER_MAX_SEQS];
         for (int s = 0; s < n_seg; s++) ks[s] = &st[s]->kda;
-        ms_kda_forward_batch(c, &w->kda, ks, seg, n_seg, x, T, a, pool);
+        ms_kda_forward_batch(c, &w->kda, ks, seg, n_seg, x, T, a, ar, pool);
     }
     if (p_empty)
         memcpy(h, a, sizeof(float) * TE);
@@ -73,15 +87,15 @@ int ms_layer_forward_batch(const ms_cfg *c, int layer, const ms_layer_w *w, ms_l
     attnres_rows(c, snaps, smax, n_cur, h, w->mlp_fold, T, x);
     for (int64_t t = 0; t < T; t++) ms_rmsnorm(x + t * E, w->post_norm, E, c->eps, x + t * E);
     if (w->is_dense) {
-        ms_glu_mlp(&w->dgate, &w->dup, &w->ddown, c->situ_b1, c->situ_b2, x, T, a, pool);
-    } else if (ms_moe_forward(c, layer, &w->moe, ex, x, T, a, ids_out, pool) != 0) {
+        float *gw = ms_arena_take(ar, (size_t)(2 * T * c->dense_inter)); /* [2][T][Id] */
+        ms_glu_mlp_ws(&w->dgate, &w->dup, &w->ddown, c->situ_b1, c->situ_b2, x, T, a, gw, pool);
+    } else if (ms_moe_forward_ws(c, layer, &w->moe, ex, x, T, a, ids_out, ar, pool) != 0) {
         rc = -1;
         goto out;
     }
     for (size_t i = 0; i < TE; i++) h[i] += a[i];
 out:
-    free(x);
-    free(a);
+    ms_arena_reset(ar, mark);
     return rc;
 }
 
@@ -89,5 +103,9 @@ int ms_layer_forward(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_s
                      float *h, float *snaps, int smax, int *n_snap, int64_t T, int32_t *ids_out, ms_pool *pool)
 {
     ms_rows seg = {0, T};
-    return ms_layer_forward_batch(c, layer, w, &st, &seg, 1, ex, h, snaps, smax, n_snap, T, ids_out, pool);
+    ms_arena ar = {0};
+    ms_arena_reserve(&ar, ms_layer_work_floats(c, T));
+    int rc = ms_layer_forward_batch(c, layer, w, &st, &seg, 1, ex, h, snaps, smax, n_snap, T, ids_out, &ar, pool);
+    ms_arena_free(&ar);
+    return rc;
 }

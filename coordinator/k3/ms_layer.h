@@ -47,9 +47,13 @@ int ms_layer_forward(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_s
 /* The same layer for a batched pass of R rows made of n_seg sequences: segment s is rows
  * seg[s] and continues the state st[s] (see ms_rows.h). h, snaps and ids_out are as above with
  * R rows. Every matmul of the layer runs once over all R rows and the routed experts are asked
- * once for all rows; each row's result is bit-identical to running its sequence alone. */
+ * once for all rows; each row's result is bit-identical to running its sequence alone. Scratch
+ * comes from ar (see ms_layer_work_floats). */
 int ms_layer_forward_batch(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *const *st,
                            const ms_rows *seg, int n_seg, const ms_experts *ex, float *h, float *snaps, int smax,
-                           int *n_snap, int64_t R, int32_t *ids_out, ms_pool *pool);
+                           int *n_snap, int64_t R, int32_t *ids_out, ms_arena *ar, ms_pool *pool);
+/* Scratch floats ms_layer_forward_batch takes from its arena for R rows, for the widest layer
+ * of the model (returned on exit). */
+size_t ms_layer_work_floats(const ms_cfg *c, int64_t R);
 
 #endif

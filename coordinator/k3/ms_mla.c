@@ -110,15 +110,23 @@ static void attn_heads(void *vctx, int64_t h0, int64_t h1)
     free(p);
 }
 
+size_t ms_mla_work_floats(const ms_cfg *c, int64_t R)
+{
+    size_t r = (size_t)R, H = (size_t)c->mla_heads, dq = (size_t)(c->qk_nope + c->qk_rope), dv = (size_t)c->v_head;
+    return MS_ARENA_SPAN(r * (size_t)c->q_lora) + MS_ARENA_SPAN(r * H * dq) +
+           MS_ARENA_SPAN(r * (size_t)(c->kv_lora + c->qk_rope)) + 2 * MS_ARENA_SPAN(r * H * dv);
+}
+
 int ms_mla_forward_batch(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *const *kc, const ms_rows *seg, int n_seg,
-                         const float *x, int64_t R, float *out, ms_pool *pool)
+                         const float *x, int64_t R, float *out, ms_arena *ar, ms_pool *pool)
 {
     int H = c->mla_heads, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head, Rq = c->q_lora, Rkv = c->kv_lora;
     int dq = dn + dr;
-    float *qa = ms_malloc(sizeof(float) * (size_t)(R * Rq));            /* [R][Rq] */
-    float *q = ms_malloc(sizeof(float) * (size_t)(R * H * dq));         /* [R][H*dq] */
-    float *ckv = ms_malloc(sizeof(float) * (size_t)(R * (Rkv + dr)));   /* [R][Rkv+dr] */
-    float *o = ms_malloc(sizeof(float) * (size_t)(R * H * dv));         /* [R][H*dv] */
+    size_t mark = ms_arena_mark(ar);
+    float *qa = ms_arena_take(ar, (size_t)(R * Rq));            /* [R][Rq] */
+    float *q = ms_arena_take(ar, (size_t)(R * H * dq));         /* [R][H*dq] */
+    float *ckv = ms_arena_take(ar, (size_t)(R * (Rkv + dr)));   /* [R][Rkv+dr] */
+    float *o = ms_arena_take(ar, (size_t)(R * H * dv));         /* [R][H*dv] */
     /* The streaming schedule (ms_mload.c) follows this order of matmuls: qa, qb, kva, kvb, g, o. */
     ms_matmul(&w->qa, x, R, qa, pool);
     for (int64_t t = 0; t < R; t++) ms_rmsnorm(qa + t * Rq, w->qa_norm, Rq, c->eps, qa + t * Rq);
@@ -145,16 +153,12 @@ int ms_mla_forward_batch(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *const
     }
     free(kvb_owned);
     if (c->mla_out_gate) {
-        float *g = ms_malloc(sizeof(float) * (size_t)(R * H * dv)); /* [R][H*dv] */
+        float *g = ms_arena_take(ar, (size_t)(R * H * dv)); /* [R][H*dv] */
         ms_matmul(&w->g, x, R, g, pool);
         for (int64_t i = 0; i < R * H * dv; i++) o[i] *= ms_sigmoid(g[i]);
-        free(g);
     }
     ms_matmul(&w->o, o, R, out, pool);
-    free(qa);
-    free(q);
-    free(ckv);
-    free(o);
+    ms_arena_reset(ar, mark);
     return rc;
 }
 
@@ -162,5 +166,9 @@ int ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const f
                    ms_pool *pool)
 {
     ms_rows seg = {0, T};
-    return ms_mla_forward_batch(c, w, &kc, &seg, 1, x, T, out, pool);
+    ms_arena ar = {0};
+    ms_arena_reserve(&ar, ms_mla_work_floats(c, T));
+    int rc = ms_mla_forward_batch(c, w, &kc, &seg, 1, x, T, out, &ar, pool);
+    ms_arena_free(&ar);
+    return rc;
 }

@@ -6,6 +6,7 @@
 #include "ms_kern.h"
 #include "ms_pool.h"
 #include "ms_rows.h"
+#include "ms_arena.h"
 
 /* Borrowed weights of one MLA layer. dq = dn + dr. */
 typedef struct {
@@ -42,6 +43,9 @@ int ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const f
  * seg[s] of x and continues cache kc[s]. Projections run once over all R rows; cache appends
  * and attention run per sequence. Same return as ms_mla_forward. */
 int ms_mla_forward_batch(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *const *kc, const ms_rows *seg, int n_seg,
-                         const float *x, int64_t R, float *out, ms_pool *pool);
+                         const float *x, int64_t R, float *out, ms_arena *ar, ms_pool *pool);
+/* Scratch floats ms_mla_forward_batch takes from its arena for R rows (returned on exit). The
+ * per-thread attention rows and a streamed kv_b pulled whole are counted apart by the planner. */
+size_t ms_mla_work_floats(const ms_cfg *c, int64_t R);
 
 #endif

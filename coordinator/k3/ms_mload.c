@@ -46,31 +46,27 @@ static int ref_of(const ms_model *m, const ms_mat *w)
     return -1;
 }
 
-/* Working memory per prefill token and fixed, from the shapes (generous upper bounds). */
+/* Working memory per row of a pass and fixed. The forward pass's scratch is the model's arena,
+ * whose size (ms_model_work_floats) is linear in the rows: its slope and intercept are the
+ * planner's per-token and fixed work; the rest are buffers outside it. */
 static void work_bytes(const ms_model *m, uint64_t *per_token, uint64_t *fixed)
 {
     const ms_cfg *c = &m->cfg;
-    uint64_t E = (uint64_t)c->hidden, P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
-    uint64_t H = (uint64_t)c->mla_heads, dq = (uint64_t)(c->qk_nope + c->qk_rope), dv = (uint64_t)c->v_head;
-    uint64_t L = (uint64_t)c->latent, k = (uint64_t)c->top_k, SI = (uint64_t)c->n_shared * (uint64_t)c->moe_inter;
-    uint64_t smax = (uint64_t)(c->n_layers - 1) / (uint64_t)c->attn_res_block + 1;
-    uint64_t kda = 6 * P + (uint64_t)c->kda_head_dim + (uint64_t)c->kda_heads;
-    uint64_t mla = (uint64_t)c->q_lora + H * dq + (uint64_t)(c->kv_lora + c->qk_rope) + 2 * H * dv;
-    uint64_t mlp = 2 * (uint64_t)c->dense_inter;
-    uint64_t moe = (uint64_t)c->n_experts + 3 * k + L * (3 + 2 * k) + E + 2 * SI;
-    uint64_t mod = kda > mla ? kda : mla;
-    mod += mlp > moe ? mlp : moe;
-    uint64_t row = E * (5 + smax) + mod + 4096; /* + a streamed chunk's output rows */
-    if (m->opts.all_logits) row += (uint64_t)c->vocab;
-    *per_token = 4 * row;
+    int all = m->opts.all_logits;
+    int64_t seqs = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
+    uint64_t w0 = ms_model_work_floats(c, 0, all ? 0 : seqs), w1 = ms_model_work_floats(c, 1, all ? 1 : seqs);
+    /* + a streamed chunk's output rows (ms_matmul's staging) */
+    *per_token = 4 * (w1 - w0) + 4 * 4096;
+    uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
     uint64_t threads = (uint64_t)ms_pool_size(m->pool);
     uint64_t kvb = 0;
     for (int i = 0; i < c->n_layers; i++)
         if (m->layers[i].is_mla) kvb = ms_mat_bytes(&m->layers[i].mla.kvb);
     uint64_t mla_scratch = threads * (4 * (uint64_t)(c->qk_nope + c->v_head) * (uint64_t)c->kv_lora +
                                       20 * (uint64_t)c->kv_lora + 8 * (uint64_t)m->opts.max_positions);
-    /* logits row, sampler candidates (16 B per id), kv_b pulled whole when streamed, MLA scratch */
-    *fixed = 4 * (uint64_t)c->vocab + 16 * (uint64_t)c->vocab + kvb + mla_scratch + 4 * P * 4;
+    /* the arena's fixed part; per sequence its last logits row; the sampler's candidates (16 B
+     * per id); kv_b pulled whole when streamed; the MLA attention's per-thread rows */
+    *fixed = 4 * w0 + 4 * (uint64_t)c->vocab * (uint64_t)seqs + 16 * (uint64_t)c->vocab + kvb + mla_scratch + 4 * P * 4;
 }
 
 static uint64_t state_bytes(const ms_model *m)
@@ -145,6 +141,11 @@ int ms_mload_setup(ms_model *m)
     if (ms_plan_make(&in, &m->plan) != 0) goto out;
     m->plan.in.trunk = NULL; /* sizes is freed below */
     m->planned = 1;
+    {
+        int64_t rows = m->plan.chunk, seqs = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
+        int64_t out_rows = m->opts.all_logits ? rows : (seqs < rows ? seqs : rows);
+        ms_arena_reserve(&m->work, ms_model_work_floats(c, rows, out_rows));
+    }
     if (!m->opts.quiet) ms_plan_print(&m->plan, stderr);
 
     /* Read the pinned prefix: aligned buffers, reads in flight together. */

@@ -449,6 +449,7 @@ void ms_model_free(ms_model *m)
     free(m->xlocs);
     free(m->layers);
     ms_expert_table_free(m->table);
+    ms_arena_free(&m->work);
     ms_pool_free(m->pool);
     if (m->st) free((void *)m->src.paths);
     ms_st_close(m->st);
@@ -499,6 +500,14 @@ void ms_seq_free(ms_seq *s)
 
 int64_t ms_seq_pos(const ms_seq *s) { return s->pos; }
 
+size_t ms_model_work_floats(const ms_cfg *c, int64_t R, int64_t out_rows)
+{
+    size_t r = (size_t)R, o = (size_t)out_rows, E = (size_t)c->hidden;
+    size_t smax = (size_t)ms_layer_snaps_after(c, c->n_layers - 1);
+    return MS_ARENA_SPAN(r * E) + MS_ARENA_SPAN(r * smax * E) + MS_ARENA_SPAN(r * (size_t)c->top_k) +
+           MS_ARENA_SPAN(o * E) + MS_ARENA_SPAN(o * (size_t)c->vocab) + ms_layer_work_floats(c, R);
+}
+
 /* The first non-finite value of rows [0, R) of x (width W), as a row index, or -1. */
 static int64_t first_nonfinite_row(const float *x, int64_t R, int64_t W)
 {
@@ -540,12 +549,17 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
     }
     int64_t out_rows = 0; /* logits rows asked for */
     for (int i = 0; i < n; i++) out_rows += items[i].all_rows ? items[i].T : 1;
-    float *h = ms_malloc(sizeof(float) * (size_t)(R * E));                   /* [R][E] */
-    float *snaps = ms_malloc(sizeof(float) * (size_t)(R * smax * E));        /* [R][smax][E] */
-    int32_t *route = ms_malloc(sizeof(int32_t) * (size_t)(R * c->top_k));    /* [R][k] */
-    float *x = ms_malloc(sizeof(float) * (size_t)(out_rows * E));            /* [out_rows][E] */
-    float *lg = ms_malloc(sizeof(float) * (size_t)(out_rows * V));           /* [out_rows][V] */
-    ms_layer_state **st = ms_malloc(sizeof *st * (size_t)n);                 /* [n] this layer's states */
+    /* All scratch of the pass comes from the model's arena, sized once for the plan's passes
+     * (it grows only for a caller that exceeds them, e.g. an unplanned in-memory model). */
+    ms_arena *ar = &m->work;
+    MS_ASSERT(ar->used == 0);
+    ms_arena_reserve(ar, ms_model_work_floats(c, R, out_rows));
+    float *h = ms_arena_take(ar, (size_t)(R * E));                         /* [R][E] */
+    float *snaps = ms_arena_take(ar, (size_t)(R * smax * E));              /* [R][smax][E] */
+    int32_t *route = (int32_t *)ms_arena_take(ar, (size_t)(R * c->top_k)); /* [R][k] */
+    float *x = ms_arena_take(ar, (size_t)(out_rows * E));                  /* [out_rows][E] */
+    float *lg = ms_arena_take(ar, (size_t)(out_rows * V));                 /* [out_rows][V] */
+    ms_layer_state *st[MS_LAYER_MAX_SEQS];                                 /* [n] this layer's states */
     for (int i = 0; i < n; i++)
         for (int64_t t = 0; t < items[i].T; t++) {
             float *ht = h + (seg[i].r0 + t) * E;
@@ -557,7 +571,7 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
     int nsnap = 0;
     for (int l = 0; l < c->n_layers; l++) {
         for (int i = 0; i < n; i++) st[i] = &items[i].seq->ls[l];
-        if (ms_layer_forward_batch(c, l, &m->layers[l], st, seg, n, &m->experts, h, snaps, smax, &nsnap, R, route,
+        if (ms_layer_forward_batch(c, l, &m->layers[l], st, seg, n, &m->experts, h, snaps, smax, &nsnap, R, route, ar,
                                    m->pool) != 0)
             goto out;
         if (ms_wstream_check(m->ws) != 0) goto out; /* a trunk read failed: no answer from partial weights */
@@ -601,12 +615,7 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
     }
     rc = 0;
 out:
-    free(h);
-    free(snaps);
-    free(route);
-    free(x);
-    free(lg);
-    free(st);
+    ms_arena_reset(ar, 0);
     return rc;
 }
 

@@ -3,6 +3,7 @@
 #ifndef MS_MODEL_INT_H
 #define MS_MODEL_INT_H
 
+#include "ms_arena.h"
 #include "ms_io.h"
 #include "ms_model.h"
 #include "ms_plan.h"
@@ -37,6 +38,7 @@ struct ms_model {
     ms_xloc *xlocs;            /* [N][Ne] expert locations while binding */
     ms_plan plan;
     int planned;
+    ms_arena work;             /* the forward pass's scratch (ms_model_work_floats), one per model */
     uint64_t load_bytes;       /* trunk bytes read while opening (the pinned prefix) */
     ms_layer_w *layers;        /* [N] */
     ms_mat embed;              /* [V, E] */
@@ -65,6 +67,9 @@ int ms_mload_embed_row(ms_model *m, int32_t id, float *out);
  * rows under a matrix trace (so the schedule is the forward code itself, never a copy of it).
  * *out is malloc'ed (the caller frees); returns the count. */
 int ms_model_schedule(ms_model *m, ms_mat ***out);
+/* Scratch floats of one pass of R rows asking for out_rows logits rows: the model's buffers
+ * and the widest layer's (ms_layer_work_floats). The one size the arena and the planner use. */
+size_t ms_model_work_floats(const ms_cfg *c, int64_t R, int64_t out_rows);
 /* Release everything the binder owns. */
 void *ms_model_own(ms_model *m, void *p);
 

@@ -6,19 +6,30 @@
 #include "ms_moe.h"
 #include "ms_ops.h"
 
-int ms_moe_forward(const ms_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
-                   float *y, int32_t *ids_out, ms_pool *pool)
+size_t ms_moe_work_floats(const ms_cfg *c, int64_t T)
+{
+    size_t t = (size_t)T, k = (size_t)c->top_k, L = (size_t)c->latent;
+    size_t SI = (size_t)c->n_shared * (size_t)c->moe_inter;
+    return MS_ARENA_SPAN(t * (size_t)c->n_experts) + 2 * MS_ARENA_SPAN(t * k) + 2 * MS_ARENA_SPAN(t * L) +
+           MS_ARENA_SPAN(t * k * L) + MS_ARENA_SPAN(t * (size_t)c->hidden) + MS_ARENA_SPAN(2 * t * SI);
+}
+
+int ms_moe_forward_ws(const ms_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
+                      float *y, int32_t *ids_out, ms_arena *ar, ms_pool *pool)
 {
     int Ne = c->n_experts, k = c->top_k, E = c->hidden;
     int64_t L = c->latent;
     int rc = -1;
-    float *logits = ms_malloc(sizeof(float) * (size_t)(T * Ne));     /* [T][Ne] */
-    int32_t *ids = ms_malloc(sizeof(int32_t) * (size_t)(T * k));     /* [T][k] */
-    float *wts = ms_malloc(sizeof(float) * (size_t)(T * k));         /* [T][k] */
-    float *z = ms_malloc(sizeof(float) * (size_t)(T * L));           /* [T][L] latent input */
-    float *eo = ms_malloc(sizeof(float) * (size_t)(T * k * L));      /* [T][k][L] expert outputs */
-    float *a = ms_malloc(sizeof(float) * (size_t)(T * L));           /* [T][L] combined */
-    float *sh = ms_malloc(sizeof(float) * (size_t)(T * E));          /* [T][E] shared experts */
+    size_t mark = ms_arena_mark(ar);
+    _Static_assert(sizeof(int32_t) == sizeof(float), "ids share the float arena");
+    float *logits = ms_arena_take(ar, (size_t)(T * Ne));                /* [T][Ne] */
+    int32_t *ids = (int32_t *)ms_arena_take(ar, (size_t)(T * k));       /* [T][k] */
+    float *wts = ms_arena_take(ar, (size_t)(T * k));                    /* [T][k] */
+    float *z = ms_arena_take(ar, (size_t)(T * L));                      /* [T][L] latent input */
+    float *eo = ms_arena_take(ar, (size_t)(T * k * L));                 /* [T][k][L] expert outputs */
+    float *a = ms_arena_take(ar, (size_t)(T * L));                      /* [T][L] combined */
+    float *sh = ms_arena_take(ar, (size_t)(T * E));                     /* [T][E] shared experts */
+    float *gw = ms_arena_take(ar, (size_t)(2 * T * c->n_shared * c->moe_inter)); /* [2][T][Ns*I] */
     ms_matmul(&w->gate, x, T, logits, pool);
     for (int64_t t = 0; t < T; t++)
         ms_router_select(logits + t * Ne, w->bias, Ne, k, c->renorm, c->routed_scale, ids + t * k, wts + t * k);
@@ -37,17 +48,21 @@ int ms_moe_forward(const ms_cfg *c, int layer, const ms_moe_w *w, const ms_exper
         if (c->latent_norm) ms_rmsnorm(a + t * L, w->norm, L, c->eps, a + t * L);
     }
     ms_matmul(&w->up, a, T, y, pool);
-    ms_glu_mlp(&w->sg, &w->su, &w->sd, c->situ_b1, c->situ_b2, x, T, sh, pool);
+    ms_glu_mlp_ws(&w->sg, &w->su, &w->sd, c->situ_b1, c->situ_b2, x, T, sh, gw, pool);
     for (int64_t i = 0; i < T * E; i++) y[i] += sh[i];
     if (ids_out) memcpy(ids_out, ids, sizeof(int32_t) * (size_t)(T * k));
     rc = 0;
 out:
-    free(logits);
-    free(ids);
-    free(wts);
-    free(z);
-    free(eo);
-    free(a);
-    free(sh);
+    ms_arena_reset(ar, mark);
+    return rc;
+}
+
+int ms_moe_forward(const ms_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
+                   float *y, int32_t *ids_out, ms_pool *pool)
+{
+    ms_arena ar = {0};
+    ms_arena_reserve(&ar, ms_moe_work_floats(c, T));
+    int rc = ms_moe_forward_ws(c, layer, w, ex, x, T, y, ids_out, &ar, pool);
+    ms_arena_free(&ar);
     return rc;
 }

@@ -5,6 +5,7 @@
 #include "ms_cfg.h"
 #include "ms_expert.h"
 #include "ms_kern.h"
+#include "ms_arena.h"
 #include "ms_pool.h"
 
 /* Borrowed trunk weights of one MoE layer (routed experts live behind ms_experts). */
@@ -24,5 +25,9 @@ typedef struct {
  * ms_err set when the experts failed (y is then undefined). */
 int ms_moe_forward(const ms_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
                    float *y, int32_t *ids_out, ms_pool *pool);
+/* The same with the caller's scratch arena (ms_moe_work_floats(c, T) floats, returned on exit). */
+int ms_moe_forward_ws(const ms_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
+                      float *y, int32_t *ids_out, ms_arena *ar, ms_pool *pool);
+size_t ms_moe_work_floats(const ms_cfg *c, int64_t T);
 
 #endif
