@@ -16,6 +16,8 @@ typedef struct {
     int is_mla, is_dense;
     const float *in_norm, *post_norm;   /* [E] input_layernorm, post_attention_layernorm */
     const float *sa_fold, *mlp_fold;    /* [E] res_norm * res_proj, precomputed */
+    const float *sa_norm, *sa_proj;     /* [E] self_attention_res_norm / _proj as bound */
+    const float *mlp_norm, *mlp_proj;   /* [E] mlp_res_norm / _proj as bound */
     ms_kda_w kda;                       /* when !is_mla */
     ms_mla_w mla;                       /* when is_mla */
     ms_mat dgate, dup, ddown;           /* dense MLP when is_dense: [Id,E], [Id,E], [E,Id] */

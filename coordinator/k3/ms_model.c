@@ -6,10 +6,10 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_k3_tensors.h"
 #include "ms_model_int.h"
 #include "ms_ops.h"
 
-#define PFX "language_model.model."
 
 struct ms_seq {
     const ms_model *m;
@@ -190,33 +190,33 @@ static void mat(ms_model *m, ms_mat *w, const char *name, int64_t rows, int64_t 
     }
 }
 
-/* One routed-expert matrix: MXFP4 (base.weight_packed U8 [rows, cols/2] + base.weight_scale U8
- * [rows, cols/32]) as released, or a dense base.weight (fp32 oracle). Returns 1 for MXFP4 (tp,
- * ts describe the two parts), 2 for dense, 0 after a binding error. */
-static int expert_mat(ms_model *m, const char *base, int64_t rows, int64_t cols, ms_mat *w, ms_tview *tp,
+/* One routed-expert matrix (m: 0 = w1, 1 = w2, 2 = w3): MXFP4 (weight_packed U8 [rows, cols/2]
+ * + weight_scale U8 [rows, cols/32]) as released, or a dense weight (fp32 oracle). Returns 1 for
+ * MXFP4 (tp, ts describe the two parts), 2 for dense, 0 after a binding error. */
+static int expert_mat(ms_model *m, int layer, int e, int which, int64_t rows, int64_t cols, ms_mat *w, ms_tview *tp,
                       ms_tview *ts)
 {
     char n1[512], n2[512];
     *w = (ms_mat){MS_WT_MXFP4, rows, cols, NULL, NULL, NULL, NULL};
-    snprintf(n1, sizeof n1, "%.480s.weight_packed", base);
+    ms_k3_expert_name(layer, e, which, 0, n1, sizeof n1);
     if (!m->src.find(m->src.ctx, n1, tp)) {
-        snprintf(n1, sizeof n1, "%.480s.weight", base);
         ms_tview td;
-        if (m->src.find(m->src.ctx, n1, &td)) {
+        ms_k3_expert_name(layer, e, which, 2, n2, sizeof n2);
+        if (m->src.find(m->src.ctx, n2, &td)) {
             int saved = m->files;
             m->files = 0; /* dense experts are used in place (only the fp32 oracle has them) */
-            mat(m, w, n1, rows, cols);
+            mat(m, w, n2, rows, cols);
             m->files = saved;
             return w->data ? 2 : 0;
         }
-        bind_error(m, "tensor %s.weight_packed is missing from %s", base, m->src.what);
+        bind_error(m, "tensor %s is missing from %s", n1, m->src.what);
         return 0;
     }
     if (cols % 32 != 0) {
         bind_error(m, "tensor %s: MXFP4 row width %lld is not a multiple of 32", n1, (long long)cols);
         return 0;
     }
-    snprintf(n2, sizeof n2, "%.480s.weight_scale", base);
+    ms_k3_expert_name(layer, e, which, 1, n2, sizeof n2);
     int64_t sp[2] = {rows, cols / 2}, ss[2] = {rows, cols / 32};
     if (!get(m, n1, tp, 2, sp) || !get(m, n2, ts, 2, ss)) return 0;
     if (tp->dtype != MS_DT_U8 || ts->dtype != MS_DT_U8) {
@@ -230,18 +230,15 @@ static int expert_mat(ms_model *m, const char *base, int64_t rows, int64_t cols,
 }
 
 /* Routed expert e of layer i: into the on-disk store (files) or the in-memory table. */
-static void bind_expert(ms_model *m, int i, int e, const char *lp)
+static void bind_expert(ms_model *m, int i, int e)
 {
     const ms_cfg *c = &m->cfg;
-    static const char *wn[3] = {"w1", "w2", "w3"};
     ms_mat w[3];
     ms_tview tv[6];
     int kind[3];
     for (int j = 0; j < 3; j++) {
-        char base[512];
-        snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.%s", lp, e, wn[j]);
         int64_t rows = j == 1 ? c->latent : c->moe_inter, cols = j == 1 ? c->moe_inter : c->latent;
-        kind[j] = expert_mat(m, base, rows, cols, &w[j], &tv[2 * j], &tv[2 * j + 1]);
+        kind[j] = expert_mat(m, i, e, j, rows, cols, &w[j], &tv[2 * j], &tv[2 * j + 1]);
         if (!kind[j]) return;
     }
     if (m->files && kind[0] == 1 && kind[1] == 1 && kind[2] == 1 && tv[0].fidx >= 0) {
@@ -266,82 +263,50 @@ static float *fold(ms_model *m, const float *norm, const float *proj, int64_t E)
     return f;
 }
 
+/* Bind one entry of the K3 tensor table into base (a layer's weights, or the model). */
+static void bind_entry(ms_model *m, const ms_k3_tensor *t, int layer, void *base)
+{
+    const ms_cfg *c = &m->cfg;
+    char n[512];
+    int64_t shape[3], count = 1;
+    ms_k3_tensor_name(t, layer, n, sizeof n);
+    for (int j = 0; j < t->ndim; j++) count *= (shape[j] = ms_k3_dim_value(c, t->dim[j]));
+    void *dst = (char *)base + t->field;
+    switch (t->kind) {
+    case MS_K3_MAT:
+    case MS_K3_EMBED: mat(m, (ms_mat *)dst, n, shape[0], shape[1]); break;
+    case MS_K3_RESPROJ: *(const float **)dst = vec_row(m, n, shape[1]); break;
+    case MS_K3_ALOG: {
+        ms_tview tv;
+        int64_t Hk = c->kda_heads;
+        if (!m->src.find(m->src.ctx, n, &tv))
+            bind_error(m, "tensor %s is missing from %s", n, m->src.what);
+        else if (numel(&tv) < Hk)
+            bind_error(m, "tensor %s in %s has %lld values, fewer than the %lld KDA heads", n, tv.file,
+                       (long long)numel(&tv), (long long)Hk);
+        else
+            *(const float **)dst = widen(m, n, &tv, Hk); /* only the first Hk values are heads (spec §4.3) */
+        break;
+    }
+    default: *(const float **)dst = vec(m, n, count, t->ndim, shape); break;
+    }
+}
+
 static void bind_layer(ms_model *m, int i)
 {
     const ms_cfg *c = &m->cfg;
     ms_layer_w *w = &m->layers[i];
-    int64_t E = c->hidden, Hk = c->kda_heads, D = c->kda_head_dim, P = Hk * D, K = c->conv_k;
-    char n[512], lp[128];
-    snprintf(lp, sizeof lp, PFX "layers.%d.", i);
-    int n_refs0 = m->n_refs;
-#define NM(suffix) (snprintf(n, sizeof n, "%s%s", lp, suffix), n)
+    int n_refs0 = m->n_refs, nt;
+    const ms_k3_tensor *tab = ms_k3_tensors(&nt);
     w->is_mla = c->is_mla[i];
     w->is_dense = ms_cfg_is_dense(c, i);
-    w->in_norm = vec1(m, NM("input_layernorm.weight"), E);
-    w->post_norm = vec1(m, NM("post_attention_layernorm.weight"), E);
-    const float *sn = vec1(m, NM("self_attention_res_norm.weight"), E);
-    const float *sp = vec_row(m, NM("self_attention_res_proj.weight"), E);
-    const float *mn = vec1(m, NM("mlp_res_norm.weight"), E);
-    const float *mp = vec_row(m, NM("mlp_res_proj.weight"), E);
-    w->sa_fold = fold(m, sn, sp, E);
-    w->mlp_fold = fold(m, mn, mp, E);
-    if (!w->is_mla) {
-        ms_kda_w *k = &w->kda;
-        mat(m, &k->q, NM("self_attn.q_proj.weight"), P, E);
-        mat(m, &k->k, NM("self_attn.k_proj.weight"), P, E);
-        mat(m, &k->v, NM("self_attn.v_proj.weight"), P, E);
-        mat(m, &k->g, NM("self_attn.g_proj.weight"), P, E);
-        mat(m, &k->o, NM("self_attn.o_proj.weight"), E, P);
-        mat(m, &k->fa, NM("self_attn.f_a_proj.weight"), D, E);
-        mat(m, &k->fb, NM("self_attn.f_b_proj.weight"), P, D);
-        mat(m, &k->b, NM("self_attn.b_proj.weight"), Hk, E);
-        int64_t cs[3] = {P, 1, K};
-        k->q_conv = vec(m, NM("self_attn.q_conv1d.weight"), P * K, 3, cs);
-        k->k_conv = vec(m, NM("self_attn.k_conv1d.weight"), P * K, 3, cs);
-        k->v_conv = vec(m, NM("self_attn.v_conv1d.weight"), P * K, 3, cs);
-        ms_tview tv;
-        if (!m->src.find(m->src.ctx, NM("self_attn.A_log"), &tv)) {
-            bind_error(m, "tensor %s is missing from %s", n, m->src.what);
-        } else if (numel(&tv) < Hk) {
-            bind_error(m, "tensor %s in %s has %lld values, fewer than the %lld KDA heads", n, tv.file,
-                       (long long)numel(&tv), (long long)Hk);
-        } else {
-            k->A_log = widen(m, n, &tv, Hk); /* only the first Hk values are heads (spec §4.3) */
-        }
-        k->dt_bias = vec1(m, NM("self_attn.dt_bias"), P);
-        k->o_norm = vec1(m, NM("self_attn.o_norm.weight"), D);
-    } else {
-        ms_mla_w *a = &w->mla;
-        int64_t H = c->mla_heads, dq = c->qk_nope + c->qk_rope, dv = c->v_head;
-        mat(m, &a->qa, NM("self_attn.q_a_proj.weight"), c->q_lora, E);
-        a->qa_norm = vec1(m, NM("self_attn.q_a_layernorm.weight"), c->q_lora);
-        mat(m, &a->qb, NM("self_attn.q_b_proj.weight"), H * dq, c->q_lora);
-        mat(m, &a->kva, NM("self_attn.kv_a_proj_with_mqa.weight"), c->kv_lora + c->qk_rope, E);
-        a->kva_norm = vec1(m, NM("self_attn.kv_a_layernorm.weight"), c->kv_lora);
-        mat(m, &a->kvb, NM("self_attn.kv_b_proj.weight"), H * (c->qk_nope + dv), c->kv_lora);
-        mat(m, &a->o, NM("self_attn.o_proj.weight"), E, H * dv);
-        if (c->mla_out_gate) mat(m, &a->g, NM("self_attn.g_proj.weight"), H * dv, E);
-    }
-    if (w->is_dense) {
-        mat(m, &w->dgate, NM("mlp.gate_proj.weight"), c->dense_inter, E);
-        mat(m, &w->dup, NM("mlp.up_proj.weight"), c->dense_inter, E);
-        mat(m, &w->ddown, NM("mlp.down_proj.weight"), E, c->dense_inter);
-    } else {
-        ms_moe_w *e = &w->moe;
-        int64_t SI = (int64_t)c->n_shared * c->moe_inter, L = c->latent;
-        mat(m, &e->gate, NM("block_sparse_moe.gate.weight"), c->n_experts, E);
-        e->bias = vec1(m, NM("block_sparse_moe.gate.e_score_correction_bias"), c->n_experts);
-        mat(m, &e->down, NM("block_sparse_moe.routed_expert_down_proj.weight"), L, E);
-        mat(m, &e->up, NM("block_sparse_moe.routed_expert_up_proj.weight"), E, L);
-        e->norm = vec1(m, NM("block_sparse_moe.routed_expert_norm.weight"), L);
-        mat(m, &e->sg, NM("block_sparse_moe.shared_experts.gate_proj.weight"), SI, E);
-        mat(m, &e->su, NM("block_sparse_moe.shared_experts.up_proj.weight"), SI, E);
-        mat(m, &e->sd, NM("block_sparse_moe.shared_experts.down_proj.weight"), E, SI);
-        if (!m->opts.remote_experts)
-            for (int x = 0; x < c->n_experts && m->n_errors <= 8; x++) bind_expert(m, i, x, lp);
-    }
+    for (int j = 0; j < nt; j++)
+        if (ms_k3_in_layer(&tab[j], c, i)) bind_entry(m, &tab[j], i, w);
+    w->sa_fold = fold(m, w->sa_norm, w->sa_proj, c->hidden);
+    w->mlp_fold = fold(m, w->mlp_norm, w->mlp_proj, c->hidden);
+    if (!w->is_dense && !m->opts.remote_experts)
+        for (int x = 0; x < c->n_experts && m->n_errors <= 8; x++) bind_expert(m, i, x);
     for (int r = n_refs0; r < m->n_refs; r++) m->refs[r].layer = i;
-#undef NM
 }
 
 ms_model *ms_model_bind(const ms_cfg *cfg, const ms_tsrc *src, const ms_run_opts *o)
@@ -367,13 +332,14 @@ ms_model *ms_model_bind(const ms_cfg *cfg, const ms_tsrc *src, const ms_run_opts
     m->experts = ms_expert_table_iface(m->table);
     if (m->files) m->xlocs = ms_calloc((size_t)c->n_layers * (size_t)c->n_experts, sizeof *m->xlocs);
     m->layers = ms_calloc((size_t)c->n_layers, sizeof *m->layers);
-    mat(m, &m->embed, PFX "embed_tokens.weight", c->vocab, E);
-    if (m->n_refs > 0) m->embed_ref = m->n_refs - 1;
-    m->final_norm = vec1(m, PFX "norm.weight", E);
-    m->out_fold = fold(m, vec1(m, PFX "output_attn_res_norm.weight", E),
-                       vec_row(m, PFX "output_attn_res_proj.weight", E), E);
+    int nt;
+    const ms_k3_tensor *tab = ms_k3_tensors(&nt);
+    for (int j = 0; j < nt; j++)
+        if (tab[j].where == MS_K3_MODEL) bind_entry(m, &tab[j], -1, m);
+    for (int r = 0; r < m->n_refs; r++)
+        if (m->refs[r].dst == &m->embed) m->embed_ref = r;
+    m->out_fold = fold(m, m->out_norm, m->out_proj, E);
     for (int i = 0; i < c->n_layers && m->n_errors <= 8; i++) bind_layer(m, i);
-    mat(m, &m->lm_head, "language_model.lm_head.weight", c->vocab, E);
     if (m->n_errors) {
         ms_err_set("%s: %d tensor problem%s: %s%s", src->what, m->n_errors, m->n_errors > 1 ? "s" : "", m->errors,
                    m->n_errors > 8 ? "; ..." : "");

@@ -45,6 +45,7 @@ struct ms_model {
     ms_mat lm_head;            /* [V, E] */
     const float *final_norm;   /* [E] */
     float *out_fold;           /* [E] output_attn_res norm * proj */
+    const float *out_norm, *out_proj; /* [E] output_attn_res_norm / _proj as bound */
     ms_expert_table *table;
     ms_experts experts;
     ms_route_fn route_fn;

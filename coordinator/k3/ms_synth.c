@@ -12,6 +12,7 @@
 #include "ms_kern.h"
 #include "ms_st.h"
 #include "ms_synth.h"
+#include "ms_k3_tensors.h"
 #include "ms_tok.h"
 
 int ms_synth_preset(const char *name, ms_synth_shape *sh)
@@ -197,88 +198,88 @@ static float amp_for(int64_t fan_in) { return (float)(sqrt(3.0) / sqrt((double)f
 /* Scale byte that makes E2M1 values (mean |v| about 2.6) have std about 1/sqrt(fan_in). */
 static float scale_byte(int64_t fan_in) { return (float)(127 - (int)lround(log2(2.6 * sqrt((double)fan_in)))); }
 
-#define LP(suffix) (snprintf(nm, sizeof nm, "language_model.model.layers.%d.%s", i, suffix), nm)
+/* The config a synthetic shape stands for (what ms_k3_tensors needs of it); is_mla[n_layers]. */
+static ms_cfg shape_cfg(const ms_synth_shape *s, uint8_t *is_mla)
+{
+    ms_cfg c;
+    memset(&c, 0, sizeof c);
+    c.hidden = s->hidden;
+    c.n_layers = s->n_layers;
+    c.vocab = s->vocab;
+    c.kda_heads = s->kda_heads;
+    c.kda_head_dim = s->kda_head_dim;
+    c.conv_k = s->conv_k;
+    c.mla_heads = s->mla_heads;
+    c.q_lora = s->q_lora;
+    c.kv_lora = s->kv_lora;
+    c.qk_nope = s->qk_nope;
+    c.qk_rope = s->qk_rope;
+    c.v_head = s->v_head;
+    c.mla_out_gate = 1;
+    c.n_experts = s->n_experts;
+    c.n_shared = s->n_shared;
+    c.latent = s->latent;
+    c.moe_inter = s->moe_inter;
+    c.dense_inter = s->dense_inter;
+    c.first_dense = 1;
+    for (int i = 0; i < s->n_layers; i++) {
+        is_mla[i] = 0;
+        for (int j = 0; j < s->n_full_attn; j++) is_mla[i] |= s->full_attn[j] == i + 1;
+    }
+    c.is_mla = is_mla;
+    return c;
+}
+
+/* One table entry of ms_k3_tensors with its random draw. */
+static void add_entry(speclist *l, const ms_synth_shape *s, const ms_cfg *c, const ms_k3_tensor *t, int layer)
+{
+    char nm[256];
+    int64_t d[3] = {0, 0, 0};
+    for (int j = 0; j < t->ndim; j++) d[j] = ms_k3_dim_value(c, t->dim[j]);
+    ms_k3_tensor_name(t, layer, nm, sizeof nm);
+    ms_dtype dt = t->dtype;
+    switch (t->kind) {
+    case MS_K3_MAT:
+        if (t->dim[0] == MS_K3_DNE && !s->router_bf16) dt = MS_DT_F32; /* the router gate */
+        add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_UNIFORM, amp_for(d[1]));
+        break;
+    case MS_K3_EMBED: add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_UNIFORM, 1.0f); break;
+    case MS_K3_NORM: add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_GAIN, 0); break;
+    case MS_K3_RESPROJ: add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_UNIFORM, 0.2f); break;
+    case MS_K3_CONV:
+    case MS_K3_DTBIAS: add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_UNIFORM, 0.5f); break;
+    case MS_K3_RBIAS: add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_UNIFORM, 0.02f); break;
+    case MS_K3_ALOG: add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_ALOG, 0)->valid = s->kda_heads; break;
+    }
+}
 
 static void build_specs(const ms_synth_shape *s, speclist *l)
 {
-    char nm[256];
-    int64_t E = s->hidden, P = (int64_t)s->kda_heads * s->kda_head_dim, D = s->kda_head_dim;
-    int64_t H = s->mla_heads, dq = s->qk_nope + s->qk_rope, SI = (int64_t)s->n_shared * s->moe_inter;
+    uint8_t is_mla[256];
+    MS_ASSERT(s->n_layers <= 256);
+    ms_cfg c = shape_cfg(s, is_mla);
+    int nt;
+    const ms_k3_tensor *tab = ms_k3_tensors(&nt);
     int64_t L = s->latent, I = s->moe_inter;
     for (int i = 0; i < s->n_layers; i++) {
         l->shard = s->n_shards > 1 ? (int)((int64_t)i * (s->n_shards - 1) / s->n_layers) : 0;
-        int mla = 0;
-        for (int j = 0; j < s->n_full_attn; j++) mla |= s->full_attn[j] == i + 1;
-        add(l, LP("input_layernorm.weight"), MS_DT_BF16, 1, E, 0, 0, K_GAIN, 0);
-        add(l, LP("post_attention_layernorm.weight"), MS_DT_BF16, 1, E, 0, 0, K_GAIN, 0);
-        add(l, LP("self_attention_res_norm.weight"), MS_DT_BF16, 1, E, 0, 0, K_GAIN, 0);
-        add(l, LP("self_attention_res_proj.weight"), MS_DT_BF16, 2, 1, E, 0, K_UNIFORM, 0.2f);
-        add(l, LP("mlp_res_norm.weight"), MS_DT_BF16, 1, E, 0, 0, K_GAIN, 0);
-        add(l, LP("mlp_res_proj.weight"), MS_DT_BF16, 2, 1, E, 0, K_UNIFORM, 0.2f);
-        if (!mla) {
-            add(l, LP("self_attn.q_proj.weight"), MS_DT_BF16, 2, P, E, 0, K_UNIFORM, amp_for(E));
-            add(l, LP("self_attn.k_proj.weight"), MS_DT_BF16, 2, P, E, 0, K_UNIFORM, amp_for(E));
-            add(l, LP("self_attn.v_proj.weight"), MS_DT_BF16, 2, P, E, 0, K_UNIFORM, amp_for(E));
-            add(l, LP("self_attn.g_proj.weight"), MS_DT_BF16, 2, P, E, 0, K_UNIFORM, amp_for(E));
-            add(l, LP("self_attn.o_proj.weight"), MS_DT_BF16, 2, E, P, 0, K_UNIFORM, amp_for(P));
-            add(l, LP("self_attn.q_conv1d.weight"), MS_DT_F32, 3, P, 1, s->conv_k, K_UNIFORM, 0.5f);
-            add(l, LP("self_attn.k_conv1d.weight"), MS_DT_F32, 3, P, 1, s->conv_k, K_UNIFORM, 0.5f);
-            add(l, LP("self_attn.v_conv1d.weight"), MS_DT_F32, 3, P, 1, s->conv_k, K_UNIFORM, 0.5f);
-            add(l, LP("self_attn.f_a_proj.weight"), MS_DT_BF16, 2, D, E, 0, K_UNIFORM, amp_for(E));
-            add(l, LP("self_attn.f_b_proj.weight"), MS_DT_BF16, 2, P, D, 0, K_UNIFORM, amp_for(D));
-            add(l, LP("self_attn.b_proj.weight"), MS_DT_BF16, 2, s->kda_heads, E, 0, K_UNIFORM, amp_for(E));
-            int64_t na = D > s->kda_heads ? D : s->kda_heads;
-            add(l, LP("self_attn.A_log"), MS_DT_F32, 1, na, 0, 0, K_ALOG, 0)->valid = s->kda_heads;
-            add(l, LP("self_attn.dt_bias"), MS_DT_F32, 1, P, 0, 0, K_UNIFORM, 0.5f);
-            add(l, LP("self_attn.o_norm.weight"), MS_DT_F32, 1, D, 0, 0, K_GAIN, 0);
-        } else {
-            add(l, LP("self_attn.q_a_proj.weight"), MS_DT_BF16, 2, s->q_lora, E, 0, K_UNIFORM, amp_for(E));
-            add(l, LP("self_attn.q_a_layernorm.weight"), MS_DT_BF16, 1, s->q_lora, 0, 0, K_GAIN, 0);
-            add(l, LP("self_attn.q_b_proj.weight"), MS_DT_BF16, 2, H * dq, s->q_lora, 0, K_UNIFORM, amp_for(s->q_lora));
-            add(l, LP("self_attn.kv_a_proj_with_mqa.weight"), MS_DT_BF16, 2, s->kv_lora + s->qk_rope, E, 0, K_UNIFORM,
-                amp_for(E));
-            add(l, LP("self_attn.kv_a_layernorm.weight"), MS_DT_BF16, 1, s->kv_lora, 0, 0, K_GAIN, 0);
-            add(l, LP("self_attn.kv_b_proj.weight"), MS_DT_BF16, 2, H * (s->qk_nope + s->v_head), s->kv_lora, 0,
-                K_UNIFORM, amp_for(s->kv_lora));
-            add(l, LP("self_attn.o_proj.weight"), MS_DT_BF16, 2, E, H * s->v_head, 0, K_UNIFORM,
-                amp_for(H * s->v_head));
-            add(l, LP("self_attn.g_proj.weight"), MS_DT_BF16, 2, H * s->v_head, E, 0, K_UNIFORM, amp_for(E));
-        }
-        if (i == 0) {
-            add(l, LP("mlp.gate_proj.weight"), MS_DT_BF16, 2, s->dense_inter, E, 0, K_UNIFORM, amp_for(E));
-            add(l, LP("mlp.up_proj.weight"), MS_DT_BF16, 2, s->dense_inter, E, 0, K_UNIFORM, amp_for(E));
-            add(l, LP("mlp.down_proj.weight"), MS_DT_BF16, 2, E, s->dense_inter, 0, K_UNIFORM, amp_for(s->dense_inter));
-            continue;
-        }
-        add(l, LP("block_sparse_moe.gate.weight"), s->router_bf16 ? MS_DT_BF16 : MS_DT_F32, 2, s->n_experts, E, 0,
-            K_UNIFORM, amp_for(E));
-        add(l, LP("block_sparse_moe.gate.e_score_correction_bias"), MS_DT_F32, 1, s->n_experts, 0, 0, K_UNIFORM,
-            0.02f);
-        add(l, LP("block_sparse_moe.routed_expert_down_proj.weight"), MS_DT_BF16, 2, L, E, 0, K_UNIFORM, amp_for(E));
-        add(l, LP("block_sparse_moe.routed_expert_up_proj.weight"), MS_DT_BF16, 2, E, L, 0, K_UNIFORM, amp_for(L));
-        add(l, LP("block_sparse_moe.routed_expert_norm.weight"), MS_DT_BF16, 1, L, 0, 0, K_GAIN, 0);
-        add(l, LP("block_sparse_moe.shared_experts.gate_proj.weight"), MS_DT_BF16, 2, SI, E, 0, K_UNIFORM, amp_for(E));
-        add(l, LP("block_sparse_moe.shared_experts.up_proj.weight"), MS_DT_BF16, 2, SI, E, 0, K_UNIFORM, amp_for(E));
-        add(l, LP("block_sparse_moe.shared_experts.down_proj.weight"), MS_DT_BF16, 2, E, SI, 0, K_UNIFORM, amp_for(SI));
+        for (int j = 0; j < nt; j++)
+            if (ms_k3_in_layer(&tab[j], &c, i)) add_entry(l, s, &c, &tab[j], i);
+        if (ms_cfg_is_dense(&c, i)) continue;
         /* One expert is one contiguous run: w1, w2, w3, each packed then scale (spec §4.5). */
-        for (int e = 0; e < s->n_experts; e++) {
-            char x[128];
-            static const char *wn[3] = {"w1", "w2", "w3"};
+        for (int e = 0; e < s->n_experts; e++)
             for (int w = 0; w < 3; w++) {
+                char nm[256];
                 int64_t rows = w == 1 ? L : I, cols = w == 1 ? I : L;
-                snprintf(x, sizeof x, "block_sparse_moe.experts.%d.%s.weight_packed", e, wn[w]);
-                add(l, LP(x), MS_DT_U8, 2, rows, cols / 2, 0, K_PACKED, 0);
-                snprintf(x, sizeof x, "block_sparse_moe.experts.%d.%s.weight_scale", e, wn[w]);
-                add(l, LP(x), MS_DT_U8, 2, rows, cols / 32, 0, K_SCALE, scale_byte(cols));
+                ms_k3_expert_name(i, e, w, 0, nm, sizeof nm);
+                add(l, nm, MS_DT_U8, 2, rows, cols / 2, 0, K_PACKED, 0);
+                ms_k3_expert_name(i, e, w, 1, nm, sizeof nm);
+                add(l, nm, MS_DT_U8, 2, rows, cols / 32, 0, K_SCALE, scale_byte(cols));
             }
-        }
     }
     l->shard = s->n_shards - 1;
-    add(l, "language_model.model.embed_tokens.weight", MS_DT_BF16, 2, s->vocab, E, 0, K_UNIFORM, 1.0f);
-    add(l, "language_model.model.norm.weight", MS_DT_BF16, 1, E, 0, 0, K_GAIN, 0);
-    add(l, "language_model.model.output_attn_res_norm.weight", MS_DT_BF16, 1, E, 0, 0, K_GAIN, 0);
-    add(l, "language_model.model.output_attn_res_proj.weight", MS_DT_BF16, 2, 1, E, 0, K_UNIFORM, 0.2f);
-    add(l, "language_model.lm_head.weight", MS_DT_BF16, 2, s->vocab, E, 0, K_UNIFORM, amp_for(E));
+    for (int j = 0; j < nt; j++)
+        if (tab[j].where == MS_K3_MODEL) add_entry(l, s, &c, &tab[j], -1);
 }
 
 static json_t *int_array(const int *v, int n)
