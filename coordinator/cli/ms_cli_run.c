@@ -15,7 +15,7 @@
 #include "ms_tok.h"
 
 typedef struct {
-    const char *model, *prompt, *prompt_file, *ids, *dump, *trace;
+    const char *model, *prompt, *prompt_file, *ids, *ids_file, *dump, *trace;
     const char *workers, *cluster, *curve_secret;
     long long local_workers; /* -1 = default */
     float worker_timeout;
@@ -28,8 +28,8 @@ typedef struct {
 
 static void run_usage(FILE *f)
 {
-    fputs("usage: moestream run --model DIR (--prompt TEXT | --prompt-file PATH | --ids 1,2,3) [-n N]\n"
-          "                     [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
+    fputs("usage: moestream run --model DIR (--prompt TEXT | --prompt-file PATH | --ids 1,2,3 | --ids-file PATH)\n"
+          "                     [-n N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet]\n"
           "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
           "                     [--prefill-chunk N] [--lru-cache]\n"
@@ -37,7 +37,8 @@ static void run_usage(FILE *f)
           "                     [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "\n"
           "Generates N tokens (default 16) after the prompt. --temperature 0 (the default) is greedy.\n"
-          "--prompt needs a tokenizer (tiktoken.model) in DIR; --ids works without one.\n"
+          "--prompt needs a tokenizer (tiktoken.model) in DIR; --ids works without one; --ids-file reads\n"
+          "the ids (same syntax, whitespace allowed) from a file, for prompts longer than a command line.\n"
           "--json prints one JSON object: prompt_ids, generated_ids, text (with a tokenizer), stats.\n"
           "--dump-logits writes little-endian f32 rows of vocab_size values: every prompt position,\n"
           "then each generated position whose logits were computed (prompt + N - 1 rows).\n"
@@ -53,7 +54,9 @@ static void run_usage(FILE *f)
           "connection is CURVE-encrypted with --curve-secret FILE (this side's key, from moestream keygen)\n"
           "unless --insecure. --local-workers N starts N workers on this box over ipc (0, the default,\n"
           "computes experts in this process) and splits the budget among all processes.\n"
-          "--worker-timeout SEC is the deadline of one request (default 60).\n",
+          "--worker-timeout SEC is the deadline of one request (default 60).\n"
+          "Ctrl-C (SIGINT) or SIGTERM stops the run between steps: it exits 130 with a message, stops\n"
+          "the local workers, and keeps no partial output (--dump-logits holds the rows computed).\n",
           f);
 }
 
@@ -112,6 +115,14 @@ static int read_prompt(const run_opts *o, ms_tok *tok, int32_t **prompt, size_t 
 {
     const char *cmd = "run";
     if (o->ids) return ms_cli_parse_ids(o->ids, prompt, np) != 0 ? ms_cli_fail_err(cmd) : MS_EXIT_OK;
+    if (o->ids_file) {
+        char *buf = ms_cli_read_file(o->ids_file, NULL);
+        if (!buf) return ms_cli_fail_err(cmd);
+        int bad = ms_cli_parse_ids(buf, prompt, np);
+        free(buf);
+        if (bad) return ms_cli_fail(cmd, ms_err_code(), "%s: %s", o->ids_file, ms_err_msg());
+        return MS_EXIT_OK;
+    }
     if (!tok)
         return ms_cli_fail(cmd, MS_EXIT_USAGE,
                            "model %s has no tokenizer (tiktoken.model), so --prompt/--prompt-file cannot be used; "
@@ -249,7 +260,7 @@ static int generate(const run_opts *o)
      * tokenizer it may need is the model directory's. */
     {
         ms_tok *tok = NULL;
-        if (!o->ids && ms_tok_present(o->model) && !(tok = ms_tok_load(o->model))) return ms_cli_fail_err(cmd);
+        if (!o->ids && !o->ids_file && ms_tok_present(o->model) && !(tok = ms_tok_load(o->model))) return ms_cli_fail_err(cmd);
         rc = read_prompt(o, tok, &prompt, &np);
         ms_tok_free(tok);
         if (rc != MS_EXIT_OK) goto out;
@@ -361,6 +372,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
 {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},  {"prompt", required_argument, 0, 'p'},
                                          {"prompt-file", required_argument, 0, 'P'}, {"ids", required_argument, 0, 'i'},
+                                         {"ids-file", required_argument, 0, 'F'},
                                          {"temperature", required_argument, 0, 't'}, {"top-p", required_argument, 0, 'k'},
                                          {"seed", required_argument, 0, 's'},   {"threads", required_argument, 0, 'T'},
                                          {"json", no_argument, 0, 'j'},         {"dump-logits", required_argument, 0, 'd'},
@@ -383,6 +395,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'p': o->prompt = optarg; break;
         case 'P': o->prompt_file = optarg; break;
         case 'i': o->ids = optarg; break;
+        case 'F': o->ids_file = optarg; break;
         case 'd': o->dump = optarg; break;
         case 'j': o->json = 1; break;
         case 'a': o->allow_special = 1; break;
@@ -456,8 +469,8 @@ int ms_cli_run(int argc, char **argv)
     int rc = parse_run(argc, argv, &o, 0);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     if (!o.model) return ms_cli_fail("run", MS_EXIT_USAGE, "--model DIR is required (see moestream run --help)");
-    if (!!o.prompt + !!o.prompt_file + !!o.ids != 1)
-        return ms_cli_fail("run", MS_EXIT_USAGE, "give exactly one of --prompt, --prompt-file or --ids");
+    if (!!o.prompt + !!o.prompt_file + !!o.ids + !!o.ids_file != 1)
+        return ms_cli_fail("run", MS_EXIT_USAGE, "give exactly one of --prompt, --prompt-file, --ids or --ids-file");
     return generate(&o);
 }
 
@@ -480,7 +493,7 @@ int ms_cli_demo(int argc, char **argv)
         fprintf(stderr, "moestream demo: writing a synthetic tiny Kimi K3 checkpoint to %s\n", o.model);
         if (ms_synth_write(o.model, &sh, 1) != 0) return ms_cli_fail_err("demo");
     }
-    if (!o.prompt && !o.prompt_file && !o.ids) o.prompt = "The weather today is";
+    if (!o.prompt && !o.prompt_file && !o.ids && !o.ids_file) o.prompt = "The weather today is";
     fprintf(stderr, "moestream demo: random weights, so the text is gibberish; the engine is real.\n");
     return generate(&o);
 }

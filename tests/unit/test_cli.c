@@ -355,6 +355,52 @@ static void test_shared_checkpoint(const char *name)
     json_decref(rl);
 }
 
+/* --ids-file gives the same run as --ids; Ctrl-C stops a run with exit 130 and a message,
+ * in process and with local workers (which are stopped too). */
+static void test_ids_file_and_interrupt(void)
+{
+    const char *d = ms_t_tmpdir("cli-int");
+    char dir[4096], a[16384], f[4200], g[4200], cmd[20000];
+    snprintf(dir, sizeof dir, "%s/m", d);
+    snprintf(a, sizeof a, "synth --out %s --seed 9", dir);
+    T_CHECK(status_of(a) == 0, "synth writes a checkpoint");
+    snprintf(f, sizeof f, "%s/ids.txt", d);
+    FILE *fp = fopen(f, "w");
+    if (fp) {
+        fputs("5, 6,7\n 8 ,9,\t10\n", fp);
+        fclose(fp);
+    }
+    int s1, s2;
+    snprintf(a, sizeof a, "run --model %s --ids 5,6,7,8,9,10 -n 4 --json --quiet", dir);
+    json_t *j1 = run_json(a, &s1);
+    snprintf(a, sizeof a, "run --model %s --ids-file %s -n 4 --json --quiet", dir, f);
+    json_t *j2 = run_json(a, &s2);
+    T_CHECK(s1 == 0 && s2 == 0 && j1 && j2 &&
+                json_equal(json_object_get(j1, "prompt_ids"), json_object_get(j2, "prompt_ids")) &&
+                json_equal(json_object_get(j1, "generated_ids"), json_object_get(j2, "generated_ids")),
+            "--ids-file (whitespace and newlines allowed) runs the same prompt as --ids");
+    json_decref(j1);
+    json_decref(j2);
+    snprintf(a, sizeof a, "run --model %s --ids-file %s/missing.txt -n 1", dir, d);
+    T_CHECK(status_of(a) == 4, "a missing --ids-file is an I/O error (exit 4)");
+    snprintf(a, sizeof a, "run --model %s --ids 1 --ids-file %s -n 1", dir, f);
+    T_CHECK(status_of(a) == 2, "--ids and --ids-file together are a usage error");
+    for (int workers = 0; workers <= 2; workers += 2) {
+        snprintf(g, sizeof g, "%s/int%d.err", d, workers);
+        snprintf(cmd, sizeof cmd,
+                 "%s run --model %s --ids 5,6 -n 100000 --quiet --local-workers %d 2>%s & p=$!; sleep 1; "
+                 "kill -INT $p; wait $p",
+                 bin, dir, workers, g);
+        int st = ms_t_run(cmd, NULL);
+        char *err = ms_t_read_file(g, NULL);
+        T_CHECK(st == 130 && err && strstr(err, "interrupted"),
+                "Ctrl-C with %d local workers: exit 130 with a message (status %d: %s)", workers, st, err ? err : "");
+        free(err);
+        snprintf(cmd, sizeof cmd, "pgrep -f '[m]oestream-worker.*%s' >/dev/null", dir);
+        T_CHECK(ms_t_run(cmd, NULL) == 1, "no worker left running after Ctrl-C (%d local workers)", workers);
+    }
+}
+
 int main(void)
 {
     snprintf(bin, sizeof bin, "%s", ms_t_bin("moestream"));
@@ -364,6 +410,7 @@ int main(void)
     test_small_preset();
     test_trace();
     test_cgroup_budget();
+    test_ids_file_and_interrupt();
     test_shared_checkpoint("tiny-s1234");
     test_shared_checkpoint("tiny-released-like");
     return ms_t_done();
