@@ -188,11 +188,11 @@ static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int
     if (plan) json_object_set_new(stats, "plan", ms_plan_json(plan));
     if (es->workers)
         json_object_set_new(stats, "workers",
-                            json_pack("{s:i,s:i,s:I,s:I,s:I,s:I,s:I}", "count", es->workers, "up", es->workers_up,
-                                      "requests", (json_int_t)es->worker_requests, "resends",
-                                      (json_int_t)es->worker_resends, "failovers", (json_int_t)es->worker_failovers,
-                                      "bytes_sent", (json_int_t)es->worker_bytes_sent, "bytes_received",
-                                      (json_int_t)es->worker_bytes_received));
+                            json_pack("{s:i,s:i,s:I,s:I,s:I,s:I,s:I}", "count", es->workers, "up",
+                                      es->remote.workers_up, "requests", (json_int_t)es->remote.requests, "resends",
+                                      (json_int_t)es->remote.resends, "failovers", (json_int_t)es->remote.failovers,
+                                      "bytes_sent", (json_int_t)es->remote.bytes_sent, "bytes_received",
+                                      (json_int_t)es->remote.bytes_received));
     json_t *out = json_pack("{s:o,s:o,s:o}", "prompt_ids", pj, "generated_ids", gj, "stats", stats);
     ms_tok *tok = ms_engine_tok(e);
     if (tok) {

@@ -247,7 +247,6 @@ out:
 int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
 {
     int64_t cap = ms_engine_pass_rows(e);
-    if (cap > MS_LAYER_MAX_SEQS * 64) cap = MS_LAYER_MAX_SEQS * 64;
     ms_eseq **pass = ms_malloc(sizeof *pass * (size_t)(n > 0 ? n : 1));
     int np = 0, rc = 0;
     int64_t rows = 0;
@@ -287,14 +286,7 @@ void ms_engine_get_stats(ms_engine *e, ms_engine_stats *st)
     st->passes = e->passes;
     st->pass_rows = e->pass_rows;
     if (e->remote) {
-        ms_remote_stats rs;
-        ms_remote_get_stats(e->remote, &rs);
         st->workers = e->n_workers;
-        st->workers_up = rs.workers_up;
-        st->worker_requests = rs.requests;
-        st->worker_resends = rs.resends;
-        st->worker_failovers = rs.failovers;
-        st->worker_bytes_sent = rs.bytes_sent;
-        st->worker_bytes_received = rs.bytes_received;
+        ms_remote_get_stats(e->remote, &st->remote);
     }
 }

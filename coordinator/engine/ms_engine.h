@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "ms_model.h"
+#include "ms_remote.h"
 #include "ms_tok.h"
 
 typedef struct ms_engine ms_engine;
@@ -89,8 +90,8 @@ typedef struct {
     uint64_t peak_rss_self;          /* this process (VmHWM) */
     uint64_t peak_rss_all;           /* this process and the local workers it started */
     int threads;
-    int workers, workers_up;         /* 0 when experts run in this process */
-    uint64_t worker_requests, worker_resends, worker_failovers, worker_bytes_sent, worker_bytes_received;
+    int workers;                     /* 0 when experts run in this process */
+    ms_remote_stats remote;          /* the workers' traffic (when workers > 0) */
     uint64_t passes, pass_rows;      /* forward passes run and the rows they carried */
 } ms_engine_stats;
 void ms_engine_get_stats(ms_engine *e, ms_engine_stats *st);
