@@ -131,14 +131,8 @@ static void test_known_counts(void)
     ms_cachesim_trace_free(t);
 }
 
-static uint64_t rng = 88172645463325252ull;
-static uint32_t rnd(uint32_t n)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng % n);
-}
+static ms_t_rng rng = {88172645463325252ull};
+static uint32_t rnd(uint32_t n) { return ms_t_rng_below(&rng, n); }
 
 /* Properties on random traces: Belady is an upper bound; LRU and Belady have the
  * inclusion property (more slots never lose a hit); capacity is never exceeded. */

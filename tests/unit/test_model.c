@@ -91,11 +91,13 @@ static float maxabs(const float *v, int64_t n)
 static void test_oracle(void)
 {
     const char *p = ms_t_shared("fixtures/kimi-k3/tiny-oracle/tiny_k3.json");
-    if (!p) return;
+    const char *pb = p ? ms_t_shared("fixtures/kimi-k3/tiny-oracle/tiny_k3.bin") : NULL;
+    const char *pr = pb ? ms_t_shared("fixtures/kimi-k3/tiny-oracle/ref_k3.json") : NULL;
+    if (!pr) return;
     char jpath[4096], bpath[4096], rpath[4096];
     snprintf(jpath, sizeof jpath, "%s", p);
-    snprintf(bpath, sizeof bpath, "%s", ms_t_shared("fixtures/kimi-k3/tiny-oracle/tiny_k3.bin"));
-    snprintf(rpath, sizeof rpath, "%s", ms_t_shared("fixtures/kimi-k3/tiny-oracle/ref_k3.json"));
+    snprintf(bpath, sizeof bpath, "%s", pb);
+    snprintf(rpath, sizeof rpath, "%s", pr);
     json_error_t je;
     json_t *meta = json_load_file(jpath, 0, &je), *ref = json_load_file(rpath, 0, &je);
     T_CHECK(meta && ref, "oracle json files load");
