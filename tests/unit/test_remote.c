@@ -331,7 +331,6 @@ int main(void)
     }
 
     /* Plain tcp needs --insecure or keys. */
-    T_CHECK(ms_t_run("true", NULL) == 0, "shell");
     snprintf(cmd, sizeof cmd, "%s run --model %s --ids 1 --workers tcp://127.0.0.1:1 --quiet 2>/dev/null", bin, dir);
     T_CHECK(ms_t_run(cmd, NULL) == 2, "plain tcp without --insecure is refused (exit 2)");
 
