@@ -2,12 +2,13 @@
  * worked out by hand in the comments from the rules of ms_plan.h:
  *   fixed  = baseline + state + work_fixed + work_per_token * chunk + expert_fixed + slack
  *            (+ ring when streaming), slack = 24 MiB + budget / 100;
- *   chunk  = min(prompt_tokens, max_chunk) (at least 1), halved (rounding down, at least 1) until
- *            fixed + min_cache + (whole trunk, or else the ring) fits the budget;
+ *   chunk  = min(prompt_tokens, max_chunk) (at least min_chunk, at least 1), halved (rounding down,
+ *            never below that floor) until fixed + min_cache + (whole trunk, or else the ring) fits;
  *   the minimum cache is set aside, then the whole trunk is pinned if it fits, otherwise the ring
  *   is paid and the longest prefix of whole matrices in forward order that fits is pinned;
  *   cache  = what is left (plus the minimum) in whole expert slots, at most max_slots;
- *   a budget below the fixed costs at chunk 1 is refused (MS_EXIT_BUDGET) naming the minimum. */
+ *   a budget below the fixed costs at the floor chunk is refused (MS_EXIT_BUDGET) naming the
+ *   minimum. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -149,6 +150,26 @@ static void test_streaming(void)
     expect_plan("400 MiB, 10 MiB per token, 5-token prompt", &in, 2, 268 * M, 0, 1, 8);
 }
 
+static void test_min_chunk(void)
+{
+    /* min_chunk raises the floor of the chunk: at 400 (slack 28) the halving 64 -> 32 -> 16
+     * stops at 20 instead: 180 + 20 + 28 = 228, + 168 = 396 <= 400 -> chunk 20, fixed 268;
+     * trunk room 400 - 228 - 128 - 40 = 4: nothing pinned; cache 4 + 128 -> 8 slots. */
+    ms_plan_in in = base_in(400 * M);
+    in.min_chunk = 20;
+    expect_plan("400 MiB, min_chunk 20", &in, 20, 268 * M, 0, 1, 8);
+    /* ... and lifts a short prompt: 5 tokens, min_chunk 8 at 1000: 180 + 8 + 34 = 222; cache
+     * 1000 - 222 - 265 = 513 -> 32 slots. min_chunk 0 and 1 both mean 1. */
+    in = base_in(1000 * M);
+    in.prompt_tokens = 5;
+    in.min_chunk = 8;
+    expect_plan("1000 MiB, 5-token prompt, min_chunk 8", &in, 8, 222 * M, 5, 0, 32);
+    in.min_chunk = 1;
+    expect_plan("1000 MiB, 5-token prompt, min_chunk 1", &in, 5, 219 * M, 5, 0, 32);
+    in.min_chunk = 0;
+    expect_plan("1000 MiB, 5-token prompt, min_chunk 0", &in, 5, 219 * M, 5, 0, 32);
+}
+
 /* The smallest budget B with cost_at_chunk_1 + slack(B) <= B, i.e. B - B/100 >= core + 24 MiB,
  * found by search from the definition (not from the planner's formula). */
 static uint64_t true_minimum(uint64_t core)
@@ -203,12 +224,31 @@ static void test_refusal(void)
             "ring > trunk: the minimum pins the whole trunk at chunk 1 (%s)", rc ? ms_err_msg() : "ok");
     in.budget = bmin2 - 1;
     T_CHECK(ms_plan_make(&in, &p) == -1 && ms_err_code() == MS_EXIT_BUDGET, "ring > trunk: one byte less is refused");
+
+    /* With min_chunk 4 the fixed costs are those of a 4-row pass: 180 + 4 + 128 + 40 = 352. */
+    uint64_t bmin3 = true_minimum(352 * M);
+    in = base_in(bmin3);
+    in.min_chunk = 4;
+    rc = ms_plan_make(&in, &p);
+    T_CHECK(rc == 0 && p.chunk == 4, "min_chunk 4: the smallest budget plans a 4-row pass (%s)",
+            rc ? ms_err_msg() : "ok");
+    in.budget = bmin3 - 1;
+    rc = ms_plan_make(&in, &p);
+    T_CHECK(rc == -1 && ms_err_code() == MS_EXIT_BUDGET, "min_chunk 4: one byte less is refused, not planned smaller");
+    named = 0;
+    msg = ms_err_msg();
+    paren = msg ? strstr(msg, "bytes)") : NULL;
+    while (paren && paren > msg && paren[-1] != '(') paren--;
+    named = paren ? strtoull(paren, NULL, 10) : 0;
+    T_CHECK(named >= bmin3 && named <= bmin3 + in.baseline / 8 + 8192, "min_chunk 4: the named minimum %llu >= %llu",
+            named, (unsigned long long)bmin3);
 }
 
 int main(void)
 {
     test_everything_pinned();
     test_streaming();
+    test_min_chunk();
     test_refusal();
     return ms_t_done();
 }
