@@ -119,7 +119,7 @@ static void test_expected_is_sane(void)
     /* The reference itself on hand-checkable cases: equal logits are uniform; two tokens one
      * nat apart at T = 1 are e/(1+e) and 1/(1+e); top_p between them keeps one. */
     float eq[4] = {0.3f, 0.3f, 0.3f, 0.3f}, two[2] = {1.0f, 0.0f};
-    double p[4];
+    double p[6];
     int k = expected(eq, 4, 1.0, 1.0, p);
     T_CHECK(k == 4 && fabs(p[0] - 0.25) < 1e-15 && fabs(p[3] - 0.25) < 1e-15, "reference: uniform");
     k = expected(two, 2, 1.0, 1.0, p);
