@@ -14,13 +14,10 @@
 
 static const char *tmp;
 
-/* Write little-endian int32 pairs to tmp/name; returns the path (static storage per call site). */
+/* Write little-endian int32 pairs to tmp/name; returns the path (ms_t_path: 8 rotating buffers). */
 static const char *write_trace(const char *name, const int32_t *v, size_t n_ints, size_t extra_bytes)
 {
-    static char path[8][4096];
-    static int slot;
-    char *p = path[slot++ % 8];
-    snprintf(p, 4096, "%s/%s", tmp, name);
+    const char *p = ms_t_path(tmp, name);
     FILE *f = fopen(p, "wb");
     for (size_t i = 0; i < n_ints; i++) {
         uint32_t u = (uint32_t)v[i];
