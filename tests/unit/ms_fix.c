@@ -289,7 +289,8 @@ int64_t ms_fix_cmp(ms_fix_stat *st, const char *what, const float *got, const fl
     printf("  %-34s n=%-5lld max_abs=%.3e worst_ratio=%.4f%s", what, (long long)n, max_abs, worst,
            bad ? "" : "\n");
     if (bad) printf("  (%lld over tolerance, worst at [%lld])\n", (long long)bad, (long long)worst_i);
-    T_CHECK(bad == 0, "%s: %lld of %lld elements over tolerance (max_abs %.3e, worst ratio %.3f)", what,
+    /* nothing compared is no match */
+    T_CHECK(n > 0 && bad == 0, "%s: %lld of %lld elements over tolerance (max_abs %.3e, worst ratio %.3f)", what,
             (long long)bad, (long long)n, max_abs, worst);
     if (st) {
         if (max_abs > st->max_abs) st->max_abs = max_abs;

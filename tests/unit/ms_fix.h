@@ -70,7 +70,8 @@ float *ms_fix_scratch(ms_fix *f, int64_t n);
  * On success the caller frees cfg with ms_cfg_free. */
 int ms_fix_manifest(ms_cfg *cfg, ms_fix_tol *tol);
 
-/* Compare got[n] against want[n] under tol: updates st (may be NULL), records one check, and
+/* Compare got[n] against want[n] under tol: updates st (may be NULL), records one check (which
+ * fails when n == 0: nothing compared is no match), and
  * prints one line "  <what>: n=.. max_abs=.. worst_ratio=.." (plus the first few failing
  * elements). Returns the number of elements over tolerance. */
 int64_t ms_fix_cmp(ms_fix_stat *st, const char *what, const float *got, const float *want, int64_t n,

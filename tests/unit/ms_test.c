@@ -1,14 +1,19 @@
 /* ms_test: implementation of the unit-test harness. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "ms_clock.h"
 #include "ms_test.h"
 
 int ms_t_passed, ms_t_failed, ms_t_skipped;
@@ -24,12 +29,20 @@ void ms_t_skip(const char *fmt, ...)
     ms_t_skipped++;
 }
 
+const char *ms_t_path(const char *dir, const char *rel)
+{
+    static char buf[8][4096 + 256];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, rel);
+    return buf[k];
+}
+
 const char *ms_t_shared(const char *rel)
 {
-    static char buf[4096];
     const char *root = getenv("MS_SHARED_DIR");
     if (!root || !*root) root = "../shared";
-    snprintf(buf, sizeof buf, "%s/%s", root, rel);
+    const char *buf = ms_t_path(root, rel);
     if (access(buf, R_OK) != 0) {
         ms_t_skip("%s not found (shared fixtures absent)", buf);
         return NULL;
@@ -37,19 +50,61 @@ const char *ms_t_shared(const char *rel)
     return buf;
 }
 
+void ms_t_mkdir_fresh(const char *path)
+{
+    char cmd[8300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", path, path);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "cannot create %s\n", path);
+        exit(1);
+    }
+}
+
+/* Directories made by ms_t_tmpdir / ms_t_sockdir, removed at exit unless something failed. */
+static char *tmp_made[64];
+static int n_tmp_made;
+
+static void tmp_cleanup(void)
+{
+    const char *keep = getenv("MS_KEEP_TMP");
+    int kept = ms_t_failed > 0 || (keep && *keep && strcmp(keep, "0") != 0);
+    for (int i = 0; i < n_tmp_made; i++) {
+        if (kept) {
+            printf("kept %s\n", tmp_made[i]);
+        } else {
+            char cmd[4200];
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_made[i]);
+            if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_made[i]);
+        }
+        free(tmp_made[i]);
+    }
+    n_tmp_made = 0;
+}
+
+static const char *tmp_register(const char *path)
+{
+    ms_t_mkdir_fresh(path);
+    for (int i = 0; i < n_tmp_made; i++)
+        if (!strcmp(tmp_made[i], path)) return path;
+    if (n_tmp_made == 0) atexit(tmp_cleanup);
+    if (n_tmp_made < (int)(sizeof tmp_made / sizeof *tmp_made)) tmp_made[n_tmp_made++] = strdup(path);
+    return path;
+}
+
 const char *ms_t_tmpdir(const char *name)
 {
     static char buf[4096];
     const char *root = getenv("MS_TMP_DIR");
-    char cmd[8300];
     if (!root || !*root) root = "/tmp/moestream-test";
     snprintf(buf, sizeof buf, "%s/%s", root, name);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", buf, buf);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "cannot create %s\n", buf);
-        exit(1);
-    }
-    return buf;
+    return tmp_register(buf);
+}
+
+const char *ms_t_sockdir(const char *name)
+{
+    static char buf[256];
+    snprintf(buf, sizeof buf, "/tmp/ms-%.40s-%d", name, (int)getpid());
+    return tmp_register(buf);
 }
 
 const char *ms_t_bin(const char *name)
@@ -109,6 +164,44 @@ char *ms_t_read_file(const char *path, size_t *len)
     return buf;
 }
 
+int ms_t_file_has(const char *path, const char *needle)
+{
+    char *text = ms_t_read_file(path, NULL);
+    int r = text && strstr(text, needle) != NULL;
+    free(text);
+    return r;
+}
+
+int ms_t_runf(char **out, char **err, const char *fmt, ...)
+{
+    char cmd[16384], errf[4200] = "";
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof cmd - 4300) {
+        fprintf(stderr, "ms_t_runf: command too long\n");
+        return -1;
+    }
+    if (err) {
+        static int seq;
+        const char *root = getenv("MS_TMP_DIR");
+        if (!root || !*root) root = "/tmp";
+        mkdir(root, 0755);
+        snprintf(errf, sizeof errf, "%s/.stderr-%d-%d", root, (int)getpid(), seq++);
+        /* braces: the command's own redirections stay inside, ours apply to the whole */
+        memmove(cmd + 2, cmd, (size_t)n + 1);
+        memcpy(cmd, "{ ", 2);
+        snprintf(cmd + n + 2, sizeof cmd - (size_t)n - 2, "\n} 2>'%s'", errf);
+    }
+    int st = ms_t_run(cmd, out);
+    if (err) {
+        *err = ms_t_read_file(errf, NULL);
+        unlink(errf);
+    }
+    return st;
+}
+
 int ms_t_same_file(const char *a, const char *b)
 {
     size_t la = 0, lb = 0;
@@ -123,6 +216,176 @@ void ms_t_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+/* ---- worker processes ---- */
+
+/* Pids of started, unreaped workers, for the exit / fatal-signal cleanup. */
+static volatile pid_t live_pid[64];
+
+static void live_set(pid_t pid, int on)
+{
+    for (size_t i = 0; i < sizeof live_pid / sizeof *live_pid; i++)
+        if (on ? live_pid[i] == 0 : live_pid[i] == pid) {
+            live_pid[i] = on ? pid : 0;
+            return;
+        }
+}
+
+void ms_t_worker_kill_all(void)
+{
+    for (size_t i = 0; i < sizeof live_pid / sizeof *live_pid; i++)
+        if (live_pid[i] > 0) {
+            kill(live_pid[i], SIGKILL);
+            waitpid(live_pid[i], NULL, 0);
+            live_pid[i] = 0;
+        }
+}
+
+static int status_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0); }
+
+int ms_t_worker_reaped(ms_t_worker *w)
+{
+    int st;
+    if (w->pid <= 0) return 1;
+    if (waitpid(w->pid, &st, WNOHANG) != w->pid) return 0;
+    live_set(w->pid, 0);
+    w->pid = 0;
+    w->status = status_code(st);
+    return 1;
+}
+
+int ms_t_worker_start(ms_t_worker *w, const char *const *argv, const ms_t_worker_opts *o)
+{
+    static int registered;
+    ms_t_worker_opts none = {0};
+    if (!o) o = &none;
+    memset(w, 0, sizeof *w);
+    w->status = -1;
+    if (o->log) snprintf(w->log, sizeof w->log, "%s", o->log);
+    if (!registered) {
+        atexit(ms_t_worker_kill_all);
+        registered = 1;
+    }
+    fflush(NULL);
+    pid_t parent = getpid(), p = fork();
+    if (p < 0) return -1;
+    if (p == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* kept across exec: a killed test leaves no worker */
+        if (getppid() != parent) _exit(125);
+        int nul = open("/dev/null", O_WRONLY);
+        int fd = o->log ? open(o->log, O_WRONLY | O_CREAT | O_TRUNC, 0644) : nul;
+        if (fd < 0 || nul < 0) _exit(126);
+        dup2(fd, 2);
+        dup2(nul, 1);
+        if (o->env) putenv((char *)o->env);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    w->pid = p;
+    live_set(p, 1);
+    double limit = o->timeout_s > 0 ? o->timeout_s : 30.0;
+    for (double t0 = ms_now(); ms_now() - t0 < limit;) {
+        if (ms_t_worker_reaped(w)) return w->status;
+        if (o->wait_path) {
+            struct stat sb;
+            if (stat(o->wait_path, &sb) == 0) return 0;
+        } else {
+            char *text = o->log ? ms_t_read_file(o->log, NULL) : NULL;
+            const char *q = text ? strstr(text, "listening on ") : NULL;
+            if (q) {
+                q += strlen("listening on ");
+                snprintf(w->ep, sizeof w->ep, "%.*s", (int)strcspn(q, " \n"), q);
+                free(text);
+                return 0;
+            }
+            free(text);
+        }
+        ms_t_sleep_ms(10);
+    }
+    return -1;
+}
+
+int ms_t_worker_stop(ms_t_worker *w, double limit_s, double *took)
+{
+    if (w->pid <= 0) return w->status;
+    double t0 = ms_now();
+    kill(w->pid, SIGTERM);
+    while (ms_now() - t0 < limit_s) {
+        if (ms_t_worker_reaped(w)) {
+            if (took) *took = ms_now() - t0;
+            return w->status;
+        }
+        ms_t_sleep_ms(10);
+    }
+    ms_t_worker_kill(w);
+    return -1;
+}
+
+void ms_t_worker_kill(ms_t_worker *w)
+{
+    if (w->pid <= 0) return;
+    int st = 0;
+    kill(w->pid, SIGKILL);
+    while (waitpid(w->pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    live_set(w->pid, 0);
+    w->pid = 0;
+    w->status = status_code(st);
+}
+
+int ms_t_worker_log_has(const ms_t_worker *w, const char *needle) { return w->log[0] && ms_t_file_has(w->log, needle); }
+
+/* ---- random data ---- */
+
+uint64_t ms_t_rng_u64(ms_t_rng *r)
+{
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+
+uint32_t ms_t_rng_below(ms_t_rng *r, uint32_t n) { return (uint32_t)(ms_t_rng_u64(r) % n); }
+
+double ms_t_rng_unit(ms_t_rng *r) { return (double)(ms_t_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0); }
+
+float ms_t_rng_float(ms_t_rng *r, float lo, float hi)
+{
+    float v = (float)((double)lo + ((double)hi - (double)lo) * ms_t_rng_unit(r));
+    return v < hi ? v : lo; /* rounding to float can reach hi */
+}
+
+float ms_t_rng_wide(ms_t_rng *r)
+{
+    double u = ms_t_rng_unit(r) * 2.0 - 1.0;
+    return (float)ldexp(u, (int)(ms_t_rng_u64(r) % 13) - 6);
+}
+
+void ms_t_fill_f32(ms_t_rng *r, float *x, int64_t n, float lo, float hi)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = ms_t_rng_float(r, lo, hi);
+}
+
+void ms_t_fill_bf16(ms_t_rng *r, uint16_t *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float f = ms_t_rng_wide(r);
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        x[i] = (uint16_t)(u >> 16);
+    }
+}
+
+void ms_t_fill_u8(ms_t_rng *r, uint8_t *b, int64_t n, unsigned lo, unsigned hi)
+{
+    for (int64_t i = 0; i < n; i++) b[i] = (uint8_t)(lo + ms_t_rng_below(r, hi - lo + 1));
+}
+
+void ms_t_fill_mxfp4(ms_t_rng *r, uint8_t *packed, uint8_t *scales, int64_t n, unsigned scale_lo, unsigned scale_hi)
+{
+    ms_t_fill_u8(r, packed, n / 2, 0, 255);
+    ms_t_fill_u8(r, scales, n / 32, scale_lo, scale_hi);
 }
 
 int ms_t_close(float got, float want, double abs_tol, double rel_tol)

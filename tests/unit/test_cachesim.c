@@ -14,13 +14,10 @@
 
 static const char *tmp;
 
-/* Write little-endian int32 pairs to tmp/name; returns the path (static storage per call site). */
+/* Write little-endian int32 pairs to tmp/name; returns the path (ms_t_path: 8 rotating buffers). */
 static const char *write_trace(const char *name, const int32_t *v, size_t n_ints, size_t extra_bytes)
 {
-    static char path[8][4096];
-    static int slot;
-    char *p = path[slot++ % 8];
-    snprintf(p, 4096, "%s/%s", tmp, name);
+    const char *p = ms_t_path(tmp, name);
     FILE *f = fopen(p, "wb");
     for (size_t i = 0; i < n_ints; i++) {
         uint32_t u = (uint32_t)v[i];
@@ -131,14 +128,8 @@ static void test_known_counts(void)
     ms_cachesim_trace_free(t);
 }
 
-static uint64_t rng = 88172645463325252ull;
-static uint32_t rnd(uint32_t n)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng % n);
-}
+static ms_t_rng rng = {88172645463325252ull};
+static uint32_t rnd(uint32_t n) { return ms_t_rng_below(&rng, n); }
 
 /* Properties on random traces: Belady is an upper bound; LRU and Belady have the
  * inclusion property (more slots never lose a hit); capacity is never exceeded. */

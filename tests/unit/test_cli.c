@@ -54,7 +54,7 @@ static void test_usage(void)
     T_CHECK(status_of("run --model /nonexistent --ids 1 --top-p 0") == 2, "top-p 0: exit 2");
     T_CHECK(status_of("run --model /nonexistent --ids 1,x") != 0, "bad id list refused");
     int st = status_of("run --model /nonexistent/model --ids 1");
-    T_CHECK(st == 3 || st == 4, "missing model dir: exit 3 or 4, got %d", st);
+    T_CHECK(st == 4, "missing model dir (config.json cannot be opened): exit 4 (I/O), got %d", st);
     char *e = stderr_of("run --model /nonexistent/model --ids 1");
     T_CHECK(e && strstr(e, "/nonexistent/model"), "message names the path: %s", e ? e : "");
     free(e);
@@ -159,7 +159,7 @@ static void test_synth_run(void)
     snprintf(a, sizeof a, "run --model %s --ids 1,2", dir);
     e = stderr_of(a);
     st = status_of(a);
-    T_CHECK(st == 3 || st == 4, "truncated shard: exit 3 or 4, got %d", st);
+    T_CHECK(st == 3, "truncated shard: exit 3 (malformed shard), got %d", st);
     T_CHECK(e && strstr(e, "model-00001-of-000002.safetensors"), "message names the shard: %s", e ? e : "");
     free(e);
 }

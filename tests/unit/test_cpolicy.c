@@ -8,15 +8,8 @@
 #include "ms_err.h"
 #include "ms_test.h"
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static uint32_t rnd(uint32_t n)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state % n);
-}
+static ms_t_rng rng = {0x9E3779B97F4A7C15ull};
+static uint32_t rnd(uint32_t n) { return ms_t_rng_below(&rng, n); }
 
 /* A key stream mixing hot keys, cyclic scans and one-off keys, so every path runs. */
 static uint32_t next_key(uint32_t n_keys, size_t i)

@@ -27,7 +27,6 @@
 static char ip_bin[64];                  /* iproute2's ip, resolved once (used from signal handlers) */
 static char ns_name[NW][32];             /* namespaces made by this run ("" = none) */
 static char veth_host[NW][32];           /* root-namespace ends made by this run */
-static volatile pid_t worker_pid[NW];    /* worker processes alive (0 = none) */
 static char bin[1024], wbin[1024], dir[1024], tmp[1024];
 
 /* Run ip with up to 5 arguments, output discarded; only fork/execv/waitpid so that it may be used
@@ -56,12 +55,7 @@ static int ip_run(const char *a, const char *b, const char *c, const char *d, co
  * from atexit and from the fatal-signal handler. */
 static void cleanup(void)
 {
-    for (int i = 0; i < NW; i++)
-        if (worker_pid[i] > 0) {
-            kill(worker_pid[i], SIGKILL);
-            waitpid(worker_pid[i], NULL, 0);
-            worker_pid[i] = 0;
-        }
+    ms_t_worker_kill_all();
     for (int i = 0; i < NW; i++) {
         if (ns_name[i][0]) ip_run("netns", "del", ns_name[i], NULL, NULL);
         ns_name[i][0] = 0;
@@ -158,16 +152,8 @@ static int pick_octet(void)
     return -1;
 }
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return ms_t_run(cmd, NULL);
-}
+/* A printf-formatted shell command, output left alone: its exit status. */
+#define sh(...) ms_t_runf(NULL, NULL, __VA_ARGS__)
 
 /* Namespace i with its veth pair up and addressed. Returns 0, or the failing step's name. */
 static const char *make_host(int i, int x)
@@ -201,63 +187,19 @@ static const char *make_host(int i, int x)
 
 typedef struct {
     char ep[64], log[1200], key[1200];
-    int status; /* exit status once reaped, -1 before */
+    ms_t_worker proc;
 } worker;
 
 /* Start worker i inside its namespace, serving SPEC over CURVE; wait (bounded) for its
- * "listening on" line. Returns 0, the exit status if it ended first, -1 on timeout. */
+ * "listening on" line. Returns 0, the exit status if it ended first, -1 on timeout.
+ * ip netns exec execs the command itself: the pid held is the worker's. */
 static int worker_start(worker *w, int i, const char *spec, const char *allow)
 {
-    w->status = -1;
-    pid_t parent = getpid(), p = fork();
-    if (p == 0) {
-        int fd = open(w->log, O_WRONLY | O_CREAT | O_TRUNC, 0644), nul = open("/dev/null", O_WRONLY);
-        if (fd < 0 || nul < 0) _exit(126);
-        dup2(fd, 2);
-        dup2(nul, 1);
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* kept across exec: a killed test leaves no worker */
-        if (getppid() != parent) _exit(125);
-        /* ip netns exec execs the command itself: the pid we hold is the worker's */
-        execl(ip_bin, ip_bin, "netns", "exec", ns_name[i], wbin, "--model", dir, "--listen", w->ep, "--curve-secret",
-              w->key, "--allow", allow, "--experts", spec, "--threads", "1", "--ram-budget", "256M", (char *)NULL);
-        _exit(127);
-    }
-    if (p < 0) return -1;
-    worker_pid[i] = p;
-    for (double t0 = ms_now(); ms_now() - t0 < 30;) {
-        int st;
-        if (waitpid(p, &st, WNOHANG) == p) {
-            worker_pid[i] = 0;
-            w->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-            return w->status;
-        }
-        char *text = ms_t_read_file(w->log, NULL);
-        int up = text && strstr(text, "listening on ");
-        free(text);
-        if (up) return 0;
-        ms_t_sleep_ms(20);
-    }
-    return -1;
-}
-
-/* SIGTERM, wait up to limit_s; the exit status, or -1 if it had to be killed. */
-static int worker_stop(int i, double limit_s)
-{
-    pid_t p = worker_pid[i];
-    if (p <= 0) return -1;
-    kill(p, SIGTERM);
-    for (double t0 = ms_now(); ms_now() - t0 < limit_s;) {
-        int st;
-        if (waitpid(p, &st, WNOHANG) == p) {
-            worker_pid[i] = 0;
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-        }
-        ms_t_sleep_ms(10);
-    }
-    kill(p, SIGKILL);
-    waitpid(p, NULL, 0);
-    worker_pid[i] = 0;
-    return -1;
+    const char *argv[] = {ip_bin,  "netns",           "exec",  ns_name[i],    wbin,     "--model",   dir,
+                          "--listen", w->ep,          "--curve-secret", w->key, "--allow", allow,     "--experts",
+                          spec,    "--threads",       "1",     "--ram-budget", "256M",  NULL};
+    ms_t_worker_opts o = {w->log, NULL, NULL, 30};
+    return ms_t_worker_start(&w->proc, argv, &o);
 }
 
 static long long veth_counter(int i, const char *what)
@@ -283,16 +225,17 @@ static char *read_key(const char *path)
  * *err when asked. Returns the exit status (124 = timed out). */
 static int coord_run(const char *extra, const char *dump, json_t **out, char **err, double *secs)
 {
-    char cmd[8192], errf[1200], *o = NULL;
-    snprintf(errf, sizeof errf, "%s/coord.err", tmp);
-    snprintf(cmd, sizeof cmd, "timeout -k 5 60 '%s' run --model '%s' --ids 5,9,13,200,17,400,3,8,90,61 -n 12 "
-             "--json --quiet --threads 2 --dump-logits '%s' %s 2>'%s'", bin, dir, dump, extra, errf);
+    char *o = NULL, *e = NULL;
     double t0 = ms_now();
-    int st = ms_t_run(cmd, &o);
+    int st = ms_t_runf(&o, &e, "timeout -k 5 60 '%s' run --model '%s' --ids 5,9,13,200,17,400,3,8,90,61 -n 12 "
+                       "--json --quiet --threads 2 --dump-logits '%s' %s", bin, dir, dump, extra);
     if (secs) *secs = ms_now() - t0;
     json_error_t je;
     if (out) *out = o ? json_loads(o, 0, &je) : NULL;
-    if (err) *err = ms_t_read_file(errf, NULL);
+    if (err)
+        *err = e;
+    else
+        free(e);
     free(o);
     return st;
 }
@@ -468,8 +411,8 @@ int main(void)
         T_CHECK(st == 0 && ms_t_same_file(a, c), "after the refusal, the allowed coordinator: same logits (status %d)", st);
     }
     for (int i = 0; i < NW; i++)
-        if (worker_pid[i] > 0) {
-            int rc = worker_stop(i, 15);
+        if (w[i].proc.pid > 0) {
+            int rc = ms_t_worker_stop(&w[i].proc, 15, NULL);
             T_CHECK(rc == 0, "worker %d exits 0 on SIGTERM (got %d)", i, rc);
         }
     json_decref(ref);

@@ -30,23 +30,10 @@ static char root[4096];
 static int has(const char *s, const char *n) { return s && strstr(s, n) != NULL; }
 
 /* root/rel in one of 8 rotating buffers: copy a result that must outlive 8 more calls. */
-static const char *rpath(const char *rel)
-{
-    static char buf[8][4096 + 256];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", root, rel);
-    return buf[k];
-}
+static const char *rpath(const char *rel) { return ms_t_path(root, rel); }
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static uint32_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
+static ms_t_rng rng = {0x2545f4914f6cdd1dull};
+static uint32_t rnd(void) { return (uint32_t)(ms_t_rng_u64(&rng) >> 11); }
 
 /* A routed expert's tensor, by the naming of the released checkpoints (spec §4.3); shared
  * experts are named ".shared_experts." and never match. */

@@ -130,7 +130,6 @@ int main(void)
         if (it % 2) check_cover(q, 10, 1);
         ms_pool_free(q);
     }
-    ms_pool_free(NULL);
-    T_CHECK(1, "ms_pool_free(NULL)");
+    ms_pool_free(NULL); /* accepted: a crash here fails the test */
     return ms_t_done();
 }

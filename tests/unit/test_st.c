@@ -14,14 +14,7 @@
 
 static char tmp_root[4096];
 
-static const char *tpath(const char *name)
-{
-    static char buf[8][4096 + 256];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp_root, name);
-    return buf[k];
-}
+static const char *tpath(const char *name) { return ms_t_path(tmp_root, name); }
 
 static int has(const char *s, const char *n) { return strstr(s, n) != NULL; }
 static int exists(const char *p) { return access(p, F_OK) == 0; }
@@ -47,12 +40,7 @@ static void write_raw(const char *path, const char *header, size_t data_len)
     free(b);
 }
 
-static void mkdir_p(const char *p)
-{
-    char cmd[8300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", p, p);
-    if (system(cmd) != 0) exit(1);
-}
+static void mkdir_p(const char *p) { ms_t_mkdir_fresh(p); }
 
 /* Open (file or directory) must fail with class `code` and a message containing n1 and n2. */
 static void expect_fail(const char *path, int is_dir, int code, const char *n1, const char *n2, const char *why)

@@ -34,98 +34,31 @@ static ms_st *st;
 static ms_expert_table *table;
 static int L;
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static uint32_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
+static ms_t_rng rng = {0x2545f4914f6cdd1dull};
+static uint32_t rnd(void) { return (uint32_t)(ms_t_rng_u64(&rng) >> 16); }
 
-/* ---- worker processes ---- */
+/* ---- worker processes (ms_t_worker) ---- */
 
-typedef struct {
-    pid_t pid;
-    char log[700];
-    char ep[700];
-    int status; /* exit status once reaped, -1 before */
-} worker;
+typedef ms_t_worker worker;
 
-/* Start the worker binary with args (NULL-terminated), stderr to a log file; wait for its
- * "listening on" line and take the bound endpoint from it. Returns 0, or the exit status if it
+/* Start the worker binary with args (NULL-terminated), stderr to root/<name>.log; wait for its
+ * "listening on" line (the bound endpoint lands in w->ep). Returns 0, or the exit status if it
  * ended first (-1 on a timeout). */
 static int worker_start(worker *w, const char *name, const char **args)
 {
-    memset(w, 0, sizeof *w);
-    w->status = -1;
-    snprintf(w->log, sizeof w->log, "%s/%s.log", root, name);
+    char log[700];
+    snprintf(log, sizeof log, "%s/%s.log", root, name);
     const char *argv[40];
     int n = 0;
     argv[n++] = wbin;
     for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
     argv[n] = NULL;
-    w->pid = fork();
-    if (w->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* no stray worker if the test dies */
-        int fd = open(w->log, O_WRONLY | O_CREAT | O_TRUNC, 0644), nul = open("/dev/null", O_WRONLY);
-        if (fd < 0 || nul < 0) _exit(126);
-        dup2(fd, 2);
-        dup2(nul, 1);
-        execv(wbin, (char *const *)argv);
-        _exit(127);
-    }
-    for (double t0 = ms_now(); ms_now() - t0 < 30;) {
-        int st_;
-        if (waitpid(w->pid, &st_, WNOHANG) == w->pid) {
-            w->status = WIFEXITED(st_) ? WEXITSTATUS(st_) : 128;
-            w->pid = 0;
-            return w->status;
-        }
-        char *text = ms_t_read_file(w->log, NULL);
-        const char *p = text ? strstr(text, "listening on ") : NULL;
-        if (p) {
-            p += strlen("listening on ");
-            size_t k = strcspn(p, " \n");
-            snprintf(w->ep, sizeof w->ep, "%.*s", (int)k, p);
-            free(text);
-            return 0;
-        }
-        free(text);
-        ms_t_sleep_ms(20);
-    }
-    return -1;
+    ms_t_worker_opts o = {log, NULL, NULL, 30};
+    return ms_t_worker_start(w, argv, &o);
 }
 
-/* SIGTERM and wait (up to limit_s); returns the exit status (-1 if it had to be killed). */
-static int worker_stop(worker *w, double limit_s, double *took)
-{
-    if (w->pid <= 0) return w->status;
-    double t0 = ms_now();
-    kill(w->pid, SIGTERM);
-    int st_;
-    while (ms_now() - t0 < limit_s) {
-        if (waitpid(w->pid, &st_, WNOHANG) == w->pid) {
-            if (took) *took = ms_now() - t0;
-            w->pid = 0;
-            w->status = WIFEXITED(st_) ? WEXITSTATUS(st_) : 128 + (WIFSIGNALED(st_) ? WTERMSIG(st_) : 0);
-            return w->status;
-        }
-        ms_t_sleep_ms(10);
-    }
-    kill(w->pid, SIGKILL);
-    waitpid(w->pid, &st_, 0);
-    w->pid = 0;
-    return -1;
-}
-
-static int log_has(const worker *w, const char *needle)
-{
-    char *text = ms_t_read_file(w->log, NULL);
-    int r = text && strstr(text, needle) != NULL;
-    free(text);
-    return r;
-}
+static int worker_stop(worker *w, double limit_s, double *took) { return ms_t_worker_stop(w, limit_s, took); }
+static int log_has(const worker *w, const char *needle) { return ms_t_worker_log_has(w, needle); }
 
 /* ---- a raw ZeroMQ client ---- */
 
@@ -923,12 +856,8 @@ int main(void)
 {
     test_size();
     snprintf(root, sizeof root, "%s", ms_t_tmpdir("test_worker"));
-    if (strlen(root) > 80) { /* ipc paths must fit in a sockaddr_un */
-        snprintf(root, sizeof root, "/tmp/ms-test-worker-%d", (int)getpid());
-        char cmd[1200];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", root, root);
-        if (system(cmd) != 0) return 1;
-    }
+    if (strlen(root) > 80) /* ipc paths must fit in a sockaddr_un */
+        snprintf(root, sizeof root, "%s", ms_t_sockdir("test-worker"));
     snprintf(model, sizeof model, "%s/model", root);
     snprintf(wbin, sizeof wbin, "%s", ms_t_bin("moestream-worker"));
     if (access(wbin, X_OK) != 0) {

@@ -30,23 +30,10 @@ static uint8_t *part_bytes[NK][6]; /* the random bytes of each expert part */
 static uint64_t part_len[6];
 static int64_t part_shape[6][2];
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
-}
+static ms_t_rng rng = {0x9e3779b97f4a7c15ull};
+static uint32_t rnd(void) { return (uint32_t)(ms_t_rng_u64(&rng) >> 11); }
 
-static const char *tpath(const char *name)
-{
-    static char buf[4][4096 + 64];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp_root, name);
-    return buf[k];
-}
+static const char *tpath(const char *name) { return ms_t_path(tmp_root, name); }
 
 static void tname(char *buf, size_t n, int l, int e, int part)
 {
@@ -59,7 +46,7 @@ static void add_filler(ms_st_writer *w, int *nf, int64_t bytes)
     char name[64];
     snprintf(name, sizeof name, "filler.%d", (*nf)++);
     uint8_t *b = malloc((size_t)bytes);
-    for (int64_t i = 0; i < bytes; i++) b[i] = (uint8_t)rnd();
+    ms_t_fill_u8(&rng, b, bytes, 0, 255);
     ms_st_writer_add_copy(w, name, MS_DT_U8, 1, &bytes, b);
     free(b);
 }
@@ -548,8 +535,7 @@ int main(void)
         for (int p = 0; p < 6; p++) {
             part_bytes[key][p] = malloc(part_len[p]);
             /* scales near 2^0 keep every value finite; packed nibbles are anything */
-            for (uint64_t i = 0; i < part_len[p]; i++)
-                part_bytes[key][p][i] = (uint8_t)(p % 2 ? 120 + rnd() % 10 : rnd());
+            ms_t_fill_u8(&rng, part_bytes[key][p], (int64_t)part_len[p], p % 2 ? 120 : 0, p % 2 ? 129 : 255);
         }
     write_file(tpath("a.safetensors"), 0);
     write_file(tpath("b.safetensors"), 1);

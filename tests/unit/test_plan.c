@@ -1,0 +1,254 @@
+/* test_plan: the RAM budget planner's arithmetic on its own (ms_plan_make), every expected number
+ * worked out by hand in the comments from the rules of ms_plan.h:
+ *   fixed  = baseline + state + work_fixed + work_per_token * chunk + expert_fixed + slack
+ *            (+ ring when streaming), slack = 24 MiB + budget / 100;
+ *   chunk  = min(prompt_tokens, max_chunk) (at least min_chunk, at least 1), halved (rounding down,
+ *            never below that floor) until fixed + min_cache + (whole trunk, or else the ring) fits;
+ *   the minimum cache is set aside, then the whole trunk is pinned if it fits, otherwise the ring
+ *   is paid and the longest prefix of whole matrices in forward order that fits is pinned;
+ *   cache  = what is left (plus the minimum) in whole expert slots, at most max_slots;
+ *   a budget below the fixed costs at the floor chunk is refused (MS_EXIT_BUDGET) naming the
+ *   minimum. */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_plan.h"
+#include "ms_test.h"
+
+#define M (1ull << 20)
+
+/* Budgets below are whole multiples of 100 MiB so that the slack is a whole number of MiB. */
+static uint64_t slack(uint64_t budget) { return 24 * M + budget / 100; }
+
+/* The run every case starts from (sizes in MiB):
+ *   baseline 100, state 50, work_fixed 10, work_per_token 1, expert_fixed 20 -> 180 + chunk;
+ *   one expert slot 16, minimum cache 8 slots = 128;
+ *   trunk 10, 20, 30, 200, 5 = 265 in forward order; ring 40. */
+static const uint64_t trunk5[5] = {10 * M, 20 * M, 30 * M, 200 * M, 5 * M};
+
+static ms_plan_in base_in(uint64_t budget)
+{
+    ms_plan_in in;
+    memset(&in, 0, sizeof in);
+    in.budget = budget;
+    in.baseline = 100 * M;
+    in.state = 50 * M;
+    in.work_fixed = 10 * M;
+    in.work_per_token = 1 * M;
+    in.prompt_tokens = 100;
+    in.max_chunk = 64;
+    in.expert_fixed = 20 * M;
+    in.expert_bytes = 16 * M;
+    in.min_cache = 8 * 16 * M;
+    in.max_slots = 0;
+    in.trunk = trunk5;
+    in.n_trunk = 5;
+    in.ring = 40 * M;
+    return in;
+}
+
+/* Invariants of every accepted plan: the parts add up and stay within the budget. */
+static void check_invariants(const char *what, const ms_plan *p)
+{
+    uint64_t trunk = 0, pinned = 0;
+    for (int i = 0; i < p->in.n_trunk; i++) trunk += p->in.trunk[i];
+    for (int i = 0; i < p->n_pinned; i++) pinned += p->in.trunk[i];
+    T_CHECK(p->pinned_bytes == pinned, "%s: pinned bytes are the first %d matrices", what, p->n_pinned);
+    T_CHECK(p->pinned_bytes + p->streamed_bytes == trunk, "%s: pinned + streamed = trunk", what);
+    T_CHECK(p->streaming == (p->n_pinned < p->in.n_trunk), "%s: streaming iff some matrix is not pinned", what);
+    T_CHECK(p->cache == p->cache_slots * p->in.expert_bytes, "%s: cache = slots * slot size", what);
+    T_CHECK(p->fixed + p->pinned_bytes + p->cache <= p->in.budget, "%s: fixed %llu + pinned %llu + cache %llu <= %llu",
+            what, (unsigned long long)p->fixed, (unsigned long long)p->pinned_bytes, (unsigned long long)p->cache,
+            (unsigned long long)p->in.budget);
+}
+
+static void expect_plan(const char *what, const ms_plan_in *in, int64_t chunk, uint64_t fixed, int n_pinned,
+                        int streaming, uint64_t slots)
+{
+    ms_plan p;
+    int rc = ms_plan_make(in, &p);
+    T_CHECK(rc == 0, "%s: accepted (%s)", what, rc ? ms_err_msg() : "ok");
+    if (rc) return;
+    T_CHECK(p.margin == slack(in->budget), "%s: slack %llu, want 24 MiB + 1%%", what, (unsigned long long)p.margin);
+    T_CHECK(p.chunk == chunk, "%s: chunk %lld, want %lld", what, (long long)p.chunk, (long long)chunk);
+    T_CHECK(p.fixed == fixed, "%s: fixed %.3f MiB, want %.3f MiB", what, (double)p.fixed / M, (double)fixed / M);
+    T_CHECK(p.n_pinned == n_pinned, "%s: %d matrices pinned, want %d", what, p.n_pinned, n_pinned);
+    T_CHECK(p.streaming == streaming, "%s: streaming %d, want %d", what, p.streaming, streaming);
+    T_CHECK(p.cache_slots == slots, "%s: %llu cache slots, want %llu", what, (unsigned long long)p.cache_slots,
+            (unsigned long long)slots);
+    check_invariants(what, &p);
+    /* The JSON form reports the same numbers, the ring only when it is used. */
+    json_t *j = ms_plan_json(&p);
+    T_CHECK(j && (uint64_t)json_integer_value(json_object_get(j, "fixed_bytes")) == fixed &&
+                json_integer_value(json_object_get(j, "prefill_chunk")) == chunk &&
+                (uint64_t)json_integer_value(json_object_get(j, "ring_bytes")) == (streaming ? in->ring : 0) &&
+                json_is_true(json_object_get(j, "streaming")) == streaming &&
+                (uint64_t)json_integer_value(json_object_get(j, "expert_cache_slots")) == slots,
+            "%s: ms_plan_json agrees", what);
+    json_decref(j);
+}
+
+static void test_everything_pinned(void)
+{
+    /* budget 1000: slack 24 + 10 = 34; chunk 64: fixed 180 + 64 + 34 = 278; 278 + 128 + 265 =
+     * 671 <= 1000, so the whole trunk is pinned and no ring is paid. Cache: 1000 - 278 - 265 =
+     * 457 -> 28 slots of 16 (448). */
+    ms_plan_in in = base_in(1000 * M);
+    expect_plan("1000 MiB", &in, 64, 278 * M, 5, 0, 28);
+    /* max_slots caps the cache: 20 and 27 < 28; equal and above leave it alone. */
+    in.max_slots = 20;
+    expect_plan("1000 MiB, max_slots 20", &in, 64, 278 * M, 5, 0, 20);
+    in.max_slots = 27;
+    expect_plan("1000 MiB, max_slots 27", &in, 64, 278 * M, 5, 0, 27);
+    in.max_slots = 28;
+    expect_plan("1000 MiB, max_slots 28", &in, 64, 278 * M, 5, 0, 28);
+    in.max_slots = 29;
+    expect_plan("1000 MiB, max_slots 29", &in, 64, 278 * M, 5, 0, 28);
+    /* A short prompt bounds the chunk: 5 tokens -> fixed 180 + 5 + 34 = 219; cache 1000 - 219 -
+     * 265 = 516 -> 32 slots (512). No prompt at all still plans a chunk of 1: 215, 520 -> 32. */
+    in = base_in(1000 * M);
+    in.prompt_tokens = 5;
+    expect_plan("1000 MiB, 5-token prompt", &in, 5, 219 * M, 5, 0, 32);
+    in.prompt_tokens = 0;
+    expect_plan("1000 MiB, empty prompt", &in, 1, 215 * M, 5, 0, 32);
+}
+
+static void test_streaming(void)
+{
+    /* budget 600: slack 30; chunk 64: 180 + 64 + 30 = 274; 274 + 128 + 265 = 667 > 600 but
+     * 274 + 128 + 40 = 442 <= 600: stream at chunk 64, fixed 274 + 40 = 314. Room for the trunk:
+     * 600 - 274 - 128 - 40 = 158: 10 + 20 + 30 = 60 fits, + 200 does not, and the 5 after it is
+     * not pinned (a prefix, in forward order). Cache: 158 - 60 + 128 = 226 -> 14 slots. */
+    ms_plan_in in = base_in(600 * M);
+    expect_plan("600 MiB", &in, 64, 314 * M, 3, 1, 14);
+    ms_plan p;
+    if (ms_plan_make(&in, &p) == 0)
+        T_CHECK(p.pinned_bytes == 60 * M && p.streamed_bytes == 205 * M, "600 MiB: 60 MiB pinned, 205 streamed");
+    /* The same with max_slots 10: the cap applies to the cache only, the trunk stays as it was. */
+    in.max_slots = 10;
+    expect_plan("600 MiB, max_slots 10", &in, 64, 314 * M, 3, 1, 10);
+
+    /* budget 400: slack 28. chunk 64: 272 + 128 + 40 = 440 > 400; 32: 240 + 168 = 408 > 400;
+     * 16: 224 + 168 = 392 <= 400 -> chunk 16, fixed 224 + 40 = 264. Room for the trunk:
+     * 400 - 224 - 128 - 40 = 8 < 10: nothing pinned. Cache: 8 + 128 = 136 -> 8 slots. */
+    in = base_in(400 * M);
+    expect_plan("400 MiB", &in, 16, 264 * M, 0, 1, 8);
+    /* A 48-token prompt at 400: 48: 180 + 48 + 28 = 256, + 168 = 424 > 400; 24: 232 + 168 = 400,
+     * exactly the budget, accepted -> fixed 272; no room for the trunk; cache exactly 8 slots. */
+    in.prompt_tokens = 48;
+    expect_plan("400 MiB, 48-token prompt (exact fit)", &in, 24, 272 * M, 0, 1, 8);
+    /* Halving rounds down: 5 -> 2. At 400 with per-token work 10 MiB: 5: 180 + 50 + 28 = 258,
+     * + 168 = 426 > 400; 2: 180 + 20 + 28 = 228, + 168 = 396 <= 400 -> chunk 2, fixed 228 + 40 =
+     * 268; trunk room 400 - 228 - 128 - 40 = 4: nothing pinned; cache 4 + 128 -> 8 slots. */
+    in = base_in(400 * M);
+    in.work_per_token = 10 * M;
+    in.prompt_tokens = 5;
+    expect_plan("400 MiB, 10 MiB per token, 5-token prompt", &in, 2, 268 * M, 0, 1, 8);
+}
+
+static void test_min_chunk(void)
+{
+    /* min_chunk raises the floor of the chunk: at 400 (slack 28) the halving 64 -> 32 -> 16
+     * stops at 20 instead: 180 + 20 + 28 = 228, + 168 = 396 <= 400 -> chunk 20, fixed 268;
+     * trunk room 400 - 228 - 128 - 40 = 4: nothing pinned; cache 4 + 128 -> 8 slots. */
+    ms_plan_in in = base_in(400 * M);
+    in.min_chunk = 20;
+    expect_plan("400 MiB, min_chunk 20", &in, 20, 268 * M, 0, 1, 8);
+    /* ... and lifts a short prompt: 5 tokens, min_chunk 8 at 1000: 180 + 8 + 34 = 222; cache
+     * 1000 - 222 - 265 = 513 -> 32 slots. min_chunk 0 and 1 both mean 1. */
+    in = base_in(1000 * M);
+    in.prompt_tokens = 5;
+    in.min_chunk = 8;
+    expect_plan("1000 MiB, 5-token prompt, min_chunk 8", &in, 8, 222 * M, 5, 0, 32);
+    in.min_chunk = 1;
+    expect_plan("1000 MiB, 5-token prompt, min_chunk 1", &in, 5, 219 * M, 5, 0, 32);
+    in.min_chunk = 0;
+    expect_plan("1000 MiB, 5-token prompt, min_chunk 0", &in, 5, 219 * M, 5, 0, 32);
+}
+
+/* The smallest budget B with cost_at_chunk_1 + slack(B) <= B, i.e. B - B/100 >= core + 24 MiB,
+ * found by search from the definition (not from the planner's formula). */
+static uint64_t true_minimum(uint64_t core)
+{
+    uint64_t need = core + 24 * M, b = need + need / 99 - 200;
+    while (b - b / 100 < need) b++;
+    while (b - 1 - (b - 1) / 100 >= need) b--;
+    return b;
+}
+
+static void test_refusal(void)
+{
+    /* At chunk 1: 180 + 1 + 128 + min(trunk 265, ring 40) = 349 MiB besides the slack, so the
+     * smallest budget B has B - B/100 >= 373 MiB. */
+    uint64_t bmin = true_minimum(349 * M);
+    T_CHECK(bmin > 376 * M && bmin < 377 * M, "hand check: the minimum is about 376.8 MiB (%llu)",
+            (unsigned long long)bmin);
+    ms_plan_in in = base_in(bmin);
+    ms_plan p;
+    int rc = ms_plan_make(&in, &p);
+    T_CHECK(rc == 0 && p.chunk == 1 && p.streaming == 1 && p.n_pinned == 0 && p.cache_slots == 8,
+            "the smallest budget that holds the fixed costs is accepted: chunk 1, streaming, 8 slots (%s)",
+            rc ? ms_err_msg() : "ok");
+    if (rc == 0) check_invariants("minimum budget", &p);
+
+    in = base_in(bmin - 1);
+    ms_err_clear();
+    rc = ms_plan_make(&in, &p);
+    T_CHECK(rc == -1 && ms_err_code() == MS_EXIT_BUDGET, "one byte less is refused with class %d (rc %d, class %d)",
+            MS_EXIT_BUDGET, rc, ms_err_code());
+    const char *msg = ms_err_msg();
+    const char *b = msg ? strstr(msg, "minimum") : NULL;
+    const char *paren = b ? strchr(b, '(') : NULL;
+    unsigned long long named = paren ? strtoull(paren + 1, NULL, 10) : 0;
+    T_CHECK(b && paren && strstr(paren, " bytes)"), "the refusal names the minimum: %s", msg ? msg : "");
+    /* "about": never below the true minimum, and above it by at most the allowance for the
+     * baseline moving between runs (1/8 of it) plus rounding. */
+    T_CHECK(named >= bmin && named <= bmin + in.baseline / 8 + 8192,
+            "the named minimum %llu is within [%llu, %llu]", named, (unsigned long long)bmin,
+            (unsigned long long)(bmin + in.baseline / 8 + 8192));
+    in = base_in(named);
+    rc = ms_plan_make(&in, &p);
+    T_CHECK(rc == 0, "a budget of exactly the named minimum is accepted (%s)", rc ? ms_err_msg() : "ok");
+
+    /* With a ring larger than the trunk the minimum counts the trunk (pinning all is cheaper):
+     * ring 400: 180 + 1 + 128 + 265 = 574 besides the slack. */
+    uint64_t bmin2 = true_minimum(574 * M);
+    in = base_in(bmin2);
+    in.ring = 400 * M;
+    rc = ms_plan_make(&in, &p);
+    T_CHECK(rc == 0 && p.streaming == 0 && p.n_pinned == 5 && p.chunk == 1,
+            "ring > trunk: the minimum pins the whole trunk at chunk 1 (%s)", rc ? ms_err_msg() : "ok");
+    in.budget = bmin2 - 1;
+    T_CHECK(ms_plan_make(&in, &p) == -1 && ms_err_code() == MS_EXIT_BUDGET, "ring > trunk: one byte less is refused");
+
+    /* With min_chunk 4 the fixed costs are those of a 4-row pass: 180 + 4 + 128 + 40 = 352. */
+    uint64_t bmin3 = true_minimum(352 * M);
+    in = base_in(bmin3);
+    in.min_chunk = 4;
+    rc = ms_plan_make(&in, &p);
+    T_CHECK(rc == 0 && p.chunk == 4, "min_chunk 4: the smallest budget plans a 4-row pass (%s)",
+            rc ? ms_err_msg() : "ok");
+    in.budget = bmin3 - 1;
+    rc = ms_plan_make(&in, &p);
+    T_CHECK(rc == -1 && ms_err_code() == MS_EXIT_BUDGET, "min_chunk 4: one byte less is refused, not planned smaller");
+    named = 0;
+    msg = ms_err_msg();
+    paren = msg ? strstr(msg, "bytes)") : NULL;
+    while (paren && paren > msg && paren[-1] != '(') paren--;
+    named = paren ? strtoull(paren, NULL, 10) : 0;
+    T_CHECK(named >= bmin3 && named <= bmin3 + in.baseline / 8 + 8192, "min_chunk 4: the named minimum %llu >= %llu",
+            named, (unsigned long long)bmin3);
+}
+
+int main(void)
+{
+    test_everything_pinned();
+    test_streaming();
+    test_min_chunk();
+    test_refusal();
+    return ms_t_done();
+}
