@@ -1,0 +1,68 @@
+/* ms_opt: failing with a message and strict option values, for moestream and moestream-worker. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ms_err.h"
+#include "ms_opt.h"
+#include "ms_size.h"
+
+int ms_opt_vfail(const char *who, int code, const char *fmt, va_list ap)
+{
+    fprintf(stderr, "%s: ", who);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    return code;
+}
+
+int ms_opt_fail(const char *who, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ms_opt_vfail(who, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int ms_opt_fail_err(const char *who) { return ms_opt_fail(who, ms_err_code(), "%s", ms_err_msg()); }
+
+int ms_opt_int(const char *name, const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || isspace((unsigned char)*s) || v < lo || v > hi) {
+        ms_err_set("%s must be an integer in %lld..%lld, got '%s'", name, lo, hi, s);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    *out = v;
+    return 0;
+}
+
+int ms_opt_f32(const char *name, const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || isspace((unsigned char)*s) || !isfinite(v) || !isfinite((float)v)) {
+        ms_err_set("%s must be a number, got '%s'", name, s);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    *out = (float)v;
+    return 0;
+}
+
+int ms_opt_size(const char *name, const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (ms_size_parse(s, &v) != 0 || v == 0) {
+        ms_err_set("%s must be a size such as 512M, 8G or 64GB (bytes, K/M/G/T or KiB..TiB = powers of 1024, "
+                   "KB/MB/GB/TB = powers of 1000), got '%s'",
+                   name, s);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
+    *out = v;
+    return 0;
+}

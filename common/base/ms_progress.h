@@ -1,0 +1,45 @@
+/* ms_progress: progress of long tasks: library code reports it, the program decides how to show it. */
+#ifndef MS_PROGRESS_H
+#define MS_PROGRESS_H
+
+#include <stdint.h>
+
+/* Units of a task's counts: bytes are shown as sizes (ms_size_fmt), items as "done/total". */
+typedef enum { MS_PROGRESS_BYTES, MS_PROGRESS_ITEMS } ms_progress_unit;
+
+/* One report: task is the name given to ms_progress_begin; done <= total unless the caller
+ * overshoots; start is 1 on the first report of a task (from ms_progress_begin), end is 1 on
+ * its last (from ms_progress_end, finished or not). */
+typedef struct {
+    const char *task;
+    ms_progress_unit unit;
+    uint64_t done, total;
+    int start, end;
+} ms_progress_ev;
+
+typedef void (*ms_progress_fn)(void *ctx, const ms_progress_ev *ev);
+
+/* Install the reporter (NULL = none, the default: reports cost a mutex and nothing else).
+ * Called by programs, never by library code. The reporter runs on the reporting thread with
+ * the progress lock held: it must not call ms_progress_*. */
+void ms_progress_set(ms_progress_fn fn, void *ctx);
+/* Install the stderr bar below if stderr is a terminal and ms_log_level() >= 1 (not --quiet),
+ * else no reporter. Returns 1 if the bar was installed. */
+int ms_progress_use_stderr(void);
+/* 1 if a reporter is installed (library code may then leave out its own per-step log lines). */
+int ms_progress_shown(void);
+
+/* The stderr bar: "\rTASK [####....]  42% 1.23 GiB of 2.92 GiB", redrawn when the percentage
+ * changes, ended with a newline when the task completes or ends. ctx is unused. */
+void ms_progress_bar(void *ctx, const ms_progress_ev *ev);
+
+/* Library side. One task at a time per process (a new begin replaces the current one); add may
+ * be called from any thread. task must stay valid until ms_progress_end. */
+void ms_progress_begin(const char *task, uint64_t total, ms_progress_unit unit);
+void ms_progress_add(uint64_t n);
+/* Set the count outright (e.g. tokens done so far). */
+void ms_progress_set_done(uint64_t done);
+/* The task is over (complete or failed): the reporter gets end = 1. No-op without a task. */
+void ms_progress_end(void);
+
+#endif

@@ -1,0 +1,177 @@
+/* test_progress: the reports library code makes, the reporter a program installs, and the stderr bar. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ms_err.h"
+#include "ms_progress.h"
+#include "ms_test.h"
+
+/* A reporter that keeps every event. */
+typedef struct {
+    ms_progress_ev ev[8192];
+    char task[8192][16];
+    int n;
+} rec_t;
+static rec_t rec;
+
+static void record(void *ctx, const ms_progress_ev *ev)
+{
+    rec_t *r = ctx;
+    if (r->n < 8192) {
+        r->ev[r->n] = *ev;
+        snprintf(r->task[r->n], sizeof r->task[0], "%s", ev->task);
+        r->n++;
+    }
+}
+
+static void test_events(void)
+{
+    ms_progress_begin("nobody", 10, MS_PROGRESS_ITEMS); /* no reporter: nothing happens */
+    ms_progress_add(3);
+    ms_progress_end();
+    T_CHECK(!ms_progress_shown(), "no reporter by default");
+
+    memset(&rec, 0, sizeof rec);
+    ms_progress_set(record, &rec);
+    T_CHECK(ms_progress_shown(), "a reporter installed is shown");
+    ms_progress_begin("copy", 100, MS_PROGRESS_BYTES);
+    ms_progress_add(30);
+    ms_progress_add(30);
+    ms_progress_set_done(90);
+    ms_progress_end();
+    ms_progress_end(); /* no task: no event */
+    ms_progress_add(5); /* no task: no event */
+    T_CHECK(rec.n == 5, "begin, add, add, set, end: 5 events (got %d)", rec.n);
+    const uint64_t done[] = {0, 30, 60, 90, 90};
+    int ok = rec.n == 5;
+    for (int i = 0; ok && i < 5; i++)
+        ok = rec.ev[i].done == done[i] && rec.ev[i].total == 100 && !strcmp(rec.task[i], "copy") &&
+             rec.ev[i].unit == MS_PROGRESS_BYTES && rec.ev[i].start == (i == 0) && rec.ev[i].end == (i == 4);
+    T_CHECK(ok, "each event carries the task, unit, count, total, start and end");
+    ms_progress_set(NULL, NULL);
+}
+
+static void *adder(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 1000; i++) ms_progress_add(1);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    memset(&rec, 0, sizeof rec);
+    ms_progress_set(record, &rec);
+    ms_progress_begin("threads", 4000, MS_PROGRESS_ITEMS);
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, adder, NULL);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    ms_progress_end();
+    int rising = 1;
+    for (int i = 1; i < rec.n - 1; i++) rising &= rec.ev[i].done == (uint64_t)i;
+    T_CHECK(rec.n == 4002 && rising && rec.ev[rec.n - 1].done == 4000,
+            "4 threads x 1000 adds: every count seen once, in order, ending at 4000 (%d events)", rec.n);
+    ms_progress_set(NULL, NULL);
+}
+
+/* Run fn with fd 2 sent to a file; its text into buf. */
+static void capture(char *buf, size_t n, void (*fn)(void))
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/stderr", ms_t_tmpdir("test_progress"));
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2);
+    close(fd);
+    fn();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(buf, 1, n - 1, f) : 0;
+    buf[got] = 0;
+    if (f) fclose(f);
+}
+
+static size_t count(const char *s, char c)
+{
+    size_t k = 0;
+    for (; *s; s++) k += *s == c;
+    return k;
+}
+
+static void bar_full(void)
+{
+    ms_progress_set(ms_progress_bar, NULL);
+    ms_progress_begin("prefill", 200, MS_PROGRESS_ITEMS);
+    for (int i = 0; i < 200; i++) ms_progress_add(1);
+    ms_progress_end();
+    ms_progress_set(NULL, NULL);
+}
+
+static void bar_cut(void)
+{
+    ms_progress_set(ms_progress_bar, NULL);
+    ms_progress_begin("shard", 2048, MS_PROGRESS_BYTES);
+    ms_progress_add(1024);
+    ms_progress_end(); /* failed half-way */
+    ms_progress_begin("shard", 2048, MS_PROGRESS_BYTES);
+    ms_progress_end();
+    ms_progress_set(NULL, NULL);
+}
+
+static void test_bar(void)
+{
+    static char out[65536];
+    capture(out, sizeof out, bar_full);
+    /* a redraw per new percentage: 0..100 of 200 steps is 101 lines, and one newline at 100% */
+    T_CHECK(count(out, '\r') == 101 && count(out, '\n') == 1 && out[strlen(out) - 1] == '\n',
+            "200 steps: 101 redraws, one newline at the end (%zu, %zu)", count(out, '\r'), count(out, '\n'));
+    T_CHECK(strstr(out, "\rprefill [####################....................]  50% 100/200") != NULL,
+            "the half-way line: %.80s", strstr(out, " 50%") ? strstr(out, " 50%") - 55 : out);
+    T_CHECK(strstr(out, "] 100% 200/200\n") != NULL, "the last line");
+    capture(out, sizeof out, bar_cut);
+    T_CHECK(strstr(out, " 50% 1.00 KiB of 2.00 KiB\n") != NULL && count(out, '\n') == 2,
+            "a task cut short ends its line (bytes shown as sizes); an empty one too: '%s'", out);
+}
+
+/* ms_progress_use_stderr with fd 2 on a pseudo-terminal: the bar, unless --quiet. */
+static void test_use_stderr(void)
+{
+    ms_log_set_level(1);
+    T_CHECK(ms_progress_use_stderr() == isatty(2), "stderr %s a terminal here", isatty(2) ? "is" : "is not");
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    if (m < 0 || grantpt(m) != 0 || unlockpt(m) != 0) {
+        ms_t_skip("no pseudo-terminal available");
+        if (m >= 0) close(m);
+        return;
+    }
+    int s = open(ptsname(m), O_RDWR | O_NOCTTY);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(s, 2);
+    int on = ms_progress_use_stderr(), shown = ms_progress_shown();
+    ms_log_set_level(0);
+    int quiet = ms_progress_use_stderr(), quiet_shown = ms_progress_shown();
+    dup2(saved, 2);
+    close(saved);
+    close(s);
+    close(m);
+    ms_log_set_level(1);
+    T_CHECK(on == 1 && shown, "on a terminal the bar is installed");
+    T_CHECK(quiet == 0 && !quiet_shown, "at log level 0 (--quiet) it is not");
+    ms_progress_set(NULL, NULL);
+}
+
+int main(void)
+{
+    test_events();
+    test_threads();
+    test_bar();
+    test_use_stderr();
+    return ms_t_done();
+}
