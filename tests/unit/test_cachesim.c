@@ -207,27 +207,6 @@ static void test_bad_traces(void)
     ms_cachesim_trace_free(t);
 }
 
-static void test_sizes(void)
-{
-    static const struct {
-        const char *s;
-        uint64_t v;
-    } ok[] = {{"17547264", 17547264},          {"64G", 68719476736ull},   {"64GB", 64000000000ull},
-              {"64GiB", 68719476736ull},       {"1.5TB", 1500000000000ull}, {"10k", 10240},
-              {"2MB", 2000000},                {"0", 0},                   {"3KiB", 3072}, {"512B", 512}};
-    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        uint64_t v = 1;
-        T_CHECK(ms_cachesim_parse_size(ok[i].s, &v) == 0 && v == ok[i].v, "size %s -> %llu", ok[i].s,
-                (unsigned long long)v);
-    }
-    const char *bad[] = {"", "G", "12X", "-5", "1.5.3", "64 G", "64GG", "64Gi", "1e3", " 5", "0x10", ".", "99999999T"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        uint64_t v;
-        T_CHECK(ms_cachesim_parse_size(bad[i], &v) != 0 && ms_err_code() == MS_EXIT_USAGE, "bad size '%s' refused",
-                bad[i]);
-    }
-}
-
 static void test_cli(void)
 {
     int cyc[42];
@@ -390,7 +369,6 @@ int main(void)
     test_random_properties();
     test_trace_shape();
     test_bad_traces();
-    test_sizes();
     test_cli();
     test_shared_trace();
     return ms_t_done();

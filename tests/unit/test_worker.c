@@ -286,48 +286,6 @@ static int load_reference(void)
     return 0;
 }
 
-/* ---- the size syntax (common/base/ms_size) ---- */
-
-static void test_size(void)
-{
-    struct {
-        const char *s;
-        uint64_t v;
-    } ok[] = {{"0", 0},
-              {"4096", 4096},
-              {"4096B", 4096},
-              {"1K", 1024},
-              {"1k", 1024},
-              {"1KiB", 1024},
-              {"1KB", 1000},
-              {"8G", 8ull << 30},
-              {"8GiB", 8ull << 30},
-              {"64GB", 64000000000ull},
-              {"2T", 2ull << 40},
-              {"3TB", 3000000000000ull},
-              {"512MiB", 512ull << 20},
-              {"1.5K", 1536},
-              {"0.5G", 1ull << 29},
-              {"1.0000001K", 1024},
-              {"2.5", 2}};
-    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        uint64_t v = 7;
-        int rc = ms_size_parse(ok[i].s, &v);
-        T_CHECK(rc == 0 && v == ok[i].v, "size '%s' = %llu (got rc %d, %llu)", ok[i].s, (unsigned long long)ok[i].v, rc,
-                (unsigned long long)v);
-    }
-    const char *bad[] = {"", "-1", "+1", "1e3", "G", "1.2.3", "8GiBx", "0x10", "8 G", "99999999999999999999",
-                         "20000000T", "1Ki", "."};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        uint64_t v;
-        T_CHECK(ms_size_parse(bad[i], &v) != 0 && ms_err_code() == MS_EXIT_USAGE && strstr(ms_err_msg(), bad[i]),
-                "size '%s' refused with a usage error quoting it", bad[i]);
-    }
-    char b[64];
-    T_CHECK(!strcmp(ms_size_fmt(3ull << 29, b, sizeof b), "1.50 GiB"), "fmt 1.5 GiB: %s", b);
-    T_CHECK(!strcmp(ms_size_fmt(100, b, sizeof b), "100 B"), "fmt 100 B: %s", b);
-}
-
 /* ---- the checks ---- */
 
 static void test_main_worker(const char *fp)
@@ -854,7 +812,6 @@ static void test_cli(void)
 
 int main(void)
 {
-    test_size();
     snprintf(root, sizeof root, "%s", ms_t_tmpdir("test_worker"));
     if (strlen(root) > 80) /* ipc paths must fit in a sockaddr_un */
         snprintf(root, sizeof root, "%s", ms_t_sockdir("test-worker"));
