@@ -1,5 +1,5 @@
 /* moestream-worker: the expert worker: serves routed experts of its shard over ZeroMQ. */
-#include <errno.h>
+#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 
 #include "ms_err.h"
+#include "ms_opt.h"
+#include "ms_proc.h"
 #include "ms_size.h"
 #include "ms_wload.h"
 #include "ms_wsrv.h"
@@ -49,102 +51,68 @@ static void usage(FILE *f)
           f);
 }
 
-static int fail(int code, const char *fmt, const char *a)
-{
-    fputs("moestream-worker: ", stderr);
-    fprintf(stderr, fmt, a);
-    fputs("\n", stderr);
-    return code;
-}
-
-static int fail_err(void)
-{
-    fprintf(stderr, "moestream-worker: %s\n", ms_err_msg());
-    return ms_err_code();
-}
-
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
+#define WHO "moestream-worker"
 
 int main(int argc, char **argv)
 {
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},   {"pack", required_argument, 0, 'p'},
+                                         {"listen", required_argument, 0, 'l'},  {"ram-budget", required_argument, 0, 'B'},
+                                         {"experts", required_argument, 0, 'e'}, {"threads", required_argument, 0, 'T'},
+                                         {"io-depth", required_argument, 0, 'D'}, {"curve-secret", required_argument, 0, 'S'},
+                                         {"allow", required_argument, 0, 'A'},   {"buffered-io", no_argument, 0, 'U'},
+                                         {"insecure", no_argument, 0, 'I'},      {"quiet", no_argument, 0, 'q'},
+                                         {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     ms_wload_opts lo = {0};
     const char *listen = NULL, *secret = NULL, *allow = NULL;
-    int insecure = 0, quiet = 0, verbose = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return MS_EXIT_OK;
-        }
-        if (!strcmp(a, "--buffered-io")) {
-            lo.buffered = 1;
-            continue;
-        }
-        if (!strcmp(a, "--insecure")) {
-            insecure = 1;
-            continue;
-        }
-        if (!strcmp(a, "--quiet")) {
-            quiet = 1;
-            continue;
-        }
-        if (!strcmp(a, "--verbose")) {
-            verbose = 1;
-            continue;
-        }
-        static const char *with_value[] = {"--model",   "--pack",     "--listen",       "--ram-budget", "--experts",
-                                           "--threads", "--io-depth", "--curve-secret", "--allow"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
-        if (!known) {
-            usage(stderr);
-            return fail(MS_EXIT_USAGE, "unknown option '%s'", a);
-        }
-        if (i + 1 >= argc) return fail(MS_EXIT_USAGE, "option %s needs a value", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--model")) lo.model_dir = v;
-        else if (!strcmp(a, "--pack")) lo.pack_dir = v;
-        else if (!strcmp(a, "--listen")) listen = v;
-        else if (!strcmp(a, "--experts")) lo.experts = v;
-        else if (!strcmp(a, "--curve-secret")) secret = v;
-        else if (!strcmp(a, "--allow")) allow = v;
-        else if (!strcmp(a, "--ram-budget")) {
-            if (ms_size_parse(v, &lo.ram_budget) != 0 || lo.ram_budget == 0)
-                return fail(MS_EXIT_USAGE, "--ram-budget '%s': not a size (e.g. 8G, 64GB, 512MiB)", v);
-        } else if (!strcmp(a, "--threads")) {
-            if (parse_int(v, 0, 4096, &lo.threads) != 0)
-                return fail(MS_EXIT_USAGE, "--threads '%s': not a thread count (0..4096, 0 = one per CPU)", v);
-        } else if (!strcmp(a, "--io-depth")) {
-            if (parse_int(v, 1, 1024, &lo.io_depth) != 0)
-                return fail(MS_EXIT_USAGE, "--io-depth '%s': not a read depth (1..1024)", v);
+    int insecure = 0, quiet = 0, verbose = 0, c;
+    long long threads = 0, depth = 0;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': lo.model_dir = optarg; break;
+        case 'p': lo.pack_dir = optarg; break;
+        case 'l': listen = optarg; break;
+        case 'e': lo.experts = optarg; break;
+        case 'S': secret = optarg; break;
+        case 'A': allow = optarg; break;
+        case 'U': lo.buffered = 1; break;
+        case 'I': insecure = 1; break;
+        case 'q': quiet = 1; break;
+        case 'v': verbose = 1; break;
+        case 'B':
+            if (ms_opt_size("--ram-budget", optarg, &lo.ram_budget) != 0) return ms_opt_fail_err(WHO);
+            break;
+        case 'T':
+            if (ms_opt_int("--threads", optarg, 0, 4096, &threads) != 0) return ms_opt_fail_err(WHO);
+            lo.threads = (int)threads;
+            break;
+        case 'D':
+            if (ms_opt_int("--io-depth", optarg, 1, 1024, &depth) != 0) return ms_opt_fail_err(WHO);
+            lo.io_depth = (int)depth;
+            break;
+        case 'h': usage(stdout); return MS_EXIT_OK;
+        default: usage(stderr); return MS_EXIT_USAGE; /* getopt named the option */
         }
     }
+    if (optind != argc) return ms_opt_fail(WHO, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
     if (!!lo.model_dir == !!lo.pack_dir) {
         usage(stderr);
-        return fail(MS_EXIT_USAGE, "%s",
-                    lo.model_dir ? "give --model or --pack, not both" : "--model DIR or --pack DIR is required");
+        return ms_opt_fail(WHO, MS_EXIT_USAGE, "%s",
+                           lo.model_dir ? "give --model or --pack, not both" : "--model DIR or --pack DIR is required");
     }
     if (!listen) {
         usage(stderr);
-        return fail(MS_EXIT_USAGE, "%s", "--listen ENDPOINT is required");
+        return ms_opt_fail(WHO, MS_EXIT_USAGE, "--listen ENDPOINT is required");
     }
-    if (quiet && verbose) return fail(MS_EXIT_USAGE, "%s", "--quiet and --verbose contradict each other");
+    if (quiet && verbose) return ms_opt_fail(WHO, MS_EXIT_USAGE, "--quiet and --verbose contradict each other");
     ms_log_set_level(quiet ? 0 : verbose ? 2 : 1);
 
     /* Security first: refusing a plain tcp endpoint must not wait for the model to load. */
     ms_wsrv_keys keys;
-    if (ms_wsrv_keys_load(secret, allow, &keys) != 0) return fail_err();
+    if (ms_wsrv_keys_load(secret, allow, &keys) != 0) return ms_opt_fail_err(WHO);
     if (ms_wsrv_check_endpoint(listen, keys.curve, insecure) != 0) {
         ms_wsrv_keys_free(&keys);
-        return fail_err();
+        return ms_opt_fail_err(WHO);
     }
     struct stat sb;
     if (secret && stat(secret, &sb) == 0 && (sb.st_mode & 077))
@@ -167,7 +135,7 @@ int main(int argc, char **argv)
 
     ms_wload w;
     if (ms_wload_open(&lo, &w) != 0) {
-        int rc = fail_err();
+        int rc = ms_opt_fail_err(WHO);
         ms_wload_close(&w);
         ms_wsrv_keys_free(&keys);
         return rc;
@@ -179,12 +147,12 @@ int main(int argc, char **argv)
     memcpy(public_key, keys.public_key, sizeof public_key);
     ms_wsrv_keys_free(&keys);
     if (!srv) {
-        int rc = fail_err();
+        int rc = ms_opt_fail_err(WHO);
         ms_wload_close(&w);
         return rc;
     }
 
-    char owned[1024], a[64], b[64], c[64], d[64], e[64];
+    char owned[1024], a[64], b[64], d[64], e[64], f[64];
     const ms_wload_plan *p = &w.plan;
     ms_log(1, "worker %s: listening on %s (%s), model %s, fingerprint %s", ms_wsrv_uuid(srv), ms_wsrv_endpoint(srv),
            have_public ? "CURVE" : strncmp(listen, "ipc://", 6) ? "plain TCP, --insecure" : "ipc", w.source,
@@ -192,21 +160,21 @@ int main(int argc, char **argv)
     if (have_public) ms_log(1, "worker: CURVE public key %s", public_key);
     ms_log(1, "worker: owns %zu experts: %s", w.n_owned, ms_wload_describe(&w, owned, sizeof owned));
     ms_log(1, "worker: budget %s: expert cache %s (%llu of %zu experts), fixed %s (baseline %s), requests up to %s",
-           ms_size_fmt(p->budget, a, sizeof a), ms_size_fmt(p->cache, b, sizeof b), (unsigned long long)p->cache_slots,
-           w.n_owned, ms_size_fmt(p->fixed, c, sizeof c), ms_size_fmt(p->baseline, d, sizeof d),
-           ms_size_fmt(p->request_limit, e, sizeof e));
+           ms_size_fmt(p->mem.in.budget, a, sizeof a), ms_size_fmt(p->mem.cache, b, sizeof b),
+           (unsigned long long)p->mem.cache_slots, w.n_owned, ms_size_fmt(p->mem.fixed, f, sizeof f),
+           ms_size_fmt(p->mem.in.baseline, d, sizeof d), ms_size_fmt(p->request_limit, e, sizeof e));
 
     /* If a signal came during loading, it is pending: unblocking delivers it and the loop ends. */
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     int rc = ms_wsrv_run(srv, &g_stop);
-    if (rc != 0) fprintf(stderr, "moestream-worker: %s\n", ms_err_msg());
+    if (rc != 0) ms_opt_fail_err(WHO);
     ms_xstore_stats st;
     ms_xstore_get_stats(w.store, &st);
     ms_wsrv_free(srv);
     ms_log(1, "worker: shut down%s%s: cache hits %llu, misses (expert reads) %llu, %s read, peak RSS %s",
            g_signal ? " on " : "", g_signal == SIGTERM ? "SIGTERM" : g_signal == SIGINT ? "SIGINT" : "",
            (unsigned long long)st.hits, (unsigned long long)st.misses, ms_size_fmt(st.bytes_read, a, sizeof a),
-           ms_size_fmt(ms_wload_rss(1), b, sizeof b));
+           ms_size_fmt(ms_proc_peak_rss(), b, sizeof b));
     ms_wload_close(&w);
     return rc == 0 ? MS_EXIT_OK : MS_EXIT_RUNTIME;
 }

@@ -7,7 +7,7 @@
 
 #include "ms_err.h"
 #include "ms_pack.h"
-#include "ms_size.h"
+#include "ms_proc.h"
 #include "ms_st.h"
 #include "ms_wire.h"
 #include "ms_wload.h"
@@ -16,32 +16,6 @@
 #define CHUNK_BYTES (4 * MIB)      /* activations of one store call (worker side) */
 #define REQ_MIN (16 * MIB)         /* the request limit never goes below this: a 64-token K3 prefill chunk */
 #define REQ_MAX ((uint64_t)MS_WIRE_MAX_MSG - MIB) /* a reply must still fit in one message */
-
-uint64_t ms_wload_rss(int peak)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    const char *key = peak ? "VmHWM:" : "VmRSS:";
-    size_t kl = strlen(key);
-    char line[256];
-    uint64_t kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, kl)) kb = strtoull(line + kl, NULL, 10);
-    fclose(f);
-    return kb * 1024;
-}
-
-static uint64_t mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    uint64_t kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "MemAvailable:", 13)) kb = strtoull(line + 13, NULL, 10);
-    fclose(f);
-    return kb * 1024;
-}
 
 /* ---- --experts SPEC ---- */
 
@@ -356,54 +330,35 @@ static int plan(ms_wload *w, const ms_wload_opts *o, int depth)
     uint64_t ci = CHUNK_BYTES / L4;
     w->chunk_items = (int)(ci < 1 ? 1 : ci > 65536 ? 65536 : ci);
     p->chunk_work = 4 * (uint64_t)w->chunk_items * L4 + (uint64_t)w->chunk_items * 16;
-    p->store_fixed = ms_xstore_fixed_bytes(c->latent, c->moe_inter, depth);
-    p->slot = ms_xstore_slot_bytes(c->latent, c->moe_inter);
     /* The checkpoint's header parse is over: give its freed heap back before measuring, so the
      * baseline is what stays (glibc keeps freed blocks otherwise, a few MiB that vary by run). */
     malloc_trim(0);
-    p->baseline = ms_wload_rss(0);
-    if (o->ram_budget) {
-        p->budget = o->ram_budget;
-    } else {
-        /* Standalone default: most of what is free now; the page cache is not used (O_DIRECT). */
-        uint64_t avail = mem_available();
-        p->budget = avail ? avail / 10 * 9 : 8ull << 30;
-    }
-    p->slack = 16 * MIB + p->budget / 50;
-    uint64_t core = p->baseline + p->store_fixed + p->chunk_work + p->slack;
-    if (p->budget < core + 2 * REQ_MIN) {
-        /* Solve need >= core' + 16 MiB + need/50 (the slack grows with the budget), with room for
-         * the baseline moving a little between runs. */
-        uint64_t core0 = p->baseline + p->store_fixed + p->chunk_work + 2 * REQ_MIN + 16 * MIB;
-        uint64_t need = (core0 + p->baseline / 16) / 49 * 50 + MIB;
-        need = (need + MIB - 1) / MIB * MIB;
-        char a[64], b[64];
-        ms_err_set("--ram-budget %s cannot hold this worker's fixed costs (baseline %llu bytes, read buffers %llu, "
-                   "compute buffers %llu, request buffers %llu, slack %llu); the minimum that would work is about %s "
-                   "(%llu bytes)",
-                   ms_size_fmt(p->budget, a, sizeof a), (unsigned long long)p->baseline,
-                   (unsigned long long)p->store_fixed, (unsigned long long)p->chunk_work,
-                   (unsigned long long)(2 * REQ_MIN), (unsigned long long)p->slack, ms_size_fmt(need, b, sizeof b),
-                   (unsigned long long)need);
-        return ms_err_set_code(MS_EXIT_BUDGET);
-    }
+    ms_plan_in in = {0};
+    in.budget = o->ram_budget ? o->ram_budget : ms_plan_default_budget(90); /* O_DIRECT: no page cache */
+    in.baseline = ms_proc_rss();
+    in.work_fixed = p->chunk_work + 2 * REQ_MIN; /* a request and its reply at the smallest limit */
+    in.prompt_tokens = in.max_chunk = 1;
+    in.expert_fixed = ms_xstore_fixed_bytes(c->latent, c->moe_inter, depth);
+    in.expert_bytes = ms_xstore_slot_bytes(c->latent, c->moe_inter);
+    in.max_slots = w->n_owned;
+    if (ms_plan_make(&in, &p->mem) != 0) return -1; /* names the fixed costs and the minimum budget */
     /* The request limit grows with the budget (a sixteenth of what is left), the cache takes the
      * rest in whole slots, and what the owned experts cannot use goes back to the requests. */
-    uint64_t rest = p->budget - core - 2 * REQ_MIN;
-    uint64_t extra = rest / 16;
+    uint64_t extra = (in.budget - p->mem.fixed) / 16;
     if (extra > REQ_MAX - REQ_MIN) extra = REQ_MAX - REQ_MIN;
+    if (extra) {
+        in.work_fixed += 2 * extra;
+        int rc = ms_plan_make(&in, &p->mem);
+        MS_ASSERT(rc == 0); /* 2 x extra is an eighth of what the first plan left */
+    }
     p->request_limit = REQ_MIN + extra;
-    rest -= 2 * extra;
-    uint64_t slots = rest / p->slot;
-    if (slots > w->n_owned) slots = w->n_owned;
-    p->cache_slots = slots;
-    p->cache = slots * p->slot;
-    rest -= p->cache;
-    extra = rest / 2;
+    extra = ms_plan_spare(&p->mem) / 2;
     if (extra > REQ_MAX - p->request_limit) extra = REQ_MAX - p->request_limit;
     p->request_limit += extra;
     p->request_work = 2 * p->request_limit;
-    p->fixed = core + p->request_work;
+    /* The spare moved to the requests is part of the fixed costs from here on. */
+    p->mem.fixed += 2 * extra;
+    p->mem.in.work_fixed += 2 * extra;
     return 0;
 }
 
@@ -445,7 +400,7 @@ int ms_wload_open(const ms_wload_opts *o, ms_wload *w)
     int depth = o->io_depth > 0 ? o->io_depth : 8;
     if (plan(w, o, depth) != 0) goto out;
     ms_xstore_opts xo = {c->n_layers, c->n_experts, c->latent, c->moe_inter, c->situ_b1, c->situ_b2,
-                         w->plan.cache, depth, 0};
+                         w->plan.mem.cache, depth, 0};
     w->store = ms_xstore_new(&xo, w->files, w->pool);
     if (!w->store) goto out;
     for (size_t k = 0; k < nk; k++)

@@ -7,6 +7,7 @@
 
 #include "ms_cfg.h"
 #include "ms_io.h"
+#include "ms_plan.h"
 #include "ms_pool.h"
 #include "ms_xstore.h"
 
@@ -14,25 +15,21 @@ typedef struct {
     const char *model_dir;     /* --model DIR (released layout), or NULL */
     const char *pack_dir;      /* --pack DIR, or NULL (exactly one of the two) */
     const char *experts;       /* --experts SPEC, NULL = every expert available */
-    uint64_t ram_budget;       /* peak RSS of this process; 0 = from MemAvailable */
+    uint64_t ram_budget;       /* peak RSS of this process; 0 = ms_plan_default_budget(90) */
     int threads;               /* compute threads, 0 = one per CPU */
     int io_depth;              /* reads in flight, 0 = 8 */
     int buffered;              /* 1: no O_DIRECT */
 } ms_wload_opts;
 
-/* The memory plan of a worker (bytes). */
+/* The memory plan of a worker (bytes), made by ms_plan_make like the coordinator's: budget,
+ * baseline (measured RSS before the store and the request buffers), the store's read buffers
+ * (expert_fixed), work buffers (compute of one chunk of items + request_work), the slack
+ * (ms_plan_slack), then the expert cache in whole slots, at most the owned experts. */
 typedef struct {
-    uint64_t budget;           /* what it was given (or the default it chose) */
-    uint64_t baseline;         /* measured RSS before the store and the request buffers */
-    uint64_t store_fixed;      /* the store's read buffers (ms_xstore_fixed_bytes) */
+    ms_plan mem;               /* mem.fixed: every fixed cost; mem.cache, mem.cache_slots: the cache */
     uint64_t chunk_work;       /* compute buffers of one chunk of items (worker + store) */
-    uint64_t slack;            /* allocator, zmq, thread stacks: 16 MiB + 2% of the budget */
     uint64_t request_limit;    /* largest request accepted: (rows + items) x latent floats */
     uint64_t request_work;     /* 2 x request_limit: the request and its reply live together */
-    uint64_t fixed;            /* the sum of the above but the budget */
-    uint64_t slot;             /* one cache slot (ms_xstore_slot_bytes) */
-    uint64_t cache;            /* expert cache capacity, whole slots */
-    uint64_t cache_slots;
 } ms_wload_plan;
 
 typedef struct {
@@ -65,8 +62,5 @@ static inline int ms_wload_owns(const ms_wload *w, int layer, int expert)
 const char *ms_wload_layer_ranges(const ms_wload *w, int layer, char *buf, size_t n);
 /* The whole set as text "layers 1-5: 0-7; layer 6: 0-3" into buf (cut with "..." if long). */
 const char *ms_wload_describe(const ms_wload *w, char *buf, size_t n);
-
-/* Resident memory of this process now (VmRSS) or its peak (VmHWM), 0 if unknown. */
-uint64_t ms_wload_rss(int peak);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "ms_clock.h"
 #include "ms_err.h"
+#include "ms_proc.h"
 #include "ms_size.h"
 #include "ms_wire.h"
 #include "ms_wsrv.h"
@@ -582,7 +583,7 @@ static void on_hello(ms_wsrv *s, wmsg *m, int delim, zmq_msg_t *payload, const M
     hr.model_fingerprint = s->w->fingerprint;
     hr.n_owned = n;
     hr.owned = rp;
-    hr.cache_capacity_bytes = s->w->plan.cache;
+    hr.cache_capacity_bytes = s->w->plan.mem.cache;
     hr.latent_width = (uint32_t)c->latent;
     hr.num_layers = (uint32_t)c->n_layers;
     hr.num_experts = (uint32_t)c->n_experts;
@@ -751,7 +752,7 @@ static void on_stats(ms_wsrv *s, wmsg *m, int delim)
     r.cache_misses = st.misses;
     r.bytes_read = st.bytes_read;
     r.errors = s->n_errors;
-    r.peak_rss_bytes = ms_wload_rss(1);
+    r.peak_rss_bytes = ms_proc_peak_rss();
     Moestream__Envelope e = MOESTREAM__ENVELOPE__INIT;
     e.body_case = MOESTREAM__ENVELOPE__BODY_STATS_REPLY;
     e.stats_reply = &r;

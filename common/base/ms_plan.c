@@ -1,18 +1,22 @@
 /* ms_plan: the RAM budget planner (fixed costs first, then a pinned trunk prefix, then the cache). */
-#include <ctype.h>
 #include <jansson.h>
-#include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ms_err.h"
 #include "ms_plan.h"
+#include "ms_proc.h"
 #include "ms_size.h"
 
-const char *ms_plan_fmt(uint64_t b, char *buf, size_t n) { return ms_size_fmt(b, buf, n); }
+#define SLACK_BASE (24ull << 20)
 
-int ms_plan_parse_size(const char *s, uint64_t *out)
+uint64_t ms_plan_slack(uint64_t budget) { return SLACK_BASE + budget / 100; }
+
+uint64_t ms_plan_default_budget(int percent)
 {
-    return ms_size_parse(s, out); /* one size syntax for every option */
+    MS_ASSERT(percent > 0 && percent <= 100);
+    uint64_t avail = ms_proc_mem_available();
+    return avail ? avail / 100 * (uint64_t)percent : 8ull << 30;
 }
 
 static uint64_t fixed_for(const ms_plan_in *in, int64_t chunk, uint64_t margin)
@@ -21,12 +25,32 @@ static uint64_t fixed_for(const ms_plan_in *in, int64_t chunk, uint64_t margin)
            margin;
 }
 
+/* The refusal: every fixed cost that is not zero, then the minimum budget. */
+static void refuse(const ms_plan_in *in, int64_t chunk, uint64_t margin, uint64_t ring, uint64_t need)
+{
+    const char *what[] = {"baseline",    "sequence state", "work buffers", "expert read buffers",
+                          "minimum expert cache", "trunk ring",     "slack"};
+    uint64_t v[] = {in->baseline,     in->state, in->work_fixed + in->work_per_token * (uint64_t)chunk,
+                    in->expert_fixed, in->min_cache, ring, margin};
+    char costs[512], a[32], b[32];
+    size_t at = 0;
+    costs[0] = 0;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (v[i] && at < sizeof costs) {
+            int k = snprintf(costs + at, sizeof costs - at, "%s%s %s", at ? ", " : "", what[i],
+                             ms_size_fmt(v[i], a, sizeof a));
+            if (k > 0) at += (size_t)k;
+        }
+    ms_err_set("a RAM budget of %s cannot hold the fixed costs (%s); the minimum that would work is about %s "
+               "(%llu bytes)",
+               ms_size_fmt(in->budget, a, sizeof a), costs, ms_size_fmt(need, b, sizeof b), (unsigned long long)need);
+}
+
 int ms_plan_make(const ms_plan_in *in, ms_plan *p)
 {
     memset(p, 0, sizeof *p);
     p->in = *in;
-    /* Slack for what is not modelled exactly: malloc arenas, thread stacks, page rounding. */
-    p->margin = (24ull << 20) + in->budget / 100;
+    p->margin = ms_plan_slack(in->budget);
     uint64_t trunk = 0;
     for (int i = 0; i < in->n_trunk; i++) trunk += in->trunk[i];
     int64_t want = in->prompt_tokens < in->max_chunk ? in->prompt_tokens : in->max_chunk;
@@ -41,15 +65,12 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
         int fits_all = f + trunk <= in->budget;
         if (fits_all || f + in->ring <= in->budget) break;
         if (chunk == least) {
-            /* The slack grows with the budget (24 MiB + 1%): solve for the budget that holds it. */
-            uint64_t core = f - p->margin + (trunk < in->ring ? trunk : in->ring);
-            uint64_t need = (core + (24ull << 20)) / 99 * 100 + 4096;
+            /* The slack grows with the budget (ms_plan_slack): solve for the budget that holds it. */
+            uint64_t ring = trunk < in->ring ? trunk : in->ring;
+            uint64_t core = f - p->margin + ring;
+            uint64_t need = (core + SLACK_BASE) / 99 * 100 + 4096;
             need += in->baseline / 8; /* the measured baseline moves a little from run to run */
-            char b1[64], b2[64];
-            ms_err_set("a RAM budget of %s cannot hold the fixed costs of this run; the minimum that would work "
-                       "is about %s (%llu bytes)",
-                       ms_plan_fmt(in->budget, b1, sizeof b1), ms_plan_fmt(need, b2, sizeof b2),
-                       (unsigned long long)need);
+            refuse(in, chunk, p->margin, ring, need);
             return ms_err_set_code(MS_EXIT_BUDGET);
         }
         chunk = chunk / 2 > least ? chunk / 2 : least;
@@ -78,20 +99,33 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
     return 0;
 }
 
-void ms_plan_print(const ms_plan *p, FILE *f)
+uint64_t ms_plan_spare(const ms_plan *p)
 {
-    char a[64], b[64], c[64], d[64], e[64], g[64], h[64];
-    fprintf(f, "plan: budget %s: fixed %s (baseline %s, sequence state %s, work %s for %lld-token prefill chunks, "
-               "expert read buffers %s, slack %s)\n",
-            ms_plan_fmt(p->in.budget, a, sizeof a), ms_plan_fmt(p->fixed, b, sizeof b),
-            ms_plan_fmt(p->in.baseline, c, sizeof c), ms_plan_fmt(p->in.state, d, sizeof d),
-            ms_plan_fmt(p->in.work_fixed + p->in.work_per_token * (uint64_t)p->chunk, e, sizeof e),
-            (long long)p->chunk, ms_plan_fmt(p->in.expert_fixed, g, sizeof g), ms_plan_fmt(p->margin, h, sizeof h));
-    fprintf(f, "plan: trunk %d of %d matrices pinned (%s), %s streamed%s%s\n", p->n_pinned, p->in.n_trunk,
-            ms_plan_fmt(p->pinned_bytes, a, sizeof a), ms_plan_fmt(p->streamed_bytes, b, sizeof b),
-            p->streaming ? " through a ring of " : "", p->streaming ? ms_plan_fmt(p->in.ring, c, sizeof c) : "");
-    fprintf(f, "plan: expert cache %s (%llu experts of %s)\n", ms_plan_fmt(p->cache, a, sizeof a),
-            (unsigned long long)p->cache_slots, ms_plan_fmt(p->in.expert_bytes, b, sizeof b));
+    uint64_t used = p->fixed + p->pinned_bytes + p->cache;
+    return p->in.budget > used ? p->in.budget - used : 0;
+}
+
+uint64_t ms_plan_local_budget(const ms_plan *p, int n)
+{
+    MS_ASSERT(n > 0);
+    return (p->in.expert_fixed + p->cache + ms_plan_spare(p)) / (uint64_t)n;
+}
+
+void ms_plan_log(const ms_plan *p)
+{
+    char a[32], b[32], c[32], d[32], e[32], g[32], h[32];
+    ms_log(1,
+           "plan: budget %s: fixed %s (baseline %s, sequence state %s, work %s for %lld-token prefill chunks, "
+           "expert read buffers %s, slack %s)",
+           ms_size_fmt(p->in.budget, a, sizeof a), ms_size_fmt(p->fixed, b, sizeof b),
+           ms_size_fmt(p->in.baseline, c, sizeof c), ms_size_fmt(p->in.state, d, sizeof d),
+           ms_size_fmt(p->in.work_fixed + p->in.work_per_token * (uint64_t)p->chunk, e, sizeof e), (long long)p->chunk,
+           ms_size_fmt(p->in.expert_fixed, g, sizeof g), ms_size_fmt(p->margin, h, sizeof h));
+    ms_log(1, "plan: trunk %d of %d matrices pinned (%s), %s streamed%s%s", p->n_pinned, p->in.n_trunk,
+           ms_size_fmt(p->pinned_bytes, a, sizeof a), ms_size_fmt(p->streamed_bytes, b, sizeof b),
+           p->streaming ? " through a ring of " : "", p->streaming ? ms_size_fmt(p->in.ring, c, sizeof c) : "");
+    ms_log(1, "plan: expert cache %s (%llu experts of %s)", ms_size_fmt(p->cache, a, sizeof a),
+           (unsigned long long)p->cache_slots, ms_size_fmt(p->in.expert_bytes, b, sizeof b));
 }
 
 json_t *ms_plan_json(const ms_plan *p)

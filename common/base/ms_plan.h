@@ -1,13 +1,13 @@
-/* ms_plan: splits a RAM budget into fixed costs, pinned trunk, expert cache and streaming. */
+/* ms_plan: the one RAM budget planner (coordinator and worker): fixed costs, pinned trunk, expert cache. */
 #ifndef MS_PLAN_H
 #define MS_PLAN_H
 
 #include <stdint.h>
-#include <stdio.h>
 
 struct json_t;
 
-/* What the planner is told. Sizes in bytes. */
+/* What the planner is told. Sizes in bytes. A process without a trunk (an expert worker) gives
+ * n_trunk 0 and ring 0; without prefill chunks, work_per_token 0 and prompt_tokens 1. */
 typedef struct {
     uint64_t budget;           /* peak resident memory allowed for the whole run */
     uint64_t baseline;         /* resident before the planned allocations (code, tokenizer, small tensors) */
@@ -30,7 +30,7 @@ typedef struct {
 typedef struct {
     ms_plan_in in;             /* copy of the inputs (trunk pointer borrowed) */
     int64_t chunk;             /* prefill chunk in tokens */
-    uint64_t margin;           /* slack for the allocator, thread stacks, small buffers */
+    uint64_t margin;           /* slack for the allocator, thread stacks, small buffers (ms_plan_slack) */
     uint64_t fixed;            /* baseline + state + work + expert_fixed + margin (+ ring if streaming) */
     int n_pinned;              /* the first n_pinned trunk matrices stay resident */
     uint64_t pinned_bytes, streamed_bytes;
@@ -39,19 +39,35 @@ typedef struct {
     uint64_t cache_slots;      /* experts it holds */
 } ms_plan;
 
-/* Make the plan. Returns 0, or -1 with ms_err set (class MS_EXIT_BUDGET) when the budget is
- * below the fixed costs, naming the minimum budget that would work. */
+/* The one slack rule of every planned process: room for what is not modelled exactly (malloc
+ * arenas, thread stacks, page rounding, zmq): 24 MiB + 1% of the budget. */
+uint64_t ms_plan_slack(uint64_t budget);
+/* The budget when none is given: percent % of MemAvailable (ms_proc), or 8 GiB when /proc does
+ * not say. The coordinator takes 100, a standalone worker 90. */
+uint64_t ms_plan_default_budget(int percent);
+
+/* Make the plan: the largest prefill chunk (up to max_chunk) whose fixed costs fit, then the
+ * trunk prefix that fits pinned (the rest streams through the ring), then whole expert cache
+ * slots (at least min_cache, at most max_slots) from what is left. Returns 0, or -1 with ms_err
+ * set (class MS_EXIT_BUDGET) when the budget is below the fixed costs, listing them and naming
+ * the minimum budget that would work as "... about SIZE (N bytes)". */
 int ms_plan_make(const ms_plan_in *in, ms_plan *out);
 
-/* Human-readable plan, several lines starting with "plan: ". */
-void ms_plan_print(const ms_plan *p, FILE *f);
+/* What a coordinator reserves in expert_fixed for each local worker's process besides the
+ * worker's read buffers (its baseline, compute and request buffers and slack come out of this,
+ * its share of the cache and the spare: see ms_plan_local_budget). */
+#define MS_PLAN_WORKER_PROCESS (64ull << 20)
+
+/* The budget the plan leaves unused (the cache is capped at max_slots, and whole slots). */
+uint64_t ms_plan_spare(const ms_plan *p);
+/* The --ram-budget of each of n local workers started by a coordinator with this plan: what it
+ * reserved for their processes (expert_fixed), its expert cache and its spare, split evenly
+ * (each worker then plans its own cache with ms_plan_make). */
+uint64_t ms_plan_local_budget(const ms_plan *p, int n);
+
+/* The plan at info level (ms_log): three lines starting with "plan: ". */
+void ms_plan_log(const ms_plan *p);
 /* The plan as a JSON object (new reference). */
 struct json_t *ms_plan_json(const ms_plan *p);
-
-/* Parse a size as every option does (ms_cachesim_parse_size): bytes, K/M/G/T or KiB..TiB =
- * powers of 1024, KB/MB/GB/TB = powers of 1000. Returns 0 or -1 with ms_err set. */
-int ms_plan_parse_size(const char *s, uint64_t *out);
-/* "1.50 GiB"-style text into buf. */
-const char *ms_plan_fmt(uint64_t bytes, char *buf, size_t n);
 
 #endif

@@ -14,6 +14,8 @@
 #include "ms_cfg.h"
 #include "ms_err.h"
 #include "ms_pack.h"
+#include "ms_progress.h"
+#include "ms_size.h"
 #include "ms_st.h"
 #include "ms_wire.h"
 
@@ -354,28 +356,6 @@ static int pwrite_full(int fd, const uint8_t *buf, size_t len, uint64_t off, con
     return 0;
 }
 
-/* Progress over every byte written (packs and trunk): a bar on stderr when it is a terminal. */
-typedef struct {
-    uint64_t done, total;
-    int last_pct, show;
-} sh_progress;
-
-static void progress_add(sh_progress *pg, uint64_t n)
-{
-    pg->done += n;
-    if (!pg->show || !pg->total) return;
-    int pct = (int)(100.0 * (double)pg->done / (double)pg->total);
-    if (pct > 100) pct = 100;
-    if (pct == pg->last_pct) return;
-    pg->last_pct = pct;
-    char bar[41];
-    memset(bar, '#', (size_t)(pct * 40 / 100));
-    memset(bar + pct * 40 / 100, '.', (size_t)(40 - pct * 40 / 100));
-    bar[40] = 0;
-    fprintf(stderr, "\rshard [%s] %3d%% %.2f of %.2f GB", bar, pct, (double)pg->done / 1e9, (double)pg->total / 1e9);
-    if (pg->done >= pg->total) fputc('\n', stderr);
-}
-
 /* One routed expert of the source: where its six parts are, and its first owner. */
 typedef struct {
     int layer, expert, owner;
@@ -531,7 +511,6 @@ typedef struct {
     int fd;
     uint64_t off;
     const char *path;
-    sh_progress *pg;
 } sh_fill;
 
 static int trunk_fill(void *ctx, const char *name, uint64_t off, uint8_t *buf, size_t len)
@@ -539,7 +518,7 @@ static int trunk_fill(void *ctx, const char *name, uint64_t off, uint8_t *buf, s
     (void)name;
     sh_fill *f = ctx;
     if (pread_full(f->fd, buf, len, f->off + off, f->path) != 0) return -1;
-    progress_add(f->pg, len);
+    ms_progress_add(len);
     return 0;
 }
 
@@ -566,7 +545,7 @@ typedef struct {
     uint64_t *cursor;    /* [N] end of the last expert written in worker w's experts.bin */
     int *bin_fd;         /* [N] */
     char **wdir;         /* [N] out_dir/worker-<i> */
-    sh_progress pg;
+    uint64_t total; /* bytes to write: every pack (with its alignment padding) and the trunk */
 } sh_state;
 
 /* a/b into out[n]; ms_pack_shard refuses directory names long enough to overflow it. */
@@ -623,7 +602,7 @@ static int copy_experts(sh_state *s)
                 }
                 /* The source is read once: keep it from crowding the page cache. */
                 posix_fadvise(s->src_fd[f], (off_t)(x->off[k] + o), (off_t)n, POSIX_FADV_DONTNEED);
-                progress_add(&s->pg, (uint64_t)n * (uint64_t)nh);
+                ms_progress_add((uint64_t)n * (uint64_t)nh);
                 o += n;
                 pos += n;
             }
@@ -711,7 +690,7 @@ static int write_trunk(sh_state *s, const char *tdir)
             const ms_st_tensor *t = ms_st_at(s->st, i);
             if (t->file != f || is_routed_part(t->name, s->cfg.first_dense, s->cfg.n_layers, s->cfg.n_experts))
                 continue;
-            fills[i] = (sh_fill){s->src_fd[f], t->offset, ms_st_file_path(s->st, f), &s->pg};
+            fills[i] = (sh_fill){s->src_fd[f], t->offset, ms_st_file_path(s->st, f)};
             ms_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, trunk_fill, &fills[i]);
             json_object_set_new(wmap, t->name, json_string(fname));
             n++;
@@ -817,10 +796,10 @@ static int shard_plan(sh_state *s)
     for (int w = 0; w < s->N; w++) s->ent[w] = ms_calloc(s->cnt[w] ? s->cnt[w] : 1, sizeof **s->ent);
 
     /* Bytes to write: every pack (with its alignment padding) and the trunk. */
-    s->pg.total = (uint64_t)s->n_ex * (uint64_t)s->R * s->E;
+    s->total = (uint64_t)s->n_ex * (uint64_t)s->R * s->E;
     for (size_t i = 0; i < ms_st_count(s->st); i++) {
         const ms_st_tensor *t = ms_st_at(s->st, i);
-        if (!is_routed_part(t->name, c->first_dense, c->n_layers, c->n_experts)) s->pg.total += t->nbytes;
+        if (!is_routed_part(t->name, c->first_dense, c->n_layers, c->n_experts)) s->total += t->nbytes;
     }
     s->src_fd = ms_malloc(sizeof(int) * (size_t)(s->n_src = ms_st_file_count(s->st)));
     for (int f = 0; f < s->n_src; f++) s->src_fd[f] = -1;
@@ -854,9 +833,8 @@ int ms_pack_shard(const char *model_dir, int workers, int replicas, const char *
     s.out_dir = out_dir;
     s.N = workers;
     s.R = replicas;
-    s.pg.last_pct = -1;
-    s.pg.show = isatty(2) && ms_log_level() >= 1;
     int rc = shard_plan(&s);
+    if (rc == 0) ms_progress_begin("shard", s.total, MS_PROGRESS_BYTES);
     char path[4200], tmp[4200], tdir[4200];
     path2(tdir, sizeof tdir, out_dir, "trunk");
 
@@ -897,10 +875,12 @@ int ms_pack_shard(const char *model_dir, int workers, int replicas, const char *
     }
     if (rc == 0) {
         struct statvfs vf;
-        uint64_t need = s.pg.total; /* the alignment gaps are holes: they take no space */
+        uint64_t need = s.total; /* the alignment gaps are holes: they take no space */
+        char a[32], b[32];
         if (statvfs(out_dir, &vf) == 0 && (uint64_t)vf.f_bavail * (uint64_t)vf.f_frsize < need)
-            rc = io_fail("%s has %.2f GB free; the packs and trunk need about %.2f GB", out_dir,
-                         (double)vf.f_bavail * (double)vf.f_frsize / 1e9, (double)need / 1e9);
+            rc = io_fail("%s has %s free; the packs and trunk need about %s", out_dir,
+                         ms_size_fmt((uint64_t)vf.f_bavail * (uint64_t)vf.f_frsize, a, sizeof a),
+                         ms_size_fmt(need, b, sizeof b));
     }
 
     /* The packs: experts.bin.tmp of every worker written in one pass over the source. */
@@ -927,7 +907,7 @@ int ms_pack_shard(const char *model_dir, int workers, int replicas, const char *
         if (rc == 0) rc = write_manifest(&s, w);
     }
     if (rc == 0) rc = write_trunk(&s, tdir);
-    if (rc != 0 && s.pg.show && s.pg.done > 0 && s.pg.done < s.pg.total) fputc('\n', stderr);
+    ms_progress_end();
 
     /* Cleanup; on failure no tmp file survives. */
     if (s.bin_fd)

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "ms_cli.h"
 #include "ms_cpolicy.h"
 #include "ms_err.h"
+#include "ms_opt.h"
 #include "ms_size.h"
 
 /* ---- trace ---- */
@@ -238,7 +240,6 @@ int ms_cachesim_run(const ms_cachesim_trace *t, ms_cachesim_kind kind, size_t sl
 
 /* ---- sizes ---- */
 
-int ms_cachesim_parse_size(const char *s, uint64_t *bytes) { return ms_size_parse(s, bytes); }
 
 /* ---- the command ---- */
 
@@ -278,12 +279,11 @@ static int parse_list(const char *s, int as_size, uint64_t **out, size_t *n)
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         uint64_t x = 0;
         if (as_size) {
-            rc = ms_cachesim_parse_size(tok, &x);
+            rc = ms_size_parse(tok, &x);
         } else {
             long long ll;
-            rc = ms_cli_parse_i64(tok, &ll) != 0 || ll < 0 ? -1 : 0;
+            rc = ms_opt_int("a slot count", tok, 0, LLONG_MAX, &ll);
             x = (uint64_t)ll;
-            if (rc) ms_err_set("bad slot count '%s' (a non-negative integer)", tok);
         }
         if (rc) break;
         if (len == cap) v = ms_realloc(v, (cap *= 2) * sizeof(uint64_t));
@@ -327,13 +327,11 @@ int ms_cli_cache_sim(int argc, char **argv)
     if (!ebs) return ms_cli_fail(cmd, MS_EXIT_USAGE, "--expert-bytes N is required (Kimi K3: 17547264)");
     if (!!caps + !!slotss != 1) return ms_cli_fail(cmd, MS_EXIT_USAGE, "give exactly one of --capacity or --slots");
     uint64_t eb;
-    if (ms_cachesim_parse_size(ebs, &eb) != 0) return ms_cli_fail(cmd, MS_EXIT_USAGE, "--expert-bytes: %s", ms_err_msg());
-    if (eb == 0) return ms_cli_fail(cmd, MS_EXIT_USAGE, "--expert-bytes must be at least 1");
+    if (ms_opt_size("--expert-bytes", ebs, &eb) != 0) return ms_cli_fail_err(cmd);
     unsigned top_k = 16;
     if (topks) {
         long long k;
-        if (ms_cli_parse_i64(topks, &k) != 0 || k < 1 || k > 1 << 20)
-            return ms_cli_fail(cmd, MS_EXIT_USAGE, "--top-k: bad value '%s' (a positive integer)", topks);
+        if (ms_opt_int("--top-k", topks, 1, 1 << 20, &k) != 0) return ms_cli_fail_err(cmd);
         top_k = (unsigned)k;
     }
     uint64_t *sizes = NULL;

@@ -56,12 +56,6 @@ typedef struct {
  * set (only if the policy cannot be created). O(n log n). */
 int ms_cachesim_run(const ms_cachesim_trace *t, ms_cachesim_kind kind, size_t slots, ms_cachesim_result *out);
 
-/* Parse a byte size: an integer or decimal number (no sign, no exponent) with an optional
- * suffix K, M, G, T (powers of 1000: 64G = 64,000,000,000 bytes) or Ki, Mi, Gi, Ti (powers
- * of 1024), each optionally followed by B ("64GB", "64GiB"). Returns 0, or -1 with ms_err
- * set (code MS_EXIT_USAGE). */
-int ms_cachesim_parse_size(const char *s, uint64_t *bytes);
-
 /* `moestream cache-sim`: argv[0] = "cache-sim". Returns the process exit code. */
 int ms_cli_cache_sim(int argc, char **argv);
 

@@ -17,40 +17,28 @@
 #include "ms_cli.h"
 #include "ms_clock.h"
 #include "ms_err.h"
+#include "ms_opt.h"
+#include "ms_progress.h"
 #include "ms_synth.h"
 #include "ms_tok.h"
 
 int ms_cli_fail(const char *cmd, int code, const char *fmt, ...)
 {
+    char who[64];
+    snprintf(who, sizeof who, "moestream %s", cmd);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "moestream %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    ms_opt_vfail(who, code, fmt, ap);
     va_end(ap);
     return code;
 }
 
 int ms_cli_fail_err(const char *cmd) { return ms_cli_fail(cmd, ms_err_code(), "%s", ms_err_msg()); }
 
-int ms_cli_parse_i64(const char *s, long long *out)
+void ms_cli_set_output(int quiet)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end) return -1;
-    *out = v;
-    return 0;
-}
-
-int ms_cli_parse_f32(const char *s, float *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) return -1;
-    *out = (float)v;
-    return 0;
+    ms_log_set_level(quiet ? 0 : 1);
+    ms_progress_use_stderr();
 }
 
 int ms_cli_parse_ids(const char *s, int32_t **ids, size_t *n)
@@ -314,12 +302,10 @@ int ms_cli_synth(int argc, char **argv)
         case 'o': out = optarg; break;
         case 'p': preset = optarg; break;
         case 's':
-            if (ms_cli_parse_i64(optarg, &seed) != 0)
-                return ms_cli_fail("synth", MS_EXIT_USAGE, "--seed must be an integer, got '%s'", optarg);
+            if (ms_opt_int("--seed", optarg, LLONG_MIN, LLONG_MAX, &seed) != 0) return ms_cli_fail_err("synth");
             break;
         case 'l':
-            if (ms_cli_parse_i64(optarg, &layers) != 0 || layers < 1 || layers > 64)
-                return ms_cli_fail("synth", MS_EXIT_USAGE, "--layers must be an integer in 1..64, got '%s'", optarg);
+            if (ms_opt_int("--layers", optarg, 1, 64, &layers) != 0) return ms_cli_fail_err("synth");
             break;
         case 'h': synth_usage(stdout); return MS_EXIT_OK;
         default: synth_usage(stderr); return MS_EXIT_USAGE;
@@ -327,6 +313,7 @@ int ms_cli_synth(int argc, char **argv)
     }
     if (optind != argc) return ms_cli_fail("synth", MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
     if (!out) return ms_cli_fail("synth", MS_EXIT_USAGE, "--out DIR is required");
+    ms_cli_set_output(0);
     ms_synth_shape sh;
     if (ms_synth_preset(preset, &sh) != 0) return ms_cli_fail_err("synth");
     if (layers) ms_synth_set_layers(&sh, (int)layers);

@@ -15,17 +15,16 @@ int ms_cli_synth(int argc, char **argv);
 int ms_cli_shard(int argc, char **argv); /* ms_cli_shard.c: per-worker expert packs */
 int ms_cli_keygen(int argc, char **argv);
 
-/* Print "moestream <cmd>: message" to stderr and return code. */
+/* ms_opt_fail / ms_opt_fail_err as "moestream <cmd>: message"; return code (its class). */
 int ms_cli_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Print the last ms_err message for cmd and return its exit code class. */
 int ms_cli_fail_err(const char *cmd);
+/* Set the log level from --quiet (errors only) and install the progress bar (ms_progress) when
+ * stderr is a terminal and not quiet. Every command calls it once its options are parsed. */
+void ms_cli_set_output(int quiet);
 
 /* Parse "1,2,3" (commas and/or whitespace) into a malloc'ed array. Returns 0 or -1 with
  * ms_err set naming the bad item. */
 int ms_cli_parse_ids(const char *s, int32_t **ids, size_t *n);
-/* Strict integer / float parsing; return 0 or -1. */
-int ms_cli_parse_i64(const char *s, long long *out);
-int ms_cli_parse_f32(const char *s, float *out);
 /* Whole file into a malloc'ed NUL-terminated buffer, or NULL with ms_err set (MS_EXIT_IO). */
 char *ms_cli_read_file(const char *path, size_t *len);
 /* A JSON string value for bytes that may not be valid UTF-8 (invalid bytes become U+FFFD). */

@@ -1,5 +1,6 @@
 /* ms_cli_run: the `run` and `demo` commands: prefill, incremental decoding, output and stats. */
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -10,7 +11,10 @@
 #include "ms_cli.h"
 #include "ms_engine.h"
 #include "ms_err.h"
+#include "ms_opt.h"
 #include "ms_plan.h"
+#include "ms_progress.h"
+#include "ms_size.h"
 #include "ms_synth.h"
 #include "ms_tok.h"
 
@@ -218,13 +222,13 @@ static void print_report(size_t np, size_t ng, const ms_engine_stats *es, double
             "moestream run: %zu prompt tokens in %.3f s (%.1f tok/s), %zu generated in %.3f s (%.3f s/token), "
             "load %.3f s, %d threads, peak RSS %s\n",
             np, t_prefill, pre_tps, ng, t_decode, s_per_tok, t_load, es->threads,
-            ms_plan_fmt(es->peak_rss_all, a, sizeof a));
+            ms_size_fmt(es->peak_rss_all, a, sizeof a));
     if (ms->expert_requests || ms->bytes_read_trunk)
         fprintf(stderr,
                 "moestream run: read %s of experts (%.0f MB/s while reading), %s of trunk; expert cache %llu hits, "
                 "%llu misses, %llu evictions; waiting on I/O %.0f%% of %.2f s\n",
-                ms_plan_fmt(ms->bytes_read_experts, b, sizeof b), read_rate / 1e6,
-                ms_plan_fmt(ms->bytes_read_trunk, d, sizeof d), (unsigned long long)ms->expert_cache_hits,
+                ms_size_fmt(ms->bytes_read_experts, b, sizeof b), read_rate / 1e6,
+                ms_size_fmt(ms->bytes_read_trunk, d, sizeof d), (unsigned long long)ms->expert_cache_hits,
                 (unsigned long long)ms->expert_cache_misses, (unsigned long long)ms->expert_cache_evictions,
                 100.0 * (wall > 0 ? ms->io_wait_seconds / wall : 0.0), wall);
 }
@@ -249,7 +253,6 @@ static int generate(const run_opts *o)
     eo.run.max_chunk = o->chunk;
     eo.run.all_logits = o->dump != NULL;
     eo.run.lru = o->lru;
-    eo.run.quiet = o->quiet;
     eo.local_workers = o->local_workers > 0 ? (int)o->local_workers : 0;
     eo.workers = o->workers;
     eo.cluster = o->cluster;
@@ -298,8 +301,8 @@ static int generate(const run_opts *o)
     }
     ms_model_stats after_prefill;
     memset(&after_prefill, 0, sizeof after_prefill);
-    int progress = !o->quiet && isatty(2);
     double t1 = ms_cli_now(), t_prefill = 0.0, t2 = t1;
+    ms_progress_begin("prefill", np, MS_PROGRESS_ITEMS);
     while (!ms_engine_seq_done(seq)) {
         if (got_signal) {
             rc = ms_cli_fail(cmd, MS_EXIT_INTERRUPTED, "interrupted (signal %d); nothing more was generated",
@@ -309,7 +312,7 @@ static int generate(const run_opts *o)
         size_t ng0;
         ms_engine_seq_tokens(seq, &ng0);
         if (ms_engine_step(e, &seq, 1) != 0) {
-            if (progress) fputc('\n', stderr);
+            ms_progress_end();
             if (got_signal)
                 rc = ms_cli_fail(cmd, MS_EXIT_INTERRUPTED, "interrupted (signal %d): %s", (int)got_signal,
                                  ms_err_msg());
@@ -320,21 +323,22 @@ static int generate(const run_opts *o)
         size_t ng;
         ms_engine_seq_tokens(seq, &ng);
         if (ng0 == 0) {
-            if (progress)
-                fprintf(stderr, "\rprefill %zu/%zu tokens%s", ms_engine_seq_prefilled(seq), np, ng ? "\n" : "");
+            ms_progress_set_done(ms_engine_seq_prefilled(seq));
             if (ng) { /* the prompt is in and the first token sampled */
+                ms_progress_end();
                 t2 = ms_cli_now();
                 t_prefill = t2 - t1;
                 ms_model_get_stats(ms_engine_model(e), &after_prefill);
             }
-        } else if (progress && o->json && !ms_engine_seq_done(seq)) {
-            fprintf(stderr, "\rtoken %zu/%lld", ng + 1, o->n);
+        } else if (o->json && !ms_engine_seq_done(seq)) { /* without --json the tokens show themselves */
+            if (ng0 == 1) ms_progress_begin("decode", (uint64_t)o->n, MS_PROGRESS_ITEMS);
+            ms_progress_set_done(ng);
         }
     }
     size_t ng;
     const int32_t *gen = ms_engine_seq_tokens(seq, &ng);
     double t_decode = ng ? ms_cli_now() - t2 : 0.0;
-    if (progress && o->json && ng > 1) fputc('\n', stderr);
+    ms_progress_end();
     if (trace) {
         int bad = fclose(trace) != 0;
         trace = NULL;
@@ -360,6 +364,7 @@ static int generate(const run_opts *o)
         fputc('\n', stdout);
     if (!o->quiet) print_report(np, ng, &es, t_load, t_prefill, t_decode, wall);
 out:
+    ms_progress_end(); /* no-op unless a bar is still drawn */
     if (dump) fclose(dump);
     if (trace) fclose(trace);
     ms_engine_seq_free(seq);
@@ -407,48 +412,41 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'S': o->curve_secret = optarg; break;
         case 'I': o->insecure = 1; break;
         case 'N':
-            if (ms_cli_parse_i64(optarg, &o->local_workers) != 0 || o->local_workers < 0 || o->local_workers > 64)
-                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--local-workers must be an integer in 0..64, got '%s'",
-                                   optarg);
+            if (ms_opt_int("--local-workers", optarg, 0, 64, &o->local_workers) != 0) return ms_cli_fail_err(cmd);
             break;
         case 'O':
-            if (ms_cli_parse_f32(optarg, &o->worker_timeout) != 0 || o->worker_timeout <= 0)
+            if (ms_opt_f32("--worker-timeout", optarg, &o->worker_timeout) != 0) return ms_cli_fail_err(cmd);
+            if (o->worker_timeout <= 0)
                 return ms_cli_fail(cmd, MS_EXIT_USAGE, "--worker-timeout must be a positive number, got '%s'", optarg);
             break;
         case 'U': o->buffered = 1; break;
         case 'L': o->lru = 1; break;
         case 'B':
-            if (ms_plan_parse_size(optarg, &o->budget) != 0 || o->budget == 0)
-                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--ram-budget must be a size such as 512M or 8G, got '%s'",
-                                   optarg);
+            if (ms_opt_size("--ram-budget", optarg, &o->budget) != 0) return ms_cli_fail_err(cmd);
             break;
         case 'D':
-            if (ms_cli_parse_i64(optarg, &o->io_depth) != 0 || o->io_depth < 1 || o->io_depth > 256)
-                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--io-depth must be an integer in 1..256, got '%s'", optarg);
+            if (ms_opt_int("--io-depth", optarg, 1, 256, &o->io_depth) != 0) return ms_cli_fail_err(cmd);
             break;
         case 'C':
-            if (ms_cli_parse_i64(optarg, &o->chunk) != 0 || o->chunk < 1 || o->chunk > 65536)
-                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--prefill-chunk must be an integer in 1..65536, got '%s'",
-                                   optarg);
+            if (ms_opt_int("--prefill-chunk", optarg, 1, 65536, &o->chunk) != 0) return ms_cli_fail_err(cmd);
             break;
         case 'n':
-            if (ms_cli_parse_i64(optarg, &o->n) != 0 || o->n < 0 || o->n > 1000000)
-                return ms_cli_fail(cmd, MS_EXIT_USAGE, "-n must be an integer in 0..1000000, got '%s'", optarg);
+            if (ms_opt_int("-n", optarg, 0, 1000000, &o->n) != 0) return ms_cli_fail_err(cmd);
             break;
         case 'T':
-            if (ms_cli_parse_i64(optarg, &o->threads) != 0 || o->threads < 0 || o->threads > 1024)
-                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--threads must be an integer in 0..1024, got '%s'", optarg);
+            if (ms_opt_int("--threads", optarg, 0, 1024, &o->threads) != 0) return ms_cli_fail_err(cmd);
             break;
         case 's':
-            if (ms_cli_parse_i64(optarg, &o->seed) != 0)
-                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--seed must be an integer, got '%s'", optarg);
+            if (ms_opt_int("--seed", optarg, LLONG_MIN, LLONG_MAX, &o->seed) != 0) return ms_cli_fail_err(cmd);
             break;
         case 't':
-            if (ms_cli_parse_f32(optarg, &o->temperature) != 0 || o->temperature < 0)
+            if (ms_opt_f32("--temperature", optarg, &o->temperature) != 0) return ms_cli_fail_err(cmd);
+            if (o->temperature < 0)
                 return ms_cli_fail(cmd, MS_EXIT_USAGE, "--temperature must be a number >= 0, got '%s'", optarg);
             break;
         case 'k':
-            if (ms_cli_parse_f32(optarg, &o->top_p) != 0 || !(o->top_p > 0 && o->top_p <= 1))
+            if (ms_opt_f32("--top-p", optarg, &o->top_p) != 0) return ms_cli_fail_err(cmd);
+            if (!(o->top_p > 0 && o->top_p <= 1))
                 return ms_cli_fail(cmd, MS_EXIT_USAGE, "--top-p must be in (0, 1], got '%s'", optarg);
             break;
         case 'h':
@@ -460,6 +458,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
     if (optind != argc) return ms_cli_fail(cmd, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
     if (!!o->workers + !!o->cluster + (o->local_workers > 0) > 1)
         return ms_cli_fail(cmd, MS_EXIT_USAGE, "give at most one of --workers, --cluster and --local-workers");
+    ms_cli_set_output(o->quiet);
     return 0;
 }
 

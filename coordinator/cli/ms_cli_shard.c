@@ -6,18 +6,10 @@
 
 #include "ms_cli.h"
 #include "ms_err.h"
+#include "ms_opt.h"
 #include "ms_pack.h"
+#include "ms_size.h"
 #include "ms_st.h"
-
-/* "1.23 GB" / "4.56 MB" (powers of 1000, as the rest of the reports). */
-static const char *size_str(uint64_t b, char *buf, size_t n)
-{
-    if (b >= 1000000000ull)
-        snprintf(buf, n, "%.2f GB", (double)b / 1e9);
-    else
-        snprintf(buf, n, "%.2f MB", (double)b / 1e6);
-    return buf;
-}
 
 static void shard_usage(FILE *f)
 {
@@ -57,13 +49,11 @@ int ms_cli_shard(int argc, char **argv)
         case 'o': out = optarg; break;
         case 'q': quiet = 1; break;
         case 'w':
-            if (ms_cli_parse_i64(optarg, &workers) != 0 || workers < 1 || workers > 1000000)
-                return ms_cli_fail("shard", MS_EXIT_USAGE, "--workers must be an integer >= 1, got '%s'", optarg);
+            if (ms_opt_int("--workers", optarg, 1, 1000000, &workers) != 0) return ms_cli_fail_err("shard");
             have_workers = 1;
             break;
         case 'r':
-            if (ms_cli_parse_i64(optarg, &replicas) != 0 || replicas < 1 || replicas > 1000000)
-                return ms_cli_fail("shard", MS_EXIT_USAGE, "--replicas must be an integer >= 1, got '%s'", optarg);
+            if (ms_opt_int("--replicas", optarg, 1, 1000000, &replicas) != 0) return ms_cli_fail_err("shard");
             break;
         case 'h': shard_usage(stdout); return MS_EXIT_OK;
         default: shard_usage(stderr); return MS_EXIT_USAGE;
@@ -79,10 +69,8 @@ int ms_cli_shard(int argc, char **argv)
         return ms_cli_fail("shard", MS_EXIT_USAGE, "--replicas %lld: at most 64 are supported", replicas);
 
     double t0 = ms_cli_now();
-    int level = ms_log_level();
-    if (quiet) ms_log_set_level(0); /* ms_pack_shard shows its progress bar only at level >= 1 */
+    ms_cli_set_output(quiet); /* --quiet: no progress bar either */
     int rc = ms_pack_shard(model, (int)workers, (int)replicas, out);
-    ms_log_set_level(level);
     if (rc != 0) return ms_cli_fail_err("shard");
 
     /* Read back what was written: every pack must open, and the numbers make the summary. */
@@ -125,8 +113,8 @@ int ms_cli_shard(int argc, char **argv)
         fprintf(stderr,
                 "moestream shard: %lld pack%s x %s experts (%lld replica%s) = %s in %s/worker-*, trunk %zu tensors "
                 "%s in %s/trunk, model %s, %.1f s\n",
-                workers, workers > 1 ? "s" : "", per, replicas, replicas > 1 ? "s" : "", size_str(bytes, b1, sizeof b1),
-                out, tn, size_str(tbytes, b2, sizeof b2), out, fp, ms_cli_now() - t0);
+                workers, workers > 1 ? "s" : "", per, replicas, replicas > 1 ? "s" : "", ms_size_fmt(bytes, b1, sizeof b1),
+                out, tn, ms_size_fmt(tbytes, b2, sizeof b2), out, fp, ms_cli_now() - t0);
     }
     return MS_EXIT_OK;
 }

@@ -2,11 +2,11 @@
  * batched forward passes, sampling each with its own RNG. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "ms_engine.h"
 #include "ms_err.h"
 #include "ms_local.h"
+#include "ms_proc.h"
 #include "ms_remote.h"
 #include "ms_sample.h"
 #include "ms_wire.h"
@@ -53,16 +53,6 @@ static void stop_workers(ms_engine *e)
     e->n_workers = 0;
 }
 
-/* Budget share of each local worker: the read buffers and process costs the plan reserved,
- * the expert cache, and what the plan left unused (the cache is capped at the model's experts). */
-static uint64_t local_worker_budget(const ms_plan *p, int n)
-{
-    if (!p) return 0;
-    uint64_t used = p->fixed + p->pinned_bytes + p->cache;
-    uint64_t spare = p->in.budget > used ? p->in.budget - used : 0;
-    return (p->in.expert_fixed + p->cache + spare) / (uint64_t)n;
-}
-
 static int start_workers(ms_engine *e)
 {
     const ms_engine_opts *o = &e->o;
@@ -83,14 +73,15 @@ static int start_workers(ms_engine *e)
             }
     } else {
         int n = o->local_workers;
-        e->local = ms_local_start(o->model_dir, n, c->n_experts, local_worker_budget(ms_model_plan(e->m), n),
+        const ms_plan *p = ms_model_plan(e->m);
+        e->local = ms_local_start(o->model_dir, n, c->n_experts, p ? ms_plan_local_budget(p, n) : 0,
                                   o->run.n_threads, o->run.buffered, 1, &e->wlist, &e->n_workers);
         if (!e->local) return -1;
     }
     char fp[17];
     if (ms_wire_fingerprint(o->model_dir, fp) != 0) return -1;
     ms_remote_opts ro = {e->n_workers, e->wlist, secret[0] ? secret : NULL, fp, c->n_layers, c->n_experts, c->latent,
-                         o->worker_timeout, o->run.quiet};
+                         o->worker_timeout};
     e->remote = ms_remote_new(&ro, c->first_dense);
     if (!e->remote) return -1;
     ms_model_set_experts(e->m, ms_remote_iface(e->remote));
@@ -278,9 +269,7 @@ void ms_engine_get_stats(ms_engine *e, ms_engine_stats *st)
 {
     memset(st, 0, sizeof *st);
     ms_model_get_stats(e->m, &st->model);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    st->peak_rss_self = (uint64_t)ru.ru_maxrss * 1024u;
+    st->peak_rss_self = ms_proc_peak_rss();
     st->peak_rss_all = st->peak_rss_self + ms_local_peak_rss(e->local);
     st->threads = ms_pool_size(ms_model_pool(e->m));
     st->passes = e->passes;

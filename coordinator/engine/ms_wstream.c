@@ -89,7 +89,7 @@ static int acquire(void *ctx, const void *key, int64_t *r0, int64_t *r1, const v
     const ms_wstream_item *it = &w->items[s->c.item];
     /* The forward pass must use streamed matrices exactly in schedule order. */
     if (it->key != key) {
-        fprintf(stderr, "moestream: internal error: trunk stream expected %s next\n", it->name);
+        ms_log(0, "internal error: trunk stream expected %s next", it->name);
         MS_ASSERT(it->key == key);
     }
     double t0 = ms_now();

@@ -6,35 +6,10 @@
 
 #include "ms_err.h"
 #include "ms_model_int.h"
+#include "ms_proc.h"
 
 #define CHUNK_MAX (16ull << 20) /* trunk ring chunk: big reads run at the disk's full speed */
 #define RING_SLOTS 8
-
-/* Resident memory of this process from /proc/self/status (VmHWM if peak, else VmRSS). */
-static uint64_t rss_bytes(int peak)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    uint64_t kb = 0;
-    const char *key = peak ? "VmHWM:" : "VmRSS:";
-    if (!f) return 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, strlen(key))) kb = strtoull(line + strlen(key), NULL, 10);
-    fclose(f);
-    return kb * 1024;
-}
-
-static uint64_t mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    uint64_t kb = 0;
-    if (!f) return 8ull << 30;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "MemAvailable:", 13)) kb = strtoull(line + 13, NULL, 10);
-    fclose(f);
-    return kb ? kb * 1024 : 8ull << 30;
-}
 
 /* Is ref r used by ms_matmul through a stream (everything but the embedding)? */
 static int is_trunk(const ms_model *m, int r) { return r != m->embed_ref; }
@@ -117,19 +92,19 @@ int ms_mload_setup(ms_model *m)
     uint64_t per_tok, wfixed;
     work_bytes(m, &per_tok, &wfixed);
     ms_plan_in in = {0};
-    in.budget = m->opts.ram_budget ? m->opts.ram_budget : mem_available();
-    in.baseline = m->opts.baseline ? m->opts.baseline : rss_bytes(1);
+    in.budget = m->opts.ram_budget ? m->opts.ram_budget : ms_plan_default_budget(100);
+    in.baseline = m->opts.baseline ? m->opts.baseline : ms_proc_peak_rss();
     in.state = state_bytes(m);
     in.work_fixed = wfixed;
     in.work_per_token = per_tok;
     in.prompt_tokens = m->opts.prompt_tokens > 0 ? m->opts.prompt_tokens : 64;
     in.max_chunk = m->opts.max_chunk > 0 ? m->opts.max_chunk : 64;
     in.min_chunk = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
-    /* Local workers each need their read buffers and a process of their own (~64 MiB); remote
-     * workers plan their own memory. */
+    /* Local workers each need their read buffers and a process of their own; remote workers
+     * plan their own memory. */
     int nproc = m->opts.remote_experts ? m->opts.local_workers : 1;
     in.expert_fixed = (uint64_t)nproc * ms_xstore_fixed_bytes(c->latent, c->moe_inter, depth);
-    if (m->opts.remote_experts) in.expert_fixed += (uint64_t)nproc * (64ull << 20);
+    if (m->opts.remote_experts) in.expert_fixed += (uint64_t)nproc * MS_PLAN_WORKER_PROCESS;
     /* With only remote workers the coordinator keeps no expert cache: they plan their own. */
     in.expert_bytes = nproc ? ms_xstore_slot_bytes(c->latent, c->moe_inter) : 0;
     in.min_cache = (uint64_t)(2 * nproc) * in.expert_bytes; /* at least two experts per process */
@@ -146,7 +121,7 @@ int ms_mload_setup(ms_model *m)
         int64_t out_rows = m->opts.all_logits ? rows : (seqs < rows ? seqs : rows);
         ms_arena_reserve(&m->work, ms_model_work_floats(c, rows, out_rows));
     }
-    if (!m->opts.quiet) ms_plan_print(&m->plan, stderr);
+    ms_plan_log(&m->plan);
 
     /* Read the pinned prefix: aligned buffers, reads in flight together. */
     ms_io_req *reqs = ms_calloc((size_t)(m->plan.n_pinned + 1), sizeof *reqs);

@@ -400,7 +400,6 @@ ms_model *ms_model_load(const char *dir, int n_threads)
 {
     ms_run_opts o = {0};
     o.n_threads = n_threads;
-    o.quiet = 1;
     return ms_model_open(dir, &o);
 }
 

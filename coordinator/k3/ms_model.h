@@ -47,7 +47,6 @@ typedef struct {
     int64_t max_chunk;       /* largest prefill chunk (0 = 64) */
     int all_logits;          /* logits of every prefill row will be asked for */
     int lru;                 /* plain LRU expert cache (benchmarks) */
-    int quiet;               /* do not print the plan */
     uint64_t baseline;       /* planner's resident baseline; 0 = measure this process (tests
                                 set it to make plans independent of the allocator's state) */
     int remote_experts;      /* routed experts come from workers: not bound here (the checkpoint

@@ -10,6 +10,8 @@
 
 #include "ms_err.h"
 #include "ms_kern.h"
+#include "ms_progress.h"
+#include "ms_size.h"
 #include "ms_st.h"
 #include "ms_synth.h"
 #include "ms_k3_tensors.h"
@@ -116,33 +118,11 @@ static void element(const tspec *t, int64_t i, uint8_t *out)
     }
 }
 
-/* Progress of one ms_synth_write (a progress bar on a terminal). */
-static struct {
-    uint64_t done, total;
-    int last_pct, tty;
-} progress;
-
-static void progress_add(size_t len)
-{
-    progress.done += len;
-    if (!progress.tty || !progress.total) return;
-    int pct = (int)(100.0 * (double)progress.done / (double)progress.total);
-    if (pct == progress.last_pct) return;
-    progress.last_pct = pct;
-    char bar[41];
-    memset(bar, '#', (size_t)(pct * 40 / 100));
-    memset(bar + pct * 40 / 100, '.', (size_t)(40 - pct * 40 / 100));
-    bar[40] = 0;
-    fprintf(stderr, "\rsynth [%s] %3d%% %.2f of %.2f GB", bar, pct, (double)progress.done / 1e9,
-            (double)progress.total / 1e9);
-    if (progress.done >= progress.total) fputc('\n', stderr);
-}
-
 static int fill(void *ctx, const char *name, uint64_t off, uint8_t *buf, size_t len)
 {
     (void)name;
     const tspec *t = ctx;
-    progress_add(len);
+    ms_progress_add(len);
     size_t es = ms_dtype_size(t->dt);
     if (t->k == K_PACKED) { /* the bulk of a checkpoint: eight random bytes per hash */
         for (size_t b = 0; b < len;) {
@@ -359,14 +339,13 @@ int ms_synth_write(const char *dir, const ms_synth_shape *sh, uint64_t seed)
     if (write_config(dir, sh) != 0) return -1;
     speclist l = {NULL, 0, 0, mix(seed), 0};
     build_specs(sh, &l);
-    progress.done = progress.total = 0;
-    progress.last_pct = -1;
-    progress.tty = isatty(2);
+    uint64_t all = 0;
     for (int i = 0; i < l.n; i++) {
         uint64_t n = ms_dtype_size(l.v[i].dt);
         for (int d = 0; d < l.v[i].ndim; d++) n *= (uint64_t)l.v[i].shape[d];
-        progress.total += n;
+        all += n;
     }
+    ms_progress_begin("synth", all, MS_PROGRESS_BYTES);
     int rc = 0;
     json_t *wmap = json_object();
     uint64_t total = 0;
@@ -384,12 +363,15 @@ int ms_synth_write(const char *dir, const ms_synth_shape *sh, uint64_t seed)
         }
         total += ms_st_writer_data_bytes(w);
         snprintf(path, sizeof path, "%s/%s", dir, fname);
-        if (!progress.tty && ms_st_writer_data_bytes(w) > (64u << 20))
-            ms_log(1, "synth: writing %s (%d of %d, %.2f GB)", fname, s + 1, sh->n_shards,
-                   (double)ms_st_writer_data_bytes(w) / 1e9);
+        if (!ms_progress_shown() && ms_st_writer_data_bytes(w) > (64u << 20)) {
+            char sz[32];
+            ms_log(1, "synth: writing %s (%d of %d, %s)", fname, s + 1, sh->n_shards,
+                   ms_size_fmt(ms_st_writer_data_bytes(w), sz, sizeof sz));
+        }
         rc = ms_st_writer_write(w, path);
         ms_st_writer_free(w);
     }
+    ms_progress_end();
     if (rc == 0 && sh->n_shards > 1) {
         json_t *idx = json_pack("{s:{s:I},s:o}", "metadata", "total_size", (json_int_t)total, "weight_map", wmap);
         wmap = NULL;

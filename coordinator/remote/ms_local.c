@@ -13,6 +13,7 @@
 
 #include "ms_err.h"
 #include "ms_local.h"
+#include "ms_proc.h"
 
 struct ms_local {
     char dir[PATH_MAX];
@@ -89,7 +90,7 @@ ms_local *ms_local_start(const char *model_dir, int n, int n_experts, uint64_t b
             if (quiet) argv[k++] = "--quiet";
             argv[k] = NULL;
             execv(bin, (char *const *)argv);
-            fprintf(stderr, "moestream: cannot run %s: %s\n", bin, strerror(errno));
+            ms_log(0, "cannot run %s: %s", bin, strerror(errno));
             _exit(127);
         }
         l->pid[i] = pid;
@@ -102,14 +103,7 @@ ms_local *ms_local_start(const char *model_dir, int n, int n_experts, uint64_t b
 uint64_t ms_local_peak_rss(const ms_local *l)
 {
     uint64_t total = 0;
-    for (int i = 0; l && i < l->n; i++) {
-        char path[64], line[256];
-        snprintf(path, sizeof path, "/proc/%d/status", (int)l->pid[i]);
-        FILE *f = l->pid[i] > 0 ? fopen(path, "r") : NULL;
-        while (f && fgets(line, sizeof line, f))
-            if (!strncmp(line, "VmHWM:", 6)) total += strtoull(line + 6, NULL, 10) * 1024;
-        if (f) fclose(f);
-    }
+    for (int i = 0; l && i < l->n; i++) total += ms_proc_pid_peak_rss((int)l->pid[i]);
     return total;
 }
 

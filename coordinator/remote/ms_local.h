@@ -18,7 +18,8 @@ ms_local *ms_local_start(const char *model_dir, int n, int n_experts, uint64_t b
 /* SIGTERM every worker, wait up to a few seconds, SIGKILL the rest, remove the directory.
  * Accepts NULL. */
 void ms_local_stop(ms_local *l);
-/* Sum of the workers' peak resident memory (VmHWM) so far, in bytes. */
+/* Sum of the workers' peak resident memory so far (ms_proc_pid_peak_rss), in bytes; a worker
+ * already gone counts 0. */
 uint64_t ms_local_peak_rss(const ms_local *l);
 /* Pid of worker i (tests kill one to check fail-over). */
 int ms_local_pid(const ms_local *l, int i);

@@ -55,9 +55,10 @@ static void close_sock(wconn *w)
 
 static void mark_down(ms_remote *r, wconn *w, const char *why)
 {
+    (void)r; /* its quiet flag is gone: ms_log decides */
     char reason[256];
     snprintf(reason, sizeof reason, "%.200s", why);
-    if (w->state == W_UP && !r->o.quiet) fprintf(stderr, "moestream: worker %s is down: %s\n", w->endpoint, reason);
+    if (w->state == W_UP) ms_log(1, "worker %s is down: %s", w->endpoint, reason);
     snprintf(w->why, sizeof w->why, "%s", reason);
     close_sock(w);
     w->state = W_DOWN;
@@ -225,8 +226,7 @@ static void probe(ms_remote *r)
         } else if (w->state == W_PROBING) {
             Moestream__Envelope *e;
             while ((e = recv_env(r, w))) {
-                if (take_hello(r, w, e) == 0 && !r->o.quiet)
-                    fprintf(stderr, "moestream: worker %s is up again\n", w->endpoint);
+                if (take_hello(r, w, e) == 0) ms_log(1, "worker %s is up again", w->endpoint);
                 ms_wire_free(e);
                 if (w->state == W_UP) break;
             }
@@ -354,9 +354,7 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
         }
         snprintf(down + strlen(down), sizeof down - strlen(down), "%s%s (%s)", down[0] ? ", " : "", w->endpoint,
                  w->why[0] ? w->why : "no answer");
-        if (!o->quiet)
-            fprintf(stderr, "moestream: worker %s did not answer within %.0f s%s%s\n", w->endpoint, limit,
-                    w->why[0] ? ": " : "", w->why);
+        ms_log(1, "worker %s did not answer within %.0f s%s%s", w->endpoint, limit, w->why[0] ? ": " : "", w->why);
         mark_down(r, w, w->why[0] ? w->why : "no answer to hello");
     }
     /* Every routed expert must have an owner. */
@@ -373,7 +371,7 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
                 return NULL;
             }
         }
-    if (!o->quiet) fprintf(stderr, "moestream: %d of %d worker%s up\n", up, r->n, r->n > 1 ? "s" : "");
+    ms_log(1, "%d of %d worker%s up", up, r->n, r->n > 1 ? "s" : "");
     return r;
 }
 
@@ -625,7 +623,7 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
                         ms_err_set_code(code == MOESTREAM__ERROR__CODE__CHECKSUM ? MS_EXIT_MODEL : MS_EXIT_WORKER);
                         goto out;
                     }
-                    if (!r->o.quiet) fprintf(stderr, "moestream: %s; retrying on a replica\n", msg);
+                    ms_log(1, "%s; retrying on a replica", msg);
                     r->st.resends++;
                 }
                 ms_wire_free(e); /* stale replies of earlier calls, pongs: ignored */

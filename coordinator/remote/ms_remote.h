@@ -20,7 +20,6 @@ typedef struct {
     const char *fingerprint;     /* the coordinator's model fingerprint (copied) */
     int n_layers, n_experts, latent;
     double timeout_s;            /* per request (and hello) deadline; 0 = 60 s */
-    int quiet;
 } ms_remote_opts;
 
 typedef struct ms_remote ms_remote;

@@ -111,7 +111,7 @@ static void test_oracle(void)
     free(ctext);
     T_CHECK(rc == 0, "oracle config parses: %s", ms_err_msg());
     ms_tsrc src = {oracle_find, &os, "tiny-oracle"};
-    ms_run_opts ro = {.n_threads = 2, .quiet = 1};
+    ms_run_opts ro = {.n_threads = 2};
     ms_model *m = rc == 0 ? ms_model_bind(&cfg, &src, &ro) : NULL;
     T_CHECK(m != NULL, "oracle binds: %s", ms_err_msg());
     if (m) {
@@ -253,7 +253,7 @@ static float *run_opts_logits(const char *dir, const ms_run_opts *o, const int32
 static float *run_logits(const char *dir, int threads, int simd, const int32_t *ids, int64_t n, int split)
 {
     ms_kern_set_simd(simd);
-    ms_run_opts o = {.n_threads = threads, .quiet = 1};
+    ms_run_opts o = {.n_threads = threads};
     float *r = run_opts_logits(dir, &o, ids, n, split, NULL, NULL);
     ms_kern_set_simd(ms_kern_simd_available());
     return r;
@@ -381,7 +381,7 @@ static void test_synth_variants(void)
 /* The smallest budget the planner accepts, from its refusal of a 1-byte budget. */
 static uint64_t min_budget(const char *dir)
 {
-    ms_run_opts o = {.n_threads = 2, .quiet = 1, .ram_budget = 1, .max_positions = 64, .prompt_tokens = 40,
+    ms_run_opts o = {.n_threads = 2, .ram_budget = 1, .max_positions = 64, .prompt_tokens = 40,
                      .baseline = 1};
     ms_model *m = ms_model_open(dir, &o);
     T_CHECK(m == NULL && ms_err_code() == 6, "a 1-byte budget is refused with exit class 6: %s", ms_err_msg());
@@ -399,7 +399,7 @@ static void check_budget_invariance(const char *dir, const char *what, int64_t V
     size_t bytes = sizeof(float) * 40 * (size_t)V;
     /* A fixed baseline makes the plans deterministic (this process's own RSS varies, a lot under
      * ASan); the real RSS bound is checked by the CLI test under a cgroup limit. */
-    ms_run_opts big = {.n_threads = 2, .quiet = 1, .ram_budget = 16ull << 30, .max_positions = 64,
+    ms_run_opts big = {.n_threads = 2, .ram_budget = 16ull << 30, .max_positions = 64,
                        .prompt_tokens = 40, .baseline = 1};
     ms_model_stats sb, ss;
     ms_plan pb, ps;
@@ -495,6 +495,7 @@ static void test_bad_checkpoint(void)
 int main(void)
 {
     ms_kern_init();
+    ms_log_set_level(0); /* no plan lines: the checks print what they need */
     test_synth_invariants();
     test_synth_variants();
     test_bad_checkpoint();
