@@ -16,7 +16,8 @@ uint64_t ms_plan_default_budget(int percent)
 {
     MS_ASSERT(percent > 0 && percent <= 100);
     uint64_t avail = ms_proc_mem_available();
-    return avail ? avail / 100 * (uint64_t)percent : 8ull << 30;
+    if (!avail) return 8ull << 30;
+    return avail / 100 * (uint64_t)percent + avail % 100 * (uint64_t)percent / 100; /* avail x percent / 100 */
 }
 
 static uint64_t fixed_for(const ms_plan_in *in, int64_t chunk, uint64_t margin)
