@@ -76,7 +76,8 @@ void ms_progress_end(void)
     pthread_mutex_unlock(&lock);
 }
 
-/* The bar's state: what was drawn last, so that it redraws only on a new percentage. */
+/* The bar's state: what was drawn last, so that it redraws only on a new percentage. (The done
+ * size is padded to 10 columns: "1.00 MiB" must cover "1023.00 KiB" on the same line.) */
 static struct {
     int pct;  /* last percentage drawn, -1 = none */
     int open; /* a line is drawn and not yet ended */
@@ -105,7 +106,7 @@ void ms_progress_bar(void *ctx, const ms_progress_ev *ev)
     memset(line + pct * 40 / 100, '.', (size_t)(40 - pct * 40 / 100));
     line[40] = 0;
     if (ev->unit == MS_PROGRESS_BYTES)
-        fprintf(stderr, "\r%s [%s] %3d%% %s of %s", ev->task, line, pct, ms_size_fmt(ev->done, a, sizeof a),
+        fprintf(stderr, "\r%s [%s] %3d%% %10s of %s", ev->task, line, pct, ms_size_fmt(ev->done, a, sizeof a),
                 ms_size_fmt(ev->total, b, sizeof b));
     else
         fprintf(stderr, "\r%s [%s] %3d%% %llu/%llu", ev->task, line, pct, (unsigned long long)ev->done,

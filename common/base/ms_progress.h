@@ -29,7 +29,7 @@ int ms_progress_use_stderr(void);
 /* 1 if a reporter is installed (library code may then leave out its own per-step log lines). */
 int ms_progress_shown(void);
 
-/* The stderr bar: "\rTASK [####....]  42% 1.23 GiB of 2.92 GiB", redrawn when the percentage
+/* The stderr bar: "\rTASK [####....]  42%   1.23 GiB of 2.92 GiB", redrawn when the percentage
  * changes, ended with a newline when the task completes or ends. ctx is unused. */
 void ms_progress_bar(void *ctx, const ms_progress_ev *ev);
 

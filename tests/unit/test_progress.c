@@ -135,7 +135,7 @@ static void test_bar(void)
             "the half-way line: %.80s", strstr(out, " 50%") ? strstr(out, " 50%") - 55 : out);
     T_CHECK(strstr(out, "] 100% 200/200\n") != NULL, "the last line");
     capture(out, sizeof out, bar_cut);
-    T_CHECK(strstr(out, " 50% 1.00 KiB of 2.00 KiB\n") != NULL && count(out, '\n') == 2,
+    T_CHECK(strstr(out, " 50%   1.00 KiB of 2.00 KiB\n") != NULL && count(out, '\n') == 2,
             "a task cut short ends its line (bytes shown as sizes); an empty one too: '%s'", out);
 }
 
