@@ -244,11 +244,88 @@ static void test_refusal(void)
             named, (unsigned long long)bmin3);
 }
 
+/* A process without a trunk (an expert worker: ms_wload's plan) through the same rules, what it
+ * leaves spare, and the coordinator's split of its budget among local workers. Sizes in MiB:
+ *   budget 300 -> slack 24 + 3 = 27; baseline 5, work 48, read buffers 3 -> fixed 83;
+ *   217 left = 13 slots of 16, capped at the 10 experts owned -> cache 160, spare 300 - 83 - 160 = 57;
+ *   local share of 3 workers = (read buffers 3 + cache 160 + spare 57) / 3 = 220 / 3. */
+static void test_no_trunk_and_split(void)
+{
+    T_CHECK(ms_plan_slack(0) == 24 * M && ms_plan_slack(300 * M) == slack(300 * M) &&
+                ms_plan_slack(100000 * M) == 24 * M + 1000 * M,
+            "one slack rule: 24 MiB + 1%% of the budget");
+    ms_plan_in in;
+    memset(&in, 0, sizeof in);
+    in.budget = 300 * M;
+    in.baseline = 5 * M;
+    in.work_fixed = 48 * M;
+    in.prompt_tokens = in.max_chunk = 1;
+    in.expert_fixed = 3 * M;
+    in.expert_bytes = 16 * M;
+    in.max_slots = 10;
+    ms_plan p;
+    T_CHECK(ms_plan_make(&in, &p) == 0, "no trunk: accepted (%s)", ms_err_msg());
+    check_invariants("no trunk", &p);
+    T_CHECK(p.fixed == 83 * M && p.chunk == 1 && !p.streaming && p.n_pinned == 0 && p.cache_slots == 10 &&
+                p.cache == 160 * M,
+            "no trunk: fixed %llu MiB, %llu slots", (unsigned long long)(p.fixed / M),
+            (unsigned long long)p.cache_slots);
+    T_CHECK(ms_plan_spare(&p) == 57 * M, "spare 57 MiB: %llu", (unsigned long long)ms_plan_spare(&p));
+    T_CHECK(ms_plan_local_budget(&p, 3) == 220 * M / 3 && ms_plan_local_budget(&p, 1) == 220 * M,
+            "local share: (read buffers + cache + spare) / n");
+    /* Without the cap the cache takes whole slots and leaves less than one spare. */
+    in.max_slots = 0;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.cache_slots == 13 && ms_plan_spare(&p) == 217 * M - 13 * 16 * M,
+            "uncapped: 13 slots, 9 MiB spare (%llu)", (unsigned long long)ms_plan_spare(&p));
+
+    /* The refusal lists the costs that are there and names a minimum that works. */
+    in.budget = 50 * M;
+    ms_err_clear();
+    T_CHECK(ms_plan_make(&in, &p) == -1 && ms_err_code() == MS_EXIT_BUDGET, "no trunk: 50 MiB refused");
+    const char *msg = ms_err_msg();
+    T_CHECK(strstr(msg, "baseline 5.00 MiB") && strstr(msg, "work buffers 48.00 MiB") &&
+                strstr(msg, "expert read buffers 3.00 MiB") && !strstr(msg, "sequence state") &&
+                !strstr(msg, "ring"),
+            "the refusal lists the fixed costs there are: %s", msg);
+    const char *b = strstr(msg, "bytes)");
+    while (b && b > msg && b[-1] != '(') b--;
+    uint64_t named = b ? strtoull(b, NULL, 10) : 0;
+    /* fixed = 56 MiB + 24 MiB + budget / 100 <= budget  <=>  budget >= 80 MiB * 100 / 99 */
+    uint64_t bmin = (80 * M * 100 + 98) / 99;
+    T_CHECK(named >= bmin && named <= bmin + in.baseline / 8 + 8192, "named minimum %llu, true minimum %llu",
+            (unsigned long long)named, (unsigned long long)bmin);
+    in.budget = named;
+    T_CHECK(ms_plan_make(&in, &p) == 0, "the named minimum is accepted (%s)", ms_err_msg());
+}
+
+/* The default budget: MemAvailable of /proc/meminfo (read here on its own), a share of it. */
+static void test_default_budget(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    unsigned long long kb = 0;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (!kb) {
+        ms_t_skip("no MemAvailable in /proc/meminfo");
+        return;
+    }
+    uint64_t avail = kb * 1024, all = ms_plan_default_budget(100), most = ms_plan_default_budget(90);
+    uint64_t tol = 256 * M; /* other processes allocate meanwhile */
+    T_CHECK(all + tol >= avail && all <= avail + tol, "default 100%%: %llu, MemAvailable %llu",
+            (unsigned long long)all, (unsigned long long)avail);
+    T_CHECK(most + tol >= avail / 10 * 9 && most <= avail / 10 * 9 + tol, "default 90%%: %llu",
+            (unsigned long long)most);
+}
+
 int main(void)
 {
     test_everything_pinned();
     test_streaming();
     test_min_chunk();
     test_refusal();
+    test_no_trunk_and_split();
+    test_default_budget();
     return ms_t_done();
 }
