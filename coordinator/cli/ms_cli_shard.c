@@ -7,17 +7,8 @@
 #include "ms_cli.h"
 #include "ms_err.h"
 #include "ms_pack.h"
+#include "ms_size.h"
 #include "ms_st.h"
-
-/* "1.23 GB" / "4.56 MB" (powers of 1000, as the rest of the reports). */
-static const char *size_str(uint64_t b, char *buf, size_t n)
-{
-    if (b >= 1000000000ull)
-        snprintf(buf, n, "%.2f GB", (double)b / 1e9);
-    else
-        snprintf(buf, n, "%.2f MB", (double)b / 1e6);
-    return buf;
-}
 
 static void shard_usage(FILE *f)
 {
@@ -33,7 +24,8 @@ static void shard_usage(FILE *f)
           "  --model DIR     the checkpoint as released (config.json + safetensors shards)\n"
           "  --workers N     number of expert workers (1 .. experts per layer)\n"
           "  --replicas R    workers holding each expert (default 1)\n"
-          "  --out DIR       output directory (created if missing; a previous pack there is replaced)\n"
+          "  --out DIR       output directory (created if missing; a previous pack there is replaced once\n"
+          "                  the new one is complete, and left as it was if sharding fails)\n"
           "  --quiet         no progress bar and no summary line\n",
           f);
 }
@@ -125,8 +117,9 @@ int ms_cli_shard(int argc, char **argv)
         fprintf(stderr,
                 "moestream shard: %lld pack%s x %s experts (%lld replica%s) = %s in %s/worker-*, trunk %zu tensors "
                 "%s in %s/trunk, model %s, %.1f s\n",
-                workers, workers > 1 ? "s" : "", per, replicas, replicas > 1 ? "s" : "", size_str(bytes, b1, sizeof b1),
-                out, tn, size_str(tbytes, b2, sizeof b2), out, fp, ms_cli_now() - t0);
+                workers, workers > 1 ? "s" : "", per, replicas, replicas > 1 ? "s" : "",
+                ms_size_fmt(bytes, b1, sizeof b1), out, tn, ms_size_fmt(tbytes, b2, sizeof b2), out, fp,
+                ms_cli_now() - t0);
     }
     return MS_EXIT_OK;
 }
