@@ -9,6 +9,7 @@
 
 #include "ms_err.h"
 #include "ms_size.h"
+#include "ms_stdout.h"
 #include "ms_wload.h"
 #include "ms_wsrv.h"
 
@@ -73,7 +74,7 @@ static int parse_int(const char *s, int lo, int hi, int *out)
     return 0;
 }
 
-int main(int argc, char **argv)
+static int worker_main(int argc, char **argv)
 {
     ms_wload_opts lo = {0};
     const char *listen = NULL, *secret = NULL, *allow = NULL;
@@ -209,4 +210,15 @@ int main(int argc, char **argv)
            ms_size_fmt(ms_wload_rss(1), b, sizeof b));
     ms_wload_close(&w);
     return rc == 0 ? MS_EXIT_OK : MS_EXIT_RUNTIME;
+}
+
+/* Only --help writes to stdout, but lost output must not look like success there either. */
+int main(int argc, char **argv)
+{
+    int rc = worker_main(argc, argv);
+    if (ms_stdout_close() != 0) {
+        fprintf(stderr, "moestream-worker: %s\n", ms_err_msg());
+        if (rc == MS_EXIT_OK) rc = MS_EXIT_IO;
+    }
+    return rc;
 }
