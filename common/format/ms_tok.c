@@ -176,7 +176,7 @@ static uint8_t *tok_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        tok_fail(MS_EXIT_INPUT, "%s: cannot open: %s", path, strerror(errno));
+        tok_fail(MS_EXIT_IO, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
@@ -194,7 +194,7 @@ static uint8_t *tok_read_file(const char *path, size_t *len)
     fclose(f);
     if (bad) {
         free(buf);
-        tok_fail(MS_EXIT_INPUT, "%s: read error", path);
+        tok_fail(MS_EXIT_IO, "%s: read error", path);
         return NULL;
     }
     *len = n;
@@ -407,6 +407,10 @@ static int tok_load_specials(ms_tok *t, const char *path)
 
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_cannot_open_file) {
+        const char *why = strrchr(jerr.text, ':'); /* "unable to open PATH: reason" */
+        return tok_fail(MS_EXIT_IO, "%s: cannot open: %s", path, why && why[1] == ' ' ? why + 2 : jerr.text);
+    }
     if (!root) return tok_fail(MS_EXIT_INPUT, "%s:%d: bad JSON: %s", path, jerr.line, jerr.text);
     int rc = -1;
     if (!json_is_object(root)) {

@@ -20,8 +20,9 @@ int ms_cli_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((
 /* Print the last ms_err message for cmd and return its exit code class. */
 int ms_cli_fail_err(const char *cmd);
 
-/* Parse "1,2,3" (commas and/or whitespace) into a malloc'ed array. Returns 0 or -1 with
- * ms_err set naming the bad item. */
+/* Parse "1,2,3" (commas and/or whitespace) into a malloc'ed array; an empty item ("1,,3", a
+ * leading or trailing comma) is refused. Returns 0 or -1 with ms_err set (MS_EXIT_USAGE) naming
+ * the bad item's number and byte offset. */
 int ms_cli_parse_ids(const char *s, int32_t **ids, size_t *n);
 /* Strict integer / float parsing; return 0 or -1. */
 int ms_cli_parse_i64(const char *s, long long *out);

@@ -770,7 +770,8 @@ static void test_malformed(void)
 
     /* missing directory */
     ms_tok *t = ms_tok_load("/nonexistent-tok-dir");
-    T_CHECK(t == NULL && strstr(ms_err_msg(), "/nonexistent-tok-dir/tiktoken.model"), "missing dir: %s", ms_err_msg());
+    T_CHECK(t == NULL && strstr(ms_err_msg(), "/nonexistent-tok-dir/tiktoken.model") && ms_err_code() == MS_EXIT_IO,
+            "missing dir: an I/O error (class %d): %s", ms_err_code(), ms_err_msg());
     T_CHECK(ms_tok_present("/nonexistent-tok-dir") == 0, "missing dir: not present");
 
     /* tolerated: CRLF line ends, blank lines, a config without added_tokens_decoder */
