@@ -11,6 +11,7 @@
 #include "ms_opt.h"
 #include "ms_proc.h"
 #include "ms_size.h"
+#include "ms_stdout.h"
 #include "ms_wload.h"
 #include "ms_wsrv.h"
 
@@ -53,7 +54,7 @@ static void usage(FILE *f)
 
 #define WHO "moestream-worker"
 
-int main(int argc, char **argv)
+static int worker_main(int argc, char **argv)
 {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},   {"pack", required_argument, 0, 'p'},
                                          {"listen", required_argument, 0, 'l'},  {"ram-budget", required_argument, 0, 'B'},
@@ -177,4 +178,15 @@ int main(int argc, char **argv)
            ms_size_fmt(ms_proc_peak_rss(), b, sizeof b));
     ms_wload_close(&w);
     return rc == 0 ? MS_EXIT_OK : MS_EXIT_RUNTIME;
+}
+
+/* Only --help writes to stdout, but lost output must not look like success there either. */
+int main(int argc, char **argv)
+{
+    int rc = worker_main(argc, argv);
+    if (ms_stdout_close() != 0) {
+        fprintf(stderr, "moestream-worker: %s\n", ms_err_msg());
+        if (rc == MS_EXIT_OK) rc = MS_EXIT_IO;
+    }
+    return rc;
 }

@@ -1,6 +1,8 @@
 /* ms_pack: per-worker expert packs: the strict manifest reader and the moestream shard writer. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -544,7 +546,7 @@ typedef struct {
     size_t *cnt, *fill;  /* [N] */
     uint64_t *cursor;    /* [N] end of the last expert written in worker w's experts.bin */
     int *bin_fd;         /* [N] */
-    char **wdir;         /* [N] out_dir/worker-<i> */
+    char **wdir;         /* [N] work/worker-<i>, work the temporary directory inside out_dir */
     uint64_t total; /* bytes to write: every pack (with its alignment padding) and the trunk */
 } sh_state;
 
@@ -811,6 +813,110 @@ static int shard_plan(sh_state *s)
     return 0;
 }
 
+/* Refuse early when out_dir's filesystem (its parent's, if out_dir does not exist yet) has less
+ * than need bytes free. */
+static int check_space(const char *out_dir, uint64_t need)
+{
+    struct statvfs vf;
+    if (statvfs(out_dir, &vf) != 0) {
+        char parent[4200];
+        snprintf(parent, sizeof parent, "%.3000s", out_dir);
+        size_t n = strlen(parent);
+        while (n > 1 && parent[n - 1] == '/') parent[--n] = 0;
+        char *slash = strrchr(parent, '/');
+        if (!slash) snprintf(parent, sizeof parent, ".");
+        else slash[slash == parent] = 0; /* "/x" -> "/" */
+        if (statvfs(parent, &vf) != 0) return 0; /* creating out_dir will say what is wrong */
+    }
+    uint64_t avail = (uint64_t)vf.f_bavail * (uint64_t)vf.f_frsize;
+    if (avail >= need) return 0;
+    char a[32], b[32];
+    return io_fail("not enough space for %s: %s free on its filesystem, the packs and trunk need about %s", out_dir,
+                   ms_size_fmt(avail, a, sizeof a), ms_size_fmt(need, b, sizeof b));
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Remove a directory tree this process created (best effort; symlinks are not followed). */
+static void remove_tree(const char *path) { nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* A pack entry of out_dir: "trunk" or "worker-<digits>". */
+static int is_pack_entry(const char *name)
+{
+    if (!strcmp(name, "trunk")) return 1;
+    if (strncmp(name, "worker-", 7) || !name[7]) return 0;
+    for (const char *p = name + 7; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
+typedef struct {
+    char *from, *to;
+} sh_move;
+
+/* Move the finished packs and trunk from work into out_dir. The earlier pack entries of out_dir
+ * (trunk and every worker-<k>, also those of a run with more workers) move into work/old first,
+ * to be deleted with work. On a failed rename, every rename done is undone. */
+static int commit_output(const char *out_dir, const char *work, int N)
+{
+    char old[4300], a[4400], b[4400];
+    path2(old, sizeof old, work, "old");
+    if (make_dir(old) != 0) return -1;
+    size_t n = 0, cap = (size_t)N + 16;
+    sh_move *mv = ms_malloc(cap * sizeof *mv);
+    DIR *d = opendir(out_dir);
+    if (!d) {
+        free(mv);
+        return io_fail("cannot list %s: %s", out_dir, strerror(errno));
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (!is_pack_entry(de->d_name)) continue;
+        if (n + (size_t)N + 1 >= cap) mv = ms_realloc(mv, (cap *= 2) * sizeof *mv);
+        path2(a, sizeof a, out_dir, de->d_name);
+        path2(b, sizeof b, old, de->d_name);
+        mv[n++] = (sh_move){ms_strdup(a), ms_strdup(b)};
+    }
+    closedir(d);
+    for (int w = 0; w <= N; w++) {
+        char name[32];
+        if (w < N) snprintf(name, sizeof name, "worker-%d", w);
+        else snprintf(name, sizeof name, "trunk");
+        path2(a, sizeof a, work, name);
+        path2(b, sizeof b, out_dir, name);
+        mv[n++] = (sh_move){ms_strdup(a), ms_strdup(b)};
+    }
+    int rc = 0;
+    size_t done = 0;
+    for (; done < n; done++)
+        if (rename(mv[done].from, mv[done].to) != 0) {
+            rc = io_fail("cannot move %s to %s: %s", mv[done].from, mv[done].to, strerror(errno));
+            break;
+        }
+    if (rc != 0)
+        while (done-- > 0) rename(mv[done].to, mv[done].from);
+    for (size_t i = 0; i < n; i++) {
+        free(mv[i].from);
+        free(mv[i].to);
+    }
+    free(mv);
+    if (rc == 0) {
+        int fd = open(out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* make the renames durable */
+        if (fd >= 0) {
+            fsync(fd);
+            close(fd);
+        }
+    }
+    return rc;
+}
+
 int ms_pack_shard(const char *model_dir, int workers, int replicas, const char *out_dir)
 {
     MS_ASSERT(model_dir && out_dir);
@@ -834,54 +940,42 @@ int ms_pack_shard(const char *model_dir, int workers, int replicas, const char *
     s.N = workers;
     s.R = replicas;
     int rc = shard_plan(&s);
-    if (rc == 0) ms_progress_begin("shard", s.total, MS_PROGRESS_BYTES);
-    char path[4200], tmp[4200], tdir[4200];
-    path2(tdir, sizeof tdir, out_dir, "trunk");
+    char path[4200], tmp[4200], tdir[4200], work[4200] = "";
+    int created_out = 0;
 
-    /* Directories, then the commit markers of a previous run go first: until the new
-     * manifest (packs) or config.json (trunk) is renamed into place, nothing looks valid. */
-    if (rc == 0) rc = make_dir(out_dir);
+    /* Refusals come before anything is created. */
+    if (rc == 0) rc = check_space(out_dir, s.total); /* the alignment gaps are holes: they take no space */
+    if (rc == 0) ms_progress_begin("shard", s.total, MS_PROGRESS_BYTES);
+
+    /* Everything is written into a fresh temporary directory inside out_dir (same filesystem, so
+     * the final renames are atomic), and only moved into place once complete: a refusal, a full
+     * disk or a crash leaves an earlier pack in out_dir as it was, and no partial new one. */
+    if (rc == 0) {
+        if (mkdir(out_dir, 0755) == 0)
+            created_out = 1;
+        else
+            rc = make_dir(out_dir);
+    }
+    if (rc == 0) {
+        snprintf(work, sizeof work, "%.3000s/.shard-XXXXXX", out_dir);
+        if (!mkdtemp(work)) {
+            rc = io_fail("cannot create a temporary directory in %s: %s", out_dir, strerror(errno));
+            work[0] = 0;
+        }
+    }
+    path2(tdir, sizeof tdir, work, "trunk");
     if (rc == 0) {
         s.wdir = ms_calloc((size_t)s.N, sizeof *s.wdir);
         s.bin_fd = ms_malloc(sizeof(int) * (size_t)s.N);
         for (int w = 0; w < s.N; w++) s.bin_fd[w] = -1;
         for (int w = 0; w < s.N && rc == 0; w++) {
-            size_t n = strlen(out_dir) + 32;
+            size_t n = strlen(work) + 32;
             s.wdir[w] = ms_malloc(n);
-            snprintf(s.wdir[w], n, "%s/worker-%d", out_dir, w);
+            snprintf(s.wdir[w], n, "%s/worker-%d", work, w);
             rc = make_dir(s.wdir[w]);
-            if (rc == 0) {
-                path2(path, sizeof path, s.wdir[w], "manifest.json");
-                rc = remove_stale(path);
-            }
         }
     }
-    /* Packs of an earlier run with more workers would not match the new ones: retire them. */
-    for (int w = s.N; rc == 0; w++) {
-        char wd[4200];
-        snprintf(wd, sizeof wd, "%.3000s/worker-%d", out_dir, w);
-        if (access(wd, F_OK) != 0) break;
-        path2(path, sizeof path, wd, "manifest.json");
-        rc = remove_stale(path);
-    }
     if (rc == 0) rc = make_dir(tdir);
-    if (rc == 0) {
-        path2(path, sizeof path, tdir, "config.json");
-        rc = remove_stale(path);
-    }
-    if (rc == 0) {
-        path2(path, sizeof path, tdir, "model.safetensors.index.json");
-        rc = remove_stale(path);
-    }
-    if (rc == 0) {
-        struct statvfs vf;
-        uint64_t need = s.total; /* the alignment gaps are holes: they take no space */
-        char a[32], b[32];
-        if (statvfs(out_dir, &vf) == 0 && (uint64_t)vf.f_bavail * (uint64_t)vf.f_frsize < need)
-            rc = io_fail("%s has %s free; the packs and trunk need about %s", out_dir,
-                         ms_size_fmt((uint64_t)vf.f_bavail * (uint64_t)vf.f_frsize, a, sizeof a),
-                         ms_size_fmt(need, b, sizeof b));
-    }
 
     /* The packs: experts.bin.tmp of every worker written in one pass over the source. */
     for (int w = 0; w < s.N && rc == 0; w++) {
@@ -908,6 +1002,7 @@ int ms_pack_shard(const char *model_dir, int workers, int replicas, const char *
     }
     if (rc == 0) rc = write_trunk(&s, tdir);
     ms_progress_end();
+    if (rc == 0) rc = commit_output(out_dir, work, s.N);
 
     /* Cleanup; on failure no tmp file survives. */
     if (s.bin_fd)
@@ -918,6 +1013,9 @@ int ms_pack_shard(const char *model_dir, int workers, int replicas, const char *
                 unlink(tmp);
             }
         }
+    /* The work directory now holds the earlier pack (success) or the partial new one (failure). */
+    if (work[0]) remove_tree(work);
+    if (rc != 0 && created_out) rmdir(out_dir);
     if (s.src_fd)
         for (int f = 0; f < s.n_src; f++)
             if (s.src_fd[f] >= 0) close(s.src_fd[f]);

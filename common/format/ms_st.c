@@ -425,6 +425,11 @@ static int st_open_indexed(ms_st *st, const char *dir, const char *ipath)
 {
     json_error_t je;
     json_t *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &je);
+    if (!root && json_error_code(&je) == json_error_cannot_open_file) {
+        const char *why = strrchr(je.text, ':'); /* "unable to open PATH: reason"; no position to give */
+        ms_err_set("%s: cannot open index: %s", ipath, why && why[1] == ' ' ? why + 2 : je.text);
+        return err_io();
+    }
     if (!root) {
         ms_err_set("%s: cannot parse index (line %d, column %d): %s", ipath, je.line, je.column, je.text);
         return access(ipath, R_OK) == 0 ? err_model() : err_io();

@@ -20,14 +20,23 @@
  *
  * The original uses fancy-regex syntax: `&&` class intersection and Rust's `\s`. PCRE2 10.42
  * has neither, so:
- *   [X&&[^\p{Han}]]   ->  (?:(?!\p{Han})[X])      (same set, one code point at a time)
+ *   [X&&[^\p{Han}]]   ->  [^<complement of X>\p{Han}]: the general categories partition the code
+ *                         points, so X is the complement of the other categories, and X minus Han
+ *                         is one negated class, e.g. [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]
+ *                         = [^\p{Ll}\p{N}\p{P}\p{S}\p{Z}\p{C}\p{Han}] (checked equal on every code
+ *                         point against the lookahead form (?:(?!\p{Han})[X])). It must stay a
+ *                         single class: a repeated group costs PCRE2 one backtracking frame per
+ *                         character, and a 10 MB word then failed with "matching depth limit
+ *                         exceeded"; a repeated class backtracks in place, in constant depth.
  *   \s                ->  [WS] with WS the Unicode White_Space property spelled out (Rust's \s is
  *                         White_Space; PCRE2's UCP \s omits U+0085), \S -> [^WS].
  * \p{Han} is Script_Extensions=Han in both engines. Alternation order is preserved, and PCRE2 is
- * a backtracking engine, so leftmost-first semantics are the same as fancy-regex's. */
+ * a backtracking engine, so leftmost-first semantics are the same as fancy-regex's. Every
+ * alternative is a sequence of class repeats (each backtracking step O(1)), so a match costs time
+ * linear in its length and constant stack. */
 #define TOK_WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
-#define TOK_UPPER "(?:(?!\\p{Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])"
-#define TOK_LOWER "(?:(?!\\p{Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])"
+#define TOK_UPPER "[^\\p{Ll}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{Han}]"
+#define TOK_LOWER "[^\\p{Lu}\\p{Lt}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{Han}]"
 #define TOK_CONTR "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
 #define TOK_PREFIX "[^\\r\\n\\p{L}\\p{N}]?"
 
@@ -167,7 +176,7 @@ static uint8_t *tok_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        tok_fail(MS_EXIT_INPUT, "%s: cannot open: %s", path, strerror(errno));
+        tok_fail(MS_EXIT_IO, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
@@ -185,7 +194,7 @@ static uint8_t *tok_read_file(const char *path, size_t *len)
     fclose(f);
     if (bad) {
         free(buf);
-        tok_fail(MS_EXIT_INPUT, "%s: read error", path);
+        tok_fail(MS_EXIT_IO, "%s: read error", path);
         return NULL;
     }
     *len = n;
@@ -398,6 +407,10 @@ static int tok_load_specials(ms_tok *t, const char *path)
 
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_cannot_open_file) {
+        const char *why = strrchr(jerr.text, ':'); /* "unable to open PATH: reason" */
+        return tok_fail(MS_EXIT_IO, "%s: cannot open: %s", path, why && why[1] == ' ' ? why + 2 : jerr.text);
+    }
     if (!root) return tok_fail(MS_EXIT_INPUT, "%s:%d: bad JSON: %s", path, jerr.line, jerr.text);
     int rc = -1;
     if (!json_is_object(root)) {
@@ -722,7 +735,7 @@ static int tok_next_match(const ms_tok *t, tok_matcher *m, const uint8_t *subj, 
 {
     int rc = pcre2_match(t->re, subj, n, pos, PCRE2_NO_UTF_CHECK, m->md, m->mctx);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT || rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_MATCHLIMIT) {
-        /* a very long letter run: retry in the interpreter, whose backtracking frames live on the heap */
+        /* not expected with this pattern (constant backtracking depth); the interpreter is a safety net */
         rc = pcre2_match(t->re, subj, n, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, m->md, m->mctx);
     }
     if (rc == PCRE2_ERROR_NOMATCH) return 0;
@@ -796,8 +809,10 @@ int ms_tok_encode(const ms_tok *t, const char *text, size_t len, int allow_speci
         ms_err_set("tokenizer: out of memory creating regex match data");
         goto fail;
     }
-    /* Interpreter fallback: room for very long pieces (memory grows with the piece only). */
-    pcre2_set_heap_limit(m.mctx, 4u << 20); /* KiB = 4 GiB */
+    /* The pattern only repeats single classes, so backtracking needs a constant number of frames
+     * whatever the piece length: a small heap limit suffices for the interpreter; the match limit
+     * counts backtracking steps, which grow linearly with a long piece, so it is lifted. */
+    pcre2_set_heap_limit(m.mctx, 16u << 10); /* KiB = 16 MiB */
     pcre2_set_match_limit(m.mctx, UINT32_MAX);
     if (t->jit) {
         m.jstack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);

@@ -5,6 +5,7 @@
 #include "ms_cachesim.h"
 #include "ms_cli.h"
 #include "ms_err.h"
+#include "ms_stdout.h"
 
 static void usage(FILE *f)
 {
@@ -25,7 +26,7 @@ static void usage(FILE *f)
           f);
 }
 
-int main(int argc, char **argv)
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -51,4 +52,16 @@ int main(int argc, char **argv)
     fprintf(stderr, "moestream: unknown command '%s'\n", cmd);
     usage(stderr);
     return MS_EXIT_USAGE;
+}
+
+/* Output lost on the way (a full disk, a failing device) must not look like success:
+ * every command's stdout is checked here once, after it returns. */
+int main(int argc, char **argv)
+{
+    int rc = dispatch(argc, argv);
+    if (ms_stdout_close() != 0) {
+        fprintf(stderr, "moestream%s%s: %s\n", argc > 1 ? " " : "", argc > 1 ? argv[1] : "", ms_err_msg());
+        if (rc == MS_EXIT_OK) rc = MS_EXIT_IO;
+    }
+    return rc;
 }

@@ -22,8 +22,9 @@ int ms_cli_fail_err(const char *cmd);
  * stderr is a terminal and not quiet. Every command calls it once its options are parsed. */
 void ms_cli_set_output(int quiet);
 
-/* Parse "1,2,3" (commas and/or whitespace) into a malloc'ed array. Returns 0 or -1 with
- * ms_err set naming the bad item. */
+/* Parse "1,2,3" (commas and/or whitespace) into a malloc'ed array; an empty item ("1,,3", a
+ * leading or trailing comma) is refused. Returns 0 or -1 with ms_err set (MS_EXIT_USAGE) naming
+ * the bad item's number and byte offset. */
 int ms_cli_parse_ids(const char *s, int32_t **ids, size_t *n);
 /* Whole file into a malloc'ed NUL-terminated buffer, or NULL with ms_err set (MS_EXIT_IO). */
 char *ms_cli_read_file(const char *path, size_t *len);

@@ -25,7 +25,8 @@ static void shard_usage(FILE *f)
           "  --model DIR     the checkpoint as released (config.json + safetensors shards)\n"
           "  --workers N     number of expert workers (1 .. experts per layer)\n"
           "  --replicas R    workers holding each expert (default 1)\n"
-          "  --out DIR       output directory (created if missing; a previous pack there is replaced)\n"
+          "  --out DIR       output directory (created if missing; a previous pack there is replaced once\n"
+          "                  the new one is complete, and left as it was if sharding fails)\n"
           "  --quiet         no progress bar and no summary line\n",
           f);
 }
@@ -113,8 +114,9 @@ int ms_cli_shard(int argc, char **argv)
         fprintf(stderr,
                 "moestream shard: %lld pack%s x %s experts (%lld replica%s) = %s in %s/worker-*, trunk %zu tensors "
                 "%s in %s/trunk, model %s, %.1f s\n",
-                workers, workers > 1 ? "s" : "", per, replicas, replicas > 1 ? "s" : "", ms_size_fmt(bytes, b1, sizeof b1),
-                out, tn, ms_size_fmt(tbytes, b2, sizeof b2), out, fp, ms_cli_now() - t0);
+                workers, workers > 1 ? "s" : "", per, replicas, replicas > 1 ? "s" : "",
+                ms_size_fmt(bytes, b1, sizeof b1), out, tn, ms_size_fmt(tbytes, b2, sizeof b2), out, fp,
+                ms_cli_now() - t0);
     }
     return MS_EXIT_OK;
 }

@@ -175,6 +175,94 @@ static void test_demo(void)
     json_decref(j);
 }
 
+/* Issue 12: lost output is an I/O error; an empty id item is refused; I/O failures exit 4. */
+
+/* Run with stdout on /dev/full (a full disk); returns the status, stderr in *err (malloc'ed). */
+static int status_full(const char *prog, const char *args, char **err)
+{
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1 >/dev/full", prog, args);
+    return ms_t_run(cmd, err);
+}
+
+static void test_lost_output(void)
+{
+    const char *d = ms_t_tmpdir("cli-io");
+    char a[8400], *e = NULL;
+    snprintf(a, sizeof a, "synth --out %s/m --seed 3", d);
+    T_CHECK(status_of(a) == 0, "synth for the I/O checks");
+    const char *want = "cannot write to standard output: No space left on device";
+
+    snprintf(a, sizeof a, "tokenize --tokenizer %s/m --text 'Hello world'", d);
+    int st = status_full(bin, a, &e);
+    T_CHECK(st == 4 && e && strstr(e, want), "tokenize > /dev/full: exit %d (want 4), stderr: %s", st, e ? e : "");
+    free(e);
+    /* More output than one stdio buffer: the failure happens before the final flush. */
+    snprintf(a, sizeof a, "tokenize --tokenizer %s/m --file %s/m/tiktoken.model", d, d);
+    st = status_full(bin, a, &e);
+    T_CHECK(st == 4 && e && strstr(e, want), "tokenize of a long file > /dev/full: exit %d, stderr: %s", st, e ? e : "");
+    free(e);
+    snprintf(a, sizeof a, "run --model %s/m --ids 5,6,7 -n 2 --json", d);
+    st = status_full(bin, a, &e);
+    T_CHECK(st == 4 && e && strstr(e, want), "run --json > /dev/full: exit %d (want 4), stderr: %s", st, e ? e : "");
+    free(e);
+    snprintf(a, sizeof a, "run --model %s/m --ids 5,6,7 -n 2", d);
+    st = status_full(bin, a, &e);
+    T_CHECK(st == 4 && e && strstr(e, want), "run (streamed ids) > /dev/full: exit %d, stderr: %s", st, e ? e : "");
+    free(e);
+    snprintf(a, sizeof a, "detokenize --tokenizer %s/m --ids 72,101", d);
+    st = status_full(bin, a, &e);
+    T_CHECK(st == 4 && e && strstr(e, want), "detokenize > /dev/full: exit %d, stderr: %s", st, e ? e : "");
+    free(e);
+    st = status_full(bin, "--help", &e);
+    T_CHECK(st == 4 && e && strstr(e, want), "--help > /dev/full: exit %d, stderr: %s", st, e ? e : "");
+    free(e);
+    st = status_full(ms_t_bin("moestream-worker"), "--help", &e);
+    T_CHECK(st == 4 && e && strstr(e, want), "moestream-worker --help > /dev/full: exit %d, stderr: %s", st,
+            e ? e : "");
+    free(e);
+    /* An error exit keeps its own code when stdout is full too. */
+    snprintf(a, sizeof a, "run --model %s/m --ids 1,99999 --json", d);
+    st = status_full(bin, a, &e);
+    T_CHECK(st == 5, "out-of-vocabulary id with stdout full: exit %d, want 5", st);
+    free(e);
+    /* The same commands succeed when the output has somewhere to go. */
+    snprintf(a, sizeof a, "tokenize --tokenizer %s/m --file %s/m/tiktoken.model", d, d);
+    T_CHECK(status_of(a) == 0, "tokenize > /dev/null: exit 0");
+
+    /* Empty items of an id list are refused, naming the item. */
+    static const struct {
+        const char *ids, *msg;
+    } bad[] = {{"1,,3", "empty item 2"}, {",1", "empty item 1"}, {"1,2,", "empty item 3"}, {"1, ,2", "empty item 2"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(a, sizeof a, "detokenize --tokenizer %s/m --ids '%s'", d, bad[i].ids);
+        e = stderr_of(a);
+        st = status_of(a);
+        T_CHECK(st == 2 && e && strstr(e, bad[i].msg), "--ids '%s': exit %d (want 2), stderr: %s", bad[i].ids, st,
+                e ? e : "");
+        free(e);
+        snprintf(a, sizeof a, "run --model %s/m --ids '%s' -n 1", d, bad[i].ids);
+        T_CHECK(status_of(a) == 2, "run --ids '%s': exit 2", bad[i].ids);
+    }
+    snprintf(a, sizeof a, "detokenize --tokenizer %s/m --ids ' 72 , 101 102'", d);
+    T_CHECK(status_of(a) == 0, "ids separated by commas and blanks are accepted");
+
+    /* An unopenable tokenizer file is an I/O error (4), a malformed one bad input (5). */
+    snprintf(a, sizeof a, "tokenize --tokenizer %s/no-such-dir --text hi", d);
+    e = stderr_of(a);
+    st = status_of(a);
+    T_CHECK(st == 4 && e && strstr(e, "no-such-dir/tiktoken.model"), "missing tokenizer: exit %d (want 4): %s", st,
+            e ? e : "");
+    free(e);
+    char cmd[8600];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/t2", d);
+    T_CHECK(ms_t_run(cmd, NULL) == 0, "mkdir t2");
+    snprintf(cmd, sizeof cmd, "printf 'not base64\\n' > %s/t2/tiktoken.model", d);
+    T_CHECK(ms_t_run(cmd, NULL) == 0, "malformed tokenizer");
+    snprintf(a, sizeof a, "tokenize --tokenizer %s/t2 --text hi", d);
+    T_CHECK(status_of(a) == 5, "malformed tiktoken.model: exit 5");
+}
+
 /* The small preset: real sharding, 256 MXFP4 experts a layer, 4096-id tokenizer. */
 static void test_small_preset(void)
 {
@@ -407,6 +495,7 @@ int main(void)
     test_usage();
     test_synth_run();
     test_demo();
+    test_lost_output();
     test_small_preset();
     test_trace();
     test_cgroup_budget();

@@ -4,8 +4,10 @@
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -494,39 +496,113 @@ static void test_cli(const char *model)
             "stale packs of the 3-worker run still open");
 }
 
-/* ---- a failed shard leaves nothing that looks like a pack ---- */
+/* ---- a failed or refused shard leaves the earlier output as it was, and nothing new ---- */
+
+/* Names in dir that start with prefix, space separated (malloc'ed; "" if none). */
+static char *entries_with(const char *dir, const char *prefix)
+{
+    char cmd[4600], *out = NULL;
+    snprintf(cmd, sizeof cmd, "ls -A '%s' 2>/dev/null | grep '^%s' | tr '\\n' ' '", dir, prefix);
+    ms_t_run(cmd, &out);
+    return out ? out : calloc(1, 1);
+}
+
+/* ms_pack_shard under a file size limit (a disk that fills up): writes past limit fail with EFBIG. */
+static int shard_with_fsize_limit(const char *model, int n, const char *out, rlim_t limit)
+{
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = limit;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    int rc = ms_pack_shard(model, n, 1, out);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    return rc;
+}
 
 static void test_failed_shard(const char *model)
 {
-    char out[4200], cmd[8800], *listing = NULL;
+    char out[4200], fresh[4200], cmd[40000], bad_model[4200], *s = NULL;
     snprintf(out, sizeof out, "%s", rpath("crash"));
+    snprintf(fresh, sizeof fresh, "%s", rpath("crash-fresh"));
     T_CHECK(ms_pack_shard(model, 2, 1, out) == 0, "first shard: %s", ms_err_msg());
-    /* Fails after the old manifests are gone, before any expert is written: trunk is a file. */
-    snprintf(cmd, sizeof cmd, "rm -rf '%s/trunk' && touch '%s/trunk'", out, out);
-    T_CHECK(ms_t_run(cmd, NULL) == 0, "make trunk a file");
+    size_t l0 = 0, l1 = 0;
+    char *m0 = ms_t_read_file(rpath("crash/worker-0/manifest.json"), &l0);
+
+    /* A disk that fills up while the packs are written: exit code for I/O, the earlier packs
+     * untouched and still valid, no temporary directory or file left. */
     ms_err_clear();
-    T_CHECK(ms_pack_shard(model, 2, 1, out) == -1 && ms_err_code() == MS_EXIT_IO && has(ms_err_msg(), "trunk"),
-            "trunk not a directory: %s", ms_err_msg());
+    T_CHECK(shard_with_fsize_limit(model, 3, out, 40000) == -1 && ms_err_code() == MS_EXIT_IO &&
+                has(ms_err_msg(), "File too large"),
+            "full disk during the packs: %s", ms_err_msg());
     ms_pack p;
-    T_CHECK(ms_pack_open(rpath("crash/worker-0"), &p) == -1 && ms_pack_open(rpath("crash/worker-1"), &p) == -1,
-            "the old packs still look valid after a failed shard");
-    /* Fails in the middle of the packs: worker-1's experts.bin.tmp cannot be created. */
-    snprintf(cmd, sizeof cmd, "rm -f '%s/trunk' && mkdir -p '%s/worker-1/experts.bin.tmp'", out, out);
-    T_CHECK(ms_t_run(cmd, NULL) == 0, "block worker-1");
-    ms_err_clear();
-    T_CHECK(ms_pack_shard(model, 2, 1, out) == -1 && ms_err_code() == MS_EXIT_IO &&
-                has(ms_err_msg(), "worker-1/experts.bin.tmp"),
-            "blocked worker-1: %s", ms_err_msg());
-    T_CHECK(ms_pack_open(rpath("crash/worker-0"), &p) == -1, "worker-0 looks valid after a failed shard");
-    snprintf(cmd, sizeof cmd, "find '%s' -name '*.tmp' -type f", out);
-    T_CHECK(ms_t_run(cmd, &listing) == 0 && listing && listing[0] == 0, "tmp files left: %s", listing ? listing : "?");
-    free(listing);
-    /* Unblocked, the same command succeeds. */
-    snprintf(cmd, sizeof cmd, "rmdir '%s/worker-1/experts.bin.tmp'", out);
-    T_CHECK(ms_t_run(cmd, NULL) == 0, "unblock");
-    T_CHECK(ms_pack_shard(model, 2, 1, out) == 0, "shard after repair: %s", ms_err_msg());
-    T_CHECK(ms_pack_open(rpath("crash/worker-1"), &p) == 0, "repaired pack: %s", ms_err_msg());
+    T_CHECK(ms_pack_open(rpath("crash/worker-0"), &p) == 0 && p.workers == 2, "earlier pack after a failed shard: %s",
+            ms_err_msg());
     ms_pack_close(&p);
+    char *m1 = ms_t_read_file(rpath("crash/worker-0/manifest.json"), &l1);
+    T_CHECK(m0 && m1 && l0 == l1 && memcmp(m0, m1, l0) == 0, "earlier manifest unchanged by a failed shard");
+    free(m1);
+    T_CHECK(access(rpath("crash/worker-2"), F_OK) != 0, "a failed 3-worker shard left worker-2");
+    s = entries_with(out, ".shard");
+    T_CHECK(s[0] == 0, "temporary directory left after a full disk: %s", s);
+    free(s);
+    snprintf(cmd, sizeof cmd, "find '%s' -name '*.tmp'", out);
+    T_CHECK(ms_t_run(cmd, &s) == 0 && s && s[0] == 0, "tmp files left: %s", s ? s : "?");
+    free(s);
+
+    /* A failure after the packs, in the trunk (the tokenizer file cannot be read). */
+    snprintf(bad_model, sizeof bad_model, "%s", rpath("badtok"));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s' && rm '%s/tiktoken.model' && mkdir '%s/tiktoken.model'",
+             bad_model, model, bad_model, bad_model, bad_model);
+    T_CHECK(ms_t_run(cmd, NULL) == 0, "model with an unreadable tokenizer");
+    ms_err_clear();
+    T_CHECK(ms_pack_shard(bad_model, 1, 1, out) == -1 && ms_err_code() == MS_EXIT_IO &&
+                has(ms_err_msg(), "tiktoken.model"),
+            "unreadable tokenizer during the trunk: %s", ms_err_msg());
+    m1 = ms_t_read_file(rpath("crash/worker-0/manifest.json"), &l1);
+    T_CHECK(m0 && m1 && l0 == l1 && memcmp(m0, m1, l0) == 0, "earlier manifest unchanged by a late failure");
+    free(m1);
+    T_CHECK(ms_pack_open(rpath("crash/worker-1"), &p) == 0, "earlier worker-1 after a late failure: %s",
+            ms_err_msg());
+    ms_pack_close(&p);
+    s = entries_with(out, ".shard");
+    T_CHECK(s[0] == 0, "temporary directory left after a late failure: %s", s);
+    free(s);
+
+    /* Into a directory that did not exist: a failure leaves no directory at all. */
+    ms_err_clear();
+    T_CHECK(shard_with_fsize_limit(model, 2, fresh, 40000) == -1 && ms_err_code() == MS_EXIT_IO,
+            "full disk into a new directory: %s", ms_err_msg());
+    T_CHECK(access(fresh, F_OK) != 0, "a failed shard left %s behind", fresh);
+    T_CHECK(ms_pack_shard(bad_model, 2, 1, fresh) == -1 && access(fresh, F_OK) != 0,
+            "a late failure left %s behind", fresh);
+
+    /* The same command succeeds once the cause is gone, and replaces the earlier pack. */
+    T_CHECK(ms_pack_shard(model, 3, 1, out) == 0, "shard after repair: %s", ms_err_msg());
+    T_CHECK(ms_pack_open(rpath("crash/worker-2"), &p) == 0 && p.workers == 3, "repaired pack: %s", ms_err_msg());
+    ms_pack_close(&p);
+    s = entries_with(out, "");
+    T_CHECK(!strcmp(s, "trunk worker-0 worker-1 worker-2 "), "after the repair %s holds: %s", out, s);
+    free(s);
+    free(m0);
+
+    /* Not enough space: refused before anything is created, sizes in readable units. Needs a
+     * small filesystem: a tmpfs in a private mount namespace (root only). */
+    snprintf(cmd, sizeof cmd,
+             "unshare -m sh -c 'mkdir -p %s/small && mount -t tmpfs -o size=64k none %s/small && "
+             "%s shard --model %s --workers 2 --out %s/small/out; echo \"exit $?\"; ls -A %s/small' 2>&1",
+             root, root, ms_t_bin("moestream"), model, root, root);
+    if (geteuid() != 0 || system("unshare -m true 2>/dev/null") != 0) {
+        ms_t_skip("not root or no mount namespaces: the full-filesystem refusal of shard is not checked");
+        return;
+    }
+    T_CHECK(ms_t_run(cmd, &s) == 0 && s, "shard on a 64 KiB tmpfs ran");
+    T_CHECK(has(s, "exit 4") && has(s, "not enough space") && has(s, "KiB free") && has(s, "KiB\n") &&
+                !has(s, "0.00") && !has(s, "exit 4\nout"),
+            "64 KiB filesystem: refused with exit 4, sizes in KiB, nothing created: %s", s ? s : "");
+    free(s);
 }
 
 /* ---- a store over a pack computes what the in-memory table computes; checksums bite ---- */

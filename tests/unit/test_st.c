@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -621,11 +622,43 @@ static void test_shared(void)
     ms_st_close(a);
 }
 
+/* An index that cannot be opened (here: no file descriptor left) is an I/O error, and its
+ * message gives the reason, not a JSON position ("line -1, column -1"). */
+static void test_index_unopenable(void)
+{
+    const char *names[] = {"x.a"};
+    const char *dir = tpath("index-io");
+    char p1[4200];
+    mkdir_p(dir);
+    snprintf(p1, sizeof p1, "%s/model-00001-of-00001.safetensors", dir);
+    write_shard(p1, names, 1, 7);
+    write_index(dir, "\"x.a\":\"model-00001-of-00001.safetensors\"");
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_NOFILE, &old);
+    lim = old;
+    lim.rlim_cur = 64;
+    int fds[64], n = 0;
+    if (setrlimit(RLIMIT_NOFILE, &lim) == 0)
+        while (n < 64 && (fds[n] = open("/dev/null", O_RDONLY)) >= 0) n++;
+    ms_err_clear();
+    ms_st *st = ms_st_open_dir(dir);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ms_err_msg());
+    int code = ms_err_code();
+    while (n > 0) close(fds[--n]);
+    setrlimit(RLIMIT_NOFILE, &old);
+    T_CHECK(st == NULL && code == MS_EXIT_IO && has(msg, "model.safetensors.index.json") &&
+                has(msg, "Too many open files") && !has(msg, "line") && !has(msg, "column"),
+            "unopenable index: class %d, message: %s", code, msg);
+    ms_st_close(st);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "%s", ms_t_tmpdir("test_st"));
     test_roundtrip();
     test_shards();
+    test_index_unopenable();
     test_corrupt();
     test_shared();
     return ms_t_done();

@@ -248,6 +248,217 @@ static void test_shared_cases(void)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Long words (issue 12, defect 5): a 10 MB word used to fail with "matching depth limit
+ * exceeded". Expected ids come from a naive transcription of tiktoken's byte-pair merge (spec
+ * 5.5: whole-piece lookup, then repeatedly merge the lowest-rank adjacent pair, leftmost on ties)
+ * over ranks read straight from tiktoken.model, applied to words the split pattern keeps whole. */
+
+typedef struct {
+    char **bytes; /* [cap] token bytes or NULL */
+    size_t *len;
+    int32_t *rank;
+    size_t cap;
+} ref_vocab;
+
+static size_t ref_hash(const char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ULL;
+    return (size_t)h;
+}
+
+static int32_t ref_rank(const ref_vocab *v, const char *p, size_t n)
+{
+    for (size_t i = ref_hash(p, n) & (v->cap - 1);; i = (i + 1) & (v->cap - 1)) {
+        if (!v->bytes[i]) return -1;
+        if (v->len[i] == n && memcmp(v->bytes[i], p, n) == 0) return v->rank[i];
+    }
+}
+
+static int b64v(int c);
+
+/* Parse tiktoken.model ("<base64> <rank>" lines) independently of ms_tok. */
+static int ref_load(ref_vocab *v, const char *path)
+{
+    size_t ml = 0;
+    char *m = ms_t_read_file(path, &ml);
+    if (!m) return -1;
+    v->cap = 1 << 20;
+    v->bytes = calloc(v->cap, sizeof *v->bytes);
+    v->len = calloc(v->cap, sizeof *v->len);
+    v->rank = calloc(v->cap, sizeof *v->rank);
+    for (char *s = m; s < m + ml;) {
+        char *nl = memchr(s, '\n', (size_t)(m + ml - s));
+        char *e = nl ? nl : m + ml;
+        char *sp = memchr(s, ' ', (size_t)(e - s));
+        if (sp) {
+            char *tok = malloc((size_t)(sp - s));
+            size_t n = 0;
+            for (char *q = s; q + 3 < sp; q += 4) {
+                uint32_t w = ((uint32_t)b64v(q[0]) << 18) | ((uint32_t)b64v(q[1]) << 12) |
+                             ((uint32_t)b64v(q[2]) << 6) | (uint32_t)b64v(q[3]);
+                tok[n++] = (char)(w >> 16);
+                if (q[2] != '=') tok[n++] = (char)(w >> 8);
+                if (q[3] != '=') tok[n++] = (char)w;
+            }
+            size_t i = ref_hash(tok, n) & (v->cap - 1);
+            while (v->bytes[i]) i = (i + 1) & (v->cap - 1);
+            v->bytes[i] = tok;
+            v->len[i] = n;
+            v->rank[i] = atoi(sp + 1);
+        }
+        s = e + 1;
+    }
+    free(m);
+    return 0;
+}
+
+static void ref_free(ref_vocab *v)
+{
+    for (size_t i = 0; v->bytes && i < v->cap; i++) free(v->bytes[i]);
+    free(v->bytes);
+    free(v->len);
+    free(v->rank);
+}
+
+/* tiktoken's _byte_pair_merge, O(n^2): parts[i] = start of part i, ranks[i] = rank of parts i and i+1 merged. */
+static int32_t *ref_bpe(const ref_vocab *v, const char *p, size_t n, size_t *n_out)
+{
+    int32_t whole = ref_rank(v, p, n);
+    if (whole >= 0) {
+        int32_t *r = malloc(sizeof *r);
+        *r = whole;
+        *n_out = 1;
+        return r;
+    }
+    size_t np = n + 1; /* part starts, the last one is n */
+    size_t *parts = malloc(np * sizeof *parts);
+    int64_t *ranks = malloc(np * sizeof *ranks);
+    for (size_t i = 0; i < np; i++) parts[i] = i;
+    for (size_t i = 0; i < np; i++) {
+        int32_t r = i + 2 < np ? ref_rank(v, p + parts[i], parts[i + 2] - parts[i]) : -1;
+        ranks[i] = r < 0 ? INT64_MAX : r;
+    }
+    for (;;) {
+        size_t best = np;
+        int64_t best_rank = INT64_MAX;
+        for (size_t i = 0; i + 1 < np; i++)
+            if (ranks[i] < best_rank) {
+                best_rank = ranks[i];
+                best = i;
+            }
+        if (best_rank == INT64_MAX) break;
+        memmove(parts + best + 1, parts + best + 2, (np - best - 2) * sizeof *parts);
+        memmove(ranks + best + 1, ranks + best + 2, (np - best - 2) * sizeof *ranks);
+        np--;
+        for (size_t i = best ? best - 1 : 0; i <= best; i++) {
+            int32_t r = i + 2 < np ? ref_rank(v, p + parts[i], parts[i + 2] - parts[i]) : -1;
+            ranks[i] = r < 0 ? INT64_MAX : r;
+        }
+    }
+    int32_t *out = malloc(np * sizeof *out);
+    for (size_t i = 0; i + 1 < np; i++) out[i] = ref_rank(v, p + parts[i], parts[i + 1] - parts[i]);
+    *n_out = np - 1;
+    free(parts);
+    free(ranks);
+    return out;
+}
+
+/* Append code point c as UTF-8. */
+static size_t put_utf8(char *b, uint32_t c)
+{
+    if (c < 0x80) {
+        b[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        b[0] = (char)(0xc0 | (c >> 6));
+        b[1] = (char)(0x80 | (c & 63));
+        return 2;
+    }
+    b[0] = (char)(0xe0 | (c >> 12));
+    b[1] = (char)(0x80 | ((c >> 6) & 63));
+    b[2] = (char)(0x80 | (c & 63));
+    return 3;
+}
+
+/* A word of about n bytes that the split pattern keeps in one piece:
+ *   kind 0: lowercase ASCII (alternative 2, all in the lower class)
+ *   kind 1: one letter 'a' repeated
+ *   kind 2: uppercase ASCII (alternative 2 fails, alternative 3 takes the whole run)
+ *   kind 3: lowercase, Thai (Lo) and combining acute (Mn) mixed, starting lowercase (alternative 2)
+ *   kind 4: Han ideographs (alternative 1) */
+static char *make_word(int kind, size_t n, size_t *len)
+{
+    char *w = malloc(n + 4);
+    size_t o = 0;
+    uint32_t x = 12345u + (uint32_t)kind;
+    while (o < n) {
+        x = x * 1103515245u + 12345u;
+        uint32_t r = (x >> 16) & 0x7fff;
+        uint32_t c;
+        switch (kind) {
+        case 0: c = 'a' + r % 26; break;
+        case 1: c = 'a'; break;
+        case 2: c = 'A' + r % 26; break;
+        case 3: c = o == 0 || r % 3 == 0 ? 'a' + r % 26 : r % 3 == 1 ? 0x0e01 + r % 46 : (r & 1 ? 0x0301 : 'e'); break;
+        default: c = 0x4e00 + r % 64; break;
+        }
+        o += put_utf8(w + o, c);
+    }
+    *len = o;
+    return w;
+}
+
+static void test_long_words(void)
+{
+    const char *p = ms_t_shared("fixtures/tokenizer/kimi-o200k/tiktoken.model");
+    if (!p) return;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", p);
+    *strrchr(dir, '/') = 0;
+    ms_tok *t = ms_tok_load(dir);
+    ref_vocab v = {0};
+    T_CHECK(t && ref_load(&v, p) == 0, "load %s: %s", dir, ms_err_msg());
+    if (!t || !v.bytes) {
+        ms_tok_free(t);
+        ref_free(&v);
+        return;
+    }
+    static const char *kinds[] = {"lowercase", "one letter", "uppercase", "latin/Thai/marks", "Han"};
+    for (int kind = 0; kind < 5; kind++) {
+        size_t wl = 0;
+        char *w = make_word(kind, 6000, &wl);
+        size_t ng = 0, nw = 0;
+        int32_t *got = NULL;
+        int rc = ms_tok_encode(t, w, wl, 0, &got, &ng);
+        int32_t *want = ref_bpe(&v, w, wl, &nw);
+        size_t d = 0;
+        while (rc == 0 && d < ng && d < nw && got[d] == want[d]) d++;
+        T_CHECK(rc == 0 && ids_eq(got, ng, want, nw),
+                "%zu-byte %s word: %zu ids, the reference merge gives %zu (first difference at %zu): %s", wl,
+                kinds[kind], ng, nw, d, rc == 0 ? "" : ms_err_msg());
+        free(got);
+        free(want);
+        free(w);
+    }
+
+    /* 10 MiB in one word (10.5 million code points, one piece): encodes (no regex depth limit),
+     * merges, and decodes to the same bytes */
+    size_t big = 0;
+    char *w = make_word(0, 10u << 20, &big);
+    double t0 = ms_now();
+    size_t n_ids = 0;
+    int ok = round_trip(t, w, big, 0, &n_ids);
+    printf("tokenizer: one %zu-byte word -> %zu ids in %.2f s\n", big, n_ids, ms_now() - t0);
+    T_CHECK(ok && n_ids > 0 && n_ids < big, "a %zu-byte word encodes and round-trips (%zu ids): %s", big, n_ids,
+            ok ? "" : ms_err_msg());
+    free(w);
+    ref_free(&v);
+    ms_tok_free(t);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* The synthetic tokenizer. */
 
 static int b64v(int c)
@@ -559,7 +770,8 @@ static void test_malformed(void)
 
     /* missing directory */
     ms_tok *t = ms_tok_load("/nonexistent-tok-dir");
-    T_CHECK(t == NULL && strstr(ms_err_msg(), "/nonexistent-tok-dir/tiktoken.model"), "missing dir: %s", ms_err_msg());
+    T_CHECK(t == NULL && strstr(ms_err_msg(), "/nonexistent-tok-dir/tiktoken.model") && ms_err_code() == MS_EXIT_IO,
+            "missing dir: an I/O error (class %d): %s", ms_err_code(), ms_err_msg());
     T_CHECK(ms_tok_present("/nonexistent-tok-dir") == 0, "missing dir: not present");
 
     /* tolerated: CRLF line ends, blank lines, a config without added_tokens_decoder */
@@ -581,6 +793,7 @@ static void test_malformed(void)
 int main(void)
 {
     test_shared_cases();
+    test_long_words();
     test_synth();
     test_bpe_rules();
     test_malformed();
