@@ -309,6 +309,10 @@ static int generate(const run_opts *o)
                              (int)got_signal);
             goto out;
         }
+        if (ferror(stdout)) { /* printed tokens were lost: stop; main reports it (ms_stdout_close) */
+            rc = MS_EXIT_IO;
+            goto out;
+        }
         size_t ng0;
         ms_engine_seq_tokens(seq, &ng0);
         if (ms_engine_step(e, &seq, 1) != 0) {
