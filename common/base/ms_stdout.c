@@ -7,6 +7,13 @@
 #include "ms_err.h"
 #include "ms_stdout.h"
 
+static int first_err;
+
+void ms_stdout_note_error(int err)
+{
+    if (!first_err) first_err = err;
+}
+
 int ms_stdout_close(void)
 {
     int earlier = ferror(stdout); /* a write failed before (errno of that failure is long gone) */
@@ -26,6 +33,7 @@ int ms_stdout_close(void)
     }
     if (!earlier && !flush_failed) return 0;
     /* a failed write usually fails again on the final flush, which gives the reason */
+    if (!err) err = first_err;
     ms_err_set("cannot write to standard output: %s", err ? strerror(err) : "write error");
     ms_err_set_code(MS_EXIT_IO);
     return -1;

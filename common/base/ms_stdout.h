@@ -7,5 +7,8 @@
  * standard output: <reason>" (class MS_EXIT_IO). A stdout that was closed before anything was
  * written to it is not an error. Call once, at the very end of main; stdout is unusable after. */
 int ms_stdout_close(void);
+/* Remember why a write to stdout failed (errno of the failing call), for ms_stdout_close's
+ * message when the final flush has nothing left to fail on. The first one is kept. */
+void ms_stdout_note_error(int err);
 
 #endif

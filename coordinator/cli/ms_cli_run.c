@@ -1,4 +1,5 @@
 /* ms_cli_run: the `run` and `demo` commands: prefill, incremental decoding, output and stats. */
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include "ms_plan.h"
 #include "ms_progress.h"
 #include "ms_size.h"
+#include "ms_stdout.h"
 #include "ms_synth.h"
 #include "ms_tok.h"
 
@@ -99,7 +101,7 @@ static void print_token(void *ctx, ms_eseq *s, int32_t token)
     } else {
         printf("%s%d", ng > 1 ? " " : "", token);
     }
-    fflush(stdout);
+    if (fflush(stdout) != 0) ms_stdout_note_error(errno); /* the run stops at the next step */
 }
 
 static int dump_rows(void *ctx, ms_eseq *s, const float *rows, int64_t n)
