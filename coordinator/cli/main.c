@@ -22,7 +22,8 @@ static void usage(FILE *f)
           "  keygen      write a CURVE key pair for workers and coordinators\n"
           "\n"
           "`moestream <command> --help` describes each command. Exit codes: 0 ok, 1 runtime error,\n"
-          "2 usage, 3 bad model, 4 I/O error, 5 bad input, 6 impossible budget, 7 worker failure.\n",
+          "2 usage, 3 bad model, 4 I/O error, 5 bad input, 6 impossible budget, 7 worker failure,\n"
+          "130 interrupted (Ctrl-C or SIGTERM).\n",
           f);
 }
 

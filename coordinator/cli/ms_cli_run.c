@@ -32,8 +32,15 @@ typedef struct {
     int json, allow_special, stop_eos, quiet, buffered, lru;
 } run_opts;
 
-static void run_usage(FILE *f)
+static void run_usage(FILE *f, int demo)
 {
+    if (demo)
+        fputs("usage: moestream demo [--model DIR] [run options]\n"
+              "\n"
+              "Writes a small synthetic Kimi K3 checkpoint (synth preset tiny, random weights) to DIR\n"
+              "(default $TMPDIR/moestream-demo-tiny) unless one is there, then runs on it: by default\n"
+              "24 tokens after the prompt \"The weather today is\". Every option of run applies:\n\n",
+              f);
     fputs("usage: moestream run --model DIR (--prompt TEXT | --prompt-file PATH | --ids 1,2,3 | --ids-file PATH)\n"
           "                     [-n N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet]\n"
@@ -456,9 +463,9 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
                 return ms_cli_fail(cmd, MS_EXIT_USAGE, "--top-p must be in (0, 1], got '%s'", optarg);
             break;
         case 'h':
-            run_usage(stdout);
+            run_usage(stdout, demo);
             return -1;
-        default: run_usage(stderr); return MS_EXIT_USAGE;
+        default: run_usage(stderr, demo); return MS_EXIT_USAGE;
         }
     }
     if (optind != argc) return ms_cli_fail(cmd, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
