@@ -1,0 +1,327 @@
+/* ms_tok_synth: writes a small tiktoken-format tokenizer (BPE ranks trained on a built-in English
+ * sample, plus the Kimi special tokens) for synthetic checkpoints. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+#include <pcre2.h>
+
+#include "ms_err.h"
+#include "ms_tok.h"
+#include "ms_tok_int.h"
+
+static int tok_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int tok_fail(int code, const char *fmt, ...)
+{
+    char buf[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    ms_err_set("%s", buf);
+    ms_err_set_code(code);
+    return -1;
+}
+
+static char *tok_path(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = ms_malloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static void tok_b64_encode(const uint8_t *p, size_t n, char *out)
+{
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t w = (uint32_t)p[i] << 16;
+        if (i + 1 < n) w |= (uint32_t)p[i + 1] << 8;
+        if (i + 2 < n) w |= p[i + 2];
+        out[o++] = al[(w >> 18) & 63];
+        out[o++] = al[(w >> 12) & 63];
+        out[o++] = i + 1 < n ? al[(w >> 6) & 63] : '=';
+        out[o++] = i + 2 < n ? al[w & 63] : '=';
+    }
+    out[o] = 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The synthetic tokenizer. */
+
+/* English sample for the merge training: plain prose about computers and weather. */
+static const char tok_sample[] =
+    "Computers are machines that follow instructions. A computer reads a program, stores data in its "
+    "memory, and performs calculations much faster than any person could. The first electronic computers "
+    "filled entire rooms, used thousands of vacuum tubes, and consumed as much power as a small town. "
+    "Today a phone in your pocket is millions of times faster, and it runs on a battery that lasts all day.\n"
+    "Inside every computer there is a processor, some memory, and storage. The processor executes "
+    "instructions one after another, although modern processors can work on several instructions at the "
+    "same time. Memory holds the program and the data it is working on, while storage keeps files when the "
+    "power is off. When you open a document, the computer copies it from storage into memory, and when "
+    "you save it, the computer writes it back.\n"
+    "Programs are written by people in programming languages. A programmer describes what the computer "
+    "should do, step by step, and a compiler translates that description into the simple operations the "
+    "processor understands. Good programs are tested carefully, because a single mistake can make the "
+    "whole system stop working. It's often said that computers don't make mistakes; people do, and "
+    "they're usually the ones who wrote the program.\n"
+    "Networks connect computers to each other. The internet is a network of networks that lets a computer "
+    "in one country send a message to a computer in another country in less than a second. Data travels "
+    "in small packets, and each packet finds its own way through routers and cables under the sea.\n\n"
+    "The weather changes every day. In the morning the sky may be clear and blue, by the afternoon clouds "
+    "can gather, and in the evening it might rain. Weather is the state of the atmosphere at a given place "
+    "and time: the temperature, the wind, the humidity, the clouds and the rain or snow. Climate, on the "
+    "other hand, describes the average weather over many years.\n"
+    "The sun heats the surface of the earth unevenly. Warm air rises, cool air sinks, and the difference "
+    "in pressure makes the wind blow. When warm, moist air rises and cools, the water vapour in it "
+    "condenses into tiny droplets, and clouds form. If the droplets grow large enough, they fall as rain; "
+    "if the air is cold enough, they fall as snow.\n"
+    "Weather forecasters use computers to predict the weather. They collect measurements of temperature, "
+    "pressure, wind and humidity from thousands of weather stations, balloons, ships, aircraft and "
+    "satellites. Then a computer model divides the atmosphere into a grid of small boxes and calculates "
+    "how the air in each box will change over the next few minutes, again and again, until it reaches "
+    "the next day or the next week. The forecast for tomorrow is usually very good; the forecast for ten "
+    "days from now is much less certain, because small errors grow over time.\n"
+    "On a cold winter morning in 2023 the temperature fell to -12 degrees, and the wind speed reached 85 "
+    "kilometres per hour. The forecast said: \"Snow in the north, rain in the south, and strong winds "
+    "everywhere.\" People stayed at home, read the news on their computers, and watched the snow fall "
+    "outside the window. By the evening the storm had passed, the sky was clear again, and the stars "
+    "were shining over the quiet, white town.\n"
+    "Computers and weather have a long history together. Some of the very first computer programs were "
+    "written to calculate the weather, and today the largest computers in the world still spend much of "
+    "their time on weather and climate models. The better the computers become, the better the forecasts "
+    "we get, and the more time people have to prepare for storms, floods and heat waves.\n";
+
+typedef struct {
+    int32_t *tok; /* token ids of this distinct piece */
+    int n;        /* number of tokens */
+    int count;    /* how often the piece occurs in the sample */
+} tok_word;
+
+static int tok_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Write the whole synthetic vocabulary; vocab bytes in pool via off/len. */
+static int tok_synth_write_files(const char *dir, const uint8_t *pool, const size_t *off, const size_t *len,
+                                 int n_ranks)
+{
+    char *path = tok_path(dir, "tiktoken.model");
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        tok_fail(MS_EXIT_IO, "%s: cannot write: %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    char b64[256];
+    for (int r = 0; r < n_ranks; r++) {
+        MS_ASSERT(len[r] * 4 / 3 + 8 < sizeof b64);
+        tok_b64_encode(pool + off[r], len[r], b64);
+        fprintf(f, "%s %d\n", b64, r);
+    }
+    if (fclose(f) != 0) {
+        tok_fail(MS_EXIT_IO, "%s: write failed: %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    free(path);
+
+    static const char *names[3] = {"[BOS]", "[EOS]", "<|im_end|>"};
+    json_t *root = json_object();
+    json_t *dec = json_object();
+    for (int i = 0; i < 3; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "%d", n_ranks + i);
+        json_t *e = json_object();
+        json_object_set_new(e, "content", json_string(names[i]));
+        json_object_set_new(e, "special", json_true());
+        json_object_set_new(e, "lstrip", json_false());
+        json_object_set_new(e, "rstrip", json_false());
+        json_object_set_new(e, "normalized", json_false());
+        json_object_set_new(e, "single_word", json_false());
+        json_object_set_new(dec, key, e);
+    }
+    json_object_set_new(root, "tokenizer_class", json_string("TikTokenTokenizer"));
+    json_object_set_new(root, "bos_token", json_string("[BOS]"));
+    json_object_set_new(root, "eos_token", json_string("[EOS]"));
+    json_object_set_new(root, "added_tokens_decoder", dec);
+    path = tok_path(dir, "tokenizer_config.json");
+    int rc = json_dump_file(root, path, JSON_INDENT(1) | JSON_SORT_KEYS);
+    json_decref(root);
+    if (rc != 0) {
+        tok_fail(MS_EXIT_IO, "%s: cannot write", path);
+        free(path);
+        return -1;
+    }
+    free(path);
+    return 0;
+}
+
+int ms_tok_write_synth(const char *dir, int n_ranks)
+{
+    if (n_ranks < 256 + 16 || n_ranks > (1 << 24))
+        return tok_fail(MS_EXIT_USAGE, "tokenizer synth: n_ranks %d out of range (272..%d)", n_ranks, 1 << 24);
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return tok_fail(MS_EXIT_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+
+    int jit;
+    pcre2_code *re = ms_tok_regex_compile(&jit);
+    if (!re) return -1;
+
+    /* vocabulary under construction: byte strings by rank */
+    size_t pool_cap = 4096, pool_len = 0;
+    uint8_t *pool = ms_malloc(pool_cap);
+    size_t *off = ms_malloc((size_t)n_ranks * sizeof *off);
+    size_t *len = ms_malloc((size_t)n_ranks * sizeof *len);
+    int nv = 0;
+    for (int b = 0; b < 256; b++) {
+        pool[pool_len] = (uint8_t)b;
+        off[nv] = pool_len++;
+        len[nv++] = 1;
+    }
+
+    /* split the sample into distinct pieces with counts */
+    int n_words = 0, cap_words = 256;
+    tok_word *words = ms_calloc((size_t)cap_words, sizeof *words);
+    pcre2_match_data *md = pcre2_match_data_create(1, NULL);
+    MS_ASSERT(md != NULL);
+    const uint8_t *smp = (const uint8_t *)tok_sample;
+    size_t slen = sizeof tok_sample - 1, pos = 0;
+    while (pos < slen) {
+        int rc = pcre2_match(re, smp, slen, pos, 0, md, NULL);
+        MS_ASSERT(rc > 0);
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        MS_ASSERT(ov[0] == pos && ov[1] > pos);
+        size_t a = ov[0], b = ov[1];
+        pos = b;
+        int w;
+        for (w = 0; w < n_words; w++) {
+            if ((size_t)words[w].n != b - a) continue;
+            int same = 1;
+            for (int k = 0; k < words[w].n && same; k++) same = words[w].tok[k] == smp[a + (size_t)k];
+            if (same) break;
+        }
+        if (w < n_words) {
+            words[w].count++;
+            continue;
+        }
+        if (n_words == cap_words) {
+            cap_words *= 2;
+            words = ms_realloc(words, (size_t)cap_words * sizeof *words);
+        }
+        tok_word *nw = &words[n_words++];
+        nw->n = (int)(b - a);
+        nw->count = 1;
+        nw->tok = ms_malloc((size_t)nw->n * sizeof *nw->tok);
+        for (int k = 0; k < nw->n; k++) nw->tok[k] = smp[a + (size_t)k];
+    }
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    MS_ASSERT(n_words < 65536); /* the word index lives in 16 bits of the pair key below */
+
+    /* Greedy BPE training: merge the most frequent adjacent pair (ties: smallest (left, right)
+     * ids) while pairs and ranks remain; pairs seen once come last, so they only complete rare
+     * words of the sample. */
+    size_t total = 0;
+    for (int w = 0; w < n_words; w++) total += (size_t)words[w].n;
+    uint64_t *pairs = ms_malloc((total ? total : 1) * sizeof *pairs);
+    while (nv < n_ranks) {
+        size_t np = 0;
+        for (int w = 0; w < n_words; w++)
+            for (int k = 0; k + 1 < words[w].n; k++)
+                pairs[np++] = ((uint64_t)words[w].tok[k] << 40) | ((uint64_t)words[w].tok[k + 1] << 16) | (uint64_t)w;
+        if (np == 0) break;
+        qsort(pairs, np, sizeof *pairs, tok_cmp_u64);
+        uint64_t best = 0;
+        long best_count = 0;
+        for (size_t i = 0; i < np;) {
+            uint64_t key = pairs[i] >> 16;
+            long c = 0;
+            size_t j = i;
+            for (; j < np && (pairs[j] >> 16) == key; j++) c += words[pairs[j] & 0xffff].count;
+            if (c > best_count) {
+                best_count = c;
+                best = key;
+            }
+            i = j;
+        }
+        int32_t lt = (int32_t)(best >> 24), rt = (int32_t)(best & 0xffffff);
+        size_t nl = len[lt] + len[rt];
+        /* the concatenation may already be a token reached by another pair */
+        int32_t id = -1;
+        for (int r = 256; r < nv && id < 0; r++)
+            if (len[r] == nl && memcmp(pool + off[r], pool + off[lt], len[lt]) == 0 &&
+                memcmp(pool + off[r] + len[lt], pool + off[rt], len[rt]) == 0)
+                id = r;
+        if (id < 0) {
+            if (pool_len + nl > pool_cap) {
+                while (pool_len + nl > pool_cap) pool_cap *= 2;
+                pool = ms_realloc(pool, pool_cap);
+            }
+            memcpy(pool + pool_len, pool + off[lt], len[lt]);
+            memcpy(pool + pool_len + len[lt], pool + off[rt], len[rt]);
+            off[nv] = pool_len;
+            len[nv] = nl;
+            pool_len += nl;
+            id = nv++;
+        }
+        for (int w = 0; w < n_words; w++) {
+            int o = 0;
+            for (int k = 0; k < words[w].n; k++) {
+                if (k + 1 < words[w].n && words[w].tok[k] == lt && words[w].tok[k + 1] == rt) {
+                    words[w].tok[o++] = id;
+                    k++;
+                } else {
+                    words[w].tok[o++] = words[w].tok[k];
+                }
+            }
+            words[w].n = o;
+        }
+    }
+    free(pairs);
+    int n_trained = nv;
+    for (int w = 0; w < n_words; w++) free(words[w].tok);
+    free(words);
+
+    /* Fill any remaining ranks with unused lowercase-letter strings (two letters, then three, ...)
+     * so that every requested rank exists; they are ordinary, realistic-looking tokens. */
+    for (size_t width = 2; nv < n_ranks; width++) {
+        size_t combos = 1;
+        for (size_t k = 0; k < width && combos < (size_t)n_ranks * 64; k++) combos *= 26;
+        for (size_t c = 0; c < combos && nv < n_ranks; c++) {
+            uint8_t s[16];
+            size_t v = c;
+            for (size_t k = width; k-- > 0;) {
+                s[k] = (uint8_t)('a' + v % 26);
+                v /= 26;
+            }
+            int dup = 0;
+            for (int r = 256; r < n_trained && !dup; r++) dup = len[r] == width && memcmp(pool + off[r], s, width) == 0;
+            if (dup) continue;
+            if (pool_len + width > pool_cap) {
+                while (pool_len + width > pool_cap) pool_cap *= 2;
+                pool = ms_realloc(pool, pool_cap);
+            }
+            memcpy(pool + pool_len, s, width);
+            off[nv] = pool_len;
+            len[nv++] = width;
+            pool_len += width;
+        }
+    }
+
+    int rc = tok_synth_write_files(dir, pool, off, len, n_ranks);
+    free(pool);
+    free(off);
+    free(len);
+    return rc;
+}
