@@ -115,9 +115,6 @@ static int worker_main(int argc, char **argv)
         ms_wsrv_keys_free(&keys);
         return ms_opt_fail_err(WHO);
     }
-    struct stat sb;
-    if (secret && stat(secret, &sb) == 0 && (sb.st_mode & 077))
-        ms_log(1, "worker: warning: %s (a secret key) is readable by other users; chmod 600 it", secret);
 
     /* Only the main thread takes SIGTERM/SIGINT: every thread started below inherits the mask,
      * so the signal interrupts the main loop's poll and nothing else. */

@@ -61,9 +61,9 @@ static int spec_error(const char *item, int len, const char *why)
 }
 
 /* Resolve spec against avail ([n_layers][n_experts], the experts the source has) into owned. */
-static int parse_spec(const char *spec, const ms_cfg *c, const uint8_t *avail, int is_pack, uint8_t *owned)
+static int parse_spec(const char *spec, const ms_wload *w, const uint8_t *avail, uint8_t *owned)
 {
-    int NL = c->n_layers, NE = c->n_experts;
+    int NL = w->n_layers, NE = w->n_experts, is_pack = w->is_pack;
     size_t nk = (size_t)NL * (size_t)NE;
     if (!spec || !strcmp(spec, "all") || !strcmp(spec, "*")) {
         memcpy(owned, avail, nk);
@@ -99,9 +99,9 @@ static int parse_spec(const char *spec, const ms_cfg *c, const uint8_t *avail, i
             for (int e = 0; e < NE; e++) has |= al[e];
             if (!has) {
                 if (lstar) continue; /* '*' means the layers that have experts */
-                if (l < c->first_dense)
+                if (l < w->first_moe)
                     snprintf(why, sizeof why, "layer %d is dense: it has no routed experts (MoE layers are %d..%d)",
-                             l, c->first_dense, NL - 1);
+                             l, w->first_moe, NL - 1);
                 else
                     snprintf(why, sizeof why, "the pack has no expert of layer %d", l);
                 return spec_error(p, len, why);
@@ -126,7 +126,7 @@ static int parse_spec(const char *spec, const ms_cfg *c, const uint8_t *avail, i
 
 const char *ms_wload_layer_ranges(const ms_wload *w, int layer, char *buf, size_t n)
 {
-    int NE = w->cfg.n_experts;
+    int NE = w->n_experts;
     size_t at = 0;
     buf[0] = 0;
     for (int e = 0; e < NE;) {
@@ -150,7 +150,7 @@ const char *ms_wload_layer_ranges(const ms_wload *w, int layer, char *buf, size_
 
 const char *ms_wload_describe(const ms_wload *w, char *buf, size_t n)
 {
-    int NL = w->cfg.n_layers;
+    int NL = w->n_layers;
     size_t at = 0;
     buf[0] = 0;
     char cur[512], nxt[512];
@@ -174,30 +174,20 @@ const char *ms_wload_describe(const ms_wload *w, char *buf, size_t n)
 
 /* ---- sources ---- */
 
-static void part_lengths(const ms_cfg *c, uint64_t len[6])
-{
-    uint64_t LI = (uint64_t)c->latent * (uint64_t)c->moe_inter;
-    for (int m = 0; m < 3; m++) {
-        len[2 * m] = LI / 2;      /* packed E2M1: [rows][cols/2] */
-        len[2 * m + 1] = LI / 32; /* E8M0 scales: [rows][cols/32] */
-    }
-}
-
 /* Every routed expert of every MoE layer of a released checkpoint; the owned ones get their
- * six tensors checked (U8, [rows, cols/2] and [rows, cols/32]) and their location. */
+ * parts (w->fmt: dtypes and shapes) checked and located. */
 static int open_model(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
 {
-    const ms_cfg *c = &w->cfg;
-    int NL = c->n_layers, NE = c->n_experts;
+    const ms_xfmt *f = &w->fmt;
+    int NL = w->n_layers, NE = w->n_experts;
     uint8_t *avail = ms_calloc((size_t)NL * (size_t)NE, 1);
-    for (int l = c->first_dense; l < NL; l++) memset(avail + (size_t)l * (size_t)NE, 1, (size_t)NE);
-    int rc = parse_spec(o->experts, c, avail, 0, w->owned);
+    for (int l = w->first_moe; l < NL; l++) memset(avail + (size_t)l * (size_t)NE, 1, (size_t)NE);
+    int rc = parse_spec(o->experts, w, avail, w->owned);
     free(avail);
     if (rc != 0) return -1;
 
     ms_st *st = ms_st_open_dir(w->source);
     if (!st) return -1;
-    static const char *wn[3] = {"w1", "w2", "w3"};
     char errs[2048];
     size_t at = 0;
     int n_err = 0;
@@ -206,22 +196,22 @@ static int open_model(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
         for (int e = 0; e < NE; e++) {
             if (!ms_wload_owns(w, l, e)) continue;
             ms_xloc *x = &locs[(size_t)l * (size_t)NE + (size_t)e];
-            for (int j = 0; j < 6; j++) {
-                int m = j / 2;
-                int64_t rows = m == 1 ? c->latent : c->moe_inter, cols = m == 1 ? c->moe_inter : c->latent;
-                int64_t want1 = j % 2 == 0 ? cols / 2 : cols / 32;
+            for (int j = 0; j < f->n_parts; j++) {
+                const ms_xfmt_part *pt = &f->part[j];
                 char name[256];
-                snprintf(name, sizeof name, "language_model.model.layers.%d.block_sparse_moe.experts.%d.%s.%s", l, e,
-                         wn[m], j % 2 == 0 ? "weight_packed" : "weight_scale");
+                snprintf(name, sizeof name, "language_model.model.layers.%d.block_sparse_moe.experts.%d.%s", l, e,
+                         pt->name);
                 const ms_st_tensor *t = ms_st_find(st, name);
                 const char *bad = NULL;
                 char what[160];
                 if (!t) {
                     bad = "is missing";
-                } else if (t->dtype != MS_DT_U8 || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != want1) {
-                    snprintf(what, sizeof what, "is %s of %d dims [%lld, %lld], expected U8 [%lld, %lld]",
+                } else if ((int)t->dtype != pt->dtype || t->ndim != 2 || t->shape[0] != pt->shape[0] ||
+                           t->shape[1] != pt->shape[1]) {
+                    snprintf(what, sizeof what, "is %s of %d dims [%lld, %lld], expected %s [%lld, %lld]",
                              ms_dtype_name(t->dtype), t->ndim, (long long)(t->ndim > 0 ? t->shape[0] : 0),
-                             (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)rows, (long long)want1);
+                             (long long)(t->ndim > 1 ? t->shape[1] : 0), ms_dtype_name((ms_dtype)pt->dtype),
+                             (long long)pt->shape[0], (long long)pt->shape[1]);
                     bad = what;
                 }
                 if (bad) {
@@ -253,51 +243,22 @@ static int open_model(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
     return 0;
 }
 
-static int open_pack(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
+/* The experts of a pack (already opened and validated by ms_pack_open into p). */
+static int open_pack(ms_wload *w, const ms_wload_opts *o, const ms_pack *p, ms_xloc *locs)
 {
-    const ms_cfg *c = &w->cfg;
-    int NL = c->n_layers, NE = c->n_experts;
-    ms_pack p;
-    memset(&p, 0, sizeof p);
-    if (ms_pack_open(w->source, &p) != 0) return -1;
-    int rc = -1;
-    uint8_t *avail = NULL;
-    if (p.n_layers != NL || p.n_experts != NE || p.latent != c->latent || p.inter != c->moe_inter) {
-        ms_err_set("%s/manifest.json: the pack is for %d layers x %d experts, latent %d, intermediate %d, but its "
-                   "config.json says %d x %d, %d, %d",
-                   w->source, p.n_layers, p.n_experts, p.latent, p.inter, NL, NE, c->latent, c->moe_inter);
-        ms_err_set_code(MS_EXIT_MODEL);
-        goto out;
-    }
-    uint64_t want[6];
-    part_lengths(c, want);
-    avail = ms_calloc((size_t)NL * (size_t)NE, 1);
-    for (size_t i = 0; i < p.n; i++) {
-        const ms_pack_entry *en = &p.entries[i];
-        if (en->layer < c->first_dense || en->layer >= NL || en->expert < 0 || en->expert >= NE) {
-            ms_err_set("%s/manifest.json: entry %zu names layer %d expert %d, which is not a routed expert of the "
-                       "model (MoE layers %d..%d, experts 0..%d)",
-                       w->source, i, en->layer, en->expert, c->first_dense, NL - 1, NE - 1);
-            ms_err_set_code(MS_EXIT_MODEL);
-            goto out;
-        }
-        for (int j = 0; j < 6; j++)
-            if (en->len[j] != want[j]) {
-                ms_err_set("%s/manifest.json: layer %d expert %d: part %d has %llu bytes, the model needs %llu",
-                           w->source, en->layer, en->expert, j, (unsigned long long)en->len[j],
-                           (unsigned long long)want[j]);
-                ms_err_set_code(MS_EXIT_MODEL);
-                goto out;
-            }
-        avail[(size_t)en->layer * (size_t)NE + (size_t)en->expert] = 1;
-    }
-    if (parse_spec(o->experts, c, avail, 1, w->owned) != 0) goto out;
-    for (size_t i = 0; i < p.n; i++) {
-        const ms_pack_entry *en = &p.entries[i];
+    int NE = w->n_experts;
+    uint8_t *avail = ms_calloc((size_t)w->n_layers * (size_t)NE, 1);
+    for (size_t i = 0; i < p->n; i++)
+        avail[(size_t)p->entries[i].layer * (size_t)NE + (size_t)p->entries[i].expert] = 1;
+    int rc = parse_spec(o->experts, w, avail, w->owned);
+    free(avail);
+    if (rc != 0) return -1;
+    for (size_t i = 0; i < p->n; i++) {
+        const ms_pack_entry *en = &p->entries[i];
         if (!ms_wload_owns(w, en->layer, en->expert)) continue;
         ms_xloc *x = &locs[(size_t)en->layer * (size_t)NE + (size_t)en->expert];
         uint64_t off = en->offset;
-        for (int j = 0; j < 6; j++) {
+        for (int j = 0; j < p->fmt.n_parts; j++) {
             x->file[j] = 0;
             x->off[j] = off;
             x->len[j] = en->len[j];
@@ -306,15 +267,31 @@ static int open_pack(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
         x->has_xxh3 = 1; /* the store verifies every read of a pack */
         x->xxh3 = en->xxh3;
     }
-    const char *paths[1] = {p.bin_path};
+    const char *paths[1] = {p->bin_path};
     w->files = ms_io_files_open(paths, 1, !o->buffered);
-    if (!w->files) goto out;
-    memcpy(w->fingerprint, p.fingerprint, sizeof w->fingerprint);
+    if (!w->files) return -1;
+    memcpy(w->fingerprint, p->fingerprint, sizeof w->fingerprint);
     w->fingerprint[16] = 0;
-    rc = 0;
-out:
-    free(avail);
-    ms_pack_close(&p);
+    return 0;
+}
+
+/* What --model DIR serves, from its config.json read once: the shape and the expert format. */
+static int model_shape(ms_wload *w)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", w->source);
+    ms_cfg c;
+    if (ms_cfg_load(path, &c) != 0) return -1;
+    int rc = ms_xfmt_from_cfg(&c, path, &w->fmt);
+    w->n_layers = c.n_layers;
+    w->n_experts = c.n_experts;
+    w->first_moe = c.first_dense;
+    if (rc == 0 && c.first_dense >= c.n_layers) {
+        ms_err_set("%s: first_k_dense_replace %d leaves no MoE layer of %d: nothing for a worker to serve", path,
+                   c.first_dense, c.n_layers);
+        rc = ms_err_set_code(MS_EXIT_MODEL);
+    }
+    ms_cfg_free(&c);
     return rc;
 }
 
@@ -322,11 +299,11 @@ out:
 
 static int plan(ms_wload *w, const ms_wload_opts *o, int depth)
 {
-    const ms_cfg *c = &w->cfg;
     ms_wload_plan *p = &w->plan;
     memset(p, 0, sizeof *p);
-    uint64_t L4 = 4 * (uint64_t)c->latent;
-    /* Items per store call: z and its outputs on this side, the store's gathered copies. */
+    uint64_t L4 = 4 * (uint64_t)w->fmt.latent;
+    /* Rows the store gathers per expert computation (its two gather buffers), with room for a
+     * request's item grouping. */
     uint64_t ci = CHUNK_BYTES / L4;
     w->chunk_items = (int)(ci < 1 ? 1 : ci > 65536 ? 65536 : ci);
     p->chunk_work = 4 * (uint64_t)w->chunk_items * L4 + (uint64_t)w->chunk_items * 16;
@@ -338,8 +315,8 @@ static int plan(ms_wload *w, const ms_wload_opts *o, int depth)
     in.baseline = ms_proc_rss();
     in.work_fixed = p->chunk_work + 2 * REQ_MIN; /* a request and its reply at the smallest limit */
     in.prompt_tokens = in.max_chunk = 1;
-    in.expert_fixed = ms_xstore_fixed_bytes(c->latent, c->moe_inter, depth);
-    in.expert_bytes = ms_xstore_slot_bytes(c->latent, c->moe_inter);
+    in.expert_fixed = ms_xstore_fixed_bytes(&w->fmt, depth);
+    in.expert_bytes = ms_xstore_slot_bytes(&w->fmt);
     in.max_slots = w->n_owned;
     if (ms_plan_make(&in, &p->mem) != 0) return -1; /* names the fixed costs and the minimum budget */
     /* The request limit grows with the budget (a sixteenth of what is left), the cache takes the
@@ -368,26 +345,24 @@ int ms_wload_open(const ms_wload_opts *o, ms_wload *w)
     MS_ASSERT(!!o->model_dir != !!o->pack_dir);
     w->is_pack = o->pack_dir != NULL;
     w->source = ms_strdup(w->is_pack ? o->pack_dir : o->model_dir);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", w->source);
-    if (ms_cfg_load(path, &w->cfg) != 0) return -1;
-    const ms_cfg *c = &w->cfg;
-    if (c->latent % 32 || c->moe_inter % 32 || c->latent <= 0 || c->moe_inter <= 0) {
-        ms_err_set("%s: routed_expert_hidden_size %d and moe_intermediate_size %d must be positive multiples of 32 "
-                   "(MXFP4 blocks)",
-                   path, c->latent, c->moe_inter);
-        return ms_err_set_code(MS_EXIT_MODEL);
+    /* A pack's manifest says everything (shape, expert format); a checkpoint's config is read once. */
+    ms_pack pk;
+    memset(&pk, 0, sizeof pk);
+    if (w->is_pack) {
+        if (ms_pack_open(w->source, &pk) != 0) return -1;
+        w->n_layers = pk.n_layers;
+        w->n_experts = pk.n_experts;
+        w->first_moe = pk.first_moe;
+        w->fmt = pk.fmt;
+    } else if (model_shape(w) != 0) {
+        return -1;
     }
-    if (c->first_dense >= c->n_layers) {
-        ms_err_set("%s: first_k_dense_replace %d leaves no MoE layer of %d: nothing for a worker to serve", path,
-                   c->first_dense, c->n_layers);
-        return ms_err_set_code(MS_EXIT_MODEL);
-    }
-    size_t nk = (size_t)c->n_layers * (size_t)c->n_experts;
+    size_t nk = (size_t)w->n_layers * (size_t)w->n_experts;
     w->owned = ms_calloc(nk, 1);
     ms_xloc *locs = ms_calloc(nk, sizeof *locs);
     int rc = -1;
-    if ((w->is_pack ? open_pack(w, o, locs) : open_model(w, o, locs)) != 0) goto out;
+    if ((w->is_pack ? open_pack(w, o, &pk, locs) : open_model(w, o, locs)) != 0) goto out;
+    ms_pack_close(&pk);
     for (size_t k = 0; k < nk; k++) w->n_owned += w->owned[k];
     if (w->n_owned == 0) {
         ms_err_set("%s: --experts %s leaves this worker no expert to serve", w->source,
@@ -399,15 +374,15 @@ int ms_wload_open(const ms_wload_opts *o, ms_wload *w)
     if (!w->pool) goto out;
     int depth = o->io_depth > 0 ? o->io_depth : 8;
     if (plan(w, o, depth) != 0) goto out;
-    ms_xstore_opts xo = {c->n_layers, c->n_experts, c->latent, c->moe_inter, c->situ_b1, c->situ_b2,
-                         w->plan.mem.cache, depth, 0};
+    ms_xstore_opts xo = {w->n_layers, w->n_experts, w->fmt, w->plan.mem.cache, depth, 0, w->chunk_items};
     w->store = ms_xstore_new(&xo, w->files, w->pool);
     if (!w->store) goto out;
     for (size_t k = 0; k < nk; k++)
         if (w->owned[k])
-            ms_xstore_set(w->store, (int)(k / (size_t)c->n_experts), (int)(k % (size_t)c->n_experts), &locs[k]);
+            ms_xstore_set(w->store, (int)(k / (size_t)w->n_experts), (int)(k % (size_t)w->n_experts), &locs[k]);
     rc = 0;
 out:
+    ms_pack_close(&pk);
     free(locs);
     return rc;
 }
@@ -418,7 +393,6 @@ void ms_wload_close(ms_wload *w)
     ms_xstore_free(w->store);
     ms_io_files_close(w->files);
     ms_pool_free(w->pool);
-    ms_cfg_free(&w->cfg);
     free(w->owned);
     free(w->source);
     memset(w, 0, sizeof *w);

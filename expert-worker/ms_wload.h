@@ -5,7 +5,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ms_cfg.h"
 #include "ms_io.h"
 #include "ms_plan.h"
 #include "ms_pool.h"
@@ -33,13 +32,15 @@ typedef struct {
 } ms_wload_plan;
 
 typedef struct {
-    ms_cfg cfg;
+    int n_layers, n_experts;   /* the model's layers and routed experts per layer */
+    int first_moe;             /* layers below it are dense */
+    ms_xfmt fmt;               /* the experts' format: a pack's manifest, or --model's config read once */
     char fingerprint[17];
     char *source;              /* the directory, owned */
     int is_pack;
     uint8_t *owned;            /* [n_layers][n_experts] 1 if served here, owned */
     size_t n_owned;
-    int chunk_items;           /* items computed per store call */
+    int chunk_items;           /* rows the store gathers per expert computation */
     ms_io_files *files;
     ms_pool *pool;
     ms_xstore *store;
@@ -55,7 +56,7 @@ void ms_wload_close(ms_wload *w); /* accepts a zeroed or closed ms_wload */
 
 static inline int ms_wload_owns(const ms_wload *w, int layer, int expert)
 {
-    return w->owned[(size_t)layer * (size_t)w->cfg.n_experts + (size_t)expert];
+    return w->owned[(size_t)layer * (size_t)w->n_experts + (size_t)expert];
 }
 
 /* The owned experts of one layer as text "0-3,7" into buf ("none" when empty). */

@@ -31,6 +31,8 @@ typedef enum {
     E_IO = MOESTREAM__ERROR__CODE__IO,
     E_SUM = MOESTREAM__ERROR__CODE__CHECKSUM,
     E_DOWN = MOESTREAM__ERROR__CODE__SHUTTING_DOWN,
+    E_INTERNAL = MOESTREAM__ERROR__CODE__INTERNAL,
+    E_FORMAT = MOESTREAM__ERROR__CODE__FORMAT,
 } err_code;
 
 struct ms_wsrv {
@@ -40,68 +42,15 @@ struct ms_wsrv {
     int zap_started;
     ms_wsrv_keys keys;         /* copy of the allow list (the thread reads it) */
     ms_wload *w;
-    ms_experts ex;
     ms_uuid uuid;
     char uuid_s[37];
     char endpoint[512];
     uint64_t max_msg;          /* request_limit + overhead: larger messages are refused unread */
-    /* compute buffers of one chunk (plan.chunk_work) */
-    float *z, *out;            /* [chunk_items][L] */
-    int32_t *ids;              /* [chunk_items] */
     uint64_t n_requests, n_items, n_errors;
     int draining;
 };
 
 /* ---- keys ---- */
-
-static char *read_small(const char *path, const char *what)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        ms_err_set("%s %s: cannot open: %s", what, path, strerror(errno));
-        ms_err_set_code(MS_EXIT_IO);
-        return NULL;
-    }
-    size_t cap = 1 << 20, len = 0, got;
-    char *buf = ms_malloc(cap + 1);
-    while ((got = fread(buf + len, 1, cap - len, f)) > 0) len += got;
-    int err = ferror(f);
-    fclose(f);
-    if (err || len == cap) {
-        free(buf);
-        ms_err_set("%s %s: %s", what, path, err ? "read error" : "larger than 1 MiB: not a key file");
-        ms_err_set_code(err ? MS_EXIT_IO : MS_EXIT_USAGE);
-        return NULL;
-    }
-    buf[len] = 0;
-    return buf;
-}
-
-/* Next key line of text (blank and '#' lines skipped), trimmed in place; NULL at the end. */
-static char *next_line(char **cur, int *lineno)
-{
-    while (**cur) {
-        char *s = *cur, *nl = strchr(s, '\n');
-        *cur = nl ? nl + 1 : s + strlen(s);
-        if (nl) *nl = 0;
-        ++*lineno;
-        while (isspace((unsigned char)*s)) s++;
-        char *e = s + strlen(s);
-        while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
-        if (*s && *s != '#') return s;
-    }
-    return NULL;
-}
-
-static int decode_key(const char *z85, uint8_t out[32], const char *what, const char *path, int lineno)
-{
-    if (strlen(z85) != 40 || !zmq_z85_decode(out, z85)) {
-        ms_err_set("%s %s line %d: not a CURVE key (40 Z85 characters, as moestream keygen writes)", what, path,
-                   lineno);
-        return ms_err_set_code(MS_EXIT_USAGE);
-    }
-    return 0;
-}
 
 int ms_wsrv_keys_load(const char *secret_path, const char *allow_path, ms_wsrv_keys *k)
 {
@@ -116,53 +65,24 @@ int ms_wsrv_keys_load(const char *secret_path, const char *allow_path, ms_wsrv_k
         ms_err_set("this libzmq was built without CURVE support: --curve-secret cannot be used");
         return ms_err_set_code(MS_EXIT_USAGE);
     }
-    char *text = read_small(secret_path, "--curve-secret");
-    if (!text) return -1;
-    char *cur = text, *line;
-    int lineno = 0, rc = -1;
-    uint8_t bin[32];
-    if (!(line = next_line(&cur, &lineno))) {
-        ms_err_set("--curve-secret %s: no key in the file", secret_path);
-        ms_err_set_code(MS_EXIT_USAGE);
-        goto out;
-    }
-    if (decode_key(line, bin, "--curve-secret", secret_path, lineno) != 0) goto out;
-    memcpy(k->secret, line, 41);
-    if (next_line(&cur, &lineno)) {
-        ms_err_set("--curve-secret %s line %d: more than one key in the file", secret_path, lineno);
-        ms_err_set_code(MS_EXIT_USAGE);
-        goto out;
-    }
+    char(*sec)[41] = NULL, (*allow)[41] = NULL;
+    int n_allow = 0, rc = -1;
+    if (ms_wire_read_keys(secret_path, "--curve-secret", 1, &sec) < 0) goto out;
+    memcpy(k->secret, sec[0], sizeof k->secret);
     if (zmq_curve_public(k->public_key, k->secret) != 0) {
         ms_err_set("--curve-secret %s: cannot derive the public key: %s", secret_path, zmq_strerror(errno));
         ms_err_set_code(MS_EXIT_USAGE);
         goto out;
     }
-    memset(text, 0, strlen(text));
-    free(text);
-    text = read_small(allow_path, "--allow");
-    if (!text) goto out;
-    cur = text;
-    lineno = 0;
-    size_t cap = 0;
-    while ((line = next_line(&cur, &lineno))) {
-        if (decode_key(line, bin, "--allow", allow_path, lineno) != 0) goto out;
-        if (k->n_allow == cap) k->allow = ms_realloc(k->allow, sizeof *k->allow * (cap = cap ? 2 * cap : 8));
-        memcpy(k->allow[k->n_allow++], bin, 32);
-    }
-    if (!k->n_allow) {
-        ms_err_set("--allow %s: no client key in the file: nobody could connect", allow_path);
-        ms_err_set_code(MS_EXIT_USAGE);
-        goto out;
-    }
+    if ((n_allow = ms_wire_read_keys(allow_path, "--allow", 0, &allow)) < 0) goto out;
+    k->allow = ms_malloc(sizeof *k->allow * (size_t)n_allow);
+    for (int i = 0; i < n_allow; i++) zmq_z85_decode(k->allow[i], allow[i]); /* checked by the reader */
+    k->n_allow = (size_t)n_allow;
     k->curve = 1;
     rc = 0;
 out:
-    if (text) {
-        memset(text, 0, strlen(text));
-        free(text);
-    }
-    memset(bin, 0, sizeof bin);
+    ms_wire_keys_free(sec, 1);
+    ms_wire_keys_free(allow, n_allow);
     if (rc) ms_wsrv_keys_free(k);
     return rc;
 }
@@ -180,11 +100,12 @@ int ms_wsrv_check_endpoint(const char *ep, int curve, int insecure)
         ms_err_set("--insecure and --curve-secret contradict each other: choose one");
         return ms_err_set_code(MS_EXIT_USAGE);
     }
-    if (!strncmp(ep, "ipc://", 6) && ep[6]) return 0;
-    if (strncmp(ep, "tcp://", 6) || !ep[6]) {
+    if (strncmp(ep, "ipc://", 6) && strncmp(ep, "tcp://", 6)) {
         ms_err_set("--listen %s: the endpoint must be tcp://HOST:PORT or ipc://PATH", ep);
         return ms_err_set_code(MS_EXIT_USAGE);
     }
+    if (ms_wire_check_endpoint(ep, 1) != 0) return ms_err_wrap("--listen");
+    if (!strncmp(ep, "ipc://", 6)) return 0;
     if (!curve && !insecure) {
         ms_err_set("--listen %s: plain TCP lets anyone who reaches this port use the worker; give --curve-secret "
                    "FILE --allow FILE (keys from 'moestream keygen'), or --insecure on a trusted network",
@@ -284,7 +205,6 @@ ms_wsrv *ms_wsrv_new(const ms_wsrv_opts *o)
 {
     ms_wsrv *s = ms_calloc(1, sizeof *s);
     s->w = o->load;
-    s->ex = ms_xstore_iface(s->w->store);
     ms_uuid_new(&s->uuid);
     ms_uuid_str(&s->uuid, s->uuid_s);
     if (o->keys && o->keys->curve) {
@@ -292,10 +212,6 @@ ms_wsrv *ms_wsrv_new(const ms_wsrv_opts *o)
         s->keys.allow = ms_malloc(sizeof *s->keys.allow * o->keys->n_allow);
         memcpy(s->keys.allow, o->keys->allow, sizeof *s->keys.allow * o->keys->n_allow);
     }
-    int L = s->w->cfg.latent, C = s->w->chunk_items;
-    s->z = ms_malloc(sizeof(float) * (size_t)C * (size_t)L);
-    s->out = ms_malloc(sizeof(float) * (size_t)C * (size_t)L);
-    s->ids = ms_malloc(sizeof(int32_t) * (size_t)C);
     s->max_msg = s->w->plan.request_limit + MSG_OVERHEAD;
 
     s->ctx = zmq_ctx_new();
@@ -366,9 +282,6 @@ void ms_wsrv_free(ms_wsrv *s)
         zmq_ctx_term(s->ctx);
     }
     free(s->keys.allow);
-    free(s->z);
-    free(s->out);
-    free(s->ids);
     free(s);
 }
 
@@ -541,13 +454,12 @@ static const char *peer_of(zmq_msg_t *m, char *buf, size_t n)
 static void on_hello(ms_wsrv *s, wmsg *m, int delim, zmq_msg_t *payload, const Moestream__Hello *h)
 {
     ms_uuid cu;
-    char cs[37], peer[160];
+    char cs[37], peer[160], text[800];
     ms_wire_uuid(&h->client_uuid, &cu);
     ms_uuid_str(&cu, cs);
     peer_of(payload, peer, sizeof peer);
     const char *fp = h->model_fingerprint ? h->model_fingerprint : "";
     if (strcmp(fp, s->w->fingerprint)) {
-        char text[600];
         snprintf(text, sizeof text,
                  "model fingerprint mismatch: the client runs model %.40s, this worker serves %s (%.400s)",
                  *fp ? fp : "(none)", s->w->fingerprint, s->w->source);
@@ -555,19 +467,35 @@ static void on_hello(ms_wsrv *s, wmsg *m, int delim, zmq_msg_t *payload, const M
         send_error(s, m, delim, NULL, E_FP, text);
         return;
     }
+    /* The client's idea of an expert must be this worker's, field by field. */
+    ms_xfmt theirs;
+    char why[400], diff[400];
+    if (ms_xfmt_from_proto(h->expert_format, &theirs, why, sizeof why) != 0) {
+        snprintf(text, sizeof text, "hello: %s", why);
+        ms_log(1, "worker: refused hello from client %s%s: %s", cs, peer, text);
+        send_error(s, m, delim, NULL, E_FORMAT, text);
+        return;
+    }
+    if (ms_xfmt_diff(&theirs, &s->w->fmt, diff, sizeof diff)) {
+        snprintf(text, sizeof text, "expert format mismatch (client vs this worker) in %s (%.300s)", diff,
+                 s->w->source);
+        ms_log(1, "worker: refused hello from client %s%s: %s", cs, peer, text);
+        send_error(s, m, delim, NULL, E_FORMAT, text);
+        return;
+    }
     ms_log(1, "worker: hello from client %s%s", cs, peer);
-    const ms_cfg *c = &s->w->cfg;
+    const ms_wload *w = s->w;
     /* Owned experts as maximal runs per layer. */
     size_t n = 0, cap = 16;
     Moestream__ExpertRange *r = ms_malloc(sizeof *r * cap);
-    for (int l = 0; l < c->n_layers; l++)
-        for (int e = 0; e < c->n_experts;) {
-            if (!ms_wload_owns(s->w, l, e)) {
+    for (int l = 0; l < w->n_layers; l++)
+        for (int e = 0; e < w->n_experts;) {
+            if (!ms_wload_owns(w, l, e)) {
                 e++;
                 continue;
             }
             int b = e;
-            while (e < c->n_experts && ms_wload_owns(s->w, l, e)) e++;
+            while (e < w->n_experts && ms_wload_owns(w, l, e)) e++;
             if (n == cap) r = ms_realloc(r, sizeof *r * (cap *= 2));
             moestream__expert_range__init(&r[n]);
             r[n].layer = (uint32_t)l;
@@ -577,6 +505,7 @@ static void on_hello(ms_wsrv *s, wmsg *m, int delim, zmq_msg_t *payload, const M
         }
     Moestream__ExpertRange **rp = ms_malloc(sizeof *rp * (n ? n : 1));
     for (size_t i = 0; i < n; i++) rp[i] = &r[i];
+    ms_xfmt_pb keep;
     Moestream__HelloReply hr = MOESTREAM__HELLO_REPLY__INIT;
     hr.worker_uuid.data = s->uuid.b;
     hr.worker_uuid.len = 16;
@@ -584,9 +513,11 @@ static void on_hello(ms_wsrv *s, wmsg *m, int delim, zmq_msg_t *payload, const M
     hr.n_owned = n;
     hr.owned = rp;
     hr.cache_capacity_bytes = s->w->plan.mem.cache;
-    hr.latent_width = (uint32_t)c->latent;
-    hr.num_layers = (uint32_t)c->n_layers;
-    hr.num_experts = (uint32_t)c->n_experts;
+    hr.latent_width = (uint32_t)w->fmt.latent;
+    hr.num_layers = (uint32_t)w->n_layers;
+    hr.num_experts = (uint32_t)w->n_experts;
+    hr.first_moe_layer = (uint32_t)w->first_moe;
+    hr.expert_format = ms_xfmt_to_proto(&w->fmt, &keep);
     Moestream__Envelope e = MOESTREAM__ENVELOPE__INIT;
     e.body_case = MOESTREAM__ENVELOPE__BODY_HELLO_REPLY;
     e.hello_reply = &hr;
@@ -595,20 +526,21 @@ static void on_hello(ms_wsrv *s, wmsg *m, int delim, zmq_msg_t *payload, const M
     free(r);
 }
 
-/* Validate a compute request; 0 if it can run, else an error code with text. */
-static int check_compute(ms_wsrv *s, const Moestream__ComputeRequest *c, char *text, size_t tn)
+/* Validate a compute request and group its items (they must come grouped by expert); 0 if it
+ * can run (g then holds the groups; free with ms_xgroup_free), else an error code with text. */
+static int check_compute(ms_wsrv *s, const Moestream__ComputeRequest *c, ms_xgroup *g, char *text, size_t tn)
 {
-    const ms_cfg *cfg = &s->w->cfg;
-    int L = cfg->latent;
+    const ms_wload *w = s->w;
+    int L = w->fmt.latent;
     size_t n = c->n_item_expert;
-    if (c->layer >= (uint32_t)cfg->n_layers) {
+    if (c->layer >= (uint32_t)w->n_layers) {
         snprintf(text, tn, "compute: layer %u does not exist (the model has layers 0..%d)", c->layer,
-                 cfg->n_layers - 1);
+                 w->n_layers - 1);
         return E_LAYER;
     }
-    if (c->layer < (uint32_t)cfg->first_dense) {
+    if (c->layer < (uint32_t)w->first_moe) {
         snprintf(text, tn, "compute: layer %u is dense: it has no routed experts (MoE layers are %d..%d)", c->layer,
-                 cfg->first_dense, cfg->n_layers - 1);
+                 w->first_moe, w->n_layers - 1);
         return E_LAYER;
     }
     if (c->latent_width != (uint32_t)L) {
@@ -634,56 +566,35 @@ static int check_compute(ms_wsrv *s, const Moestream__ComputeRequest *c, char *t
     }
     for (size_t i = 0; i < n; i++) {
         uint32_t e = c->item_expert[i];
-        if (e >= (uint32_t)cfg->n_experts) {
+        if (e >= (uint32_t)w->n_experts) {
             snprintf(text, tn, "compute: item %zu: layer %u expert %u does not exist (experts 0..%d)", i, c->layer, e,
-                     cfg->n_experts - 1);
+                     w->n_experts - 1);
             return E_OWNED;
         }
-        if (!ms_wload_owns(s->w, (int)c->layer, (int)e)) {
+        if (!ms_wload_owns(w, (int)c->layer, (int)e)) {
             char own[256];
             snprintf(text, tn,
                      "compute: item %zu: layer %u expert %u is not owned by this worker (it owns %s of layer %u)", i,
-                     c->layer, e, ms_wload_layer_ranges(s->w, (int)c->layer, own, sizeof own), c->layer);
+                     c->layer, e, ms_wload_layer_ranges(w, (int)c->layer, own, sizeof own), c->layer);
             return E_OWNED;
         }
+    }
+    if (ms_xgroup_runs(g, (int64_t)n, c->item_expert, w->n_experts) != 0) {
+        snprintf(text, tn, "compute: %s", ms_err_msg());
+        return E_BAD;
     }
     return 0;
 }
 
-/* Compute every item through the store, one chunk of items at a time. Items are taken in
- * expert order so that a chunk boundary splits at most one expert's rows, and each item is one
- * row of its own (k = 1): its output is exactly the store's canonical computation. Returns the
- * outputs [n][L] in item order, or NULL with ms_err set by the store. */
-static float *compute_items(ms_wsrv *s, const Moestream__ComputeRequest *c)
+/* The wire code of a failed computation, from the store's error class (ms_xstore.h), never
+ * from its text. */
+static int store_error_code(int cls)
 {
-    int L = s->w->cfg.latent, NE = s->w->cfg.n_experts;
-    size_t n = c->n_item_expert;
-    uint32_t *start = ms_calloc((size_t)NE + 1, sizeof *start);
-    uint32_t *order = ms_malloc(sizeof *order * n);
-    for (size_t i = 0; i < n; i++) start[c->item_expert[i] + 1]++;
-    for (int e = 0; e < NE; e++) start[e + 1] += start[e];
-    for (size_t i = 0; i < n; i++) order[start[c->item_expert[i]]++] = (uint32_t)i;
-    free(start);
-    float *outputs = ms_malloc(sizeof(float) * n * (size_t)L);
-    size_t C = (size_t)s->w->chunk_items;
-    for (size_t at = 0; at < n; at += C) {
-        size_t cn = n - at < C ? n - at : C;
-        for (size_t j = 0; j < cn; j++) {
-            uint32_t i = order[at + j];
-            memcpy(s->z + j * (size_t)L, c->activations + (size_t)c->item_row[i] * (size_t)L,
-                   sizeof(float) * (size_t)L);
-            s->ids[j] = (int32_t)c->item_expert[i];
-        }
-        if (s->ex.compute(s->ex.ctx, (int)c->layer, (int64_t)cn, s->z, 1, s->ids, s->out) != 0) {
-            free(outputs);
-            free(order);
-            return NULL;
-        }
-        for (size_t j = 0; j < cn; j++)
-            memcpy(outputs + (size_t)order[at + j] * (size_t)L, s->out + j * (size_t)L, sizeof(float) * (size_t)L);
+    switch (cls) {
+    case MS_EXIT_IO: return E_IO;     /* a read failed or came up short */
+    case MS_EXIT_MODEL: return E_SUM; /* the bytes read do not match their checksum */
+    default: return E_INTERNAL;
     }
-    free(order);
-    return outputs;
 }
 
 static void on_compute(ms_wsrv *s, wmsg *m, int delim, Moestream__Envelope *env)
@@ -703,7 +614,8 @@ static void on_compute(ms_wsrv *s, wmsg *m, int delim, Moestream__Envelope *env)
         send_error(s, m, delim, &rid, E_DOWN, "the worker is shutting down");
         return;
     }
-    int code = check_compute(s, c, text, sizeof text);
+    ms_xgroup g;
+    int code = check_compute(s, c, &g, text, sizeof text);
     if (code) {
         ms_log(1, "worker: request %s refused: %s", rs, text);
         ms_wire_free(env);
@@ -712,12 +624,16 @@ static void on_compute(ms_wsrv *s, wmsg *m, int delim, Moestream__Envelope *env)
     }
     double t0 = ms_now();
     uint32_t n = (uint32_t)c->n_item_expert, layer = c->layer, rows = c->rows, L = c->latent_width;
-    float *outputs = compute_items(s, c);
+    /* The items come grouped by expert: the store computes each group as it is (no regrouping),
+     * straight into the reply's outputs [n][L]. */
+    float *outputs = ms_malloc(sizeof(float) * ((size_t)n * L + 1));
+    int crc = ms_xstore_compute_items(s->w->store, (int)layer, c->activations, c->item_row, &g, outputs);
+    ms_xgroup_free(&g);
     ms_wire_free(env); /* the request goes before the reply is encoded (request_work = 2 x limit) */
-    if (!outputs) {
-        const char *em = ms_err_msg();
-        code = strcasestr(em, "checksum") || strcasestr(em, "xxh3") ? E_SUM : E_IO;
-        snprintf(text, sizeof text, "%s", em);
+    if (crc != 0) {
+        free(outputs);
+        code = store_error_code(ms_err_code());
+        snprintf(text, sizeof text, "%s", ms_err_msg());
         ms_log(0, "worker: request %s (layer %u): %s", rs, layer, text);
         send_error(s, m, delim, &rid, code, text);
         return;

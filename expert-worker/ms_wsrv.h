@@ -22,10 +22,10 @@ typedef struct {
     size_t n_allow;
 } ms_wsrv_keys;
 
-/* Read --curve-secret (one line: a 40-character Z85 key) and --allow (one Z85 client public key
- * per line; blank lines and lines starting with '#' are ignored). Both paths or neither.
- * Returns 0, or -1 with ms_err set naming the file and line (MS_EXIT_IO if unreadable,
- * MS_EXIT_USAGE if malformed). */
+/* Read --curve-secret (one 40-character Z85 key) and --allow (one Z85 client public key per
+ * line) with ms_wire_read_keys (the coordinator's reader too: blank and '#' lines ignored, a
+ * group/world-readable secret warned about). Both paths or neither. Returns 0, or -1 with
+ * ms_err set naming the file and line (MS_EXIT_IO if unreadable, MS_EXIT_USAGE if malformed). */
 int ms_wsrv_keys_load(const char *secret_path, const char *allow_path, ms_wsrv_keys *k);
 void ms_wsrv_keys_free(ms_wsrv_keys *k); /* accepts a zeroed struct; wipes the secret */
 

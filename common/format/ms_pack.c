@@ -22,24 +22,11 @@
 #include "ms_wire.h"
 
 #define PACK_FORMAT "moestream-pack"
-#define PACK_VERSION 1
+#define PACK_VERSION MS_PACK_VERSION
 #define PACK_ALIGN 4096u              /* every expert starts at a multiple of this in experts.bin */
 #define COPY_CHUNK ((size_t)16 << 20) /* bounded copy buffer: experts stream through it */
 #define PFX "language_model.model.layers."
 
-static const char *part_suffix[6] = {"w1.weight_packed", "w1.weight_scale",  "w2.weight_packed",
-                                     "w2.weight_scale",  "w3.weight_packed", "w3.weight_scale"};
-
-/* Canonical part sizes: w1, w3 are [I, L], w2 is [L, I]; packed = [rows][cols/2], scales =
- * [rows][cols/32] (MXFP4). The byte counts are the same for all three matrices. */
-static void part_sizes(int latent, int inter, uint64_t len[6])
-{
-    uint64_t LI = (uint64_t)latent * (uint64_t)inter;
-    for (int m = 0; m < 3; m++) {
-        len[2 * m] = LI / 2;
-        len[2 * m + 1] = LI / 32;
-    }
-}
 
 static uint64_t align_up(uint64_t x) { return (x + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN; }
 
@@ -116,7 +103,7 @@ static int cmp_offset(const void *a, const void *b, void *ctx)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* Everything after the JSON parse; p->bin_path and p->config_path are already set. */
+/* Everything after the JSON parse; p->bin_path is already set. */
 static int mf_validate(const char *path, json_t *root, ms_pack *p)
 {
     if (!json_is_object(root)) return mf_fail(path, "the manifest must be a JSON object");
@@ -127,34 +114,33 @@ static int mf_validate(const char *path, json_t *root, ms_pack *p)
     long long v;
     if (mf_int(path, "", root, "version", 0, 1LL << 30, &v) != 0) return -1;
     if (v != PACK_VERSION)
-        return mf_fail(path, "field \"version\" is %lld; this build reads pack version %d", v, PACK_VERSION);
+        return mf_fail(path, "field \"version\" is %lld; this build reads pack version %d only (%s): write the packs "
+                       "again with this build's moestream shard",
+                       v, PACK_VERSION, v < PACK_VERSION ? "an older pack" : "a newer pack");
     if (mf_hex(path, "", root, "model_fingerprint", NULL, p->fingerprint) != 0) return -1;
-    long long workers, worker, replicas, nl, ne, lat, inter, eb;
+    long long workers, worker, replicas, nl, ne, first, eb;
     if (mf_int(path, "", root, "workers", 1, 1 << 20, &workers) != 0 ||
         mf_int(path, "", root, "worker", 0, workers - 1, &worker) != 0 ||
         mf_int(path, "", root, "replicas", 1, workers, &replicas) != 0 ||
         mf_int(path, "", root, "num_layers", 1, 1 << 20, &nl) != 0 ||
         mf_int(path, "", root, "num_experts", 1, 1 << 24, &ne) != 0 ||
-        mf_int(path, "", root, "latent", 32, 1 << 20, &lat) != 0 ||
-        mf_int(path, "", root, "inter", 32, 1 << 20, &inter) != 0 ||
+        mf_int(path, "", root, "first_moe_layer", 0, nl - 1, &first) != 0 ||
         mf_int(path, "", root, "expert_bytes", 1, INT64_MAX, &eb) != 0)
         return -1;
-    if (lat % 32 || inter % 32)
-        return mf_fail(path, "fields \"latent\" %lld and \"inter\" %lld must be multiples of 32 (MXFP4 blocks)", lat,
-                       inter);
     p->workers = (int)workers;
     p->worker = (int)worker;
     p->replicas = (int)replicas;
     p->n_layers = (int)nl;
     p->n_experts = (int)ne;
-    p->latent = (int)lat;
-    p->inter = (int)inter;
-    uint64_t want_len[6], want_e = 0;
-    part_sizes(p->latent, p->inter, want_len);
-    for (int i = 0; i < 6; i++) want_e += want_len[i];
+    p->first_moe = (int)first;
+    json_t *xf = json_object_get(root, "expert_format");
+    if (!xf) return mf_fail(path, "field \"expert_format\" is missing");
+    if (ms_xfmt_from_json(xf, path, &p->fmt) != 0) return -1;
+    uint64_t want_e = ms_xfmt_expert_bytes(&p->fmt);
+    int np = p->fmt.n_parts;
     if ((uint64_t)eb != want_e)
-        return mf_fail(path, "field \"expert_bytes\" is %lld, but latent %d and inter %d make %llu", eb, p->latent,
-                       p->inter, (unsigned long long)want_e);
+        return mf_fail(path, "field \"expert_bytes\" is %lld, but the expert format makes %llu", eb,
+                       (unsigned long long)want_e);
     p->expert_bytes = want_e;
 
     json_t *arr = json_object_get(root, "experts");
@@ -171,6 +157,8 @@ static int mf_validate(const char *path, json_t *root, ms_pack *p)
         long long l, x, off;
         if (mf_int(path, where, o, "layer", 0, nl - 1, &l) != 0 || mf_int(path, where, o, "expert", 0, ne - 1, &x) != 0)
             return -1;
+        if (l < first)
+            return mf_fail(path, "%slayer %lld is a dense layer (first_moe_layer is %lld)", where, l, first);
         e->layer = (int)l;
         e->expert = (int)x;
         snprintf(where, sizeof where, "experts[%zu] (layer %d expert %d): ", i, e->layer, e->expert);
@@ -180,10 +168,10 @@ static int mf_validate(const char *path, json_t *root, ms_pack *p)
         e->offset = (uint64_t)off;
         json_t *parts = json_object_get(o, "parts");
         if (!parts) return mf_fail(path, "%sfield \"parts\" is missing", where);
-        if (!json_is_array(parts) || json_array_size(parts) != 6)
-            return mf_fail(path, "%sfield \"parts\" must be an array of 6 integers", where);
+        if (!json_is_array(parts) || json_array_size(parts) != (size_t)np)
+            return mf_fail(path, "%sfield \"parts\" must be an array of %d integers", where, np);
         uint64_t sum = 0;
-        for (int k = 0; k < 6; k++) {
+        for (int k = 0; k < np; k++) {
             json_t *pk = json_array_get(parts, (size_t)k);
             if (!json_is_integer(pk) || json_integer_value(pk) < 0)
                 return mf_fail(path, "%sfield \"parts\"[%d] must be a non-negative integer", where, k);
@@ -194,10 +182,11 @@ static int mf_validate(const char *path, json_t *root, ms_pack *p)
         if (sum != want_e)
             return mf_fail(path, "%sfield \"parts\" sums to %llu, not expert_bytes %llu", where,
                            (unsigned long long)sum, (unsigned long long)want_e);
-        for (int k = 0; k < 6; k++)
-            if (e->len[k] != want_len[k])
+        for (int k = 0; k < np; k++)
+            if (e->len[k] != p->fmt.part[k].bytes)
                 return mf_fail(path, "%sfield \"parts\"[%d] (%s) is %llu bytes, expected %llu", where, k,
-                               part_suffix[k], (unsigned long long)e->len[k], (unsigned long long)want_len[k]);
+                               p->fmt.part[k].name, (unsigned long long)e->len[k],
+                               (unsigned long long)p->fmt.part[k].bytes);
         if (mf_hex(path, where, o, "xxh3", &e->xxh3, NULL) != 0) return -1;
     }
 
@@ -247,29 +236,6 @@ static int mf_validate(const char *path, json_t *root, ms_pack *p)
         }
     }
     free(ix);
-    if (rc != 0) return -1;
-
-    /* The model's config must agree with the manifest (the worker computes with its widths). */
-    ms_cfg cfg;
-    if (ms_cfg_load(p->config_path, &cfg) != 0) {
-        int code = ms_err_code();
-        ms_err_wrap("pack %s", path);
-        return ms_err_set_code(code);
-    }
-    const char *bad = cfg.n_layers != p->n_layers     ? "num_layers"
-                      : cfg.n_experts != p->n_experts ? "num_experts"
-                      : cfg.latent != p->latent       ? "latent"
-                      : cfg.moe_inter != p->inter     ? "inter"
-                                                      : NULL;
-    if (bad) {
-        ms_cfg_free(&cfg);
-        return mf_fail(path, "field \"%s\" disagrees with %s", bad, p->config_path);
-    }
-    for (size_t i = 0; i < p->n && rc == 0; i++)
-        if (ms_cfg_is_dense(&cfg, p->entries[i].layer))
-            rc = mf_fail(path, "experts[%zu]: layer %d is a dense layer (first_k_dense_replace %d in %s)", i,
-                         p->entries[i].layer, cfg.first_dense, p->config_path);
-    ms_cfg_free(&cfg);
     return rc;
 }
 
@@ -282,8 +248,6 @@ int ms_pack_open(const char *dir, ms_pack *p)
     snprintf(path, dl, "%s/manifest.json", dir);
     p->bin_path = ms_malloc(dl);
     snprintf(p->bin_path, dl, "%s/experts.bin", dir);
-    p->config_path = ms_malloc(dl);
-    snprintf(p->config_path, dl, "%s/config.json", dir);
     FILE *f = fopen(path, "rb");
     if (!f) {
         ms_err_set("%s: cannot open: %s", path, strerror(errno));
@@ -311,7 +275,6 @@ void ms_pack_close(ms_pack *p)
     if (!p) return;
     free(p->entries);
     free(p->bin_path);
-    free(p->config_path);
     memset(p, 0, sizeof *p);
 }
 
@@ -361,8 +324,8 @@ static int pwrite_full(int fd, const uint8_t *buf, size_t len, uint64_t off, con
 /* One routed expert of the source: where its six parts are, and its first owner. */
 typedef struct {
     int layer, expert, owner;
-    int file[6];
-    uint64_t off[6];
+    int file[MS_XFMT_MAX_PARTS];
+    uint64_t off[MS_XFMT_MAX_PARTS];
 } sh_expert;
 
 static int cmp_src(const void *a, const void *b)
@@ -379,8 +342,8 @@ static int cmp_entry(const void *a, const void *b)
     return x->expert < y->expert ? -1 : x->expert > y->expert;
 }
 
-/* Is name one of the six tensors of a routed expert (layer in [l0, nl), expert in [0, ne))? */
-static int is_routed_part(const char *name, int l0, int nl, int ne)
+/* Is name one of the parts (format f) of a routed expert (layer in [l0, nl), expert in [0, ne))? */
+static int is_routed_part(const ms_xfmt *f, const char *name, int l0, int nl, int ne)
 {
     size_t pl = strlen(PFX);
     if (strncmp(name, PFX, pl) != 0) return 0;
@@ -396,34 +359,34 @@ static int is_routed_part(const char *name, int l0, int nl, int ne)
     if (*end != '.' || l < l0 || l >= nl || e < 0 || e >= ne) return 0;
     /* Exactly the spelling find_expert looks up (no "layers.01"), so what leaves the trunk is
      * what the packs hold. */
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < f->n_parts; k++) {
         char canon[256];
-        snprintf(canon, sizeof canon, PFX "%ld.block_sparse_moe.experts.%ld.%s", l, e, part_suffix[k]);
+        snprintf(canon, sizeof canon, PFX "%ld.block_sparse_moe.experts.%ld.%s", l, e, f->part[k].name);
         if (strcmp(name, canon) == 0) return 1;
     }
     return 0;
 }
 
-/* Find and check the six tensors of expert (l, e). */
-static int find_expert(const ms_st *st, const ms_cfg *c, const char *dir, int l, int e, sh_expert *x)
+/* Find and check the tensors of expert (l, e): the parts of format f, with their dtypes and shapes. */
+static int find_expert(const ms_st *st, const ms_xfmt *f, const char *dir, int l, int e, sh_expert *x)
 {
-    int64_t I = c->moe_inter, L = c->latent;
-    int64_t shapes[6][2] = {{I, L / 2}, {I, L / 32}, {L, I / 2}, {L, I / 32}, {I, L / 2}, {I, L / 32}};
     x->layer = l;
     x->expert = e;
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < f->n_parts; k++) {
+        const ms_xfmt_part *pt = &f->part[k];
+        const int64_t *shape = pt->shape;
         char name[256];
-        snprintf(name, sizeof name, PFX "%d.block_sparse_moe.experts.%d.%s", l, e, part_suffix[k]);
+        snprintf(name, sizeof name, PFX "%d.block_sparse_moe.experts.%d.%s", l, e, pt->name);
         const ms_st_tensor *t = ms_st_find(st, name);
         if (!t) {
             ms_err_set("tensor %s is missing from %s (moestream shard needs MXFP4 routed experts)", name, dir);
             return ms_err_set_code(MS_EXIT_MODEL);
         }
-        if (t->dtype != MS_DT_U8 || t->ndim != 2 || t->shape[0] != shapes[k][0] || t->shape[1] != shapes[k][1]) {
-            ms_err_set("tensor %s in %s is %s with %d dims [%lld, %lld], expected U8 [%lld, %lld]", name,
+        if ((int)t->dtype != pt->dtype || t->ndim != 2 || t->shape[0] != shape[0] || t->shape[1] != shape[1]) {
+            ms_err_set("tensor %s in %s is %s with %d dims [%lld, %lld], expected %s [%lld, %lld]", name,
                        ms_st_file_path(st, t->file), ms_dtype_name(t->dtype), t->ndim,
                        (long long)(t->ndim > 0 ? t->shape[0] : 0), (long long)(t->ndim > 1 ? t->shape[1] : 0),
-                       (long long)shapes[k][0], (long long)shapes[k][1]);
+                       ms_dtype_name((ms_dtype)pt->dtype), (long long)shape[0], (long long)shape[1]);
             return ms_err_set_code(MS_EXIT_MODEL);
         }
         x->file[k] = t->file;
@@ -541,7 +504,8 @@ typedef struct {
     int *src_fd;   /* [n_src] */
     sh_expert *ex; /* [n_ex], in source file order */
     size_t n_ex;
-    uint64_t part_len[6], E;
+    ms_xfmt fmt;   /* the routed experts' format, from the model's config */
+    uint64_t E;
     ms_pack_entry **ent; /* [N][cnt[w]] */
     size_t *cnt, *fill;  /* [N] */
     uint64_t *cursor;    /* [N] end of the last expert written in worker w's experts.bin */
@@ -580,18 +544,18 @@ static int copy_experts(sh_state *s)
             e->layer = x->layer;
             e->expert = x->expert;
             e->offset = align_up(s->cursor[w]);
-            memcpy(e->len, s->part_len, sizeof e->len);
+            for (int k = 0; k < s->fmt.n_parts; k++) e->len[k] = s->fmt.part[k].bytes;
             s->cursor[w] = e->offset + s->E;
             dst[j] = e;
         }
         XXH3_64bits_reset(h);
-        /* One run when the six parts are adjacent in canonical order (released layout), else six. */
-        int contiguous = 1;
-        for (int k = 1; k < 6; k++)
-            if (x->file[k] != x->file[0] || x->off[k] != x->off[k - 1] + s->part_len[k - 1]) contiguous = 0;
+        /* One run when the parts are adjacent in canonical order (released layout), else one each. */
+        int contiguous = 1, np = s->fmt.n_parts;
+        for (int k = 1; k < np; k++)
+            if (x->file[k] != x->file[0] || x->off[k] != x->off[k - 1] + s->fmt.part[k - 1].bytes) contiguous = 0;
         uint64_t pos = 0; /* bytes of the expert copied so far */
-        for (int k = 0; k < (contiguous ? 1 : 6) && rc == 0; k++) {
-            uint64_t run = contiguous ? s->E : s->part_len[k];
+        for (int k = 0; k < (contiguous ? 1 : np) && rc == 0; k++) {
+            uint64_t run = contiguous ? s->E : s->fmt.part[k].bytes;
             int f = x->file[k];
             const char *sp = ms_st_file_path(s->st, f);
             for (uint64_t o = 0; o < run && rc == 0;) {
@@ -634,8 +598,8 @@ static int write_manifest(sh_state *s, int w)
     json_object_set_new(root, "replicas", json_integer(s->R));
     json_object_set_new(root, "num_layers", json_integer(s->cfg.n_layers));
     json_object_set_new(root, "num_experts", json_integer(s->cfg.n_experts));
-    json_object_set_new(root, "latent", json_integer(s->cfg.latent));
-    json_object_set_new(root, "inter", json_integer(s->cfg.moe_inter));
+    json_object_set_new(root, "first_moe_layer", json_integer(s->cfg.first_dense));
+    json_object_set_new(root, "expert_format", ms_xfmt_to_json(&s->fmt));
     json_object_set_new(root, "expert_bytes", json_integer((json_int_t)s->E));
     char *head = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(root);
@@ -653,14 +617,12 @@ static int write_manifest(sh_state *s, int w)
     }
     fprintf(f, "%s,\n \"experts\": [", head);
     free(head);
-    for (size_t i = 0; i < s->cnt[w]; i++)
-        fprintf(
-            f,
-            "%s\n  {\"layer\": %d, \"expert\": %d, \"offset\": %llu, \"parts\": [%llu, %llu, %llu, %llu, %llu, %llu], "
-            "\"xxh3\": \"%016llx\"}",
-            i ? "," : "", e[i].layer, e[i].expert, (unsigned long long)e[i].offset, (unsigned long long)e[i].len[0],
-            (unsigned long long)e[i].len[1], (unsigned long long)e[i].len[2], (unsigned long long)e[i].len[3],
-            (unsigned long long)e[i].len[4], (unsigned long long)e[i].len[5], (unsigned long long)e[i].xxh3);
+    for (size_t i = 0; i < s->cnt[w]; i++) {
+        fprintf(f, "%s\n  {\"layer\": %d, \"expert\": %d, \"offset\": %llu, \"parts\": [", i ? "," : "",
+                e[i].layer, e[i].expert, (unsigned long long)e[i].offset);
+        for (int k = 0; k < s->fmt.n_parts; k++) fprintf(f, "%s%llu", k ? ", " : "", (unsigned long long)e[i].len[k]);
+        fprintf(f, "], \"xxh3\": \"%016llx\"}", (unsigned long long)e[i].xxh3);
+    }
     fprintf(f, "\n ]\n}\n");
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {
@@ -690,7 +652,7 @@ static int write_trunk(sh_state *s, const char *tdir)
         int n = 0;
         for (size_t i = 0; i < nt; i++) {
             const ms_st_tensor *t = ms_st_at(s->st, i);
-            if (t->file != f || is_routed_part(t->name, s->cfg.first_dense, s->cfg.n_layers, s->cfg.n_experts))
+            if (t->file != f || is_routed_part(&s->fmt, t->name, s->cfg.first_dense, s->cfg.n_layers, s->cfg.n_experts))
                 continue;
             fills[i] = (sh_fill){s->src_fd[f], t->offset, ms_st_file_path(s->st, f)};
             ms_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, trunk_fill, &fills[i]);
@@ -748,11 +710,7 @@ static int shard_plan(sh_state *s)
     path2(path, sizeof path, s->model_dir, "config.json");
     if (ms_cfg_load(path, &s->cfg) != 0) return -1;
     const ms_cfg *c = &s->cfg;
-    if (c->latent % 32 || c->moe_inter % 32) {
-        ms_err_set("%s: routed_expert_hidden_size %d and moe_intermediate_size %d must be multiples of 32 (MXFP4)",
-                   path, c->latent, c->moe_inter);
-        return ms_err_set_code(MS_EXIT_MODEL);
-    }
+    if (ms_xfmt_from_cfg(c, path, &s->fmt) != 0) return -1;
     int n_moe = c->n_layers - c->first_dense;
     if (n_moe < 1) {
         ms_err_set("%s: no MoE layer (first_k_dense_replace %d, %d layers): nothing to shard", path, c->first_dense,
@@ -766,9 +724,7 @@ static int shard_plan(sh_state *s)
     s->st = ms_st_open_dir(s->model_dir);
     if (!s->st) return -1;
     if (ms_wire_fingerprint(s->model_dir, s->fp) != 0) return -1;
-    part_sizes(c->latent, c->moe_inter, s->part_len);
-    s->E = 0;
-    for (int k = 0; k < 6; k++) s->E += s->part_len[k];
+    s->E = ms_xfmt_expert_bytes(&s->fmt);
 
     /* Owner of each expert id: worker i owns [i*Ne/N, (i+1)*Ne/N). */
     int *owner = ms_malloc(sizeof(int) * (size_t)c->n_experts);
@@ -782,7 +738,7 @@ static int shard_plan(sh_state *s)
     int rc = 0;
     for (int l = c->first_dense; l < c->n_layers && rc == 0; l++)
         for (int e = 0; e < c->n_experts && rc == 0; e++, k++) {
-            rc = find_expert(s->st, c, s->model_dir, l, e, &s->ex[k]);
+            rc = find_expert(s->st, &s->fmt, s->model_dir, l, e, &s->ex[k]);
             s->ex[k].owner = owner[e];
         }
     free(owner);
@@ -801,7 +757,7 @@ static int shard_plan(sh_state *s)
     s->total = (uint64_t)s->n_ex * (uint64_t)s->R * s->E;
     for (size_t i = 0; i < ms_st_count(s->st); i++) {
         const ms_st_tensor *t = ms_st_at(s->st, i);
-        if (!is_routed_part(t->name, c->first_dense, c->n_layers, c->n_experts)) s->total += t->nbytes;
+        if (!is_routed_part(&s->fmt, t->name, c->first_dense, c->n_layers, c->n_experts)) s->total += t->nbytes;
     }
     s->src_fd = ms_malloc(sizeof(int) * (size_t)(s->n_src = ms_st_file_count(s->st)));
     for (int f = 0; f < s->n_src; f++) s->src_fd[f] = -1;
@@ -993,11 +949,6 @@ int ms_pack_shard(const char *model_dir, int workers, int replicas, const char *
         if (close(s.bin_fd[w]) != 0 && rc == 0) rc = io_fail("cannot write %s: %s", tmp, strerror(errno));
         s.bin_fd[w] = -1;
         if (rc == 0 && rename(tmp, path) != 0) rc = io_fail("cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        if (rc == 0) {
-            path2(tmp, sizeof tmp, model_dir, "config.json");
-            path2(path, sizeof path, s.wdir[w], "config.json");
-            rc = copy_file(tmp, path);
-        }
         if (rc == 0) rc = write_manifest(&s, w);
     }
     if (rc == 0) rc = write_trunk(&s, tdir);

@@ -29,7 +29,7 @@
  *     bytes, regions back to back; part i starts at region_i + off[i] % MS_IO_ALIGN.
  */
 
-#define XS_PARTS 6
+#define XS_PARTS MS_XFMT_MAX_PARTS /* array size; s->np parts are used */
 
 typedef struct {
     uint32_t key;
@@ -45,6 +45,7 @@ struct ms_xstore {
     ms_pool *pool;             /* borrowed, may be NULL */
     ms_io *io;
     ms_cpolicy *pol;
+    int np;                    /* parts of an expert (o.fmt.n_parts) */
     uint64_t part_len[XS_PARTS];
     uint64_t E, slot_bytes;
     size_t n_keys, n_slots;
@@ -63,36 +64,18 @@ struct ms_xstore {
 /* Largest aligned span a read of len bytes can need (start at the last byte of a block). */
 static uint64_t worst_span(uint64_t len) { return (len + 2 * (uint64_t)MS_IO_ALIGN - 2) / MS_IO_ALIGN * MS_IO_ALIGN; }
 
-static void part_lengths(int latent, int inter, uint64_t len[XS_PARTS])
-{
-    uint64_t LI = (uint64_t)latent * (uint64_t)inter;
-    for (int m = 0; m < 3; m++) {
-        len[2 * m] = LI / 2;      /* packed E2M1: [rows][cols/2] */
-        len[2 * m + 1] = LI / 32; /* E8M0 scales: [rows][cols/32] */
-    }
-}
-
-uint64_t ms_xstore_expert_bytes(int latent, int inter)
-{
-    uint64_t len[XS_PARTS], t = 0;
-    part_lengths(latent, inter, len);
-    for (int i = 0; i < XS_PARTS; i++) t += len[i];
-    return t;
-}
-
 /* The sum of the parts' worst spans also bounds the worst span of the whole run, so one
  * slot size serves both layouts. */
-uint64_t ms_xstore_slot_bytes(int latent, int inter)
+uint64_t ms_xstore_slot_bytes(const ms_xfmt *f)
 {
-    uint64_t len[XS_PARTS], t = 0;
-    part_lengths(latent, inter, len);
-    for (int i = 0; i < XS_PARTS; i++) t += worst_span(len[i]);
+    uint64_t t = 0;
+    for (int i = 0; i < f->n_parts; i++) t += worst_span(f->part[i].bytes);
     return t;
 }
 
-uint64_t ms_xstore_fixed_bytes(int latent, int inter, int depth)
+uint64_t ms_xstore_fixed_bytes(const ms_xfmt *f, int depth)
 {
-    return (uint64_t)(depth < 1 ? 1 : depth) * ms_xstore_slot_bytes(latent, inter);
+    return (uint64_t)(depth < 1 ? 1 : depth) * ms_xstore_slot_bytes(f);
 }
 
 ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *pool)
@@ -105,9 +88,9 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
         ms_err_set("expert store: %d layers x %d experts is empty", o->n_layers, o->n_experts);
         return NULL;
     }
-    if (o->latent < 32 || o->latent % 32 || o->inter < 32 || o->inter % 32) {
-        ms_err_set("expert store: latent %d / intermediate %d must be positive multiples of 32 (MXFP4 blocks)",
-                   o->latent, o->inter);
+    char why[400];
+    if (ms_xfmt_check(&o->fmt, why, sizeof why) != 0) {
+        ms_err_set("expert store: bad expert format: %s", why);
         return NULL;
     }
     if (o->depth < 1) {
@@ -118,9 +101,10 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
     s->o = *o;
     s->files = files;
     s->pool = pool;
-    part_lengths(o->latent, o->inter, s->part_len);
-    s->E = ms_xstore_expert_bytes(o->latent, o->inter);
-    s->slot_bytes = ms_xstore_slot_bytes(o->latent, o->inter);
+    s->np = o->fmt.n_parts;
+    for (int i = 0; i < s->np; i++) s->part_len[i] = o->fmt.part[i].bytes;
+    s->E = ms_xfmt_expert_bytes(&o->fmt);
+    s->slot_bytes = ms_xstore_slot_bytes(&o->fmt);
     s->n_keys = (size_t)o->n_layers * (size_t)o->n_experts;
     uint64_t slots = o->cache_bytes / s->slot_bytes;
     s->n_slots = slots < s->n_keys ? (size_t)slots : s->n_keys; /* more slots than keys are never used */
@@ -159,6 +143,8 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
     return s;
 }
 
+const ms_xfmt *ms_xstore_fmt(const ms_xstore *s) { return &s->o.fmt; }
+
 void ms_xstore_free(ms_xstore *s)
 {
     if (!s) return;
@@ -182,7 +168,7 @@ void ms_xstore_set(ms_xstore *s, int layer, int expert, const ms_xloc *loc)
 {
     MS_ASSERT(layer >= 0 && layer < s->o.n_layers && expert >= 0 && expert < s->o.n_experts);
     int contiguous = 1;
-    for (int i = 0; i < XS_PARTS; i++) {
+    for (int i = 0; i < s->np; i++) {
         MS_ASSERT(loc->file[i] >= 0 && loc->len[i] == s->part_len[i]);
         if (i > 0 && (loc->file[i] != loc->file[0] || loc->off[i] != loc->off[i - 1] + loc->len[i - 1]))
             contiguous = 0;
@@ -206,10 +192,10 @@ static void slot_offsets(const ms_xstore *s, size_t key, uint64_t off[XS_PARTS])
     const ms_xloc *l = &s->loc[key];
     if (s->loc_state[key] == 2) {
         off[0] = l->off[0] % MS_IO_ALIGN;
-        for (int i = 1; i < XS_PARTS; i++) off[i] = off[i - 1] + l->len[i - 1];
+        for (int i = 1; i < s->np; i++) off[i] = off[i - 1] + l->len[i - 1];
     } else {
         uint64_t region = 0;
-        for (int i = 0; i < XS_PARTS; i++) {
+        for (int i = 0; i < s->np; i++) {
             off[i] = region + l->off[i] % MS_IO_ALIGN;
             region += ms_io_span(l->off[i], (size_t)l->len[i]);
         }
@@ -228,34 +214,38 @@ static void buf_put(ms_xstore *s, uint8_t *b) { s->free_buf[s->n_free++] = b; }
 
 /* State of one compute call. */
 typedef struct {
-    int layer, k;
-    const float *z;
-    float *out;
-    int nd;            /* distinct experts, first-appearance order */
-    int32_t *dexp;     /* [nd] expert id */
-    int64_t *start;    /* [nd+1] range of d's (row*k+j) indices in qlist */
-    int64_t *qlist;    /* [n_rows*k] (row*k + j) grouped by expert, increasing within a group */
-    uint8_t *hit;      /* [nd] 1 if the expert was a hit */
-    uint8_t *done;     /* [nd] 1 once its outputs are written */
-    float *zin, *zout; /* [max group][L] gathered rows and their outputs */
+    int layer;
+    const float *z;            /* [rows][L] */
+    const uint32_t *item_row;  /* [n] row of each item */
+    float *out;                /* [n][L] */
+    const ms_xgroup *g;        /* the items grouped by expert: group d is expert g->dexp[d] */
+    int64_t gather;            /* rows per expert computation */
+    uint8_t *hit;              /* [nd] 1 if the expert was a hit */
+    uint8_t *done;             /* [nd] 1 once its outputs are written */
+    float *zin, *zout;         /* [gather][L] gathered rows and their outputs */
 } xs_call;
 
-/* Compute distinct expert d from the slot buf: gather its rows, run the GLU, scatter. */
+/* Compute distinct expert d from the slot buf: gather its rows (at most c->gather at a time),
+ * run the expert, scatter. */
 static void compute_one(ms_xstore *s, xs_call *c, int d, const uint8_t *buf)
 {
-    int64_t L = s->o.latent, I = s->o.inter;
-    size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->dexp[d];
+    int64_t L = s->o.fmt.latent;
+    size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->g->dexp[d];
     uint64_t off[XS_PARTS];
     slot_offsets(s, key, off);
-    /* w1, w3: [I, L]; w2: [L, I]; data = packed [rows][cols/2], scales = [rows][cols/32] */
-    ms_mat w1 = {.type = MS_WT_MXFP4, .rows = I, .cols = L, .data = buf + off[0], .scales = buf + off[1]};
-    ms_mat w2 = {.type = MS_WT_MXFP4, .rows = L, .cols = I, .data = buf + off[2], .scales = buf + off[3]};
-    ms_mat w3 = {.type = MS_WT_MXFP4, .rows = I, .cols = L, .data = buf + off[4], .scales = buf + off[5]};
-    int64_t m = c->start[d + 1] - c->start[d];
-    const int64_t *q = c->qlist + c->start[d];
-    for (int64_t r = 0; r < m; r++) memcpy(c->zin + r * L, c->z + (q[r] / c->k) * L, sizeof(float) * (size_t)L);
-    ms_glu_mlp(&w1, &w3, &w2, s->o.b1, s->o.b2, c->zin, m, c->zout, s->pool);
-    for (int64_t r = 0; r < m; r++) memcpy(c->out + q[r] * L, c->zout + r * L, sizeof(float) * (size_t)L);
+    const uint8_t *part[XS_PARTS];
+    for (int i = 0; i < s->np; i++) part[i] = buf + off[i];
+    int64_t m = c->g->start[d + 1] - c->g->start[d];
+    int64_t t0 = c->g->start[d];
+    for (int64_t a = 0; a < m; a += c->gather) {
+        int64_t mm = m - a < c->gather ? m - a : c->gather;
+        for (int64_t r = 0; r < mm; r++)
+            memcpy(c->zin + r * L, c->z + (int64_t)c->item_row[ms_xgroup_item(c->g, t0 + a + r)] * L,
+                   sizeof(float) * (size_t)L);
+        ms_expert_run(&s->o.fmt, part, c->zin, mm, c->zout, s->pool);
+        for (int64_t r = 0; r < mm; r++)
+            memcpy(c->out + ms_xgroup_item(c->g, t0 + a + r) * L, c->zout + r * L, sizeof(float) * (size_t)L);
+    }
     c->done[d] = 1;
 }
 
@@ -276,7 +266,7 @@ static int miss_cmp(const void *a, const void *b)
 /* One policy access for a missed expert, then its read(s) into a free buffer. */
 static void submit_miss(ms_xstore *s, xs_call *c, int d, xs_pend *p)
 {
-    size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->dexp[d];
+    size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->g->dexp[d];
     uint32_t victim = UINT32_MAX;
     int r = ms_cpolicy_access(s->pol, (uint32_t)key, &victim);
     MS_ASSERT(r != MS_CPOLICY_HIT);
@@ -309,9 +299,9 @@ static void submit_miss(ms_xstore *s, xs_call *c, int d, xs_pend *p)
         p->req[0].len = (size_t)s->E;
         p->req[0].buf = p->buf;
     } else {
-        p->n_req = XS_PARTS;
+        p->n_req = s->np;
         uint64_t region = 0;
-        for (int i = 0; i < XS_PARTS; i++) {
+        for (int i = 0; i < s->np; i++) {
             p->req[i].file = l->file[i];
             p->req[i].off = l->off[i];
             p->req[i].len = (size_t)l->len[i];
@@ -329,7 +319,7 @@ static uint64_t slot_xxh3(ms_xstore *s, size_t key, const uint8_t *buf)
     slot_offsets(s, key, off);
     if (s->loc_state[key] == 2) return XXH3_64bits(buf + off[0], (size_t)s->E);
     XXH3_64bits_reset(s->xxh);
-    for (int i = 0; i < XS_PARTS; i++) XXH3_64bits_update(s->xxh, buf + off[i], (size_t)s->part_len[i]);
+    for (int i = 0; i < s->np; i++) XXH3_64bits_update(s->xxh, buf + off[i], (size_t)s->part_len[i]);
     return XXH3_64bits_digest(s->xxh);
 }
 
@@ -344,62 +334,35 @@ static int wait_pend(ms_xstore *s, xs_pend *p)
     return bad;
 }
 
-static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids,
-                      float *out)
+int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint32_t *item_row, const ms_xgroup *g,
+                            float *out)
 {
-    ms_xstore *s = ctx;
     int NE = s->o.n_experts;
     if (layer < 0 || layer >= s->o.n_layers)
         return ms_err_set("expert request for layer %d out of range (0..%d)", layer, s->o.n_layers - 1);
-    if (n_rows < 0 || k < 1) return ms_err_set("expert request for layer %d: %lld rows x %d experts", layer,
-                                               (long long)n_rows, k);
-    int64_t n = n_rows * k;
-    for (int64_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= NE)
-            return ms_err_set("expert id %d out of range (0..%d) in layer %d", ids[i], NE - 1, layer);
-        if (!s->loc_state[(size_t)layer * (size_t)NE + (size_t)ids[i]])
-            return ms_err_set("layer %d expert %d has no location in the expert store", layer, ids[i]);
+    for (int d = 0; d < g->nd; d++) {
+        if (g->dexp[d] < 0 || g->dexp[d] >= NE)
+            return ms_err_set("expert id %d out of range (0..%d) in layer %d", g->dexp[d], NE - 1, layer);
+        if (!s->loc_state[(size_t)layer * (size_t)NE + (size_t)g->dexp[d]])
+            return ms_err_set("layer %d expert %d has no location in the expert store", layer, g->dexp[d]);
     }
-    if (n == 0) return 0;
-    int64_t L = s->o.latent;
+    if (g->nd == 0) return 0;
+    int64_t L = s->o.fmt.latent, n = g->start[g->nd];
 
     pthread_mutex_lock(&s->mu);
     s->st.requests += (uint64_t)n;
-    xs_call c = {.layer = layer, .k = k, .z = z, .out = out};
-    /* Group the (row, rank) pairs by expert: first-appearance order, then a counting sort. */
-    int32_t *qd = ms_malloc(sizeof(int32_t) * (size_t)n); /* [n] distinct index of pair q */
-    c.dexp = ms_malloc(sizeof(int32_t) * (size_t)n);
-    c.start = ms_calloc((size_t)n + 1, sizeof(int64_t));
-    c.qlist = ms_malloc(sizeof(int64_t) * (size_t)n);
-    for (int64_t q = 0; q < n; q++) {
-        int32_t e = ids[q];
-        if (s->dmap[e] < 0) {
-            s->dmap[e] = c.nd;
-            c.dexp[c.nd++] = e;
-        }
-        qd[q] = s->dmap[e];
-        c.start[qd[q] + 1]++;
-    }
-    int64_t max_m = 0;
-    for (int d = 0; d < c.nd; d++) {
-        if (c.start[d + 1] > max_m) max_m = c.start[d + 1];
-        c.start[d + 1] += c.start[d];
-    }
-    int64_t *fill = ms_malloc(sizeof(int64_t) * (size_t)c.nd); /* [nd] next free position per group */
-    for (int d = 0; d < c.nd; d++) fill[d] = c.start[d];
-    for (int64_t q = 0; q < n; q++) c.qlist[fill[qd[q]]++] = q;
-    free(fill);
-    free(qd);
-    c.hit = ms_calloc((size_t)c.nd, 1);
-    c.done = ms_calloc((size_t)c.nd, 1);
-    c.zin = ms_malloc(sizeof(float) * (size_t)(max_m * L));
-    c.zout = ms_malloc(sizeof(float) * (size_t)(max_m * L));
-
+    xs_call c = {.layer = layer, .z = z, .item_row = item_row, .out = out, .g = g};
+    for (int d = 0; d < g->nd; d++) s->dmap[g->dexp[d]] = d;
+    c.gather = s->o.gather_rows > 0 && s->o.gather_rows < g->max_m ? s->o.gather_rows : g->max_m;
+    c.hit = ms_calloc((size_t)g->nd, 1);
+    c.done = ms_calloc((size_t)g->nd, 1);
+    c.zin = ms_malloc(sizeof(float) * (size_t)(c.gather * L));
+    c.zout = ms_malloc(sizeof(float) * (size_t)(c.gather * L));
     /* Hits first (accesses of hits never change residency), misses sorted by file offset. */
-    xs_miss *miss = ms_malloc(sizeof(xs_miss) * (size_t)c.nd);
+    xs_miss *miss = ms_malloc(sizeof(xs_miss) * (size_t)g->nd);
     int n_miss = 0;
-    for (int d = 0; d < c.nd; d++) {
-        size_t key = (size_t)layer * (size_t)NE + (size_t)c.dexp[d];
+    for (int d = 0; d < g->nd; d++) {
+        size_t key = (size_t)layer * (size_t)NE + (size_t)g->dexp[d];
         if (ms_cpolicy_contains(s->pol, (uint32_t)key)) {
             MS_ASSERT(s->key_buf[key] != NULL);
             int r = ms_cpolicy_access(s->pol, (uint32_t)key, NULL);
@@ -423,8 +386,8 @@ static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int 
         submit_miss(s, &c, miss[next++].d, &s->pend[(head + n_pend) % depth]);
         n_pend++;
     }
-    for (int d = 0; d < c.nd; d++) {
-        size_t key = (size_t)layer * (size_t)NE + (size_t)c.dexp[d];
+    for (int d = 0; d < g->nd; d++) {
+        size_t key = (size_t)layer * (size_t)NE + (size_t)g->dexp[d];
         if (c.hit[d] && !c.done[d]) compute_one(s, &c, d, s->key_buf[key]);
     }
     while (n_pend > 0) {
@@ -432,7 +395,7 @@ static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int 
         int bad = wait_pend(s, p), code = MS_EXIT_IO;
         char msg[768];
         if (bad >= 0) {
-            snprintf(msg, sizeof msg, "layer %d expert %d: cannot read %s: %s", layer, c.dexp[p->d],
+            snprintf(msg, sizeof msg, "layer %d expert %d: cannot read %s: %s", layer, g->dexp[p->d],
                      ms_io_files_path(s->files, p->req[bad].file), p->req[bad].err);
         } else if (s->loc[p->key].has_xxh3) {
             /* Packs carry a checksum: bytes that do not match are never computed or cached. */
@@ -442,7 +405,7 @@ static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int 
                 snprintf(msg, sizeof msg,
                          "layer %d expert %d: checksum mismatch in %s at byte %llu "
                          "(xxh3 %016llx expected, %016llx read)",
-                         layer, c.dexp[p->d], ms_io_files_path(s->files, l->file[0]), (unsigned long long)l->off[0],
+                         layer, g->dexp[p->d], ms_io_files_path(s->files, l->file[0]), (unsigned long long)l->off[0],
                          (unsigned long long)want, (unsigned long long)got);
                 bad = 0;
                 code = MS_EXIT_MODEL;
@@ -475,18 +438,38 @@ static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int 
         }
     }
 
-    for (int d = 0; d < c.nd; d++) s->dmap[c.dexp[d]] = -1;
+    for (int d = 0; d < g->nd; d++) s->dmap[g->dexp[d]] = -1;
     pthread_mutex_unlock(&s->mu);
     free(miss);
     free(c.zin);
     free(c.zout);
     free(c.hit);
     free(c.done);
-    free(c.dexp);
-    free(c.start);
-    free(c.qlist);
     return rc;
 }
+
+static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids,
+                      float *out)
+{
+    ms_xstore *s = ctx;
+    if (layer < 0 || layer >= s->o.n_layers)
+        return ms_err_set("expert request for layer %d out of range (0..%d)", layer, s->o.n_layers - 1);
+    if (n_rows < 0 || k < 1) return ms_err_set("expert request for layer %d: %lld rows x %d experts", layer,
+                                               (long long)n_rows, k);
+    int64_t n = n_rows * k;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= s->o.n_experts)
+            return ms_err_set("expert id %d out of range (0..%d) in layer %d", ids[i], s->o.n_experts - 1, layer);
+    ms_xgroup g;
+    if (ms_xgroup_build(&g, n, (const uint32_t *)ids, s->o.n_experts) != 0) return -1;
+    uint32_t *row = ms_malloc(sizeof(uint32_t) * (size_t)(n ? n : 1)); /* [n] item (r, j) is row r */
+    for (int64_t q = 0; q < n; q++) row[q] = (uint32_t)(q / k);
+    int rc = ms_xstore_compute_items(s, layer, z, row, &g, out);
+    free(row);
+    ms_xgroup_free(&g);
+    return rc;
+}
+
 
 ms_experts ms_xstore_iface(ms_xstore *s)
 {

@@ -8,25 +8,27 @@
 #include "ms_io.h"
 #include "ms_pool.h"
 
-/* Where the six tensors of one routed expert live, in the canonical order
+/* Where the parts of one routed expert live, in the order of its format's parts (for K3:
  * w1.weight_packed, w1.weight_scale, w2.weight_packed, w2.weight_scale, w3.weight_packed,
- * w3.weight_scale (spec §4.5). In released checkpoints they are one contiguous run of one
- * file; otherwise each part is read separately into the same canonical layout. */
+ * w3.weight_scale, spec §4.5). In released checkpoints they are one contiguous run of one
+ * file; otherwise each part is read separately into the same canonical layout. Entries past
+ * the format's n_parts are unused. */
 typedef struct {
-    int file[6];         /* index into the store's ms_io_files */
-    uint64_t off[6];     /* absolute byte offset of each part */
-    uint64_t len[6];     /* bytes of each part */
+    int file[MS_XFMT_MAX_PARTS];      /* index into the store's ms_io_files */
+    uint64_t off[MS_XFMT_MAX_PARTS];  /* absolute byte offset of each part */
+    uint64_t len[MS_XFMT_MAX_PARTS];  /* bytes of each part */
     int has_xxh3;        /* 1: verify every read against xxh3 (packs); released files have none */
-    uint64_t xxh3;       /* XXH3-64 of the six parts' bytes in canonical order */
+    uint64_t xxh3;       /* XXH3-64 of the parts' bytes in canonical order */
 } ms_xloc;
 
 typedef struct {
     int n_layers, n_experts;
-    int latent, inter;          /* L, I: w1, w3 are [I, L]; w2 is [L, I]; MXFP4 */
-    float b1, b2;               /* SiTU constants */
+    ms_xfmt fmt;                /* what an expert is and computes (ms_xfmt_check must pass) */
     uint64_t cache_bytes;       /* expert cache capacity in bytes (may be 0) */
     int depth;                  /* reads in flight (>= 1; 8 or more recommended) */
     int lru;                    /* 1: plain LRU instead of the windowed-LFU policy (for benchmarks) */
+    int64_t gather_rows;        /* rows gathered per expert computation (0 = a whole group): bounds
+                                 * the gather buffers to 2 x gather_rows x latent floats */
 } ms_xstore_opts;
 
 typedef struct ms_xstore ms_xstore;
@@ -37,26 +39,36 @@ typedef struct ms_xstore ms_xstore;
  * the latter). Returns NULL with ms_err set on failure. */
 ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *pool);
 void ms_xstore_free(ms_xstore *s); /* accepts NULL */
+/* The expert format the store was made for. */
+const ms_xfmt *ms_xstore_fmt(const ms_xstore *s);
 
-/* Bytes of one expert in the canonical layout, and the staging bytes the store needs
- * whatever the cache size (depth staging buffers, aligned). */
-uint64_t ms_xstore_expert_bytes(int latent, int inter);
-uint64_t ms_xstore_fixed_bytes(int latent, int inter, int depth);
+/* The staging bytes the store needs whatever the cache size (depth staging buffers, aligned).
+ * An expert's own bytes are ms_xfmt_expert_bytes. */
+uint64_t ms_xstore_fixed_bytes(const ms_xfmt *f, int depth);
 /* Bytes of one slot (cache entry or staging buffer): MS_IO_ALIGN-aligned, enough for the
- * worst-case aligned span of the expert read in one piece or in six parts. The cache holds
+ * worst-case aligned span of the expert read in one piece or part by part. The cache holds
  * cache_bytes / ms_xstore_slot_bytes experts. */
-uint64_t ms_xstore_slot_bytes(int latent, int inter);
+uint64_t ms_xstore_slot_bytes(const ms_xfmt *f);
 
 /* Declare where expert (layer, expert) lives. Every expert that may be requested must be set;
  * a request for an unset expert is an error naming it. */
 void ms_xstore_set(ms_xstore *s, int layer, int expert, const ms_xloc *loc);
 
-/* The ms_experts interface: for one call, every distinct expert is looked up once; hits are
- * computed at once, misses are read in file-offset order with up to `depth` reads in flight,
- * and each is computed as soon as it arrives (reads overlap compute); an expert that the
- * policy keeps is read straight into its cache slot, others into a staging buffer. A failed
- * or short read is an error naming the expert and file; no partial output. */
+/* The ms_experts interface: groups the call's (row, rank) items by expert (ms_xgroup_build)
+ * and computes them with ms_xstore_compute_items. */
 ms_experts ms_xstore_iface(ms_xstore *s);
+
+/* Compute grouped items of one layer: item q (g->item order) is row item_row[q] of
+ * z [rows][L] through expert g->dexp[d]; out [n][L] receives item q's output at row q. Every
+ * distinct expert is looked up once; hits are computed at once, misses are read in file-offset
+ * order with up to `depth` reads in flight, and each is computed as soon as it arrives (reads
+ * overlap compute); an expert that the policy keeps is read straight into its cache slot,
+ * others into a staging buffer. Returns 0, or -1 with ms_err set naming the expert, and
+ * classed: MS_EXIT_IO when a read failed or came up short (naming the file), MS_EXIT_MODEL
+ * when an expert's bytes do not match their checksum (packs), MS_EXIT_RUNTIME for a request
+ * outside the store (layer, expert without a location). No partial output is reported. */
+int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint32_t *item_row, const ms_xgroup *g,
+                            float *out);
 
 typedef struct {
     uint64_t requests;          /* (row, expert) pairs asked for */

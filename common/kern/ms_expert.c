@@ -39,6 +39,115 @@ void ms_expert_table_set(ms_expert_table *t, int layer, int expert, const ms_exp
     t->w[(size_t)layer * (size_t)t->n_experts + (size_t)expert] = *w;
 }
 
+int ms_xgroup_build(ms_xgroup *g, int64_t n, const uint32_t *expert, int n_experts)
+{
+    memset(g, 0, sizeof *g);
+    int32_t *dmap = ms_malloc(sizeof(int32_t) * (size_t)(n_experts > 0 ? n_experts : 1)); /* expert -> d */
+    for (int e = 0; e < n_experts; e++) dmap[e] = -1;
+    int64_t *qd = ms_malloc(sizeof(int64_t) * (size_t)(n ? n : 1)); /* [n] group of item q */
+    size_t nd_max = (size_t)(n < n_experts ? n : n_experts) + 1;  /* distinct experts, at most */
+    g->dexp = ms_malloc(sizeof(int32_t) * nd_max);
+    g->start = ms_calloc(nd_max + 1, sizeof(int64_t));
+    g->item = ms_malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    int rc = 0;
+    for (int64_t q = 0; q < n && rc == 0; q++) {
+        uint32_t e = expert[q];
+        if (e >= (uint32_t)n_experts) {
+            rc = ms_err_set("item %lld: expert id %d out of range (0..%d)", (long long)q, (int32_t)e, n_experts - 1);
+            break;
+        }
+        if (dmap[e] < 0) {
+            dmap[e] = g->nd;
+            g->dexp[g->nd++] = (int32_t)e;
+        }
+        qd[q] = dmap[e];
+        g->start[qd[q] + 1]++;
+    }
+    if (rc == 0) {
+        /* Counting sort: stable, so items keep their order within a group. */
+        for (int d = 0; d < g->nd; d++) {
+            if (g->start[d + 1] > g->max_m) g->max_m = g->start[d + 1];
+            g->start[d + 1] += g->start[d];
+        }
+        int64_t *fill = ms_malloc(sizeof(int64_t) * (size_t)(g->nd ? g->nd : 1));
+        for (int d = 0; d < g->nd; d++) fill[d] = g->start[d];
+        for (int64_t q = 0; q < n; q++) g->item[fill[qd[q]]++] = q;
+        free(fill);
+    }
+    free(qd);
+    free(dmap);
+    if (rc != 0) ms_xgroup_free(g);
+    return rc;
+}
+
+int ms_xgroup_runs(ms_xgroup *g, int64_t n, const uint32_t *expert, int n_experts)
+{
+    memset(g, 0, sizeof *g);
+    uint8_t *seen = ms_calloc((size_t)(n_experts > 0 ? n_experts : 1), 1);
+    size_t nd_max = (size_t)(n < n_experts ? n : n_experts) + 1; /* distinct experts, at most */
+    g->dexp = ms_malloc(sizeof(int32_t) * nd_max);
+    g->start = ms_calloc(nd_max + 1, sizeof(int64_t));
+    g->item = NULL; /* identity: no per-item array for a request already grouped */
+    int rc = 0;
+    for (int64_t q = 0; q < n; q++) {
+        uint32_t e = expert[q];
+        if (e >= (uint32_t)n_experts) {
+            rc = ms_err_set("item %lld: expert id %u out of range (0..%d)", (long long)q, e, n_experts - 1);
+            break;
+        }
+        if (q > 0 && e == expert[q - 1]) continue;
+        if (seen[e]) {
+            rc = ms_err_set("item %lld: expert %u appears again after other experts' items (items must be grouped "
+                            "by expert)",
+                            (long long)q, e);
+            break;
+        }
+        seen[e] = 1;
+        g->start[g->nd] = q;
+        g->dexp[g->nd++] = (int32_t)e;
+    }
+    free(seen);
+    if (rc != 0) {
+        ms_xgroup_free(g);
+        return rc;
+    }
+    g->start[g->nd] = n;
+    for (int d = 0; d < g->nd; d++)
+        if (g->start[d + 1] - g->start[d] > g->max_m) g->max_m = g->start[d + 1] - g->start[d];
+    return 0;
+}
+
+void ms_xgroup_free(ms_xgroup *g)
+{
+    if (!g) return;
+    free(g->dexp);
+    free(g->start);
+    free(g->item);
+    memset(g, 0, sizeof *g);
+}
+
+void ms_expert_run(const ms_xfmt *f, const uint8_t *const *part, const float *z, int64_t m, float *out,
+                   ms_pool *pool)
+{
+    ms_mat w[MS_XFMT_MAX_MATS];
+    memset(w, 0, sizeof w);
+    for (int i = 0; i < f->n_mats; i++) {
+        MS_ASSERT(f->mat[i].enc == MS_XENC_MXFP4);
+        w[i].type = MS_WT_MXFP4;
+        w[i].rows = f->mat[i].rows;
+        w[i].cols = f->mat[i].cols;
+    }
+    for (int i = 0; i < f->n_parts; i++) {
+        ms_mat *x = &w[f->part[i].mat];
+        if (f->part[i].is_scale)
+            x->scales = part[i];
+        else
+            x->data = part[i];
+    }
+    MS_ASSERT(f->act == MS_XACT_SITU_GLU);
+    ms_glu_mlp(&w[0], &w[2], &w[1], f->b1, f->b2, z, m, out, pool); /* gate w1, up w3, down w2 */
+}
+
 /* Rows are grouped by expert so each expert's weights are decoded once per call; every output
  * element is still one canonical dot, so grouping never changes a bit. */
 static int table_compute(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids,
@@ -54,31 +163,21 @@ static int table_compute(void *ctx, int layer, int64_t n_rows, const float *z, i
         if (!t->w[(size_t)layer * (size_t)t->n_experts + (size_t)ids[i]].w1.data)
             return ms_err_set("layer %d expert %d has no weights loaded", layer, ids[i]);
     }
-    int64_t *slot = ms_malloc(sizeof(int64_t) * (size_t)n); /* [n] (row*k + j) using the expert */
-    /* A group holds at most n (row, rank) pairs (a row may even repeat an expert). */
-    float *zin = ms_malloc(sizeof(float) * (size_t)(n * L)); /* [pairs of this expert][L] */
-    float *zout = ms_malloc(sizeof(float) * (size_t)(n * L));
-    uint8_t *done = ms_calloc((size_t)n, 1);
-    for (int64_t i = 0; i < n; i++) {
-        if (done[i]) continue;
-        int32_t e = ids[i];
-        int64_t m = 0;
-        for (int64_t q = i; q < n; q++) {
-            if (!done[q] && ids[q] == e) {
-                done[q] = 1;
-                slot[m] = q;
-                memcpy(zin + m * L, z + (q / k) * L, sizeof(float) * (size_t)L);
-                m++;
-            }
-        }
-        const ms_expert_w *w = &t->w[(size_t)layer * (size_t)t->n_experts + (size_t)e];
+    ms_xgroup g;
+    if (ms_xgroup_build(&g, n, (const uint32_t *)ids, t->n_experts) != 0) return -1;
+    float *zin = ms_malloc(sizeof(float) * (size_t)(g.max_m * L + 1)); /* [rows of one expert][L] */
+    float *zout = ms_malloc(sizeof(float) * (size_t)(g.max_m * L + 1));
+    for (int d = 0; d < g.nd; d++) {
+        int64_t m = g.start[d + 1] - g.start[d];
+        const int64_t *q = g.item + g.start[d];
+        for (int64_t r = 0; r < m; r++) memcpy(zin + r * L, z + (q[r] / k) * L, sizeof(float) * (size_t)L);
+        const ms_expert_w *w = &t->w[(size_t)layer * (size_t)t->n_experts + (size_t)g.dexp[d]];
         ms_glu_mlp(&w->w1, &w->w3, &w->w2, t->b1, t->b2, zin, m, zout, t->pool);
-        for (int64_t r = 0; r < m; r++) memcpy(out + slot[r] * L, zout + r * L, sizeof(float) * (size_t)L);
+        for (int64_t r = 0; r < m; r++) memcpy(out + q[r] * L, zout + r * L, sizeof(float) * (size_t)L);
     }
-    free(done);
+    ms_xgroup_free(&g);
     free(zout);
     free(zin);
-    free(slot);
     return 0;
 }
 

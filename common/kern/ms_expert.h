@@ -6,6 +6,7 @@
 
 #include "ms_kern.h"
 #include "ms_pool.h"
+#include "ms_xfmt.h"
 
 /* Weights of one routed expert (spec §3.8): w1 (gate), w3 (up): [I, L]; w2 (down): [L, I].
  * MXFP4 in released checkpoints, F32 in the fp32 oracle. Borrowed views. */
@@ -26,6 +27,37 @@ typedef struct {
     int (*compute)(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids, float *out);
     void *ctx;
 } ms_experts;
+
+/* Work items (row, expert) grouped by expert: the one grouping of the expert paths (the
+ * in-process table, the expert store, the coordinator packing requests per worker). Each
+ * expert's weights are then read and decoded once for all its rows; every output is still one
+ * canonical computation per (row, expert), so grouping never changes a bit. */
+typedef struct {
+    int nd;            /* distinct experts */
+    int32_t *dexp;     /* [nd] expert ids, in order of first appearance */
+    int64_t *start;    /* [nd + 1] group d is item[start[d] .. start[d + 1]) */
+    int64_t *item;     /* [n] item indices grouped by expert, increasing within a group; NULL
+                        * for the identity (ms_xgroup_runs): use ms_xgroup_item */
+    int64_t max_m;     /* items of the largest group */
+} ms_xgroup;
+
+/* Group n items whose experts are expert[0..n) (each in [0, n_experts)). Returns 0, or -1 with
+ * ms_err set naming the first expert id out of range (g is then empty). */
+int ms_xgroup_build(ms_xgroup *g, int64_t n, const uint32_t *expert, int n_experts);
+/* The same for items that arrive grouped already (each expert's items consecutive, as the
+ * protocol requires of a compute request): no reordering (item = NULL: the identity). Returns 0, or -1 with
+ * ms_err set naming the item whose expert appeared before in another run or is out of range. */
+int ms_xgroup_runs(ms_xgroup *g, int64_t n, const uint32_t *expert, int n_experts);
+void ms_xgroup_free(ms_xgroup *g); /* accepts a zeroed or freed group */
+/* The t-th item in grouped order. */
+static inline int64_t ms_xgroup_item(const ms_xgroup *g, int64_t t) { return g->item ? g->item[t] : t; }
+
+/* One expert of format f on m rows: z [m][f->latent] -> out [m][f->latent]. part[i] holds the
+ * bytes of f->part[i] (its shape, row-major). The format's activation decides the math
+ * (SiTU-GLU: w2 . SiTU(w1 z, w3 z)), bit-identical to the in-process table's for the same
+ * weights whatever m is. */
+void ms_expert_run(const ms_xfmt *f, const uint8_t *const *part, const float *z, int64_t m, float *out,
+                   ms_pool *pool);
 
 /* In-process expert table: one ms_expert_w per (layer, expert). */
 typedef struct ms_expert_table ms_expert_table;

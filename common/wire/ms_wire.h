@@ -7,7 +7,8 @@
 
 #include "moestream.pb-c.h"
 
-#define MS_WIRE_VERSION 1u
+/* 2: hellos carry the expert format (ExpertFormat), compute items come grouped by expert. */
+#define MS_WIRE_VERSION 2u
 /* Largest message either side accepts (also set as ZMQ_MAXMSGSIZE on every socket). */
 #define MS_WIRE_MAX_MSG ((int64_t)512 << 20)
 
@@ -43,5 +44,22 @@ int ms_wire_uuid(const ProtobufCBinaryData *d, ms_uuid *u);
  * DIR/moestream.fingerprint, which is used instead. Returns 0, or -1 with ms_err set naming
  * the file. */
 int ms_wire_fingerprint(const char *dir, char out[17]);
+
+/* Read a CURVE key file (both sides use this one reader, so the rules are the same): one Z85
+ * key of 40 characters per line, blank lines and lines starting with '#' ignored, at most
+ * 1 MiB. With secret = 1 the file must hold exactly one key, and a file readable by its group
+ * or others is warned about (ms_log, naming it: chmod 600). `what` names the option in
+ * messages ("--curve-secret"). On success returns the number of keys (>= 1) and *keys, a
+ * malloc'ed [n][41] array of NUL-terminated keys (free with ms_wire_keys_free, which wipes
+ * it). On failure returns -1 with ms_err set naming the file and line: MS_EXIT_IO if it
+ * cannot be read, MS_EXIT_USAGE if it is malformed or holds no key. */
+int ms_wire_read_keys(const char *path, const char *what, int secret, char (**keys)[41]);
+void ms_wire_keys_free(char (*keys)[41], int n); /* accepts NULL */
+
+/* Check the shape of a worker endpoint: tcp://HOST:PORT (PORT 1..65535, or 0 or '*' when
+ * bind = 1; HOST a name, an IPv4 address or [IPv6]), ipc://PATH (non-empty, shorter than a
+ * socket path may be) or inproc://NAME. Returns 0, or -1 with ms_err set (MS_EXIT_USAGE)
+ * quoting the endpoint and saying what is wrong. */
+int ms_wire_check_endpoint(const char *ep, int bind);
 
 #endif

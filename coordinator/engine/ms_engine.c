@@ -53,25 +53,37 @@ static void stop_workers(ms_engine *e)
     e->n_workers = 0;
 }
 
+/* --workers / --cluster: read and check the list (endpoint shapes, keys, plain tcp) before
+ * anything loads, so a bad one is a usage error at once. */
+static int list_workers(ms_engine *e)
+{
+    const ms_engine_opts *o = &e->o;
+    int rc = o->cluster ? ms_remote_load_cluster(o->cluster, &e->wlist, &e->n_workers)
+                        : ms_remote_parse_list(o->workers, &e->wlist, &e->n_workers);
+    if (rc != 0) return -1;
+    e->listed = 1;
+    for (int i = 0; i < e->n_workers; i++)
+        if (!strncmp(e->wlist[i].endpoint, "tcp://", 6) && !e->wlist[i].public_key && !o->insecure) {
+            ms_err_set("worker %s is reached over plain tcp: give its public key in a --cluster file "
+                       "(with --curve-secret), or pass --insecure",
+                       e->wlist[i].endpoint);
+            return ms_err_set_code(MS_EXIT_USAGE);
+        }
+    return 0;
+}
+
 static int start_workers(ms_engine *e)
 {
     const ms_engine_opts *o = &e->o;
     const ms_cfg *c = ms_model_cfg(e->m);
     char secret[41] = "";
-    if (o->curve_secret && ms_remote_read_key(o->curve_secret, secret) != 0) return -1;
-    if (o->workers || o->cluster) {
-        int rc = o->cluster ? ms_remote_load_cluster(o->cluster, &e->wlist, &e->n_workers)
-                            : ms_remote_parse_list(o->workers, &e->wlist, &e->n_workers);
-        if (rc != 0) return -1;
-        e->listed = 1;
-        for (int i = 0; i < e->n_workers; i++)
-            if (!strncmp(e->wlist[i].endpoint, "tcp://", 6) && !e->wlist[i].public_key && !o->insecure) {
-                ms_err_set("worker %s is reached over plain tcp: give its public key in a --cluster file "
-                           "(with --curve-secret), or pass --insecure",
-                           e->wlist[i].endpoint);
-                return ms_err_set_code(MS_EXIT_USAGE);
-            }
-    } else {
+    if (o->curve_secret) { /* the reader the workers use too: same rules, same warnings */
+        char(*keys)[41] = NULL;
+        if (ms_wire_read_keys(o->curve_secret, "--curve-secret", 1, &keys) < 0) return -1;
+        memcpy(secret, keys[0], sizeof secret);
+        ms_wire_keys_free(keys, 1);
+    }
+    if (!e->listed) {
         int n = o->local_workers;
         const ms_plan *p = ms_model_plan(e->m);
         e->local = ms_local_start(o->model_dir, n, c->n_experts, p ? ms_plan_local_budget(p, n) : 0,
@@ -80,7 +92,9 @@ static int start_workers(ms_engine *e)
     }
     char fp[17];
     if (ms_wire_fingerprint(o->model_dir, fp) != 0) return -1;
-    ms_remote_opts ro = {e->n_workers, e->wlist, secret[0] ? secret : NULL, fp, c->n_layers, c->n_experts, c->latent,
+    ms_xfmt xf; /* the routed experts' format the workers must serve */
+    if (ms_xfmt_from_cfg(c, "config.json", &xf) != 0) return -1;
+    ms_remote_opts ro = {e->n_workers, e->wlist, secret[0] ? secret : NULL, fp, c->n_layers, c->n_experts, &xf,
                          o->worker_timeout};
     e->remote = ms_remote_new(&ro, c->first_dense);
     if (!e->remote) return -1;
@@ -100,6 +114,7 @@ ms_engine *ms_engine_open(const ms_engine_opts *o)
     e->o = *o;
     if (e->o.max_seqs < 1) e->o.max_seqs = 1;
     MS_ASSERT(e->o.max_seqs <= MS_LAYER_MAX_SEQS);
+    if ((o->workers || o->cluster) && list_workers(e) != 0) goto fail;
     ms_run_opts ro = o->run;
     ro.max_seqs = e->o.max_seqs;
     ro.remote_experts = remote;

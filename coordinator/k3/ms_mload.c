@@ -62,6 +62,10 @@ int ms_mload_setup(ms_model *m)
 {
     const ms_cfg *c = &m->cfg;
     int depth = m->opts.io_depth > 0 ? m->opts.io_depth : 8;
+    /* The routed experts' format (MXFP4 + SiTU-GLU for K3); an error only if experts are read
+     * from disk (fp32 test models have other widths). */
+    ms_xfmt xf;
+    int have_xf = ms_xfmt_from_cfg(c, "config.json", &xf) == 0;
     m->iof = ms_io_files_open(m->src.paths, m->src.n_paths, !m->opts.buffered);
     if (!m->iof) return -1;
     m->io = ms_io_new(m->iof, depth);
@@ -103,10 +107,10 @@ int ms_mload_setup(ms_model *m)
     /* Local workers each need their read buffers and a process of their own; remote workers
      * plan their own memory. */
     int nproc = m->opts.remote_experts ? m->opts.local_workers : 1;
-    in.expert_fixed = (uint64_t)nproc * ms_xstore_fixed_bytes(c->latent, c->moe_inter, depth);
+    in.expert_fixed = (uint64_t)nproc * (have_xf ? ms_xstore_fixed_bytes(&xf, depth) : 0);
     if (m->opts.remote_experts) in.expert_fixed += (uint64_t)nproc * MS_PLAN_WORKER_PROCESS;
     /* With only remote workers the coordinator keeps no expert cache: they plan their own. */
-    in.expert_bytes = nproc ? ms_xstore_slot_bytes(c->latent, c->moe_inter) : 0;
+    in.expert_bytes = nproc && have_xf ? ms_xstore_slot_bytes(&xf) : 0;
     in.min_cache = (uint64_t)(2 * nproc) * in.expert_bytes; /* at least two experts per process */
     in.max_slots = (uint64_t)(c->n_layers - c->first_dense) * (uint64_t)c->n_experts;
     in.trunk = sizes;
@@ -157,10 +161,13 @@ int ms_mload_setup(ms_model *m)
     }
 
     /* Routed experts on disk. */
-    ms_xstore_opts xo = {c->n_layers, c->n_experts, c->latent, c->moe_inter, c->situ_b1, c->situ_b2,
-                         m->plan.cache, depth, m->opts.lru};
+    ms_xstore_opts xo = {c->n_layers, c->n_experts, xf, m->plan.cache, depth, m->opts.lru, 0};
     int any = 0;
     for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_experts; i++) any |= m->xlocs[i].len[0] > 0;
+    if (any && !have_xf) {
+        ms_xfmt_from_cfg(c, "config.json", &xf); /* sets the error naming the widths */
+        goto out;
+    }
     if (any) {
         m->xs = ms_xstore_new(&xo, m->iof, m->pool);
         if (!m->xs) goto out;
@@ -222,7 +229,7 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
         st->expert_cache_bytes = x.cache_bytes_used;
         st->expert_cache_peak_bytes = x.cache_bytes_peak;
         st->expert_cache_capacity = m->plan.cache;
-        st->expert_bytes = ms_xstore_expert_bytes(m->cfg.latent, m->cfg.moe_inter);
+        st->expert_bytes = ms_xfmt_expert_bytes(ms_xstore_fmt(m->xs));
         st->io_wait_seconds += x.io_wait_seconds;
         st->read_busy_seconds = x.read_busy_seconds;
     }

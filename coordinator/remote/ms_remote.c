@@ -14,6 +14,12 @@
 
 enum { W_DOWN = 0, W_PROBING = 1, W_UP = 2 };
 
+/* Connection events watched: a disconnect marks a worker down; the others explain a hello
+ * that gets no answer (see hello_hint). */
+#define MON_EVENTS                                                                                            \
+    (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | \
+     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+
 typedef struct {
     char *endpoint;
     char pub[41];
@@ -26,6 +32,7 @@ typedef struct {
     double hello_at;       /* W_PROBING: when the last hello went out */
     uint8_t *owns;         /* [n_layers * n_experts] */
     char why[256];         /* last failure */
+    int seen;              /* ZMQ_EVENT_* bits seen on the connection (monitor): why a hello got no answer */
     /* the request in flight during a call */
     int pending;
     ms_uuid req;
@@ -37,6 +44,7 @@ typedef struct {
 struct ms_remote {
     ms_remote_opts o;
     char fingerprint[64];  /* copied: the caller's string may not outlive the call */
+    ms_xfmt fmt;           /* copied: the experts this coordinator expects */
     void *ctx;
     wconn *w;
     int n;
@@ -85,7 +93,8 @@ static int open_sock(ms_remote *r, wconn *w)
         zmq_setsockopt(w->sock, ZMQ_CURVE_SECRETKEY, r->secret, 40);
     }
     snprintf(mon_ep, sizeof mon_ep, "inproc://ms-remote-mon-%d", r->mon_seq++);
-    if (zmq_socket_monitor(w->sock, mon_ep, ZMQ_EVENT_DISCONNECTED) == 0) {
+    w->seen = 0;
+    if (zmq_socket_monitor(w->sock, mon_ep, MON_EVENTS) == 0) {
         w->mon = zmq_socket(r->ctx, ZMQ_PAIR);
         if (w->mon) zmq_connect(w->mon, mon_ep);
     }
@@ -119,6 +128,8 @@ static void send_hello(ms_remote *r, wconn *w)
     h.client_uuid.data = id.b;
     h.client_uuid.len = 16;
     h.model_fingerprint = (char *)r->o.fingerprint;
+    ms_xfmt_pb keep;
+    h.expert_format = ms_xfmt_to_proto(&r->fmt, &keep);
     env.body_case = MOESTREAM__ENVELOPE__BODY_HELLO;
     env.hello = &h;
     send_env(r, w, &env); /* with ZMQ_IMMEDIATE an unconnected peer refuses: the probe then times out */
@@ -159,10 +170,28 @@ static int take_hello(ms_remote *r, wconn *w, const Moestream__Envelope *e)
                  r->o.fingerprint);
         return -1;
     }
-    if ((int)h->latent_width != r->o.latent || (int)h->num_layers != r->o.n_layers ||
-        (int)h->num_experts != r->o.n_experts) {
-        snprintf(w->why, sizeof w->why, "has a different model shape (latent %u, %u layers, %u experts)",
-                 h->latent_width, h->num_layers, h->num_experts);
+    if ((int)h->num_layers != r->o.n_layers || (int)h->num_experts != r->o.n_experts ||
+        (int)h->first_moe_layer != r->first_moe) {
+        snprintf(w->why, sizeof w->why,
+                 "has a different model shape (%u layers, %u experts, MoE from layer %u; this coordinator: %d, %d, %d)",
+                 h->num_layers, h->num_experts, h->first_moe_layer, r->o.n_layers, r->o.n_experts, r->first_moe);
+        return -1;
+    }
+    /* The worker's expert format must be this coordinator's, field by field. */
+    ms_xfmt theirs;
+    char why[400], diff[400];
+    if (ms_xfmt_from_proto(h->expert_format, &theirs, why, sizeof why) != 0) {
+        snprintf(w->why, sizeof w->why, "sent a bad hello reply: %.200s", why);
+        return -1;
+    }
+    if (ms_xfmt_diff(&r->fmt, &theirs, diff, sizeof diff)) {
+        snprintf(w->why, sizeof w->why, "serves another expert format: %.160s (this coordinator vs the worker)",
+                 diff);
+        return -1;
+    }
+    if ((int)h->latent_width != r->fmt.latent) {
+        snprintf(w->why, sizeof w->why, "reports latent width %u but its expert format says %d", h->latent_width,
+                 r->fmt.latent);
         return -1;
     }
     memset(w->owns, 0, (size_t)r->o.n_layers * (size_t)r->o.n_experts);
@@ -195,6 +224,7 @@ static void check_monitor(ms_remote *r, wconn *w)
         int first = zmq_msg_size(&m) >= 2;
         uint16_t ev = 0;
         if (first) memcpy(&ev, zmq_msg_data(&m), 2);
+        w->seen |= ev;
         int more = zmq_msg_more(&m);
         zmq_msg_close(&m);
         if (more) { /* second frame: the endpoint */
@@ -202,11 +232,38 @@ static void check_monitor(ms_remote *r, wconn *w)
             zmq_msg_recv(&m, w->mon, ZMQ_DONTWAIT);
             zmq_msg_close(&m);
         }
-        if (ev == ZMQ_EVENT_DISCONNECTED && w->state != W_DOWN) {
+        if (ev == ZMQ_EVENT_DISCONNECTED && w->state == W_UP) {
             mark_down(r, w, "connection lost");
             return;
         }
     }
+}
+
+/* Why a worker may not have answered its hello within limit seconds, from the connection events
+ * seen: the likely causes, most specific first. */
+static void hello_hint(const wconn *w, double limit, char *buf, size_t n)
+{
+    const char *cause;
+    if (w->seen & ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        cause = "the worker refused this coordinator's CURVE key: add the coordinator's public key to the "
+                "worker's --allow file";
+    else if (w->seen & (ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL))
+        cause = w->curve ? "the CURVE handshake failed: check the worker's public_key in the cluster file and that "
+                           "the worker uses CURVE"
+                         : "the handshake failed: the worker may use CURVE (give its public_key in a --cluster file)";
+    else if (w->seen & ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+        cause = "connected, but the worker did not answer: is it a moestream-worker of this version?";
+    else if (w->curve && (w->seen & ZMQ_EVENT_CONNECTED))
+        cause = "connected, but the CURVE handshake did not complete: likely this coordinator's key is not on the "
+                "worker's --allow list, or the worker's public_key in the cluster file is wrong";
+    else if (w->seen & (ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_CONNECTED))
+        cause = "could not connect: is the worker running and listening on this endpoint?";
+    else
+        cause = "no connection: the worker may be down, the host unreachable or a firewall blocking the port";
+    snprintf(buf, n,
+             "did not answer within %.0f s: %s (likely causes: this coordinator's key not on the worker's --allow "
+             "list, a wrong worker public key, the worker down, a firewall)",
+             limit, cause);
 }
 
 /* Probe down workers whose back-off has passed, and finish probes that got their answer. */
@@ -276,6 +333,9 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
     r->o = *o;
     snprintf(r->fingerprint, sizeof r->fingerprint, "%s", o->fingerprint ? o->fingerprint : "");
     r->o.fingerprint = r->fingerprint;
+    MS_ASSERT(o->fmt != NULL);
+    r->fmt = *o->fmt;
+    r->o.fmt = &r->fmt;
     r->o.workers = NULL; /* endpoints and keys are copied below */
     if (r->o.timeout_s <= 0) r->o.timeout_s = 60;
     r->first_moe = first_moe;
@@ -325,6 +385,7 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
             wconn *w = &r->w[i];
             if (w->state != W_PROBING) continue;
             zmq_pollitem_t it = {w->sock, 0, ZMQ_POLLIN, 0};
+            check_monitor(r, w); /* records why a hello may get no answer */
             if (zmq_poll(&it, 1, 50) > 0) {
                 Moestream__Envelope *e = recv_env(r, w);
                 if (e) {
@@ -352,10 +413,13 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
             up++;
             continue;
         }
+        char hint[512];
+        check_monitor(r, w);
+        if (!w->why[0]) hello_hint(w, limit, hint, sizeof hint);
         snprintf(down + strlen(down), sizeof down - strlen(down), "%s%s (%s)", down[0] ? ", " : "", w->endpoint,
-                 w->why[0] ? w->why : "no answer");
-        ms_log(1, "worker %s did not answer within %.0f s%s%s", w->endpoint, limit, w->why[0] ? ": " : "", w->why);
-        mark_down(r, w, w->why[0] ? w->why : "no answer to hello");
+                 w->why[0] ? w->why : hint);
+        ms_log(1, "worker %s: %s", w->endpoint, w->why[0] ? w->why : hint);
+        mark_down(r, w, w->why[0] ? w->why : hint);
     }
     /* Every routed expert must have an owner. */
     for (int l = first_moe; l < o->n_layers; l++)
@@ -417,7 +481,7 @@ static int64_t max_request(void)
 static int send_request(ms_remote *r, int wi, int layer, const float *z, int k, const int32_t *ids, int64_t n_rows)
 {
     wconn *w = &r->w[wi];
-    int64_t L = r->o.latent;
+    int64_t L = r->fmt.latent;
     int64_t *local = ms_malloc(sizeof(int64_t) * (size_t)n_rows); /* global row -> local row, -1 */
     for (int64_t i = 0; i < n_rows; i++) local[i] = -1;
     int64_t rows = 0, end = w->off;
@@ -493,24 +557,30 @@ static int reassign(ms_remote *r, int from, int layer, const int32_t *ids, int64
     return 0;
 }
 
-static void collect(ms_remote *r, int64_t n, const int64_t *assign, int *need_send)
+/* The item lists of the workers that need a request, in grouped order: each worker's items of
+ * one expert are consecutive, as the protocol requires (slices keep that). */
+static void collect(ms_remote *r, const ms_xgroup *g, const int64_t *assign, int *need_send)
 {
+    int64_t n = g->nd ? g->start[g->nd] : 0;
     for (int i = 0; i < r->n; i++) {
         if (!need_send[i]) continue;
         wconn *w = &r->w[i];
         free(w->items);
         w->items = ms_malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
         w->n_items = w->off = w->end = 0;
-        for (int64_t j = 0; j < n; j++)
+        for (int64_t t = 0; t < n; t++) {
+            int64_t j = ms_xgroup_item(g, t);
             if (assign[j] == i) w->items[w->n_items++] = j;
+        }
     }
 }
 
 static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids, float *out)
 {
     ms_remote *r = ctx;
-    int64_t n = n_rows * k, L = r->o.latent;
+    int64_t n = n_rows * k, L = r->fmt.latent;
     int rc = -1;
+    ms_xgroup g = {0};
     probe(r);
     int64_t *assign = ms_malloc(sizeof(int64_t) * (size_t)n); /* [n] worker of each item */
     uint8_t *done = ms_calloc((size_t)n, 1);
@@ -519,26 +589,30 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
         r->w[i].pending = 0;
         r->w[i].n_items = r->w[i].off = r->w[i].end = 0;
     }
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= r->o.n_experts) {
             ms_err_set("expert id %d out of range in layer %d", ids[i], layer);
             goto out;
         }
-        int wi = pick(r, layer, ids[i], -1);
+    /* The one grouping of the items by expert on this side: one worker picked per expert, and
+     * each worker's request carries its items expert by expert. */
+    if (ms_xgroup_build(&g, n, (const uint32_t *)ids, r->o.n_experts) != 0) goto out;
+    for (int d = 0; d < g.nd; d++) {
+        int e = g.dexp[d], wi = pick(r, layer, e, -1);
         if (wi < 0) {
-            revive_owners(r, layer, ids[i]);
-            wi = pick(r, layer, ids[i], -1);
+            revive_owners(r, layer, e);
+            wi = pick(r, layer, e, -1);
         }
         if (wi < 0) {
-            ms_err_set("layer %d expert %d is unreachable: every worker that owns it is down", layer, ids[i]);
+            ms_err_set("layer %d expert %d is unreachable: every worker that owns it is down", layer, e);
             ms_err_set_code(MS_EXIT_WORKER);
             goto out;
         }
-        assign[i] = wi;
+        for (int64_t t = g.start[d]; t < g.start[d + 1]; t++) assign[ms_xgroup_item(&g, t)] = wi;
         need_send[wi] = 1;
     }
     for (;;) {
-        collect(r, n, assign, need_send);
+        collect(r, &g, assign, need_send);
         for (int i = 0; i < r->n; i++) {
             if (!need_send[i]) continue;
             need_send[i] = 0;
@@ -653,6 +727,7 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
         }
     rc = 0;
 out:
+    ms_xgroup_free(&g);
     free(assign);
     free(done);
     free(need_send);
@@ -702,6 +777,18 @@ int ms_remote_load_cluster(const char *path, ms_remote_worker **w, int *n)
                        path, i);
             return ms_err_set_code(MS_EXIT_USAGE);
         }
+        uint8_t bin[32];
+        if (pk && !zmq_z85_decode(bin, json_string_value(pk))) {
+            ms_remote_workers_free(*w, i);
+            json_decref(root);
+            ms_err_set("cluster file %s: worker %d: \"public_key\" is not a Z85 CURVE key", path, i);
+            return ms_err_set_code(MS_EXIT_USAGE);
+        }
+        if (ms_wire_check_endpoint(ep, 0) != 0) {
+            ms_remote_workers_free(*w, i);
+            json_decref(root);
+            return ms_err_wrap("cluster file %s: worker %d", path, i);
+        }
         (*w)[i].endpoint = ms_strdup(ep);
         (*w)[i].public_key = dup_or_null(pk ? json_string_value(pk) : NULL);
     }
@@ -715,6 +802,13 @@ int ms_remote_parse_list(const char *list, ms_remote_worker **w, int *n)
     *n = 0;
     *w = NULL;
     for (char *t = strtok_r(s, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (ms_wire_check_endpoint(t, 0) != 0) {
+            free(s);
+            ms_remote_workers_free(*w, *n);
+            *w = NULL;
+            *n = 0;
+            return ms_err_wrap("--workers");
+        }
         *w = ms_realloc(*w, sizeof **w * (size_t)(*n + 1));
         (*w)[*n].endpoint = ms_strdup(t);
         (*w)[*n].public_key = NULL;
@@ -735,24 +829,4 @@ void ms_remote_workers_free(ms_remote_worker *w, int n)
         free(w[i].public_key);
     }
     free(w);
-}
-
-int ms_remote_read_key(const char *path, char out[41])
-{
-    FILE *f = fopen(path, "r");
-    char line[256];
-    if (!f) {
-        ms_err_set("cannot open key file %s: %s", path, strerror(errno));
-        return ms_err_set_code(MS_EXIT_IO);
-    }
-    int ok = fgets(line, sizeof line, f) != NULL;
-    fclose(f);
-    size_t l = ok ? strcspn(line, "\r\n") : 0;
-    if (!ok || l != 40) {
-        ms_err_set("key file %s must hold one 40-character Z85 key on its first line", path);
-        return ms_err_set_code(MS_EXIT_USAGE);
-    }
-    memcpy(out, line, 40);
-    out[40] = 0;
-    return 0;
 }

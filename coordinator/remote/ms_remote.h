@@ -18,14 +18,18 @@ typedef struct {
     ms_remote_worker *workers;   /* copied by ms_remote_new */
     const char *secret_key;      /* the coordinator's CURVE secret (Z85) when any worker uses CURVE */
     const char *fingerprint;     /* the coordinator's model fingerprint (copied) */
-    int n_layers, n_experts, latent;
+    int n_layers, n_experts;
+    const ms_xfmt *fmt;          /* the routed experts' format (copied); workers must serve the same */
     double timeout_s;            /* per request (and hello) deadline; 0 = 60 s */
 } ms_remote_opts;
 
 typedef struct ms_remote ms_remote;
 
 /* Connect to every worker and exchange hellos (each must answer within the timeout, with the
- * same model fingerprint and latent width). Every routed expert of every MoE layer
+ * same model fingerprint, shape and expert format; a different format is refused naming the
+ * field). A worker that does not answer is reported with the likely causes (coordinator key not
+ * on its --allow list, wrong worker public key, worker down, firewall), as far as the
+ * connection's events tell. Every routed expert of every MoE layer
  * [first_moe, n_layers) must be owned by at least one worker. Returns NULL with ms_err set
  * (class MS_EXIT_WORKER) naming the worker or the experts nobody owns. */
 ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe);
@@ -48,11 +52,9 @@ void ms_remote_get_stats(ms_remote *r, ms_remote_stats *st);
 /* Parse a cluster file {"workers": [{"endpoint": "...", "public_key": "<Z85>"}, ...]}.
  * On success *w is a malloc'ed array of *n (free with ms_remote_workers_free). */
 int ms_remote_load_cluster(const char *path, ms_remote_worker **w, int *n);
-/* Parse "EP,EP,..." (no keys). */
+/* Parse "EP,EP,..." (no keys). Every endpoint is checked (ms_wire_check_endpoint): a malformed
+ * one is a usage error quoting it. */
 int ms_remote_parse_list(const char *list, ms_remote_worker **w, int *n);
 void ms_remote_workers_free(ms_remote_worker *w, int n);
-
-/* Read a one-line Z85 key file (40 characters). Returns 0 or -1 with ms_err set. */
-int ms_remote_read_key(const char *path, char out[41]);
 
 #endif

@@ -395,6 +395,8 @@ int main(void)
         st = coord_run(extra, c, NULL, &err, &secs);
         T_CHECK(st == 7, "unlisted coordinator key: exit 7 (got %d): %s", st, err ? err : "");
         T_CHECK(err && strstr(err, "tcp://10.241."), "the error names the worker endpoint: %s", err ? err : "");
+        T_CHECK(err && strstr(err, "refused this coordinator's CURVE key") && strstr(err, "--allow"),
+                "the error says the key is not on the worker's --allow list: %s", err ? err : "");
         T_CHECK(secs < 30, "unlisted key fails in %.1f s (worker timeout 2 s)", secs);
         free(err);
         int refused = 0;

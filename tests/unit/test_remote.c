@@ -11,10 +11,13 @@
 #include <unistd.h>
 
 #include "ms_cfg.h"
+#include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_remote.h"
 #include "ms_test.h"
 #include "ms_wire.h"
+#include "ms_xfmt.h"
+#include <zmq.h>
 
 static char bin[1024], wbin[1024], dir[1024];
 
@@ -36,6 +39,25 @@ static int start_worker(worker *w, const char *d, int idx, const char *spec, con
 }
 
 static void stop_worker(worker *w) { ms_t_worker_kill(w); }
+
+/* A CURVE worker on a free tcp port of 127.0.0.1 (ready at its "listening on" line). */
+static int start_curve_worker(worker *w, const char *secret, const char *allow, const char *log_path)
+{
+    const char *argv[] = {wbin, "--model", dir, "--listen", "tcp://127.0.0.1:*", "--curve-secret", secret,
+                          "--allow", allow, "--threads", "1", "--ram-budget", "256M", NULL};
+    ms_t_worker_opts o = {log_path, NULL, NULL, 30};
+    return ms_t_worker_start(w, argv, &o);
+}
+
+static void write_key(const char *path, const char *key, int mode)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%s\n", key);
+        fclose(f);
+    }
+    chmod(path, (mode_t)mode);
+}
 
 static const char *model_dir = dir; /* the coordinator's checkpoint (full, or a trunk) */
 
@@ -306,7 +328,9 @@ int main(void)
         T_CHECK(start_worker(&w, sock, 50, "*:*", NULL) == 0, "worker for the revival test");
         ms_remote_worker rw = {w.ep, NULL};
         ms_log_set_level(0); /* the worker going down and up is expected here */
-        ms_remote_opts ro = {1, &rw, NULL, fp, cfg.n_layers, cfg.n_experts, cfg.latent, 3.0};
+        ms_xfmt xf;
+        T_CHECK(ms_xfmt_from_cfg(&cfg, cp, &xf) == 0, "expert format of the config");
+        ms_remote_opts ro = {1, &rw, NULL, fp, cfg.n_layers, cfg.n_experts, &xf, 3.0};
         ms_remote *r = ms_remote_new(&ro, cfg.first_dense);
         T_CHECK(r != NULL, "ms_remote_new: %s", ms_err_msg());
         if (r) {
@@ -329,6 +353,78 @@ int main(void)
         }
         stop_worker(&w);
         ms_cfg_free(&cfg);
+    }
+
+    /* A malformed --workers endpoint is a usage error at once, not a wait for an answer. */
+    {
+        char *err = NULL;
+        snprintf(cmd, sizeof cmd, "%s run --model %s --ids 1 --workers ipc:///tmp/x.sock,bogus://x --quiet 2>&1",
+                 bin, dir);
+        double t0 = ms_now();
+        int st = ms_t_run(cmd, &err);
+        T_CHECK(st == 2 && err && strstr(err, "bogus://x") && strstr(err, "tcp://HOST:PORT"),
+                "--workers bogus://x: exit 2 quoting it (%d): %s", st, err ? err : "");
+        T_CHECK(ms_now() - t0 < 3, "and at once (%.1f s)", ms_now() - t0);
+        free(err);
+        snprintf(cmd, sizeof cmd, "%s run --model %s --ids 1 --workers tcp://127.0.0.1 --insecure --quiet 2>&1", bin,
+                 dir);
+        st = ms_t_run(cmd, &err);
+        T_CHECK(st == 2 && err && strstr(err, "HOST:PORT"), "a tcp endpoint without a port: exit 2 (%d): %s", st,
+                err ? err : "");
+        free(err);
+    }
+
+    /* CURVE over tcp: the coordinator reads its key with the workers' reader (a readable secret
+     * is warned about), and a worker that does not answer is reported with the likely cause. */
+    {
+        char wpub[41], wsec[41], cpub[41], csec[41], opub[41], osec[41];
+        if (zmq_curve_keypair(wpub, wsec) == 0 && zmq_curve_keypair(cpub, csec) == 0 &&
+            zmq_curve_keypair(opub, osec) == 0) {
+            char wkey[1200], allow[1200], ckey[1200], log[1200], cluster[1200], extra[8192], *err = NULL;
+            snprintf(wkey, sizeof wkey, "%s/w.key", tmp);
+            snprintf(allow, sizeof allow, "%s/allow.txt", tmp);
+            snprintf(ckey, sizeof ckey, "%s/c.key", tmp);
+            snprintf(log, sizeof log, "%s/curve-worker.log", tmp);
+            snprintf(cluster, sizeof cluster, "%s/cluster.json", tmp);
+            write_key(wkey, wsec, 0600);
+            write_key(allow, cpub, 0644);
+            write_key(ckey, csec, 0644); /* readable by others: warned about */
+            worker w = {0};
+            T_CHECK(start_curve_worker(&w, wkey, allow, log) == 0, "CURVE worker on tcp");
+            FILE *f = fopen(cluster, "w");
+            if (f) {
+                fprintf(f, "{\"workers\": [{\"endpoint\": \"%s\", \"public_key\": \"%s\"}]}\n", w.ep, wpub);
+                fclose(f);
+            }
+            snprintf(b, sizeof b, "%s/curve.bin", tmp);
+            snprintf(extra, sizeof extra, "--cluster %s --curve-secret %s 2>%s/curve.err", cluster, ckey, tmp);
+            int st = run_to(extra, b, NULL);
+            snprintf(a, sizeof a, "%s/inproc.bin", tmp);
+            snprintf(cmd, sizeof cmd, "%s/curve.err", tmp);
+            err = ms_t_read_file(cmd, NULL);
+            T_CHECK(st == 0 && ms_t_same_file(a, b), "CURVE over tcp: logits bit-identical (%d)", st);
+            T_CHECK(err && strstr(err, "readable by other users") && strstr(err, ckey),
+                    "the coordinator warns about its readable secret key: %s", err ? err : "");
+            free(err);
+            /* A worker public key that is not the worker's: the handshake fails; named as a cause. */
+            f = fopen(cluster, "w");
+            if (f) {
+                fprintf(f, "{\"workers\": [{\"endpoint\": \"%s\", \"public_key\": \"%s\"}]}\n", w.ep, opub);
+                fclose(f);
+            }
+            chmod(ckey, 0600);
+            snprintf(cmd, sizeof cmd,
+                     "%s run --model %s --ids 1 --cluster %s --curve-secret %s --worker-timeout 2 --quiet 2>&1", bin,
+                     dir, cluster, ckey);
+            st = ms_t_run(cmd, &err);
+            T_CHECK(st == 7 && err && strstr(err, w.ep) && strstr(err, "public") && strstr(err, "likely causes") &&
+                        !strstr(err, "readable"),
+                    "a wrong worker public key: exit 7 with the likely causes (%d): %s", st, err ? err : "");
+            free(err);
+            stop_worker(&w);
+        } else {
+            ms_t_skip("libzmq without CURVE");
+        }
     }
 
     /* Plain tcp needs --insecure or keys. */

@@ -104,7 +104,9 @@ static Moestream__Envelope *recv_env(void *s, int timeout_ms)
     return e;
 }
 
-static Moestream__Envelope *hello(void *s, const char *fp, int timeout_ms)
+static ms_xfmt xfmt; /* the model's expert format, as a coordinator presents it */
+
+static Moestream__Envelope *hello_fmt(void *s, const char *fp, const ms_xfmt *f, int timeout_ms)
 {
     ms_uuid u;
     ms_uuid_new(&u);
@@ -112,12 +114,16 @@ static Moestream__Envelope *hello(void *s, const char *fp, int timeout_ms)
     h.client_uuid.data = u.b;
     h.client_uuid.len = 16;
     h.model_fingerprint = (char *)fp;
+    ms_xfmt_pb keep;
+    if (f) h.expert_format = ms_xfmt_to_proto(f, &keep);
     Moestream__Envelope e = MOESTREAM__ENVELOPE__INIT;
     e.body_case = MOESTREAM__ENVELOPE__BODY_HELLO;
     e.hello = &h;
     send_env(s, &e);
     return recv_env(s, timeout_ms);
 }
+
+static Moestream__Envelope *hello(void *s, const char *fp, int timeout_ms) { return hello_fmt(s, fp, &xfmt, timeout_ms); }
 
 typedef struct {
     uint32_t layer, rows, width;
@@ -128,7 +134,21 @@ typedef struct {
     ms_uuid id;
 } creq;
 
-/* Random request of `rows` rows on layer with experts drawn from [e0, e1]. */
+/* Group r's items by expert (stable), as the protocol requires. */
+static void creq_group(creq *r)
+{
+    for (size_t i = 1; i < r->n; i++)
+        for (size_t j = i; j > 0 && r->exp[j - 1] > r->exp[j]; j--) {
+            uint32_t t = r->exp[j];
+            r->exp[j] = r->exp[j - 1];
+            r->exp[j - 1] = t;
+            t = r->row[j];
+            r->row[j] = r->row[j - 1];
+            r->row[j - 1] = t;
+        }
+}
+
+/* Random request of `rows` rows on layer with experts drawn from [e0, e1], items grouped by expert. */
 static void creq_random(creq *r, uint32_t layer, uint32_t rows, size_t n, int e0, int e1)
 {
     memset(r, 0, sizeof *r);
@@ -145,6 +165,7 @@ static void creq_random(creq *r, uint32_t layer, uint32_t rows, size_t n, int e0
         r->row[i] = rnd() % rows;
         r->exp[i] = (uint32_t)(e0 + (int)(rnd() % (uint32_t)(e1 - e0 + 1)));
     }
+    creq_group(r);
     ms_uuid_new(&r->id);
 }
 
@@ -247,6 +268,7 @@ static int good_request(void *s, uint32_t layer, int e0, int e1, const char *wha
     size_t n = 1 + rnd() % (3 * rows);
     creq_random(&r, layer, rows, n, e0, e1);
     if (n > 2) r.exp[n - 1] = r.exp[0], r.row[n - 1] = r.row[0]; /* a repeated (row, expert) pair */
+    creq_group(&r);
     creq_send(s, &r, MS_WIRE_VERSION);
     Moestream__Envelope *e = recv_env(s, 20000);
     int ok = check_reply(&r, e, what);
@@ -265,6 +287,7 @@ static int load_reference(void)
     st = ms_st_open_dir(model);
     if (!st) return -1;
     L = cfg.latent;
+    if (ms_xfmt_from_cfg(&cfg, path, &xfmt) != 0) return -1;
     table = ms_expert_table_new(cfg.n_layers, cfg.n_experts, cfg.latent, cfg.situ_b1, cfg.situ_b2, NULL);
     static const char *wn[3] = {"w1", "w2", "w3"};
     for (int l = cfg.first_dense; l < cfg.n_layers; l++)
@@ -332,6 +355,31 @@ static void test_main_worker(const char *fp)
             e && e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR ? e->error->message : "?");
     ms_wire_free(e);
 
+    /* A hello without an expert format, or with another one, is refused naming the field. */
+    e = hello_fmt(s, fp, NULL, 10000);
+    T_CHECK(e && e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR && e->error->code == EC(FORMAT) &&
+                strstr(e->error->message, "expert_format"),
+            "a hello without an expert format refused with FORMAT (%s)",
+            e && e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR ? e->error->message : "?");
+    ms_wire_free(e);
+    {
+        ms_xfmt other = xfmt;
+        other.b1 = xfmt.b1 + 1.0f;
+        e = hello_fmt(s, fp, &other, 10000);
+        T_CHECK(e && e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR && e->error->code == EC(FORMAT) &&
+                    strstr(e->error->message, "activation.b1"),
+                "another SiTU constant refused with FORMAT naming activation.b1 (%s)",
+                e && e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR ? e->error->message : "?");
+        ms_wire_free(e);
+        ms_xfmt_k3(xfmt.latent, xfmt.inter + 32, xfmt.b1, xfmt.b2, &other);
+        e = hello_fmt(s, fp, &other, 10000);
+        T_CHECK(e && e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR && e->error->code == EC(FORMAT) &&
+                    strstr(e->error->message, "inter"),
+                "another inner width refused with FORMAT naming inter (%s)",
+                e && e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR ? e->error->message : "?");
+        ms_wire_free(e);
+    }
+
     /* Exact compute on random requests: rows 1..9, repeated experts and rows. */
     int all_ok = 1;
     for (int i = 0; i < 12; i++) {
@@ -389,7 +437,8 @@ static void test_main_worker(const char *fp)
     creq r;
     uint32_t moe = (uint32_t)cfg.first_dense + 1;
     creq_random(&r, moe, 2, 3, 0, 3);
-    expect_error(s, &r, 2, EC(VERSION), "version", "protocol version 2");
+    expect_error(s, &r, 1, EC(VERSION), "version 1 is not supported", "protocol version 1 (the one before)");
+    expect_error(s, &r, 3, EC(VERSION), "version 3 is not supported", "protocol version 3");
     r.n_act--; /* rows x width inconsistent with the activations */
     expect_error(s, &r, MS_WIRE_VERSION, EC(BAD_MESSAGE), "activations", "activations do not match rows x width");
     r.n_act++;
@@ -404,6 +453,11 @@ static void test_main_worker(const char *fp)
     r.exp[2] = (uint32_t)cfg.n_experts;
     expect_error(s, &r, MS_WIRE_VERSION, EC(NOT_OWNED), "expert 8", "an expert beyond the layer");
     r.exp[2] = 1;
+    creq_free(&r);
+    /* Items must come grouped by expert: 1, 2, 1 is refused naming the item. */
+    creq_random(&r, moe, 2, 3, 0, 3);
+    r.exp[0] = 1, r.exp[1] = 2, r.exp[2] = 1;
+    expect_error(s, &r, MS_WIRE_VERSION, EC(BAD_MESSAGE), "grouped by expert", "items not grouped by expert");
     creq_free(&r);
     creq_random(&r, moe, 2, 3, 0, 3);
     r.width = (uint32_t)L * 2;
@@ -603,7 +657,8 @@ static void test_owned_budget_io(const char *fp)
 static void test_pack(const char *fp)
 {
     char pack[700], wdir[800], ep[700];
-    snprintf(pack, sizeof pack, "%s/pack", root);
+    /* "checksum" in the path: an I/O error naming it must still be classed IO (not by its text) */
+    snprintf(pack, sizeof pack, "%s/checksum-pack", root);
     if (ms_pack_shard(model, 2, 1, pack) != 0) {
         T_CHECK(0, "ms_pack_shard: %s", ms_err_msg());
         return;
@@ -615,6 +670,9 @@ static void test_pack(const char *fp)
         T_CHECK(0, "ms_pack_open: %s", ms_err_msg());
         return;
     }
+    char cj[900];
+    snprintf(cj, sizeof cj, "%s/config.json", wdir);
+    T_CHECK(access(cj, F_OK) != 0, "the pack has no config.json: the worker serves it from the manifest alone");
     snprintf(ep, sizeof ep, "ipc://%s/p.sock", root);
     const char *args[] = {"--pack", wdir, "--listen", ep, "--ram-budget", "256M", "--threads", "1", NULL};
     worker w;
@@ -636,6 +694,11 @@ static void test_pack(const char *fp)
             ranges_ok = h->owned[i]->expert_begin == (uint32_t)half &&
                         h->owned[i]->expert_end == (uint32_t)cfg.n_experts;
         T_CHECK(ranges_ok, "pack worker 1 of 2 owns the upper half of each MoE layer");
+        ms_xfmt got;
+        char why[256], diff[256] = "";
+        T_CHECK(ms_xfmt_from_proto(h->expert_format, &got, why, sizeof why) == 0 &&
+                    !ms_xfmt_diff(&got, &xfmt, diff, sizeof diff) && h->first_moe_layer == (uint32_t)cfg.first_dense,
+                "pack worker: the hello reply carries the config's expert format (%s)", diff);
     }
     ms_wire_free(e);
     int half = cfg.n_experts / 2;
@@ -662,6 +725,18 @@ static void test_pack(const char *fp)
         T_CHECK(0, "the pack has layer 5 expert %d", half);
     }
     T_CHECK(good_request(s, 2, half, cfg.n_experts - 1, "after CHECKSUM"), "still serving after a checksum error");
+    /* A short read of an expert not read yet (layer 4 expert half + 1): IO, whatever the text says. */
+    const ms_pack_entry *cut = NULL;
+    for (size_t i = 0; i < pk.n; i++)
+        if (pk.entries[i].layer == 4 && pk.entries[i].expert == half + 1) cut = &pk.entries[i];
+    if (cut && truncate(pk.bin_path, (off_t)cut->offset) == 0) {
+        creq r;
+        creq_random(&r, 4, 2, 2, half + 1, half + 1);
+        expect_error(s, &r, MS_WIRE_VERSION, EC(IO), "checksum-pack", "a short read in a pack whose path says checksum");
+        creq_free(&r);
+    } else {
+        T_CHECK(0, "cut the pack before layer 4 expert %d", half + 1);
+    }
     creq r;
     creq_random(&r, 2, 2, 2, 0, 0);
     expect_error(s, &r, MS_WIRE_VERSION, EC(NOT_OWNED), "expert 0", "an expert of the other pack");

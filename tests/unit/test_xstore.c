@@ -26,6 +26,24 @@
 static const char *part_name[6] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
                                    "w2.weight_scale",  "w3.weight_packed", "w3.weight_scale"};
 static char tmp_root[4096];
+
+/* The K3 expert format (MXFP4 w1 [I, L], w2 [L, I], w3 [I, L], SiTU-GLU 4, 25) at L, I. */
+static ms_xfmt fmt_of(int L, int I)
+{
+    ms_xfmt f;
+    MS_ASSERT(ms_xfmt_k3(L, I, 4.0f, 25.0f, &f) == 0);
+    return f;
+}
+static uint64_t xbytes(int L, int I)
+{
+    ms_xfmt f = fmt_of(L, I);
+    return ms_xfmt_expert_bytes(&f);
+}
+static uint64_t xslot(int L, int I)
+{
+    ms_xfmt f = fmt_of(L, I);
+    return ms_xstore_slot_bytes(&f);
+}
 static uint8_t *part_bytes[NK][6]; /* the random bytes of each expert part */
 static uint64_t part_len[6];
 static int64_t part_shape[6][2];
@@ -125,12 +143,12 @@ static int has(const char *s, const char *n) { return strstr(s, n) != NULL; }
 static void test_sizes(void)
 {
     /* spec §4.5: one K3 expert (L = 3584, I = 3072) is 17,547,264 bytes */
-    T_CHECK(ms_xstore_expert_bytes(3584, 3072) == 17547264ull, "K3 expert bytes %llu",
-            (unsigned long long)ms_xstore_expert_bytes(3584, 3072));
+    T_CHECK(xbytes(3584, 3072) == 17547264ull, "K3 expert bytes %llu",
+            (unsigned long long)xbytes(3584, 3072));
     int shapes[3][2] = {{3584, 3072}, {LAT, INTER}, {64, 32}};
     for (int i = 0; i < 3; i++) {
         int L = shapes[i][0], I = shapes[i][1];
-        uint64_t E = ms_xstore_expert_bytes(L, I), slot = ms_xstore_slot_bytes(L, I);
+        uint64_t E = xbytes(L, I), slot = xslot(L, I);
         int ok = slot % MS_IO_ALIGN == 0;
         /* any start offset, one read or six reads, must fit a slot */
         for (uint64_t off = 0; off < MS_IO_ALIGN; off += 1 + off / 3) {
@@ -142,7 +160,8 @@ static void test_sizes(void)
         }
         T_CHECK(ok, "slot %llu too small for expert of %llu bytes (L %d I %d)", (unsigned long long)slot,
                 (unsigned long long)E, L, I);
-        T_CHECK(ms_xstore_fixed_bytes(L, I, 8) == 8 * slot, "fixed bytes = depth slots");
+        ms_xfmt f = fmt_of(L, I);
+        T_CHECK(ms_xstore_fixed_bytes(&f, 8) == 8 * slot, "fixed bytes = depth slots");
     }
 }
 
@@ -195,8 +214,8 @@ static int run_cfg(const cfg *c, int *direct_ran)
     T_CHECK(files != NULL, "open files: %s", ms_err_msg());
     if (!files) return 0;
     *direct_ran = ms_io_files_direct(files, 0) && ms_io_files_direct(files, 1);
-    uint64_t slot = ms_xstore_slot_bytes(LAT, INTER), E = ms_xstore_expert_bytes(LAT, INTER);
-    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .latent = LAT, .inter = INTER, .b1 = 4.0f, .b2 = 25.0f,
+    uint64_t slot = xslot(LAT, INTER), E = xbytes(LAT, INTER);
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER),
                         .cache_bytes = c->cache_slots * slot - c->cache_minus, .depth = c->depth, .lru = c->lru};
     ms_xstore *s = ms_xstore_new(&o, files, NULL);
     T_CHECK(s != NULL, "store: %s", ms_err_msg());
@@ -272,8 +291,8 @@ static void test_row_invariance(void)
 {
     const char *paths[1] = {tpath("b.safetensors")};
     ms_io_files *files = ms_io_files_open(paths, 1, 1);
-    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .latent = LAT, .inter = INTER, .b1 = 4.0f, .b2 = 25.0f,
-                        .cache_bytes = 2 * ms_xstore_slot_bytes(LAT, INTER), .depth = 3};
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER),
+                        .cache_bytes = 2 * xslot(LAT, INTER), .depth = 3};
     ms_xstore *s = ms_xstore_new(&o, files, NULL);
     ms_st *one[2] = {sts[1], sts[1]};
     for (int key = 0; key < NK; key++) {
@@ -335,8 +354,8 @@ static void test_errors(void)
         int direct = v & 1, first = v >> 1;
         const char *paths[2] = {tpath("c.safetensors"), tpath("a.safetensors")};
         ms_io_files *files = ms_io_files_open(paths, 2, direct);
-        ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .latent = LAT, .inter = INTER, .b1 = 4.0f, .b2 = 25.0f,
-                            .cache_bytes = NK * ms_xstore_slot_bytes(LAT, INTER), .depth = 4};
+        ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER),
+                            .cache_bytes = NK * xslot(LAT, INTER), .depth = 4};
         ms_xstore *s = ms_xstore_new(&o, files, NULL);
         ms_st *one[2] = {sts[0], sts[0]};
         for (int key = 0; key < NK; key++) {
@@ -414,11 +433,12 @@ static void test_errors(void)
     /* Bad options are refused with a message. */
     const char *paths[1] = {tpath("a.safetensors")};
     ms_io_files *files = ms_io_files_open(paths, 1, 0);
-    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .latent = 48, .inter = INTER, .depth = 2};
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER), .depth = 2};
+    o.fmt.mat[1].rows = 48; /* w2 no longer [L, I] */
     ms_err_clear();
-    T_CHECK(ms_xstore_new(&o, files, NULL) == NULL && has(ms_err_msg(), "latent 48"), "latent 48: %s",
+    T_CHECK(ms_xstore_new(&o, files, NULL) == NULL && has(ms_err_msg(), "matrices[1]"), "a bad format: %s",
             ms_err_msg());
-    o.latent = LAT;
+    o.fmt = fmt_of(LAT, INTER);
     o.depth = 0;
     ms_err_clear();
     T_CHECK(ms_xstore_new(&o, files, NULL) == NULL && has(ms_err_msg(), "depth 0"), "depth 0: %s", ms_err_msg());
@@ -448,8 +468,8 @@ static void test_checksums(void)
         const char *paths[2] = {tpath("a.safetensors"), tpath("b.safetensors")};
         const char *fname = mode ? "b.safetensors" : "a.safetensors";
         ms_io_files *files = ms_io_files_open(paths, 2, mode);
-        ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .latent = LAT, .inter = INTER, .b1 = 4.0f, .b2 = 25.0f,
-                            .cache_bytes = 4 * ms_xstore_slot_bytes(LAT, INTER), .depth = 3};
+        ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER),
+                            .cache_bytes = 4 * xslot(LAT, INTER), .depth = 3};
         ms_xstore *s = ms_xstore_new(&o, files, NULL);
         T_CHECK(s != NULL, "store: %s", ms_err_msg());
         if (!s) {
