@@ -48,7 +48,7 @@ static void stop_workers(ms_engine *e)
     e->remote = NULL;
     ms_local_stop(e->local); /* SIGTERM, wait, remove the socket directory */
     e->local = NULL;
-    if (e->listed) ms_remote_workers_free(e->wlist, e->n_workers);
+    if (e->listed) ms_wlist_free(e->wlist, e->n_workers);
     e->wlist = NULL;
     e->n_workers = 0;
 }
@@ -58,8 +58,8 @@ static void stop_workers(ms_engine *e)
 static int list_workers(ms_engine *e)
 {
     const ms_engine_opts *o = &e->o;
-    int rc = o->cluster ? ms_remote_load_cluster(o->cluster, &e->wlist, &e->n_workers)
-                        : ms_remote_parse_list(o->workers, &e->wlist, &e->n_workers);
+    int rc = o->cluster ? ms_wlist_load_cluster(o->cluster, &e->wlist, &e->n_workers)
+                        : ms_wlist_parse(o->workers, &e->wlist, &e->n_workers);
     if (rc != 0) return -1;
     e->listed = 1;
     for (int i = 0; i < e->n_workers; i++)

@@ -1,17 +1,12 @@
 /* ms_remote: routed experts served by moestream-worker processes over ZeroMQ (the ms_experts
- * interface, with replicas, deadlines and fail-over). */
+ * interface, with replicas, deadlines and fail-over); worker lists are ms_wlist. */
 #ifndef MS_REMOTE_H
 #define MS_REMOTE_H
 
 #include <stdint.h>
 
 #include "ms_expert.h"
-
-/* One worker to use. */
-typedef struct {
-    char *endpoint;        /* tcp://host:port or ipc://path, owned */
-    char *public_key;      /* the worker's CURVE public key (Z85, 40 chars), owned; NULL = plain */
-} ms_remote_worker;
+#include "ms_wlist.h"
 
 typedef struct {
     int n_workers;
@@ -48,13 +43,5 @@ typedef struct {
     int workers_up;
 } ms_remote_stats;
 void ms_remote_get_stats(ms_remote *r, ms_remote_stats *st);
-
-/* Parse a cluster file {"workers": [{"endpoint": "...", "public_key": "<Z85>"}, ...]}.
- * On success *w is a malloc'ed array of *n (free with ms_remote_workers_free). */
-int ms_remote_load_cluster(const char *path, ms_remote_worker **w, int *n);
-/* Parse "EP,EP,..." (no keys). Every endpoint is checked (ms_wire_check_endpoint): a malformed
- * one is a usage error quoting it. */
-int ms_remote_parse_list(const char *list, ms_remote_worker **w, int *n);
-void ms_remote_workers_free(ms_remote_worker *w, int n);
 
 #endif
