@@ -259,11 +259,12 @@ static void hello_hint(const wconn *w, double limit, char *buf, size_t n)
         cause = "could not connect: is the worker running and listening on this endpoint?";
     else
         cause = "no connection: the worker may be down, the host unreachable or a firewall blocking the port";
-    snprintf(buf, n,
-             "did not answer within %.0f s: %s (likely causes: this coordinator's key not on the worker's --allow "
-             "list, a wrong worker public key, the worker down, a firewall)",
-             limit, cause);
+    snprintf(buf, n, "did not answer within %.0f s: %s", limit, cause);
 }
+
+#define LIKELY_CAUSES                                                                                             \
+    "likely causes of no answer: this coordinator's key not on the worker's --allow list, a wrong worker public " \
+    "key, the worker down, a firewall"
 
 /* Probe down workers whose back-off has passed, and finish probes that got their answer. */
 static void probe(ms_remote *r)
@@ -405,7 +406,7 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
     /* A worker that does not answer is left down and probed again later; the run can start
      * as long as the others own every expert. */
     int up = 0;
-    char down[1024] = "";
+    char down[1600] = "";
     for (int i = 0; i < r->n; i++) {
         wconn *w = &r->w[i];
         if (w->state == W_UP) {
@@ -417,7 +418,7 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
         if (!w->why[0]) hello_hint(w, limit, hint, sizeof hint);
         snprintf(down + strlen(down), sizeof down - strlen(down), "%s%s (%s)", down[0] ? ", " : "", w->endpoint,
                  w->why[0] ? w->why : hint);
-        ms_log(1, "worker %s: %s", w->endpoint, w->why[0] ? w->why : hint);
+        ms_log(1, "worker %s: %s%s", w->endpoint, w->why[0] ? w->why : hint, w->why[0] ? "" : " (" LIKELY_CAUSES ")");
         mark_down(r, w, w->why[0] ? w->why : hint);
     }
     /* Every routed expert must have an owner. */
@@ -426,9 +427,14 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
             int owned = 0;
             for (int i = 0; i < r->n && !owned; i++) owned = r->w[i].owns[(size_t)l * (size_t)o->n_experts + (size_t)e];
             if (!owned) {
-                ms_err_set("no worker that answered owns layer %d expert %d (and maybe others)%s%s: check the "
-                           "workers' --experts or packs",
-                           l, e, down[0] ? "; not answering: " : "", down);
+                if (down[0])
+                    ms_err_set("no worker that answered owns layer %d expert %d (and maybe others); not answering: "
+                               "%s (" LIKELY_CAUSES ")",
+                               l, e, down);
+                else
+                    ms_err_set("no worker that answered owns layer %d expert %d (and maybe others): check the "
+                               "workers' --experts or packs",
+                               l, e);
                 ms_err_set_code(MS_EXIT_WORKER);
                 ms_remote_free(r);
                 return NULL;
