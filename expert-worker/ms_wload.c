@@ -302,11 +302,13 @@ static int plan(ms_wload *w, const ms_wload_opts *o, int depth)
     ms_wload_plan *p = &w->plan;
     memset(p, 0, sizeof *p);
     uint64_t L4 = 4 * (uint64_t)w->fmt.latent;
-    /* Rows the store gathers per expert computation (its two gather buffers), with room for a
-     * request's item grouping. */
+    /* Rows the store gathers per expert computation: its two gather buffers [chunk_items][L]
+     * (rows in, outputs out), plus 16 bytes per row for the call's bookkeeping (a request's
+     * groups take a few bytes per distinct expert). The request's items are computed in place:
+     * no copies of them on this side. */
     uint64_t ci = CHUNK_BYTES / L4;
     w->chunk_items = (int)(ci < 1 ? 1 : ci > 65536 ? 65536 : ci);
-    p->chunk_work = 4 * (uint64_t)w->chunk_items * L4 + (uint64_t)w->chunk_items * 16;
+    p->chunk_work = 2 * (uint64_t)w->chunk_items * L4 + (uint64_t)w->chunk_items * 16;
     /* The checkpoint's header parse is over: give its freed heap back before measuring, so the
      * baseline is what stays (glibc keeps freed blocks otherwise, a few MiB that vary by run). */
     malloc_trim(0);

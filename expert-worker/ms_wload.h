@@ -22,11 +22,11 @@ typedef struct {
 
 /* The memory plan of a worker (bytes), made by ms_plan_make like the coordinator's: budget,
  * baseline (measured RSS before the store and the request buffers), the store's read buffers
- * (expert_fixed), work buffers (compute of one chunk of items + request_work), the slack
+ * (expert_fixed), work buffers (the store's gather buffers + request_work), the slack
  * (ms_plan_slack), then the expert cache in whole slots, at most the owned experts. */
 typedef struct {
     ms_plan mem;               /* mem.fixed: every fixed cost; mem.cache, mem.cache_slots: the cache */
-    uint64_t chunk_work;       /* compute buffers of one chunk of items (worker + store) */
+    uint64_t chunk_work;       /* the store's gather buffers (chunk_items rows in and out) */
     uint64_t request_limit;    /* largest request accepted: (rows + items) x latent floats */
     uint64_t request_work;     /* 2 x request_limit: the request and its reply live together */
 } ms_wload_plan;
