@@ -19,6 +19,22 @@ int ms_err_set(const char *fmt, ...)
     return -1;
 }
 
+int ms_err_vfail(int code, const char *fmt, va_list ap)
+{
+    vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+    err_code = code;
+    return -1;
+}
+
+int ms_err_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ms_err_vfail(code, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 int ms_err_wrap(const char *fmt, ...)
 {
     char prefix[1024], old[sizeof err_buf];

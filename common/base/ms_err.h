@@ -26,6 +26,9 @@ int ms_err_wrap(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *ms_err_msg(void);
 /* The exit code class stored with the last error (MS_EXIT_RUNTIME unless set). */
 int ms_err_code(void);
+/* Set the message and its exit-code class at once (ms_err_set + ms_err_set_code); returns -1. */
+int ms_err_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int ms_err_vfail(int code, const char *fmt, va_list ap);
 /* Set the exit-code class of the last error; returns -1. */
 int ms_err_set_code(int code);
 void ms_err_clear(void);

@@ -280,17 +280,7 @@ void ms_pack_close(ms_pack *p)
 
 /* ---------------------------------------------------------------- shard writer ---- */
 
-static int io_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int io_fail(const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    ms_err_set("%s", msg);
-    return ms_err_set_code(MS_EXIT_IO);
-}
+#define io_fail(...) ms_err_fail(MS_EXIT_IO, __VA_ARGS__)
 
 static int pread_full(int fd, uint8_t *buf, size_t len, uint64_t off, const char *path)
 {

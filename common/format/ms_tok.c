@@ -151,18 +151,7 @@ static int32_t tok_insert(ms_tok *t, uint32_t r)
 /* ------------------------------------------------------------------------------------------ */
 /* Small helpers. */
 
-static int tok_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int tok_fail(int code, const char *fmt, ...)
-{
-    char buf[1536];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    ms_err_set("%s", buf);
-    ms_err_set_code(code);
-    return -1;
-}
+#define tok_fail ms_err_fail
 
 static char *tok_path(const char *dir, const char *name)
 {

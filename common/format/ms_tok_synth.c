@@ -3,7 +3,6 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,19 +16,7 @@
 #include "ms_tok.h"
 #include "ms_tok_int.h"
 
-static int tok_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int tok_fail(int code, const char *fmt, ...)
-{
-    char buf[1536];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    ms_err_set("%s", buf);
-    ms_err_set_code(code);
-    return -1;
-}
-
+/* dir/name, malloc'ed. */
 static char *tok_path(const char *dir, const char *name)
 {
     size_t n = strlen(dir) + strlen(name) + 2;
@@ -119,7 +106,7 @@ static int tok_synth_write_files(const char *dir, const uint8_t *pool, const siz
     char *path = tok_path(dir, "tiktoken.model");
     FILE *f = fopen(path, "wb");
     if (!f) {
-        tok_fail(MS_EXIT_IO, "%s: cannot write: %s", path, strerror(errno));
+        ms_err_fail(MS_EXIT_IO, "%s: cannot write: %s", path, strerror(errno));
         free(path);
         return -1;
     }
@@ -130,7 +117,7 @@ static int tok_synth_write_files(const char *dir, const uint8_t *pool, const siz
         fprintf(f, "%s %d\n", b64, r);
     }
     if (fclose(f) != 0) {
-        tok_fail(MS_EXIT_IO, "%s: write failed: %s", path, strerror(errno));
+        ms_err_fail(MS_EXIT_IO, "%s: write failed: %s", path, strerror(errno));
         free(path);
         return -1;
     }
@@ -159,7 +146,7 @@ static int tok_synth_write_files(const char *dir, const uint8_t *pool, const siz
     int rc = json_dump_file(root, path, JSON_INDENT(1) | JSON_SORT_KEYS);
     json_decref(root);
     if (rc != 0) {
-        tok_fail(MS_EXIT_IO, "%s: cannot write", path);
+        ms_err_fail(MS_EXIT_IO, "%s: cannot write", path);
         free(path);
         return -1;
     }
@@ -170,9 +157,9 @@ static int tok_synth_write_files(const char *dir, const uint8_t *pool, const siz
 int ms_tok_write_synth(const char *dir, int n_ranks)
 {
     if (n_ranks < 256 + 16 || n_ranks > (1 << 24))
-        return tok_fail(MS_EXIT_USAGE, "tokenizer synth: n_ranks %d out of range (272..%d)", n_ranks, 1 << 24);
+        return ms_err_fail(MS_EXIT_USAGE, "tokenizer synth: n_ranks %d out of range (272..%d)", n_ranks, 1 << 24);
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return tok_fail(MS_EXIT_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+        return ms_err_fail(MS_EXIT_IO, "%s: cannot create directory: %s", dir, strerror(errno));
 
     int jit;
     pcre2_code *re = ms_tok_regex_compile(&jit);
