@@ -252,6 +252,45 @@ static int cmp_offset(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
+/* The format requires the tensors (sorted by offset) to cover the data section exactly: no
+ * hole, no overlap, no trailing byte. Otherwise a header length off by a few bytes, or two
+ * names for the same bytes, would load silently wrong weights. */
+static int check_tiling(const ms_st *st, int fi, size_t first, uint64_t data_base, uint64_t data_size)
+{
+    const char *path = st->files[fi].path;
+    uint64_t at = 0; /* end of the bytes covered so far, relative to the data section */
+    const char *prev = NULL;
+    for (size_t i = first; i < st->n; i++) {
+        const ms_st_tensor *t = &st->t[i];
+        uint64_t b = t->offset - data_base;
+        if (b < at) {
+            ms_err_set("%s: tensor '%s' (data_offsets [%llu, %llu]) overlaps tensor '%s', which ends at byte %llu", path,
+                       t->name, (unsigned long long)b, (unsigned long long)(b + t->nbytes), prev,
+                       (unsigned long long)at);
+            return err_model();
+        }
+        if (b > at) {
+            ms_err_set("%s: tensor '%s' begins at byte %llu of the data section, but the tensors before it end at "
+                       "byte %llu: a hole of %llu bytes (the format allows none; header length wrong?)",
+                       path, t->name, (unsigned long long)b, (unsigned long long)at, (unsigned long long)(b - at));
+            return err_model();
+        }
+        at = b + t->nbytes;
+        prev = t->name;
+    }
+    if (at != data_size) {
+        if (prev)
+            ms_err_set("%s: the last tensor '%s' ends at byte %llu, but the data section has %llu bytes (header "
+                       "length wrong, or trailing bytes; the format allows none)",
+                       path, prev, (unsigned long long)at, (unsigned long long)data_size);
+        else
+            ms_err_set("%s: no tensors, but the data section has %llu bytes (header length wrong?)", path,
+                       (unsigned long long)data_size);
+        return err_model();
+    }
+    return 0;
+}
+
 /* Map `path`, validate its header and append its tensors (sorted by offset). */
 static int st_add_file(ms_st *st, const char *path)
 {
@@ -337,7 +376,7 @@ static int st_add_file(ms_st *st, const char *path)
     }
     json_decref(h);
     if (st->n > first) qsort(st->t + first, st->n - first, sizeof *st->t, cmp_offset);
-    return 0;
+    return check_tiling(st, fi, first, data_base, data_size);
 }
 
 /* Build the name hash table; a name seen twice is an error naming both files. */

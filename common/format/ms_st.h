@@ -28,8 +28,9 @@ typedef struct ms_st ms_st;
  * its weight_map names (a tensor must be in the shard the index says); otherwise open
  * DIR/model.safetensors; otherwise every DIR/NAME.safetensors in name order. Duplicate names
  * across shards are an error. Every header is validated strictly (JSON syntax, known dtype,
- * offsets inside the data section, end - begin == numel * element size, no overlap is NOT
- * required). Files are mapped read-only.
+ * offsets inside the data section, end - begin == numel * element size, and the tensors sorted
+ * by offset tile the data section exactly: no overlap, no hole, no trailing byte). Files are
+ * mapped read-only.
  * Returns NULL on failure with ms_err set (class MS_EXIT_MODEL or MS_EXIT_IO) naming the file
  * and, where it applies, the tensor. */
 ms_st *ms_st_open_dir(const char *dir);

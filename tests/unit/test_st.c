@@ -448,6 +448,20 @@ static void test_corrupt(void)
         {"{\"__metadata__\":\"pt\"}", 0, "__metadata__", NULL, "metadata not an object"},
         {"{\"t\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,1]}}", 1, "'t'",
          "too large", "numel overflow"},
+        /* The tensors must tile the data section exactly (issue 12, defect 1). */
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+         "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}",
+         2, "overlaps", "'a'", "two tensors sharing bytes"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+         "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[1,3]}}",
+         3, "overlaps", "'b'", "overlapping tensors"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+         "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[3,5]}}",
+         5, "hole", "'b'", "hole between tensors"},
+        {"{\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[1,3]}}", 3, "hole", "'b'", "hole at the start"},
+        {"{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 5, "'t'", "ends at byte 4",
+         "trailing byte"},
+        {"{}", 3, "no tensors", NULL, "data without tensors"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         p = tpath("bad.safetensors");
@@ -456,8 +470,28 @@ static void test_corrupt(void)
         if (bad[i].n2) expect_fail(p, 0, MS_EXIT_MODEL, bad[i].n2, NULL, bad[i].why);
     }
 
+    /* A header length one byte short (into its space padding): the JSON still parses, but every
+     * tensor would be read one byte off; the data section no longer matches the tensors. */
+    p = tpath("short.safetensors");
+    {
+        ms_st_writer *w = ms_st_writer_new();
+        float v[3] = {1, 2, 3};
+        ms_st_writer_add_copy(w, "vector", MS_DT_F32, 1, (int64_t[]){3}, v);
+        T_CHECK(ms_st_writer_write(w, p) == 0, "write short source");
+        ms_st_writer_free(w);
+        size_t n;
+        uint8_t *b = (uint8_t *)ms_t_read_file(p, &n);
+        T_CHECK(b && n > 9 && b[8 + b[0] - 1] == ' ', "the writer pads the header with spaces");
+        if (b && n > 9) {
+            b[0]--; /* the length is little-endian and small */
+            write_bytes(p, b, n);
+            expect_fail(p, 0, MS_EXIT_MODEL, "short.safetensors", "'vector'", "header one byte short");
+        }
+        free(b);
+    }
+
     /* Legal corner cases: zero-length tensor at the very end, metadata only, unpadded header,
-     * trailing space padding, keys in any order, unused trailing bytes. */
+     * trailing space padding, keys in any order. */
     p = tpath("ok.safetensors");
     write_raw(p,
               "{\"t\":{\"data_offsets\":[0,4],\"shape\":[],\"dtype\":\"F32\"},"
