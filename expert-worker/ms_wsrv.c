@@ -1,6 +1,7 @@
 /* ms_wsrv: the expert worker's server: one ROUTER socket, a ZAP thread for CURVE, strict requests. */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -597,6 +598,20 @@ static int store_error_code(int cls)
     }
 }
 
+/* A worker never sends NaN or Inf: the coordinator would combine them into every later token.
+ * (The store checks its outputs too; this guards whatever computes them.) */
+static int outputs_finite(ms_wsrv *s, const float *outputs, uint32_t n, uint32_t layer)
+{
+    int L = s->w->fmt.latent;
+    for (size_t i = 0; i < (size_t)n * (size_t)L; i++)
+        if (!isfinite(outputs[i])) {
+            ms_err_set("worker %s: layer %u: output %zu of item %zu is not finite; refusing to send it", s->endpoint,
+                       layer, i % (size_t)L, i / (size_t)L);
+            return ms_err_set_code(MS_EXIT_RUNTIME);
+        }
+    return 0;
+}
+
 static void on_compute(ms_wsrv *s, wmsg *m, int delim, Moestream__Envelope *env)
 {
     const Moestream__ComputeRequest *c = env->compute;
@@ -638,6 +653,16 @@ static void on_compute(ms_wsrv *s, wmsg *m, int delim, Moestream__Envelope *env)
         send_error(s, m, delim, &rid, code, text);
         return;
     }
+    if (outputs_finite(s, outputs, n, layer) != 0) {
+        free(outputs);
+        snprintf(text, sizeof text, "%s", ms_err_msg());
+        ms_log(0, "worker: request %s refused: %s", rs, text);
+        send_error(s, m, delim, &rid, E_INTERNAL, text);
+        return;
+    }
+    /* Fault injection for the coordinator's own check: MS_WORKER_FAULT_NAN=1 poisons the
+     * outputs after the worker's check, as a buggy or hostile worker would send them. */
+    if (getenv("MS_WORKER_FAULT_NAN") && n > 0) outputs[(size_t)n * L - 1] = NAN;
     s->n_items += n;
     Moestream__ComputeReply r = MOESTREAM__COMPUTE_REPLY__INIT;
     r.request_uuid.data = rid.b;

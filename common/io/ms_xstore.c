@@ -223,6 +223,8 @@ typedef struct {
     uint8_t *hit;              /* [nd] 1 if the expert was a hit */
     uint8_t *done;             /* [nd] 1 once its outputs are written */
     float *zin, *zout;         /* [gather][L] gathered rows and their outputs */
+    int bad;                   /* 1 once an output was NaN or Inf (bad_msg says where) */
+    char bad_msg[512];
 } xs_call;
 
 /* Compute distinct expert d from the slot buf: gather its rows (at most c->gather at a time),
@@ -243,6 +245,11 @@ static void compute_one(ms_xstore *s, xs_call *c, int d, const uint8_t *buf)
             memcpy(c->zin + r * L, c->z + (int64_t)c->item_row[ms_xgroup_item(c->g, t0 + a + r)] * L,
                    sizeof(float) * (size_t)L);
         ms_expert_run(&s->o.fmt, part, c->zin, mm, c->zout, s->pool);
+        /* A NaN or Inf output (bad weights in the file) stops the run instead of spoiling it. */
+        if (!c->bad && ms_expert_check_finite(NULL, MS_EXIT_RUNTIME, c->layer, c->g->dexp[d], c->zin, c->zout, mm, L)) {
+            c->bad = 1;
+            snprintf(c->bad_msg, sizeof c->bad_msg, "%s", ms_err_msg());
+        }
         for (int64_t r = 0; r < mm; r++)
             memcpy(c->out + ms_xgroup_item(c->g, t0 + a + r) * L, c->zout + r * L, sizeof(float) * (size_t)L);
     }
@@ -440,6 +447,11 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
 
     for (int d = 0; d < g->nd; d++) s->dmap[g->dexp[d]] = -1;
     pthread_mutex_unlock(&s->mu);
+    if (rc == 0 && c.bad) {
+        ms_err_set("%s", c.bad_msg);
+        ms_err_set_code(MS_EXIT_RUNTIME);
+        rc = -1;
+    }
     free(miss);
     free(c.zin);
     free(c.zout);

@@ -1,4 +1,5 @@
 /* ms_expert: in-process routed-expert table serving the ms_experts interface. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,6 +151,13 @@ void ms_expert_run(const ms_xfmt *f, const uint8_t *const *part, const float *z,
 
 /* Rows are grouped by expert so each expert's weights are decoded once per call; every output
  * element is still one canonical dot, so grouping never changes a bit. */
+static int64_t first_nonfinite(const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
 static int table_compute(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids,
                          float *out)
 {
@@ -167,18 +175,35 @@ static int table_compute(void *ctx, int layer, int64_t n_rows, const float *z, i
     if (ms_xgroup_build(&g, n, (const uint32_t *)ids, t->n_experts) != 0) return -1;
     float *zin = ms_malloc(sizeof(float) * (size_t)(g.max_m * L + 1)); /* [rows of one expert][L] */
     float *zout = ms_malloc(sizeof(float) * (size_t)(g.max_m * L + 1));
-    for (int d = 0; d < g.nd; d++) {
+    int rc = 0;
+    for (int d = 0; d < g.nd && rc == 0; d++) {
         int64_t m = g.start[d + 1] - g.start[d];
         const int64_t *q = g.item + g.start[d];
         for (int64_t r = 0; r < m; r++) memcpy(zin + r * L, z + (q[r] / k) * L, sizeof(float) * (size_t)L);
         const ms_expert_w *w = &t->w[(size_t)layer * (size_t)t->n_experts + (size_t)g.dexp[d]];
         ms_glu_mlp(&w->w1, &w->w3, &w->w2, t->b1, t->b2, zin, m, zout, t->pool);
+        /* NaN or Inf (bad weights) stops the run instead of spoiling every later token. */
+        rc = ms_expert_check_finite(NULL, MS_EXIT_RUNTIME, layer, g.dexp[d], zin, zout, m, L);
         for (int64_t r = 0; r < m; r++) memcpy(out + q[r] * L, zout + r * L, sizeof(float) * (size_t)L);
     }
     ms_xgroup_free(&g);
     free(zout);
     free(zin);
-    return 0;
+    return rc;
+}
+
+int ms_expert_check_finite(const char *who, int code, int layer, int expert, const float *z, const float *out,
+                           int64_t m, int64_t L)
+{
+    MS_ASSERT(L >= 1);
+    int64_t bad = first_nonfinite(out, m * L);
+    if (bad < 0) return 0;
+    int64_t row = bad / L;
+    int in_bad = z && first_nonfinite(z + row * L, L) >= 0;
+    ms_err_set("%s%slayer %d expert %d: output %lld is %s%s", who ? who : "", who ? ": " : "", layer, expert,
+               (long long)(bad % L), isnan(out[bad]) ? "NaN" : "infinite",
+               in_bad ? " (its input is already not finite)" : " (bad weights? the run stops rather than answer from it)");
+    return ms_err_set_code(code);
 }
 
 ms_experts ms_expert_table_iface(ms_expert_table *t)

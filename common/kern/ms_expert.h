@@ -59,6 +59,13 @@ static inline int64_t ms_xgroup_item(const ms_xgroup *g, int64_t t) { return g->
 void ms_expert_run(const ms_xfmt *f, const uint8_t *const *part, const float *z, int64_t m, float *out,
                    ms_pool *pool);
 
+/* Check that the outputs of one expert on m rows are finite (NaN or Inf would silently spoil
+ * every later token): out [m][L], computed from z [m][L] (z may be NULL). Returns 0, or -1 with
+ * ms_err set (class `code`) naming `who` (e.g. "worker tcp://..."; may be NULL), the layer, the
+ * expert, and whether that row's input was already not finite. */
+int ms_expert_check_finite(const char *who, int code, int layer, int expert, const float *z, const float *out,
+                           int64_t m, int64_t L);
+
 /* In-process expert table: one ms_expert_w per (layer, expert). */
 typedef struct ms_expert_table ms_expert_table;
 

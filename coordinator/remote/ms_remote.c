@@ -580,6 +580,20 @@ static void collect(ms_remote *r, const ms_xgroup *g, const int64_t *assign, int
     }
 }
 
+/* Every output of a compute reply must be finite; otherwise ms_err names the worker, layer and
+ * expert (class MS_EXIT_WORKER). */
+static int check_reply_finite(const wconn *w, int layer, const int32_t *ids, const Moestream__ComputeReply *cr,
+                              int64_t L)
+{
+    char who[300];
+    snprintf(who, sizeof who, "worker %.200s sent a non-finite result", w->endpoint);
+    for (int64_t j = 0; j < w->end - w->off; j++)
+        if (ms_expert_check_finite(who, MS_EXIT_WORKER, layer, ids[w->items[w->off + j]], NULL, cr->outputs + j * L, 1,
+                                   L) != 0)
+            return -1;
+    return 0;
+}
+
 static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids, float *out)
 {
     ms_remote *r = ctx;
@@ -673,6 +687,9 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
                     const Moestream__ComputeReply *cr = e->compute_reply;
                     if ((int64_t)cr->items != w->end - w->off || (int64_t)cr->latent_width != L) {
                         mark_down(r, w, "reply does not match the request");
+                    } else if (check_reply_finite(w, layer, ids, cr, L) != 0) {
+                        ms_wire_free(e);
+                        goto out; /* never combine NaN/Inf: the run stops naming the worker */
                     } else {
                         for (int64_t j = w->off; j < w->end; j++) {
                             memcpy(out + w->items[j] * L, cr->outputs + (j - w->off) * L, sizeof(float) * (size_t)L);

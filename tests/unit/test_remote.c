@@ -1,5 +1,6 @@
 /* test_remote: coordinator + expert workers over ZeroMQ: logits bit-identical to in-process for
  * local workers, several shard layouts and replicas; dead workers fail over or fail clearly. */
+#include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_remote.h"
+#include "ms_st.h"
 #include "ms_test.h"
 #include "ms_wire.h"
 #include "ms_xfmt.h"
@@ -425,6 +427,77 @@ int main(void)
         } else {
             ms_t_skip("libzmq without CURVE");
         }
+    }
+
+    /* Non-finite expert outputs stop the run (issue 12, defect 1): a worker that sends NaN is
+     * named by the coordinator (class 7), whatever its own checks. */
+    {
+        ms_cfg cfg;
+        char cp[1200], fp[17];
+        snprintf(cp, sizeof cp, "%s/config.json", dir);
+        T_CHECK(ms_cfg_load(cp, &cfg) == 0 && ms_wire_fingerprint(dir, fp) == 0, "config and fingerprint");
+        worker w = {0};
+        T_CHECK(start_worker(&w, sock, 51, "*:*", "MS_WORKER_FAULT_NAN=1") == 0, "NaN-sending worker");
+        ms_remote_worker rw = {w.ep, NULL};
+        ms_xfmt xf;
+        T_CHECK(ms_xfmt_from_cfg(&cfg, cp, &xf) == 0, "expert format of the config");
+        ms_remote_opts ro = {1, &rw, NULL, fp, cfg.n_layers, cfg.n_experts, &xf, 5.0};
+        ms_remote *r = ms_remote_new(&ro, cfg.first_dense);
+        T_CHECK(r != NULL, "ms_remote_new: %s", ms_err_msg());
+        if (r) {
+            ms_experts ex = ms_remote_iface(r);
+            float z[2 * 32], o[2 * 2 * 32];
+            int32_t ids[4] = {1, 6, 0, 3};
+            for (int i = 0; i < 64; i++) z[i] = (float)((i * 37) % 11) / 7.0f - 0.5f;
+            int rc = cfg.latent == 32 ? ex.compute(ex.ctx, 2, 2, z, 2, ids, o) : 0;
+            const char *m = ms_err_msg();
+            T_CHECK(rc != 0 && ms_err_code() == MS_EXIT_WORKER && strstr(m, w.ep) && strstr(m, "layer 2") &&
+                        strstr(m, "NaN"),
+                    "a NaN reply stops the call naming worker and layer, class 7 (%d): %s", rc, m);
+            ms_remote_free(r);
+        }
+        stop_worker(&w);
+        ms_cfg_free(&cfg);
+
+        /* A checkpoint whose layer-1 experts overflow (w2 scales 2^127): in process the run
+         * stops naming layer and expert (exit 1); a worker refuses to send them (exit 7). */
+        char nd[1200], *err = NULL;
+        snprintf(nd, sizeof nd, "%s/nan-model", tmp);
+        snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", nd, dir, nd);
+        T_CHECK(ms_t_run(cmd, NULL) == 0, "copy the model");
+        ms_st *st = ms_st_open_dir(nd);
+        int patched = 0;
+        for (int e = 0; st && e < cfg.n_experts; e++) {
+            char name[256];
+            snprintf(name, sizeof name, "language_model.model.layers.1.block_sparse_moe.experts.%d.w2.weight_scale", e);
+            const ms_st_tensor *t = ms_st_find(st, name);
+            int fd = t ? open(ms_st_file_path(st, t->file), O_WRONLY) : -1;
+            uint8_t *b = t ? malloc(t->nbytes) : NULL;
+            if (b) memset(b, 0xfe, t->nbytes);
+            if (fd >= 0 && b && pwrite(fd, b, t->nbytes, (off_t)t->offset) == (ssize_t)t->nbytes) patched++;
+            free(b);
+            if (fd >= 0) close(fd);
+        }
+        ms_st_close(st);
+        T_CHECK(patched == cfg.n_experts && patched > 0, "patched %d experts", patched);
+        snprintf(cmd, sizeof cmd, "%s run --model %s --ids 5,9,13 -n 2 --quiet 2>&1 >/dev/null", bin, nd);
+        int rs = ms_t_run(cmd, &err);
+        T_CHECK(rs == 1 && err && strstr(err, "layer 1 expert") && !strstr(err, "Assert"),
+                "in-process: non-finite expert output stops the run naming the layer (%d): %s", rs, err ? err : "");
+        free(err);
+        err = NULL;
+        char wd[1300];
+        snprintf(wd, sizeof wd, "%s", dir);
+        snprintf(dir, sizeof dir, "%.1000s", nd); /* the worker serves the patched model */
+        T_CHECK(start_worker(&w, sock, 52, "*:*", NULL) == 0, "worker on the patched model");
+        snprintf(dir, sizeof dir, "%.1000s", wd);
+        snprintf(cmd, sizeof cmd, "timeout 60 %s run --model %s --ids 5,9,13 -n 2 --workers %s --quiet 2>&1 >/dev/null",
+                 bin, nd, w.ep);
+        rs = ms_t_run(cmd, &err);
+        T_CHECK(rs == 7 && err && strstr(err, w.ep) && strstr(err, "layer 1 expert"),
+                "worker: refuses to send non-finite outputs; the run stops naming it (%d): %s", rs, err ? err : "");
+        free(err);
+        stop_worker(&w);
     }
 
     /* Plain tcp needs --insecure or keys. */

@@ -542,6 +542,61 @@ static void test_checksums(void)
     }
 }
 
+/* An expert whose bytes make NaN/Inf outputs (w2 scales 2^127: values beyond float) stops the call with an
+ * error naming its layer and expert, in the store and in the in-memory table (issue 12, defect 1). */
+static void test_nonfinite(void)
+{
+    const int layer = 1, expert = 5, key = layer * NE + expert;
+    uint8_t *saved = malloc(part_len[3]);
+    memcpy(saved, part_bytes[key][3], part_len[3]);
+    memset(part_bytes[key][3], 0xfe, part_len[3]); /* 2^127: w2 values overflow float */
+    write_file(tpath("nan.safetensors"), 0);
+    ms_st *st = ms_st_open_file(tpath("nan.safetensors"));
+    const char *paths[1] = {tpath("nan.safetensors")};
+    ms_io_files *files = ms_io_files_open(paths, 1, 0);
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER), .cache_bytes = 0, .depth = 2};
+    ms_xstore *s = st && files ? ms_xstore_new(&o, files, NULL) : NULL;
+    T_CHECK(s != NULL, "non-finite: store: %s", ms_err_msg());
+    ms_expert_table *tab = ms_expert_table_new(NL, NE, LAT, 4.0f, 25.0f, NULL);
+    for (int k2 = 0; s && k2 < NK; k2++) {
+        ms_st *two[2] = {st, st};
+        ms_xloc loc;
+        make_loc(two, k2, 0, &loc);
+        ms_xstore_set(s, k2 / NE, k2 % NE, &loc);
+        ms_expert_w w;
+        memset(&w, 0, sizeof w);
+        ms_mat *m[3] = {&w.w1, &w.w2, &w.w3};
+        for (int i = 0; i < 3; i++)
+            *m[i] = (ms_mat){.type = MS_WT_MXFP4, .rows = i == 1 ? LAT : INTER, .cols = i == 1 ? INTER : LAT,
+                             .data = part_bytes[k2][2 * i], .scales = part_bytes[k2][2 * i + 1]};
+        ms_expert_table_set(tab, k2 / NE, k2 % NE, &w);
+    }
+    int32_t ids[4] = {2, 7, expert, 3}; /* two rows, k = 2; the bad expert is row 1, rank 0 */
+    float z[2 * LAT], out[4 * LAT];
+    for (int i = 0; i < 2 * LAT; i++) z[i] = (float)(i % 7) / 7.0f - 0.4f;
+    ms_experts ifs[2] = {s ? ms_xstore_iface(s) : ms_expert_table_iface(tab), ms_expert_table_iface(tab)};
+    const char *what[2] = {"store", "table"};
+    char want[64];
+    snprintf(want, sizeof want, "layer %d expert %d", layer, expert);
+    for (int i = 0; i < 2; i++) {
+        ms_err_clear();
+        int rc = ifs[i].compute(ifs[i].ctx, layer, 2, z, 2, ids, out);
+        T_CHECK(rc != 0, "non-finite %s: NaN output accepted", what[i]);
+        T_CHECK(rc != 0 && ms_err_code() == MS_EXIT_RUNTIME && has(ms_err_msg(), want),
+                "non-finite %s: message/class: %d %s", what[i], ms_err_code(), ms_err_msg());
+        /* The same experts without the bad one are fine. */
+        int32_t ok_ids[4] = {2, 7, 4, 3};
+        T_CHECK(ifs[i].compute(ifs[i].ctx, layer, 2, z, 2, ok_ids, out) == 0, "non-finite %s: good experts: %s",
+                what[i], ms_err_msg());
+    }
+    ms_expert_table_free(tab);
+    ms_xstore_free(s);
+    ms_io_files_close(files);
+    ms_st_close(st);
+    memcpy(part_bytes[key][3], saved, part_len[3]);
+    free(saved);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "%s", ms_t_tmpdir("xstore"));
@@ -622,6 +677,7 @@ int main(void)
     test_row_invariance();
     test_errors();
     test_checksums();
+    test_nonfinite();
 
     ms_expert_table_free(ref_table);
     ms_st_close(sts[0]);
