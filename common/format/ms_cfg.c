@@ -11,6 +11,7 @@
 
 #include "ms_cfg.h"
 #include "ms_err.h"
+#include "ms_file.h"
 
 typedef enum { F_INT, F_FLOAT, F_BOOL } ftype;
 
@@ -21,38 +22,39 @@ typedef struct {
     int kda;      /* lives in text_config.linear_attn_config in the nested shape */
     int optional; /* bools only: absent means true */
     size_t off;   /* field offset in ms_cfg */
+    int max;      /* ints: largest accepted value (sane bounds, far above Kimi K3's) */
 } field;
 
-#define F(n, a, t, k, o, m) {n, a, t, k, o, offsetof(ms_cfg, m)}
+#define F(n, a, t, k, o, m, x) {n, a, t, k, o, offsetof(ms_cfg, m), x}
 static const field fields[] = {
-    F("hidden_size", NULL, F_INT, 0, 0, hidden),
-    F("num_hidden_layers", NULL, F_INT, 0, 0, n_layers),
-    F("vocab_size", NULL, F_INT, 0, 0, vocab),
-    F("rms_norm_eps", NULL, F_FLOAT, 0, 0, eps),
-    F("num_heads", "kda_num_heads", F_INT, 1, 0, kda_heads),
-    F("head_dim", "kda_head_dim", F_INT, 1, 0, kda_head_dim),
-    F("short_conv_kernel_size", NULL, F_INT, 1, 0, conv_k),
-    F("gate_lower_bound", NULL, F_FLOAT, 1, 0, gate_lb),
-    F("num_attention_heads", NULL, F_INT, 0, 0, mla_heads),
-    F("q_lora_rank", NULL, F_INT, 0, 0, q_lora),
-    F("kv_lora_rank", NULL, F_INT, 0, 0, kv_lora),
-    F("qk_nope_head_dim", NULL, F_INT, 0, 0, qk_nope),
-    F("qk_rope_head_dim", NULL, F_INT, 0, 0, qk_rope),
-    F("v_head_dim", NULL, F_INT, 0, 0, v_head),
-    F("mla_use_output_gate", NULL, F_BOOL, 0, 1, mla_out_gate),
-    F("num_experts", NULL, F_INT, 0, 0, n_experts),
-    F("num_experts_per_token", NULL, F_INT, 0, 0, top_k),
-    F("num_shared_experts", NULL, F_INT, 0, 0, n_shared),
-    F("routed_expert_hidden_size", NULL, F_INT, 0, 0, latent),
-    F("moe_intermediate_size", NULL, F_INT, 0, 0, moe_inter),
-    F("routed_scaling_factor", NULL, F_FLOAT, 0, 0, routed_scale),
-    F("moe_renormalize", NULL, F_BOOL, 0, 1, renorm),
-    F("latent_moe_use_norm", NULL, F_BOOL, 0, 1, latent_norm),
-    F("first_k_dense_replace", NULL, F_INT, 0, 0, first_dense),
-    F("intermediate_size", NULL, F_INT, 0, 0, dense_inter),
-    F("attn_res_block_size", NULL, F_INT, 0, 0, attn_res_block),
-    F("activation_situ_beta", "situ_beta", F_FLOAT, 0, 0, situ_b1),
-    F("activation_situ_linear_beta", "situ_linear_beta", F_FLOAT, 0, 0, situ_b2),
+    F("hidden_size", NULL, F_INT, 0, 0, hidden, 1 << 16),
+    F("num_hidden_layers", NULL, F_INT, 0, 0, n_layers, MS_CFG_MAX_LAYERS),
+    F("vocab_size", NULL, F_INT, 0, 0, vocab, 1 << 22),
+    F("rms_norm_eps", NULL, F_FLOAT, 0, 0, eps, 0),
+    F("num_heads", "kda_num_heads", F_INT, 1, 0, kda_heads, 1024),
+    F("head_dim", "kda_head_dim", F_INT, 1, 0, kda_head_dim, 4096),
+    F("short_conv_kernel_size", NULL, F_INT, 1, 0, conv_k, 64),
+    F("gate_lower_bound", NULL, F_FLOAT, 1, 0, gate_lb, 0),
+    F("num_attention_heads", NULL, F_INT, 0, 0, mla_heads, 1024),
+    F("q_lora_rank", NULL, F_INT, 0, 0, q_lora, 1 << 16),
+    F("kv_lora_rank", NULL, F_INT, 0, 0, kv_lora, 1 << 16),
+    F("qk_nope_head_dim", NULL, F_INT, 0, 0, qk_nope, 4096),
+    F("qk_rope_head_dim", NULL, F_INT, 0, 0, qk_rope, 4096),
+    F("v_head_dim", NULL, F_INT, 0, 0, v_head, 4096),
+    F("mla_use_output_gate", NULL, F_BOOL, 0, 1, mla_out_gate, 0),
+    F("num_experts", NULL, F_INT, 0, 0, n_experts, MS_CFG_MAX_EXPERTS),
+    F("num_experts_per_token", NULL, F_INT, 0, 0, top_k, MS_CFG_MAX_TOPK),
+    F("num_shared_experts", NULL, F_INT, 0, 0, n_shared, 64),
+    F("routed_expert_hidden_size", NULL, F_INT, 0, 0, latent, 1 << 18),
+    F("moe_intermediate_size", NULL, F_INT, 0, 0, moe_inter, 1 << 18),
+    F("routed_scaling_factor", NULL, F_FLOAT, 0, 0, routed_scale, 0),
+    F("moe_renormalize", NULL, F_BOOL, 0, 1, renorm, 0),
+    F("latent_moe_use_norm", NULL, F_BOOL, 0, 1, latent_norm, 0),
+    F("first_k_dense_replace", NULL, F_INT, 0, 0, first_dense, MS_CFG_MAX_LAYERS),
+    F("intermediate_size", NULL, F_INT, 0, 0, dense_inter, 1 << 18),
+    F("attn_res_block_size", NULL, F_INT, 0, 0, attn_res_block, MS_CFG_MAX_LAYERS),
+    F("activation_situ_beta", "situ_beta", F_FLOAT, 0, 0, situ_b1, 0),
+    F("activation_situ_linear_beta", "situ_linear_beta", F_FLOAT, 0, 0, situ_b2, 0),
 };
 #undef F
 #define NFIELDS (sizeof fields / sizeof fields[0])
@@ -348,6 +350,22 @@ int ms_cfg_parse(const char *json_text, const char *what, ms_cfg *cfg)
             valid[f->off] = 0;
         }
     }
+    /* Sane upper bounds, before anything is sized from them (a num_hidden_layers of 1e9 must
+     * not allocate for half a minute before failing). */
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const field *f = &fields[i];
+        if (f->type != F_INT || !valid[f->off] || f->off == offsetof(ms_cfg, top_k)) continue; /* below */
+        MS_ASSERT(f->max > 0);
+        int v = *(int *)((char *)cfg + f->off);
+        if (v > f->max) {
+            plist_add(&probs, "; ", "%s = %d is beyond the supported maximum of %d", f->alias && !s.tc ? f->alias : f->name,
+                      v, f->max);
+            valid[f->off] = 0;
+        }
+    }
+    if (VALID(n_layers) && VALID(n_experts) && (int64_t)cfg->n_layers * cfg->n_experts > MS_CFG_MAX_LAYER_EXPERTS)
+        plist_add(&probs, "; ", "num_hidden_layers x num_experts = %d x %d is beyond the supported maximum of %d",
+                  cfg->n_layers, cfg->n_experts, MS_CFG_MAX_LAYER_EXPERTS);
     if (VALID(eps) && !(cfg->eps > 0)) plist_add(&probs, "; ", "rms_norm_eps must be > 0, got %g", cfg->eps);
     if (VALID(routed_scale) && !(cfg->routed_scale > 0))
         plist_add(&probs, "; ", "routed_scaling_factor must be > 0, got %g", cfg->routed_scale);
@@ -444,28 +462,9 @@ int ms_cfg_load(const char *path, ms_cfg *cfg)
 {
     MS_ASSERT(path && cfg);
     memset(cfg, 0, sizeof *cfg);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        ms_err_set("%s: cannot open config: %s", path, strerror(errno));
-        return ms_err_set_code(MS_EXIT_IO);
-    }
-    size_t cap = 1 << 16, len = 0, got;
-    char *buf = ms_malloc(cap);
-    while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += got;
-        if (cap - len < 4096) {
-            cap *= 2;
-            buf = ms_realloc(buf, cap);
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        ms_err_set("%s: read error", path);
-        return ms_err_set_code(MS_EXIT_IO);
-    }
-    buf[len] = 0;
+    size_t len = 0;
+    char *buf = ms_file_read_all(path, "config", 0, MS_CFG_MAX_BYTES, MS_EXIT_MODEL, &len);
+    if (!buf) return -1;
     if (memchr(buf, 0, len)) {
         free(buf);
         ms_err_set("%s: config contains a NUL byte (not a JSON text)", path);

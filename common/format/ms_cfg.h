@@ -43,10 +43,18 @@ typedef struct {
 } ms_cfg;
 
 #define MS_CFG_MAX_TOPK 64
+/* Sane bounds on sizes, checked before anything is allocated from them; each is far above
+ * Kimi K3's (93 layers, 896 experts). The other widths are bounded in ms_cfg.c's field table. */
+#define MS_CFG_MAX_LAYERS 1024
+#define MS_CFG_MAX_EXPERTS 16384
+#define MS_CFG_MAX_LAYER_EXPERTS (1 << 18) /* layers x experts: per-expert tables */
+#define MS_CFG_MAX_BYTES ((uint64_t)16 << 20) /* config.json itself */
 
 /* Parse and validate config.json at path into *cfg (zeroed first). On failure returns -1 with
  * ms_err set (class MS_EXIT_MODEL) naming the file and listing EVERY missing or invalid field
- * in one message; *cfg is left empty. */
+ * (including sizes beyond the bounds above) in one message; *cfg is left empty. A file that
+ * cannot be opened or read, or is not a regular file (a FIFO is refused without blocking), is
+ * class MS_EXIT_IO. */
 int ms_cfg_load(const char *path, ms_cfg *cfg);
 /* Same from a JSON text held in memory; `what` names it in messages. If the root object has a
  * "config" key holding an object (fixture files), that object is used. */

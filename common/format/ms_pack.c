@@ -15,6 +15,7 @@
 
 #include "ms_cfg.h"
 #include "ms_err.h"
+#include "ms_file.h"
 #include "ms_pack.h"
 #include "ms_progress.h"
 #include "ms_size.h"
@@ -239,6 +240,9 @@ static int mf_validate(const char *path, json_t *root, ms_pack *p)
     return rc;
 }
 
+/* A manifest lists one line per expert: K3 (83k experts) needs a few tens of MiB. */
+#define PACK_MAX_MANIFEST ((uint64_t)512 << 20)
+
 int ms_pack_open(const char *dir, ms_pack *p)
 {
     MS_ASSERT(dir && p);
@@ -248,17 +252,16 @@ int ms_pack_open(const char *dir, ms_pack *p)
     snprintf(path, dl, "%s/manifest.json", dir);
     p->bin_path = ms_malloc(dl);
     snprintf(p->bin_path, dl, "%s/experts.bin", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        ms_err_set("%s: cannot open: %s", path, strerror(errno));
-        ms_err_set_code(MS_EXIT_IO);
+    size_t tlen = 0;
+    char *text = ms_file_read_all(path, "pack manifest", 0, PACK_MAX_MANIFEST, MS_EXIT_MODEL, &tlen);
+    if (!text) {
         free(path);
         ms_pack_close(p);
         return -1;
     }
     json_error_t je;
-    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
-    fclose(f);
+    json_t *root = json_loadb(text, tlen, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     int rc;
     if (!root)
         rc = mf_fail(path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);

@@ -11,11 +11,14 @@
 #include <unistd.h>
 
 #include "ms_err.h"
+#include "ms_file.h"
 #include "ms_st.h"
 
 /* A header larger than this is refused outright: the real K3 shards have ~5k tensors each,
  * i.e. about 1 MiB of header; 256 MiB is far beyond any honest file. */
 #define ST_MAX_HEADER ((uint64_t)256 << 20)
+/* The index of the real K3 checkpoint is a few tens of MiB. */
+#define ST_MAX_INDEX ((uint64_t)256 << 20)
 /* Writer streaming buffer. */
 #define ST_CHUNK ((size_t)4 << 20)
 
@@ -294,18 +297,9 @@ static int check_tiling(const ms_st *st, int fi, size_t first, uint64_t data_bas
 /* Map `path`, validate its header and append its tensors (sorted by offset). */
 static int st_add_file(ms_st *st, const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        ms_err_set("%s: cannot open: %s", path, strerror(errno));
-        return err_io();
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        ms_err_set("%s: not a readable regular file", path);
-        close(fd);
-        return err_io();
-    }
-    uint64_t size = (uint64_t)sb.st_size;
+    uint64_t size = 0;
+    int fd = ms_file_open(path, "shard", 0, 0, &size); /* a FIFO is refused, never waited on */
+    if (fd < 0) return -1;
     if (size < 8) {
         close(fd);
         ms_err_set("%s: file is %llu bytes, too short for a safetensors header (truncated?)", path,
@@ -463,15 +457,14 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 static int st_open_indexed(ms_st *st, const char *dir, const char *ipath)
 {
     json_error_t je;
-    json_t *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &je);
-    if (!root && json_error_code(&je) == json_error_cannot_open_file) {
-        const char *why = strrchr(je.text, ':'); /* "unable to open PATH: reason"; no position to give */
-        ms_err_set("%s: cannot open index: %s", ipath, why && why[1] == ' ' ? why + 2 : je.text);
-        return err_io();
-    }
+    size_t tlen = 0;
+    char *text = ms_file_read_all(ipath, "index", 0, ST_MAX_INDEX, MS_EXIT_MODEL, &tlen);
+    if (!text) return -1;
+    json_t *root = json_loadb(text, tlen, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (!root) {
         ms_err_set("%s: cannot parse index (line %d, column %d): %s", ipath, je.line, je.column, je.text);
-        return access(ipath, R_OK) == 0 ? err_model() : err_io();
+        return err_model();
     }
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(root) || !json_is_object(wm)) {

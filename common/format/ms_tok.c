@@ -13,6 +13,7 @@
 #include <pcre2.h>
 
 #include "ms_err.h"
+#include "ms_file.h"
 #include "ms_tok.h"
 #include "ms_tok_int.h"
 
@@ -161,34 +162,14 @@ static char *tok_path(const char *dir, const char *name)
     return p;
 }
 
+/* tiktoken.model and tokenizer_config.json of K3 are a few MiB. */
+#define TOK_MAX_FILE ((uint64_t)256 << 20)
+
 /* Read a whole file; NULL with ms_err set (naming it) on failure. */
 static uint8_t *tok_read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        tok_fail(MS_EXIT_IO, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = ms_malloc(cap);
-    for (;;) {
-        if (n == cap) {
-            cap *= 2;
-            buf = ms_realloc(buf, cap);
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        tok_fail(MS_EXIT_IO, "%s: read error", path);
-        return NULL;
-    }
-    *len = n;
-    return buf;
+    /* Regular files only (a FIFO is refused without blocking), bounded. */
+    return (uint8_t *)ms_file_read_all(path, "tokenizer file", 0, TOK_MAX_FILE, MS_EXIT_INPUT, len);
 }
 
 static int tok_b64_value(uint8_t c)
@@ -380,11 +361,11 @@ static int tok_load_specials(ms_tok *t, const char *path)
     if (stat(path, &st) != 0 && errno == ENOENT) return 0; /* no config: no specials */
 
     json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root && json_error_code(&jerr) == json_error_cannot_open_file) {
-        const char *why = strrchr(jerr.text, ':'); /* "unable to open PATH: reason" */
-        return tok_fail(MS_EXIT_IO, "%s: cannot open: %s", path, why && why[1] == ' ' ? why + 2 : jerr.text);
-    }
+    size_t tlen = 0;
+    char *text = ms_file_read_all(path, "tokenizer config", 0, TOK_MAX_FILE, MS_EXIT_INPUT, &tlen);
+    if (!text) return -1;
+    json_t *root = json_loadb(text, tlen, 0, &jerr);
+    free(text);
     if (!root) return tok_fail(MS_EXIT_INPUT, "%s:%d: bad JSON: %s", path, jerr.line, jerr.text);
     int rc = -1;
     if (!json_is_object(root)) {

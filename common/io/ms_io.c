@@ -11,6 +11,7 @@
 
 #include "ms_clock.h"
 #include "ms_err.h"
+#include "ms_file.h"
 #include "ms_io.h"
 
 struct ms_io_files {
@@ -30,14 +31,13 @@ ms_io_files *ms_io_files_open(const char *const *paths, int n, int direct)
     for (int i = 0; i < n; i++) f->fd[i] = -1;
     for (int i = 0; i < n; i++) {
         f->path[i] = ms_strdup(paths[i]);
+        /* Regular files only: a file replaced by a FIFO is refused, never waited on. */
         if (direct) {
-            f->fd[i] = open(paths[i], O_RDONLY | O_CLOEXEC | O_DIRECT);
+            f->fd[i] = ms_file_open(paths[i], "model file", 0, O_DIRECT, NULL); /* may be unsupported: */
             f->direct[i] = f->fd[i] >= 0;
         }
-        if (f->fd[i] < 0) f->fd[i] = open(paths[i], O_RDONLY | O_CLOEXEC);
+        if (f->fd[i] < 0) f->fd[i] = ms_file_open(paths[i], "model file", 0, 0, NULL);
         if (f->fd[i] < 0) {
-            ms_err_set("cannot open %s: %s", paths[i], strerror(errno));
-            ms_err_set_code(MS_EXIT_IO);
             ms_io_files_close(f);
             return NULL;
         }

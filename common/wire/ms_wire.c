@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "ms_err.h"
+#include "ms_file.h"
 #include "ms_wire.h"
 
 void ms_uuid_new(ms_uuid *u) { uuid_generate(u->b); }
@@ -165,7 +166,12 @@ int ms_wire_fingerprint(const char *dir, char out[17])
     size_t n = 0, cap = 0;
     /* A trunk-only checkpoint written by moestream shard carries its model's fingerprint. */
     snprintf(path, sizeof path, "%s/moestream.fingerprint", dir);
-    FILE *ff = fopen(path, "r");
+    FILE *ff = NULL;
+    if (access(path, F_OK) == 0) { /* present: a regular file (a FIFO would block) */
+        if ((fd = ms_file_open(path, "fingerprint file", 0, 0, NULL)) < 0) goto out;
+        if (!(ff = fdopen(fd, "r"))) close(fd);
+        fd = -1;
+    }
     if (ff) {
         char line[64] = "";
         int ok = fgets(line, sizeof line, ff) != NULL && strspn(line, "0123456789abcdef") == 16;
@@ -182,8 +188,9 @@ int ms_wire_fingerprint(const char *dir, char out[17])
     }
     snprintf(path, sizeof path, "%s/config.json", dir);
     struct stat sb;
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &sb) != 0) {
-        ms_err_set("cannot open %s: %s", path, strerror(errno));
+    if ((fd = ms_file_open(path, "config", 0, 0, NULL)) < 0) goto out;
+    if (fstat(fd, &sb) != 0) {
+        ms_err_set("cannot stat %s: %s", path, strerror(errno));
         ms_err_set_code(MS_EXIT_IO);
         goto out;
     }
@@ -209,7 +216,8 @@ int ms_wire_fingerprint(const char *dir, char out[17])
     for (size_t i = 0; i < n; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         uint8_t hb[8];
-        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &sb) != 0 || pread(fd, hb, 8, 0) != 8) {
+        if ((fd = ms_file_open(path, "shard", 0, 0, NULL)) < 0) goto out;
+        if (fstat(fd, &sb) != 0 || pread(fd, hb, 8, 0) != 8) {
             ms_err_set("cannot read %s for the model fingerprint", path);
             ms_err_set_code(MS_EXIT_IO);
             goto out;
@@ -243,8 +251,11 @@ out:
 
 static char *read_small(const char *path, const char *what)
 {
-    FILE *f = fopen(path, "rb");
+    int fd = ms_file_open(path, what, 0, 0, NULL); /* a regular file: a FIFO is refused, not waited on */
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
+        close(fd);
         ms_err_set("%s %s: cannot open: %s", what, path, strerror(errno));
         ms_err_set_code(MS_EXIT_IO);
         return NULL;

@@ -12,6 +12,7 @@
 #include "ms_cli.h"
 #include "ms_cpolicy.h"
 #include "ms_err.h"
+#include "ms_file.h"
 #include "ms_opt.h"
 #include "ms_size.h"
 
@@ -75,28 +76,11 @@ ms_cachesim_trace *ms_cachesim_trace_from_pairs(const int32_t *pairs, size_t n, 
 
 ms_cachesim_trace *ms_cachesim_trace_read(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        ms_err_set("cannot open trace %s: %s", path, strerror(errno));
-        ms_err_set_code(MS_EXIT_IO);
-        return NULL;
-    }
-    size_t cap = 1 << 16, len = 0;
-    unsigned char *buf = ms_malloc(cap); /* [len] the raw file */
-    for (;;) {
-        if (len == cap) buf = ms_realloc(buf, cap *= 2);
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    int err = ferror(f) ? (errno ? errno : EIO) : 0;
-    fclose(f);
-    if (err) {
-        free(buf);
-        ms_err_set("cannot read trace %s: %s", path, strerror(err));
-        ms_err_set_code(MS_EXIT_IO);
-        return NULL;
-    }
+    size_t len = 0;
+    /* [len] the raw file: a regular file or a pipe, bounded (the pairs take as much again) */
+    unsigned char *buf = (unsigned char *)ms_file_read_all(path, "trace", MS_FILE_STREAM, MS_CACHESIM_MAX_TRACE,
+                                                           MS_EXIT_INPUT, &len);
+    if (!buf) return NULL;
     if (len % 8) {
         free(buf);
         ms_err_set("trace %s: length %zu bytes is not a multiple of 8 (a (layer, expert) pair of int32 is 8 bytes; "

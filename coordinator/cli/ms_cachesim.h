@@ -26,6 +26,8 @@ typedef struct {
  * be opened or read (message names the file), MS_EXIT_INPUT if it is empty, its length is
  * not a multiple of 8, or it holds a negative id (message names the file and the byte
  * offset). */
+/* Largest trace read: 2 GiB (268M (layer, expert) pairs); larger is refused (MS_EXIT_INPUT). */
+#define MS_CACHESIM_MAX_TRACE ((uint64_t)2 << 30)
 ms_cachesim_trace *ms_cachesim_trace_read(const char *path);
 /* The same from memory: pairs[2*i] = layer, pairs[2*i+1] = expert of request i. `name`
  * names the source in error messages. */

@@ -16,6 +16,7 @@
 #include "ms_cli.h"
 #include "ms_clock.h"
 #include "ms_err.h"
+#include "ms_file.h"
 #include "ms_opt.h"
 #include "ms_progress.h"
 #include "ms_synth.h"
@@ -83,29 +84,9 @@ int ms_cli_parse_ids(const char *s, int32_t **ids, size_t *n)
 
 char *ms_cli_read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        ms_err_set("cannot open %s: %s", path, strerror(errno));
-        ms_err_set_code(MS_EXIT_IO);
-        return NULL;
-    }
-    size_t cap = 65536, n = 0, got;
-    char *buf = ms_malloc(cap);
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (cap - n < 2) buf = ms_realloc(buf, cap *= 2);
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        ms_err_set("cannot read %s", path);
-        ms_err_set_code(MS_EXIT_IO);
-        return NULL;
-    }
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
+    /* Regular files and pipes (--file <(cmd)); a device such as /dev/zero is refused, and
+     * nothing beyond the limit is read. */
+    return ms_file_read_all(path, "input file", MS_FILE_STREAM, MS_CLI_MAX_INPUT, MS_EXIT_INPUT, len);
 }
 
 /* Length of the valid UTF-8 sequence at p (1..4), or 0 if invalid. */

@@ -26,7 +26,11 @@ void ms_cli_set_output(int quiet);
  * leading or trailing comma) is refused. Returns 0 or -1 with ms_err set (MS_EXIT_USAGE) naming
  * the bad item's number and byte offset. */
 int ms_cli_parse_ids(const char *s, int32_t **ids, size_t *n);
-/* Whole file into a malloc'ed NUL-terminated buffer, or NULL with ms_err set (MS_EXIT_IO). */
+/* Largest user input file read whole (prompt text, ids, detokenize input): 256 MiB. */
+#define MS_CLI_MAX_INPUT ((uint64_t)256 << 20)
+/* Whole file (regular file or pipe; at most MS_CLI_MAX_INPUT bytes) into a malloc'ed
+ * NUL-terminated buffer, or NULL with ms_err set: MS_EXIT_IO if it cannot be opened or read or
+ * is not a regular file or pipe, MS_EXIT_INPUT if it is larger than the limit. */
 char *ms_cli_read_file(const char *path, size_t *len);
 /* A JSON string value for bytes that may not be valid UTF-8 (invalid bytes become U+FFFD). */
 struct json_t;

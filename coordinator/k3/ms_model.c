@@ -309,8 +309,31 @@ static void bind_layer(ms_model *m, int i)
     for (int r = n_refs0; r < m->n_refs; r++) m->refs[r].layer = i;
 }
 
+/* Before anything is sized from the config: its layer and expert counts must match the
+ * checkpoint (the last layer and the last routed expert exist), so a wrong config is refused
+ * at once instead of after allocating per-layer and per-expert tables. */
+static int check_counts(const ms_cfg *c, const ms_tsrc *src, const ms_run_opts *o)
+{
+    char n[512];
+    ms_tview tv;
+    snprintf(n, sizeof n, MS_K3_PFX "layers.%d.input_layernorm.weight", c->n_layers - 1);
+    if (!src->find(src->ctx, n, &tv)) {
+        ms_err_set("%s: config says num_hidden_layers = %d, but the checkpoint has no tensor %s", src->what,
+                   c->n_layers, n);
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    if ((o && o->remote_experts) || c->first_dense >= c->n_layers) return 0;
+    ms_k3_expert_name(c->n_layers - 1, c->n_experts - 1, 0, 2, n, sizeof n); /* dense (fp32 oracle) */
+    if (src->find(src->ctx, n, &tv)) return 0;
+    ms_k3_expert_name(c->n_layers - 1, c->n_experts - 1, 0, 0, n, sizeof n); /* MXFP4 as released */
+    if (src->find(src->ctx, n, &tv)) return 0;
+    ms_err_set("%s: config says num_experts = %d, but the checkpoint has no tensor %s", src->what, c->n_experts, n);
+    return ms_err_set_code(MS_EXIT_MODEL);
+}
+
 ms_model *ms_model_bind(const ms_cfg *cfg, const ms_tsrc *src, const ms_run_opts *o)
 {
+    if (check_counts(cfg, src, o) != 0) return NULL;
     ms_model *m = ms_calloc(1, sizeof *m);
     m->cfg = *cfg;
     m->cfg.full_attn = ms_malloc(sizeof(int) * (size_t)cfg->n_full_attn);

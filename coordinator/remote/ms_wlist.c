@@ -5,6 +5,7 @@
 #include <zmq.h>
 
 #include "ms_err.h"
+#include "ms_file.h"
 #include "ms_wire.h"
 #include "ms_wlist.h"
 
@@ -13,7 +14,12 @@ static char *dup_or_null(const char *s) { return s ? ms_strdup(s) : NULL; }
 int ms_wlist_load_cluster(const char *path, ms_remote_worker **w, int *n)
 {
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    size_t tlen = 0;
+    /* a regular file or a pipe, bounded (a FIFO without a writer or a device never hangs) */
+    char *text = ms_file_read_all(path, "cluster file", MS_FILE_STREAM, (uint64_t)16 << 20, MS_EXIT_USAGE, &tlen);
+    if (!text) return -1;
+    json_t *root = json_loadb(text, tlen, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (!root) {
         ms_err_set("cluster file %s: %s (line %d)", path, je.text, je.line);
         return ms_err_set_code(MS_EXIT_USAGE);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ms_clock.h"
 #include "ms_test.h"
 
 static char bin[4096];
@@ -489,10 +490,114 @@ static void test_ids_file_and_interrupt(void)
     }
 }
 
+/* A command's exit status, its stderr (malloc'ed) and how long it took; `timeout` turns a
+ * hang into status 124. */
+static int timed(const char *args, char **err, double *secs)
+{
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "timeout 30 %s %s 2>&1 >/dev/null", bin, args);
+    double t0 = ms_now();
+    int st = ms_t_run(cmd, err);
+    *secs = ms_now() - t0;
+    return st;
+}
+
+/* Issue 12, defect 4: files that are FIFOs or devices are refused before anything blocks;
+ * config sizes are bounded and checked against the tensors first; user input is bounded. */
+static void test_hostile_files(void)
+{
+    const char *d = ms_t_tmpdir("cli-hostile");
+    char m[1024], c[1100], a[16384], f[1200], *err = NULL;
+    double secs;
+    int st;
+    snprintf(m, sizeof m, "%.1000s/m", d);
+    snprintf(a, sizeof a, "synth --out %s --seed 7", m);
+    T_CHECK(status_of(a) == 0, "synth");
+    snprintf(c, sizeof c, "%.1000s/c", d);
+
+    /* config.json, a shard, the index and the tokenizer file as FIFOs nobody writes to. */
+    static const char *fifo_files[] = {"config.json", "model-00002-of-000002.safetensors",
+                                       "model.safetensors.index.json", "tiktoken.model"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(a, sizeof a, "rm -rf %s && cp -r %s %s && rm %s/%s && mkfifo %s/%s", c, m, c, c, fifo_files[i], c,
+                 fifo_files[i]);
+        T_CHECK(ms_t_run(a, NULL) == 0, "make FIFO %s", fifo_files[i]);
+        if (i == 3)
+            snprintf(a, sizeof a, "tokenize --tokenizer %s --text hello", c);
+        else
+            snprintf(a, sizeof a, "run --model %s --ids 1,2 -n 1 --threads 1", c);
+        st = timed(a, &err, &secs);
+        T_CHECK(st == 4 && err && strstr(err, fifo_files[i]) && strstr(err, "FIFO"),
+                "%s as a FIFO: refused at once with exit 4 naming it (%d, %.1f s): %s", fifo_files[i], st, secs,
+                err ? err : "");
+        free(err);
+        err = NULL;
+    }
+
+    /* num_hidden_layers of 1e9: refused before anything is sized from it; one layer more than
+     * the checkpoint: refused by the tensors before the tables are allocated. */
+    static const int layers[2] = {1000000000, 7};
+    static const char *want[2] = {"num_hidden_layers = 1000000000 is beyond", "config says num_hidden_layers = 7"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(a, sizeof a, "rm -rf %s && cp -r %s %s", c, m, c);
+        T_CHECK(ms_t_run(a, NULL) == 0, "copy");
+        snprintf(f, sizeof f, "%s/config.json", c);
+        json_error_t je;
+        json_t *j = json_load_file(f, 0, &je), *tc = j ? json_object_get(j, "text_config") : NULL;
+        json_t *lac = tc ? json_object_get(tc, "linear_attn_config") : NULL;
+        T_CHECK(tc && lac, "nested synthetic config");
+        if (!tc || !lac) {
+            json_decref(j);
+            continue;
+        }
+        json_object_set_new(tc, "num_hidden_layers", json_integer(layers[i]));
+        json_array_append_new(json_object_get(lac, "full_attn_layers"), json_integer(7)); /* layer 7: MLA */
+        T_CHECK(json_dump_file(j, f, 0) == 0, "write config");
+        json_decref(j);
+        snprintf(a, sizeof a, "run --model %s --ids 1,2 -n 1 --threads 1", c);
+        st = timed(a, &err, &secs);
+        T_CHECK(st == 3 && err && strstr(err, want[i]) && secs < 10,
+                "num_hidden_layers %d: exit 3 at once (%d, %.1f s): %s", layers[i], st, secs, err ? err : "");
+        free(err);
+        err = NULL;
+    }
+
+    /* User input: a device is refused, a pipe is read up to the 256 MiB limit, then refused. */
+    snprintf(a, sizeof a, "tokenize --tokenizer %s --file /dev/zero", m);
+    st = timed(a, &err, &secs);
+    T_CHECK(st == 4 && err && strstr(err, "/dev/zero") && strstr(err, "character device"),
+            "tokenize --file /dev/zero: refused at once (%d, %.1f s): %s", st, secs, err ? err : "");
+    free(err);
+    err = NULL;
+    snprintf(f, sizeof f, "%.1000s/pipe", d);
+    /* (the subshell's own stdout must not hold ms_t_run's pipe while its writer waits) */
+    snprintf(a, sizeof a, "rm -f %s && mkfifo %s && (head -c 300000000 /dev/zero > %s 2>/dev/null &) >/dev/null 2>&1",
+             f, f, f);
+    T_CHECK(ms_t_run(a, NULL) == 0, "FIFO with a writer");
+    snprintf(a, sizeof a, "tokenize --tokenizer %s --file %s", m, f);
+    st = timed(a, &err, &secs);
+    T_CHECK(st == 5 && err && strstr(err, "larger than the limit of 256"),
+            "tokenize of 300 MB through a pipe: exit 5 at the limit (%d, %.1f s): %s", st, secs, err ? err : "");
+    free(err);
+    err = NULL;
+    snprintf(a, sizeof a, "run --model %s --prompt-file /dev/zero -n 1", m);
+    st = timed(a, &err, &secs);
+    T_CHECK(st == 4 && err && strstr(err, "/dev/zero"), "run --prompt-file /dev/zero: refused (%d): %s", st,
+            err ? err : "");
+    free(err);
+    err = NULL;
+    snprintf(a, sizeof a, "cache-sim --trace /dev/zero --expert-bytes 1000 --slots 4");
+    st = timed(a, &err, &secs);
+    T_CHECK(st == 4 && err && strstr(err, "/dev/zero"), "cache-sim --trace /dev/zero: refused (%d): %s", st,
+            err ? err : "");
+    free(err);
+}
+
 int main(void)
 {
     snprintf(bin, sizeof bin, "%s", ms_t_bin("moestream"));
     test_usage();
+    test_hostile_files();
     test_synth_run();
     test_demo();
     test_lost_output();
