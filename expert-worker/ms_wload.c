@@ -237,7 +237,7 @@ static int open_model(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
     for (int i = 0; i < nf; i++) paths[i] = ms_st_file_path(st, i);
     w->files = ms_io_files_open(paths, nf, !o->buffered);
     free(paths);
-    ms_st_close(st); /* locations are known; the mapping is not needed any more */
+    ms_st_close(st); /* locations are known; the parsed headers are not needed any more */
     if (!w->files) return -1;
     if (ms_wire_fingerprint(w->source, w->fingerprint) != 0) return -1;
     return 0;

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,8 +58,7 @@ typedef struct name_chunk {
 
 typedef struct {
     char *path;
-    const uint8_t *map; /* [size] read-only mapping, NULL for an empty mapping */
-    size_t size;
+    uint64_t size; /* bytes when opened */
 } st_file;
 
 struct ms_st {
@@ -105,10 +103,7 @@ static uint64_t hash_str(const char *s)
 void ms_st_close(ms_st *st)
 {
     if (!st) return;
-    for (int i = 0; i < st->nfiles; i++) {
-        if (st->files[i].map) munmap((void *)st->files[i].map, st->files[i].size);
-        free(st->files[i].path);
-    }
+    for (int i = 0; i < st->nfiles; i++) free(st->files[i].path);
     free(st->files);
     free(st->t);
     free(st->htab);
@@ -237,7 +232,6 @@ static int parse_entry(ms_st *st, int fi, const char *name, json_t *e, uint64_t 
     }
     t.file = fi;
     t.offset = data_base + b;
-    t.data = st->files[fi].map ? st->files[fi].map + t.offset : NULL;
     t.name = arena_strdup(st, name);
     if (st->n == st->cap) {
         st->cap = st->cap ? st->cap * 2 : 256;
@@ -294,7 +288,9 @@ static int check_tiling(const ms_st *st, int fi, size_t first, uint64_t data_bas
     return 0;
 }
 
-/* Map `path`, validate its header and append its tensors (sorted by offset). */
+/* Read `path`'s header (the file is not mapped: tensor bytes are read with ms_st_read, so a
+ * file truncated later is an I/O error, never SIGBUS), validate it and append its tensors
+ * (sorted by offset). */
 static int st_add_file(ms_st *st, const char *path)
 {
     uint64_t size = 0;
@@ -306,35 +302,41 @@ static int st_add_file(ms_st *st, const char *path)
                    (unsigned long long)size);
         return err_model();
     }
-    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) {
-        ms_err_set("%s: cannot map %llu bytes: %s", path, (unsigned long long)size, strerror(e));
-        return err_io();
-    }
     if (st->nfiles == st->cap_files) {
         st->cap_files = st->cap_files ? st->cap_files * 2 : 8;
         st->files = ms_realloc(st->files, (size_t)st->cap_files * sizeof *st->files);
     }
     int fi = st->nfiles++;
     st->files[fi].path = ms_strdup(path);
-    st->files[fi].map = map;
-    st->files[fi].size = (size_t)size;
+    st->files[fi].size = size;
 
-    const uint8_t *p = map;
-    uint64_t hlen = rd_le64(p);
+    uint8_t len8[8];
+    if (ms_file_pread(fd, path, 0, len8, 8) != 0) {
+        close(fd);
+        return -1;
+    }
+    uint64_t hlen = rd_le64(len8);
     if (hlen > size - 8) {
+        close(fd);
         ms_err_set("%s: header length %llu exceeds the file size %llu (truncated or not a safetensors file)", path,
                    (unsigned long long)hlen, (unsigned long long)size);
         return err_model();
     }
     if (hlen > ST_MAX_HEADER || hlen < 2) {
+        close(fd);
         ms_err_set("%s: implausible header length %llu (not a safetensors file?)", path, (unsigned long long)hlen);
         return err_model();
     }
+    char *text = ms_malloc((size_t)hlen); /* [hlen] the JSON header */
+    int rr = ms_file_pread(fd, path, 8, text, (size_t)hlen);
+    close(fd);
+    if (rr != 0) {
+        free(text);
+        return -1;
+    }
     json_error_t je;
-    json_t *h = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
+    json_t *h = json_loadb(text, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (!h) {
         ms_err_set("%s: invalid JSON header (line %d, column %d): %s", path, je.line, je.column, je.text);
         return err_model();
@@ -429,6 +431,19 @@ const char *ms_st_file_path(const ms_st *st, int file)
 }
 
 int ms_st_file_count(const ms_st *st) { return st->nfiles; }
+
+int ms_st_read(const ms_st *st, const ms_st_tensor *t, uint64_t off, void *buf, size_t len)
+{
+    MS_ASSERT(st && t && t->file >= 0 && t->file < st->nfiles);
+    MS_ASSERT(off <= t->nbytes && len <= t->nbytes - off);
+    const char *path = st->files[t->file].path;
+    int fd = ms_file_open(path, "shard", 0, 0, NULL);
+    if (fd < 0) return ms_err_wrap("tensor '%s'", t->name);
+    int rc = ms_file_pread(fd, path, t->offset + off, buf, len);
+    close(fd);
+    if (rc != 0) return ms_err_wrap("tensor '%s'", t->name);
+    return 0;
+}
 
 ms_st *ms_st_open_file(const char *path)
 {

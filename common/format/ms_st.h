@@ -19,7 +19,6 @@ typedef struct {
     int file;              /* index of the shard file that holds it */
     uint64_t offset;       /* absolute byte offset of the data in that file */
     uint64_t nbytes;       /* numel * element size */
-    const void *data;      /* pointer into the read-only mapping of that file */
 } ms_st_tensor;
 
 typedef struct ms_st ms_st;
@@ -29,14 +28,14 @@ typedef struct ms_st ms_st;
  * DIR/model.safetensors; otherwise every DIR/NAME.safetensors in name order. Duplicate names
  * across shards are an error. Every header is validated strictly (JSON syntax, known dtype,
  * offsets inside the data section, end - begin == numel * element size, and the tensors sorted
- * by offset tile the data section exactly: no overlap, no hole, no trailing byte). Files are
- * mapped read-only.
+ * by offset tile the data section exactly: no overlap, no hole, no trailing byte). Only the
+ * headers are read; files are never mapped (tensor bytes: ms_st_read).
  * Returns NULL on failure with ms_err set (class MS_EXIT_MODEL or MS_EXIT_IO) naming the file
  * and, where it applies, the tensor. */
 ms_st *ms_st_open_dir(const char *dir);
 /* Open one .safetensors file. Same rules. */
 ms_st *ms_st_open_file(const char *path);
-/* Unmap and free. Accepts NULL. */
+/* Free. Accepts NULL. */
 void ms_st_close(ms_st *st);
 
 /* Tensor by exact name, or NULL. */
@@ -44,6 +43,10 @@ const ms_st_tensor *ms_st_find(const ms_st *st, const char *name);
 /* All tensors, in file order then header offset order. */
 size_t ms_st_count(const ms_st *st);
 const ms_st_tensor *ms_st_at(const ms_st *st, size_t i);
+/* Read bytes [off, off+len) of tensor t into buf (pread on a fresh descriptor: no mapping, so
+ * a file truncated or replaced since the open gives an error, never SIGBUS). Returns 0, or -1
+ * with ms_err set naming the file, tensor and offset (class MS_EXIT_IO). */
+int ms_st_read(const ms_st *st, const ms_st_tensor *t, uint64_t off, void *buf, size_t len);
 /* Path of shard file i, and the number of shard files. */
 const char *ms_st_file_path(const ms_st *st, int file);
 int ms_st_file_count(const ms_st *st);

@@ -4,12 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ms_err.h"
+#include "ms_file.h"
 #include "ms_k3_tensors.h"
 #include "ms_model_int.h"
 #include "ms_ops.h"
-
 
 struct ms_seq {
     const ms_model *m;
@@ -88,27 +89,44 @@ static const void *aligned(ms_model *m, const void *data, size_t nbytes, size_t 
     return p;
 }
 
-/* A vector of n floats widened from F32/BF16/F16 (owned by the model unless F32). */
+/* The first nbytes of a tensor, readable with natural alignment `align`: in place for a
+ * tensor in memory (copied if misaligned); for a tensor in a file, read now into a buffer the
+ * model owns. Nothing reads a file through a mapping, so a file truncated during the run is an
+ * I/O error naming it, never SIGBUS. NULL after a binding error. */
+static const void *tensor_bytes(ms_model *m, const char *name, const ms_tview *tv, size_t nbytes, size_t align)
+{
+    if (tv->data) return aligned(m, tv->data, nbytes, align);
+    if (tv->fidx < 0 || !m->src.paths || tv->fidx >= m->src.n_paths) {
+        bind_error(m, "tensor %s has neither bytes in memory nor a file", name);
+        return NULL;
+    }
+    const char *path = m->src.paths[tv->fidx];
+    void *p = ms_model_own(m, ms_malloc(nbytes ? nbytes : 1));
+    int fd = ms_file_open(path, "shard", 0, 0, NULL);
+    if (fd < 0 || ms_file_pread(fd, path, tv->foff, p, nbytes) != 0) {
+        bind_error(m, "tensor %s: %s", name, ms_err_msg());
+        m->bind_io = 1;
+        p = NULL;
+    }
+    if (fd >= 0) close(fd);
+    return p;
+}
+
+/* A vector of n floats widened from F32/BF16/F16 (owned by the model unless F32 in memory). */
 static const float *widen(ms_model *m, const char *name, const ms_tview *tv, int64_t n)
 {
     switch (tv->dtype) {
     case MS_DT_F32:
-        return aligned(m, tv->data, sizeof(float) * (size_t)n, sizeof(float));
-    case MS_DT_BF16: {
-        float *o = ms_model_own(m, ms_malloc(sizeof(float) * (size_t)n));
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t b;
-            memcpy(&b, (const uint8_t *)tv->data + 2 * i, 2);
-            o[i] = ms_bf16_to_f32(b);
-        }
-        return o;
-    }
+        return tensor_bytes(m, name, tv, sizeof(float) * (size_t)n, sizeof(float));
+    case MS_DT_BF16:
     case MS_DT_F16: {
+        const uint8_t *raw = tensor_bytes(m, name, tv, 2 * (size_t)n, 1);
+        if (!raw) return NULL;
         float *o = ms_model_own(m, ms_malloc(sizeof(float) * (size_t)n));
         for (int64_t i = 0; i < n; i++) {
             uint16_t b;
-            memcpy(&b, (const uint8_t *)tv->data + 2 * i, 2);
-            o[i] = ms_f16_to_f32(b);
+            memcpy(&b, raw + 2 * i, 2);
+            o[i] = tv->dtype == MS_DT_BF16 ? ms_bf16_to_f32(b) : ms_f16_to_f32(b);
         }
         return o;
     }
@@ -172,13 +190,15 @@ static void mat(ms_model *m, ms_mat *w, const char *name, int64_t rows, int64_t 
         if (m->files && tv.fidx >= 0)
             add_ref(m, w, name, &tv); /* data comes later: pinned read or stream */
         else
-            w->data = aligned(m, tv.data, (size_t)ms_mat_bytes(w), tv.dtype == MS_DT_F32 ? 4 : 2);
+            w->data = tensor_bytes(m, name, &tv, (size_t)ms_mat_bytes(w), tv.dtype == MS_DT_F32 ? 4 : 2);
         break;
     case MS_DT_F16: {
+        const uint8_t *raw = tensor_bytes(m, name, &tv, 2 * (size_t)(rows * cols), 1);
+        if (!raw) break;
         float *o = ms_model_own(m, ms_malloc(sizeof(float) * (size_t)(rows * cols)));
         for (int64_t i = 0; i < rows * cols; i++) {
             uint16_t b;
-            memcpy(&b, (const uint8_t *)tv.data + 2 * i, 2);
+            memcpy(&b, raw + 2 * i, 2);
             o[i] = ms_f16_to_f32(b);
         }
         w->data = o;
@@ -224,8 +244,11 @@ static int expert_mat(ms_model *m, int layer, int e, int which, int64_t rows, in
                    ms_dtype_name(tp->dtype), ms_dtype_name(ts->dtype));
         return 0;
     }
-    w->data = tp->data;
-    w->scales = ts->data;
+    if (!m->files || tp->fidx < 0) { /* in memory: bound now (experts on disk go to the store) */
+        w->data = tensor_bytes(m, n1, tp, (size_t)(rows * (cols / 2)), 1);
+        w->scales = tensor_bytes(m, n2, ts, (size_t)(rows * (cols / 32)), 1);
+        if (!w->data || !w->scales) return 0;
+    }
     return 1;
 }
 
@@ -251,6 +274,14 @@ static void bind_expert(ms_model *m, int i, int e)
         }
         return;
     }
+    for (int j = 0; j < 3; j++) /* mixed kinds on disk: the MXFP4 parts are read in too */
+        if (kind[j] == 1 && !w[j].data) {
+            char base[512];
+            ms_k3_expert_name(i, e, j, 0, base, sizeof base);
+            w[j].data = tensor_bytes(m, base, &tv[2 * j], (size_t)(w[j].rows * (w[j].cols / 2)), 1);
+            w[j].scales = tensor_bytes(m, base, &tv[2 * j + 1], (size_t)(w[j].rows * (w[j].cols / 32)), 1);
+            if (!w[j].data || !w[j].scales) return;
+        }
     ms_expert_w ew = {w[0], w[1], w[2]};
     ms_expert_table_set(m->table, i, e, &ew);
 }
@@ -366,7 +397,7 @@ ms_model *ms_model_bind(const ms_cfg *cfg, const ms_tsrc *src, const ms_run_opts
     if (m->n_errors) {
         ms_err_set("%s: %d tensor problem%s: %s%s", src->what, m->n_errors, m->n_errors > 1 ? "s" : "", m->errors,
                    m->n_errors > 8 ? "; ..." : "");
-        ms_err_set_code(MS_EXIT_MODEL);
+        ms_err_set_code(m->bind_io ? MS_EXIT_IO : MS_EXIT_MODEL);
         ms_model_free(m);
         return NULL;
     }
@@ -385,7 +416,7 @@ static int st_find(void *ctx, const char *name, ms_tview *out)
     out->dtype = t->dtype;
     out->ndim = t->ndim;
     memcpy(out->shape, t->shape, sizeof out->shape);
-    out->data = t->data;
+    out->data = NULL; /* bytes are read from the file (never mapped) */
     out->file = ms_st_file_path(st, t->file);
     out->fidx = t->file;
     out->foff = t->offset;

@@ -16,7 +16,7 @@ typedef struct {
     ms_dtype dtype;
     int ndim;
     int64_t shape[MS_ST_MAX_DIMS];
-    const void *data;   /* in-memory bytes (a mapping or a buffer); small tensors are read here */
+    const void *data;   /* in-memory bytes, or NULL for a tensor in a file (read at binding) */
     const char *file;   /* where it lives, for messages */
     int fidx;           /* file index for direct reads (ms_tsrc.paths), or -1 if memory only */
     uint64_t foff;      /* absolute byte offset in that file */

@@ -53,6 +53,7 @@ struct ms_model {
     void **owned;              /* widened vectors and converted matrices */
     size_t n_owned, cap_owned;
     int n_errors;              /* binding problems found so far */
+    int bind_io;               /* 1 if one of them was a failed read (exit code MS_EXIT_IO) */
     char errors[1500];
 };
 

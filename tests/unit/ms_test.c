@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "ms_clock.h"
+#include "ms_err.h"
+#include "ms_st.h"
 #include "ms_test.h"
 
 int ms_t_passed, ms_t_failed, ms_t_skipped;
@@ -210,6 +212,30 @@ int ms_t_same_file(const char *a, const char *b)
     free(x);
     free(y);
     return eq;
+}
+
+static void **st_bufs;
+static size_t n_st_bufs;
+
+static void st_bufs_free(void)
+{
+    for (size_t i = 0; i < n_st_bufs; i++) free(st_bufs[i]);
+    free(st_bufs);
+}
+
+const unsigned char *ms_t_st_bytes(const struct ms_st *st, const void *tensor)
+{
+    const ms_st_tensor *t = tensor;
+    unsigned char *b = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+    if (ms_st_read(st, t, 0, b, (size_t)t->nbytes) != 0) {
+        fprintf(stderr, "cannot read tensor %s: %s\n", t->name, ms_err_msg());
+        free(b);
+        return NULL;
+    }
+    if (n_st_bufs == 0) atexit(st_bufs_free);
+    st_bufs = realloc(st_bufs, sizeof *st_bufs * (n_st_bufs + 1));
+    st_bufs[n_st_bufs++] = b;
+    return b;
 }
 
 void ms_t_sleep_ms(int ms)

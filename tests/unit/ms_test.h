@@ -65,6 +65,11 @@ int ms_t_file_has(const char *path, const char *needle);
 /* 1 if both files exist, are non-empty and hold the same bytes. */
 int ms_t_same_file(const char *a, const char *b);
 
+/* All bytes of tensor t of st (read with ms_st_read; checkpoints are not mapped), in a buffer
+ * kept until exit; NULL (message printed) if the read fails. */
+struct ms_st;
+const unsigned char *ms_t_st_bytes(const struct ms_st *st, const void *tensor);
+
 /* Sleep for ms milliseconds. */
 void ms_t_sleep_ms(int ms);
 

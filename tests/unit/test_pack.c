@@ -61,7 +61,7 @@ static uint8_t *src_expert(const ms_st *st, int l, int e, uint64_t len[6], uint6
     uint64_t o = 0;
     for (int k = 0; k < 6; k++) {
         const ms_st_tensor *x = part_of(st, l, e, k);
-        if (x) memcpy(b + o, x->data, len[k]);
+        if (x) memcpy(b + o, ms_t_st_bytes(st, x), len[k]);
         o += len[k];
     }
     *total = t;
@@ -179,7 +179,7 @@ static void check_shard(const char *model, const char *out, int N, int R)
                 continue;
             }
             if (u->dtype != t->dtype || u->ndim != t->ndim || memcmp(u->shape, t->shape, sizeof t->shape) != 0 ||
-                u->nbytes != t->nbytes || memcmp(u->data, t->data, (size_t)t->nbytes) != 0)
+                u->nbytes != t->nbytes || memcmp(ms_t_st_bytes(tr, u), ms_t_st_bytes(st, t), (size_t)t->nbytes) != 0)
                 differ++;
         }
         for (size_t i = 0; i < ms_st_count(tr); i++) experts_in += is_routed(ms_st_at(tr, i)->name);
@@ -656,8 +656,8 @@ static void set_mat(ms_mat *m, const ms_st *st, int l, int e, int which, int64_t
     m->type = MS_WT_MXFP4;
     m->rows = rows;
     m->cols = cols;
-    m->data = part_of(st, l, e, 2 * which)->data;
-    m->scales = part_of(st, l, e, 2 * which + 1)->data;
+    m->data = ms_t_st_bytes(st, part_of(st, l, e, 2 * which));
+    m->scales = ms_t_st_bytes(st, part_of(st, l, e, 2 * which + 1));
 }
 
 static ms_xstore *pack_store(const ms_pack *p, const ms_cfg *c, ms_io_files **files, int direct, int slots)

@@ -220,13 +220,14 @@ static void test_roundtrip(void)
             T_CHECK(t->numel == numel && t->nbytes == d[i].nbytes, "%s: numel %lld nbytes %llu", d[i].name,
                     (long long)t->numel, (unsigned long long)t->nbytes);
             T_CHECK(t->offset == 8 + hl + begin[i], "%s: offset %llu", d[i].name, (unsigned long long)t->offset);
-            T_CHECK(t->nbytes == 0 || memcmp(t->data, raw + t->offset, (size_t)t->nbytes) == 0, "%s: data vs file",
+            const uint8_t *tb = ms_t_st_bytes(st, t);
+            T_CHECK(t->nbytes == 0 || memcmp(tb, raw + t->offset, (size_t)t->nbytes) == 0, "%s: data vs file",
                     d[i].name);
             if (d[i].data) {
-                T_CHECK(memcmp(t->data, d[i].data, d[i].nbytes) == 0, "%s: bytes", d[i].name);
+                T_CHECK(memcmp(tb, d[i].data, d[i].nbytes) == 0, "%s: bytes", d[i].name);
             } else if (d[i].nbytes) {
                 int same = 1;
-                const uint8_t *p = t->data;
+                const uint8_t *p = tb;
                 for (size_t k = 0; k < d[i].nbytes; k++) same &= p[k] == pattern(k);
                 T_CHECK(same, "%s: filled bytes", d[i].name);
             }
@@ -274,7 +275,7 @@ static void test_roundtrip(void)
     ms_st_writer_free(w);
     ms_st *cs = ms_st_open_file(fpath);
     const ms_st_tensor *ct = cs ? ms_st_find(cs, "c") : NULL;
-    T_CHECK(ct && memcmp(ct->data, "\1\2\3", 3) == 0, "add_copy copied the bytes");
+    T_CHECK(ct && memcmp(ms_t_st_bytes(cs, ct), "\1\2\3", 3) == 0, "add_copy copied the bytes");
     ms_st_close(cs);
     w = ms_st_writer_new();
     /* An empty checkpoint is legal. */
@@ -333,7 +334,7 @@ static void test_shards(void)
         const ms_st_tensor *xa = ms_st_find(st, "x.a"), *xb = ms_st_find(st, "x.b"), *ya = ms_st_find(st, "y.a");
         T_CHECK(xa && xb && ya && xa->file == 0 && xb->file == 0 && ya->file == 1, "tensors in their shards");
         if (xa && xb && ya) {
-            const uint8_t *a = xa->data, *b = xb->data, *y = ya->data;
+            const uint8_t *a = ms_t_st_bytes(st, xa), *b = ms_t_st_bytes(st, xb), *y = ms_t_st_bytes(st, ya);
             /* x.b was declared first (seed 0), x.a second (seed 16), y.a in shard 2 (seed 100) */
             T_CHECK(b[0] == 0 && b[5] == 5 && a[0] == 16 && y[0] == 100 && y[5] == 105, "shard bytes");
         }
@@ -490,6 +491,30 @@ static void test_corrupt(void)
         free(b);
     }
 
+    /* A file truncated after it was opened: reading a tensor is an I/O error naming the file and
+     * the tensor (the file is not mapped, so nothing can fault later). */
+    p = tpath("cut-later.safetensors");
+    {
+        ms_st_writer *w = ms_st_writer_new();
+        float v[64] = {0};
+        ms_st_writer_add_copy(w, "head", MS_DT_F32, 1, (int64_t[]){64}, v);
+        ms_st_writer_add_copy(w, "tail", MS_DT_F32, 1, (int64_t[]){64}, v);
+        T_CHECK(ms_st_writer_write(w, p) == 0, "write cut-later");
+        ms_st_writer_free(w);
+        ms_st *st = ms_st_open_file(p);
+        const ms_st_tensor *tail = st ? ms_st_find(st, "tail") : NULL;
+        T_CHECK(tail && truncate(p, (off_t)tail->offset + 10) == 0, "open, then truncate");
+        if (tail) {
+            uint8_t buf[256];
+            ms_err_clear();
+            T_CHECK(ms_st_read(st, tail, 0, buf, (size_t)tail->nbytes) == -1 && ms_err_code() == MS_EXIT_IO &&
+                        has(ms_err_msg(), "cut-later.safetensors") && has(ms_err_msg(), "'tail'"),
+                    "read of a truncated tensor: %s", ms_err_msg());
+            T_CHECK(ms_st_read(st, ms_st_find(st, "head"), 0, buf, 256) == 0, "the rest still reads");
+        }
+        ms_st_close(st);
+    }
+
     /* Legal corner cases: zero-length tensor at the very end, metadata only, unpadded header,
      * trailing space padding, keys in any order. */
     p = tpath("ok.safetensors");
@@ -501,7 +526,7 @@ static void test_corrupt(void)
     T_CHECK(st != NULL, "corner cases: %s", ms_err_msg());
     if (st) {
         const ms_st_tensor *t = ms_st_find(st, "t"), *z = ms_st_find(st, "z");
-        T_CHECK(t && t->ndim == 0 && t->numel == 1 && t->nbytes == 4 && *(const uint8_t *)t->data == 0x5a,
+        T_CHECK(t && t->ndim == 0 && t->numel == 1 && t->nbytes == 4 && *ms_t_st_bytes(st, t) == 0x5a,
                 "scalar entry");
         T_CHECK(z && z->numel == 0 && z->nbytes == 0 && z->ndim == 2 && z->shape[0] == 3, "zero-size entry");
         ms_st_close(st);
@@ -555,13 +580,13 @@ static void check_tiny_checkpoint(const ms_st *st, const char *what)
     T_CHECK(shapes_ok, "%s: expert tensors U8 [64,32]/[64,2]", what);
     T_CHECK(runs_ok && nexp == 96, "%s: each expert one contiguous run (%d experts)", what, nexp);
 
-    /* Mapping agrees with plain reads of the file. */
+    /* ms_st_read agrees with plain reads of the file. */
     if (t) {
         int fd = open(ms_st_file_path(st, t->file), O_RDONLY);
         uint8_t *buf = malloc((size_t)t->nbytes);
         ssize_t got = fd >= 0 ? pread(fd, buf, (size_t)t->nbytes, (off_t)t->offset) : -1;
-        T_CHECK(got == (ssize_t)t->nbytes && memcmp(buf, t->data, (size_t)t->nbytes) == 0, "%s: mapped bytes",
-                what);
+        T_CHECK(got == (ssize_t)t->nbytes && memcmp(buf, ms_t_st_bytes(st, t), (size_t)t->nbytes) == 0,
+                "%s: ms_st_read bytes", what);
         free(buf);
         if (fd >= 0) close(fd);
     }

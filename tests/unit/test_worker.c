@@ -301,7 +301,7 @@ static int load_reference(void)
                 const ms_st_tensor *tp = ms_st_find(st, n1), *ts = ms_st_find(st, n2);
                 if (!tp || !ts) return -1;
                 int64_t rows = j == 1 ? cfg.latent : cfg.moe_inter, cols = j == 1 ? cfg.moe_inter : cfg.latent;
-                m[j] = (ms_mat){MS_WT_MXFP4, rows, cols, tp->data, ts->data, NULL, NULL};
+                m[j] = (ms_mat){MS_WT_MXFP4, rows, cols, ms_t_st_bytes(st, tp), ms_t_st_bytes(st, ts), NULL, NULL};
             }
             ms_expert_w w = {m[0], m[1], m[2]};
             ms_expert_table_set(table, l, e, &w);

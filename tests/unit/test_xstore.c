@@ -318,8 +318,8 @@ static void test_row_invariance(void)
                 w[m].type = MS_WT_MXFP4;
                 w[m].rows = m == 1 ? LAT : INTER;
                 w[m].cols = m == 1 ? INTER : LAT;
-                w[m].data = tp->data;
-                w[m].scales = ts->data;
+                w[m].data = ms_t_st_bytes(sts[1], tp);
+                w[m].scales = ms_t_st_bytes(sts[1], ts);
             }
             ms_glu_mlp(&w[0], &w[2], &w[1], 4.0f, 25.0f, z + (q / k) * LAT, 1, y, NULL);
             if (memcmp(y, got + q * LAT, sizeof y) != 0) bad++;
@@ -630,8 +630,9 @@ int main(void)
         contig_b += loc_contiguous(&lb);
         unaligned += la.off[0] % MS_IO_ALIGN != 0;
         for (int p = 0; p < 6; p++)
-            if (memcmp(find_part(sts[0], key, p)->data, find_part(sts[1], key, p)->data, part_len[p]) != 0 ||
-                memcmp(find_part(sts[0], key, p)->data, part_bytes[key][p], part_len[p]) != 0)
+            if (memcmp(ms_t_st_bytes(sts[0], find_part(sts[0], key, p)), ms_t_st_bytes(sts[1], find_part(sts[1], key, p)),
+                       part_len[p]) != 0 ||
+                memcmp(ms_t_st_bytes(sts[0], find_part(sts[0], key, p)), part_bytes[key][p], part_len[p]) != 0)
                 same = 0;
     }
     T_CHECK(same, "files hold different expert bytes");
@@ -648,8 +649,8 @@ int main(void)
             m[i]->type = MS_WT_MXFP4;
             m[i]->rows = i == 1 ? L : I;
             m[i]->cols = i == 1 ? I : L;
-            m[i]->data = find_part(sts[0], key, 2 * i)->data;
-            m[i]->scales = find_part(sts[0], key, 2 * i + 1)->data;
+            m[i]->data = ms_t_st_bytes(sts[0], find_part(sts[0], key, 2 * i));
+            m[i]->scales = ms_t_st_bytes(sts[0], find_part(sts[0], key, 2 * i + 1));
         }
         ms_expert_table_set(ref_table, key / NE, key % NE, &w);
     }
