@@ -15,7 +15,7 @@
 #define MIB (1ull << 20)
 #define CHUNK_BYTES (4 * MIB)      /* activations of one store call (worker side) */
 #define REQ_MIN (16 * MIB)         /* the request limit never goes below this: a 64-token K3 prefill chunk */
-#define REQ_MAX ((uint64_t)MS_WIRE_MAX_MSG - MIB) /* a reply must still fit in one message */
+#define REQ_MAX ((uint64_t)MS_WIRE_MAX_REQUEST) /* the protocol's largest request (ms_wire.h) */
 
 /* ---- --experts SPEC ---- */
 

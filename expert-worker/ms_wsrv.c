@@ -238,7 +238,11 @@ ms_wsrv *ms_wsrv_new(const ms_wsrv_opts *o)
         zfail("cannot create the socket", o->endpoint);
         goto fail;
     }
+    /* Frames over the protocol's largest message are dropped by libzmq before they are buffered
+     * (a flood of huge frames cannot grow the worker past its budget); between the request
+     * limit and this, the worker answers TOO_LARGE without decoding. */
     int64_t maxmsg = MS_WIRE_MAX_MSG;
+    MS_ASSERT(s->max_msg <= (uint64_t)MS_WIRE_MAX_MSG);
     int hwm = 16, linger = LINGER_MS, one = 1;
     if (zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0 ||
         zmq_setsockopt(s->sock, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0 ||

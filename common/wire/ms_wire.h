@@ -9,8 +9,16 @@
 
 /* 2: hellos carry the expert format (ExpertFormat), compute items come grouped by expert. */
 #define MS_WIRE_VERSION 2u
-/* Largest message either side accepts (also set as ZMQ_MAXMSGSIZE on every socket). */
-#define MS_WIRE_MAX_MSG ((int64_t)512 << 20)
+/* Largest compute request any peer may send, counted as (rows + items) x latent_width x 4
+ * bytes: a worker's request limit is this (its --ram-budget reserves room for it), and the
+ * coordinator slices its requests at half of it (8 MiB). A reply carries at most as many floats
+ * as its request. */
+#define MS_WIRE_MAX_REQUEST ((int64_t)16 << 20)
+/* Largest message either side takes from the transport (ZMQ_MAXMSGSIZE on every socket): a
+ * maximal request or reply plus the envelope, item lists and a hello reply's ranges. libzmq
+ * reads a frame's size first and drops the connection of a peer that sends more, before
+ * buffering any of it, so no client can make a worker hold more than this per message. */
+#define MS_WIRE_MAX_MSG (MS_WIRE_MAX_REQUEST + ((int64_t)4 << 20))
 
 /* A 16-byte libuuid id. */
 typedef struct {

@@ -469,15 +469,17 @@ static int pick(ms_remote *r, int layer, int e, int avoid)
     return n ? cand[e % n] : -1;
 }
 
-/* A request stays below this size, well under any worker's limit (16 MiB at its smallest
- * budget): one request per (layer, worker) whenever it fits, consecutive slices otherwise.
+/* A request stays below this size, half of every worker's limit (MS_WIRE_MAX_REQUEST): one
+ * request per (layer, worker) whenever it fits, consecutive slices otherwise. Replies are no
+ * larger than their requests, so the socket's MS_WIRE_MAX_MSG bounds what a worker can send.
  * MS_REMOTE_MAX_REQUEST (bytes) lowers it, so tests can exercise the slicing. */
 static int64_t max_request(void)
 {
     static int64_t v;
     if (!v) {
         const char *e = getenv("MS_REMOTE_MAX_REQUEST");
-        v = e && atoll(e) > 0 ? atoll(e) : (int64_t)8 << 20;
+        v = e && atoll(e) > 0 ? atoll(e) : MS_WIRE_MAX_REQUEST / 2;
+        if (v > MS_WIRE_MAX_REQUEST) v = MS_WIRE_MAX_REQUEST; /* what every worker accepts */
     }
     return v;
 }

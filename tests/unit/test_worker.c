@@ -885,6 +885,65 @@ static void test_cli(void)
     free(out);
 }
 
+static void *flood_buf; /* freed after zmq_ctx_term: the io threads may still read it until then */
+
+/* VmHWM of a process, in bytes (0 if unknown). */
+static uint64_t peak_rss(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    uint64_t kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = strtoull(line + 6, NULL, 10);
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+/* Issue 12, defect 3: three clients each send a 150 MB frame to a worker with --ram-budget
+ * 128M. The transport drops them before buffering (ZMQ_MAXMSGSIZE = MS_WIRE_MAX_MSG); the
+ * worker stays up and its peak RSS stays within its budget. */
+static void test_oversized_flood(const char *fp)
+{
+    char ep[700];
+    snprintf(ep, sizeof ep, "ipc://%s/flood.sock", root);
+    const char *args[] = {"--model", model, "--listen", ep, "--ram-budget", "128M", "--threads", "1", NULL};
+    worker w;
+    int rc = worker_start(&w, "flood", args);
+    T_CHECK(rc == 0, "worker at --ram-budget 128M starts (rc %d)", rc);
+    if (rc != 0) return;
+    const size_t big = 150u * 1000 * 1000;
+    void *zeros = flood_buf = calloc(1, big); /* never written: the clients send untouched zero pages */
+    void *c[3];
+    for (int i = 0; i < 3; i++) {
+        c[i] = client(w.ep, NULL, NULL, NULL, ZMQ_DEALER);
+        zmq_msg_t m;
+        zmq_msg_init_data(&m, zeros, big, NULL, NULL); /* zero copy: the buffer outlives the sockets */
+        T_CHECK(zmq_msg_send(&m, c[i], 0) == (int)big, "client %d queued its 150 MB frame", i);
+    }
+    /* Let the frames flow (and be dropped) for a while; the worker must stay up meanwhile. */
+    uint64_t peak = 0;
+    for (int t = 0; t < 30; t++) {
+        ms_t_sleep_ms(100);
+        uint64_t p = peak_rss(w.pid);
+        if (p > peak) peak = p;
+    }
+    int st_;
+    T_CHECK(waitpid(w.pid, &st_, WNOHANG) == 0, "the worker is still running");
+    void *s = client(w.ep, NULL, NULL, NULL, ZMQ_DEALER);
+    Moestream__Envelope *e = hello(s, fp, 10000);
+    T_CHECK(e && e->body_case == MOESTREAM__ENVELOPE__BODY_HELLO_REPLY, "the worker still answers a hello");
+    ms_wire_free(e);
+    T_CHECK(good_request(s, (uint32_t)cfg.first_dense, 0, 7, "after the flood"), "and computes exactly");
+    uint64_t p = peak_rss(w.pid);
+    if (p > peak) peak = p;
+    T_CHECK(peak > 0 && peak <= (128ull << 20), "peak RSS %.1f MiB within the 128 MiB budget under the flood",
+            (double)peak / 1048576.0);
+    zmq_close(s);
+    for (int i = 0; i < 3; i++) zmq_close(c[i]);
+    worker_stop(&w, 10, NULL);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "%s", ms_t_tmpdir("test_worker"));
@@ -912,8 +971,10 @@ int main(void)
     test_owned_budget_io(fp);
     test_pack(fp);
     test_security(fp);
+    test_oversized_flood(fp);
 
     zmq_ctx_term(zctx);
+    free(flood_buf);
     ms_expert_table_free(table);
     ms_st_close(st);
     ms_cfg_free(&cfg);
