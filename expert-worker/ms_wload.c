@@ -321,8 +321,9 @@ static int plan(ms_wload *w, const ms_wload_opts *o, int depth)
     in.expert_bytes = ms_xstore_slot_bytes(&w->fmt);
     in.max_slots = w->n_owned;
     if (ms_plan_make(&in, &p->mem) != 0) return -1; /* names the fixed costs and the minimum budget */
-    /* The request limit grows with the budget (a sixteenth of what is left), the cache takes the
-     * rest in whole slots, and what the owned experts cannot use goes back to the requests. */
+    /* The request limit would grow with the budget (a sixteenth of what is left) up to REQ_MAX;
+     * with REQ_MIN == REQ_MAX (the protocol's largest request, which also bounds what the
+     * transport buffers) it is fixed, and the cache takes the rest in whole slots. */
     uint64_t extra = (in.budget - p->mem.fixed) / 16;
     if (extra > REQ_MAX - REQ_MIN) extra = REQ_MAX - REQ_MIN;
     if (extra) {
