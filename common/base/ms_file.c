@@ -2,6 +2,7 @@
  * and exact positional reads. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,16 +47,12 @@ int ms_file_open(const char *path, const char *what, int flags, int extra_oflags
         return ms_err_set_code(MS_EXIT_IO);
     }
     if (S_ISFIFO(sb.st_mode)) {
-        /* A named FIFO the user gave as input: now known to be one, open it again blocking so
-         * that a writer that has not opened it yet is waited for (as cat does), not seen as an
-         * empty input. */
-        close(fd);
-        fd = open(path, O_RDONLY | O_CLOEXEC | extra_oflags);
-        if (fd < 0 || fstat(fd, &sb) != 0 || !(S_ISFIFO(sb.st_mode) || S_ISREG(sb.st_mode))) {
-            int e = errno;
-            if (fd >= 0) close(fd);
-            ms_err_set("%s %s: cannot open: %s", what, path, fd >= 0 ? "it changed while opened" : strerror(e));
-            return ms_err_set_code(MS_EXIT_IO);
+        /* A named FIFO the user gave as input: wait (as cat does) until its writer has sent
+         * something or come and gone; a read before that would see an empty input. Linux
+         * reports no POLLHUP on this descriptor before a writer has been seen. (Opening it again
+         * blocking would race with a writer that this open already let through.) */
+        struct pollfd pf = {fd, POLLIN, 0};
+        while (poll(&pf, 1, -1) < 0 && errno == EINTR) {
         }
     }
     int fl = fcntl(fd, F_GETFL);

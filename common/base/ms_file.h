@@ -14,8 +14,8 @@
  * with fstat, and anything but a regular file (or, with MS_FILE_STREAM in flags, a pipe/FIFO)
  * is closed again and refused. `what` names the file's role in messages ("config", "prompt
  * file", ...). extra_oflags is or-ed into the open flags (e.g. O_DIRECT). Returns the fd
- * (blocking, close-on-exec; the caller closes it; an accepted FIFO is reopened blocking, so
- * it waits for its writer) and its size in *size (0 for a pipe; size may
+ * (blocking, close-on-exec; the caller closes it; for an accepted FIFO the call waits until
+ * its writer has sent something or closed) and its size in *size (0 for a pipe; size may
  * be NULL), or -1 with ms_err set naming what and path (class MS_EXIT_IO). */
 int ms_file_open(const char *path, const char *what, int flags, int extra_oflags, uint64_t *size);
 

@@ -421,8 +421,8 @@ static int copy_file(const char *src, const char *dst)
 {
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp", dst);
-    int in = open(src, O_RDONLY | O_CLOEXEC);
-    if (in < 0) return io_fail("cannot open %s: %s", src, strerror(errno));
+    int in = ms_file_open(src, "model file", 0, 0, NULL); /* regular files only: a FIFO would block */
+    if (in < 0) return -1;
     int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (out < 0) {
         close(in);
@@ -755,8 +755,8 @@ static int shard_plan(sh_state *s)
     s->src_fd = ms_malloc(sizeof(int) * (size_t)(s->n_src = ms_st_file_count(s->st)));
     for (int f = 0; f < s->n_src; f++) s->src_fd[f] = -1;
     for (int f = 0; f < s->n_src; f++) {
-        s->src_fd[f] = open(ms_st_file_path(s->st, f), O_RDONLY | O_CLOEXEC);
-        if (s->src_fd[f] < 0) return io_fail("cannot open %s: %s", ms_st_file_path(s->st, f), strerror(errno));
+        s->src_fd[f] = ms_file_open(ms_st_file_path(s->st, f), "shard", 0, 0, NULL);
+        if (s->src_fd[f] < 0) return -1;
         posix_fadvise(s->src_fd[f], 0, 0, POSIX_FADV_SEQUENTIAL);
     }
     return 0;

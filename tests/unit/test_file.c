@@ -74,6 +74,9 @@ int main(void)
     T_CHECK(!t && ms_err_code() == MS_EXIT_INPUT && has(ms_err_msg(), "1.00 MiB"), "pipe over the limit: %s",
             ms_err_msg());
     free(t);
+    /* A second FIFO: the first one's writer may still be writing until it sees EPIPE. */
+    snprintf(fifo, sizeof fifo, "%s/fifo2", d);
+    T_CHECK(mkfifo(fifo, 0600) == 0, "mkfifo 2");
     snprintf(cmd, sizeof cmd, "(printf 'abc' > %s &) >/dev/null 2>&1", fifo);
     T_CHECK(system(cmd) == 0, "writer 2");
     t = ms_file_read_all(fifo, "prompt file", MS_FILE_STREAM, 1 << 20, MS_EXIT_INPUT, &len);
