@@ -586,6 +586,12 @@ static void test_hostile_files(void)
             err ? err : "");
     free(err);
     err = NULL;
+    snprintf(a, sizeof a, "run --model %s --ids-file /dev/zero -n 1", m);
+    st = timed(a, &err, &secs);
+    T_CHECK(st == 4 && err && strstr(err, "/dev/zero"), "run --ids-file /dev/zero: refused (%d): %s", st,
+            err ? err : "");
+    free(err);
+    err = NULL;
     snprintf(a, sizeof a, "cache-sim --trace /dev/zero --expert-bytes 1000 --slots 4");
     st = timed(a, &err, &secs);
     T_CHECK(st == 4 && err && strstr(err, "/dev/zero"), "cache-sim --trace /dev/zero: refused (%d): %s", st,
