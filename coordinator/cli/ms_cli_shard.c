@@ -8,6 +8,7 @@
 #include "ms_err.h"
 #include "ms_opt.h"
 #include "ms_pack.h"
+#include "ms_shard.h"
 #include "ms_size.h"
 #include "ms_st.h"
 

@@ -19,6 +19,7 @@
 #include "ms_io.h"
 #include "ms_ops.h"
 #include "ms_pack.h"
+#include "ms_shard.h"
 #include "ms_st.h"
 #include "ms_synth.h"
 #include "ms_test.h"

@@ -18,6 +18,7 @@
 #include "ms_err.h"
 #include "ms_expert.h"
 #include "ms_pack.h"
+#include "ms_shard.h"
 #include "ms_size.h"
 #include "ms_st.h"
 #include "ms_synth.h"
