@@ -427,3 +427,12 @@ int ms_t_done(void)
     if (ms_t_passed == 0) return 77;
     return 0;
 }
+
+const void *ms_t_expert_part(const struct ms_st *st, int l, int e, int k)
+{
+    static const char *part[6] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
+                                  "w2.weight_scale",  "w3.weight_packed", "w3.weight_scale"};
+    char name[256];
+    snprintf(name, sizeof name, "language_model.model.layers.%d.block_sparse_moe.experts.%d.%s", l, e, part[k]);
+    return ms_st_find(st, name);
+}

@@ -69,6 +69,10 @@ int ms_t_same_file(const char *a, const char *b);
  * kept until exit; NULL (message printed) if the read fails. */
 struct ms_st;
 const unsigned char *ms_t_st_bytes(const struct ms_st *st, const void *tensor);
+/* Part k (0..5: w1, w2, w3, each packed then scale) of routed expert e of layer l in st, by the
+ * released naming (spec §4.3), spelled here independently of the code under test; NULL if
+ * absent. Returns the ms_st_tensor. */
+const void *ms_t_expert_part(const struct ms_st *st, int l, int e, int k);
 
 /* Sleep for ms milliseconds. */
 void ms_t_sleep_ms(int ms);
