@@ -134,6 +134,24 @@ static int remove_stale(const char *path)
 }
 
 /* fsync and rename tmp into place. */
+static int commit_file(const char *tmp, const char *path);
+
+/* tmp was written (write_failed: whether that failed): sync it and rename it to path, or remove
+ * it. Returns 0 or -1 with ms_err set. */
+static int finish_file(int write_failed, const char *tmp, const char *path)
+{
+    if (write_failed) {
+        int err = errno;
+        unlink(tmp);
+        return io_fail("cannot write %s: %s", tmp, strerror(err));
+    }
+    if (commit_file(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
 static int commit_file(const char *tmp, const char *path)
 {
     int fd = open(tmp, O_RDONLY | O_CLOEXEC);
@@ -184,15 +202,7 @@ static int dump_json(json_t *j, const char *path)
 {
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (json_dump_file(j, tmp, JSON_INDENT(1)) != 0) {
-        unlink(tmp);
-        return io_fail("cannot write %s: %s", tmp, strerror(errno));
-    }
-    if (commit_file(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    return finish_file(json_dump_file(j, tmp, JSON_INDENT(1)) != 0, tmp, path);
 }
 
 /* A trunk tensor's bytes come straight from its source file. */
@@ -349,15 +359,7 @@ static int write_manifest(sh_state *s, int w)
     }
     fprintf(f, "\n ]\n}\n");
     int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        unlink(tmp);
-        return io_fail("cannot write %s: %s", tmp, strerror(errno));
-    }
-    if (commit_file(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    return finish_file(fclose(f) != 0 || bad, tmp, path);
 }
 
 /* out_dir/trunk: every tensor but the routed experts, one trunk shard per source shard that
