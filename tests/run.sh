@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: install dependencies, build with -Werror, run ctest, then the same tests
-# under AddressSanitizer + UBSan. Uses ../shared fixtures when present (tests skip them visibly
-# otherwise).
+# under AddressSanitizer + UBSan, then a short run of every fuzz harness (tests/fuzz, clang).
+# Uses ../shared fixtures when present (tests skip them visibly otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -20,3 +20,18 @@ cmake -S . -B build-asan -DMS_WERROR=ON -DMS_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debu
 cmake --build build-asan -j"$jobs" >/dev/null
 echo "== ctest under ASan + UBSan"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs")
+# Fuzz step: every libFuzzer harness of tests/fuzz for a short time (the whole step, build
+# included, stays under 3 minutes on 2 cores); a crash, leak or UB fails the run. The longer
+# runs and their figures are in docs/RELIABILITY.md.
+echo "== fuzz (clang, libFuzzer + ASan + UBSan, ${MS_FUZZ_SECONDS:-25} s per harness)"
+if bash deploy/install-fuzz-deps.sh; then
+  fuzz_t0=$(date +%s)
+  CC=clang cmake -S . -B build-fuzz -DMS_FUZZ=ON -DMS_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build-fuzz -j"$jobs" --target fuzz >/dev/null
+  bash tests/fuzz/run.sh build-fuzz "${MS_FUZZ_SECONDS:-25}" "" "$jobs"
+  echo "fuzz: step took $(($(date +%s) - fuzz_t0)) s (build included)"
+else
+  echo "################################################################" >&2
+  echo "SKIP: fuzz step: clang with libFuzzer is not available and could not be installed" >&2
+  echo "################################################################" >&2
+fi

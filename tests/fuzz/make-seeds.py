@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""make-seeds.py: writes the seed corpora of tests/fuzz/corpus/<harness>/ from the reference
+fixtures (../shared/fixtures) and from hand-built messages. Usage:
+  python3 tests/fuzz/make-seeds.py SHARED_FIXTURES_DIR MOESTREAM_BINARY
+Every seed is small (a few KB at most): safetensors files keep only a few small tensors of the
+fixture checkpoints (their real header entries and bytes, re-laid contiguously)."""
+import hashlib, json, os, re, shutil, struct, subprocess, sys, tempfile
+
+fix, moestream = sys.argv[1], sys.argv[2]
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.join(here, "corpus")
+
+
+def put(harness, data, tag=""):
+    if isinstance(data, str):
+        data = data.encode()
+    d = os.path.join(root, harness)
+    os.makedirs(d, exist_ok=True)
+    name = (tag + "-" if tag else "") + hashlib.sha1(data).hexdigest()[:12]
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def st_read(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+        return h, 8 + n, path
+
+
+def st_cut(h, base, path, names, meta=None, pad=True):
+    """A safetensors file holding only `names` (their header entries and bytes), laid out contiguously."""
+    out, data = {}, b""
+    if meta is not None:
+        out["__metadata__"] = meta
+    with open(path, "rb") as f:
+        for k in names:
+            e = dict(h[k])
+            b, en = e["data_offsets"]
+            f.seek(base + b)
+            chunk = f.read(en - b)
+            e["data_offsets"] = [len(data), len(data) + len(chunk)]
+            data += chunk
+            out[k] = e
+    hdr = json.dumps(out, separators=(",", ":")).encode()
+    if pad:
+        hdr += b" " * (-len(hdr) % 8)
+    return struct.pack("<Q", len(hdr)) + hdr + data
+
+
+# ---- safetensors files
+ck = os.path.join(fix, "kimi-k3", "checkpoints")
+files = [os.path.join(ck, "tiny-s1234", "model.safetensors")] + sorted(
+    os.path.join(ck, "tiny-released-like", f)
+    for f in os.listdir(os.path.join(ck, "tiny-released-like")) if f.endswith(".safetensors"))
+for i, p in enumerate(files):
+    h, base, _ = st_read(p)
+    ts = sorted((v["data_offsets"][1] - v["data_offsets"][0], k) for k, v in h.items() if k != "__metadata__")
+    by_dtype = {}
+    for sz, k in ts:
+        by_dtype.setdefault(h[k]["dtype"], []).append(k)
+    small = [k for sz, k in ts if sz <= 512][:4]
+    one_each = [v[0] for v in by_dtype.values()]
+    one_each = [k for k in one_each if h[k]["data_offsets"][1] - h[k]["data_offsets"][0] <= 2048]
+    put("fuzz_st", st_cut(h, base, p, small), "fixture%d-small" % i)
+    if one_each:
+        put("fuzz_st", st_cut(h, base, p, one_each, meta={"format": "pt"}), "fixture%d-dtypes" % i)
+    put("fuzz_st", st_cut(h, base, p, small[:2], pad=False), "fixture%d-unpadded" % i)
+put("fuzz_st", struct.pack("<Q", 2) + b"{}", "empty")
+
+# ---- index.json beside the harness's shards (a, b in shard 1; c in shard 2)
+s1, s2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+put("fuzz_st_index", json.dumps({"metadata": {"total_size": 48}, "weight_map": {"a": s1, "b": s1, "c": s2}}, indent=2), "ok")
+put("fuzz_st_index", json.dumps({"weight_map": {"a": s1, "b": s1}}), "missing-shard2")
+put("fuzz_st_index", json.dumps({"weight_map": {"a": s1, "b": s2, "c": s2}}), "wrong-shard")
+with open(os.path.join(ck, "tiny-released-like", "model.safetensors.index.json")) as f:
+    idx = json.load(f)
+wm = dict(list(idx["weight_map"].items())[:12])
+put("fuzz_st_index", json.dumps({"metadata": idx.get("metadata", {}), "weight_map": wm}, indent=2), "fixture-head")
+
+# ---- config.json: flat, nested (released), fixture-wrapped, and the fixture's bad ones
+k3 = os.path.join(fix, "kimi-k3")
+for rel in ["checkpoints/tiny-s1234/config.json", "checkpoints/tiny-released-like/config.json",
+            "released/config.json", "bad-configs/no_layermap.json", "bad-configs/bad_layer_index.json",
+            "bad-configs/bad_topk.json"]:
+    with open(os.path.join(k3, rel), "rb") as f:
+        put("fuzz_cfg", f.read(), rel.replace("/", "-").replace(".json", ""))
+with open(os.path.join(k3, "tiny-oracle", "tiny_k3.json")) as f:
+    put("fuzz_cfg", json.dumps({"config": json.load(f)["config"]}), "fixture-wrapped")
+
+# ---- pack manifests: the fixture tiny-s1234 sharded over 2 workers (replicas 2), a few entries kept
+tmp = tempfile.mkdtemp()
+try:
+    subprocess.run([moestream, "shard", "--model", os.path.join(ck, "tiny-s1234"), "--workers", "2",
+                    "--replicas", "2", "--out", tmp], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    for w in range(2):
+        with open(os.path.join(tmp, "worker-%d" % w, "manifest.json")) as f:
+            m = json.load(f)
+        m["experts"] = m["experts"][:3 + w]
+        put("fuzz_pack", json.dumps(m, indent=1), "worker%d" % w)
+    m["experts"] = []
+    put("fuzz_pack", json.dumps(m), "no-experts")
+finally:
+    shutil.rmtree(tmp)
+
+
+# ---- wire messages (hand-encoded protobuf, proto/moestream.proto)
+def varint(v):
+    out = b""
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def fld(num, wt, payload):
+    tag = varint(num << 3 | wt)
+    if wt == 0:
+        return tag + varint(payload)
+    return tag + varint(len(payload)) + payload
+
+
+def msg(*parts):
+    return b"".join(parts)
+
+
+with open(os.path.join(here, "..", "..", "common", "wire", "ms_wire.h")) as f:
+    version = int(re.search(r"#define MS_WIRE_VERSION (\d+)u", f.read()).group(1))
+uuid = bytes(range(16))
+floats = lambda xs: b"".join(struct.pack("<f", x) for x in xs)
+u32s = lambda xs: b"".join(varint(x) for x in xs)
+env = lambda body_num, body: fld(1, 0, version) + fld(body_num, 2, body)
+put("fuzz_wire", env(10, msg(fld(1, 2, uuid), fld(2, 2, b"0123456789abcdef"))), "hello")
+put("fuzz_wire", env(11, msg(fld(1, 2, uuid), fld(2, 2, b"0123456789abcdef"),
+                            fld(3, 2, msg(fld(1, 0, 1), fld(2, 0, 0), fld(3, 0, 4))),
+                            fld(3, 2, msg(fld(1, 0, 2), fld(2, 0, 4), fld(3, 0, 8))),
+                            fld(4, 0, 1 << 30), fld(5, 0, 4), fld(6, 0, 13), fld(7, 0, 8))), "hello-reply")
+put("fuzz_wire", env(12, msg(fld(1, 2, uuid), fld(2, 0, 3), fld(3, 0, 2), fld(4, 0, 4),
+                            fld(5, 2, floats([0.5, -1, 2, 3, 4, 5, 6, 7])), fld(6, 2, u32s([0, 1, 1])),
+                            fld(7, 2, u32s([2, 5, 7])), fld(8, 0, 1700000000000))), "compute")
+put("fuzz_wire", env(13, msg(fld(1, 2, uuid), fld(2, 0, 2), fld(3, 0, 2), fld(4, 2, floats([1, 2, 3, 4])))),
+    "compute-reply")
+put("fuzz_wire", env(14, msg(fld(1, 2, uuid), fld(2, 0, 6), fld(3, 2, b"layer 3 expert 9 is not owned"))), "error")
+put("fuzz_wire", env(15, fld(1, 0, 42)), "ping")
+put("fuzz_wire", env(16, msg(fld(1, 0, 42), fld(2, 2, uuid))), "pong")
+put("fuzz_wire", env(17, b""), "stats")
+put("fuzz_wire", env(18, msg(*[fld(i, 0, 1000 * i) for i in range(1, 8)])), "stats-reply")
+put("fuzz_wire", fld(1, 0, version + 1) + fld(15, 2, b""), "other-version")
+
+# ---- tokenizer: texts of the reference cases (first byte: 0 plain, 1 specials allowed)
+with open(os.path.join(fix, "tokenizer", "kimi-o200k", "cases.jsonl")) as f:
+    cases = [json.loads(l) for l in f]
+cases = [c for c in cases if len(c["text"].encode()) <= 2000]
+step = max(1, len(cases) // 48)
+for i, c in enumerate(cases[::step]):
+    put("fuzz_tok_encode", bytes([i & 1]) + c["text"].encode(), "case")
+put("fuzz_tok_encode", b"\x01[BOS]Hello, world!<|im_end|>[EOS]", "specials")
+put("fuzz_tok_encode", b"\x00caf\xc3\xa9 \xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87 12345 \xff", "mixed-invalid")
+# ids: small ones, the specials (1024..1026 for the harness's 1024-rank synth), reference ids folded into range
+put("fuzz_tok_decode", b"".join(struct.pack("<i", x) for x in range(0, 300, 7)), "ranks")
+put("fuzz_tok_decode", b"".join(struct.pack("<i", x) for x in [1024, 72, 101, 1025, 1026]), "specials")
+for c in cases[:200:25]:
+    put("fuzz_tok_decode", b"".join(struct.pack("<i", x % 1027) for x in c["ids"][:200]), "case")
+put("fuzz_tok_decode", struct.pack("<iii", 5, -1, 1027), "out-of-range")
+
+# ---- id lists
+for i, s in enumerate(["1,2,3", " 10 , 20\n30\t40 ", "0", "2147483647", "2147483648", "1,,3", ",1", "1,",
+                       "-1", "+5", "1 2 3", "12abc", "", "   ", "007,8"]):
+    put("fuzz_ids", s, "ids%d" % i)
