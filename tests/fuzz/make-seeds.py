@@ -2,6 +2,8 @@
 """make-seeds.py: writes the seed corpora of tests/fuzz/corpus/<harness>/ from the reference
 fixtures (../shared/fixtures) and from hand-built messages. Usage:
   python3 tests/fuzz/make-seeds.py SHARED_FIXTURES_DIR MOESTREAM_BINARY
+fuzz_worker's seeds (requests for its synthetic model) are written by the harness itself:
+  FUZZ_WORKER_SEEDS=tests/fuzz/corpus/fuzz_worker build-fuzz/fuzz_worker -runs=0
 Every seed is small (a few KB at most): safetensors files keep only a few small tensors of the
 fixture checkpoints (their real header entries and bytes, re-laid contiguously)."""
 import hashlib, json, os, re, shutil, struct, subprocess, sys, tempfile
