@@ -169,6 +169,28 @@ for c in cases[:200:25]:
     put("fuzz_tok_decode", b"".join(struct.pack("<i", x % 1027) for x in c["ids"][:200]), "case")
 put("fuzz_tok_decode", struct.pack("<iii", 5, -1, 1027), "out-of-range")
 
+# ---- tokenizer files: tiktoken.model, a NUL byte, tokenizer_config.json (the synth's, cut)
+tmp = tempfile.mkdtemp()
+try:
+    subprocess.run([moestream, "synth", "--out", tmp, "--preset", "tiny"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(os.path.join(tmp, "tiktoken.model"), "rb") as f:
+        ranks = f.read().splitlines()
+    with open(os.path.join(tmp, "tokenizer_config.json")) as f:
+        tc = json.load(f)
+finally:
+    shutil.rmtree(tmp)
+specials = sorted(tc["added_tokens_decoder"].items(), key=lambda kv: int(kv[0]))
+for keep in (len(ranks), 300, 256):
+    dec = {str(keep + i): v for i, (k, v) in enumerate(specials)}
+    put("fuzz_tok_load", b"\n".join(ranks[:keep]) + b"\n\0" + json.dumps({"added_tokens_decoder": dec}).encode(),
+        "synth%d" % keep)
+put("fuzz_tok_load", b"\n".join(ranks[:40]) + b"\n\0{}", "no-specials")
+with open(os.path.join(fix, "tokenizer", "kimi-o200k", "tiktoken.model"), "rb") as f:
+    head = b"".join(f.readline() for _ in range(300))
+put("fuzz_tok_load", head + b"\0" + json.dumps({"added_tokens_decoder": {"300": {"content": "<|im_end|>"}}}).encode(),
+    "o200k-head")
+
 # ---- id lists
 for i, s in enumerate(["1,2,3", " 10 , 20\n30\t40 ", "0", "2147483647", "2147483648", "1,,3", ",1", "1,",
                        "-1", "+5", "1 2 3", "12abc", "", "   ", "007,8"]):
