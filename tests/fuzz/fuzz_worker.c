@@ -80,8 +80,15 @@ static void write_seeds(const char *dir)
         uint8_t *buf;
         size_t len;
         ms_wire_pack(&x, &buf, &len);
-        snprintf(path, sizeof path, "%s/seed-%d", dir, k++);
-        fuzz_write(path, buf, len);
+        for (int mode = 0; mode < (m < 2 ? 3 : 1); mode++) { /* hello and ping in every framing */
+            uint8_t *seed = malloc(len + 1);
+            if (!seed) abort();
+            seed[0] = (uint8_t)mode;
+            memcpy(seed + 1, buf, len);
+            snprintf(path, sizeof path, "%s/seed-%d", dir, k++);
+            fuzz_write(path, seed, len + 1);
+            free(seed);
+        }
         free(buf);
     }
 }
@@ -131,19 +138,38 @@ static int reply_for(int req)
     }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
+/* The first input byte chooses the framing (mod 3): 0 one frame (a DEALER client), 1 an empty
+ * delimiter and the message (a REQ client), 2 the message split into two frames (refused). */
+int LLVMFuzzerTestOneInput(const uint8_t *in, size_t in_len)
 {
-    if (zmq_send(client, data, len, 0) < 0) abort();
-    /* Exactly one reply, soon, well-formed: an Error or the answer to the request's type. */
+    if (in_len == 0) return 0;
+    int mode = in[0] % 3;
+    const uint8_t *data = in + 1;
+    size_t len = in_len - 1;
+    if (mode == 1 && zmq_send(client, "", 0, ZMQ_SNDMORE) < 0) abort();
+    if (mode == 2) {
+        size_t half = len / 2;
+        if (zmq_send(client, data, half, ZMQ_SNDMORE) < 0 || zmq_send(client, data + half, len - half, 0) < 0) abort();
+    } else if (zmq_send(client, data, len, 0) < 0) {
+        abort();
+    }
+    /* Exactly one reply, soon: at most one empty delimiter frame, then one Envelope that is an
+     * Error or the answer to the request's type. */
     zmq_pollitem_t it = {client, 0, ZMQ_POLLIN, 0};
     static long wait_ms = -1;
     if (wait_ms < 0) wait_ms = getenv("FUZZ_WORKER_WAIT_MS") ? atol(getenv("FUZZ_WORKER_WAIT_MS")) : 10000;
-    int n = zmq_poll(&it, 1, wait_ms);
-    FUZZ_CHECK(n == 1);
+    FUZZ_CHECK(zmq_poll(&it, 1, wait_ms) == 1);
     zmq_msg_t m;
     zmq_msg_init(&m);
     FUZZ_CHECK(zmq_msg_recv(&m, client, 0) >= 0);
+    int frames = 1;
+    if (zmq_msg_more(&m)) { /* the delimiter put back */
+        FUZZ_CHECK(zmq_msg_size(&m) == 0 && mode != 0);
+        FUZZ_CHECK(zmq_msg_recv(&m, client, 0) >= 0);
+        frames++;
+    }
     FUZZ_CHECK(!zmq_msg_more(&m));
+    FUZZ_CHECK(mode != 1 || frames == 2);
     char why[256];
     int code;
     Moestream__Envelope *r = ms_wire_unpack(zmq_msg_data(&m), zmq_msg_size(&m), why, sizeof why, &code);
@@ -151,11 +177,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     FUZZ_CHECK(r != NULL);
     Moestream__Envelope *q = ms_wire_unpack(data, len, why, sizeof why, &code);
     if (getenv("FUZZ_WORKER_VERBOSE"))
-        fprintf(stderr, "fuzz_worker: reply %d%s%s\n", (int)r->body_case,
+        fprintf(stderr, "fuzz_worker: mode %d reply %d%s%s\n", mode, (int)r->body_case,
                 r->body_case == MOESTREAM__ENVELOPE__BODY_ERROR ? ": " : "",
                 r->body_case == MOESTREAM__ENVELOPE__BODY_ERROR ? r->error->message : "");
     if (r->body_case != MOESTREAM__ENVELOPE__BODY_ERROR) {
-        FUZZ_CHECK(q != NULL && (int)r->body_case == reply_for((int)q->body_case));
+        FUZZ_CHECK(mode != 2 && q != NULL && (int)r->body_case == reply_for((int)q->body_case));
         if (r->body_case == MOESTREAM__ENVELOPE__BODY_COMPUTE_REPLY) {
             const Moestream__ComputeRequest *c = q->compute;
             const Moestream__ComputeReply *cr = r->compute_reply;
