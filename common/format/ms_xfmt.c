@@ -86,6 +86,12 @@ uint64_t ms_xfmt_expert_bytes(const ms_xfmt *f)
 int ms_xfmt_check(const ms_xfmt *f, char *why, size_t n)
 {
     if (!f->family[0]) return snprintf(why, n, "family is empty"), -1;
+    /* A plain name: it comes from peers and goes into messages and manifests. */
+    for (const char *c = f->family; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("-_.", *c)))
+            return snprintf(why, n, "family must be letters, digits, '-', '_' or '.' (byte 0x%02x at %d)",
+                            (unsigned char)*c, (int)(c - f->family)),
+                   -1;
     if (f->act != MS_XACT_SITU_GLU) return snprintf(why, n, "activation is not one this build knows (situ_glu)"), -1;
     if (!isfinite(f->b1) || !isfinite(f->b2)) return snprintf(why, n, "activation constants must be finite"), -1;
     if (f->latent < 1 || f->inter < 1) return snprintf(why, n, "latent %d and inter %d must be positive", f->latent, f->inter), -1;

@@ -90,8 +90,9 @@ Moestream__ExpertFormat *ms_xfmt_to_proto(const ms_xfmt *f, ms_xfmt_pb *keep);
 /* Strict reader; returns 0, or -1 with a reason in why. */
 int ms_xfmt_from_proto(const Moestream__ExpertFormat *pb, ms_xfmt *f, char *why, size_t n);
 
-/* Consistency: known activation and encodings, the matrices the activation needs with the
- * shapes it needs, parts exactly those the encodings make. 0, or -1 with a reason in why. */
+/* Consistency: a plain family name (letters, digits, - _ .), known activation and encodings,
+ * the matrices the activation needs with the shapes it needs, parts exactly those the
+ * encodings make. 0, or -1 with a reason in why. */
 int ms_xfmt_check(const ms_xfmt *f, char *why, size_t n);
 
 const char *ms_xfmt_act_name(ms_xact a);

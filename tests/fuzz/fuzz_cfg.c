@@ -10,6 +10,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     int rc = ms_cfg_parse(text, "fuzz config.json", &c);
     free(text);
     if (rc != 0) {
+        fuzz_refused(ms_err_msg());
         FUZZ_CHECK(ms_err_msg()[0] != 0);
         FUZZ_CHECK(c.is_mla == NULL && c.full_attn == NULL); /* left empty */
         ms_cfg_free(&c);

@@ -12,6 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     size_t n = 0;
     int rc = ms_cli_parse_ids(s, &ids, &n);
     if (rc != 0) {
+        fuzz_refused(ms_err_msg());
         FUZZ_CHECK(ms_err_msg()[0] != 0 && ms_err_code() == MS_EXIT_USAGE);
         free(s);
         return 0;

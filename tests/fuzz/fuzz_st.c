@@ -8,6 +8,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     fuzz_write(path, data, len);
     ms_st *st = ms_st_open_file(path);
     if (!st) {
+        fuzz_refused(ms_err_msg());
         FUZZ_CHECK(ms_err_msg()[0] != 0); /* a refusal always says why */
         return 0;
     }

@@ -45,6 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     /* Valid UTF-8 always encodes; anything else is refused with a message. */
     FUZZ_CHECK((rc == 0) == utf8_valid((const uint8_t *)text, n));
     if (rc != 0) {
+        fuzz_refused(ms_err_msg());
         FUZZ_CHECK(ms_err_msg()[0] != 0);
         return 0;
     }

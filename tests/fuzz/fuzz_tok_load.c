@@ -10,6 +10,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     fuzz_write(fuzz_path(1, "tokenizer_config.json"), nul ? nul + 1 : (const uint8_t *)"", nul ? len - a - 1 : 0);
     ms_tok *t = ms_tok_load(fuzz_dir());
     if (!t) {
+        fuzz_refused(ms_err_msg());
         FUZZ_CHECK(ms_err_msg()[0] != 0);
         return 0;
     }

@@ -84,6 +84,14 @@ static inline void fuzz_write(const char *path, const void *data, size_t len)
     close(fd);
 }
 
+/* With FUZZ_VERBOSE set, say why an input was refused (to check that seeds are accepted). */
+static inline void fuzz_refused(const char *why)
+{
+    static int verbose = -1;
+    if (verbose < 0) verbose = getenv("FUZZ_VERBOSE") != NULL;
+    if (verbose) fprintf(stderr, "fuzz: refused: %s\n", why);
+}
+
 /* A NUL-terminated malloc'ed copy of the input. */
 static inline char *fuzz_cstr(const uint8_t *data, size_t len)
 {

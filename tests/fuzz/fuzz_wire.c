@@ -41,9 +41,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     int code = -1;
     Moestream__Envelope *e = ms_wire_unpack(data, len, why, sizeof why, &code);
     if (!e) {
+        fuzz_refused(why);
         FUZZ_CHECK(why[0] != 0);
         FUZZ_CHECK(code == MOESTREAM__ERROR__CODE__VERSION || code == MOESTREAM__ERROR__CODE__BAD_MESSAGE ||
-                   code == MOESTREAM__ERROR__CODE__TOO_LARGE);
+                   code == MOESTREAM__ERROR__CODE__TOO_LARGE || code == MOESTREAM__ERROR__CODE__FORMAT);
         return 0;
     }
     /* Accepted: what the header promises to the worker and the coordinator holds. */
@@ -51,11 +52,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     switch (e->body_case) {
     case MOESTREAM__ENVELOPE__BODY_HELLO:
         FUZZ_CHECK(e->hello->client_uuid.len == 16);
-        FUZZ_CHECK(e->hello->model_fingerprint != NULL);
+        FUZZ_CHECK(e->hello->model_fingerprint != NULL && e->hello->expert_format != NULL);
         break;
     case MOESTREAM__ENVELOPE__BODY_HELLO_REPLY: {
         const Moestream__HelloReply *h = e->hello_reply;
-        FUZZ_CHECK(h->worker_uuid.len == 16 && h->model_fingerprint != NULL);
+        FUZZ_CHECK(h->worker_uuid.len == 16 && h->model_fingerprint != NULL && h->expert_format != NULL);
         for (size_t i = 0; i < h->n_owned; i++) FUZZ_CHECK(h->owned[i] != NULL);
         break;
     }

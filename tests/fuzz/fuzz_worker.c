@@ -8,6 +8,7 @@
 #include "ms_wire.h"
 #include "ms_wload.h"
 #include "ms_wsrv.h"
+#include "ms_xfmt.h"
 
 static ms_wload wl;
 static ms_wsrv *srv;
@@ -50,10 +51,11 @@ static void write_seeds(const char *dir)
     int k = 0;
     Moestream__Envelope e = MOESTREAM__ENVELOPE__INIT;
     Moestream__Hello h = MOESTREAM__HELLO__INIT;
+    ms_xfmt_pb keep;
     Moestream__Ping p = MOESTREAM__PING__INIT;
     Moestream__StatsRequest sr = MOESTREAM__STATS_REQUEST__INIT;
     Moestream__ComputeRequest c = MOESTREAM__COMPUTE_REQUEST__INIT;
-    int L = wl.cfg.latent;
+    int L = wl.fmt.latent;
     float act[4 * 1024];
     uint32_t rows[8] = {0, 0, 1, 1, 2, 3, 3, 3}, experts[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     for (int i = 0; i < 4 * L && i < 4 * 1024; i++) act[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
@@ -61,6 +63,7 @@ static void write_seeds(const char *dir)
         Moestream__Envelope x = e;
         if (m == 0) {
             h.client_uuid.data = uuid, h.client_uuid.len = 16, h.model_fingerprint = wl.fingerprint;
+            h.expert_format = ms_xfmt_to_proto(&wl.fmt, &keep);
             x.body_case = MOESTREAM__ENVELOPE__BODY_HELLO, x.hello = &h;
         } else if (m == 1) {
             p.sequence = 7;
@@ -69,7 +72,7 @@ static void write_seeds(const char *dir)
             x.body_case = MOESTREAM__ENVELOPE__BODY_STATS, x.stats = &sr;
         } else {
             c.request_uuid.data = uuid, c.request_uuid.len = 16;
-            c.layer = (uint32_t)(m == 3 ? wl.cfg.first_dense : wl.cfg.n_layers - 1);
+            c.layer = (uint32_t)(m == 3 ? wl.first_moe : wl.n_layers - 1);
             c.rows = m == 3 ? 1 : 4;
             c.latent_width = (uint32_t)L;
             c.n_activations = c.rows * (size_t)L, c.activations = act;

@@ -99,6 +99,7 @@ try:
     for w in range(2):
         with open(os.path.join(tmp, "worker-%d" % w, "manifest.json")) as f:
             m = json.load(f)
+        xfmt = m["expert_format"]
         m["experts"] = m["experts"][:3 + w]
         put("fuzz_pack", json.dumps(m, indent=1), "worker%d" % w)
     m["experts"] = []
@@ -136,11 +137,28 @@ uuid = bytes(range(16))
 floats = lambda xs: b"".join(struct.pack("<f", x) for x in xs)
 u32s = lambda xs: b"".join(varint(x) for x in xs)
 env = lambda body_num, body: fld(1, 0, version) + fld(body_num, 2, body)
-put("fuzz_wire", env(10, msg(fld(1, 2, uuid), fld(2, 2, b"0123456789abcdef"))), "hello")
+f32 = lambda x: struct.pack("<f", x)
+
+
+def expert_format(x):
+    """ExpertFormat (proto/moestream.proto) of a manifest's "expert_format" object."""
+    a = x["activation"]
+    act = msg(fld(1, 2, a["name"].encode()), varint(2 << 3 | 5) + f32(a["b1"]), varint(3 << 3 | 5) + f32(a["b2"]))
+    mats = [fld(5, 2, msg(fld(1, 2, m["name"].encode()), fld(2, 0, m["rows"]), fld(3, 0, m["cols"]),
+                          fld(4, 2, m["encoding"].encode()))) for m in x["matrices"]]
+    parts = [fld(6, 2, msg(fld(1, 2, p["name"].encode()), fld(2, 2, p["dtype"].encode()),
+                           fld(3, 2, u32s(p["shape"])), fld(4, 0, p["bytes"]))) for p in x["parts"]]
+    return msg(fld(1, 2, x["family"].encode()), fld(2, 0, x["latent"]), fld(3, 0, x["inter"]), fld(4, 2, act),
+               *mats, *parts)
+
+
+xf = expert_format(xfmt)
+put("fuzz_wire", env(10, msg(fld(1, 2, uuid), fld(2, 2, b"0123456789abcdef"), fld(3, 2, xf))), "hello")
 put("fuzz_wire", env(11, msg(fld(1, 2, uuid), fld(2, 2, b"0123456789abcdef"),
                             fld(3, 2, msg(fld(1, 0, 1), fld(2, 0, 0), fld(3, 0, 4))),
                             fld(3, 2, msg(fld(1, 0, 2), fld(2, 0, 4), fld(3, 0, 8))),
-                            fld(4, 0, 1 << 30), fld(5, 0, 4), fld(6, 0, 13), fld(7, 0, 8))), "hello-reply")
+                            fld(4, 0, 1 << 30), fld(5, 0, 4), fld(6, 0, 13), fld(7, 0, 8), fld(8, 2, xf),
+                            fld(9, 0, 1))), "hello-reply")
 put("fuzz_wire", env(12, msg(fld(1, 2, uuid), fld(2, 0, 3), fld(3, 0, 2), fld(4, 0, 4),
                             fld(5, 2, floats([0.5, -1, 2, 3, 4, 5, 6, 7])), fld(6, 2, u32s([0, 1, 1])),
                             fld(7, 2, u32s([2, 5, 7])), fld(8, 0, 1700000000000))), "compute")
@@ -152,6 +170,33 @@ put("fuzz_wire", env(16, msg(fld(1, 0, 42), fld(2, 2, uuid))), "pong")
 put("fuzz_wire", env(17, b""), "stats")
 put("fuzz_wire", env(18, msg(*[fld(i, 0, 1000 * i) for i in range(1, 8)])), "stats-reply")
 put("fuzz_wire", fld(1, 0, version + 1) + fld(15, 2, b""), "other-version")
+
+# ---- expert format descriptors: JSON (first byte 0) and protobuf (first byte 1)
+put("fuzz_xfmt", b"\0" + json.dumps(xfmt, indent=1).encode(), "json")
+put("fuzz_xfmt", b"\1" + xf, "proto")
+bad = json.loads(json.dumps(xfmt))
+bad["parts"] = bad["parts"][:5]
+put("fuzz_xfmt", b"\0" + json.dumps(bad).encode(), "json-5-parts")
+
+# ---- CURVE key files (first byte: 1 secret, 0 allow list); public keys only in the repo
+tmp = tempfile.mkdtemp()
+try:
+    pubs = []
+    for i in range(2):
+        subprocess.run([moestream, "keygen", "--out", os.path.join(tmp, "k%d" % i)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(os.path.join(tmp, "k%d.pub" % i), "rb") as f:
+            pubs.append(f.read().strip())
+finally:
+    shutil.rmtree(tmp)
+put("fuzz_keys", b"\1" + pubs[0] + b"\n", "one-key")
+put("fuzz_keys", b"\0# coordinators allowed\n\n" + pubs[0] + b"\n# second\n" + pubs[1] + b"\n", "allow-list")
+put("fuzz_keys", b"\1" + pubs[0][:39] + b"\n", "short-key")
+
+# ---- endpoints (first byte: 1 bind, 0 connect)
+for i, e in enumerate(["tcp://127.0.0.1:5555", "tcp://*:0", "tcp://[::1]:7000", "tcp://worker-3.example:65535",
+                       "ipc:///tmp/moestream-x/worker-0.sock", "inproc://w", "tcp://host:99999", "udp://x:1"]):
+    put("fuzz_endpoint", bytes([i & 1]) + e.encode(), "ep%d" % i)
 
 # ---- tokenizer: texts of the reference cases (first byte: 0 plain, 1 specials allowed)
 with open(os.path.join(fix, "tokenizer", "kimi-o200k", "cases.jsonl")) as f:

@@ -66,6 +66,19 @@ static void test_format(void)
     free(buf);
     T_CHECK(ms_xfmt_from_proto(NULL, &g, why, sizeof why) == -1 && has(why, "expert_format"), "no format: %s", why);
 
+    /* The family is a plain name: a peer's hello with bytes that are not (here invalid UTF-8,
+     * found by fuzz_xfmt) is refused, so every accepted format prints and goes back to JSON. */
+    pb = ms_xfmt_to_proto(&f, &keep);
+    pb->family = "kim\x97\xd2k3";
+    why[0] = 0;
+    T_CHECK(ms_xfmt_from_proto(pb, &g, why, sizeof why) == -1 && has(why, "family"),
+            "a family that is not a plain name is refused: %s", why);
+    j = ms_xfmt_to_json(&f);
+    json_object_set_new(j, "family", json_string("kimi\x1b[2Jk3"));
+    T_CHECK(ms_xfmt_from_json(j, "x.json", &g) == -1 && has(ms_err_msg(), "family"),
+            "a family with a control character is refused: %s", ms_err_msg());
+    json_decref(j);
+
     /* Comparison names the first field that differs. */
     ms_xfmt_k3(64, 96, 4.0f, 25.0f, &f);
     ms_xfmt_k3(64, 128, 4.0f, 25.0f, &g);
