@@ -1,6 +1,7 @@
 /* fuzz_worker: libFuzzer harness for the expert worker's request path: one message to a real worker (ms_wsrv over an ipc socket, a synthetic tiny model), its one reply checked. */
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "fuzz_util.h"
@@ -141,6 +142,34 @@ static int reply_for(int req)
     }
 }
 
+/* libFuzzer's -timeout watchdog is a SIGALRM every few seconds: calls it interrupts are
+ * retried (the poll with the time left). */
+static void send_frame(const void *p, size_t n, int flags)
+{
+    while (zmq_send(client, p, n, flags) < 0)
+        if (zmq_errno() != EINTR) abort();
+}
+
+static int recv_msg(zmq_msg_t *m)
+{
+    int rc;
+    while ((rc = zmq_msg_recv(m, client, 0)) < 0 && zmq_errno() == EINTR) {
+    }
+    return rc;
+}
+
+static int poll_in(zmq_pollitem_t *it, long ms)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long left = ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+        int n = zmq_poll(it, 1, left > 0 ? left : 0);
+        if (n >= 0 || zmq_errno() != EINTR) return n;
+    }
+}
+
 /* The first input byte chooses the framing (mod 3): 0 one frame (a DEALER client), 1 an empty
  * delimiter and the message (a REQ client), 2 the message split into two frames (refused). */
 int LLVMFuzzerTestOneInput(const uint8_t *in, size_t in_len)
@@ -151,26 +180,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t in_len)
     int mode = in[0] % 3;
     const uint8_t *data = in + 1;
     size_t len = in_len - 1;
-    if (mode == 1 && zmq_send(client, "", 0, ZMQ_SNDMORE) < 0) abort();
+    if (mode == 1) send_frame("", 0, ZMQ_SNDMORE);
     if (mode == 2) {
         size_t half = len / 2;
-        if (zmq_send(client, data, half, ZMQ_SNDMORE) < 0 || zmq_send(client, data + half, len - half, 0) < 0) abort();
-    } else if (zmq_send(client, data, len, 0) < 0) {
-        abort();
+        send_frame(data, half, ZMQ_SNDMORE);
+        send_frame(data + half, len - half, 0);
+    } else {
+        send_frame(data, len, 0);
     }
     /* Exactly one reply, soon: at most one empty delimiter frame, then one Envelope that is an
      * Error or the answer to the request's type. */
     zmq_pollitem_t it = {client, 0, ZMQ_POLLIN, 0};
     static long wait_ms = -1;
     if (wait_ms < 0) wait_ms = getenv("FUZZ_WORKER_WAIT_MS") ? atol(getenv("FUZZ_WORKER_WAIT_MS")) : 10000;
-    FUZZ_CHECK(zmq_poll(&it, 1, wait_ms) == 1);
+    FUZZ_CHECK(poll_in(&it, wait_ms) == 1);
     zmq_msg_t m;
     zmq_msg_init(&m);
-    FUZZ_CHECK(zmq_msg_recv(&m, client, 0) >= 0);
+    FUZZ_CHECK(recv_msg(&m) >= 0);
     int frames = 1;
     if (zmq_msg_more(&m)) { /* the delimiter put back */
         FUZZ_CHECK(zmq_msg_size(&m) == 0 && mode != 0);
-        FUZZ_CHECK(zmq_msg_recv(&m, client, 0) >= 0);
+        FUZZ_CHECK(recv_msg(&m) >= 0);
         frames++;
     }
     FUZZ_CHECK(!zmq_msg_more(&m));
@@ -199,6 +229,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t in_len)
     ms_wire_free(q);
     ms_wire_free(r);
     /* Nothing else queued: one request, one reply. */
-    FUZZ_CHECK(zmq_poll(&it, 1, 0) == 0);
+    FUZZ_CHECK(poll_in(&it, 0) == 0);
     return 0;
 }
