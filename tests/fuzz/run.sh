@@ -3,6 +3,7 @@
 # seeds in tests/fuzz/corpus, and prints one line per harness (executions, coverage, result).
 # Exits 1 if any harness found a crash, leak, UB, timeout or out-of-memory (its input is kept).
 # Usage: tests/fuzz/run.sh BUILD_DIR SECONDS_PER_HARNESS [OUT_DIR] [PARALLEL]
+#   (FUZZ_ONLY="fuzz_st fuzz_cfg" runs only those harnesses)
 #   OUT_DIR keeps the grown corpora, logs and any finding (default: a temporary directory,
 #   removed when nothing was found).
 set -uo pipefail
@@ -15,7 +16,10 @@ keep=1
 if [ -z "$out" ]; then out=$(mktemp -d "${TMPDIR:-/tmp}/msfuzz-run.XXXXXX"); keep=0; fi
 mkdir -p "$out"
 harnesses=()
-for src in "$here"/fuzz_*.c; do harnesses+=("$(basename "$src" .c)"); done
+for src in "$here"/fuzz_*.c; do
+  h=$(basename "$src" .c)
+  if [ -z "${FUZZ_ONLY:-}" ] || [[ " $FUZZ_ONLY " == *" $h "* ]]; then harnesses+=("$h"); fi
+done
 
 run_one() { # harness -> $out/<h>.log, $out/<h>.rc
   local h=$1 dir="$out/$1"
