@@ -23,12 +23,12 @@ echo "== ctest under ASan + UBSan"
 # Fuzz step: every libFuzzer harness of tests/fuzz for a short time (the whole step, build
 # included, stays under 3 minutes on 2 cores); a crash, leak or UB fails the run. The longer
 # runs and their figures are in docs/RELIABILITY.md.
-echo "== fuzz (clang, libFuzzer + ASan + UBSan, ${MS_FUZZ_SECONDS:-25} s per harness)"
+echo "== fuzz (clang, libFuzzer + ASan + UBSan, ${MS_FUZZ_SECONDS:-12} s per harness)"
 if bash deploy/install-fuzz-deps.sh; then
   fuzz_t0=$(date +%s)
   CC=clang cmake -S . -B build-fuzz -DMS_FUZZ=ON -DMS_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build-fuzz -j"$jobs" --target fuzz >/dev/null
-  bash tests/fuzz/run.sh build-fuzz "${MS_FUZZ_SECONDS:-25}" "" "$jobs"
+  bash tests/fuzz/run.sh build-fuzz "${MS_FUZZ_SECONDS:-12}" "" "$jobs"
   echo "fuzz: step took $(($(date +%s) - fuzz_t0)) s (build included)"
 else
   echo "################################################################" >&2
