@@ -42,13 +42,17 @@ fail=0
 bad() { echo "chaos: FAIL: $*"; fail=1; }
 
 prompt="The quick brown fox jumps over the lazy dog, and then it runs far away into the woods."
-run_args=(--prompt "$prompt" -n "$N" --quiet)
+run_args=(--prompt "$prompt" -n "$N" --quiet --json)
+# The tokens and text of a --json output (the stats differ from run to run), and its fail-overs.
+tokens() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["generated_ids"], repr(j.get("text")))' "$1"; }
+failovers() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["stats"]["workers"]["failovers"])' "$1" 2>/dev/null || echo 0; }
 
 "$bin" synth --out "$T/m" --preset tiny >/dev/null 2>&1 || { echo "chaos: synth failed" >&2; exit 1; }
 "$bin" shard --model "$T/m" --workers 3 --replicas 2 --out "$T/p" --quiet || { echo "chaos: shard failed" >&2; exit 1; }
 # The calm reference: in process, nothing killed.
-"$bin" run --model "$T/m" "${run_args[@]}" --dump-logits "$T/calm.logits" >"$T/calm.out" 2>"$T/calm.err" ||
+"$bin" run --model "$T/m" "${run_args[@]}" --dump-logits "$T/calm.logits" >"$T/calm.json" 2>"$T/calm.err" ||
   { echo "chaos: the calm run failed: $(cat "$T/calm.err")" >&2; exit 1; }
+tokens "$T/calm.json" >"$T/calm.out"
 
 start_worker() { # i: (re)start worker i on its socket and wait for the socket to appear
   local i=$1 sock="$T/w$1.sock"
@@ -83,10 +87,13 @@ chaos_pid=$!
 
 t0=$(date +%s.%N)
 ok=0
+fo=0
 for r in $(seq "$RUNS"); do
   TMPDIR=$T/tmp "$bin" run --model "$T/p/trunk" --workers "$eps" --worker-timeout 10 "${run_args[@]}" \
-    --dump-logits "$T/out/r.logits" >"$T/out/r.out" 2>"$T/out/r.err"
+    --dump-logits "$T/out/r.logits" >"$T/out/r.json" 2>"$T/out/r.err"
   rc=$?
+  tokens "$T/out/r.json" >"$T/out/r.out" 2>/dev/null
+  fo=$((fo + $(failovers "$T/out/r.json")))
   if [ $rc -ne 0 ]; then
     bad "replica run $r exited $rc: $(tail -3 "$T/out/r.err")"
   elif ! cmp -s "$T/out/r.out" "$T/calm.out" || ! cmp -s "$T/out/r.logits" "$T/calm.logits"; then
@@ -103,8 +110,8 @@ chaos_pid=
 kills=$(wc -l <"$T/kills" 2>/dev/null || echo 0)
 restart_fail=$(grep -c 'failed' "$T/kills" 2>/dev/null)
 [ "${restart_fail:-0}" -eq 0 ] || bad "$restart_fail worker restarts failed"
-printf 'chaos: phase 1 (3 workers, replicas 2): %d/%d runs identical to the calm run, %d workers SIGKILLed and restarted, %.0f s\n' \
-  "$ok" "$RUNS" "$kills" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
+printf 'chaos: phase 1 (3 workers, replicas 2): %d/%d runs identical to the calm run, %d workers SIGKILLed and restarted, %d fail-overs during runs, %.0f s\n' \
+  "$ok" "$RUNS" "$kills" "$fo" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
 for i in 0 1 2; do kill "$(cat "$T/pid$i")" 2>/dev/null; done
 for _ in $(seq 100); do pgrep -f "$T/w" >/dev/null || break; sleep 0.05; done
 rm -f "$T/pid0" "$T/pid1" "$T/pid2"
@@ -116,13 +123,14 @@ stopped=0
 t0=$(date +%s.%N)
 for r in $(seq "$LOCAL_RUNS"); do
   TMPDIR=$T/ltmp "$bin" run --model "$T/m" --local-workers 3 --worker-timeout 10 "${run_args[@]}" \
-    --dump-logits "$T/out/l.logits" >"$T/out/l.out" 2>"$T/out/l.err" &
+    --dump-logits "$T/out/l.logits" >"$T/out/l.json" 2>"$T/out/l.err" &
   cpid=$!
   sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.2f", 0.3 + 1.2 * r / 32768 }')"
   kids=($(pgrep -P "$cpid"))
   [ ${#kids[@]} -gt 0 ] && kill -9 "${kids[$((RANDOM % ${#kids[@]}))]}" 2>/dev/null
   wait "$cpid"
   rc=$?
+  tokens "$T/out/l.json" >"$T/out/l.out" 2>/dev/null
   if [ $rc -eq 0 ]; then
     if cmp -s "$T/out/l.out" "$T/calm.out" && cmp -s "$T/out/l.logits" "$T/calm.logits"; then
       ok=$((ok + 1))
