@@ -33,6 +33,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
         if (t->nbytes) sink ^= data[t->offset] ^ data[t->offset + t->nbytes - 1];
     }
     (void)sink;
+    /* Sorted by offset, the tensors tile the data section exactly, and their bytes read back
+     * (without a mapping) as the input's. */
+    uint64_t at = base;
+    for (size_t i = 0; i < ms_st_count(st); i++) {
+        const ms_st_tensor *t = ms_st_at(st, i);
+        FUZZ_CHECK(t->offset == at);
+        at += t->nbytes;
+        if (t->nbytes) {
+            uint8_t b;
+            FUZZ_CHECK(ms_st_read(st, t, t->nbytes - 1, &b, 1) == 0 && b == data[t->offset + t->nbytes - 1]);
+        }
+    }
+    FUZZ_CHECK(at == len);
     ms_st_close(st);
     return 0;
 }
