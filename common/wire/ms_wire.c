@@ -304,6 +304,7 @@ int ms_wire_read_keys(const char *path, const char *what, int secret, char (**ke
     *keys = NULL;
     char *text = read_small(path, what);
     if (!text) return -1;
+    size_t text_len = strlen(text); /* next_line cuts it with NULs: wipe all of it at the end */
     if (secret) {
         struct stat sb;
         if (stat(path, &sb) == 0 && (sb.st_mode & 077))
@@ -342,7 +343,7 @@ int ms_wire_read_keys(const char *path, const char *what, int secret, char (**ke
     }
     rc = n;
 out:
-    memset(text, 0, strlen(text));
+    memset(text, 0, text_len);
     free(text);
     memset(bin, 0, sizeof bin);
     if (rc < 0) {
