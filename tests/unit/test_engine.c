@@ -1,11 +1,13 @@
 /* test_engine: batched steps over many sequences equal each sequence run alone, bit for bit,
  * in-process, at the smallest budget and with 1 and 3 local workers; one trunk read per pass. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ms_engine.h"
 #include "ms_err.h"
+#include "ms_st.h"
 #include "ms_synth.h"
 #include "ms_test.h"
 
@@ -246,6 +248,56 @@ static uint64_t min_budget(void)
     return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
+/* Overwrite the first BF16 value of tensor `name` of the checkpoint in d with NaN. */
+static int poison(const char *d, const char *name)
+{
+    ms_st *st = ms_st_open_dir(d);
+    const ms_st_tensor *t = st ? ms_st_find(st, name) : NULL;
+    int rc = -1;
+    if (t && t->dtype == MS_DT_BF16) {
+        FILE *f = fopen(ms_st_file_path(st, t->file), "r+b");
+        uint16_t nan = 0x7fc0;
+        if (f && fseek(f, (long)t->offset, SEEK_SET) == 0 && fwrite(&nan, 2, 1, f) == 1) rc = 0;
+        if (f && fclose(f) != 0) rc = -1;
+    }
+    ms_st_close(st);
+    return rc;
+}
+
+/* A corrupt trunk weight makes a non-finite hidden state or logit: the step fails naming the
+ * layer (or the LM head), and no token is produced from it. */
+static void check_nonfinite(const ms_synth_shape *sh)
+{
+    static const struct {
+        const char *tensor, *want;
+    } cases[] = {{"language_model.model.layers.0.mlp.down_proj.weight", "layer 0 produced a non-finite hidden state"},
+                 {"language_model.lm_head.weight", "non-finite logit"}};
+    for (int c = 0; c < 2; c++) {
+        char d[1100];
+        snprintf(d, sizeof d, "%.1000s/nan%d", ms_t_tmpdir("engine-nan"), c);
+        T_CHECK(ms_synth_write(d, sh, 77) == 0 && poison(d, cases[c].tensor) == 0, "poison %s: %s", cases[c].tensor,
+                ms_err_msg());
+        ms_engine_opts o = {0};
+        o.model_dir = d;
+        o.run.n_threads = 2;
+        o.run.max_positions = 16;
+        ms_engine *e = ms_engine_open(&o);
+        T_CHECK(e != NULL, "open the poisoned checkpoint: %s", e ? "" : ms_err_msg());
+        if (!e) continue;
+        int32_t ids[3] = {5, 6, 7};
+        record r = {.V = sh->vocab};
+        ms_gen_params p = params_of(0, &r);
+        ms_eseq *s = ms_engine_seq_new(e, ids, 3, &p);
+        int rc = s ? ms_engine_step(e, &s, 1) : 0;
+        T_CHECK(rc == -1 && strstr(ms_err_msg(), cases[c].want) && r.n_tok == 0,
+                "%s poisoned: the step fails with '%s' and no token (got %d: %s)", cases[c].tensor, cases[c].want, rc,
+                ms_err_msg());
+        ms_engine_seq_free(s);
+        ms_engine_free(e);
+        free(r.rows);
+    }
+}
+
 static void check_bad_input(void)
 {
     ms_engine *e = open_engine(1, 0, 0);
@@ -301,6 +353,7 @@ int main(void)
     run_batched(NSEQ, 1, 0, 3, ref, "8 sequences, 3 local workers");
     run_batched(3, 0, 0, 3, ref, "3 sequences together, 3 local workers");
     check_bad_input();
+    check_nonfinite(&sh);
     for (int i = 0; i < NSEQ; i++) free(ref[i].rows);
     return ms_t_done();
 }
