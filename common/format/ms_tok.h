@@ -34,8 +34,12 @@ int ms_tok_special_id(const ms_tok *t, const char *content);
 
 /* Write a small deterministic tiktoken tokenizer to DIR (tiktoken.model with all 256 single
  * bytes plus byte-pair merges learnt from a built-in English sample, up to n_ranks ranks in
- * total, and tokenizer_config.json with the specials "[BOS]", "[EOS]", "<|im_end|>" after them).
- * n_ranks >= 256 + 16. Total ids = n_ranks + 3. Returns 0 or -1 with ms_err set. */
+ * total, and tokenizer_config.json with MS_TOK_SYNTH_SPECIALS specials after them, in this
+ * order: "[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>",
+ * "<|start_header_id|>", "<|end_header_id|>", "[EOT]", "<|im_system|>", "<|im_middle|>" (the
+ * workspace's surrogate of the Kimi tokenizer). n_ranks >= 256 + 16. Total ids = n_ranks +
+ * MS_TOK_SYNTH_SPECIALS. Returns 0 or -1 with ms_err set. */
+#define MS_TOK_SYNTH_SPECIALS 10
 int ms_tok_write_synth(const char *dir, int n_ranks);
 
 #endif

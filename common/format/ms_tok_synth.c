@@ -123,10 +123,14 @@ static int tok_synth_write_files(const char *dir, const uint8_t *pool, const siz
     }
     free(path);
 
-    static const char *names[3] = {"[BOS]", "[EOS]", "<|im_end|>"};
+    /* The ten specials of the workspace's Kimi tokenizer surrogate, in its order: the chat
+     * format (ms_chat) needs the <|im_*|> ones. */
+    static const char *names[MS_TOK_SYNTH_SPECIALS] = {"[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>",
+                                                  "<|start_header_id|>", "<|end_header_id|>", "[EOT]",
+                                                  "<|im_system|>", "<|im_middle|>"};
     json_t *root = json_object();
     json_t *dec = json_object();
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < MS_TOK_SYNTH_SPECIALS; i++) {
         char key[32];
         snprintf(key, sizeof key, "%d", n_ranks + i);
         json_t *e = json_object();

@@ -25,7 +25,7 @@ int ms_synth_preset(const char *name, ms_synth_shape *sh)
                                .conv_k = 4, .mla_heads = 2, .q_lora = 32, .kv_lora = 16, .qk_nope = 16,
                                .qk_rope = 8, .v_head = 16, .n_experts = 8, .top_k = 2, .n_shared = 1,
                                .latent = 32, .moe_inter = 32, .dense_inter = 96, .attn_res_block = 2,
-                               .n_full_attn = 3, .full_attn = {3, 5, 6}, .tok_ranks = 509, .n_shards = 2,
+                               .n_full_attn = 3, .full_attn = {3, 5, 6}, .tok_ranks = 502, .n_shards = 2,
                                .router_bf16 = 1};
         return 0;
     }
@@ -35,7 +35,7 @@ int ms_synth_preset(const char *name, ms_synth_shape *sh)
                                .conv_k = 4, .mla_heads = 4, .q_lora = 128, .kv_lora = 64, .qk_nope = 32,
                                .qk_rope = 16, .v_head = 32, .n_experts = 512, .top_k = 8, .n_shared = 1,
                                .latent = 256, .moe_inter = 768, .dense_inter = 512, .attn_res_block = 2,
-                               .n_full_attn = 2, .full_attn = {4, 5}, .tok_ranks = 4093, .n_shards = 3,
+                               .n_full_attn = 2, .full_attn = {4, 5}, .tok_ranks = 4086, .n_shards = 3,
                                .router_bf16 = 1};
         return 0;
     }
@@ -45,7 +45,7 @@ int ms_synth_preset(const char *name, ms_synth_shape *sh)
                                .conv_k = 4, .mla_heads = 96, .q_lora = 1536, .kv_lora = 512, .qk_nope = 128,
                                .qk_rope = 64, .v_head = 128, .n_experts = 896, .top_k = 16, .n_shared = 2,
                                .latent = 3584, .moe_inter = 3072, .dense_inter = 33792, .attn_res_block = 12,
-                               .tok_ranks = 163837, .router_bf16 = 1};
+                               .tok_ranks = 163830, .router_bf16 = 1};
         ms_synth_set_layers(sh, 3);
         return 0;
     }

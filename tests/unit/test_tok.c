@@ -516,10 +516,14 @@ static void test_synth(void)
     ms_tok *t = ms_tok_load(dir);
     T_CHECK(t != NULL, "load synth: %s", ms_err_msg());
     if (!t) return;
-    T_CHECK(ms_tok_n_vocab(t) == n_ranks + 3, "synth n_vocab %d", ms_tok_n_vocab(t));
+    T_CHECK(ms_tok_n_vocab(t) == n_ranks + MS_TOK_SYNTH_SPECIALS, "synth n_vocab %d", ms_tok_n_vocab(t));
     T_CHECK(ms_tok_special_id(t, "[BOS]") == n_ranks, "[BOS] id");
     T_CHECK(ms_tok_special_id(t, "[EOS]") == n_ranks + 1, "[EOS] id");
     T_CHECK(ms_tok_special_id(t, "<|im_end|>") == n_ranks + 2, "<|im_end|> id");
+    /* the chat specials at the surrogate's places (fixtures/tokenizer/kimi-o200k) */
+    T_CHECK(ms_tok_special_id(t, "<|im_user|>") == n_ranks + 3 && ms_tok_special_id(t, "<|im_assistant|>") == n_ranks + 4 &&
+                ms_tok_special_id(t, "<|im_system|>") == n_ranks + 8 && ms_tok_special_id(t, "<|im_middle|>") == n_ranks + 9,
+            "chat special ids");
 
     static const char *texts[] = {
         "",
@@ -586,7 +590,7 @@ static void test_synth(void)
     T_CHECK(ms_tok_decode(t, dids, 3, &txt, &tl) == 0 && tl == 12 && strcmp(txt, "h<|im_end|>i") == 0,
             "decode with a special id");
     free(txt);
-    int32_t bad_ids[2][2] = {{'a', n_ranks + 3}, {-1, 'a'}};
+    int32_t bad_ids[2][2] = {{'a', n_ranks + MS_TOK_SYNTH_SPECIALS}, {-1, 'a'}};
     for (int k = 0; k < 2; k++) {
         char want[32];
         snprintf(want, sizeof want, "%d", bad_ids[k][k == 0 ? 1 : 0]);
@@ -634,7 +638,7 @@ static void test_synth(void)
     snprintf(dir2, sizeof dir2, "%s/large", dir);
     T_CHECK(ms_tok_write_synth(dir2, 5000) == 0, "write synth 5000: %s", ms_err_msg());
     t = ms_tok_load(dir2);
-    T_CHECK(t && ms_tok_n_vocab(t) == 5003, "synth 5000 loads with 5003 ids");
+    T_CHECK(t && ms_tok_n_vocab(t) == 5000 + MS_TOK_SYNTH_SPECIALS, "synth 5000 loads with 5010 ids");
     if (t) T_CHECK(round_trip(t, texts[1], strlen(texts[1]), 0, NULL), "synth 5000 round trip");
     ms_tok_free(t);
 }
