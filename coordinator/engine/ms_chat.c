@@ -1,0 +1,92 @@
+/* ms_chat: renders chat messages in Kimi's format straight to token ids. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_chat.h"
+#include "ms_err.h"
+
+/* Growing id array. */
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} ids_buf;
+
+static void push(ids_buf *b, const int32_t *ids, size_t n)
+{
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 16;
+        b->v = ms_realloc(b->v, sizeof(int32_t) * b->cap);
+    }
+    if (n) memcpy(b->v + b->n, ids, sizeof(int32_t) * n);
+    b->n += n;
+}
+
+static int push_special(ids_buf *b, const ms_tok *t, const char *name)
+{
+    int id = ms_tok_special_id(t, name);
+    if (id < 0) {
+        ms_err_set("the tokenizer has no special token %s, which the chat format needs", name);
+        return ms_err_set_code(MS_EXIT_INPUT);
+    }
+    int32_t v = id;
+    push(b, &v, 1);
+    return 0;
+}
+
+static int push_text(ids_buf *b, const ms_tok *t, const char *text, size_t len)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (ms_tok_encode(t, text, len, 0, &ids, &n) != 0) return ms_err_set_code(MS_EXIT_INPUT);
+    push(b, ids, n);
+    free(ids);
+    return 0;
+}
+
+/* <|im_X|>role<|im_middle|> */
+static int push_header(ids_buf *b, const ms_tok *t, const char *marker, const char *role)
+{
+    if (push_special(b, t, marker) != 0) return -1;
+    if (push_text(b, t, role, strlen(role)) != 0) return -1;
+    return push_special(b, t, "<|im_middle|>");
+}
+
+int ms_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t **ids, size_t *n_ids)
+{
+    *ids = NULL;
+    *n_ids = 0;
+    if (n < 1) {
+        ms_err_set("a chat needs at least one message");
+        return ms_err_set_code(MS_EXIT_INPUT);
+    }
+    ids_buf b = {0};
+    for (int i = 0; i < n; i++) {
+        const char *role = msgs[i].role, *marker;
+        if (!strcmp(role, "system"))
+            marker = "<|im_system|>";
+        else if (!strcmp(role, "user"))
+            marker = "<|im_user|>";
+        else if (!strcmp(role, "assistant"))
+            marker = "<|im_assistant|>";
+        else {
+            ms_err_set("message %d: unknown role '%s' (known: system, user, assistant)", i, role);
+            ms_err_set_code(MS_EXIT_INPUT);
+            goto fail;
+        }
+        if (push_header(&b, t, marker, role) != 0) goto fail;
+        if (push_text(&b, t, msgs[i].content, msgs[i].len) != 0) {
+            ms_err_wrap("message %d", i);
+            goto fail;
+        }
+        if (push_special(&b, t, "<|im_end|>") != 0) goto fail;
+    }
+    if (push_header(&b, t, "<|im_assistant|>", "assistant") != 0) goto fail;
+    *ids = b.v;
+    *n_ids = b.n;
+    return 0;
+fail:
+    free(b.v);
+    return -1;
+}
+
+int32_t ms_chat_end_id(const ms_tok *t) { return ms_tok_special_id(t, "<|im_end|>"); }
