@@ -113,10 +113,11 @@ ms_engine *ms_engine_open(const ms_engine_opts *o)
     ms_engine *e = ms_calloc(1, sizeof *e);
     e->o = *o;
     if (e->o.max_seqs < 1) e->o.max_seqs = 1;
-    MS_ASSERT(e->o.max_seqs <= MS_LAYER_MAX_SEQS);
+    MS_ASSERT(e->o.max_seqs <= MS_LAYER_MAX_SEQS && e->o.fit_seqs <= MS_LAYER_MAX_SEQS);
     if ((o->workers || o->cluster) && list_workers(e) != 0) goto fail;
     ms_run_opts ro = o->run;
     ro.max_seqs = e->o.max_seqs;
+    ro.fit_seqs = e->o.fit_seqs;
     ro.remote_experts = remote;
     ro.local_workers = o->local_workers > 0 ? o->local_workers : 0;
     if (ms_tok_present(o->model_dir) && !(e->tok = ms_tok_load(o->model_dir))) goto fail;
@@ -142,6 +143,7 @@ ms_model *ms_engine_model(ms_engine *e) { return e->m; }
 const ms_cfg *ms_engine_cfg(const ms_engine *e) { return ms_model_cfg(e->m); }
 ms_tok *ms_engine_tok(ms_engine *e) { return e->tok; }
 int64_t ms_engine_pass_rows(const ms_engine *e) { return ms_model_chunk(e->m); }
+int ms_engine_max_seqs(const ms_engine *e) { return ms_model_max_seqs(e->m); }
 
 ms_eseq *ms_engine_seq_new(ms_engine *e, const int32_t *prompt, size_t n, const ms_gen_params *p)
 {

@@ -17,7 +17,10 @@ typedef struct ms_eseq ms_eseq;
 typedef struct {
     const char *model_dir;     /* config.json + safetensors (+ tokenizer files, optional) */
     ms_run_opts run;           /* budget, threads, I/O; run.max_positions is per sequence */
-    int max_seqs;              /* sequences that decode together (planning; 0 = 1) */
+    int max_seqs;              /* sequences that decode together (planning; 0 = 1); a count
+                                  that does not fit is refused naming the largest that does */
+    int fit_seqs;              /* > 0: instead, the largest count up to fit_seqs that fits the
+                                  budget (ms_engine_max_seqs says which) */
     /* Where routed experts are computed: at most one of the three. */
     int local_workers;         /* > 0: start this many moestream-worker processes over ipc */
     const char *workers;       /* "tcp://h:p,ipc://path,...": workers already running */
@@ -38,6 +41,8 @@ ms_model *ms_engine_model(ms_engine *e);
 const ms_cfg *ms_engine_cfg(const ms_engine *e);
 /* The tokenizer, or NULL when the model directory has none. Owned by the engine. */
 ms_tok *ms_engine_tok(ms_engine *e);
+/* Sequences planned for (max_seqs, or what fit_seqs found): more alive at once may not fit. */
+int ms_engine_max_seqs(const ms_engine *e);
 /* Rows one forward pass may carry (the plan's prefill chunk): a step splits larger sets. */
 int64_t ms_engine_pass_rows(const ms_engine *e);
 

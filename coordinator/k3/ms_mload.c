@@ -58,6 +58,44 @@ static uint64_t state_bytes(const ms_model *m)
     return total * (uint64_t)(m->opts.max_seqs > 1 ? m->opts.max_seqs : 1);
 }
 
+/* The plan's per-sequence inputs for m->opts.max_seqs sequences, then the plan. */
+static int plan_for(ms_model *m, ms_plan_in *in)
+{
+    uint64_t per_tok, wfixed;
+    work_bytes(m, &per_tok, &wfixed);
+    in->state = state_bytes(m);
+    in->work_fixed = wfixed;
+    in->work_per_token = per_tok;
+    in->min_chunk = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
+    return ms_plan_make(in, &m->plan);
+}
+
+/* Plan for opts.max_seqs sequences; with opts.fit_seqs, for the largest count up to it that
+ * fits. When the asked count does not fit, the error names the largest that does. Sets
+ * opts.max_seqs to the count planned. */
+static int plan_seqs(ms_model *m, ms_plan_in *in)
+{
+    int want = m->opts.fit_seqs > 0 ? m->opts.fit_seqs : (m->opts.max_seqs > 1 ? m->opts.max_seqs : 1);
+    m->opts.max_seqs = want;
+    if (plan_for(m, in) == 0) return 0;
+    if (want == 1 || ms_err_code() != MS_EXIT_BUDGET) return -1;
+    char first[1024];
+    snprintf(first, sizeof first, "%s", ms_err_msg());
+    /* Fewer sequences need less state and smaller passes: the largest count that fits. */
+    int fits = 0;
+    for (int n = want - 1; n >= 1 && !fits; n--) {
+        m->opts.max_seqs = n;
+        if (plan_for(m, in) == 0) fits = n;
+    }
+    if (fits && m->opts.fit_seqs > 0) return 0;
+    if (!fits) { /* the refusal of the count asked for, with its minimum budget */
+        ms_err_set("not even one sequence fits the budget; for %d: %s", want, first);
+        return ms_err_set_code(MS_EXIT_BUDGET);
+    }
+    ms_err_set("%d sequences together do not fit the budget: the largest batch that fits is %d; %s", want, fits, first);
+    return ms_err_set_code(MS_EXIT_BUDGET);
+}
+
 int ms_mload_setup(ms_model *m)
 {
     const ms_cfg *c = &m->cfg;
@@ -93,17 +131,11 @@ int ms_mload_setup(ms_model *m)
     if (chunk_bytes < 4096) chunk_bytes = 4096;
 
     /* Plan. */
-    uint64_t per_tok, wfixed;
-    work_bytes(m, &per_tok, &wfixed);
     ms_plan_in in = {0};
     in.budget = m->opts.ram_budget ? m->opts.ram_budget : ms_plan_default_budget(100);
     in.baseline = m->opts.baseline ? m->opts.baseline : ms_proc_peak_rss();
-    in.state = state_bytes(m);
-    in.work_fixed = wfixed;
-    in.work_per_token = per_tok;
     in.prompt_tokens = m->opts.prompt_tokens > 0 ? m->opts.prompt_tokens : 64;
     in.max_chunk = m->opts.max_chunk > 0 ? m->opts.max_chunk : 64;
-    in.min_chunk = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
     /* Local workers each need their read buffers and a process of their own; remote workers
      * plan their own memory. */
     int nproc = m->opts.remote_experts ? m->opts.local_workers : 1;
@@ -117,7 +149,7 @@ int ms_mload_setup(ms_model *m)
     in.n_trunk = ns;
     in.ring = ms_wstream_ring_bytes(items, ns, chunk_bytes, RING_SLOTS);
     int rc = -1;
-    if (ms_plan_make(&in, &m->plan) != 0) goto out;
+    if (plan_seqs(m, &in) != 0) goto out;
     m->plan.in.trunk = NULL; /* sizes is freed below */
     m->planned = 1;
     {

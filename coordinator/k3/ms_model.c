@@ -479,6 +479,11 @@ void ms_model_free(ms_model *m)
 const ms_cfg *ms_model_cfg(const ms_model *m) { return &m->cfg; }
 const ms_plan *ms_model_plan(const ms_model *m) { return m->planned ? &m->plan : NULL; }
 int64_t ms_model_chunk(const ms_model *m) { return m->planned ? m->plan.chunk : 64; }
+int ms_model_max_seqs(const ms_model *m)
+{
+    if (!m->planned && m->opts.fit_seqs > 0) return m->opts.fit_seqs;
+    return m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
+}
 ms_pool *ms_model_pool(ms_model *m) { return m->pool; }
 void ms_model_set_experts(ms_model *m, ms_experts ex) { m->experts = ex; }
 ms_experts ms_model_local_experts(ms_model *m) { return ms_expert_table_iface(m->table); }

@@ -43,7 +43,10 @@ typedef struct {
     int io_depth;            /* reads in flight (0 = 8) */
     int64_t prompt_tokens;   /* tokens the run will prefill (planning) */
     int64_t max_positions;   /* prompt + generated tokens of one sequence (KV cache planning) */
-    int max_seqs;            /* sequences alive at once, each with its state (0 = 1) */
+    int max_seqs;            /* sequences alive at once, each with its state (0 = 1); a count
+                                that does not fit is refused naming the largest that does */
+    int fit_seqs;            /* > 0: plan for the largest count of sequences up to fit_seqs that
+                                fits the budget instead (ms_model_max_seqs says which) */
     int64_t max_chunk;       /* largest prefill chunk (0 = 64) */
     int all_logits;          /* logits of every prefill row will be asked for */
     int lru;                 /* plain LRU expert cache (benchmarks) */
@@ -74,6 +77,8 @@ void ms_model_free(ms_model *m); /* accepts NULL */
 const ms_cfg *ms_model_cfg(const ms_model *m);
 /* The memory plan, or NULL when the model runs from memory (no files). */
 const ms_plan *ms_model_plan(const ms_model *m);
+/* Sequences the plan counts (run options' max_seqs, or what fit_seqs found). */
+int ms_model_max_seqs(const ms_model *m);
 /* Largest prefill chunk the plan allows (tokens per ms_model_forward call). */
 int64_t ms_model_chunk(const ms_model *m);
 

@@ -298,6 +298,47 @@ static void check_nonfinite(const ms_synth_shape *sh)
     }
 }
 
+static ms_engine *open_quiet(int max_seqs, int fit_seqs, uint64_t budget)
+{
+    ms_engine_opts o = {0};
+    o.model_dir = dir;
+    o.run.n_threads = 2;
+    o.run.ram_budget = budget;
+    o.run.baseline = 1;
+    o.run.max_positions = 64;
+    o.run.prompt_tokens = 16;
+    o.max_seqs = max_seqs;
+    o.fit_seqs = fit_seqs;
+    return ms_engine_open(&o);
+}
+
+/* At the smallest budget for NSEQ sequences: 2 * NSEQ are refused naming the largest count K
+ * that fits (NSEQ <= K < 2 * NSEQ); K opens, K + 1 does not; fit_seqs finds K. */
+static void check_fit(uint64_t budget)
+{
+    ms_engine *e = open_quiet(2 * NSEQ, 0, budget);
+    const char *p = e ? NULL : strstr(ms_err_msg(), "the largest batch that fits is ");
+    int k = p ? atoi(p + strlen("the largest batch that fits is ")) : 0;
+    T_CHECK(!e && ms_err_code() == MS_EXIT_BUDGET && k >= NSEQ && k < 2 * NSEQ,
+            "%d sequences at the budget of %d are refused (class 6) naming the largest that fits: %s", 2 * NSEQ, NSEQ,
+            e ? "opened" : ms_err_msg());
+    ms_engine_free(e);
+    if (!k) return;
+    e = open_quiet(k, 0, budget);
+    T_CHECK(e && ms_engine_max_seqs(e) == k, "%d sequences open: %s", k, e ? "" : ms_err_msg());
+    ms_engine_free(e);
+    e = open_quiet(k + 1, 0, budget);
+    T_CHECK(!e && strstr(ms_err_msg(), "the largest batch that fits is "), "%d sequences do not", k + 1);
+    ms_engine_free(e);
+    e = open_quiet(0, 2 * NSEQ, budget);
+    T_CHECK(e && ms_engine_max_seqs(e) == k, "fit_seqs %d finds %d: %d", 2 * NSEQ, k, e ? ms_engine_max_seqs(e) : -1);
+    ms_engine_free(e);
+    e = open_quiet(0, 2 * NSEQ, 1);
+    T_CHECK(!e && ms_err_code() == MS_EXIT_BUDGET && strstr(ms_err_msg(), "not even one sequence"),
+            "fit_seqs with a 1-byte budget is refused: %s", ms_err_msg());
+    ms_engine_free(e);
+}
+
 static void check_bad_input(void)
 {
     ms_engine *e = open_engine(1, 0, 0);
@@ -349,6 +390,7 @@ int main(void)
     T_CHECK(minb > 0, "the refusal names the minimum budget");
     if (minb) run_batched(NSEQ, 2, minb, 0, ref, "8 sequences at the smallest budget (trunk streamed)");
     if (minb) check_reads_per_pass(minb, V);
+    if (minb) check_fit(minb);
     run_batched(NSEQ, 1, 0, 1, ref, "8 sequences, 1 local worker");
     run_batched(NSEQ, 1, 0, 3, ref, "8 sequences, 3 local workers");
     run_batched(3, 0, 0, 3, ref, "3 sequences together, 3 local workers");
