@@ -486,6 +486,7 @@ int ms_model_max_seqs(const ms_model *m)
 }
 ms_pool *ms_model_pool(ms_model *m) { return m->pool; }
 void ms_model_set_experts(ms_model *m, ms_experts ex) { m->experts = ex; }
+ms_experts ms_model_experts(ms_model *m) { return m->experts; }
 ms_experts ms_model_local_experts(ms_model *m) { return ms_expert_table_iface(m->table); }
 
 void ms_model_set_route_observer(ms_model *m, ms_route_fn fn, void *ctx)

@@ -98,6 +98,8 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st);
 ms_pool *ms_model_pool(ms_model *m);
 /* Replace the routed-expert provider (default: the in-process table bound at load). */
 void ms_model_set_experts(ms_model *m, ms_experts ex);
+/* The routed-expert provider in use (to wrap it, e.g. in tests). */
+ms_experts ms_model_experts(ms_model *m);
 ms_experts ms_model_local_experts(ms_model *m);
 
 /* Per-sequence state: KDA states, MLA caches, position. */

@@ -1,0 +1,307 @@
+/* ms_sched: the continuous-batching scheduler: a FIFO of jobs, a batch of running sequences,
+ * stop ids and strings, and per-job isolation of worker failures. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_layer.h"
+#include "ms_sched.h"
+
+typedef struct sjob {
+    ms_sched_job j;              /* with owned copies of prompt, stop_ids, stop */
+    ms_sched *s;
+    ms_eseq *seq;                /* while running */
+    int stopped;                 /* a stop id or string ended it */
+    size_t cut;                  /* stop string: text bytes kept */
+    int cut_set;
+    int alone;                   /* re-run alone after a failed step */
+    float *rows;                 /* keep_logits: [n_rows][V] */
+    int64_t n_rows, cap_rows;
+} sjob;
+
+/* A FIFO of jobs. */
+typedef struct {
+    sjob **v;
+    size_t head, n, cap;
+} fifo;
+
+struct ms_sched {
+    ms_engine *e;
+    int max_batch;
+    ms_sched_done_fn done;
+    void *ctx;
+    int64_t V;
+    fifo wait;                   /* not started */
+    fifo solo;                   /* from a failed step: each runs alone, before any other */
+    sjob *run[MS_LAYER_MAX_SEQS];
+    int n_run;
+    ms_sched_stats st;
+};
+
+static void fifo_push(fifo *f, sjob *j)
+{
+    if (f->head + f->n == f->cap) {
+        if (f->head > 0) {
+            memmove(f->v, f->v + f->head, sizeof *f->v * f->n);
+            f->head = 0;
+        } else {
+            f->cap = f->cap * 2 + 16;
+            f->v = ms_realloc(f->v, sizeof *f->v * f->cap);
+        }
+    }
+    f->v[f->head + f->n++] = j;
+}
+
+static sjob *fifo_pop(fifo *f)
+{
+    if (!f->n) return NULL;
+    f->n--;
+    return f->v[f->head++];
+}
+
+static void job_free(sjob *j)
+{
+    if (!j) return;
+    ms_engine_seq_free(j->seq);
+    free((void *)j->j.prompt);
+    free((void *)j->j.stop_ids);
+    for (int i = 0; i < j->j.n_stop; i++) free((void *)j->j.stop[i]);
+    free((void *)j->j.stop);
+    free(j->rows);
+    free(j);
+}
+
+ms_sched *ms_sched_new(ms_engine *e, int max_batch, ms_sched_done_fn done, void *ctx)
+{
+    MS_ASSERT(max_batch >= 1 && max_batch <= MS_LAYER_MAX_SEQS && max_batch <= ms_engine_max_seqs(e));
+    ms_sched *s = ms_calloc(1, sizeof *s);
+    s->e = e;
+    s->max_batch = max_batch;
+    s->done = done;
+    s->ctx = ctx;
+    s->V = ms_engine_cfg(e)->vocab;
+    return s;
+}
+
+void ms_sched_free(ms_sched *s)
+{
+    if (!s) return;
+    for (int i = 0; i < s->n_run; i++) job_free(s->run[i]);
+    sjob *j;
+    while ((j = fifo_pop(&s->wait))) job_free(j);
+    while ((j = fifo_pop(&s->solo))) job_free(j);
+    free(s->wait.v);
+    free(s->solo.v);
+    free(s);
+}
+
+void ms_sched_add(ms_sched *s, const ms_sched_job *in)
+{
+    MS_ASSERT(in->max_tokens >= 1 && in->n_prompt >= 1);
+    sjob *j = ms_calloc(1, sizeof *j);
+    j->s = s;
+    j->j = *in;
+    int32_t *p = ms_malloc(sizeof(int32_t) * in->n_prompt);
+    memcpy(p, in->prompt, sizeof(int32_t) * in->n_prompt);
+    j->j.prompt = p;
+    int32_t *ids = ms_malloc(sizeof(int32_t) * (size_t)(in->n_stop_ids + 1));
+    if (in->n_stop_ids) memcpy(ids, in->stop_ids, sizeof(int32_t) * (size_t)in->n_stop_ids);
+    j->j.stop_ids = ids;
+    const char **st = ms_calloc((size_t)in->n_stop + 1, sizeof *st);
+    for (int i = 0; i < in->n_stop; i++) st[i] = ms_strdup(in->stop[i]);
+    j->j.stop = st;
+    fifo_push(&s->wait, j);
+}
+
+int ms_sched_pending(const ms_sched *s) { return (int)(s->wait.n + s->solo.n) + s->n_run; }
+
+/* The generated text of j (malloc'ed), or NULL without a tokenizer. */
+static char *job_text(sjob *j, size_t n_tok, size_t *len)
+{
+    ms_tok *tok = ms_engine_tok(j->s->e);
+    size_t ng;
+    const int32_t *gen = ms_engine_seq_tokens(j->seq, &ng);
+    char *text = NULL;
+    *len = 0;
+    if (!tok || ms_tok_decode(tok, gen, n_tok < ng ? n_tok : ng, &text, len) != 0) return NULL;
+    return text;
+}
+
+/* After each generated token: stop ids, then stop strings on the text so far. */
+static void on_token(void *ctx, ms_eseq *seq, int32_t token)
+{
+    sjob *j = ctx;
+    (void)seq;
+    if (j->stopped) return;
+    for (int i = 0; i < j->j.n_stop_ids; i++)
+        if (token == j->j.stop_ids[i]) j->stopped = 1;
+    if (j->stopped || !j->j.n_stop) return;
+    size_t len, ng;
+    ms_engine_seq_tokens(j->seq, &ng);
+    char *text = job_text(j, ng, &len);
+    if (!text) return;
+    size_t best = len + 1;
+    for (int i = 0; i < j->j.n_stop; i++) {
+        const char *hit = memmem(text, len, j->j.stop[i], strlen(j->j.stop[i]));
+        if (hit && (size_t)(hit - text) < best) best = (size_t)(hit - text);
+    }
+    if (best <= len) {
+        j->stopped = 1;
+        j->cut = best;
+        j->cut_set = 1;
+    }
+    free(text);
+}
+
+static int on_logits(void *ctx, ms_eseq *seq, const float *rows, int64_t n)
+{
+    sjob *j = ctx;
+    (void)seq;
+    if (!j->j.keep_logits) return 0;
+    int64_t V = j->s->V;
+    if (j->n_rows + n > j->cap_rows) {
+        j->cap_rows = (j->n_rows + n) * 2;
+        j->rows = ms_realloc(j->rows, sizeof(float) * (size_t)(j->cap_rows * V));
+    }
+    memcpy(j->rows + j->n_rows * V, rows, sizeof(float) * (size_t)(n * V));
+    j->n_rows += n;
+    return 0;
+}
+
+/* Start j's sequence; a prompt the engine refuses is reported as the job's error. */
+static int admit(ms_sched *s, sjob *j)
+{
+    ms_gen_params p = {0};
+    p.temperature = j->j.temperature;
+    p.top_p = j->j.top_p;
+    p.seed = j->j.seed;
+    p.max_tokens = j->j.max_tokens;
+    p.stop_at_eos = j->j.stop_at_eos;
+    p.all_logits = j->j.keep_logits;
+    p.on_token = on_token;
+    p.on_logits = on_logits;
+    p.ctx = j;
+    j->seq = ms_engine_seq_new(s->e, j->j.prompt, j->j.n_prompt, &p);
+    if (j->seq) {
+        s->run[s->n_run++] = j;
+        return 0;
+    }
+    ms_sched_result r = {0};
+    r.user = j->j.user;
+    r.prompt_tokens = j->j.n_prompt;
+    r.error_code = ms_err_code();
+    r.error = ms_err_msg();
+    s->st.failed++;
+    s->st.finished++;
+    int rc = s->done(s->ctx, &r);
+    job_free(j);
+    return rc;
+}
+
+/* Report a finished job and free it. */
+static int report(ms_sched *s, sjob *j)
+{
+    ms_sched_result r = {0};
+    size_t ng;
+    const int32_t *gen = ms_engine_seq_tokens(j->seq, &ng);
+    const char *fin = ms_engine_seq_finish_reason(j->seq);
+    r.user = j->j.user;
+    r.prompt_tokens = j->j.n_prompt;
+    r.tokens = gen;
+    r.n_tokens = ng;
+    r.finish = j->stopped ? "stop" : fin;
+    /* The text leaves out a final stop id (eos or one of stop_ids) and anything from a stop string. */
+    size_t keep = ng;
+    if (!j->cut_set && r.finish && !strcmp(r.finish, "stop") && ng > 0) keep = ng - 1;
+    size_t len = 0;
+    char *text = job_text(j, keep, &len);
+    if (text && j->cut_set && j->cut < len) len = j->cut;
+    r.text = text;
+    r.text_len = len;
+    r.logits = j->rows;
+    r.n_rows = j->n_rows;
+    s->st.finished++;
+    s->st.tokens += ng;
+    int rc = s->done(s->ctx, &r);
+    free(text);
+    job_free(j);
+    return rc;
+}
+
+/* A failed step: discard its sequences (the engine's contract) and queue its jobs to run again,
+ * each alone; a job that failed while alone is reported with the error. */
+static int isolate(ms_sched *s)
+{
+    int code = ms_err_code();
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ms_err_msg());
+    int rc = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        sjob *j = s->run[i];
+        ms_engine_seq_free(j->seq);
+        j->seq = NULL;
+        if (j->alone) {
+            ms_sched_result r = {0};
+            r.user = j->j.user;
+            r.prompt_tokens = j->j.n_prompt;
+            r.error_code = code;
+            r.error = msg;
+            s->st.failed++;
+            s->st.finished++;
+            if (rc == 0) rc = s->done(s->ctx, &r);
+            job_free(j);
+            continue;
+        }
+        j->stopped = 0;
+        j->cut_set = 0;
+        j->cut = 0;
+        j->n_rows = 0;
+        j->alone = 1;
+        s->st.retries++;
+        fifo_push(&s->solo, j);
+    }
+    s->n_run = 0;
+    return rc;
+}
+
+int ms_sched_step(ms_sched *s)
+{
+    /* Admit: a job to retry runs alone; otherwise fill the batch in queue order. */
+    if (s->solo.n) {
+        if (s->n_run == 0 && admit(s, fifo_pop(&s->solo)) != 0) return -1;
+    } else {
+        while (s->n_run < s->max_batch && s->wait.n)
+            if (admit(s, fifo_pop(&s->wait)) != 0) return -1;
+    }
+    if (s->n_run == 0) return 0;
+    ms_eseq *seqs[MS_LAYER_MAX_SEQS];
+    for (int i = 0; i < s->n_run; i++) seqs[i] = s->run[i]->seq;
+    s->st.steps++;
+    if (ms_engine_step(s->e, seqs, s->n_run) != 0) {
+        if (ms_err_code() != MS_EXIT_WORKER) return -1;
+        return isolate(s);
+    }
+    /* Report the finished jobs in batch order; the rest keep their order. */
+    int k = 0, rc = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        sjob *j = s->run[i];
+        if (j->stopped || ms_engine_seq_done(j->seq)) {
+            if (rc == 0)
+                rc = report(s, j);
+            else
+                job_free(j);
+        } else {
+            s->run[k++] = j;
+        }
+    }
+    s->n_run = k;
+    return rc;
+}
+
+void ms_sched_get_stats(const ms_sched *s, ms_sched_stats *st)
+{
+    *st = s->st;
+    st->waiting = (int)(s->wait.n + s->solo.n);
+    st->running = s->n_run;
+}
