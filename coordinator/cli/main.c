@@ -1,4 +1,4 @@
-/* moestream: the coordinator command line (run, demo, tokenize, detokenize, synth). */
+/* moestream: the coordinator command line (run, demo, jobs, tokenize, detokenize, synth, ...). */
 #include <stdio.h>
 #include <string.h>
 
@@ -14,6 +14,7 @@ static void usage(FILE *f)
           "commands:\n"
           "  run         generate from a Kimi K3 checkpoint\n"
           "  demo        write a small synthetic checkpoint and generate from it\n"
+          "  jobs        run a JSON Lines file of jobs, batched together, resumable\n"
           "  tokenize    text -> token ids\n"
           "  detokenize  token ids -> text\n"
           "  synth       write a random Kimi K3 checkpoint in the released layout\n"
@@ -44,6 +45,7 @@ static int dispatch(int argc, char **argv)
     }
     if (!strcmp(cmd, "run")) return ms_cli_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return ms_cli_demo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "jobs")) return ms_cli_jobs(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return ms_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return ms_cli_detokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return ms_cli_synth(argc - 1, argv + 1);

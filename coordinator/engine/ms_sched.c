@@ -133,6 +133,7 @@ static void on_token(void *ctx, ms_eseq *seq, int32_t token)
 {
     sjob *j = ctx;
     (void)seq;
+    j->s->st.generated++;
     if (j->stopped) return;
     for (int i = 0; i < j->j.n_stop_ids; i++)
         if (token == j->j.stop_ids[i]) j->stopped = 1;

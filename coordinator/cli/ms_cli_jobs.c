@@ -1,0 +1,505 @@
+/* ms_cli_jobs: the `jobs` command: a JSONL file of jobs through the continuous-batching
+ * scheduler, results appended as they finish, resumable, with progress. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ms_cfg.h"
+#include "ms_chat.h"
+#include "ms_cli.h"
+#include "ms_engine.h"
+#include "ms_err.h"
+#include "ms_jobfile.h"
+#include "ms_layer.h"
+#include "ms_opt.h"
+#include "ms_sched.h"
+#include "ms_size.h"
+
+#define FSYNC_EVERY_S 2.0
+
+typedef struct {
+    const char *model, *input, *output, *dump;
+    const char *workers, *cluster, *curve_secret;
+    long long local_workers, threads, io_depth, chunk, max_batch, max_context;
+    float worker_timeout;
+    uint64_t budget;
+    int insecure, resume, json_progress, quiet, buffered, lru;
+} jobs_opts;
+
+static void jobs_usage(FILE *f)
+{
+    fputs("usage: moestream jobs --model DIR --input FILE|- --output FILE [--max-batch N] [--resume]\n"
+          "                      [--ram-budget SIZE] [--max-context N] [--json-progress] [--quiet]\n"
+          "                      [--threads N] [--buffered-io] [--io-depth N] [--prefill-chunk N] [--lru-cache]\n"
+          "                      [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
+          "                      [--curve-secret FILE] [--insecure] [--worker-timeout SEC] [--dump-logits DIR]\n"
+          "\n"
+          "Runs every job of FILE (JSON Lines, OpenAI Batch API shape; - reads standard input) and appends\n"
+          "one result line per job to the output, in completion order. A line is\n"
+          "  {\"custom_id\": \"a1\", \"method\": \"POST\", \"url\": \"/v1/completions\" | \"/v1/chat/completions\",\n"
+          "   \"body\": {\"prompt\": \"text\" | [ids] | \"messages\": [{\"role\", \"content\"}...], \"max_tokens\": 16,\n"
+          "            \"temperature\": 0, \"top_p\": 1, \"seed\": 0, \"stop\": [\"...\"]}}\n"
+          "or the body alone (short form; a chat when it has \"messages\"; custom_id \"line-N\" when absent).\n"
+          "Up to --max-batch jobs decode together (default: as many as the budget holds); a finished job\n"
+          "leaves and a waiting one joins at the next step. Each job's result is the same as `moestream run`\n"
+          "on it alone. A bad line gets an error line and the run goes on; duplicate custom_ids are refused\n"
+          "before anything runs. --resume continues an output file: jobs already there are skipped (a torn\n"
+          "last line is dropped and redone). --max-context N (default 8192) bounds prompt + max_tokens.\n"
+          "--json-progress writes one JSON object per second to stderr. --dump-logits DIR writes each job's\n"
+          "logits rows to DIR/line-N.f32 as `run --dump-logits` does (tests). Other options as for run.\n"
+          "Ctrl-C or SIGTERM finishes the current step, keeps every finished result and exits 130.\n"
+          "Exit 0 when every line was answered (error lines included).\n",
+          f);
+}
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig) { got_signal = sig; }
+
+/* The run's state shared with the scheduler's done callback. */
+typedef struct {
+    const jobs_opts *o;
+    ms_jobspec *specs;
+    int fd;
+    const char *model_name;
+    int64_t V;
+    double last_sync;
+    uint64_t answered, errors;
+} jobs_run;
+
+/* One line, with one write (retried only when partial). */
+static int put_line(jobs_run *r, const char *line, size_t len)
+{
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(r->fd, line + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            ms_err_set("cannot write to %s: %s", r->o->output, strerror(errno));
+            return ms_err_set_code(MS_EXIT_IO);
+        }
+        off += (size_t)w;
+    }
+    r->answered++;
+    double now = ms_cli_now();
+    if (now - r->last_sync >= FSYNC_EVERY_S) {
+        if (fsync(r->fd) != 0 && errno != EINVAL) {
+            ms_err_set("cannot sync %s: %s", r->o->output, strerror(errno));
+            return ms_err_set_code(MS_EXIT_IO);
+        }
+        r->last_sync = now;
+    }
+    return 0;
+}
+
+static int dump_logits(jobs_run *r, const ms_jobspec *j, const ms_sched_result *res)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/line-%d.f32", r->o->dump, j->line);
+    FILE *f = fopen(path, "wb");
+    size_t n = (size_t)(res->n_rows * r->V);
+    int ok = f && fwrite(res->logits, sizeof(float), n, f) == n;
+    if (f && fclose(f) != 0) ok = 0;
+    if (!ok) {
+        ms_err_set("cannot write %s", path);
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    return 0;
+}
+
+static int on_done(void *ctx, const ms_sched_result *res)
+{
+    jobs_run *r = ctx;
+    const ms_jobspec *j = res->user;
+    if (!res->finish) r->errors++;
+    if (res->finish && r->o->dump && dump_logits(r, j, res) != 0) return -1;
+    size_t len;
+    char *line = ms_jobline_result(j, r->model_name, (int64_t)time(NULL), res, &len);
+    int rc = put_line(r, line, len);
+    free(line);
+    return rc;
+}
+
+/* Input lines (split at '\n'; a final line without one counts; blank lines are skipped). */
+static int read_input(const char *path, char **buf, size_t *len)
+{
+    if (strcmp(path, "-") != 0) return (*buf = ms_cli_read_file(path, len)) ? 0 : -1;
+    size_t cap = 1 << 16, n = 0;
+    char *b = ms_malloc(cap);
+    size_t got;
+    while ((got = fread(b + n, 1, cap - n - 1, stdin)) > 0) {
+        n += got;
+        if (cap - n < 2) b = ms_realloc(b, cap *= 2);
+    }
+    if (ferror(stdin)) {
+        free(b);
+        ms_err_set("cannot read standard input");
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    b[n] = 0;
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+/* Progress: a line on a terminal, or one JSON object per second with --json-progress. */
+typedef struct {
+    double t0, last;
+    uint64_t total, base_bytes;
+    int tty;
+} progress;
+
+static void show_progress(progress *p, const jobs_run *r, ms_engine *e, ms_sched *s, int final)
+{
+    double now = ms_cli_now();
+    if (!final && now - p->last < (r->o->json_progress ? 1.0 : 0.25)) return;
+    p->last = now;
+    ms_sched_stats st;
+    ms_sched_get_stats(s, &st);
+    ms_engine_stats es;
+    ms_engine_get_stats(e, &es);
+    double el = now - p->t0;
+    uint64_t bytes = es.model.bytes_read_experts + es.model.bytes_read_trunk - p->base_bytes;
+    double tps = el > 0 ? (double)st.generated / el : 0.0;
+    double per_tok = st.generated ? (double)bytes / (double)st.generated : 0.0;
+    uint64_t done = r->answered;
+    double eta = done > 0 && done < p->total ? el / (double)st.finished * (double)(p->total - done) : 0.0;
+    if (st.finished == 0) eta = -1;
+    if (r->o->json_progress) {
+        fprintf(stderr,
+                "{\"elapsed_seconds\":%.3f,\"jobs_done\":%llu,\"jobs_total\":%llu,\"jobs_failed\":%llu,\"running\":%d,"
+                "\"waiting\":%d,\"generated_tokens\":%llu,\"tokens_per_second\":%.3f,\"eta_seconds\":%.1f,\"batch\":%d,"
+                "\"bytes_read_per_token\":%.0f,\"final\":%s}\n",
+                el, (unsigned long long)done, (unsigned long long)p->total, (unsigned long long)r->errors, st.running,
+                st.waiting, (unsigned long long)st.generated, tps, eta, st.running, per_tok, final ? "true" : "false");
+    } else if (p->tty) {
+        char a[32], etas[32];
+        if (eta < 0)
+            snprintf(etas, sizeof etas, "?");
+        else
+            snprintf(etas, sizeof etas, "%dm%02ds", (int)(eta / 60), (int)eta % 60);
+        fprintf(stderr, "\rjobs %llu/%llu (%llu errors)  %.2f tok/s  ETA %s  batch %d  %s read/token   %s",
+                (unsigned long long)done, (unsigned long long)p->total, (unsigned long long)r->errors, tps, etas,
+                st.running, ms_size_fmt((uint64_t)per_tok, a, sizeof a), final ? "\n" : "");
+    }
+}
+
+/* Drop the torn tail of an output file and collect the custom_ids it answers. */
+static int scan_output(const jobs_opts *o, char ***done, size_t *n_done)
+{
+    *done = NULL;
+    *n_done = 0;
+    struct stat sb;
+    if (stat(o->output, &sb) != 0) return 0;
+    if (!o->resume) {
+        if (sb.st_size == 0) return 0;
+        return ms_cli_fail("jobs", MS_EXIT_USAGE, "%s exists: pass --resume to continue it, or remove it", o->output);
+    }
+    size_t len = 0, keep = 0;
+    char *buf = ms_cli_read_file(o->output, &len);
+    if (!buf) return ms_cli_fail_err("jobs");
+    int rc = ms_jobline_scan(buf, len, done, n_done, &keep);
+    free(buf);
+    if (rc != 0) return ms_cli_fail("jobs", MS_EXIT_INPUT, "cannot resume %s: %s", o->output, ms_err_msg());
+    if (keep < len) {
+        if (truncate(o->output, (off_t)keep) != 0)
+            return ms_cli_fail("jobs", MS_EXIT_IO, "cannot drop the torn last line of %s: %s", o->output, strerror(errno));
+        ms_log(1, "jobs: dropped a torn last line of %zu bytes from %s", len - keep, o->output);
+    }
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_spec(const void *a, const void *b)
+{
+    const ms_jobspec *x = *(ms_jobspec *const *)a, *y = *(ms_jobspec *const *)b;
+    int c = strcmp(x->custom_id, y->custom_id);
+    return c ? c : (x->line > y->line) - (x->line < y->line);
+}
+
+/* Refuse duplicate custom_ids, naming two lines of the first found. */
+static int check_duplicates(ms_jobspec *specs, int n)
+{
+    ms_jobspec **v = ms_malloc(sizeof *v * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) v[i] = &specs[i];
+    qsort(v, (size_t)n, sizeof *v, cmp_spec);
+    int rc = 0;
+    for (int i = 1; i < n && !rc; i++)
+        if (!strcmp(v[i]->custom_id, v[i - 1]->custom_id))
+            rc = ms_cli_fail("jobs", MS_EXIT_INPUT, "custom_id '%s' appears on lines %d and %d: custom_ids must be unique",
+                             v[i]->custom_id, v[i - 1]->line, v[i]->line);
+    free(v);
+    return rc;
+}
+
+static int jobs_main(const jobs_opts *o)
+{
+    const char *cmd = "jobs";
+    int rc = MS_EXIT_OK, n_specs = 0;
+    char *in = NULL, **done = NULL;
+    size_t in_len = 0, n_done = 0;
+    ms_jobspec *specs = NULL;
+    ms_tok *tok = NULL;
+    ms_engine *e = NULL;
+    ms_sched *s = NULL;
+    jobs_run run = {o, NULL, -1, NULL, 0, 0, 0, 0};
+    ms_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+
+    /* Everything is read and checked before the model opens: the plan needs the longest job. */
+    char cpath[4200];
+    snprintf(cpath, sizeof cpath, "%s/config.json", o->model);
+    if (ms_cfg_load(cpath, &cfg) != 0) return ms_cli_fail_err(cmd);
+    if (ms_tok_present(o->model) && !(tok = ms_tok_load(o->model))) {
+        rc = ms_cli_fail_err(cmd);
+        goto out;
+    }
+    if (read_input(o->input, &in, &in_len) != 0) {
+        rc = ms_cli_fail_err(cmd);
+        goto out;
+    }
+    ms_jobfile_limits lim = {tok, cfg.vocab, o->max_context};
+    int cap = 0, line = 0;
+    for (size_t pos = 0; pos < in_len;) {
+        const char *nl = memchr(in + pos, '\n', in_len - pos);
+        size_t l = nl ? (size_t)(nl - (in + pos)) : in_len - pos;
+        line++;
+        size_t k = 0;
+        while (k < l && (in[pos + k] == ' ' || in[pos + k] == '\t' || in[pos + k] == '\r')) k++;
+        if (k < l) {
+            if (n_specs == cap) specs = ms_realloc(specs, sizeof *specs * (size_t)(cap = cap * 2 + 64));
+            ms_jobspec_parse(in + pos, l, line, &lim, &specs[n_specs++]);
+        }
+        pos += l + 1;
+    }
+    free(in);
+    in = NULL;
+    ms_tok_free(tok); /* the engine loads its own */
+    tok = NULL;
+    if ((rc = check_duplicates(specs, n_specs)) != 0) goto out;
+    if ((rc = scan_output(o, &done, &n_done)) != 0) goto out;
+    qsort(done, n_done, sizeof *done, cmp_str);
+    run.specs = specs;
+    run.fd = open(o->output, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (run.fd < 0) {
+        rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot open %s: %s", o->output, strerror(errno));
+        goto out;
+    }
+    run.last_sync = ms_cli_now();
+    const char *slash = strrchr(o->model, '/');
+    run.model_name = slash && slash[1] ? slash + 1 : o->model;
+    run.V = cfg.vocab;
+
+    /* Bad lines are answered now; the rest is planned for. */
+    int todo = 0, skipped = 0;
+    int64_t longest = 1, max_prompt = 1;
+    for (int i = 0; i < n_specs; i++) {
+        ms_jobspec *j = &specs[i];
+        if (n_done && bsearch(&j->custom_id, done, n_done, sizeof *done, cmp_str)) {
+            skipped++;
+            j->line = -j->line; /* answered already */
+            continue;
+        }
+        if (j->err_code) {
+            size_t len;
+            char *l = ms_jobline_error(j, j->err_code, j->err_msg, &len);
+            run.errors++;
+            int w = put_line(&run, l, len);
+            free(l);
+            if (w != 0) {
+                rc = ms_cli_fail_err(cmd);
+                goto out;
+            }
+            continue;
+        }
+        todo++;
+        if ((int64_t)j->n_prompt + j->max_tokens + 1 > longest) longest = (int64_t)j->n_prompt + j->max_tokens + 1;
+        if ((int64_t)j->n_prompt > max_prompt) max_prompt = (int64_t)j->n_prompt;
+    }
+    if (skipped) ms_log(1, "jobs: %d jobs already in %s are skipped", skipped, o->output);
+    uint64_t total = (uint64_t)(n_specs - skipped);
+    if (todo == 0) goto finish;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    ms_engine_opts eo = {0};
+    eo.model_dir = o->model;
+    eo.run.n_threads = (int)o->threads;
+    eo.run.ram_budget = o->budget;
+    eo.run.buffered = o->buffered;
+    eo.run.io_depth = (int)o->io_depth;
+    eo.run.max_chunk = o->chunk;
+    eo.run.all_logits = o->dump != NULL;
+    eo.run.lru = o->lru;
+    eo.run.prompt_tokens = max_prompt;
+    eo.run.max_positions = longest;
+    int cap_batch = todo < MS_LAYER_MAX_SEQS ? todo : MS_LAYER_MAX_SEQS;
+    if (o->max_batch > 0)
+        eo.max_seqs = (int)(o->max_batch < cap_batch ? o->max_batch : cap_batch);
+    else
+        eo.fit_seqs = cap_batch;
+    eo.local_workers = o->local_workers > 0 ? (int)o->local_workers : 0;
+    eo.workers = o->workers;
+    eo.cluster = o->cluster;
+    eo.curve_secret = o->curve_secret;
+    eo.insecure = o->insecure;
+    eo.worker_timeout = o->worker_timeout;
+    if (!(e = ms_engine_open(&eo))) {
+        rc = ms_cli_fail_err(cmd);
+        goto out;
+    }
+    int batch = ms_engine_max_seqs(e);
+    ms_log(1, "jobs: %d jobs to run, up to %d together", todo, batch);
+    s = ms_sched_new(e, batch, on_done, &run);
+    int32_t end_id = ms_engine_tok(e) ? ms_chat_end_id(ms_engine_tok(e)) : -1;
+    for (int i = 0; i < n_specs; i++) {
+        ms_jobspec *j = &specs[i];
+        if (j->line < 0 || j->err_code) continue;
+        ms_sched_job sj = {0};
+        sj.prompt = j->prompt;
+        sj.n_prompt = j->n_prompt;
+        sj.temperature = j->temperature;
+        sj.top_p = j->top_p;
+        sj.seed = j->seed;
+        sj.max_tokens = j->max_tokens;
+        sj.stop_at_eos = 1;
+        if (j->kind == MS_JOB_CHAT && end_id >= 0) { /* the end of the assistant's turn */
+            sj.stop_ids = &end_id;
+            sj.n_stop_ids = 1;
+        }
+        sj.stop = (const char *const *)j->stop;
+        sj.n_stop = j->n_stop;
+        sj.keep_logits = o->dump != NULL;
+        sj.user = j;
+        ms_sched_add(s, &sj);
+    }
+    progress pg = {ms_cli_now(), 0, total, 0, isatty(2) && !o->quiet && !o->json_progress};
+    {
+        ms_engine_stats es;
+        ms_engine_get_stats(e, &es);
+        pg.base_bytes = es.model.bytes_read_experts + es.model.bytes_read_trunk;
+    }
+    while (ms_sched_pending(s)) {
+        if (got_signal) break;
+        if (ms_sched_step(s) != 0) {
+            if (pg.tty) fputc('\n', stderr);
+            if (got_signal)
+                rc = ms_cli_fail(cmd, MS_EXIT_INTERRUPTED, "interrupted (signal %d): %s", (int)got_signal, ms_err_msg());
+            else
+                rc = ms_cli_fail_err(cmd);
+            goto out;
+        }
+        show_progress(&pg, &run, e, s, 0);
+    }
+    show_progress(&pg, &run, e, s, 1);
+    if (got_signal) {
+        ms_sched_stats st;
+        ms_sched_get_stats(s, &st);
+        rc = ms_cli_fail(cmd, MS_EXIT_INTERRUPTED,
+                         "interrupted (signal %d): %llu jobs written to %s, %d not finished (--resume runs them)",
+                         (int)got_signal, (unsigned long long)run.answered, o->output, st.running + st.waiting);
+        goto out;
+    }
+finish:
+    if (!o->quiet)
+        fprintf(stderr, "moestream jobs: %llu lines answered in %s (%llu with errors), %d skipped as already there\n",
+                (unsigned long long)run.answered, o->output, (unsigned long long)run.errors, skipped);
+out:
+    if (run.fd >= 0) {
+        int bad = fsync(run.fd) != 0 && errno != EINVAL;
+        if (close(run.fd) != 0) bad = 1;
+        if (bad && rc == MS_EXIT_OK) rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot write %s: %s", o->output, strerror(errno));
+    }
+    ms_sched_free(s);
+    ms_engine_free(e);
+    for (int i = 0; i < n_specs; i++) ms_jobspec_clear(&specs[i]);
+    free(specs);
+    for (size_t i = 0; i < n_done; i++) free(done[i]);
+    free(done);
+    free(in);
+    ms_tok_free(tok);
+    ms_cfg_free(&cfg);
+    return rc;
+}
+
+int ms_cli_jobs(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},        {"input", required_argument, 0, 'i'},
+        {"output", required_argument, 0, 'o'},       {"max-batch", required_argument, 0, 'b'},
+        {"resume", no_argument, 0, 'r'},             {"ram-budget", required_argument, 0, 'B'},
+        {"max-context", required_argument, 0, 'X'},  {"json-progress", no_argument, 0, 'J'},
+        {"quiet", no_argument, 0, 'q'},              {"threads", required_argument, 0, 'T'},
+        {"buffered-io", no_argument, 0, 'U'},        {"io-depth", required_argument, 0, 'D'},
+        {"prefill-chunk", required_argument, 0, 'C'}, {"lru-cache", no_argument, 0, 'L'},
+        {"workers", required_argument, 0, 'W'},      {"cluster", required_argument, 0, 'K'},
+        {"local-workers", required_argument, 0, 'N'}, {"curve-secret", required_argument, 0, 'S'},
+        {"insecure", no_argument, 0, 'I'},           {"worker-timeout", required_argument, 0, 'O'},
+        {"dump-logits", required_argument, 0, 'd'},  {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *cmd = "jobs";
+    jobs_opts o = {.max_context = 8192};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o.model = optarg; break;
+        case 'i': o.input = optarg; break;
+        case 'o': o.output = optarg; break;
+        case 'r': o.resume = 1; break;
+        case 'J': o.json_progress = 1; break;
+        case 'q': o.quiet = 1; break;
+        case 'U': o.buffered = 1; break;
+        case 'L': o.lru = 1; break;
+        case 'W': o.workers = optarg; break;
+        case 'K': o.cluster = optarg; break;
+        case 'S': o.curve_secret = optarg; break;
+        case 'I': o.insecure = 1; break;
+        case 'd': o.dump = optarg; break;
+        case 'b':
+            if (ms_opt_int("--max-batch", optarg, 1, MS_LAYER_MAX_SEQS, &o.max_batch) != 0) return ms_cli_fail_err(cmd);
+            break;
+        case 'X':
+            if (ms_opt_int("--max-context", optarg, 2, 1 << 24, &o.max_context) != 0) return ms_cli_fail_err(cmd);
+            break;
+        case 'B':
+            if (ms_opt_size("--ram-budget", optarg, &o.budget) != 0) return ms_cli_fail_err(cmd);
+            break;
+        case 'T':
+            if (ms_opt_int("--threads", optarg, 0, 1024, &o.threads) != 0) return ms_cli_fail_err(cmd);
+            break;
+        case 'D':
+            if (ms_opt_int("--io-depth", optarg, 1, 256, &o.io_depth) != 0) return ms_cli_fail_err(cmd);
+            break;
+        case 'C':
+            if (ms_opt_int("--prefill-chunk", optarg, 1, 65536, &o.chunk) != 0) return ms_cli_fail_err(cmd);
+            break;
+        case 'N':
+            if (ms_opt_int("--local-workers", optarg, 0, 64, &o.local_workers) != 0) return ms_cli_fail_err(cmd);
+            break;
+        case 'O':
+            if (ms_opt_f32("--worker-timeout", optarg, &o.worker_timeout) != 0) return ms_cli_fail_err(cmd);
+            if (o.worker_timeout <= 0)
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--worker-timeout must be a positive number, got '%s'", optarg);
+            break;
+        case 'h': jobs_usage(stdout); return MS_EXIT_OK;
+        default: jobs_usage(stderr); return MS_EXIT_USAGE;
+        }
+    }
+    if (optind != argc) return ms_cli_fail(cmd, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    if (!o.model || !o.input || !o.output)
+        return ms_cli_fail(cmd, MS_EXIT_USAGE, "--model, --input and --output are required (see moestream jobs --help)");
+    if (!!o.workers + !!o.cluster + (o.local_workers > 0) > 1)
+        return ms_cli_fail(cmd, MS_EXIT_USAGE, "give at most one of --workers, --cluster and --local-workers");
+    ms_cli_set_output(o.quiet);
+    return jobs_main(&o);
+}

@@ -1,0 +1,322 @@
+/* ms_jobfile: parses `jobs` input lines into checked job specs and writes result/error lines. */
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_chat.h"
+#include "ms_cli.h"
+#include "ms_err.h"
+#include "ms_jobfile.h"
+#include "ms_wire.h"
+
+/* Mark j bad: code and "line N: message". Returns -1. */
+static int bad(ms_jobspec *j, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(ms_jobspec *j, const char *code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(msg) + 32;
+    j->err_msg = ms_malloc(n);
+    snprintf(j->err_msg, n, "line %d: %s", j->line, msg);
+    j->err_code = code;
+    return -1;
+}
+
+static int get_int(ms_jobspec *j, json_t *body, const char *key, long long lo, long long hi, long long *out)
+{
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return bad(j, "invalid_request", "\"%s\" must be an integer in %lld..%lld", key, lo, hi);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+static int get_num(ms_jobspec *j, json_t *body, const char *key, double lo, double hi, int lo_open, float *out)
+{
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v)) return 0;
+    double d = json_number_value(v);
+    if (!json_is_number(v) || !isfinite(d) || d < lo || d > hi || (lo_open && d <= lo))
+        return bad(j, "invalid_request", "\"%s\" must be a number in %s%g, %g]", key, lo_open ? "(" : "[", lo, hi);
+    *out = (float)d;
+    return 0;
+}
+
+static int get_stop(ms_jobspec *j, json_t *body)
+{
+    json_t *v = json_object_get(body, "stop");
+    if (!v || json_is_null(v)) return 0;
+    size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : 0;
+    if (!json_is_string(v) && !json_is_array(v))
+        return bad(j, "invalid_request", "\"stop\" must be a string or an array of strings");
+    j->stop = ms_calloc(n + 1, sizeof *j->stop);
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_is_string(v) ? v : json_array_get(v, i);
+        if (!json_is_string(s) || json_string_length(s) == 0 || strlen(json_string_value(s)) != json_string_length(s))
+            return bad(j, "invalid_request", "\"stop\" item %zu must be a non-empty string", i);
+        j->stop[j->n_stop++] = ms_strdup(json_string_value(s));
+    }
+    return 0;
+}
+
+static int get_prompt(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim)
+{
+    json_t *p = json_object_get(body, "prompt");
+    if (!p) return bad(j, "invalid_request", "a completion needs \"prompt\" (text or an array of token ids)");
+    if (json_is_string(p)) {
+        if (!lim->tok)
+            return bad(j, "no_tokenizer", "the model has no tokenizer (tiktoken.model): give the prompt as token ids");
+        if (ms_tok_encode(lim->tok, json_string_value(p), json_string_length(p), 0, &j->prompt, &j->n_prompt) != 0)
+            return bad(j, "invalid_prompt", "%s", ms_err_msg());
+        return 0;
+    }
+    if (!json_is_array(p)) return bad(j, "invalid_request", "\"prompt\" must be a string or an array of token ids");
+    size_t n = json_array_size(p);
+    j->prompt = ms_malloc(sizeof(int32_t) * (n + 1));
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(p, i);
+        if (!json_is_integer(v))
+            return bad(j, "invalid_request", "\"prompt\" item %zu is not an integer token id (one prompt per line)", i);
+        json_int_t id = json_integer_value(v);
+        if (id < 0 || id >= lim->vocab)
+            return bad(j, "invalid_prompt", "prompt token id %lld (position %zu) is outside the model's vocabulary (%lld ids)",
+                       (long long)id, i, (long long)lim->vocab);
+        j->prompt[i] = (int32_t)id;
+    }
+    j->n_prompt = n;
+    return 0;
+}
+
+static int get_messages(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim)
+{
+    json_t *m = json_object_get(body, "messages");
+    if (!json_is_array(m) || json_array_size(m) == 0)
+        return bad(j, "invalid_request", "a chat needs \"messages\": a non-empty array of {\"role\", \"content\"}");
+    if (!lim->tok) return bad(j, "no_tokenizer", "the model has no tokenizer (tiktoken.model), which chats need");
+    size_t n = json_array_size(m);
+    ms_chat_msg *msgs = ms_malloc(sizeof *msgs * n);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        json_t *o = json_array_get(m, i), *role = json_object_get(o, "role"), *content = json_object_get(o, "content");
+        if (!json_is_string(role) || !json_is_string(content))
+            rc = bad(j, "invalid_request", "message %zu needs \"role\" and \"content\" strings", i);
+        else
+            msgs[i] = (ms_chat_msg){json_string_value(role), json_string_value(content), json_string_length(content)};
+    }
+    if (rc == 0 && ms_chat_encode(lim->tok, msgs, (int)n, &j->prompt, &j->n_prompt) != 0)
+        rc = bad(j, "invalid_prompt", "%s", ms_err_msg());
+    free(msgs);
+    return rc;
+}
+
+void ms_jobspec_parse(const char *text, size_t len, int line, const ms_jobfile_limits *lim, ms_jobspec *j)
+{
+    memset(j, 0, sizeof *j);
+    j->line = line;
+    j->max_tokens = 16;
+    j->top_p = 1.0f;
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *cid = root ? json_object_get(root, "custom_id") : NULL;
+    if (json_is_string(cid)) j->custom_id = ms_strdup(json_string_value(cid));
+    if (!j->custom_id) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "line-%d", line);
+        j->custom_id = ms_strdup(buf);
+    }
+    if (!root) {
+        bad(j, "invalid_json", "not valid JSON: %s (column %d)", je.text, je.column);
+        return;
+    }
+    json_t *body = json_object_get(root, "body"), *url = json_object_get(root, "url"), *method = json_object_get(root, "method");
+    if (!json_is_object(root)) {
+        bad(j, "invalid_request", "a line must be a JSON object");
+        goto out;
+    }
+    if (cid && !json_is_string(cid)) {
+        bad(j, "invalid_request", "\"custom_id\" must be a string");
+        goto out;
+    }
+    if (!body && !url) { /* short form: the line is the body */
+        body = root;
+        j->kind = json_object_get(body, "messages") ? MS_JOB_CHAT : MS_JOB_COMPLETION;
+    } else {
+        if (!json_is_object(body) || !json_is_string(url)) {
+            bad(j, "invalid_request", "give both \"url\" (a string) and \"body\" (an object), or neither (short form)");
+            goto out;
+        }
+        if (method && !(json_is_string(method) && !strcmp(json_string_value(method), "POST"))) {
+            bad(j, "invalid_request", "\"method\" must be \"POST\"");
+            goto out;
+        }
+        const char *u = json_string_value(url);
+        if (!strcmp(u, "/v1/completions"))
+            j->kind = MS_JOB_COMPLETION;
+        else if (!strcmp(u, "/v1/chat/completions"))
+            j->kind = MS_JOB_CHAT;
+        else {
+            bad(j, "invalid_url", "unknown \"url\" '%s' (known: /v1/completions, /v1/chat/completions)", u);
+            goto out;
+        }
+    }
+    json_t *model = json_object_get(body, "model");
+    if (model && !json_is_string(model)) {
+        bad(j, "invalid_request", "\"model\" must be a string");
+        goto out;
+    }
+    if (model) j->model = ms_strdup(json_string_value(model));
+    long long mt = 16, seed = 0;
+    if (get_int(j, body, "max_tokens", LLONG_MIN, LLONG_MAX, &mt) != 0 || get_int(j, body, "seed", LLONG_MIN, LLONG_MAX, &seed) != 0 ||
+        get_num(j, body, "temperature", 0, 1e6, 0, &j->temperature) != 0 || get_num(j, body, "top_p", 0, 1, 1, &j->top_p) != 0 ||
+        get_stop(j, body) != 0)
+        goto out;
+    if (mt < 1) {
+        bad(j, "invalid_max_tokens", "\"max_tokens\" must be at least 1, got %lld", mt);
+        goto out;
+    }
+    j->max_tokens = mt;
+    j->seed = (uint64_t)seed;
+    if ((j->kind == MS_JOB_CHAT ? get_messages(j, body, lim) : get_prompt(j, body, lim)) != 0) goto out;
+    if (j->n_prompt == 0) {
+        bad(j, "invalid_prompt", "the prompt is empty (no tokens)");
+        goto out;
+    }
+    if ((int64_t)j->n_prompt > lim->max_context || j->max_tokens > lim->max_context - (int64_t)j->n_prompt)
+        bad(j, "context_length_exceeded", "%zu prompt tokens + max_tokens %lld exceed the context of %lld tokens (--max-context)",
+            j->n_prompt, (long long)j->max_tokens, (long long)lim->max_context);
+out:
+    json_decref(root);
+}
+
+void ms_jobspec_clear(ms_jobspec *j)
+{
+    free(j->custom_id);
+    free(j->model);
+    free(j->prompt);
+    for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    free(j->stop);
+    free(j->err_msg);
+    memset(j, 0, sizeof *j);
+}
+
+static char *uuid_str(const char *prefix)
+{
+    ms_uuid u;
+    char s[37];
+    ms_uuid_new(&u);
+    ms_uuid_str(&u, s);
+    size_t n = strlen(prefix) + 37;
+    char *out = ms_malloc(n);
+    snprintf(out, n, "%s%s", prefix, s);
+    return out;
+}
+
+/* The line of root (consumed): compact JSON and '\n'. */
+static char *line_of(json_t *root, size_t *len)
+{
+    char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(root);
+    MS_ASSERT(s);
+    size_t n = strlen(s);
+    char *out = ms_malloc(n + 2);
+    memcpy(out, s, n);
+    out[n] = '\n';
+    out[n + 1] = 0;
+    free(s);
+    *len = n + 1;
+    return out;
+}
+
+static json_t *envelope(const ms_jobspec *j, json_t *response, json_t *error)
+{
+    char *id = uuid_str("batch_req_");
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(id));
+    json_object_set_new(o, "custom_id", json_string(j->custom_id));
+    json_object_set_new(o, "response", response ? response : json_null());
+    json_object_set_new(o, "error", error ? error : json_null());
+    free(id);
+    return o;
+}
+
+char *ms_jobline_error(const ms_jobspec *j, const char *code, const char *message, size_t *len)
+{
+    json_t *err = json_pack("{s:s,s:s}", "code", code, "message", message);
+    return line_of(envelope(j, NULL, err), len);
+}
+
+char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
+                        size_t *len)
+{
+    if (!r->finish) {
+        char msg[1200];
+        snprintf(msg, sizeof msg, "line %d: %s", j->line, r->error ? r->error : "failed");
+        return ms_jobline_error(j, r->error_code == MS_EXIT_WORKER ? "worker_failure" : "runtime_error", msg, len);
+    }
+    int chat = j->kind == MS_JOB_CHAT;
+    json_t *ids = json_array();
+    for (size_t i = 0; i < r->n_tokens; i++) json_array_append_new(ids, json_integer(r->tokens[i]));
+    json_t *text = r->text ? ms_cli_json_text(r->text, r->text_len) : json_null();
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(0));
+    if (chat)
+        json_object_set_new(choice, "message", json_pack("{s:s,s:o}", "role", "assistant", "content", text));
+    else
+        json_object_set_new(choice, "text", text);
+    json_object_set_new(choice, "finish_reason", json_string(r->finish));
+    json_object_set_new(choice, "token_ids", ids);
+    char *bid = uuid_str(chat ? "chatcmpl-" : "cmpl-"), *rid = uuid_str("");
+    json_t *usage = json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)r->prompt_tokens, "completion_tokens",
+                              (json_int_t)r->n_tokens, "total_tokens", (json_int_t)(r->prompt_tokens + r->n_tokens));
+    json_t *body = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", bid, "object", chat ? "chat.completion" : "text_completion",
+                             "created", (json_int_t)created, "model", j->model ? j->model : model, "choices", choice,
+                             "usage", usage);
+    json_t *resp = json_pack("{s:i,s:s,s:o}", "status_code", 200, "request_id", rid, "body", body);
+    free(bid);
+    free(rid);
+    return line_of(envelope(j, resp, NULL), len);
+}
+
+int ms_jobline_scan(const char *buf, size_t len, char ***ids, size_t *n, size_t *keep)
+{
+    *ids = NULL;
+    *n = 0;
+    *keep = 0;
+    size_t cap = 0, pos = 0;
+    int line = 0;
+    while (pos < len) {
+        const char *nl = memchr(buf + pos, '\n', len - pos);
+        if (!nl) break; /* a torn last line */
+        line++;
+        size_t l = (size_t)(nl - (buf + pos));
+        json_t *o = json_loadb(buf + pos, l, JSON_ALLOW_NUL, NULL); /* texts may hold U+0000 */
+        json_t *cid = o ? json_object_get(o, "custom_id") : NULL;
+        if (!json_is_string(cid) || !json_object_get(o, "response") || !json_object_get(o, "error")) {
+            json_decref(o);
+            for (size_t i = 0; i < *n; i++) free((*ids)[i]);
+            free(*ids);
+            *ids = NULL;
+            *n = 0;
+            ms_err_set("line %d is not an output line of moestream jobs (a JSON object with custom_id, response and "
+                       "error)", line);
+            return ms_err_set_code(MS_EXIT_INPUT);
+        }
+        if (*n == cap) {
+            cap = cap * 2 + 16;
+            *ids = ms_realloc(*ids, sizeof **ids * cap);
+        }
+        (*ids)[(*n)++] = ms_strdup(json_string_value(cid));
+        json_decref(o);
+        pos += l + 1;
+        *keep = pos;
+    }
+    return 0;
+}

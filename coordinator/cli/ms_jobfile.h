@@ -1,0 +1,62 @@
+/* ms_jobfile: the files of `moestream jobs`: input lines (OpenAI Batch API shape) -> job specs,
+ * result and error lines, and the scan of an output file to resume. */
+#ifndef MS_JOBFILE_H
+#define MS_JOBFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ms_sched.h"
+#include "ms_tok.h"
+
+typedef enum { MS_JOB_COMPLETION, MS_JOB_CHAT } ms_job_kind;
+
+/* One input line, parsed and checked. Owns its strings and arrays. */
+typedef struct {
+    int line;                  /* 1-based line number in the input */
+    char *custom_id;           /* as given, or "line-N" when the line gives none (or is not JSON) */
+    ms_job_kind kind;
+    char *model;               /* body.model, or NULL */
+    int32_t *prompt;           /* [n_prompt] ids: the prompt's, or the chat rendered (ms_chat) */
+    size_t n_prompt;
+    int64_t max_tokens;        /* default 16 */
+    float temperature, top_p;  /* defaults 0 (greedy) and 1 */
+    uint64_t seed;             /* default 0 */
+    char **stop;               /* [n_stop] non-empty stop strings */
+    int n_stop;
+    /* A bad line: answered with an error line, never run. */
+    const char *err_code;      /* static string, e.g. "invalid_json"; NULL when good */
+    char *err_msg;             /* "line N: ..." */
+} ms_jobspec;
+
+/* Limits a line is checked against. */
+typedef struct {
+    const ms_tok *tok;         /* NULL: the model has no tokenizer (text prompts and chats are bad lines) */
+    int64_t vocab;             /* ids must be in [0, vocab) */
+    int64_t max_context;       /* prompt + max_tokens must not exceed it */
+} ms_jobfile_limits;
+
+/* Parse one line (len bytes, without its newline). Always fills *j: a bad line gets err_code and
+ * err_msg (naming the line). Never fails otherwise. */
+void ms_jobspec_parse(const char *text, size_t len, int line, const ms_jobfile_limits *lim, ms_jobspec *j);
+void ms_jobspec_clear(ms_jobspec *j); /* frees the members; accepts a zeroed spec */
+
+/* The output line of a finished job (malloc'ed, one line ending in '\n', *len bytes):
+ * {"id": "batch_req_<uuid>", "custom_id", "response": {"status_code": 200, "request_id",
+ * "body": {"id", "object", "created", "model", "choices": [{"index": 0, "text" | "message",
+ * "finish_reason", "token_ids"}], "usage"}}, "error": null}, or with r->finish NULL the error
+ * line of a job that failed while running (code "worker_failure" for MS_EXIT_WORKER, else
+ * "runtime_error"). */
+char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
+                        size_t *len);
+/* The error line of a bad input line: {"id", "custom_id", "response": null, "error": {"code",
+ * "message"}}. */
+char *ms_jobline_error(const ms_jobspec *j, const char *code, const char *message, size_t *len);
+
+/* Scan an output file's bytes to resume it: the custom_id of every complete line (ending in
+ * '\n') into *ids (malloc'ed array of malloc'ed strings, *n of them), and in *keep the bytes of
+ * those lines: what follows (a torn last line) is to be dropped. Returns 0, or -1 with ms_err set
+ * (MS_EXIT_INPUT) naming the first complete line that is not an output line of `jobs`. */
+int ms_jobline_scan(const char *buf, size_t len, char ***ids, size_t *n, size_t *keep);
+
+#endif

@@ -1,0 +1,432 @@
+/* test_jobs: `moestream jobs` end to end: every job bit-identical to `moestream run` on it alone
+ * (ids and logits rows; completions and chats, greedy and sampled) at --max-batch 1, 3 and 8, in
+ * process and with 2 local workers; bad lines answered, duplicates refused, kill -9 + --resume,
+ * SIGTERM, and a budget too small for the batch asked. */
+#include <jansson.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ms_err.h"
+#include "ms_synth.h"
+#include "ms_test.h"
+
+static char dir[1100], tmp[1024], bin[1100];
+
+/* A good job: its input line and the `run` options that run the same job alone. */
+typedef struct {
+    const char *id, *line, *run;
+} job;
+
+#define CHAT5 "<|im_system|>system<|im_middle|>Be brief.<|im_end|><|im_user|>user<|im_middle|>Name a color.<|im_end|><|im_assistant|>assistant<|im_middle|>"
+#define CHAT6 "<|im_user|>user<|im_middle|>Tell me about \"quotes\" and\nnewlines.<|im_end|><|im_assistant|>assistant<|im_middle|>"
+
+static const job jobs[] = {
+    {"c1", "{\"custom_id\":\"c1\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"The weather today is\",\"max_tokens\":6}}",
+     "--prompt 'The weather today is' -n 6"},
+    {"c2", "{\"custom_id\":\"c2\",\"prompt\":[5,17,200,33,9,1,2,3,4,5,6,7],\"max_tokens\":9,\"temperature\":0.9,\"seed\":7}",
+     "--ids 5,17,200,33,9,1,2,3,4,5,6,7 -n 9 --temperature 0.9 --seed 7"},
+    {"c3", "{\"custom_id\":\"c3\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"a\",\"max_tokens\":3,\"temperature\":0.7,\"top_p\":0.8,\"seed\":-5}}",
+     "--prompt a -n 3 --temperature 0.7 --top-p 0.8 --seed -5"},
+    {"c4", "{\"custom_id\":\"c4\",\"prompt\":[300],\"max_tokens\":12}", "--ids 300 -n 12"},
+    {"c5", "{\"custom_id\":\"c5\",\"url\":\"/v1/chat/completions\",\"body\":{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Name a color.\"}],\"max_tokens\":7}}",
+     "--prompt-file CHAT5 --allow-special -n 7"},
+    {"c6", "{\"custom_id\":\"c6\",\"messages\":[{\"role\":\"user\",\"content\":\"Tell me about \\\"quotes\\\" and\\nnewlines.\"}],\"max_tokens\":8,\"temperature\":1.0,\"seed\":99}",
+     "--prompt-file CHAT6 --allow-special -n 8 --temperature 1.0 --seed 99"},
+    {"c7", "{\"custom_id\":\"c7\",\"prompt\":\"It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of foolishness\",\"max_tokens\":5,\"temperature\":0.6,\"top_p\":0.95,\"seed\":3}",
+     "--prompt 'It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of foolishness' -n 5 --temperature 0.6 --top-p 0.95 --seed 3"},
+    {"c8", "{\"custom_id\":\"c8\",\"prompt\":[11,22,33,44,55,66,77,88,99,110,121,132,143,154,165,176,187,198,209,220],\"max_tokens\":10,\"temperature\":0.5,\"seed\":1}",
+     "--ids 11,22,33,44,55,66,77,88,99,110,121,132,143,154,165,176,187,198,209,220 -n 10 --temperature 0.5 --seed 1"},
+    {"c9", "{\"custom_id\":\"c9\",\"prompt\":\"Hello\",\"max_tokens\":4}", "--prompt Hello -n 4"},
+};
+#define NJOBS ((int)(sizeof jobs / sizeof jobs[0]))
+
+/* Bad lines: the error code each must get. */
+static const struct {
+    const char *line, *code;
+} bads[] = {
+    {"{\"custom_id\":\"b1\",\"prompt\":[1,99999]}", "invalid_prompt"},
+    {"this is not json", "invalid_json"},
+    {"{\"custom_id\":\"b3\",\"prompt\":\"x\",\"max_tokens\":0}", "invalid_max_tokens"},
+    {"{\"custom_id\":\"b4\",\"prompt\":[1,2],\"max_tokens\":500}", "context_length_exceeded"},
+    {"{\"custom_id\":\"b5\",\"url\":\"/v1/embeddings\",\"body\":{\"input\":\"x\"}}", "invalid_url"},
+    {"{\"custom_id\":\"b6\",\"prompt\":\"x\",\"temperature\":\"hot\"}", "invalid_request"},
+    {"{\"custom_id\":\"b7\",\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "invalid_prompt"},
+};
+#define NBADS ((int)(sizeof bads / sizeof bads[0]))
+
+/* What `run` gave for job i. */
+static json_t *ref_ids[16];
+static char ref_dump[16][1200];
+
+static int write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+static void make_refs(void)
+{
+    write_file(ms_t_path(tmp, "chat5.txt"), CHAT5);
+    write_file(ms_t_path(tmp, "chat6.txt"), CHAT6);
+    for (int i = 0; i < NJOBS; i++) {
+        char args[1024];
+        snprintf(args, sizeof args, "%s", jobs[i].run);
+        char *p;
+        if ((p = strstr(args, "CHAT5")) || (p = strstr(args, "CHAT6"))) {
+            char rest[1024];
+            snprintf(rest, sizeof rest, "%s", p + 5);
+            snprintf(p, sizeof args - (size_t)(p - args), "%s/chat%c.txt%s", tmp, p[4], rest);
+        }
+        snprintf(ref_dump[i], sizeof ref_dump[i], "%s/ref-%s.f32", tmp, jobs[i].id);
+        char *out = NULL;
+        int st = ms_t_runf(&out, NULL, "%s run --model %s %s --stop-at-eos --json --quiet --ram-budget 2G --dump-logits %s",
+                           bin, dir, args, ref_dump[i]);
+        json_t *o = out ? json_loads(out, JSON_ALLOW_NUL, NULL) : NULL;
+        ref_ids[i] = o ? json_incref(json_object_get(o, "generated_ids")) : NULL;
+        T_CHECK(st == 0 && ref_ids[i], "run %s alone: exit %d", jobs[i].id, st);
+        json_decref(o);
+        free(out);
+    }
+}
+
+/* Line numbers of good job i / bad line b in make_input's file. */
+static int job_line[NJOBS], bad_line[NBADS];
+static int line_of_job(int i) { return job_line[i]; }
+static int line_of_bad(int b) { return bad_line[b]; }
+
+/* The input file: the good jobs in order, bad lines interleaved. Returns its path. */
+static const char *make_input(const char *name)
+{
+    const char *path = ms_t_path(tmp, name);
+    FILE *f = fopen(path, "w");
+    int line = 0;
+    for (int i = 0, b = 0; i < NJOBS || b < NBADS; i++) {
+        if (i < NJOBS) {
+            fprintf(f, "%s\n", jobs[i].line);
+            job_line[i] = ++line;
+        }
+        if (b < NBADS) {
+            bad_line[b] = ++line;
+            fprintf(f, "%s\n", bads[b++].line);
+        }
+        if (i == 2) { /* a blank line is skipped, and counted */
+            fputs("\n", f);
+            line++;
+        }
+    }
+    fclose(f);
+    return path;
+}
+
+/* Parse the output lines: each custom_id once, in *objs by the order above. Returns the line count. */
+static int read_output(const char *path, json_t **good, json_t **bad_out, int *dups)
+{
+    size_t len = 0;
+    char *buf = ms_t_read_file(path, &len);
+    int n = 0;
+    *dups = 0;
+    for (int i = 0; i < NJOBS; i++) good[i] = NULL;
+    for (int b = 0; b < NBADS; b++) bad_out[b] = NULL;
+    for (char *s = buf; s && *s;) {
+        char *nl = strchr(s, '\n');
+        if (!nl) break;
+        *nl = 0;
+        n++;
+        json_t *o = json_loads(s, JSON_ALLOW_NUL, NULL);
+        const char *cid = json_string_value(json_object_get(o, "custom_id"));
+        int placed = 0;
+        for (int i = 0; cid && i < NJOBS && !placed; i++)
+            if (!strcmp(cid, jobs[i].id)) {
+                *dups += good[i] != NULL;
+                json_decref(good[i]);
+                good[i] = json_incref(o);
+                placed = 1;
+            }
+        for (int b = 0; cid && b < NBADS && !placed; b++) {
+            char want[32];
+            snprintf(want, sizeof want, "b%d", b + 1);
+            char alt[32];
+            snprintf(alt, sizeof alt, "line-%d", line_of_bad(b));
+            if (!strcmp(cid, want) || !strcmp(cid, alt)) {
+                *dups += bad_out[b] != NULL;
+                json_decref(bad_out[b]);
+                bad_out[b] = json_incref(o);
+                placed = 1;
+            }
+        }
+        json_decref(o);
+        s = nl + 1;
+    }
+    free(buf);
+    return n;
+}
+
+/* 1 if file a is a non-empty prefix of file b. */
+static int prefix_file(const char *a, const char *b)
+{
+    size_t la = 0, lb = 0;
+    char *x = ms_t_read_file(a, &la), *y = ms_t_read_file(b, &lb);
+    int ok = x && y && la > 0 && la <= lb && !memcmp(x, y, la);
+    free(x);
+    free(y);
+    return ok;
+}
+
+/* Job i's result against run's: ids equal (a prefix only when the job stopped), logits rows a prefix. */
+static int same_as_run(int i, json_t *o, const char *dump_dir, const char *what)
+{
+    json_t *choice = json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"), "choices"), 0);
+    json_t *ids = json_object_get(choice, "token_ids");
+    const char *fin = json_string_value(json_object_get(choice, "finish_reason"));
+    size_t n = json_array_size(ids), nr = json_array_size(ref_ids[i]);
+    int ok = ids && fin && n >= 1 && n <= nr && (n == nr || !strcmp(fin, "stop"));
+    for (size_t k = 0; ok && k < n; k++)
+        ok = json_integer_value(json_array_get(ids, k)) == json_integer_value(json_array_get(ref_ids[i], k));
+    char path[1300];
+    snprintf(path, sizeof path, "%.1200s/line-%d.f32", dump_dir ? dump_dir : "", line_of_job(i));
+    int rows = !dump_dir || prefix_file(path, ref_dump[i]);
+    T_CHECK(ok && rows, "%s: job %s: %zu ids equal run's alone (%zu), logits rows %s", what, jobs[i].id, n, nr,
+            dump_dir ? (rows ? "bit-identical" : "DIFFER") : "not dumped");
+    return ok && rows;
+}
+
+static void check_batch(int batch, int workers)
+{
+    char what[64], out[1200], dump[1200];
+    snprintf(what, sizeof what, "--max-batch %d, %d local workers", batch, workers);
+    snprintf(out, sizeof out, "%s/out-%d-%d.jsonl", tmp, batch, workers);
+    snprintf(dump, sizeof dump, "%s/dump-%d-%d", tmp, batch, workers);
+    mkdir(dump, 0755);
+    const char *in = make_input("in.jsonl");
+    char *err = NULL;
+    int st = ms_t_runf(NULL, &err,
+                       "%s jobs --model %s --input %s --output %s --max-batch %d --local-workers %d --ram-budget 2G "
+                       "--max-context 200 --dump-logits %s --quiet",
+                       bin, dir, in, out, batch, workers, dump);
+    T_CHECK(st == 0, "%s: exit 0 with bad lines answered (got %d): %s", what, st, err ? err : "");
+    free(err);
+    json_t *good[NJOBS], *bad[NBADS];
+    int dups = 0, n = read_output(out, good, bad, &dups);
+    T_CHECK(n == NJOBS + NBADS && dups == 0, "%s: %d lines, one per input line (%d), no duplicates", what, n,
+            NJOBS + NBADS);
+    for (int i = 0; i < NJOBS; i++) {
+        if (good[i]) same_as_run(i, good[i], dump, what);
+        else T_CHECK(0, "%s: job %s answered", what, jobs[i].id);
+        json_decref(good[i]);
+    }
+    for (int b = 0; b < NBADS; b++) {
+        json_t *e = bad[b] ? json_object_get(bad[b], "error") : NULL;
+        const char *code = json_string_value(json_object_get(e, "code"));
+        const char *msg = json_string_value(json_object_get(e, "message"));
+        char ln[32];
+        snprintf(ln, sizeof ln, "line %d:", line_of_bad(b));
+        T_CHECK(code && !strcmp(code, bads[b].code) && msg && strstr(msg, ln) &&
+                    json_is_null(json_object_get(bad[b], "response")),
+                "%s: bad line %d answered with error %s naming its line (%s: %s)", what, line_of_bad(b), bads[b].code,
+                code ? code : "none", msg ? msg : "");
+        json_decref(bad[b]);
+    }
+}
+
+/* The shapes of a result line (OpenAI Batch API plus token_ids). */
+static void check_shape(void)
+{
+    char out[1200];
+    snprintf(out, sizeof out, "%s/out-3-0.jsonl", tmp);
+    json_t *good[NJOBS], *bad[NBADS];
+    int dups;
+    read_output(out, good, bad, &dups);
+    json_t *c1 = good[0], *c5 = good[4];
+    json_t *b1 = json_object_get(json_object_get(c1, "response"), "body");
+    json_t *b5 = json_object_get(json_object_get(c5, "response"), "body");
+    const char *id = json_string_value(json_object_get(c1, "id"));
+    json_t *usage = json_object_get(b1, "usage");
+    json_t *ch1 = json_array_get(json_object_get(b1, "choices"), 0);
+    json_t *ch5 = json_array_get(json_object_get(b5, "choices"), 0);
+    T_CHECK(id && !strncmp(id, "batch_req_", 10) && strlen(id) == 10 + 36 && json_is_null(json_object_get(c1, "error")) &&
+                json_integer_value(json_object_get(json_object_get(c1, "response"), "status_code")) == 200 &&
+                strlen(json_string_value(json_object_get(json_object_get(c1, "response"), "request_id")) ?: "") == 36,
+            "result envelope: batch_req_<uuid>, status 200, request_id uuid, error null");
+    T_CHECK(!strcmp(json_string_value(json_object_get(b1, "object")) ?: "", "text_completion") &&
+                json_is_string(json_object_get(ch1, "text")) &&
+                json_integer_value(json_object_get(usage, "total_tokens")) ==
+                    json_integer_value(json_object_get(usage, "prompt_tokens")) +
+                        json_integer_value(json_object_get(usage, "completion_tokens")) &&
+                (size_t)json_integer_value(json_object_get(usage, "completion_tokens")) ==
+                    json_array_size(json_object_get(ch1, "token_ids")) &&
+                json_is_integer(json_object_get(b1, "created")),
+            "completion body: object, text, usage adds up");
+    T_CHECK(!strcmp(json_string_value(json_object_get(b5, "object")) ?: "", "chat.completion") &&
+                !strcmp(json_string_value(json_object_get(json_object_get(ch5, "message"), "role")) ?: "", "assistant") &&
+                json_is_string(json_object_get(json_object_get(ch5, "message"), "content")),
+            "chat body: object chat.completion, message from the assistant");
+    for (int i = 0; i < NJOBS; i++) json_decref(good[i]);
+    for (int b = 0; b < NBADS; b++) json_decref(bad[b]);
+}
+
+static void check_duplicates(void)
+{
+    const char *in = ms_t_path(tmp, "dup.jsonl");
+    write_file(in, "{\"custom_id\":\"x\",\"prompt\":[1]}\n{\"custom_id\":\"y\",\"prompt\":[2]}\n{\"custom_id\":\"x\",\"prompt\":[3]}\n");
+    const char *out = ms_t_path(tmp, "dup.out");
+    char *err = NULL;
+    int st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget 2G --quiet", bin, dir, in, out);
+    struct stat sb;
+    T_CHECK(st == MS_EXIT_INPUT && err && strstr(err, "'x'") && strstr(err, "lines 1 and 3") && stat(out, &sb) != 0,
+            "duplicate custom_ids are refused up front (exit 5, both lines named, no output): %d %s", st, err ? err : "");
+    free(err);
+}
+
+/* Many slow jobs; stop the run after a few lines are out (kill -9 or SIGTERM), resume it. */
+static void check_resume(int sig)
+{
+    char in[1200], out[1200], full[1200];
+    snprintf(in, sizeof in, "%s/slow.jsonl", tmp);
+    snprintf(out, sizeof out, "%s/slow-%d.out", tmp, sig);
+    snprintf(full, sizeof full, "%s/slow-full.out", tmp);
+    FILE *f = fopen(in, "w");
+    for (int i = 0; i < 24; i++)
+        fprintf(f, "{\"custom_id\":\"s%d\",\"prompt\":[%d,%d,%d],\"max_tokens\":160,\"temperature\":%s,\"seed\":%d}\n", i,
+                i + 1, 2 * i + 7, 3 * i + 11, i % 2 ? "0.8" : "0", i);
+    fclose(f);
+    struct stat sb;
+    if (stat(full, &sb) != 0) {
+        int st = ms_t_runf(NULL, NULL, "%s jobs --model %s --input %s --output %s --max-batch 3 --ram-budget 2G --quiet",
+                           bin, dir, in, full);
+        T_CHECK(st == 0, "the uninterrupted run: exit %d", st);
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(127);
+        execl(bin, bin, "jobs", "--model", dir, "--input", in, "--output", out, "--max-batch", "2", "--threads", "1",
+              "--ram-budget", "2G", "--quiet", (char *)NULL);
+        _exit(127);
+    }
+    /* wait for two lines */
+    for (int k = 0; k < 3000; k++) {
+        size_t len = 0;
+        char *b = ms_t_read_file(out, &len);
+        int lines = 0;
+        for (size_t i = 0; b && i < len; i++) lines += b[i] == '\n';
+        free(b);
+        if (lines >= 2) break;
+        ms_t_sleep_ms(2);
+    }
+    kill(pid, sig);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    int stopped = sig == SIGKILL ? WIFSIGNALED(status) : WIFEXITED(status) && WEXITSTATUS(status) == 130;
+    T_CHECK(stopped, "signal %d stops the run mid-way (status 0x%x)", sig, status);
+    if (sig == SIGKILL) { /* a torn last line, as a write cut short would leave */
+        f = fopen(out, "a");
+        fputs("{\"id\":\"batch_req_torn\",\"custom_id\":\"s2", f);
+        fclose(f);
+    }
+    size_t before = 0;
+    char *b0 = ms_t_read_file(out, &before);
+    int lines0 = 0;
+    for (size_t i = 0; b0 && i < before; i++) lines0 += b0[i] == '\n';
+    free(b0);
+    T_CHECK(lines0 >= 2 && lines0 < 24, "%d of 24 jobs were written before the stop", lines0);
+    char *err = NULL;
+    int st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --max-batch 4 --ram-budget 2G --resume", bin,
+                       dir, in, out);
+    T_CHECK(st == 0 && err && strstr(err, "skipped"), "--resume completes (exit %d)", st);
+    free(err);
+    /* every custom_id exactly once, with the uninterrupted run's ids */
+    json_t *want = json_object(), *got = json_object();
+    const char *files[2] = {full, out};
+    json_t *maps[2] = {want, got};
+    int dup = 0, n_lines = 0;
+    for (int k = 0; k < 2; k++) {
+        char *buf = ms_t_read_file(files[k], NULL);
+        for (char *s = buf; s && *s;) {
+            char *nl = strchr(s, '\n');
+            if (!nl) break;
+            *nl = 0;
+            json_t *o = json_loads(s, JSON_ALLOW_NUL, NULL);
+            const char *cid = json_string_value(json_object_get(o, "custom_id"));
+            json_t *ids = json_object_get(json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"), "choices"), 0), "token_ids");
+            if (k == 1) n_lines++;
+            if (cid && json_object_get(maps[k], cid)) dup++;
+            if (cid && ids) json_object_set(maps[k], cid, ids);
+            json_decref(o);
+            s = nl + 1;
+        }
+        free(buf);
+    }
+    T_CHECK(dup == 0 && n_lines == 24 && json_object_size(got) == 24 && json_equal(want, got),
+            "after signal %d and --resume: 24 lines, each custom_id once, the same ids as an uninterrupted run "
+            "(%d lines, %d duplicates)",
+            sig, n_lines, dup);
+    json_decref(want);
+    json_decref(got);
+}
+
+static void check_budget(void)
+{
+    const char *in = ms_t_path(tmp, "many.jsonl");
+    FILE *f = fopen(in, "w");
+    for (int i = 0; i < 64; i++) fprintf(f, "{\"custom_id\":\"m%d\",\"prompt\":[%d],\"max_tokens\":2}\n", i, i + 1);
+    fclose(f);
+    const char *out = ms_t_path(tmp, "many.out");
+    /* the smallest budget of one sequence, from the refusal of a 1-byte budget */
+    char *err = NULL;
+    int st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget 1 --max-batch 1 --quiet", bin,
+                       dir, in, out);
+    const char *p = err ? strrchr(err, '(') : NULL;
+    unsigned long long min1 = p ? strtoull(p + 1, NULL, 10) : 0;
+    T_CHECK(st == MS_EXIT_BUDGET && min1 > 0, "a 1-byte budget is refused naming the minimum (exit %d)", st);
+    free(err);
+    unlink(out);
+    if (!min1) return;
+    err = NULL;
+    st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget %llu --max-batch 64 --quiet", bin,
+                   dir, in, out, min1 + (256 << 10));
+    p = err ? strstr(err, "the largest batch that fits is ") : NULL;
+    int k = p ? atoi(p + strlen("the largest batch that fits is ")) : 0;
+    T_CHECK(st == MS_EXIT_BUDGET && k >= 1 && k < 64,
+            "--max-batch 64 at a one-sequence budget is refused (exit 6) naming the largest batch that fits (%d): %s",
+            k, err ? err : "");
+    free(err);
+    unlink(out);
+    if (k < 1) return;
+    /* the default batch is what the budget holds */
+    err = NULL;
+    st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget %llu", bin, dir, in, out,
+                   min1 + (256 << 10));
+    p = err ? strstr(err, "up to ") : NULL;
+    int d = p ? atoi(p + 6) : 0;
+    /* (the process's resident baseline differs a little between runs, so the count may too) */
+    T_CHECK(st == 0 && d >= 1 && 2 * d >= k && d <= 2 * k,
+            "without --max-batch the same budget runs %d together, about what the refusal named (%d)", d, k);
+    free(err);
+}
+
+int main(void)
+{
+    ms_log_set_level(0);
+    snprintf(tmp, sizeof tmp, "%s", ms_t_tmpdir("jobs"));
+    snprintf(dir, sizeof dir, "%.1024s/m", tmp);
+    snprintf(bin, sizeof bin, "%s", ms_t_bin("moestream"));
+    ms_synth_shape sh;
+    ms_synth_preset("tiny", &sh);
+    T_CHECK(ms_synth_write(dir, &sh, 11) == 0, "synth tiny: %s", ms_err_msg());
+    make_refs();
+    int batches[3] = {1, 3, 8};
+    for (int w = 0; w <= 2; w += 2)
+        for (int b = 0; b < 3; b++) check_batch(batches[b], w);
+    check_shape();
+    check_duplicates();
+    check_resume(SIGKILL);
+    check_resume(SIGTERM);
+    check_budget();
+    for (int i = 0; i < NJOBS; i++) json_decref(ref_ids[i]);
+    return ms_t_done();
+}
