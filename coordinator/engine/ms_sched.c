@@ -15,6 +15,7 @@ typedef struct sjob {
     int stopped;                 /* a stop id or string ended it */
     size_t cut;                  /* stop string: text bytes kept */
     int cut_set;
+    size_t text_bytes;           /* bytes of the generated text so far (with stop strings) */
     int alone;                   /* re-run alone after a failed step */
     float *rows;                 /* keep_logits: [n_rows][V] */
     int64_t n_rows, cap_rows;
@@ -128,7 +129,9 @@ static char *job_text(sjob *j, size_t n_tok, size_t *len)
     return text;
 }
 
-/* After each generated token: stop ids, then stop strings on the text so far. */
+/* After each generated token: stop ids, then stop strings. Decoding concatenates the tokens'
+ * raw bytes, so a stop string of L bytes that ends in the newest token lies in the bytes of the
+ * last L tokens; one that ended earlier was found then. */
 static void on_token(void *ctx, ms_eseq *seq, int32_t token)
 {
     sjob *j = ctx;
@@ -137,11 +140,18 @@ static void on_token(void *ctx, ms_eseq *seq, int32_t token)
     if (j->stopped) return;
     for (int i = 0; i < j->j.n_stop_ids; i++)
         if (token == j->j.stop_ids[i]) j->stopped = 1;
-    if (j->stopped || !j->j.n_stop) return;
-    size_t len, ng;
-    ms_engine_seq_tokens(j->seq, &ng);
-    char *text = job_text(j, ng, &len);
-    if (!text) return;
+    ms_tok *tok = ms_engine_tok(j->s->e);
+    if (j->stopped || !j->j.n_stop || !tok) return;
+    size_t ng, maxl = 0, len = 0, one = 0;
+    const int32_t *gen = ms_engine_seq_tokens(j->seq, &ng);
+    for (int i = 0; i < j->j.n_stop; i++)
+        if (strlen(j->j.stop[i]) > maxl) maxl = strlen(j->j.stop[i]);
+    char *text = NULL;
+    if (ms_tok_decode(tok, &token, 1, &text, &one) != 0) return;
+    free(text);
+    j->text_bytes += one;
+    size_t from = ng > maxl ? ng - maxl : 0;
+    if (ms_tok_decode(tok, gen + from, ng - from, &text, &len) != 0) return;
     size_t best = len + 1;
     for (int i = 0; i < j->j.n_stop; i++) {
         const char *hit = memmem(text, len, j->j.stop[i], strlen(j->j.stop[i]));
@@ -149,7 +159,7 @@ static void on_token(void *ctx, ms_eseq *seq, int32_t token)
     }
     if (best <= len) {
         j->stopped = 1;
-        j->cut = best;
+        j->cut = j->text_bytes - len + best;
         j->cut_set = 1;
     }
     free(text);
@@ -257,6 +267,7 @@ static int isolate(ms_sched *s)
         j->stopped = 0;
         j->cut_set = 0;
         j->cut = 0;
+        j->text_bytes = 0;
         j->n_rows = 0;
         j->alone = 1;
         s->st.retries++;
