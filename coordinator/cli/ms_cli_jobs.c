@@ -152,7 +152,8 @@ static int read_input(const char *path, char **buf, size_t *len)
 typedef struct {
     double t0, last;
     uint64_t total, base_bytes;
-    int tty;
+    double base_wait;
+    int tty, max_batch;
 } progress;
 
 static void show_progress(progress *p, const jobs_run *r, ms_engine *e, ms_sched *s, int final)
@@ -174,10 +175,13 @@ static void show_progress(progress *p, const jobs_run *r, ms_engine *e, ms_sched
     if (r->o->json_progress) {
         fprintf(stderr,
                 "{\"elapsed_seconds\":%.3f,\"jobs_done\":%llu,\"jobs_total\":%llu,\"jobs_failed\":%llu,\"running\":%d,"
-                "\"waiting\":%d,\"generated_tokens\":%llu,\"tokens_per_second\":%.3f,\"eta_seconds\":%.1f,\"batch\":%d,"
-                "\"bytes_read_per_token\":%.0f,\"final\":%s}\n",
+                "\"waiting\":%d,\"generated_tokens\":%llu,\"tokens_per_second\":%.3f,\"eta_seconds\":%.1f,\"batch\":%d,\"max_batch\":%d,"
+                "\"bytes_read_per_token\":%.0f,\"bytes_read\":%llu,\"steps\":%llu,\"passes\":%llu,"
+                "\"io_wait_seconds\":%.3f,\"peak_rss_bytes\":%llu,\"final\":%s}\n",
                 el, (unsigned long long)done, (unsigned long long)p->total, (unsigned long long)r->errors, st.running,
-                st.waiting, (unsigned long long)st.generated, tps, eta, st.running, per_tok, final ? "true" : "false");
+                st.waiting, (unsigned long long)st.generated, tps, eta, st.running, p->max_batch, per_tok, (unsigned long long)bytes,
+                (unsigned long long)st.steps, (unsigned long long)es.passes, es.model.io_wait_seconds - p->base_wait,
+                (unsigned long long)es.peak_rss_all, final ? "true" : "false");
     } else if (p->tty) {
         char a[32], etas[32];
         if (eta < 0)
@@ -382,11 +386,13 @@ static int jobs_main(const jobs_opts *o)
         sj.user = j;
         ms_sched_add(s, &sj);
     }
-    progress pg = {ms_cli_now(), 0, total, 0, isatty(2) && !o->quiet && !o->json_progress};
+    progress pg = {ms_cli_now(), 0, total, 0, 0, isatty(2) && !o->quiet && !o->json_progress};
     {
         ms_engine_stats es;
         ms_engine_get_stats(e, &es);
         pg.base_bytes = es.model.bytes_read_experts + es.model.bytes_read_trunk;
+        pg.base_wait = es.model.io_wait_seconds;
+        pg.max_batch = batch;
     }
     while (ms_sched_pending(s)) {
         if (got_signal) break;
