@@ -47,7 +47,8 @@ static size_t slot_bytes(const ms_wstream_item *items, int n, uint64_t chunk_byt
     size_t mx = 0;
     for (int i = 0; i < n; i++) {
         uint64_t b = (uint64_t)rows_per(&items[i], chunk_bytes) * items[i].row_bytes;
-        size_t s = ms_io_span(items[i].off + MS_IO_ALIGN - 1, (size_t)b); /* worst-case alignment */
+        /* A chunk starts at off + r0 * row_bytes, so at any alignment: the worst is ALIGN - 1. */
+        size_t s = ms_io_span(MS_IO_ALIGN - 1, (size_t)b);
         if (s > mx) mx = s;
     }
     return mx;
