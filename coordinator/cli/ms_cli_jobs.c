@@ -288,7 +288,7 @@ static int jobs_main(const jobs_opts *o)
     tok = NULL;
     if ((rc = check_duplicates(specs, n_specs)) != 0) goto out;
     if ((rc = scan_output(o, &done, &n_done)) != 0) goto out;
-    qsort(done, n_done, sizeof *done, cmp_str);
+    if (n_done) qsort(done, n_done, sizeof *done, cmp_str);
     run.specs = specs;
     run.fd = open(o->output, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (run.fd < 0) {

@@ -373,22 +373,33 @@ static void check_budget(void)
 {
     const char *in = ms_t_path(tmp, "many.jsonl");
     FILE *f = fopen(in, "w");
-    for (int i = 0; i < 64; i++) fprintf(f, "{\"custom_id\":\"m%d\",\"prompt\":[%d],\"max_tokens\":2}\n", i, i + 1);
+    /* one long job: every sequence's KV cache is planned for 2000 positions, so that a sequence's
+     * share of the budget is large beside the variation of the process's resident baseline */
+    for (int i = 0; i < 64; i++)
+        fprintf(f, "{\"custom_id\":\"m%d\",\"prompt\":[%d],\"max_tokens\":%d}\n", i, i + 1, i ? 2 : 2000);
     fclose(f);
     const char *out = ms_t_path(tmp, "many.out");
-    /* the smallest budget of one sequence, from the refusal of a 1-byte budget */
+    /* the smallest budgets of 1 and of 64 sequences, from the refusals of a 1-byte budget; half
+     * way between them (far from either: the process's resident baseline varies a little) */
+    unsigned long long mins[2] = {0, 0};
+    for (int m = 0; m < 2; m++) {
+        char *err = NULL;
+        int st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget 1 --max-batch %d --quiet "
+                           "--max-context 4096",
+                           bin, dir, in, out, m ? 64 : 1);
+        const char *p = err ? strrchr(err, '(') : NULL;
+        mins[m] = p ? strtoull(p + 1, NULL, 10) : 0;
+        T_CHECK(st == MS_EXIT_BUDGET && mins[m] > 0, "a 1-byte budget is refused naming the minimum (exit %d)", st);
+        free(err);
+        unlink(out);
+    }
+    if (!mins[0] || mins[1] <= mins[0]) return;
+    unsigned long long mid = (mins[0] + mins[1]) / 2;
     char *err = NULL;
-    int st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget 1 --max-batch 1 --quiet", bin,
-                       dir, in, out);
-    const char *p = err ? strrchr(err, '(') : NULL;
-    unsigned long long min1 = p ? strtoull(p + 1, NULL, 10) : 0;
-    T_CHECK(st == MS_EXIT_BUDGET && min1 > 0, "a 1-byte budget is refused naming the minimum (exit %d)", st);
-    free(err);
-    unlink(out);
-    if (!min1) return;
-    err = NULL;
-    st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget %llu --max-batch 64 --quiet", bin,
-                   dir, in, out, min1 + (256 << 10));
+    int st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget %llu --max-batch 64 --quiet "
+                       "--max-context 4096",
+                       bin, dir, in, out, mid);
+    const char *p;
     p = err ? strstr(err, "the largest batch that fits is ") : NULL;
     int k = p ? atoi(p + strlen("the largest batch that fits is ")) : 0;
     T_CHECK(st == MS_EXIT_BUDGET && k >= 1 && k < 64,
@@ -399,13 +410,14 @@ static void check_budget(void)
     if (k < 1) return;
     /* the default batch is what the budget holds */
     err = NULL;
-    st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget %llu", bin, dir, in, out,
-                   min1 + (256 << 10));
+    st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget %llu --max-context 4096", bin, dir, in,
+                   out, mid);
     p = err ? strstr(err, "up to ") : NULL;
     int d = p ? atoi(p + 6) : 0;
     /* (the process's resident baseline differs a little between runs, so the count may too) */
     T_CHECK(st == 0 && d >= 1 && 2 * d >= k && d <= 2 * k,
-            "without --max-batch the same budget runs %d together, about what the refusal named (%d)", d, k);
+            "without --max-batch the same budget runs %d together, about what the refusal named (%d): exit %d %s", d, k,
+            st, st ? err : "");
     free(err);
 }
 
