@@ -421,6 +421,32 @@ static void check_budget(void)
     free(err);
 }
 
+static void check_usage(void)
+{
+    const char *in = make_input("in-usage.jsonl");
+    const char *out = ms_t_path(tmp, "usage.out");
+    char *o = NULL;
+    int st = ms_t_runf(&o, NULL, "%s jobs --help", bin);
+    T_CHECK(st == 0 && o && strstr(o, "--max-batch") && strstr(o, "--resume"), "jobs --help: exit 0, lists the options");
+    free(o);
+    T_CHECK(ms_t_runf(NULL, NULL, "%s jobs --model %s --input %s 2>/dev/null", bin, dir, in) == 2, "no --output: exit 2");
+    T_CHECK(ms_t_runf(NULL, NULL, "%s jobs --model %s --input %s --output %s --max-batch 0 2>/dev/null", bin, dir, in,
+                      out) == 2,
+            "--max-batch 0: exit 2");
+    T_CHECK(ms_t_runf(NULL, NULL, "%s jobs --model %s --input %s/none.jsonl --output %s 2>/dev/null", bin, dir, tmp,
+                      out) == 4,
+            "an input that cannot be read: exit 4");
+    write_file(out, "{\"not\": \"ours\"}\n");
+    char *err = NULL;
+    st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --quiet", bin, dir, in, out);
+    T_CHECK(st == 2 && err && strstr(err, "--resume"), "an existing output without --resume: exit 2 (%d)", st);
+    free(err);
+    err = NULL;
+    st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --resume --quiet", bin, dir, in, out);
+    T_CHECK(st == 5 && err && strstr(err, "line 1"), "resuming a file that is not ours: exit 5 naming the line (%d)", st);
+    free(err);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -436,6 +462,7 @@ int main(void)
         for (int b = 0; b < 3; b++) check_batch(batches[b], w);
     check_shape();
     check_duplicates();
+    check_usage();
     check_resume(SIGKILL);
     check_resume(SIGTERM);
     check_budget();
