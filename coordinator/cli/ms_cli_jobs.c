@@ -188,9 +188,13 @@ static void show_progress(progress *p, const jobs_run *r, ms_engine *e, ms_sched
             snprintf(etas, sizeof etas, "?");
         else
             snprintf(etas, sizeof etas, "%dm%02ds", (int)(eta / 60), (int)eta % 60);
-        fprintf(stderr, "\rjobs %llu/%llu (%llu errors)  %.2f tok/s  ETA %s  batch %d  %s read/token   %s",
+        char bar[21];
+        int fill = p->total ? (int)(20 * done / p->total) : 20;
+        for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '.';
+        bar[20] = 0;
+        fprintf(stderr, "\rjobs [%s] %llu/%llu (%llu errors)  %.2f tok/s  ETA %s  batch %d/%d  %s read/token   %s", bar,
                 (unsigned long long)done, (unsigned long long)p->total, (unsigned long long)r->errors, tps, etas,
-                st.running, ms_size_fmt((uint64_t)per_tok, a, sizeof a), final ? "\n" : "");
+                st.running, p->max_batch, ms_size_fmt((uint64_t)per_tok, a, sizeof a), final ? "\n" : "");
     }
 }
 
