@@ -52,6 +52,7 @@ fio_run() {
       --ioengine=libaio --runtime=20 --time_based --output-format=json > "$out/fio-$1.json" 2>/dev/null
 }
 fio_run before
+cut -d' ' -f1-3 /proc/loadavg > "$out/load-before.txt" # the machine may be shared: say how busy it was
 for b in $budgets; do
   for n in $batches; do
     drop
@@ -64,6 +65,7 @@ for b in $budgets; do
     [ $rc -eq 0 ] || { echo "jobs bench: $b batch $n failed with status $rc" >&2; tail -3 "$out/progress-$b-$n.txt" >&2; }
   done
 done
+cut -d' ' -f1-3 /proc/loadavg > "$out/load-after.txt"
 fio_run after
 
 python3 - "$out" "$model" "$budgets" "$batches" <<'PY'
@@ -74,6 +76,7 @@ fio = max(fios)
 def sh(c): return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
 cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
 mem = sh("free -g | awk '/Mem:/{print $2}'")
+loads = [open(f"{out}/load-{w}.txt").read().strip() for w in ("before", "after")]
 def ids_of(path):
     r = {}
     for l in open(path):
@@ -86,7 +89,7 @@ lines.append(f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores
              f"through `moestream jobs --max-batch N --ram-budget B --json-progress`; each run: page cache dropped, then "
              f"run in a memory cgroup whose limit is the budget. Disk: fio O_DIRECT random 16 MiB reads at queue depth 8, "
              f"before and after: {fios[0]/1e9:.2f} and {fios[1]/1e9:.2f} GB/s; the bound uses the larger, "
-             f"**{fio/1e9:.2f} GB/s**.\n")
+             f"**{fio/1e9:.2f} GB/s**. Load average (1, 5, 15 min) before the runs {loads[0]}, after {loads[1]}.\n")
 lines.append("Command: `sudo bash tests/bench/jobs.sh`\n")
 lines.append("| budget | max batch | tokens/s (aggregate) | x batch 1 | GB read / generated token | steps | peak RSS (cgroup) | OOM kills | bound tokens/s | of bound | ids = batch 1 |")
 lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
