@@ -246,6 +246,43 @@ static int check_duplicates(ms_jobspec *specs, int n)
     return rc;
 }
 
+/* Open the engine for todo jobs of at most longest positions (prompt + max_tokens + 1). */
+static int open_engine(const jobs_opts *o, int todo, int64_t longest, int64_t max_prompt, ms_engine **out)
+{
+    ms_engine *e = NULL;
+    int rc = MS_EXIT_OK;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    ms_engine_opts eo = {0};
+    eo.model_dir = o->model;
+    eo.run.n_threads = (int)o->threads;
+    eo.run.ram_budget = o->budget;
+    eo.run.buffered = o->buffered;
+    eo.run.io_depth = (int)o->io_depth;
+    eo.run.max_chunk = o->chunk;
+    eo.run.all_logits = o->dump != NULL;
+    eo.run.lru = o->lru;
+    eo.run.prompt_tokens = max_prompt;
+    eo.run.max_positions = longest;
+    int cap_batch = todo < MS_LAYER_MAX_SEQS ? todo : MS_LAYER_MAX_SEQS;
+    if (o->max_batch > 0)
+        eo.max_seqs = (int)(o->max_batch < cap_batch ? o->max_batch : cap_batch);
+    else
+        eo.fit_seqs = cap_batch;
+    eo.local_workers = o->local_workers > 0 ? (int)o->local_workers : 0;
+    eo.workers = o->workers;
+    eo.cluster = o->cluster;
+    eo.curve_secret = o->curve_secret;
+    eo.insecure = o->insecure;
+    eo.worker_timeout = o->worker_timeout;
+    if (!(e = ms_engine_open(&eo))) rc = ms_cli_fail_err("jobs");
+    *out = e;
+    return rc;
+}
+
 static int jobs_main(const jobs_opts *o)
 {
     const char *cmd = "jobs";
@@ -304,7 +341,8 @@ static int jobs_main(const jobs_opts *o)
     run.model_name = slash && slash[1] ? slash + 1 : o->model;
     run.V = cfg.vocab;
 
-    /* Bad lines are answered now; the rest is planned for. */
+    /* The jobs to run are planned for; bad lines are answered once the model is open (so that
+     * a model or budget refused leaves the output as it was). */
     int todo = 0, skipped = 0;
     int64_t longest = 1, max_prompt = 1;
     for (int i = 0; i < n_specs; i++) {
@@ -314,57 +352,29 @@ static int jobs_main(const jobs_opts *o)
             j->line = -j->line; /* answered already */
             continue;
         }
-        if (j->err_code) {
-            size_t len;
-            char *l = ms_jobline_error(j, j->err_code, j->err_msg, &len);
-            run.errors++;
-            int w = put_line(&run, l, len);
-            free(l);
-            if (w != 0) {
-                rc = ms_cli_fail_err(cmd);
-                goto out;
-            }
-            continue;
-        }
+        if (j->err_code) continue;
         todo++;
         if ((int64_t)j->n_prompt + j->max_tokens + 1 > longest) longest = (int64_t)j->n_prompt + j->max_tokens + 1;
         if ((int64_t)j->n_prompt > max_prompt) max_prompt = (int64_t)j->n_prompt;
     }
     if (skipped) ms_log(1, "jobs: %d jobs already in %s are skipped", skipped, o->output);
     uint64_t total = (uint64_t)(n_specs - skipped);
+    if (todo > 0 && (rc = open_engine(o, todo, longest, max_prompt, &e)) != 0) goto out;
+    for (int i = 0; i < n_specs; i++) {
+        ms_jobspec *j = &specs[i];
+        if (j->line < 0 || !j->err_code) continue;
+        size_t len;
+        char *l = ms_jobline_error(j, j->err_code, j->err_msg, &len);
+        run.errors++;
+        int w = put_line(&run, l, len);
+        free(l);
+        if (w != 0) {
+            rc = ms_cli_fail_err(cmd);
+            goto out;
+        }
+    }
     if (todo == 0) goto finish;
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    ms_engine_opts eo = {0};
-    eo.model_dir = o->model;
-    eo.run.n_threads = (int)o->threads;
-    eo.run.ram_budget = o->budget;
-    eo.run.buffered = o->buffered;
-    eo.run.io_depth = (int)o->io_depth;
-    eo.run.max_chunk = o->chunk;
-    eo.run.all_logits = o->dump != NULL;
-    eo.run.lru = o->lru;
-    eo.run.prompt_tokens = max_prompt;
-    eo.run.max_positions = longest;
-    int cap_batch = todo < MS_LAYER_MAX_SEQS ? todo : MS_LAYER_MAX_SEQS;
-    if (o->max_batch > 0)
-        eo.max_seqs = (int)(o->max_batch < cap_batch ? o->max_batch : cap_batch);
-    else
-        eo.fit_seqs = cap_batch;
-    eo.local_workers = o->local_workers > 0 ? (int)o->local_workers : 0;
-    eo.workers = o->workers;
-    eo.cluster = o->cluster;
-    eo.curve_secret = o->curve_secret;
-    eo.insecure = o->insecure;
-    eo.worker_timeout = o->worker_timeout;
-    if (!(e = ms_engine_open(&eo))) {
-        rc = ms_cli_fail_err(cmd);
-        goto out;
-    }
     int batch = ms_engine_max_seqs(e);
     ms_log(1, "jobs: %d jobs to run, up to %d together", todo, batch);
     s = ms_sched_new(e, batch, on_done, &run);

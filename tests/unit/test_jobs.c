@@ -377,6 +377,7 @@ static void check_budget(void)
      * share of the budget is large beside the variation of the process's resident baseline */
     for (int i = 0; i < 64; i++)
         fprintf(f, "{\"custom_id\":\"m%d\",\"prompt\":[%d],\"max_tokens\":%d}\n", i, i + 1, i ? 2 : 2000);
+    fputs("{\"custom_id\":\"bad\",\"prompt\":[]}\n", f); /* answered only once the model opens */
     fclose(f);
     const char *out = ms_t_path(tmp, "many.out");
     /* the smallest budgets of 1 and of 64 sequences, from the refusals of a 1-byte budget; half
@@ -405,6 +406,8 @@ static void check_budget(void)
     T_CHECK(st == MS_EXIT_BUDGET && k >= 1 && k < 64,
             "--max-batch 64 at a one-sequence budget is refused (exit 6) naming the largest batch that fits (%d): %s",
             k, err ? err : "");
+    struct stat sb;
+    T_CHECK(stat(out, &sb) != 0 || sb.st_size == 0, "the refused run wrote nothing, not even the bad line's answer");
     free(err);
     unlink(out);
     if (k < 1) return;
