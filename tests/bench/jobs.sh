@@ -83,7 +83,7 @@ def ids_of(path):
         o = json.loads(l)
         r[o["custom_id"]] = o["response"]["body"]["choices"][0]["token_ids"] if o["response"] else None
     return r
-lines = ["## Jobs: continuous batching (issue 8)\n"]
+lines = ["## Jobs: continuous batching\n"]
 lines.append(f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores, {mem} GiB RAM; model: the k3-slice "
              f"(`moestream synth --preset k3-slice --layers 3`). 16 jobs of 8-token prompts, 16 tokens each, greedy, "
              f"through `moestream jobs --max-batch N --ram-budget B --json-progress`; each run: page cache dropped, then "
