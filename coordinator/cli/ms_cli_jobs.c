@@ -14,6 +14,7 @@
 #include "ms_cfg.h"
 #include "ms_chat.h"
 #include "ms_cli.h"
+#include "ms_cli_eopt.h"
 #include "ms_engine.h"
 #include "ms_err.h"
 #include "ms_jobfile.h"
@@ -25,12 +26,10 @@
 #define FSYNC_EVERY_S 2.0
 
 typedef struct {
-    const char *model, *input, *output, *dump;
-    const char *workers, *cluster, *curve_secret;
-    long long local_workers, threads, io_depth, chunk, max_batch, max_context;
-    float worker_timeout;
-    uint64_t budget;
-    int insecure, resume, json_progress, quiet, buffered, lru;
+    ms_cli_eopts e; /* model, budget, I/O, threads, workers */
+    const char *input, *output, *dump;
+    long long max_batch, max_context;
+    int resume, json_progress;
 } jobs_opts;
 
 static void jobs_usage(FILE *f)
@@ -257,14 +256,8 @@ static int open_engine(const jobs_opts *o, int todo, int64_t longest, int64_t ma
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     ms_engine_opts eo = {0};
-    eo.model_dir = o->model;
-    eo.run.n_threads = (int)o->threads;
-    eo.run.ram_budget = o->budget;
-    eo.run.buffered = o->buffered;
-    eo.run.io_depth = (int)o->io_depth;
-    eo.run.max_chunk = o->chunk;
+    ms_cli_eopt_engine(&o->e, &eo);
     eo.run.all_logits = o->dump != NULL;
-    eo.run.lru = o->lru;
     eo.run.prompt_tokens = max_prompt;
     eo.run.max_positions = longest;
     int cap_batch = todo < MS_LAYER_MAX_SEQS ? todo : MS_LAYER_MAX_SEQS;
@@ -272,12 +265,6 @@ static int open_engine(const jobs_opts *o, int todo, int64_t longest, int64_t ma
         eo.max_seqs = (int)(o->max_batch < cap_batch ? o->max_batch : cap_batch);
     else
         eo.fit_seqs = cap_batch;
-    eo.local_workers = o->local_workers > 0 ? (int)o->local_workers : 0;
-    eo.workers = o->workers;
-    eo.cluster = o->cluster;
-    eo.curve_secret = o->curve_secret;
-    eo.insecure = o->insecure;
-    eo.worker_timeout = o->worker_timeout;
     if (!(e = ms_engine_open(&eo))) rc = ms_cli_fail_err("jobs");
     *out = e;
     return rc;
@@ -299,9 +286,9 @@ static int jobs_main(const jobs_opts *o)
 
     /* Everything is read and checked before the model opens: the plan needs the longest job. */
     char cpath[4200];
-    snprintf(cpath, sizeof cpath, "%s/config.json", o->model);
+    snprintf(cpath, sizeof cpath, "%s/config.json", o->e.model);
     if (ms_cfg_load(cpath, &cfg) != 0) return ms_cli_fail_err(cmd);
-    if (ms_tok_present(o->model) && !(tok = ms_tok_load(o->model))) {
+    if (ms_tok_present(o->e.model) && !(tok = ms_tok_load(o->e.model))) {
         rc = ms_cli_fail_err(cmd);
         goto out;
     }
@@ -337,8 +324,8 @@ static int jobs_main(const jobs_opts *o)
         goto out;
     }
     run.last_sync = ms_cli_now();
-    const char *slash = strrchr(o->model, '/');
-    run.model_name = slash && slash[1] ? slash + 1 : o->model;
+    const char *slash = strrchr(o->e.model, '/');
+    run.model_name = slash && slash[1] ? slash + 1 : o->e.model;
     run.V = cfg.vocab;
 
     /* The jobs to run are planned for; bad lines are answered once the model is open (so that
@@ -400,7 +387,7 @@ static int jobs_main(const jobs_opts *o)
         sj.user = j;
         ms_sched_add(s, &sj);
     }
-    progress pg = {ms_cli_now(), 0, total, 0, 0, isatty(2) && !o->quiet && !o->json_progress};
+    progress pg = {ms_cli_now(), 0, total, 0, 0, isatty(2) && !o->e.quiet && !o->json_progress};
     {
         ms_engine_stats es;
         ms_engine_get_stats(e, &es);
@@ -430,7 +417,7 @@ static int jobs_main(const jobs_opts *o)
         goto out;
     }
 finish:
-    if (!o->quiet)
+    if (!o->e.quiet)
         fprintf(stderr, "moestream jobs: %llu lines answered in %s (%llu with errors), %d skipped as already there\n",
                 (unsigned long long)run.answered, o->output, (unsigned long long)run.errors, skipped);
 out:
@@ -453,37 +440,29 @@ out:
 
 int ms_cli_jobs(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},        {"input", required_argument, 0, 'i'},
-        {"output", required_argument, 0, 'o'},       {"max-batch", required_argument, 0, 'b'},
-        {"resume", no_argument, 0, 'r'},             {"ram-budget", required_argument, 0, 'B'},
-        {"max-context", required_argument, 0, 'X'},  {"json-progress", no_argument, 0, 'J'},
-        {"quiet", no_argument, 0, 'q'},              {"threads", required_argument, 0, 'T'},
-        {"buffered-io", no_argument, 0, 'U'},        {"io-depth", required_argument, 0, 'D'},
-        {"prefill-chunk", required_argument, 0, 'C'}, {"lru-cache", no_argument, 0, 'L'},
-        {"workers", required_argument, 0, 'W'},      {"cluster", required_argument, 0, 'K'},
-        {"local-workers", required_argument, 0, 'N'}, {"curve-secret", required_argument, 0, 'S'},
-        {"insecure", no_argument, 0, 'I'},           {"worker-timeout", required_argument, 0, 'O'},
-        {"dump-logits", required_argument, 0, 'd'},  {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option own[] = {
+        {"input", required_argument, 0, 'i'},
+        {"output", required_argument, 0, 'o'},
+        {"max-batch", required_argument, 0, 'b'},
+        {"resume", no_argument, 0, 'r'},
+        {"max-context", required_argument, 0, 'X'},
+        {"json-progress", no_argument, 0, 'J'},
+        {"dump-logits", required_argument, 0, 'd'},
+        {"help", no_argument, 0, 'h'},
+    };
+    enum { N_OWN = sizeof own / sizeof own[0] };
+    struct option opts[N_OWN + MS_CLI_EOPT_COUNT + 1];
+    ms_cli_eopt_table(own, N_OWN, opts);
     const char *cmd = "jobs";
     jobs_opts o = {.max_context = 8192};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': o.model = optarg; break;
         case 'i': o.input = optarg; break;
         case 'o': o.output = optarg; break;
         case 'r': o.resume = 1; break;
         case 'J': o.json_progress = 1; break;
-        case 'q': o.quiet = 1; break;
-        case 'U': o.buffered = 1; break;
-        case 'L': o.lru = 1; break;
-        case 'W': o.workers = optarg; break;
-        case 'K': o.cluster = optarg; break;
-        case 'S': o.curve_secret = optarg; break;
-        case 'I': o.insecure = 1; break;
         case 'd': o.dump = optarg; break;
         case 'b':
             if (ms_opt_int("--max-batch", optarg, 1, MS_LAYER_MAX_SEQS, &o.max_batch) != 0) return ms_cli_fail_err(cmd);
@@ -491,35 +470,20 @@ int ms_cli_jobs(int argc, char **argv)
         case 'X':
             if (ms_opt_int("--max-context", optarg, 2, 1 << 24, &o.max_context) != 0) return ms_cli_fail_err(cmd);
             break;
-        case 'B':
-            if (ms_opt_size("--ram-budget", optarg, &o.budget) != 0) return ms_cli_fail_err(cmd);
-            break;
-        case 'T':
-            if (ms_opt_int("--threads", optarg, 0, 1024, &o.threads) != 0) return ms_cli_fail_err(cmd);
-            break;
-        case 'D':
-            if (ms_opt_int("--io-depth", optarg, 1, 256, &o.io_depth) != 0) return ms_cli_fail_err(cmd);
-            break;
-        case 'C':
-            if (ms_opt_int("--prefill-chunk", optarg, 1, 65536, &o.chunk) != 0) return ms_cli_fail_err(cmd);
-            break;
-        case 'N':
-            if (ms_opt_int("--local-workers", optarg, 0, 64, &o.local_workers) != 0) return ms_cli_fail_err(cmd);
-            break;
-        case 'O':
-            if (ms_opt_f32("--worker-timeout", optarg, &o.worker_timeout) != 0) return ms_cli_fail_err(cmd);
-            if (o.worker_timeout <= 0)
-                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--worker-timeout must be a positive number, got '%s'", optarg);
-            break;
         case 'h': jobs_usage(stdout); return MS_EXIT_OK;
-        default: jobs_usage(stderr); return MS_EXIT_USAGE;
+        default: {
+            int code = MS_EXIT_USAGE, took = ms_cli_eopt_take(&o.e, cmd, c, optarg, &code);
+            if (took > 0) break;
+            if (took == 0) jobs_usage(stderr);
+            return code;
+        }
         }
     }
     if (optind != argc) return ms_cli_fail(cmd, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
-    if (!o.model || !o.input || !o.output)
+    if (!o.e.model || !o.input || !o.output)
         return ms_cli_fail(cmd, MS_EXIT_USAGE, "--model, --input and --output are required (see moestream jobs --help)");
-    if (!!o.workers + !!o.cluster + (o.local_workers > 0) > 1)
-        return ms_cli_fail(cmd, MS_EXIT_USAGE, "give at most one of --workers, --cluster and --local-workers");
-    ms_cli_set_output(o.quiet);
+    int rc = ms_cli_eopt_check(&o.e, cmd);
+    if (rc != MS_EXIT_OK) return rc;
+    ms_cli_set_output(o.e.quiet);
     return jobs_main(&o);
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ms_cli.h"
+#include "ms_cli_eopt.h"
 #include "ms_engine.h"
 #include "ms_err.h"
 #include "ms_opt.h"
@@ -21,15 +22,11 @@
 #include "ms_tok.h"
 
 typedef struct {
-    const char *model, *prompt, *prompt_file, *ids, *ids_file, *dump, *trace;
-    const char *workers, *cluster, *curve_secret;
-    long long local_workers; /* -1 = default */
-    float worker_timeout;
-    int insecure;
-    long long n, threads, seed, io_depth, chunk;
+    ms_cli_eopts e; /* model, budget, I/O, threads, workers */
+    const char *prompt, *prompt_file, *ids, *ids_file, *dump, *trace;
+    long long n, seed;
     float temperature, top_p;
-    uint64_t budget;
-    int json, allow_special, stop_eos, quiet, buffered, lru;
+    int json, allow_special, stop_eos;
 } run_opts;
 
 static void run_usage(FILE *f, int demo)
@@ -99,7 +96,7 @@ static void print_token(void *ctx, ms_eseq *s, int32_t token)
     run_ctx *r = ctx;
     size_t ng;
     ms_engine_seq_tokens(s, &ng);
-    if (r->o->json || r->o->quiet) return;
+    if (r->o->json || r->o->e.quiet) return;
     if (r->tok) {
         char *piece = NULL;
         size_t plen = 0;
@@ -140,7 +137,7 @@ static int read_prompt(const run_opts *o, ms_tok *tok, int32_t **prompt, size_t 
         return ms_cli_fail(cmd, MS_EXIT_USAGE,
                            "model %s has no tokenizer (tiktoken.model), so --prompt/--prompt-file cannot be used; "
                            "pass token ids with --ids",
-                           o->model);
+                           o->e.model);
     size_t len = 0;
     char *buf = NULL;
     const char *text = o->prompt;
@@ -254,25 +251,13 @@ static int generate(const run_opts *o)
     FILE *dump = NULL, *trace = NULL;
     int rc = MS_EXIT_OK;
     ms_engine_opts eo = {0};
-    eo.model_dir = o->model;
-    eo.run.n_threads = (int)o->threads;
-    eo.run.ram_budget = o->budget;
-    eo.run.buffered = o->buffered;
-    eo.run.io_depth = (int)o->io_depth;
-    eo.run.max_chunk = o->chunk;
+    ms_cli_eopt_engine(&o->e, &eo);
     eo.run.all_logits = o->dump != NULL;
-    eo.run.lru = o->lru;
-    eo.local_workers = o->local_workers > 0 ? (int)o->local_workers : 0;
-    eo.workers = o->workers;
-    eo.cluster = o->cluster;
-    eo.curve_secret = o->curve_secret;
-    eo.insecure = o->insecure;
-    eo.worker_timeout = o->worker_timeout;
     /* The prompt is read before the model opens so that the plan knows its length; the
      * tokenizer it may need is the model directory's. */
     {
         ms_tok *tok = NULL;
-        if (!o->ids && !o->ids_file && ms_tok_present(o->model) && !(tok = ms_tok_load(o->model))) return ms_cli_fail_err(cmd);
+        if (!o->ids && !o->ids_file && ms_tok_present(o->e.model) && !(tok = ms_tok_load(o->e.model))) return ms_cli_fail_err(cmd);
         rc = read_prompt(o, tok, &prompt, &np);
         ms_tok_free(tok);
         if (rc != MS_EXIT_OK) goto out;
@@ -373,9 +358,9 @@ static int generate(const run_opts *o)
     double wall = ms_cli_now() - t0;
     if (o->json)
         print_json(e, prompt, np, gen, ng, &es, &after_prefill, t_load, t_prefill, t_decode, wall);
-    else if (!o->quiet)
+    else if (!o->e.quiet)
         fputc('\n', stdout);
-    if (!o->quiet) print_report(np, ng, &es, t_load, t_prefill, t_decode, wall);
+    if (!o->e.quiet) print_report(np, ng, &es, t_load, t_prefill, t_decode, wall);
 out:
     ms_progress_end(); /* no-op unless a bar is still drawn */
     if (dump) fclose(dump);
@@ -388,28 +373,29 @@ out:
 
 static int parse_run(int argc, char **argv, run_opts *o, int demo)
 {
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},  {"prompt", required_argument, 0, 'p'},
-                                         {"prompt-file", required_argument, 0, 'P'}, {"ids", required_argument, 0, 'i'},
-                                         {"ids-file", required_argument, 0, 'F'},
-                                         {"temperature", required_argument, 0, 't'}, {"top-p", required_argument, 0, 'k'},
-                                         {"seed", required_argument, 0, 's'},   {"threads", required_argument, 0, 'T'},
-                                         {"json", no_argument, 0, 'j'},         {"dump-logits", required_argument, 0, 'd'},
-                                         {"allow-special", no_argument, 0, 'a'}, {"stop-at-eos", no_argument, 0, 'e'},
-                                         {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
-                                         {"ram-budget", required_argument, 0, 'B'}, {"trace", required_argument, 0, 'R'},
-                                         {"buffered-io", no_argument, 0, 'U'},  {"io-depth", required_argument, 0, 'D'},
-                                         {"prefill-chunk", required_argument, 0, 'C'}, {"lru-cache", no_argument, 0, 'L'},
-                                         {"workers", required_argument, 0, 'W'}, {"cluster", required_argument, 0, 'K'},
-                                         {"local-workers", required_argument, 0, 'N'},
-                                         {"curve-secret", required_argument, 0, 'S'}, {"insecure", no_argument, 0, 'I'},
-                                         {"worker-timeout", required_argument, 0, 'O'},
-                                         {0, 0, 0, 0}};
+    static const struct option own[] = {
+        {"prompt", required_argument, 0, 'p'},
+        {"prompt-file", required_argument, 0, 'P'},
+        {"ids", required_argument, 0, 'i'},
+        {"ids-file", required_argument, 0, 'F'},
+        {"temperature", required_argument, 0, 't'},
+        {"top-p", required_argument, 0, 'k'},
+        {"seed", required_argument, 0, 's'},
+        {"json", no_argument, 0, 'j'},
+        {"dump-logits", required_argument, 0, 'd'},
+        {"allow-special", no_argument, 0, 'a'},
+        {"stop-at-eos", no_argument, 0, 'e'},
+        {"help", no_argument, 0, 'h'},
+        {"trace", required_argument, 0, 'R'},
+    };
+    enum { N_OWN = sizeof own / sizeof own[0] };
+    struct option opts[N_OWN + MS_CLI_EOPT_COUNT + 1];
+    ms_cli_eopt_table(own, N_OWN, opts);
     const char *cmd = demo ? "demo" : "run";
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': o->model = optarg; break;
         case 'p': o->prompt = optarg; break;
         case 'P': o->prompt_file = optarg; break;
         case 'i': o->ids = optarg; break;
@@ -418,36 +404,9 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'j': o->json = 1; break;
         case 'a': o->allow_special = 1; break;
         case 'e': o->stop_eos = 1; break;
-        case 'q': o->quiet = 1; break;
         case 'R': o->trace = optarg; break;
-        case 'W': o->workers = optarg; break;
-        case 'K': o->cluster = optarg; break;
-        case 'S': o->curve_secret = optarg; break;
-        case 'I': o->insecure = 1; break;
-        case 'N':
-            if (ms_opt_int("--local-workers", optarg, 0, 64, &o->local_workers) != 0) return ms_cli_fail_err(cmd);
-            break;
-        case 'O':
-            if (ms_opt_f32("--worker-timeout", optarg, &o->worker_timeout) != 0) return ms_cli_fail_err(cmd);
-            if (o->worker_timeout <= 0)
-                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--worker-timeout must be a positive number, got '%s'", optarg);
-            break;
-        case 'U': o->buffered = 1; break;
-        case 'L': o->lru = 1; break;
-        case 'B':
-            if (ms_opt_size("--ram-budget", optarg, &o->budget) != 0) return ms_cli_fail_err(cmd);
-            break;
-        case 'D':
-            if (ms_opt_int("--io-depth", optarg, 1, 256, &o->io_depth) != 0) return ms_cli_fail_err(cmd);
-            break;
-        case 'C':
-            if (ms_opt_int("--prefill-chunk", optarg, 1, 65536, &o->chunk) != 0) return ms_cli_fail_err(cmd);
-            break;
         case 'n':
             if (ms_opt_int("-n", optarg, 0, 1000000, &o->n) != 0) return ms_cli_fail_err(cmd);
-            break;
-        case 'T':
-            if (ms_opt_int("--threads", optarg, 0, 1024, &o->threads) != 0) return ms_cli_fail_err(cmd);
             break;
         case 's':
             if (ms_opt_int("--seed", optarg, LLONG_MIN, LLONG_MAX, &o->seed) != 0) return ms_cli_fail_err(cmd);
@@ -465,13 +424,16 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'h':
             run_usage(stdout, demo);
             return -1;
-        default: run_usage(stderr, demo); return MS_EXIT_USAGE;
+        default: {
+            int code = MS_EXIT_USAGE, took = ms_cli_eopt_take(&o->e, cmd, c, optarg, &code);
+            if (took > 0) break;
+            if (took == 0) run_usage(stderr, demo);
+            return code;
+        }
         }
     }
     if (optind != argc) return ms_cli_fail(cmd, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
-    if (!!o->workers + !!o->cluster + (o->local_workers > 0) > 1)
-        return ms_cli_fail(cmd, MS_EXIT_USAGE, "give at most one of --workers, --cluster and --local-workers");
-    ms_cli_set_output(o->quiet);
+    ms_cli_set_output(o->e.quiet);
     return 0;
 }
 
@@ -480,7 +442,7 @@ int ms_cli_run(int argc, char **argv)
     run_opts o = {.n = 16, .top_p = 1.0f};
     int rc = parse_run(argc, argv, &o, 0);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
-    if (!o.model) return ms_cli_fail("run", MS_EXIT_USAGE, "--model DIR is required (see moestream run --help)");
+    if ((rc = ms_cli_eopt_check(&o.e, "run")) != MS_EXIT_OK) return rc;
     if (!!o.prompt + !!o.prompt_file + !!o.ids + !!o.ids_file != 1)
         return ms_cli_fail("run", MS_EXIT_USAGE, "give exactly one of --prompt, --prompt-file, --ids or --ids-file");
     return generate(&o);
@@ -492,19 +454,20 @@ int ms_cli_demo(int argc, char **argv)
     int rc = parse_run(argc, argv, &o, 1);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     char dir[4096];
-    if (!o.model) {
+    if (!o.e.model) {
         const char *base = getenv("TMPDIR");
         snprintf(dir, sizeof dir, "%s/moestream-demo-tiny", base && *base ? base : "/tmp");
-        o.model = dir;
+        o.e.model = dir;
     }
     char cfg[4200];
-    snprintf(cfg, sizeof cfg, "%s/config.json", o.model);
+    snprintf(cfg, sizeof cfg, "%s/config.json", o.e.model);
     if (access(cfg, R_OK) != 0) {
         ms_synth_shape sh;
         ms_synth_preset("tiny", &sh);
-        fprintf(stderr, "moestream demo: writing a synthetic tiny Kimi K3 checkpoint to %s\n", o.model);
-        if (ms_synth_write(o.model, &sh, 1) != 0) return ms_cli_fail_err("demo");
+        fprintf(stderr, "moestream demo: writing a synthetic tiny Kimi K3 checkpoint to %s\n", o.e.model);
+        if (ms_synth_write(o.e.model, &sh, 1) != 0) return ms_cli_fail_err("demo");
     }
+    if ((rc = ms_cli_eopt_check(&o.e, "demo")) != MS_EXIT_OK) return rc;
     if (!o.prompt && !o.prompt_file && !o.ids && !o.ids_file) o.prompt = "The weather today is";
     fprintf(stderr, "moestream demo: random weights, so the text is gibberish; the engine is real.\n");
     return generate(&o);

@@ -1,0 +1,83 @@
+/* ms_cli_eopt: the engine options shared by run, demo and jobs: one table, one parser. */
+#include <string.h>
+
+#include "ms_cli.h"
+#include "ms_cli_eopt.h"
+#include "ms_err.h"
+#include "ms_opt.h"
+
+static const struct option shared[MS_CLI_EOPT_COUNT] = {
+    {"model", required_argument, 0, 'm'},         {"ram-budget", required_argument, 0, 'B'},
+    {"threads", required_argument, 0, 'T'},       {"buffered-io", no_argument, 0, 'U'},
+    {"io-depth", required_argument, 0, 'D'},      {"prefill-chunk", required_argument, 0, 'C'},
+    {"lru-cache", no_argument, 0, 'L'},           {"workers", required_argument, 0, 'W'},
+    {"cluster", required_argument, 0, 'K'},       {"local-workers", required_argument, 0, 'N'},
+    {"curve-secret", required_argument, 0, 'S'},  {"insecure", no_argument, 0, 'I'},
+    {"worker-timeout", required_argument, 0, 'O'}, {"quiet", no_argument, 0, 'q'},
+};
+
+void ms_cli_eopt_table(const struct option *own, int n_own, struct option *out)
+{
+    memcpy(out, own, sizeof *own * (size_t)n_own);
+    memcpy(out + n_own, shared, sizeof shared);
+    memset(out + n_own + MS_CLI_EOPT_COUNT, 0, sizeof *out);
+}
+
+int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, int *code)
+{
+    int bad = 0;
+    switch (c) {
+    case 'm': o->model = arg; break;
+    case 'W': o->workers = arg; break;
+    case 'K': o->cluster = arg; break;
+    case 'S': o->curve_secret = arg; break;
+    case 'I': o->insecure = 1; break;
+    case 'U': o->buffered = 1; break;
+    case 'L': o->lru = 1; break;
+    case 'q': o->quiet = 1; break;
+    case 'B': bad = ms_opt_size("--ram-budget", arg, &o->budget); break;
+    case 'T': bad = ms_opt_int("--threads", arg, 0, 1024, &o->threads); break;
+    case 'D': bad = ms_opt_int("--io-depth", arg, 1, 256, &o->io_depth); break;
+    case 'C': bad = ms_opt_int("--prefill-chunk", arg, 1, 65536, &o->chunk); break;
+    case 'N': bad = ms_opt_int("--local-workers", arg, 0, 64, &o->local_workers); break;
+    case 'O':
+        bad = ms_opt_f32("--worker-timeout", arg, &o->worker_timeout);
+        if (!bad && o->worker_timeout <= 0) {
+            *code = ms_cli_fail(cmd, MS_EXIT_USAGE, "--worker-timeout must be a positive number, got '%s'", arg);
+            return -1;
+        }
+        break;
+    default: return 0;
+    }
+    if (bad) {
+        *code = ms_cli_fail_err(cmd);
+        return -1;
+    }
+    return 1;
+}
+
+int ms_cli_eopt_check(const ms_cli_eopts *o, const char *cmd)
+{
+    if (!o->model)
+        return ms_cli_fail(cmd, MS_EXIT_USAGE, "--model DIR is required (see moestream %s --help)", cmd);
+    if (!!o->workers + !!o->cluster + (o->local_workers > 0) > 1)
+        return ms_cli_fail(cmd, MS_EXIT_USAGE, "give at most one of --workers, --cluster and --local-workers");
+    return MS_EXIT_OK;
+}
+
+void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo)
+{
+    eo->model_dir = o->model;
+    eo->run.n_threads = (int)o->threads;
+    eo->run.ram_budget = o->budget;
+    eo->run.buffered = o->buffered;
+    eo->run.io_depth = (int)o->io_depth;
+    eo->run.max_chunk = o->chunk;
+    eo->run.lru = o->lru;
+    eo->local_workers = o->local_workers > 0 ? (int)o->local_workers : 0;
+    eo->workers = o->workers;
+    eo->cluster = o->cluster;
+    eo->curve_secret = o->curve_secret;
+    eo->insecure = o->insecure;
+    eo->worker_timeout = o->worker_timeout;
+}

@@ -1,0 +1,40 @@
+/* ms_cli_eopt: the options of every command that opens an engine (run, demo, jobs): the model,
+ * its RAM budget and I/O, threads, and where routed experts are computed. */
+#ifndef MS_CLI_EOPT_H
+#define MS_CLI_EOPT_H
+
+#include <getopt.h>
+#include <stdint.h>
+
+#include "ms_engine.h"
+
+typedef struct {
+    const char *model;                       /* --model DIR */
+    const char *workers, *cluster, *curve_secret;
+    long long local_workers, threads, io_depth, chunk;
+    float worker_timeout;                    /* 0 = the default */
+    uint64_t budget;                         /* 0 = the memory available */
+    int insecure, buffered, lru, quiet;
+} ms_cli_eopts;
+
+/* Entries of the shared options in a getopt_long table. */
+#define MS_CLI_EOPT_COUNT 14
+
+/* A command's getopt_long table: its own n_own entries, then the shared ones, then the zero
+ * entry. out has room for n_own + MS_CLI_EOPT_COUNT + 1 entries. */
+void ms_cli_eopt_table(const struct option *own, int n_own, struct option *out);
+
+/* Apply getopt_long's result c with argument arg if it is a shared option. Returns 1 when taken,
+ * 0 when c is not a shared option, or -1 after printing the error of a bad value ("moestream
+ * CMD: ...", *code = MS_EXIT_USAGE). */
+int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, int *code);
+
+/* Checks after parsing (--model given, at most one expert source). MS_EXIT_OK, or the printed
+ * usage error's code. */
+int ms_cli_eopt_check(const ms_cli_eopts *o, const char *cmd);
+
+/* Fill the engine options these describe; the command adds what is its own (prompt_tokens,
+ * max_positions, all_logits, max_seqs). */
+void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo);
+
+#endif
