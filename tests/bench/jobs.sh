@@ -24,18 +24,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "jobs bench: needs root (cgroups, drop_caches)" >&2; exit 2; }
-command -v fio >/dev/null || { apt-get install -y -qq fio >/dev/null; }
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" >/dev/null
+. tests/bench/lib.sh
+bench_need_fio
+bench_build
 bin=$root/build/moestream
 out=$(mktemp -d)
-if [ ! -f "$model/config.json" ]; then
-  mkdir -p "$(dirname "$model")"
-  "$bin" synth --preset k3-slice --layers 3 --out "$model"
-fi
-
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-to_bytes() { numfmt --from=iec "$1"; }
+bench_slice "$bin" "$model"
 
 # 16 jobs: 8-token prompts (ids spread over the vocabulary), 16 tokens, greedy.
 python3 - > "$out/in.jsonl" <<'PY'

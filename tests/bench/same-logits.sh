@@ -21,18 +21,14 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 REV [--model DIR] [-n N]" >&2; exit 2 ;;
   esac
 done
-bash deploy/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" >/dev/null
+. tests/bench/lib.sh
+bench_build
 work=$(mktemp -d)
 trap 'git worktree remove --force "$work/old" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 git worktree add -q "$work/old" "$rev"
 cmake -S "$work/old" -B "$work/old/b" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$work/old/b" -j"$(nproc)" --target moestream moestream-worker >/dev/null
-if [ ! -f "$model/config.json" ]; then
-  mkdir -p "$(dirname "$model")"
-  build/moestream synth --preset k3-slice --layers 3 --out "$model"
-fi
+bench_slice build/moestream "$model"
 ids="100,2000,30000,4000,500,60000,7000,80"
 old_id=$(git rev-parse --short "$rev")
 new_id=$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo "+changes")

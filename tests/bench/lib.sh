@@ -1,0 +1,23 @@
+# lib.sh: what the benchmarks share (sourced, not run): the release build, fio, the real-width
+# k3-slice checkpoint, dropping the page cache, sizes.
+
+# Install the packages, configure and build RelWithDebInfo into build dir $1 (default build).
+bench_build() {
+  local dir=${1:-build}
+  bash deploy/install-deps.sh
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$dir" -j"$(nproc)" >/dev/null
+}
+
+bench_need_fio() { command -v fio >/dev/null || apt-get install -y -qq fio >/dev/null; }
+
+# Write the 3-layer k3-slice (about 41 GB) with binary $1 into $2 unless it is there.
+bench_slice() {
+  if [ ! -f "$2/config.json" ]; then
+    mkdir -p "$(dirname "$2")"
+    "$1" synth --preset k3-slice --layers 3 --out "$2"
+  fi
+}
+
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+to_bytes() { numfmt --from=iec "$1"; }
