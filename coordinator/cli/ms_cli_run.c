@@ -216,8 +216,8 @@ static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int
     json_decref(out);
 }
 
-static void print_report(size_t np, size_t ng, const ms_engine_stats *es, double t_load, double t_prefill,
-                         double t_decode, double wall)
+static void print_report(const char *cmd, size_t np, size_t ng, const ms_engine_stats *es, double t_load,
+                         double t_prefill, double t_decode, double wall)
 {
     const ms_model_stats *ms = &es->model;
     double pre_tps = t_prefill > 0 ? (double)np / t_prefill : 0.0;
@@ -225,24 +225,23 @@ static void print_report(size_t np, size_t ng, const ms_engine_stats *es, double
     double read_rate = ms->read_busy_seconds > 0 ? (double)ms->bytes_read_experts / ms->read_busy_seconds : 0.0;
     char a[64], b[64], d[64];
     fprintf(stderr,
-            "moestream run: %zu prompt tokens in %.3f s (%.1f tok/s), %zu generated in %.3f s (%.3f s/token), "
+            "moestream %s: %zu prompt tokens in %.3f s (%.1f tok/s), %zu generated in %.3f s (%.3f s/token), "
             "load %.3f s, %d threads, peak RSS %s\n",
-            np, t_prefill, pre_tps, ng, t_decode, s_per_tok, t_load, es->threads,
+            cmd, np, t_prefill, pre_tps, ng, t_decode, s_per_tok, t_load, es->threads,
             ms_size_fmt(es->peak_rss_all, a, sizeof a));
     if (ms->expert_requests || ms->bytes_read_trunk)
         fprintf(stderr,
-                "moestream run: read %s of experts (%.0f MB/s while reading), %s of trunk; expert cache %llu hits, "
+                "moestream %s: read %s of experts (%.0f MB/s while reading), %s of trunk; expert cache %llu hits, "
                 "%llu misses, %llu evictions; waiting on I/O %.0f%% of %.2f s\n",
-                ms_size_fmt(ms->bytes_read_experts, b, sizeof b), read_rate / 1e6,
+                cmd, ms_size_fmt(ms->bytes_read_experts, b, sizeof b), read_rate / 1e6,
                 ms_size_fmt(ms->bytes_read_trunk, d, sizeof d), (unsigned long long)ms->expert_cache_hits,
                 (unsigned long long)ms->expert_cache_misses, (unsigned long long)ms->expert_cache_evictions,
                 100.0 * (wall > 0 ? ms->io_wait_seconds / wall : 0.0), wall);
 }
 
 /* `run`: one sequence through the engine: prefill in the plan's chunks, then one token per step. */
-static int generate(const run_opts *o)
+static int generate(const run_opts *o, const char *cmd)
 {
-    const char *cmd = "run";
     double t0 = ms_cli_now();
     ms_engine *e = NULL;
     ms_eseq *seq = NULL;
@@ -360,7 +359,7 @@ static int generate(const run_opts *o)
         print_json(e, prompt, np, gen, ng, &es, &after_prefill, t_load, t_prefill, t_decode, wall);
     else if (!o->e.quiet)
         fputc('\n', stdout);
-    if (!o->e.quiet) print_report(np, ng, &es, t_load, t_prefill, t_decode, wall);
+    if (!o->e.quiet) print_report(cmd, np, ng, &es, t_load, t_prefill, t_decode, wall);
 out:
     ms_progress_end(); /* no-op unless a bar is still drawn */
     if (dump) fclose(dump);
@@ -445,7 +444,7 @@ int ms_cli_run(int argc, char **argv)
     if ((rc = ms_cli_eopt_check(&o.e, "run")) != MS_EXIT_OK) return rc;
     if (!!o.prompt + !!o.prompt_file + !!o.ids + !!o.ids_file != 1)
         return ms_cli_fail("run", MS_EXIT_USAGE, "give exactly one of --prompt, --prompt-file, --ids or --ids-file");
-    return generate(&o);
+    return generate(&o, "run");
 }
 
 int ms_cli_demo(int argc, char **argv)
@@ -470,5 +469,5 @@ int ms_cli_demo(int argc, char **argv)
     if ((rc = ms_cli_eopt_check(&o.e, "demo")) != MS_EXIT_OK) return rc;
     if (!o.prompt && !o.prompt_file && !o.ids && !o.ids_file) o.prompt = "The weather today is";
     fprintf(stderr, "moestream demo: random weights, so the text is gibberish; the engine is real.\n");
-    return generate(&o);
+    return generate(&o, "demo");
 }
