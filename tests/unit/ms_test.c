@@ -436,3 +436,22 @@ const void *ms_t_expert_part(const struct ms_st *st, int l, int e, int k)
     snprintf(name, sizeof name, "language_model.model.layers.%d.block_sparse_moe.experts.%d.%s", l, e, part[k]);
     return ms_st_find(st, name);
 }
+
+int ms_t_capture_stderr(char *buf, size_t n, int (*fn)(void))
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/stderr", ms_t_tmpdir("stderr-capture"));
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2);
+    close(fd);
+    int rc = fn();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(buf, 1, n - 1, f) : 0;
+    buf[got] = 0;
+    if (f) fclose(f);
+    return rc;
+}

@@ -74,6 +74,10 @@ const unsigned char *ms_t_st_bytes(const struct ms_st *st, const void *tensor);
  * absent. Returns the ms_st_tensor. */
 const void *ms_t_expert_part(const struct ms_st *st, int l, int e, int k);
 
+/* Run fn with stderr (fd 2) sent to a file under MS_TMP_DIR; what it wrote goes into buf[n]
+ * (NUL-terminated, cut to fit). Returns fn's result. */
+int ms_t_capture_stderr(char *buf, size_t n, int (*fn)(void));
+
 /* Sleep for ms milliseconds. */
 void ms_t_sleep_ms(int ms);
 

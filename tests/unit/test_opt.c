@@ -68,26 +68,6 @@ static void test_size(void)
     }
 }
 
-/* What fn writes on stderr (fd 2), into buf. */
-static int capture(char *buf, size_t n, int (*fn)(void))
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/stderr", ms_t_tmpdir("test_opt"));
-    fflush(stderr);
-    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(fd, 2);
-    close(fd);
-    int rc = fn();
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    FILE *f = fopen(path, "r");
-    size_t got = f ? fread(buf, 1, n - 1, f) : 0;
-    buf[got] = 0;
-    if (f) fclose(f);
-    return rc;
-}
-
 static int fail_one(void) { return ms_opt_fail("moestream-worker", 2, "--listen %s is required", "ENDPOINT"); }
 static int fail_err(void)
 {
@@ -99,9 +79,9 @@ static int fail_err(void)
 static void test_fail(void)
 {
     char out[512];
-    int rc = capture(out, sizeof out, fail_one);
+    int rc = ms_t_capture_stderr(out, sizeof out, fail_one);
     T_CHECK(rc == 2 && !strcmp(out, "moestream-worker: --listen ENDPOINT is required\n"), "fail: rc %d, '%s'", rc, out);
-    rc = capture(out, sizeof out, fail_err);
+    rc = ms_t_capture_stderr(out, sizeof out, fail_err);
     T_CHECK(rc == MS_EXIT_IO && !strcmp(out, "moestream run: disk on fire\n"), "fail_err: the class (%d) and '%s'", rc,
             out);
 }

@@ -78,25 +78,6 @@ static void test_threads(void)
     ms_progress_set(NULL, NULL);
 }
 
-/* Run fn with fd 2 sent to a file; its text into buf. */
-static void capture(char *buf, size_t n, void (*fn)(void))
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/stderr", ms_t_tmpdir("test_progress"));
-    fflush(stderr);
-    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(fd, 2);
-    close(fd);
-    fn();
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    FILE *f = fopen(path, "r");
-    size_t got = f ? fread(buf, 1, n - 1, f) : 0;
-    buf[got] = 0;
-    if (f) fclose(f);
-}
-
 static size_t count(const char *s, char c)
 {
     size_t k = 0;
@@ -104,16 +85,17 @@ static size_t count(const char *s, char c)
     return k;
 }
 
-static void bar_full(void)
+static int bar_full(void)
 {
     ms_progress_set(ms_progress_bar, NULL);
     ms_progress_begin("prefill", 200, MS_PROGRESS_ITEMS);
     for (int i = 0; i < 200; i++) ms_progress_add(1);
     ms_progress_end();
     ms_progress_set(NULL, NULL);
+    return 0;
 }
 
-static void bar_cut(void)
+static int bar_cut(void)
 {
     ms_progress_set(ms_progress_bar, NULL);
     ms_progress_begin("shard", 2048, MS_PROGRESS_BYTES);
@@ -122,19 +104,20 @@ static void bar_cut(void)
     ms_progress_begin("shard", 2048, MS_PROGRESS_BYTES);
     ms_progress_end();
     ms_progress_set(NULL, NULL);
+    return 0;
 }
 
 static void test_bar(void)
 {
     static char out[65536];
-    capture(out, sizeof out, bar_full);
+    ms_t_capture_stderr(out, sizeof out, bar_full);
     /* a redraw per new percentage: 0..100 of 200 steps is 101 lines, and one newline at 100% */
     T_CHECK(count(out, '\r') == 101 && count(out, '\n') == 1 && out[strlen(out) - 1] == '\n',
             "200 steps: 101 redraws, one newline at the end (%zu, %zu)", count(out, '\r'), count(out, '\n'));
     T_CHECK(strstr(out, "\rprefill [####################....................]  50% 100/200") != NULL,
             "the half-way line: %.80s", strstr(out, " 50%") ? strstr(out, " 50%") - 55 : out);
     T_CHECK(strstr(out, "] 100% 200/200\n") != NULL, "the last line");
-    capture(out, sizeof out, bar_cut);
+    ms_t_capture_stderr(out, sizeof out, bar_cut);
     T_CHECK(strstr(out, " 50%   1.00 KiB of 2.00 KiB\n") != NULL && count(out, '\n') == 2,
             "a task cut short ends its line (bytes shown as sizes); an empty one too: '%s'", out);
 }
