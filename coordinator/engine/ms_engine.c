@@ -96,6 +96,7 @@ static int start_workers(ms_engine *e)
     if (ms_xfmt_from_cfg(c, "config.json", &xf) != 0) return -1;
     ms_remote_opts ro = {e->n_workers, e->wlist, secret[0] ? secret : NULL, fp, c->n_layers, c->n_experts, &xf,
                          o->worker_timeout};
+    ro.local = !e->listed;
     e->remote = ms_remote_new(&ro, c->first_dense);
     if (!e->remote) return -1;
     ms_model_set_experts(e->m, ms_remote_iface(e->remote));

@@ -265,6 +265,9 @@ static void hello_hint(const wconn *w, double limit, char *buf, size_t n)
 #define LIKELY_CAUSES                                                                                             \
     "likely causes of no answer: this coordinator's key not on the worker's --allow list, a wrong worker public " \
     "key, the worker down, a firewall"
+#define LOCAL_CAUSE "a worker this run started did not answer: it may have exited (see its messages above)"
+/* The likely causes for r's workers: local ones are started here with the right keys. */
+#define CAUSES(r) ((r)->o.local ? LOCAL_CAUSE : LIKELY_CAUSES)
 
 /* Probe down workers whose back-off has passed, and finish probes that got their answer. */
 static void probe(ms_remote *r)
@@ -418,7 +421,8 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
         if (!w->why[0]) hello_hint(w, limit, hint, sizeof hint);
         snprintf(down + strlen(down), sizeof down - strlen(down), "%s%s (%s)", down[0] ? ", " : "", w->endpoint,
                  w->why[0] ? w->why : hint);
-        ms_log(1, "worker %s: %s%s", w->endpoint, w->why[0] ? w->why : hint, w->why[0] ? "" : " (" LIKELY_CAUSES ")");
+        ms_log(1, "worker %s: %s%s%s%s", w->endpoint, w->why[0] ? w->why : hint, w->why[0] ? "" : " (",
+               w->why[0] ? "" : CAUSES(r), w->why[0] ? "" : ")");
         mark_down(r, w, w->why[0] ? w->why : hint);
     }
     /* Every routed expert must have an owner. */
@@ -429,8 +433,10 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
             if (!owned) {
                 if (down[0])
                     ms_err_set("no worker that answered owns layer %d expert %d (and maybe others); not answering: "
-                               "%s (" LIKELY_CAUSES ")",
-                               l, e, down);
+                               "%s (%s)",
+                               l, e, down, CAUSES(r));
+                else if (r->o.local)
+                    ms_err_set("no worker that answered owns layer %d expert %d (and maybe others)", l, e);
                 else
                     ms_err_set("no worker that answered owns layer %d expert %d (and maybe others): check the "
                                "workers' --experts or packs",

@@ -16,6 +16,8 @@ typedef struct {
     int n_layers, n_experts;
     const ms_xfmt *fmt;          /* the routed experts' format (copied); workers must serve the same */
     double timeout_s;            /* per request (and hello) deadline; 0 = 60 s */
+    int local;                   /* the workers were started by this process (--local-workers):
+                                    messages point at their own output, not keys or firewalls */
 } ms_remote_opts;
 
 typedef struct ms_remote ms_remote;
