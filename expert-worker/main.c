@@ -109,10 +109,10 @@ static int worker_main(int argc, char **argv)
     ms_log_set_level(quiet ? 0 : verbose ? 2 : 1);
 
     /* Security first: refusing a plain tcp endpoint must not wait for the model to load. */
-    ms_wsrv_keys keys;
-    if (ms_wsrv_keys_load(secret, allow, &keys) != 0) return ms_opt_fail_err(WHO);
-    if (ms_wsrv_check_endpoint(listen, keys.curve, insecure) != 0) {
-        ms_wsrv_keys_free(&keys);
+    ms_wauth_keys keys;
+    if (ms_wauth_keys_load(secret, allow, &keys) != 0) return ms_opt_fail_err(WHO);
+    if (ms_wauth_check_endpoint(listen, keys.curve, insecure) != 0) {
+        ms_wauth_keys_free(&keys);
         return ms_opt_fail_err(WHO);
     }
 
@@ -135,7 +135,7 @@ static int worker_main(int argc, char **argv)
     if (ms_wload_open(&lo, &w) != 0) {
         int rc = ms_opt_fail_err(WHO);
         ms_wload_close(&w);
-        ms_wsrv_keys_free(&keys);
+        ms_wauth_keys_free(&keys);
         return rc;
     }
     ms_wsrv_opts so = {listen, &keys, &w};
@@ -143,7 +143,7 @@ static int worker_main(int argc, char **argv)
     int have_public = keys.curve;
     char public_key[41];
     memcpy(public_key, keys.public_key, sizeof public_key);
-    ms_wsrv_keys_free(&keys);
+    ms_wauth_keys_free(&keys);
     if (!srv) {
         int rc = ms_opt_fail_err(WHO);
         ms_wload_close(&w);

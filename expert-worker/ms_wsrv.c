@@ -2,7 +2,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 #include "ms_proc.h"
 #include "ms_size.h"
 #include "ms_wire.h"
+#include "ms_wauth.h"
 #include "ms_wsrv.h"
 
 #define POLL_MS 200          /* how often the loop looks at the stop flag when idle */
@@ -38,10 +38,8 @@ typedef enum {
 
 struct ms_wsrv {
     void *ctx, *sock;
-    void *zap;                 /* REP socket of the ZAP handler (used by its thread only) */
-    pthread_t zap_thread;
-    int zap_started;
-    ms_wsrv_keys keys;         /* copy of the allow list (the thread reads it) */
+    ms_wauth_zap *zap;         /* the CURVE handshake checker, when CURVE is on */
+    int curve;
     ms_wload *w;
     ms_uuid uuid;
     char uuid_s[37];
@@ -50,149 +48,6 @@ struct ms_wsrv {
     uint64_t n_requests, n_items, n_errors;
     int draining;
 };
-
-/* ---- keys ---- */
-
-int ms_wsrv_keys_load(const char *secret_path, const char *allow_path, ms_wsrv_keys *k)
-{
-    memset(k, 0, sizeof *k);
-    if (!secret_path && !allow_path) return 0;
-    if (!secret_path || !allow_path) {
-        ms_err_set("--curve-secret FILE and --allow FILE go together (%s is missing)",
-                   secret_path ? "--allow" : "--curve-secret");
-        return ms_err_set_code(MS_EXIT_USAGE);
-    }
-    if (!zmq_has("curve")) {
-        ms_err_set("this libzmq was built without CURVE support: --curve-secret cannot be used");
-        return ms_err_set_code(MS_EXIT_USAGE);
-    }
-    char(*sec)[41] = NULL, (*allow)[41] = NULL;
-    int n_allow = 0, rc = -1;
-    if (ms_wire_read_keys(secret_path, "--curve-secret", 1, &sec) < 0) goto out;
-    memcpy(k->secret, sec[0], sizeof k->secret);
-    if (zmq_curve_public(k->public_key, k->secret) != 0) {
-        ms_err_set("--curve-secret %s: cannot derive the public key: %s", secret_path, zmq_strerror(errno));
-        ms_err_set_code(MS_EXIT_USAGE);
-        goto out;
-    }
-    if ((n_allow = ms_wire_read_keys(allow_path, "--allow", 0, &allow)) < 0) goto out;
-    k->allow = ms_malloc(sizeof *k->allow * (size_t)n_allow);
-    for (int i = 0; i < n_allow; i++) zmq_z85_decode(k->allow[i], allow[i]); /* checked by the reader */
-    k->n_allow = (size_t)n_allow;
-    k->curve = 1;
-    rc = 0;
-out:
-    ms_wire_keys_free(sec, 1);
-    ms_wire_keys_free(allow, n_allow);
-    if (rc) ms_wsrv_keys_free(k);
-    return rc;
-}
-
-void ms_wsrv_keys_free(ms_wsrv_keys *k)
-{
-    if (!k) return;
-    free(k->allow);
-    memset(k, 0, sizeof *k); /* the secret does not outlive its use */
-}
-
-int ms_wsrv_check_endpoint(const char *ep, int curve, int insecure)
-{
-    if (curve && insecure) {
-        ms_err_set("--insecure and --curve-secret contradict each other: choose one");
-        return ms_err_set_code(MS_EXIT_USAGE);
-    }
-    if (strncmp(ep, "ipc://", 6) && strncmp(ep, "tcp://", 6)) {
-        ms_err_set("--listen %s: the endpoint must be tcp://HOST:PORT or ipc://PATH", ep);
-        return ms_err_set_code(MS_EXIT_USAGE);
-    }
-    if (ms_wire_check_endpoint(ep, 1) != 0) return ms_err_wrap("--listen");
-    if (!strncmp(ep, "ipc://", 6)) return 0;
-    if (!curve && !insecure) {
-        ms_err_set("--listen %s: plain TCP lets anyone who reaches this port use the worker; give --curve-secret "
-                   "FILE --allow FILE (keys from 'moestream keygen'), or --insecure on a trusted network",
-                   ep);
-        return ms_err_set_code(MS_EXIT_USAGE);
-    }
-    return 0;
-}
-
-/* ---- ZAP: answers CURVE handshakes, 200 for allowed client keys, 400 for the rest ---- */
-
-static void *zap_main(void *arg)
-{
-    ms_wsrv *s = arg;
-    char last_denied[41] = "";
-    double last_log = -1e9;
-    for (;;) {
-        zmq_msg_t f[8];
-        int n = 0, more = 1, dead = 0, extra = 0;
-        while (more) {
-            zmq_msg_t t;
-            zmq_msg_init(&t);
-            if (zmq_msg_recv(&t, s->zap, 0) < 0) {
-                zmq_msg_close(&t);
-                if (errno == EINTR) continue;
-                dead = 1; /* ETERM: the context is shutting down */
-                break;
-            }
-            more = zmq_msg_more(&t);
-            if (n < 8) {
-                zmq_msg_init(&f[n]);
-                zmq_msg_move(&f[n++], &t);
-            } else {
-                extra++;
-            }
-            zmq_msg_close(&t);
-        }
-        if (dead) {
-            for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
-            break;
-        }
-        /* version, request id, domain, address, routing id, mechanism, credentials... */
-        const char *status = "400", *text = "client key not allowed";
-        char user[41] = "";
-        int ok_shape = n >= 7 && !extra && zmq_msg_size(&f[0]) == 3 && !memcmp(zmq_msg_data(&f[0]), "1.0", 3);
-        if (ok_shape && zmq_msg_size(&f[5]) == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5) &&
-            zmq_msg_size(&f[6]) == 32) {
-            const uint8_t *key = zmq_msg_data(&f[6]);
-            for (size_t i = 0; i < s->keys.n_allow; i++)
-                if (!memcmp(s->keys.allow[i], key, 32)) {
-                    status = "200";
-                    text = "OK";
-                    zmq_z85_encode(user, key, 32);
-                    break;
-                }
-            if (!user[0]) {
-                char z[41], addr[64];
-                zmq_z85_encode(z, key, 32);
-                size_t al = zmq_msg_size(&f[3]) < sizeof addr - 1 ? zmq_msg_size(&f[3]) : sizeof addr - 1;
-                memcpy(addr, zmq_msg_data(&f[3]), al);
-                addr[al] = 0;
-                /* A refused client reconnects every fraction of a second: log each key once a minute. */
-                double t = ms_now();
-                if (strcmp(z, last_denied) || t - last_log > 60) {
-                    ms_log(1, "worker: refused a connection from %s: CURVE key %s is not in the allow list",
-                           addr[0] ? addr : "?", z);
-                    memcpy(last_denied, z, sizeof z);
-                    last_log = t;
-                }
-            }
-        }
-        {
-            /* A REP socket must answer every request, even one it cannot read. */
-            zmq_send(s->zap, "1.0", 3, ZMQ_SNDMORE);
-            zmq_send(s->zap, n >= 2 ? zmq_msg_data(&f[1]) : "", n >= 2 ? zmq_msg_size(&f[1]) : 0, ZMQ_SNDMORE);
-            zmq_send(s->zap, status, 3, ZMQ_SNDMORE);
-            zmq_send(s->zap, text, strlen(text), ZMQ_SNDMORE);
-            zmq_send(s->zap, user, strlen(user), ZMQ_SNDMORE);
-            zmq_send(s->zap, "", 0, 0);
-        }
-        for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
-    }
-    zmq_close(s->zap);
-    s->zap = NULL;
-    return NULL;
-}
 
 /* ---- setup ---- */
 
@@ -208,11 +63,7 @@ ms_wsrv *ms_wsrv_new(const ms_wsrv_opts *o)
     s->w = o->load;
     ms_uuid_new(&s->uuid);
     ms_uuid_str(&s->uuid, s->uuid_s);
-    if (o->keys && o->keys->curve) {
-        s->keys = *o->keys;
-        s->keys.allow = ms_malloc(sizeof *s->keys.allow * o->keys->n_allow);
-        memcpy(s->keys.allow, o->keys->allow, sizeof *s->keys.allow * o->keys->n_allow);
-    }
+    s->curve = o->keys && o->keys->curve;
     s->max_msg = s->w->plan.request_limit + MSG_OVERHEAD;
 
     s->ctx = zmq_ctx_new();
@@ -220,19 +71,8 @@ ms_wsrv *ms_wsrv_new(const ms_wsrv_opts *o)
         zfail("cannot create a ZeroMQ context", o->endpoint);
         goto fail;
     }
-    if (s->keys.curve) {
-        /* The handler must be bound before the server socket accepts a handshake. */
-        s->zap = zmq_socket(s->ctx, ZMQ_REP);
-        if (!s->zap || zmq_bind(s->zap, "inproc://zeromq.zap.01") != 0) {
-            zfail("cannot start the ZAP handler", o->endpoint);
-            goto fail;
-        }
-        if (pthread_create(&s->zap_thread, NULL, zap_main, s) != 0) {
-            ms_err_set("--listen %s: cannot start the ZAP thread", o->endpoint);
-            goto fail;
-        }
-        s->zap_started = 1;
-    }
+    /* The handler must be running before the server socket accepts a handshake. */
+    if (s->curve && !(s->zap = ms_wauth_zap_start(s->ctx, o->keys, o->endpoint))) goto fail;
     s->sock = zmq_socket(s->ctx, ZMQ_ROUTER);
     if (!s->sock) {
         zfail("cannot create the socket", o->endpoint);
@@ -254,9 +94,9 @@ ms_wsrv *ms_wsrv_new(const ms_wsrv_opts *o)
         zfail("cannot enable IPv6", o->endpoint);
         goto fail;
     }
-    if (s->keys.curve) {
+    if (s->curve) {
         if (zmq_setsockopt(s->sock, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
-            zmq_setsockopt(s->sock, ZMQ_CURVE_SECRETKEY, s->keys.secret, 40) != 0 ||
+            zmq_setsockopt(s->sock, ZMQ_CURVE_SECRETKEY, o->keys->secret, 40) != 0 ||
             zmq_setsockopt(s->sock, ZMQ_ZAP_DOMAIN, "moestream", 9) != 0) {
             zfail("cannot enable CURVE", o->endpoint);
             goto fail;
@@ -269,7 +109,6 @@ ms_wsrv *ms_wsrv_new(const ms_wsrv_opts *o)
     size_t el = sizeof s->endpoint;
     if (zmq_getsockopt(s->sock, ZMQ_LAST_ENDPOINT, s->endpoint, &el) != 0 || !s->endpoint[0])
         snprintf(s->endpoint, sizeof s->endpoint, "%s", o->endpoint);
-    memset(s->keys.secret, 0, sizeof s->keys.secret); /* the socket has its copy */
     return s;
 fail:
     ms_wsrv_free(s);
@@ -282,11 +121,9 @@ void ms_wsrv_free(ms_wsrv *s)
     if (s->sock) zmq_close(s->sock); /* lingers up to LINGER_MS in zmq_ctx_term for queued replies */
     if (s->ctx) {
         zmq_ctx_shutdown(s->ctx); /* the ZAP thread's recv returns ETERM */
-        if (s->zap_started) pthread_join(s->zap_thread, NULL);
-        else if (s->zap) zmq_close(s->zap);
+        ms_wauth_zap_free(s->zap);
         zmq_ctx_term(s->ctx);
     }
-    free(s->keys.allow);
     free(s);
 }
 

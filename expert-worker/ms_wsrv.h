@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ms_wauth.h"
 #include "ms_wload.h"
 
 /* Limits of one compute request (beyond them: Error TOO_LARGE). The byte limit of a request,
@@ -13,30 +14,9 @@
 #define MS_WSRV_MAX_ROWS 65536u
 #define MS_WSRV_MAX_ITEMS_PER_ROW 64u
 
-/* CURVE keys of a worker: its secret (and derived public) key and the client keys it allows. */
-typedef struct {
-    int curve;                 /* 1 when a secret key was given */
-    char secret[41];           /* Z85 */
-    char public_key[41];       /* Z85, derived with zmq_curve_public */
-    uint8_t (*allow)[32];      /* [n_allow] client public keys (binary), owned */
-    size_t n_allow;
-} ms_wsrv_keys;
-
-/* Read --curve-secret (one 40-character Z85 key) and --allow (one Z85 client public key per
- * line) with ms_wire_read_keys (the coordinator's reader too: blank and '#' lines ignored, a
- * group/world-readable secret warned about). Both paths or neither. Returns 0, or -1 with
- * ms_err set naming the file and line (MS_EXIT_IO if unreadable, MS_EXIT_USAGE if malformed). */
-int ms_wsrv_keys_load(const char *secret_path, const char *allow_path, ms_wsrv_keys *k);
-void ms_wsrv_keys_free(ms_wsrv_keys *k); /* accepts a zeroed struct; wipes the secret */
-
-/* Check an endpoint against the security options before anything is loaded: tcp:// needs
- * CURVE keys or insecure; ipc:// needs nothing; other transports are refused. Returns 0 or -1
- * with ms_err set (MS_EXIT_USAGE). */
-int ms_wsrv_check_endpoint(const char *endpoint, int curve, int insecure);
-
 typedef struct {
     const char *endpoint;      /* tcp://host:port (port may be '*') or ipc://path */
-    const ms_wsrv_keys *keys;  /* borrowed; curve = 0 for plain */
+    const ms_wauth_keys *keys;  /* borrowed; curve = 0 for plain */
     ms_wload *load;            /* borrowed: the experts, the store, the plan */
 } ms_wsrv_opts;
 

@@ -114,7 +114,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (ms_wload_open(&lo, &wl) != 0) fail_init();
     char ep[600];
     snprintf(ep, sizeof ep, "ipc://%s/w.sock", d);
-    ms_wsrv_keys keys;
+    ms_wauth_keys keys;
     memset(&keys, 0, sizeof keys);
     ms_wsrv_opts so = {ep, &keys, &wl};
     if (!(srv = ms_wsrv_new(&so))) fail_init();
