@@ -72,6 +72,9 @@ static int list_workers(ms_engine *e)
     return 0;
 }
 
+/* ms_remote_opts.revive over the workers this engine started. */
+static int local_revive(void *ctx, int worker, char *why, size_t n) { return ms_local_revive(ctx, worker, why, n); }
+
 static int start_workers(ms_engine *e)
 {
     const ms_engine_opts *o = &e->o;
@@ -97,6 +100,10 @@ static int start_workers(ms_engine *e)
     ms_remote_opts ro = {e->n_workers, e->wlist, secret[0] ? secret : NULL, fp, c->n_layers, c->n_experts, &xf,
                          o->worker_timeout};
     ro.local = !e->listed;
+    if (ro.local) { /* a local worker that dies is restarted and the pass goes on */
+        ro.revive = local_revive;
+        ro.revive_ctx = e->local;
+    }
     e->remote = ms_remote_new(&ro, c->first_dense);
     if (!e->remote) return -1;
     ms_model_set_experts(e->m, ms_remote_iface(e->remote));

@@ -15,11 +15,20 @@
 #include "ms_local.h"
 #include "ms_proc.h"
 
+/* Restarts of one local worker in a run: a worker that keeps dying (a bad disk, a crash on some
+ * input) is given up on rather than restarted forever. */
+#define MS_LOCAL_MAX_RESTARTS 3
+
 struct ms_local {
     char dir[PATH_MAX];
     int n;
     pid_t *pid;
+    int *restarts;             /* [n] restarts so far */
     ms_remote_worker *w;
+    /* what a (re)start needs */
+    char *model_dir;
+    int n_experts, threads, buffered, quiet;
+    uint64_t budget_each;
 };
 
 const char *ms_local_worker_bin(void)
@@ -33,6 +42,52 @@ const char *ms_local_worker_bin(void)
     char *slash = strrchr(path, '/');
     snprintf(slash ? slash + 1 : path, 32, "moestream-worker");
     return path;
+}
+
+/* Fork and exec worker i on its endpoint; 0, or -1 with ms_err set (MS_EXIT_WORKER). */
+static int spawn(ms_local *l, int i)
+{
+    char spec[64], budget[32], thr[16];
+    const char *bin = ms_local_worker_bin();
+    const char *ep = l->w[i].endpoint;
+    int a = (int)((int64_t)i * l->n_experts / l->n), b = (int)((int64_t)(i + 1) * l->n_experts / l->n) - 1;
+    snprintf(spec, sizeof spec, "*:%d-%d", a, b);
+    snprintf(budget, sizeof budget, "%llu", (unsigned long long)l->budget_each);
+    snprintf(thr, sizeof thr, "%d", l->threads);
+    unlink(ep + 6); /* a dead worker's socket file */
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        ms_err_set("cannot start worker %d: %s", i, strerror(errno));
+        return ms_err_set_code(MS_EXIT_WORKER);
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* no orphaned worker if the coordinator dies */
+        if (getppid() != parent) _exit(1);
+        const char *argv[20];
+        int k = 0;
+        argv[k++] = bin;
+        argv[k++] = "--model";
+        argv[k++] = l->model_dir;
+        argv[k++] = "--listen";
+        argv[k++] = ep;
+        argv[k++] = "--experts";
+        argv[k++] = spec;
+        if (l->budget_each) {
+            argv[k++] = "--ram-budget";
+            argv[k++] = budget;
+        }
+        argv[k++] = "--threads";
+        argv[k++] = thr;
+        if (l->buffered) argv[k++] = "--buffered-io";
+        if (l->quiet) argv[k++] = "--quiet";
+        argv[k] = NULL;
+        execv(bin, (char *const *)argv);
+        ms_log(0, "cannot run %s: %s", bin, strerror(errno));
+        _exit(127);
+    }
+    l->pid[i] = pid;
+    return 0;
 }
 
 ms_local *ms_local_start(const char *model_dir, int n, int n_experts, uint64_t budget_each, int threads,
@@ -51,49 +106,21 @@ ms_local *ms_local_start(const char *model_dir, int n, int n_experts, uint64_t b
     l->n = n;
     l->pid = ms_calloc((size_t)n, sizeof(pid_t));
     l->w = ms_calloc((size_t)n, sizeof *l->w);
-    const char *bin = ms_local_worker_bin();
+    l->restarts = ms_calloc((size_t)n, sizeof(int));
+    l->model_dir = ms_strdup(model_dir);
+    l->n_experts = n_experts;
+    l->threads = threads;
+    l->buffered = buffered;
+    l->quiet = quiet;
+    l->budget_each = budget_each;
     for (int i = 0; i < n; i++) {
-        char ep[PATH_MAX + 64], spec[64], budget[32], thr[16];
+        char ep[PATH_MAX + 64];
         snprintf(ep, sizeof ep, "ipc://%s/worker-%d.sock", l->dir, i);
         l->w[i].endpoint = ms_strdup(ep);
-        int a = (int)((int64_t)i * n_experts / n), b = (int)((int64_t)(i + 1) * n_experts / n) - 1;
-        snprintf(spec, sizeof spec, "*:%d-%d", a, b);
-        snprintf(budget, sizeof budget, "%llu", (unsigned long long)budget_each);
-        snprintf(thr, sizeof thr, "%d", threads);
-        pid_t parent = getpid();
-        pid_t pid = fork();
-        if (pid < 0) {
-            ms_err_set("cannot start worker %d: %s", i, strerror(errno));
-            ms_err_set_code(MS_EXIT_WORKER);
+        if (spawn(l, i) != 0) {
             ms_local_stop(l);
             return NULL;
         }
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGTERM); /* no orphaned worker if the coordinator dies */
-            if (getppid() != parent) _exit(1);
-            const char *argv[20];
-            int k = 0;
-            argv[k++] = bin;
-            argv[k++] = "--model";
-            argv[k++] = model_dir;
-            argv[k++] = "--listen";
-            argv[k++] = ep;
-            argv[k++] = "--experts";
-            argv[k++] = spec;
-            if (budget_each) {
-                argv[k++] = "--ram-budget";
-                argv[k++] = budget;
-            }
-            argv[k++] = "--threads";
-            argv[k++] = thr;
-            if (buffered) argv[k++] = "--buffered-io";
-            if (quiet) argv[k++] = "--quiet";
-            argv[k] = NULL;
-            execv(bin, (char *const *)argv);
-            ms_log(0, "cannot run %s: %s", bin, strerror(errno));
-            _exit(127);
-        }
-        l->pid[i] = pid;
     }
     *workers = l->w;
     *n_workers = n;
@@ -108,6 +135,36 @@ uint64_t ms_local_peak_rss(const ms_local *l)
 }
 
 int ms_local_pid(const ms_local *l, int i) { return l && i >= 0 && i < l->n ? (int)l->pid[i] : -1; }
+
+int ms_local_revive(ms_local *l, int i, char *why, size_t n)
+{
+    MS_ASSERT(l && i >= 0 && i < l->n);
+    if (l->pid[i] <= 0) {
+        snprintf(why, n, "local worker %d is not running", i);
+        return -1;
+    }
+    int status = 0;
+    if (waitpid(l->pid[i], &status, WNOHANG) != l->pid[i]) return 0; /* still running */
+    char how[64];
+    if (WIFSIGNALED(status))
+        snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(status));
+    else
+        snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
+    l->pid[i] = 0;
+    if (l->restarts[i] >= MS_LOCAL_MAX_RESTARTS) {
+        snprintf(why, n, "local worker %d %s after %d restarts: not restarted again", i, how, l->restarts[i]);
+        ms_log(0, "%s", why);
+        return -1;
+    }
+    l->restarts[i]++;
+    if (spawn(l, i) != 0) {
+        snprintf(why, n, "local worker %d %s and cannot be restarted: %s", i, how, ms_err_msg());
+        ms_log(0, "%s", why);
+        return -1;
+    }
+    ms_log(0, "local worker %d %s: restarted (%d of %d restarts)", i, how, l->restarts[i], MS_LOCAL_MAX_RESTARTS);
+    return 1;
+}
 
 void ms_local_stop(ms_local *l)
 {
@@ -139,5 +196,7 @@ void ms_local_stop(ms_local *l)
     rmdir(l->dir);
     free(l->w);
     free(l->pid);
+    free(l->restarts);
+    free(l->model_dir);
     free(l);
 }

@@ -2,6 +2,7 @@
 #ifndef MS_LOCAL_H
 #define MS_LOCAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ms_remote.h"
@@ -23,6 +24,11 @@ void ms_local_stop(ms_local *l);
 uint64_t ms_local_peak_rss(const ms_local *l);
 /* Pid of worker i (tests kill one to check fail-over). */
 int ms_local_pid(const ms_local *l, int i);
+
+/* For ms_remote_opts.revive: if worker i has exited, start it again on its endpoint (at most 3
+ * times in a run) and return 1; 0 while it runs; -1 when it exited and is not restarted (why
+ * says how it ended). Logs what it does. */
+int ms_local_revive(ms_local *l, int i, char *why, size_t n);
 
 /* Path of the moestream-worker binary: $MS_WORKER_BIN, else next to this executable. */
 const char *ms_local_worker_bin(void);

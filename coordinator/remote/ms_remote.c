@@ -11,7 +11,8 @@
 #include "ms_remote.h"
 #include "ms_wire.h"
 
-enum { W_DOWN = 0, W_PROBING = 1, W_UP = 2 };
+/* W_GONE: a local worker that exited and will not be restarted: never probed again. */
+enum { W_DOWN = 0, W_PROBING = 1, W_UP = 2, W_GONE = 3 };
 
 /* Connection events watched: a disconnect marks a worker down; the others explain a hello
  * that gets no answer (see hello_hint). */
@@ -32,6 +33,7 @@ typedef struct {
     uint8_t *owns;         /* [n_layers * n_experts] */
     char why[256];         /* last failure */
     int seen;              /* ZMQ_EVENT_* bits seen on the connection (monitor): why a hello got no answer */
+    int revived;           /* restarted by the revive hook and up again: its own items may go back to it */
     /* the request in flight during a call */
     int pending;
     ms_uuid req;
@@ -319,11 +321,26 @@ static void revive_owners(ms_remote *r, int layer, int e)
     int any = 0;
     for (int i = 0; i < r->n; i++) {
         wconn *w = &r->w[i];
-        if (w->state == W_DOWN) {
-            w->probe_at = 0; /* ownership of a worker never heard from is unknown: try it too */
-            any = 1;
-        }
         if (w->state == W_UP && w->owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)e]) return;
+    }
+    for (int i = 0; i < r->n; i++) {
+        wconn *w = &r->w[i];
+        if (w->state != W_DOWN) continue;
+        if (r->o.revive) { /* a local worker that exited is restarted, or given up on at once */
+            char why[200] = "";
+            int rv = r->o.revive(r->o.revive_ctx, i, why, sizeof why);
+            if (rv < 0) {
+                snprintf(w->why, sizeof w->why, "%s", why);
+                w->state = W_GONE;
+                continue;
+            }
+            if (rv > 0) {
+                w->revived = 1;
+                w->backoff = 0;
+            }
+        }
+        w->probe_at = 0; /* ownership of a worker never heard from is unknown: try it too */
+        any = 1;
     }
     if (!any) return;
     probe(r);
@@ -551,7 +568,8 @@ static int reassign(ms_remote *r, int from, int layer, const int32_t *ids, int64
         int to = pick(r, layer, ids[i], from);
         if (to < 0) {
             revive_owners(r, layer, ids[i]); /* a replica that was down may be back */
-            to = pick(r, layer, ids[i], from);
+            /* a worker restarted just now may take its own items back (bounded by the restarts) */
+            to = pick(r, layer, ids[i], f->revived && f->state == W_UP ? -1 : from);
         }
         if (to < 0) {
             char list[512] = "";
@@ -567,6 +585,7 @@ static int reassign(ms_remote *r, int from, int layer, const int32_t *ids, int64
         r->st.failovers++;
     }
     f->n_items = f->off = f->end = 0;
+    f->revived = 0;
     return 0;
 }
 

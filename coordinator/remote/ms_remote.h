@@ -3,6 +3,7 @@
 #ifndef MS_REMOTE_H
 #define MS_REMOTE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ms_expert.h"
@@ -18,6 +19,12 @@ typedef struct {
     double timeout_s;            /* per request (and hello) deadline; 0 = 60 s */
     int local;                   /* the workers were started by this process (--local-workers):
                                     messages point at their own output, not keys or firewalls */
+    /* Optional: called for a down worker i before it is probed again. Returns 1 after
+     * restarting it, 0 if nothing was done (it may still answer), -1 if it is gone for good
+     * (why filled): it is then never used again, and its experts fail at once when no other
+     * worker owns them. ms_local_revive is one. */
+    int (*revive)(void *ctx, int worker, char *why, size_t n);
+    void *revive_ctx;
 } ms_remote_opts;
 
 typedef struct ms_remote ms_remote;

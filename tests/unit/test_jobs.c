@@ -1,7 +1,8 @@
 /* test_jobs: `moestream jobs` end to end: every job bit-identical to `moestream run` on it alone
  * (ids and logits rows; completions and chats, greedy and sampled) at --max-batch 1, 3 and 8, in
  * process and with 2 local workers; bad lines answered, duplicates refused, kill -9 + --resume,
- * SIGTERM, and a budget too small for the batch asked. */
+ * SIGTERM, a local worker killed mid-run (restarted; given up on after its restarts), and a budget
+ * too small for the batch asked. */
 #include <jansson.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -283,6 +284,51 @@ static void check_duplicates(void)
     free(err);
 }
 
+/* Lines in the file at path (0 if absent). */
+static int count_lines(const char *path)
+{
+    size_t len = 0;
+    char *b = ms_t_read_file(path, &len);
+    int lines = 0;
+    for (size_t i = 0; b && i < len; i++) lines += b[i] == '\n';
+    free(b);
+    return lines;
+}
+
+/* Wait (up to about 6 s) until the file at path has n lines. */
+static void wait_lines(const char *path, int n)
+{
+    for (int k = 0; k < 3000 && count_lines(path) < n; k++) ms_t_sleep_ms(2);
+}
+
+/* The generated ids of each answered line of a jobs output, by custom_id. Counts lines, custom_ids
+ * seen twice, and the error codes of error lines (into errors: code -> count) when asked. */
+static json_t *ids_by_custom_id(const char *path, int *dup, int *n_lines, json_t *errors)
+{
+    json_t *map = json_object(), *seen = json_object();
+    char *buf = ms_t_read_file(path, NULL);
+    for (char *s = buf; s && *s;) {
+        char *nl = strchr(s, '\n');
+        if (!nl) break;
+        *nl = 0;
+        json_t *o = json_loads(s, JSON_ALLOW_NUL, NULL);
+        const char *cid = json_string_value(json_object_get(o, "custom_id"));
+        json_t *ids = json_object_get(json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"), "choices"), 0), "token_ids");
+        const char *code = json_string_value(json_object_get(json_object_get(o, "error"), "code"));
+        if (n_lines) ++*n_lines;
+        if (cid && json_object_get(seen, cid) && dup) ++*dup;
+        if (cid) json_object_set_new(seen, cid, json_true());
+        if (cid && ids) json_object_set(map, cid, ids);
+        if (code && errors)
+            json_object_set_new(errors, code, json_integer(json_integer_value(json_object_get(errors, code)) + 1));
+        json_decref(o);
+        s = nl + 1;
+    }
+    free(buf);
+    json_decref(seen);
+    return map;
+}
+
 /* Many slow jobs; stop the run after a few lines are out (kill -9 or SIGTERM), resume it. */
 static void check_resume(int sig)
 {
@@ -308,16 +354,7 @@ static void check_resume(int sig)
               "--ram-budget", "2G", "--quiet", (char *)NULL);
         _exit(127);
     }
-    /* wait for two lines */
-    for (int k = 0; k < 3000; k++) {
-        size_t len = 0;
-        char *b = ms_t_read_file(out, &len);
-        int lines = 0;
-        for (size_t i = 0; b && i < len; i++) lines += b[i] == '\n';
-        free(b);
-        if (lines >= 2) break;
-        ms_t_sleep_ms(2);
-    }
+    wait_lines(out, 2);
     kill(pid, sig);
     int status = 0;
     waitpid(pid, &status, 0);
@@ -328,11 +365,7 @@ static void check_resume(int sig)
         fputs("{\"id\":\"batch_req_torn\",\"custom_id\":\"s2", f);
         fclose(f);
     }
-    size_t before = 0;
-    char *b0 = ms_t_read_file(out, &before);
-    int lines0 = 0;
-    for (size_t i = 0; b0 && i < before; i++) lines0 += b0[i] == '\n';
-    free(b0);
+    int lines0 = count_lines(out);
     T_CHECK(lines0 >= 2 && lines0 < 24, "%d of 24 jobs were written before the stop", lines0);
     char *err = NULL;
     int st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --max-batch 4 --ram-budget 2G --resume", bin,
@@ -340,33 +373,96 @@ static void check_resume(int sig)
     T_CHECK(st == 0 && err && strstr(err, "skipped"), "--resume completes (exit %d)", st);
     free(err);
     /* every custom_id exactly once, with the uninterrupted run's ids */
-    json_t *want = json_object(), *got = json_object();
-    const char *files[2] = {full, out};
-    json_t *maps[2] = {want, got};
     int dup = 0, n_lines = 0;
-    for (int k = 0; k < 2; k++) {
-        char *buf = ms_t_read_file(files[k], NULL);
-        for (char *s = buf; s && *s;) {
-            char *nl = strchr(s, '\n');
-            if (!nl) break;
-            *nl = 0;
-            json_t *o = json_loads(s, JSON_ALLOW_NUL, NULL);
-            const char *cid = json_string_value(json_object_get(o, "custom_id"));
-            json_t *ids = json_object_get(json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"), "choices"), 0), "token_ids");
-            if (k == 1) n_lines++;
-            if (cid && json_object_get(maps[k], cid)) dup++;
-            if (cid && ids) json_object_set(maps[k], cid, ids);
-            json_decref(o);
-            s = nl + 1;
-        }
-        free(buf);
-    }
+    json_t *want = ids_by_custom_id(full, NULL, NULL, NULL);
+    json_t *got = ids_by_custom_id(out, &dup, &n_lines, NULL);
     T_CHECK(dup == 0 && n_lines == 24 && json_object_size(got) == 24 && json_equal(want, got),
             "after signal %d and --resume: 24 lines, each custom_id once, the same ids as an uninterrupted run "
             "(%d lines, %d duplicates)",
             sig, n_lines, dup);
     json_decref(want);
     json_decref(got);
+}
+
+/* Pid of the coordinator pid's local worker 0 (its command line names worker-0.sock), or 0. */
+static int local_worker0(pid_t pid)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r"); /* /proc files have no size: read with stdio */
+    int child, found = 0;
+    while (f && !found && fscanf(f, "%d", &child) == 1) {
+        char cmd[4096] = "";
+        snprintf(path, sizeof path, "/proc/%d/cmdline", child);
+        FILE *c = fopen(path, "r");
+        size_t n = c ? fread(cmd, 1, sizeof cmd - 1, c) : 0;
+        if (c) fclose(c);
+        for (size_t i = 0; i < n; i++)
+            if (!cmd[i]) cmd[i] = ' ';
+        if (strstr(cmd, "worker-0.sock")) found = child;
+    }
+    if (f) fclose(f);
+    return found;
+}
+
+/* Local worker 0 SIGKILLed `kills` times mid-run (each time it is back), no replica. Once: it is
+ * restarted, and every job completes with the ids of the uninterrupted in-process run. Four
+ * times (past the 3 restarts): it is given up on, the jobs that need it get worker_failure lines
+ * at once and the others their ids; every custom_id once, exit 0 either way. Runs after
+ * check_resume (its input and reference). */
+static void check_worker_lost(int kills)
+{
+    char in[1200], out[1200], full[1200], errf[1200];
+    snprintf(in, sizeof in, "%s/slow.jsonl", tmp);
+    snprintf(out, sizeof out, "%s/slow-wlost%d.out", tmp, kills);
+    snprintf(errf, sizeof errf, "%s/slow-wlost%d.err", tmp, kills);
+    snprintf(full, sizeof full, "%s/slow-full.out", tmp);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(errf, "w", stderr)) _exit(127);
+        execl(bin, bin, "jobs", "--model", dir, "--input", in, "--output", out, "--max-batch", "2", "--local-workers",
+              "2", "--threads", "1", "--ram-budget", "2G", (char *)NULL);
+        _exit(127);
+    }
+    wait_lines(out, 2);
+    int killed = 0, last = 0;
+    for (int k = 0; k < 6000 && killed < kills; k++) { /* up to about 30 s for each restart */
+        int w = local_worker0(pid);
+        if (w > 0 && w != last) {
+            kill(w, SIGKILL);
+            last = w;
+            killed++;
+        }
+        ms_t_sleep_ms(5);
+    }
+    T_CHECK(killed == kills, "local worker 0 killed %d times (each time back), %d asked", killed, kills);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "jobs exits 0 after losing a worker %d times (status 0x%x)",
+            kills, status);
+    int dup = 0, n_lines = 0, same = 1;
+    json_t *errors = json_object();
+    json_t *want = ids_by_custom_id(full, NULL, NULL, NULL);
+    json_t *got = ids_by_custom_id(out, &dup, &n_lines, errors);
+    const char *cid;
+    json_t *ids;
+    json_object_foreach(got, cid, ids) same &= json_equal(ids, json_object_get(want, cid));
+    int failed = (int)json_integer_value(json_object_get(errors, "worker_failure"));
+    T_CHECK(n_lines == 24 && dup == 0 && (int)json_object_size(got) + failed == 24 && json_object_size(errors) <= 1,
+            "every job answered once: %d lines, %d duplicates, %zu with ids, %d worker_failure lines, %zu error codes",
+            n_lines, dup, json_object_size(got), failed, json_object_size(errors));
+    T_CHECK(same, "the jobs that completed have the ids of the uninterrupted run");
+    if (kills <= 3) {
+        T_CHECK(failed == 0, "a killed local worker is restarted: no job fails (%d worker_failure lines)", failed);
+        T_CHECK(ms_t_file_has(errf, "restarted (1 of 3 restarts)"), "the restart is reported");
+    } else {
+        T_CHECK(failed > 0, "past its restarts, the jobs that need the lost worker get worker_failure lines (%d)",
+                failed);
+        T_CHECK(ms_t_file_has(errf, "after 3 restarts: not restarted again"), "giving up on the worker is reported");
+    }
+    json_decref(want);
+    json_decref(got);
+    json_decref(errors);
 }
 
 static void check_budget(void)
@@ -468,6 +564,8 @@ int main(void)
     check_usage();
     check_resume(SIGKILL);
     check_resume(SIGTERM);
+    check_worker_lost(1);
+    check_worker_lost(4);
     check_budget();
     for (int i = 0; i < NJOBS; i++) json_decref(ref_ids[i]);
     return ms_t_done();
