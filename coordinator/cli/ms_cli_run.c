@@ -26,7 +26,7 @@
 typedef struct {
     ms_cli_eopts e; /* model, budget, I/O, threads, workers */
     const char *prompt, *prompt_file, *ids, *ids_file, *dump, *trace;
-    long long n, seed;
+    long long n, seed, plan_seqs;
     float temperature, top_p;
     int json, allow_special, stop_eos, plan_only;
 } run_opts;
@@ -44,7 +44,7 @@ static void run_usage(FILE *f, int demo)
           "                     [-n N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet]\n"
           "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
-          "                     [--prefill-chunk N] [--lru-cache] [--plan-only]\n"
+          "                     [--prefill-chunk N] [--lru-cache] [--plan-only [--plan-seqs N]]\n"
           "                     [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                     [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "\n"
@@ -68,7 +68,8 @@ static void run_usage(FILE *f, int demo)
           "computes experts in this process) and splits the budget among all processes.\n"
           "--worker-timeout SEC is the deadline of one request (default 60).\n"
           "--plan-only opens and plans the run at --ram-budget, prints the plan and what a pass reads\n"
-          "(--json: one object), and stops: no weight is read, so any budget can be asked about.\n"
+          "(--json: one object), and stops: no weight is read, so any budget can be asked about;\n"
+          "--plan-seqs N plans for N sequences decoding together (as jobs --max-batch N does).\n"
           "Ctrl-C (SIGINT) or SIGTERM stops the run between steps: it exits 130 with a message, stops\n"
           "the local workers, and keeps no partial output (--dump-logits holds the rows computed).\n",
           f);
@@ -295,7 +296,8 @@ static int print_plan(const run_opts *o, ms_engine *e, size_t np)
     int moe_layers = c->n_layers - c->first_dense;
     uint64_t cold = (uint64_t)moe_layers * (uint64_t)c->top_k * xb;
     if (o->json) {
-        json_t *out = json_pack("{s:I,s:o,s:{s:i,s:i,s:i,s:I,s:I,s:I}}", "prompt_tokens", (json_int_t)np, "plan",
+        json_t *out = json_pack("{s:I,s:i,s:o,s:{s:i,s:i,s:i,s:I,s:I,s:I}}", "prompt_tokens", (json_int_t)np,
+                            "sequences", ms_model_max_seqs(ms_engine_model(e)), "plan",
                                 ms_plan_json(p), "per_token", "layers", c->n_layers, "moe_layers", moe_layers,
                                 "top_k", c->top_k, "expert_bytes", (json_int_t)xb, "expert_bytes_all_misses",
                                 (json_int_t)cold, "trunk_streamed_bytes", (json_int_t)p->streamed_bytes);
@@ -341,6 +343,7 @@ static int generate(const run_opts *o, const char *cmd)
     eo.run.prompt_tokens = (int64_t)np;
     eo.run.max_positions = (int64_t)np + o->n + 1;
     eo.run.plan_only = o->plan_only;
+    if (o->plan_only && o->plan_seqs > 1) eo.max_seqs = (int)o->plan_seqs;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -472,6 +475,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         {"help", no_argument, 0, 'h'},
         {"trace", required_argument, 0, 'R'},
         {"plan-only", no_argument, 0, 'Y'},
+        {"plan-seqs", required_argument, 0, 'Q'},
     };
     enum { N_OWN = sizeof own / sizeof own[0] };
     struct option opts[N_OWN + MS_CLI_EOPT_COUNT + 1];
@@ -491,6 +495,9 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'e': o->stop_eos = 1; break;
         case 'R': o->trace = optarg; break;
         case 'Y': o->plan_only = 1; break;
+        case 'Q':
+            if (ms_opt_int("--plan-seqs", optarg, 1, MS_LAYER_MAX_SEQS, &o->plan_seqs) != 0) return ms_cli_fail_err(cmd);
+            break;
         case 'n':
             if (ms_opt_int("-n", optarg, 0, 1000000, &o->n) != 0) return ms_cli_fail_err(cmd);
             break;
@@ -519,6 +526,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         }
     }
     if (optind != argc) return ms_cli_fail(cmd, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    if (o->plan_seqs && !o->plan_only) return ms_cli_fail(cmd, MS_EXIT_USAGE, "--plan-seqs goes with --plan-only");
     ms_cli_set_output(o->e.quiet);
     return 0;
 }
