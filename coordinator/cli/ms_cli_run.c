@@ -262,7 +262,8 @@ static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int
 }
 
 static void print_report(const char *cmd, size_t np, size_t ng, const ms_engine_stats *es, double t_load,
-                         double t_prefill, double t_decode, double wall)
+                         double t_prefill, double t_decode, double wall, const ms_model_stats *after_prefill,
+                         const run_cpu *cpu)
 {
     const ms_model_stats *ms = &es->model;
     double pre_tps = t_prefill > 0 ? (double)np / t_prefill : 0.0;
@@ -282,6 +283,15 @@ static void print_report(const char *cmd, size_t np, size_t ng, const ms_engine_
                 ms_size_fmt(ms->bytes_read_trunk, d, sizeof d), (unsigned long long)ms->expert_cache_hits,
                 (unsigned long long)ms->expert_cache_misses, (unsigned long long)ms->expert_cache_evictions,
                 100.0 * (wall > 0 ? ms->io_wait_seconds / wall : 0.0), wall);
+    if (ng > 1) { /* per decode token: CPU of all threads, and what it read */
+        double nd = (double)(ng - 1), u = cpu->end.s[0] - cpu->prefill.s[0], sy = cpu->end.s[1] - cpu->prefill.s[1];
+        uint64_t tb = ms->bytes_read_trunk - after_prefill->bytes_read_trunk;
+        uint64_t xb = ms->bytes_read_experts - after_prefill->bytes_read_experts;
+        fprintf(stderr,
+                "moestream %s: per decode token: %.2f CPU s (user %.2f, system %.2f), read %s (trunk %s, experts %s)\n",
+                cmd, (u + sy) / nd, u / nd, sy / nd, ms_size_fmt((uint64_t)((double)(tb + xb) / nd), a, sizeof a),
+                ms_size_fmt((uint64_t)((double)tb / nd), b, sizeof b), ms_size_fmt((uint64_t)((double)xb / nd), d, sizeof d));
+    }
 }
 
 /* --plan-only: the plan and the bytes one pass reads with it (trunk streamed; routed experts
@@ -447,7 +457,7 @@ static int generate(const run_opts *o, const char *cmd)
         print_json(e, prompt, np, gen, ng, &es, &after_prefill, t_load, t_prefill, t_decode, wall, &cpu);
     else if (!o->e.quiet)
         fputc('\n', stdout);
-    if (!o->e.quiet) print_report(cmd, np, ng, &es, t_load, t_prefill, t_decode, wall);
+    if (!o->e.quiet) print_report(cmd, np, ng, &es, t_load, t_prefill, t_decode, wall, &after_prefill, &cpu);
 out:
     ms_progress_end(); /* no-op unless a bar is still drawn */
     if (dump) fclose(dump);
