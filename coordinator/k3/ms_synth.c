@@ -69,6 +69,7 @@ void ms_synth_set_layers(ms_synth_shape *sh, int n)
     for (int i = 1; i <= n; i++)
         if (i % 4 == 0 || (i == n && n > 1)) sh->full_attn[sh->n_full_attn++] = i;
     sh->n_shards = n + 1;
+    sh->name_total = 0; /* not the release's shard count any more */
 }
 
 /* How a tensor's values are drawn. */
