@@ -73,6 +73,9 @@ void ms_st_writer_add(ms_st_writer *w, const char *name, ms_dtype dt, int ndim, 
 /* Declare a tensor whose bytes are copied now from data (numel * element size bytes). */
 void ms_st_writer_add_copy(ms_st_writer *w, const char *name, ms_dtype dt, int ndim, const int64_t *shape,
                            const void *data);
+/* Declare a tensor of zeros that is not written: the writer seeks past it, so the file gets a
+ * hole (a sparse file takes no disk for it; reading it gives zeros). */
+void ms_st_writer_add_hole(ms_st_writer *w, const char *name, ms_dtype dt, int ndim, const int64_t *shape);
 /* Number of bytes the data section will have. */
 uint64_t ms_st_writer_data_bytes(const ms_st_writer *w);
 /* Write the file (header with tensors in declaration order, 8-byte aligned header). Returns 0,

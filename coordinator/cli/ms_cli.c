@@ -273,13 +273,17 @@ int ms_cli_detokenize(int argc, char **argv)
 
 static void synth_usage(FILE *f)
 {
-    fputs("usage: moestream synth --out DIR [--preset tiny|small|k3-slice] [--layers N] [--seed S]\n"
+    fputs("usage: moestream synth --out DIR [--preset tiny|small|k3-slice|k3-full] [--layers N] [--seed S]\n"
+          "                       [--sparse]\n"
           "\n"
           "Writes a random Kimi K3 checkpoint in the released layout (nested config.json, BF16 trunk,\n"
           "F32 small tensors, MXFP4 routed experts, sharded safetensors with an index) and a small\n"
           "tiktoken tokenizer. The same preset and seed always give the same bytes.\n"
           "Presets: tiny (default, < 1 MB), small (about 650 MB, 512 experts a layer), k3-slice (the\n"
-          "released K3 widths with --layers N layers, default 3: about 40 GB).\n",
+          "released K3 widths with --layers N layers, default 3: about 40 GB), k3-full (the whole\n"
+          "93-layer K3 text path in the release's shard names: 1.56 TB, use with --sparse).\n"
+          "--sparse writes the headers only: every weight is zero and stored as a hole of a sparse\n"
+          "file, so the files take almost no disk (reading them costs no device I/O).\n",
           f);
 }
 
@@ -288,10 +292,11 @@ int ms_cli_synth(int argc, char **argv)
     static const struct option opts[] = {{"out", required_argument, 0, 'o'}, {"preset", required_argument, 0, 'p'},
                                          {"seed", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
                                          {"layers", required_argument, 0, 'l'},
+                                         {"sparse", no_argument, 0, 'S'},
                                          {0, 0, 0, 0}};
     const char *out = NULL, *preset = "tiny";
     long long seed = 1, layers = 0;
-    int c;
+    int c, sparse = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -301,8 +306,9 @@ int ms_cli_synth(int argc, char **argv)
             if (ms_opt_int("--seed", optarg, LLONG_MIN, LLONG_MAX, &seed) != 0) return ms_cli_fail_err("synth");
             break;
         case 'l':
-            if (ms_opt_int("--layers", optarg, 1, 64, &layers) != 0) return ms_cli_fail_err("synth");
+            if (ms_opt_int("--layers", optarg, 1, MS_SYNTH_MAX_LAYERS, &layers) != 0) return ms_cli_fail_err("synth");
             break;
+        case 'S': sparse = 1; break;
         case 'h': synth_usage(stdout); return MS_EXIT_OK;
         default: synth_usage(stderr); return MS_EXIT_USAGE;
         }
@@ -313,8 +319,12 @@ int ms_cli_synth(int argc, char **argv)
     ms_synth_shape sh;
     if (ms_synth_preset(preset, &sh) != 0) return ms_cli_fail_err("synth");
     if (layers) ms_synth_set_layers(&sh, (int)layers);
+    sh.sparse = sparse;
     if (ms_synth_write(out, &sh, (uint64_t)seed) != 0) return ms_cli_fail_err("synth");
-    fprintf(stderr, "moestream synth: wrote preset %s (seed %lld) to %s\n", preset, seed, out);
+    if (sparse)
+        fprintf(stderr, "moestream synth: wrote preset %s (sparse: zero weights, headers only) to %s\n", preset, out);
+    else
+        fprintf(stderr, "moestream synth: wrote preset %s (seed %lld) to %s\n", preset, seed, out);
     return MS_EXIT_OK;
 }
 

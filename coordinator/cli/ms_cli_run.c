@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,13 +21,14 @@
 #include "ms_stdout.h"
 #include "ms_synth.h"
 #include "ms_tok.h"
+#include "ms_xfmt.h"
 
 typedef struct {
     ms_cli_eopts e; /* model, budget, I/O, threads, workers */
     const char *prompt, *prompt_file, *ids, *ids_file, *dump, *trace;
-    long long n, seed;
+    long long n, seed, plan_seqs;
     float temperature, top_p;
-    int json, allow_special, stop_eos;
+    int json, allow_special, stop_eos, plan_only;
 } run_opts;
 
 static void run_usage(FILE *f, int demo)
@@ -42,7 +44,7 @@ static void run_usage(FILE *f, int demo)
           "                     [-n N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet]\n"
           "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
-          "                     [--prefill-chunk N] [--lru-cache]\n"
+          "                     [--prefill-chunk N] [--lru-cache] [--plan-only [--plan-seqs N]]\n"
           "                     [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                     [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "\n"
@@ -65,6 +67,9 @@ static void run_usage(FILE *f, int demo)
           "unless --insecure. --local-workers N starts N workers on this box over ipc (0, the default,\n"
           "computes experts in this process) and splits the budget among all processes.\n"
           "--worker-timeout SEC is the deadline of one request (default 60).\n"
+          "--plan-only opens and plans the run at --ram-budget, prints the plan and what a pass reads\n"
+          "(--json: one object), and stops: no weight is read, so any budget can be asked about;\n"
+          "--plan-seqs N plans for N sequences decoding together (as jobs --max-batch N does).\n"
           "Ctrl-C (SIGINT) or SIGTERM stops the run between steps: it exits 130 with a message, stops\n"
           "the local workers, and keeps no partial output (--dump-logits holds the rows computed).\n",
           f);
@@ -157,9 +162,30 @@ static int read_prompt(const run_opts *o, ms_tok *tok, int32_t **prompt, size_t 
     return MS_EXIT_OK;
 }
 
+/* CPU seconds of this process so far, all threads: [0] user, [1] system. */
+typedef struct {
+    double s[2];
+} cpu_time;
+
+static cpu_time cpu_now(void)
+{
+    struct rusage ru;
+    cpu_time t = {{0, 0}};
+    if (getrusage(RUSAGE_SELF, &ru) == 0) {
+        t.s[0] = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec;
+        t.s[1] = (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+    }
+    return t;
+}
+
+/* CPU seconds at the start, after the model opened, after the prefill, at the end. */
+typedef struct {
+    cpu_time start, load, prefill, end;
+} run_cpu;
+
 static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int32_t *gen,
                        size_t ng, const ms_engine_stats *es, const ms_model_stats *after_prefill, double t_load,
-                       double t_prefill, double t_decode, double wall)
+                       double t_prefill, double t_decode, double wall, const run_cpu *cpu)
 {
     const ms_model_stats *ms = &es->model;
     double dec_tps = ng > 1 && t_decode > 0 ? (double)(ng - 1) / t_decode : 0.0;
@@ -182,6 +208,25 @@ static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int
                          after_prefill->bytes_read_trunk;
     json_object_set_new(stats, "decode_bytes_read_per_token",
                         json_real(ng > 1 ? (double)dec_bytes / (double)(ng - 1) : 0.0));
+    /* What each decode token read and cost the CPU (all threads, user and system). */
+    double nd = ng > 1 ? (double)(ng - 1) : 0.0;
+    json_object_set_new(stats, "decode_bytes_read_experts_per_token",
+                        json_real(nd > 0 ? (double)(ms->bytes_read_experts - after_prefill->bytes_read_experts) / nd : 0.0));
+    json_object_set_new(stats, "decode_bytes_read_trunk_per_token",
+                        json_real(nd > 0 ? (double)(ms->bytes_read_trunk - after_prefill->bytes_read_trunk) / nd : 0.0));
+    static const char *phase[3] = {"load", "prefill", "decode"};
+    const cpu_time *at[4] = {&cpu->start, &cpu->load, &cpu->prefill, &cpu->end};
+    for (int ph = 0; ph < 3; ph++)
+        for (int k = 0; k < 2; k++) {
+            char key[64];
+            snprintf(key, sizeof key, "cpu_%s_seconds_%s", k ? "sys" : "user", phase[ph]);
+            json_object_set_new(stats, key, json_real(at[ph + 1]->s[k] - at[ph]->s[k]));
+        }
+    double dec_cpu = (cpu->end.s[0] - cpu->prefill.s[0]) + (cpu->end.s[1] - cpu->prefill.s[1]);
+    json_object_set_new(stats, "decode_cpu_seconds_per_token", json_real(nd > 0 ? dec_cpu / nd : 0.0));
+    json_object_set_new(stats, "decode_cpu_user_seconds_per_token",
+                        json_real(nd > 0 ? (cpu->end.s[0] - cpu->prefill.s[0]) / nd : 0.0));
+    json_object_set_new(stats, "read_busy_seconds", json_real(ms->read_busy_seconds));
     json_object_set_new(stats, "expert_requests", json_integer((json_int_t)ms->expert_requests));
     json_object_set_new(stats, "expert_cache_hits", json_integer((json_int_t)ms->expert_cache_hits));
     json_object_set_new(stats, "expert_cache_misses", json_integer((json_int_t)ms->expert_cache_misses));
@@ -217,7 +262,8 @@ static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int
 }
 
 static void print_report(const char *cmd, size_t np, size_t ng, const ms_engine_stats *es, double t_load,
-                         double t_prefill, double t_decode, double wall)
+                         double t_prefill, double t_decode, double wall, const ms_model_stats *after_prefill,
+                         const run_cpu *cpu)
 {
     const ms_model_stats *ms = &es->model;
     double pre_tps = t_prefill > 0 ? (double)np / t_prefill : 0.0;
@@ -237,12 +283,55 @@ static void print_report(const char *cmd, size_t np, size_t ng, const ms_engine_
                 ms_size_fmt(ms->bytes_read_trunk, d, sizeof d), (unsigned long long)ms->expert_cache_hits,
                 (unsigned long long)ms->expert_cache_misses, (unsigned long long)ms->expert_cache_evictions,
                 100.0 * (wall > 0 ? ms->io_wait_seconds / wall : 0.0), wall);
+    if (ng > 1) { /* per decode token: CPU of all threads, and what it read */
+        double nd = (double)(ng - 1), u = cpu->end.s[0] - cpu->prefill.s[0], sy = cpu->end.s[1] - cpu->prefill.s[1];
+        uint64_t tb = ms->bytes_read_trunk - after_prefill->bytes_read_trunk;
+        uint64_t xb = ms->bytes_read_experts - after_prefill->bytes_read_experts;
+        fprintf(stderr,
+                "moestream %s: per decode token: %.2f CPU s (user %.2f, system %.2f), read %s (trunk %s, experts %s)\n",
+                cmd, (u + sy) / nd, u / nd, sy / nd, ms_size_fmt((uint64_t)((double)(tb + xb) / nd), a, sizeof a),
+                ms_size_fmt((uint64_t)((double)tb / nd), b, sizeof b), ms_size_fmt((uint64_t)((double)xb / nd), d, sizeof d));
+    }
+}
+
+/* --plan-only: the plan and the bytes one pass reads with it (trunk streamed; routed experts
+ * when every one misses the cache: the caller applies a hit rate). */
+static int print_plan(const run_opts *o, ms_engine *e, size_t np)
+{
+    const ms_cfg *c = ms_engine_cfg(e);
+    const ms_plan *p = ms_model_plan(ms_engine_model(e));
+    ms_xfmt xf;
+    if (!p) return ms_cli_fail("run", MS_EXIT_MODEL, "%s: the model runs from memory: there is no plan", o->e.model);
+    uint64_t xb = ms_xfmt_from_cfg(c, "config.json", &xf) == 0 ? ms_xfmt_expert_bytes(&xf) : 0;
+    int moe_layers = c->n_layers - c->first_dense;
+    uint64_t cold = (uint64_t)moe_layers * (uint64_t)c->top_k * xb;
+    if (o->json) {
+        json_t *out = json_pack("{s:I,s:i,s:o,s:{s:i,s:i,s:i,s:I,s:I,s:I}}", "prompt_tokens", (json_int_t)np,
+                            "sequences", ms_model_max_seqs(ms_engine_model(e)), "plan",
+                                ms_plan_json(p), "per_token", "layers", c->n_layers, "moe_layers", moe_layers,
+                                "top_k", c->top_k, "expert_bytes", (json_int_t)xb, "expert_bytes_all_misses",
+                                (json_int_t)cold, "trunk_streamed_bytes", (json_int_t)p->streamed_bytes);
+        int rc = json_dumpf(out, stdout, JSON_COMPACT) == 0 && fputc('\n', stdout) != EOF ? MS_EXIT_OK : MS_EXIT_IO;
+        json_decref(out);
+        return rc;
+    }
+    char a[32], b[32], d[32];
+    printf("plan: %d of %d trunk matrices pinned (%s), %s streamed per pass; expert cache %llu slots of %s\n",
+           p->n_pinned, p->in.n_trunk, ms_size_fmt(p->pinned_bytes, a, sizeof a),
+           ms_size_fmt(p->streamed_bytes, b, sizeof b), (unsigned long long)p->cache_slots,
+           ms_size_fmt(xb, d, sizeof d));
+    printf("per token: %s of trunk streamed, %s of routed experts if every one misses (%d MoE layers x top-%d)\n",
+           ms_size_fmt(p->streamed_bytes, a, sizeof a), ms_size_fmt(cold, b, sizeof b), moe_layers, c->top_k);
+    return MS_EXIT_OK;
 }
 
 /* `run`: one sequence through the engine: prefill in the plan's chunks, then one token per step. */
 static int generate(const run_opts *o, const char *cmd)
 {
     double t0 = ms_cli_now();
+    run_cpu cpu;
+    memset(&cpu, 0, sizeof cpu);
+    cpu.start = cpu_now();
     ms_engine *e = NULL;
     ms_eseq *seq = NULL;
     int32_t *prompt = NULL;
@@ -263,6 +352,8 @@ static int generate(const run_opts *o, const char *cmd)
     }
     eo.run.prompt_tokens = (int64_t)np;
     eo.run.max_positions = (int64_t)np + o->n + 1;
+    eo.run.plan_only = o->plan_only;
+    if (o->plan_only && o->plan_seqs > 1) eo.max_seqs = (int)o->plan_seqs;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -270,6 +361,10 @@ static int generate(const run_opts *o, const char *cmd)
     sigaction(SIGTERM, &sa, NULL);
     if (!(e = ms_engine_open(&eo))) {
         rc = ms_cli_fail_err(cmd);
+        goto out;
+    }
+    if (o->plan_only) {
+        rc = print_plan(o, e, np);
         goto out;
     }
     const ms_cfg *c = ms_engine_cfg(e);
@@ -285,6 +380,7 @@ static int generate(const run_opts *o, const char *cmd)
         ms_model_set_route_observer(ms_engine_model(e), trace_route, trace);
     }
     double t_load = ms_cli_now() - t0;
+    cpu.load = cpu_now();
     run_ctx rctx = {o, ms_engine_tok(e), dump, c->vocab};
     ms_gen_params gp = {o->temperature, o->top_p, (uint64_t)o->seed, o->n, o->stop_eos, dump != NULL,
                         print_token, dump_rows, &rctx};
@@ -325,6 +421,7 @@ static int generate(const run_opts *o, const char *cmd)
                 ms_progress_end();
                 t2 = ms_cli_now();
                 t_prefill = t2 - t1;
+                cpu.prefill = cpu_now();
                 ms_model_get_stats(ms_engine_model(e), &after_prefill);
             }
         } else if (o->json && !ms_engine_seq_done(seq)) { /* without --json the tokens show themselves */
@@ -355,11 +452,12 @@ static int generate(const run_opts *o, const char *cmd)
     ms_engine_stats es;
     ms_engine_get_stats(e, &es);
     double wall = ms_cli_now() - t0;
+    cpu.end = cpu_now();
     if (o->json)
-        print_json(e, prompt, np, gen, ng, &es, &after_prefill, t_load, t_prefill, t_decode, wall);
+        print_json(e, prompt, np, gen, ng, &es, &after_prefill, t_load, t_prefill, t_decode, wall, &cpu);
     else if (!o->e.quiet)
         fputc('\n', stdout);
-    if (!o->e.quiet) print_report(cmd, np, ng, &es, t_load, t_prefill, t_decode, wall);
+    if (!o->e.quiet) print_report(cmd, np, ng, &es, t_load, t_prefill, t_decode, wall, &after_prefill, &cpu);
 out:
     ms_progress_end(); /* no-op unless a bar is still drawn */
     if (dump) fclose(dump);
@@ -386,6 +484,8 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         {"stop-at-eos", no_argument, 0, 'e'},
         {"help", no_argument, 0, 'h'},
         {"trace", required_argument, 0, 'R'},
+        {"plan-only", no_argument, 0, 'Y'},
+        {"plan-seqs", required_argument, 0, 'Q'},
     };
     enum { N_OWN = sizeof own / sizeof own[0] };
     struct option opts[N_OWN + MS_CLI_EOPT_COUNT + 1];
@@ -404,6 +504,10 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'a': o->allow_special = 1; break;
         case 'e': o->stop_eos = 1; break;
         case 'R': o->trace = optarg; break;
+        case 'Y': o->plan_only = 1; break;
+        case 'Q':
+            if (ms_opt_int("--plan-seqs", optarg, 1, MS_LAYER_MAX_SEQS, &o->plan_seqs) != 0) return ms_cli_fail_err(cmd);
+            break;
         case 'n':
             if (ms_opt_int("-n", optarg, 0, 1000000, &o->n) != 0) return ms_cli_fail_err(cmd);
             break;
@@ -432,6 +536,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         }
     }
     if (optind != argc) return ms_cli_fail(cmd, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    if (o->plan_seqs && !o->plan_only) return ms_cli_fail(cmd, MS_EXIT_USAGE, "--plan-seqs goes with --plan-only");
     ms_cli_set_output(o->e.quiet);
     return 0;
 }

@@ -152,6 +152,11 @@ int ms_mload_setup(ms_model *m)
     if (plan_seqs(m, &in) != 0) goto out;
     m->plan.in.trunk = NULL; /* sizes is freed below */
     m->planned = 1;
+    if (m->opts.plan_only) {
+        ms_plan_log(&m->plan);
+        rc = 0;
+        goto out;
+    }
     {
         int64_t rows = m->plan.chunk, seqs = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
         int64_t out_rows = m->opts.all_logits ? rows : (seqs < rows ? seqs : rows);

@@ -56,6 +56,9 @@ typedef struct {
                                 may hold only the trunk); set them with ms_model_set_experts */
     int local_workers;       /* workers this run will start on this box: the plan reserves their
                                 fixed costs, and its expert cache is theirs to share */
+    int plan_only;           /* 1: open, bind and plan (ms_model_plan), then stop: nothing is read
+                                or reserved for passes, so the model cannot run a forward pass
+                                (what a budget would do, e.g. one larger than this machine's RAM) */
 } ms_run_opts;
 
 /* Open DIR (config.json + safetensors, single or sharded), bind every tensor the config

@@ -49,19 +49,27 @@ int ms_synth_preset(const char *name, ms_synth_shape *sh)
         ms_synth_set_layers(sh, 3);
         return 0;
     }
-    ms_err_set("unknown synth preset '%s' (known: tiny, small, k3-slice)", name);
+    if (!strcmp(name, "k3-full")) {
+        /* The whole released text path, one shard per layer as released (spec §4.2). */
+        if (ms_synth_preset("k3-slice", sh) != 0) return -1;
+        ms_synth_set_layers(sh, 93);
+        sh->name_total = 96;
+        return 0;
+    }
+    ms_err_set("unknown synth preset '%s' (known: tiny, small, k3-slice, k3-full)", name);
     return ms_err_set_code(MS_EXIT_USAGE);
 }
 
 void ms_synth_set_layers(ms_synth_shape *sh, int n)
 {
-    MS_ASSERT(n >= 1 && n <= 64);
+    MS_ASSERT(n >= 1 && n <= MS_SYNTH_MAX_LAYERS);
     sh->n_layers = n;
     /* The released layer map cut to n layers: MLA at every 4th one-based layer and the last. */
     sh->n_full_attn = 0;
     for (int i = 1; i <= n; i++)
         if (i % 4 == 0 || (i == n && n > 1)) sh->full_attn[sh->n_full_attn++] = i;
     sh->n_shards = n + 1;
+    sh->name_total = 0; /* not the release's shard count any more */
 }
 
 /* How a tensor's values are drawn. */
@@ -235,8 +243,8 @@ static void add_entry(speclist *l, const ms_synth_shape *s, const ms_cfg *c, con
 
 static void build_specs(const ms_synth_shape *s, speclist *l)
 {
-    uint8_t is_mla[256];
-    MS_ASSERT(s->n_layers <= 256);
+    uint8_t is_mla[MS_SYNTH_MAX_LAYERS];
+    MS_ASSERT(s->n_layers <= MS_SYNTH_MAX_LAYERS);
     ms_cfg c = shape_cfg(s, is_mla);
     int nt;
     const ms_k3_tensor *tab = ms_k3_tensors(&nt);
@@ -272,8 +280,8 @@ static json_t *int_array(const int *v, int n)
 static int write_config(const char *dir, const ms_synth_shape *s)
 {
     json_t *root = json_object(), *tc = json_object(), *lac = json_object();
-    int kda[256], nk = 0;
-    for (int i = 1; i <= s->n_layers && nk < 256; i++) {
+    int kda[MS_SYNTH_MAX_LAYERS], nk = 0;
+    for (int i = 1; i <= s->n_layers && nk < MS_SYNTH_MAX_LAYERS; i++) {
         int mla = 0;
         for (int j = 0; j < s->n_full_attn; j++) mla |= s->full_attn[j] == i;
         if (!mla) kda[nk++] = i;
@@ -345,7 +353,11 @@ int ms_synth_write(const char *dir, const ms_synth_shape *sh, uint64_t seed)
         for (int d = 0; d < l.v[i].ndim; d++) n *= (uint64_t)l.v[i].shape[d];
         all += n;
     }
-    ms_progress_begin("synth", all, MS_PROGRESS_BYTES);
+    /* Sparse shards have nothing to fill: progress counts the shards. */
+    if (sh->sparse)
+        ms_progress_begin("synth", (uint64_t)sh->n_shards, MS_PROGRESS_ITEMS);
+    else
+        ms_progress_begin("synth", all, MS_PROGRESS_BYTES);
     int rc = 0;
     json_t *wmap = json_object();
     uint64_t total = 0;
@@ -355,21 +367,26 @@ int ms_synth_write(const char *dir, const ms_synth_shape *sh, uint64_t seed)
         if (sh->n_shards == 1)
             snprintf(fname, sizeof fname, "model.safetensors");
         else
-            snprintf(fname, sizeof fname, "model-%05d-of-%06d.safetensors", s + 1, sh->n_shards);
+            snprintf(fname, sizeof fname, "model-%05d-of-%06d.safetensors", s + 1,
+                     sh->name_total > 0 ? sh->name_total : sh->n_shards);
         for (int i = 0; i < l.n; i++) {
             if (l.v[i].shard != s) continue;
-            ms_st_writer_add(w, l.v[i].name, l.v[i].dt, l.v[i].ndim, l.v[i].shape, fill, &l.v[i]);
+            if (sh->sparse)
+                ms_st_writer_add_hole(w, l.v[i].name, l.v[i].dt, l.v[i].ndim, l.v[i].shape);
+            else
+                ms_st_writer_add(w, l.v[i].name, l.v[i].dt, l.v[i].ndim, l.v[i].shape, fill, &l.v[i]);
             json_object_set_new(wmap, l.v[i].name, json_string(fname));
         }
         total += ms_st_writer_data_bytes(w);
         snprintf(path, sizeof path, "%s/%s", dir, fname);
-        if (!ms_progress_shown() && ms_st_writer_data_bytes(w) > (64u << 20)) {
+        if (!ms_progress_shown() && !sh->sparse && ms_st_writer_data_bytes(w) > (64u << 20)) {
             char sz[32];
             ms_log(1, "synth: writing %s (%d of %d, %s)", fname, s + 1, sh->n_shards,
                    ms_size_fmt(ms_st_writer_data_bytes(w), sz, sizeof sz));
         }
         rc = ms_st_writer_write(w, path);
         ms_st_writer_free(w);
+        if (sh->sparse) ms_progress_add(1);
     }
     ms_progress_end();
     if (rc == 0 && sh->n_shards > 1) {
