@@ -232,6 +232,7 @@ void ms_tpack_writer_free(ms_tpack_writer *w)
 
 struct ms_tpack {
     char *path;
+    uint64_t mem;       /* bytes held: the index and the tensors' block tables */
     uint64_t fp;
     int n;
     ms_tpack_tensor *t; /* [n]; names and block_end point into idx */
@@ -329,6 +330,8 @@ ms_tpack *ms_tpack_open(const char *path)
             if (ms_tpack_block_start(t, b) + MS_BFC_HDR > be[b]) return bad(p, "inconsistent block offsets");
     }
     if (q != end) return bad(p, "trailing bytes in the index");
+    p->mem = ib + (uint64_t)nt * sizeof *p->t;
+    for (int i = 0; i < p->n; i++) p->mem += 8 * (uint64_t)p->t[i].n_blocks;
     return p;
 }
 
@@ -343,6 +346,7 @@ void ms_tpack_close(ms_tpack *p)
 }
 
 const char *ms_tpack_path(const ms_tpack *p) { return p->path; }
+uint64_t ms_tpack_mem_bytes(const ms_tpack *p) { return p->mem; }
 uint64_t ms_tpack_fingerprint(const ms_tpack *p) { return p->fp; }
 int ms_tpack_count(const ms_tpack *p) { return p->n; }
 const ms_tpack_tensor *ms_tpack_at(const ms_tpack *p, int i) { return &p->t[i]; }

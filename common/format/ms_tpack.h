@@ -72,6 +72,8 @@ typedef struct ms_tpack ms_tpack;
 ms_tpack *ms_tpack_open(const char *path);
 void ms_tpack_close(ms_tpack *p); /* accepts NULL */
 const char *ms_tpack_path(const ms_tpack *p);
+/* Memory the open pack holds (its index), for the planner. */
+uint64_t ms_tpack_mem_bytes(const ms_tpack *p);
 uint64_t ms_tpack_fingerprint(const ms_tpack *p);
 int ms_tpack_count(const ms_tpack *p);
 const ms_tpack_tensor *ms_tpack_at(const ms_tpack *p, int i);

@@ -180,6 +180,8 @@ static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int
     json_object_set_new(stats, "peak_rss_coordinator_bytes", json_integer((json_int_t)es->peak_rss_self));
     json_object_set_new(stats, "bytes_read_experts", json_integer((json_int_t)ms->bytes_read_experts));
     json_object_set_new(stats, "bytes_read_trunk", json_integer((json_int_t)ms->bytes_read_trunk));
+    json_object_set_new(stats, "trunk_pack_bytes_read", json_integer((json_int_t)ms->trunk_pack_read));
+    json_object_set_new(stats, "trunk_pack_bytes_decoded", json_integer((json_int_t)ms->trunk_pack_decoded));
     json_object_set_new(stats, "bytes_read_at_load", json_integer((json_int_t)ms->bytes_read_at_load));
     uint64_t dec_bytes = ms->bytes_read_experts + ms->bytes_read_trunk - after_prefill->bytes_read_experts -
                          after_prefill->bytes_read_trunk;

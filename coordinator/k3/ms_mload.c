@@ -117,6 +117,7 @@ static void work_bytes(const ms_model *m, uint64_t *per_token, uint64_t *fixed)
     /* the arena's fixed part; per sequence its last logits row; the sampler's candidates (16 B
      * per id); kv_b pulled whole when streamed; the MLA attention's per-thread rows */
     *fixed = 4 * w0 + 4 * (uint64_t)c->vocab * (uint64_t)seqs + 16 * (uint64_t)c->vocab + kvb + mla_scratch + 4 * P * 4;
+    if (m->tpack) *fixed += ms_tpack_mem_bytes(m->tpack); /* the pack's index (block tables) */
 }
 
 static uint64_t state_bytes(const ms_model *m)
