@@ -19,6 +19,8 @@ typedef struct {
     int busy;        /* submitted and not yet released */
     uint16_t *dec;   /* packed chunks: the decoded rows [r1 - r0][cols], else NULL */
     const ms_wstream_item *it; /* the item of c, for the reader thread */
+    ms_mat_packed pm; /* packed chunks decoded in the kernel: the coded blocks handed out */
+    uint64_t *ends;   /* [max blocks a chunk] pm.end */
 } slot;
 
 struct ms_wstream {
@@ -72,7 +74,7 @@ static void slot_bytes(const ms_wstream_item *items, int n, uint64_t chunk_bytes
             if (s > *rd) *rd = s;
             continue;
         }
-        if (b > *dec) *dec = (size_t)b;
+        if (b > *dec && !it->pk_in_kernel) *dec = (size_t)b;
         for (int64_t r0 = 0; r0 < it->rows; r0 += rpc) { /* compressed chunks differ in size */
             uint32_t b0, b1;
             chunk_blocks(it, r0, r0 + rpc < it->rows ? r0 + rpc : it->rows, &b0, &b1);
@@ -125,7 +127,10 @@ static void submit(ms_wstream *w, slot *s)
         s->req.off = it->pk->data_off + start;
         s->req.len = (size_t)(it->pk->block_end[b1 - 1] - start);
         s->req.user = s;
-        ms_io_submit_then(w->io, &s->req, decode_then);
+        if (it->pk_in_kernel)
+            ms_io_submit(w->io, &s->req);
+        else
+            ms_io_submit_then(w->io, &s->req, decode_then);
     } else {
         s->req.file = it->file;
         s->req.off = it->off + (uint64_t)s->c.r0 * it->row_bytes;
@@ -135,7 +140,8 @@ static void submit(ms_wstream *w, slot *s)
     advance(w, &w->next);
 }
 
-static int acquire(void *ctx, const void *key, int64_t *r0, int64_t *r1, const void **data, const uint8_t **scales)
+static int acquire(void *ctx, const void *key, int64_t *r0, int64_t *r1, const void **data, const uint8_t **scales,
+                   ms_mat_packed **packed)
 {
     ms_wstream *w = ctx;
     if (w->failed) return -1;
@@ -164,7 +170,36 @@ static int acquire(void *ctx, const void *key, int64_t *r0, int64_t *r1, const v
     *r1 = s->c.r1;
     *data = it->pk ? (const void *)s->dec : (const void *)s->req.data;
     *scales = NULL;
+    if (packed) *packed = NULL;
+    if (it->pk && it->pk_in_kernel) {
+        MS_ASSERT(packed != NULL);
+        uint32_t b0, b1;
+        chunk_blocks(it, s->c.r0, s->c.r1, &b0, &b1);
+        uint64_t base = ms_tpack_block_start(it->pk, b0);
+        for (uint32_t b = b0; b < b1; b++) s->ends[b - b0] = it->pk->block_end[b] - base;
+        s->pm = (ms_mat_packed){s->req.data, s->ends, it->pk->rows_per_block, (int)(b1 - b0), -1};
+        *packed = &s->pm;
+        *data = NULL;
+    }
     return 0;
+}
+
+/* A block the kernel could not decode: the failure, named (decoded again for the reason). */
+static void packed_failed(ms_wstream *w, slot *s)
+{
+    const ms_wstream_item *it = s->it;
+    uint32_t b0, b1;
+    chunk_blocks(it, s->c.r0, s->c.r1, &b0, &b1);
+    uint32_t b = b0 + (uint32_t)s->pm.bad_block;
+    uint16_t *tmp = ms_malloc(sizeof(uint16_t) * (size_t)(it->pk->rows_per_block * it->pk->cols));
+    char msg[512] = "";
+    const uint8_t *src = s->req.data + (ms_tpack_block_start(it->pk, b) - ms_tpack_block_start(it->pk, b0));
+    if (ms_tpack_decode(it->pk_path, it->pk, b, b + 1, src, tmp, msg, sizeof msg) == 0)
+        snprintf(msg, sizeof msg, "trunk pack %s: tensor %s block %u did not decode", it->pk_path, it->name, b);
+    free(tmp);
+    w->failed = 1;
+    w->code = MS_EXIT_MODEL;
+    snprintf(w->err, sizeof w->err, "reading tensor %s: %s", it->name, msg);
 }
 
 static void release(void *ctx, const void *key)
@@ -172,6 +207,7 @@ static void release(void *ctx, const void *key)
     ms_wstream *w = ctx;
     (void)key;
     slot *s = &w->slots[w->consume];
+    if (s->it->pk && s->it->pk_in_kernel && s->pm.bad_block >= 0 && !w->failed) packed_failed(w, s);
     s->busy = 0;
     submit(w, s); /* refill this slot with the next chunk of the schedule */
     w->consume = (w->consume + 1) % w->n_slots;
@@ -191,11 +227,18 @@ ms_wstream *ms_wstream_new(ms_io *io, const ms_wstream_item *items, int n, uint6
     w->slots = ms_calloc((size_t)n_slots, sizeof *w->slots);
     size_t sb, db;
     slot_bytes(items, n, chunk_bytes, &sb, &db);
+    size_t max_blocks = 1;
+    for (int i = 0; i < n; i++)
+        if (items[i].pk) {
+            size_t mb = (size_t)(w->rows_per_chunk[i] / items[i].pk->rows_per_block) + 1;
+            if (mb > max_blocks) max_blocks = mb;
+        }
     w->next = (chunk){0, 0, 0};
     w->next.r1 = w->rows_per_chunk[0];
     for (int i = 0; i < n_slots; i++) {
         w->slots[i].req.buf = ms_io_alloc(sb);
         w->slots[i].dec = db ? ms_io_alloc(db) : NULL;
+        w->slots[i].ends = ms_malloc(sizeof(uint64_t) * max_blocks);
         submit(w, &w->slots[i]);
     }
     w->iface = (ms_mat_stream){acquire, release, w};
@@ -209,6 +252,7 @@ void ms_wstream_free(ms_wstream *w)
         if (w->slots[i].busy) ms_io_wait(w->io, &w->slots[i].req); /* a read may still target the buffer */
         free(w->slots[i].req.buf);
         free(w->slots[i].dec);
+        free(w->slots[i].ends);
     }
     free(w->slots);
     free(w->rows_per_chunk);

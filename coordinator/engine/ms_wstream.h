@@ -21,6 +21,8 @@ typedef struct {
     const ms_tpack_tensor *pk;
     int pk_file;
     const char *pk_path;
+    int pk_in_kernel;    /* 1: hand the coded blocks to the matmul kernel (ms_mat_packed), which
+                            decodes them in cache; 0: the reader thread decodes into the slot */
 } ms_wstream_item;
 
 typedef struct ms_wstream ms_wstream;

@@ -117,7 +117,16 @@ static void work_bytes(const ms_model *m, uint64_t *per_token, uint64_t *fixed)
     /* the arena's fixed part; per sequence its last logits row; the sampler's candidates (16 B
      * per id); kv_b pulled whole when streamed; the MLA attention's per-thread rows */
     *fixed = 4 * w0 + 4 * (uint64_t)c->vocab * (uint64_t)seqs + 16 * (uint64_t)c->vocab + kvb + mla_scratch + 4 * P * 4;
-    if (m->tpack) *fixed += ms_tpack_mem_bytes(m->tpack); /* the pack's index (block tables) */
+    if (m->tpack) { /* the pack's index (block tables); per thread a block and its outputs (in-kernel decoding) */
+        *fixed += ms_tpack_mem_bytes(m->tpack);
+        uint64_t blk = 0, rows = (uint64_t)(m->opts.max_chunk > 0 ? m->opts.max_chunk : 64) * (uint64_t)seqs;
+        for (int i = 0; i < ms_tpack_count(m->tpack); i++) {
+            const ms_tpack_tensor *t = ms_tpack_at(m->tpack, i);
+            uint64_t b = 2 * (uint64_t)(t->rows_per_block * t->cols) + 4 * rows * (uint64_t)t->rows_per_block;
+            if (b > blk) blk = b;
+        }
+        *fixed += threads * blk;
+    }
 }
 
 static uint64_t state_bytes(const ms_model *m)
@@ -190,6 +199,10 @@ int ms_mload_setup(ms_model *m)
     m->io = ms_io_new(m->iof, depth);
     if (!m->io) return -1;
     if (m->tpack && pack_check(m) != 0) return -1;
+    /* Where streamed blocks are decoded: in the matmul kernel (default) or, with
+     * MS_TPACK_DECODE=reader, by the reader threads into the ring (docs/TRUNK-PACK.md). */
+    const char *dmode = getenv("MS_TPACK_DECODE");
+    int in_kernel = !(dmode && strcmp(dmode, "reader") == 0);
 
     /* The schedule of trunk matrices (all with file locations): the forward pass's own order. */
     ms_mat **sched = NULL;
@@ -210,12 +223,13 @@ int ms_mload_setup(ms_model *m)
             items[i].pk = ms_tpack_find(m->tpack, r->name); /* shape checked by pack_check */
             items[i].pk_file = npaths;
             items[i].pk_path = ms_tpack_path(m->tpack);
+            items[i].pk_in_kernel = in_kernel;
         }
     }
 
     /* A small model gets small chunks, so that its ring stays far below its trunk. With a
      * pack, a slot holds a compressed and a decoded chunk: half the chunk keeps the ring's size. */
-    uint64_t cmax = m->tpack ? CHUNK_MAX / 2 : CHUNK_MAX;
+    uint64_t cmax = m->tpack && !in_kernel ? CHUNK_MAX / 2 : CHUNK_MAX;
     uint64_t chunk_bytes = trunk_total / 64 < cmax ? trunk_total / 64 : cmax;
     if (chunk_bytes < 4096) chunk_bytes = 4096;
 

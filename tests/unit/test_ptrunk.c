@@ -132,6 +132,9 @@ static void test_synth(void)
     ms_tpack_close(p);
     check_same("synth tiny (pack given)", dir, beside, sh.vocab);
     check_same("synth tiny (pack found beside the model)", dir, NULL, sh.vocab);
+    setenv("MS_TPACK_DECODE", "reader", 1); /* blocks decoded by the reader threads instead of the kernel */
+    check_same("synth tiny (decoded by the reader threads)", dir, beside, sh.vocab);
+    unsetenv("MS_TPACK_DECODE");
 
     /* another model's pack: same config and names, other weights */
     result f = run(other, beside, 16ull << 30, sh.vocab);
@@ -159,12 +162,17 @@ static void test_synth(void)
         flip(bpath, t->data_off + ms_tpack_block_start(t, b) + 50);
     }
     ms_tpack_close(p);
-    uint64_t mb = min_budget(dir, bad);
-    result c = run(dir, bad, mb, sh.vocab);
-    T_CHECK(!c.logits && c.code == MS_EXIT_MODEL && strstr(c.err, bpath) && strstr(c.err, "block") &&
-                strstr(c.err, "checksum") && strstr(c.err, "tensor"),
-            "a corrupt block is refused (class 3) naming pack, tensor and block: %s", c.err);
-    free(c.logits);
+    for (int mode = 0; mode < 2; mode++) {
+        if (mode) setenv("MS_TPACK_DECODE", "reader", 1);
+        uint64_t mb = min_budget(dir, bad);
+        result c = run(dir, bad, mb, sh.vocab);
+        T_CHECK(!c.logits && c.code == MS_EXIT_MODEL && strstr(c.err, bpath) && strstr(c.err, "block") &&
+                    strstr(c.err, "checksum") && strstr(c.err, "tensor"),
+                "%s: a corrupt block is refused (class 3) naming pack, tensor and block: %s",
+                mode ? "reader threads" : "kernel", c.err);
+        free(c.logits);
+        unsetenv("MS_TPACK_DECODE");
+    }
 }
 
 static void test_released_like(void)

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ms_bfc.h"
 #include "ms_err.h"
 #include "ms_io.h"
 #include "ms_test.h"
@@ -43,7 +44,7 @@ static void check(const unsigned char *bytes, const char *path, const ms_wstream
                 int64_t r0, r1;
                 const void *data;
                 const uint8_t *scales;
-                if (st->acquire(st->ctx, items[i].key, &r0, &r1, &data, &scales) != 0) {
+                if (st->acquire(st->ctx, items[i].key, &r0, &r1, &data, &scales, NULL) != 0) {
                     T_CHECK(0, "acquire: %s", ms_err_msg());
                     same = 0;
                     break;
@@ -82,7 +83,14 @@ static void test_packed(const char *dir)
     ms_tpack_writer *pw = ms_tpack_writer_new(packp, 1, &spec, 1);
     T_CHECK(pw && ms_tpack_writer_rows(pw, m, ROWS) == 0 && ms_tpack_writer_finish(pw) == 0, "pack: %s", ms_err_msg());
     ms_tpack_writer_free(pw);
-    for (int corrupt = 0; corrupt < 2; corrupt++) {
+    for (int mode = 0; mode < 4; mode++) {
+        int corrupt = mode & 1, in_kernel = mode >> 1;
+        const char *how = in_kernel ? "decoded by the kernel" : "decoded by the reader threads";
+        if (mode == 2) { /* a fresh pack again */
+            pw = ms_tpack_writer_new(packp, 1, &spec, 1);
+            T_CHECK(pw && ms_tpack_writer_rows(pw, m, ROWS) == 0 && ms_tpack_writer_finish(pw) == 0, "pack");
+            ms_tpack_writer_free(pw);
+        }
         ms_tpack *pk = ms_tpack_open(packp);
         T_CHECK(pk != NULL, "open pack: %s", ms_err_msg());
         if (!pk) break;
@@ -96,8 +104,8 @@ static void test_packed(const char *dir)
             T_CHECK(g && fseek(g, at, SEEK_SET) == 0 && fwrite(&b, 1, 1, g) == 1 && fclose(g) == 0, "flip pack byte");
         }
         static int keys[2];
-        ms_wstream_item items[2] = {{&keys[0], "layers.0.m.weight", 0, 0, 2 * COLS, ROWS, t, 1, packp},
-                                    {&keys[1], "raw", 0, 2 * COLS * 7, 2 * COLS, 50, NULL, 0, NULL}};
+        ms_wstream_item items[2] = {{&keys[0], "layers.0.m.weight", 0, 0, 2 * COLS, ROWS, t, 1, packp, in_kernel},
+                                    {&keys[1], "raw", 0, 2 * COLS * 7, 2 * COLS, 50, NULL, 0, NULL, 0}};
         const char *paths[2] = {rawp, packp};
         ms_io_files *fs = ms_io_files_open(paths, 2, 0);
         ms_io *io = fs ? ms_io_new(fs, 3) : NULL;
@@ -110,28 +118,44 @@ static void test_packed(const char *dir)
                     int64_t r0, r1;
                     const void *data;
                     const uint8_t *scales;
-                    if (st->acquire(st->ctx, items[i].key, &r0, &r1, &data, &scales) != 0) {
+                    ms_mat_packed *pm = NULL;
+                    if (st->acquire(st->ctx, items[i].key, &r0, &r1, &data, &scales, &pm) != 0) {
                         failed = 1;
                         break;
                     }
-                    same &= r0 == done && r1 > r0 &&
+                    uint16_t *dec = NULL;
+                    if (pm) { /* what the kernel does: decode block by block, noting a bad one */
+                        dec = malloc(2 * (size_t)((r1 - r0) * COLS));
+                        for (int b = 0; b < pm->n_blocks; b++) {
+                            int64_t br = b * pm->rows_per_block;
+                            int64_t nr = r1 - r0 - br < pm->rows_per_block ? r1 - r0 - br : pm->rows_per_block;
+                            uint64_t s0 = b ? pm->end[b - 1] : 0;
+                            if (ms_bfc_decode(pm->src + s0, (size_t)(pm->end[b] - s0), dec + br * COLS, (size_t)(nr * COLS)) != 0 &&
+                                pm->bad_block < 0)
+                                pm->bad_block = b;
+                        }
+                        data = dec;
+                    }
+                    same &= r0 == done && r1 > r0 && (pm != NULL) == (i == 0 && in_kernel) &&
                             !memcmp(data, (const uint8_t *)m + items[i].off + (uint64_t)r0 * items[i].row_bytes,
                                     (size_t)((uint64_t)(r1 - r0) * items[i].row_bytes));
                     st->release(st->ctx, items[i].key);
+                    free(dec);
+                    if (ms_wstream_check(w) != 0) failed = 1;
                     done = r1;
                 }
         ms_wstream_stats ws;
         ms_wstream_get_stats(w, &ws);
         if (!corrupt) {
-            T_CHECK(!failed && same, "packed and raw matrices stream their exact rows, twice round");
+            T_CHECK(!failed && same, "%s: packed and raw matrices stream their exact rows, twice round", how);
             T_CHECK(ws.bytes_packed > 0 && ws.bytes_packed < ws.bytes_unpacked,
-                    "the packed one read fewer bytes than it delivered (%llu < %llu)",
+                    "%s: the packed one read fewer bytes than it delivered (%llu < %llu)", how,
                     (unsigned long long)ws.bytes_packed, (unsigned long long)ws.bytes_unpacked);
         } else {
             int rc = ms_wstream_check(w);
             T_CHECK(failed && rc == -1 && ms_err_code() == MS_EXIT_MODEL && strstr(ms_err_msg(), packp) &&
                         strstr(ms_err_msg(), "layers.0.m.weight") && strstr(ms_err_msg(), "block 5"),
-                    "a corrupt block fails the stream (class 3) naming pack, tensor and block: %s", ms_err_msg());
+                    "%s: a corrupt block fails the stream (class 3) naming pack, tensor and block: %s", how, ms_err_msg());
         }
         ms_wstream_free(w);
         ms_io_free(io);
