@@ -7,7 +7,11 @@
 # memory cgroup equal to its budget with the page cache dropped first; logits must be
 # bit-identical. Writes docs/PERFORMANCE.md (section "Trunk pack").
 #
+# Modes: none (no pack), pack (blocks decoded inside the matmul kernel, the default), reader (the
+# pack decoded by the reader threads into the ring, MS_TPACK_DECODE=reader).
+#
 # usage: tests/bench/trunk-pack.sh [--model DIR] [--budgets "1G"] [--reps N] [-n N] [--repack]
+#                                  [--modes "none pack reader"]
 # Needs root (cgroups, drop_caches), the slice (~41 GB, written once by `moestream synth
 # --preset k3-slice`) and ~4.5 GB of disk for its pack.
 set -euo pipefail
@@ -18,6 +22,7 @@ budgets="1G"
 reps=2
 ntok=8
 repack=0
+modes="none pack reader"
 while [ $# -gt 0 ]; do
   case $1 in
     --model) model=$2; shift 2 ;;
@@ -25,6 +30,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     -n) ntok=$2; shift 2 ;;
     --repack) repack=1; shift ;;
+    --modes) modes=$2; shift 2 ;;
     *) echo "usage: $0 [--model DIR] [--budgets LIST] [--reps N] [-n N] [--repack]" >&2; exit 2 ;;
   esac
 done
@@ -51,18 +57,20 @@ cut -d' ' -f1-3 /proc/loadavg > "$out/load-codec.txt"
 
 for b in $budgets; do
   for r in $(seq 1 "$reps"); do
-    for p in none pack; do
+    for p in $modes; do
       drop
       cut -d' ' -f1-3 /proc/loadavg > "$out/load-$b-$p-$r.txt"
       args=(run --model "$model" --ids "$ids" -n "$ntok" --temperature 0 --json --quiet
-            --dump-logits "$out/logits-$b-$p-$r.bin" --trunk-pack "$([ $p = pack ] && echo "$pack" || echo none)")
+            --dump-logits "$out/logits-$b-$p-$r.bin" --trunk-pack "$([ $p = none ] && echo none || echo "$pack")")
+      export MS_TPACK_DECODE=$([ $p = reader ] && echo reader || echo kernel)
+      timer=(/usr/bin/time -f "%U %S" -o "$out/cpu-$b-$p-$r.txt")
       set +e
       if [ "$b" = unlimited ]; then
-        "$bin" "${args[@]}" > "$out/run-$b-$p-$r.json"
+        "${timer[@]}" "$bin" "${args[@]}" > "$out/run-$b-$p-$r.json"
         rc=$?
         echo "limit=none peak=0 oom_kills=0" > "$out/cgroup-$b-$p-$r.txt"
       else
-        bash tests/cgroup-run.sh "$(to_bytes "$b")" "$out/cgroup-$b-$p-$r.txt" "$bin" "${args[@]}" --ram-budget "$b" \
+        bash tests/cgroup-run.sh "$(to_bytes "$b")" "$out/cgroup-$b-$p-$r.txt" "${timer[@]}" "$bin" "${args[@]}" --ram-budget "$b" \
           > "$out/run-$b-$p-$r.json"
         rc=$?
       fi
@@ -73,9 +81,11 @@ for b in $budgets; do
 done
 cut -d' ' -f1-3 /proc/loadavg > "$out/load-after.txt"
 
-python3 - "$out" "$model" "$pack" "$ntok" "$reps" "$budgets" <<'PY'
+python3 - "$out" "$model" "$pack" "$ntok" "$reps" "$budgets" "$modes" <<'PY'
 import json, os, sys, subprocess, datetime, statistics, glob, re
 out, model, pack, ntok, reps, budgets = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6].split()
+modes = sys.argv[7].split()
+label = {"none": "no", "pack": "yes: decoded in the matmul kernel", "reader": "yes: decoded by the reader threads"}
 def sh(c): return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
 def rd(f): return open(f"{out}/{f}").read().strip()
 cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
@@ -95,7 +105,7 @@ runs = {}
 ref = None
 same = True
 for b in budgets:
-    for p in ("none", "pack"):
+    for p in modes:
         for r in range(1, reps + 1):
             try: s = json.load(open(f"{out}/run-{b}-{p}-{r}.json"))["stats"]
             except Exception: continue
@@ -103,7 +113,8 @@ for b in budgets:
             if ref is None: ref = lg
             same = same and lg == ref
             cg = dict(x.split("=") for x in open(f"{out}/cgroup-{b}-{p}-{r}.txt").read().split())
-            runs.setdefault((b, p), []).append((s, cg, rd(f"load-{b}-{p}-{r}.txt")))
+            cpu = sum(float(x) for x in rd(f"cpu-{b}-{p}-{r}.txt").split()[-2:])
+            runs.setdefault((b, p), []).append((s, cg, rd(f"load-{b}-{p}-{r}.txt"), cpu))
 L = []
 L.append("## Trunk pack (issue 11)\n")
 L.append(f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores; model: the k3-slice "
@@ -117,26 +128,27 @@ L.append(f"**Pack size**: {nt} BF16 trunk matrices, {raw/2**30:.2f} GiB of BF16 
 L.append("**Codec** (`moestream pack-trunk --bench --mib 256`: 256 MiB of each, 64 KiB blocks, the best of 5 decodes "
          "on one core, checksums verified):\n")
 L.append("```\n" + "\n".join(codec) + "\n```\n")
-L.append("| budget | trunk pack | runs | decode s/token (each run) | median | GB read / decode token | streamed trunk: pack bytes / BF16 bytes | I/O wait | peak RSS | cgroup peak | load at start |")
-L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+L.append("| budget | trunk pack | runs | decode s/token (each run) | median | CPU s per run (user+sys, each) | GB read / decode token | streamed trunk: pack bytes / BF16 bytes | I/O wait | peak RSS | cgroup peak | load at start (last run) |")
+L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
 med = {}
 for b in budgets:
-    for p in ("none", "pack"):
+    for p in modes:
         rs = runs.get((b, p), [])
-        if not rs: L.append(f"| {b} | {p} | 0 | failed | | | | | | | |"); continue
-        d = [s["decode_seconds_per_token"] for s, _, _ in rs]
+        if not rs: L.append(f"| {b} | {label[p]} | 0 | failed | | | | | | | | |"); continue
+        d = [x[0]["decode_seconds_per_token"] for x in rs]
         med[(b, p)] = statistics.median(d)
-        s, cg, ld = rs[-1]
-        L.append(f"| {b} | {'yes' if p == 'pack' else 'no'} | {len(rs)} | {', '.join(f'{x:.2f}' for x in d)} | "
-                 f"**{med[(b, p)]:.2f}** | {s['decode_bytes_read_per_token']/1e9:.2f} | "
+        s, cg, ld, _ = rs[-1]
+        L.append(f"| {b} | {label[p]} | {len(rs)} | {', '.join(f'{x:.2f}' for x in d)} | "
+                 f"**{med[(b, p)]:.2f}** | {', '.join(f'{x[3]:.0f}' for x in rs)} | {s['decode_bytes_read_per_token']/1e9:.2f} | "
                  f"{(s.get('trunk_pack_bytes_read', 0) / s['trunk_pack_bytes_decoded']) if s.get('trunk_pack_bytes_decoded') else 0:.3f} | "
                  f"{100*s['io_wait_share']:.0f}% | {s['peak_rss_bytes']/2**30:.2f} GiB | "
                  f"{int(cg.get('peak', '0'))/2**30:.2f} GiB | {ld} |")
 L.append("")
 for b in budgets:
-    if (b, "none") in med and (b, "pack") in med:
-        L.append(f"At {b}: decode s/token with the pack is **{100*(1-med[(b,'pack')]/med[(b,'none')]):.1f}% lower** "
-                 f"than without (median of {reps} alternating runs each; target: at least 15% at 1G).")
+    for p in modes:
+        if p != "none" and (b, "none") in med and (b, p) in med:
+            L.append(f"At {b}, pack {label[p][5:]}: decode s/token **{100*(1-med[(b,p)]/med[(b,'none')]):.1f}% lower** "
+                     f"than without the pack (medians of {reps} alternating runs each; target: at least 15% at 1G).")
 L.append(f"Logits of every run (`--dump-logits`, prompt and generated positions): "
          f"**{'bit-identical' if same else 'DIFFERENT'}** with and without the pack.\n")
 text = "\n".join(L) + "\n"
