@@ -113,8 +113,8 @@ for b in budgets:
             if ref is None: ref = lg
             same = same and lg == ref
             cg = dict(x.split("=") for x in open(f"{out}/cgroup-{b}-{p}-{r}.txt").read().split())
-            cpu = sum(float(x) for x in rd(f"cpu-{b}-{p}-{r}.txt").split()[-2:])
-            runs.setdefault((b, p), []).append((s, cg, rd(f"load-{b}-{p}-{r}.txt"), cpu))
+            cpu_s = sum(float(x) for x in rd(f"cpu-{b}-{p}-{r}.txt").split()[-2:])
+            runs.setdefault((b, p), []).append((s, cg, rd(f"load-{b}-{p}-{r}.txt"), cpu_s))
 L = []
 L.append("## Trunk pack (issue 11)\n")
 L.append(f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores; model: the k3-slice "
@@ -151,6 +151,8 @@ for b in budgets:
                      f"than without the pack (medians of {reps} alternating runs each; target: at least 15% at 1G).")
 L.append(f"Logits of every run (`--dump-logits`, prompt and generated positions): "
          f"**{'bit-identical' if same else 'DIFFERENT'}** with and without the pack.\n")
+L.append("What the figures mean, and what to expect on the released checkpoint and on an idle machine: "
+         "docs/TRUNK-PACK.md, section \"Figures\".\n")
 text = "\n".join(L) + "\n"
 print(text)
 path = "docs/PERFORMANCE.md"
