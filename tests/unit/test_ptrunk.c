@@ -38,7 +38,12 @@ static result run(const char *dir, const char *pack, uint64_t budget, int64_t V)
     float *all = malloc(sizeof(float) * NT * (size_t)V);
     ms_seq *s = ms_seq_new(m);
     int rc = 0;
-    for (int t = 0; t < NT && rc == 0; t += 8) rc = ms_model_forward(m, s, ids + t, 8, 1, all + (size_t)t * (size_t)V);
+    /* prefill chunks of 8 rows (the general kernel), then one token a pass (the T = 1 kernel) */
+    for (int t = 0; t < NT && rc == 0;) {
+        int n = t < NT - 8 ? 8 : 1;
+        rc = ms_model_forward(m, s, ids + t, n, 1, all + (size_t)t * (size_t)V);
+        t += n;
+    }
     ms_model_get_stats(m, &r.st);
     if (ms_model_plan(m)) r.plan = *ms_model_plan(m);
     if (rc) {
