@@ -147,7 +147,8 @@ L.append("")
 for b in budgets:
     for p in modes:
         if p != "none" and (b, "none") in med and (b, p) in med:
-            L.append(f"At {b}, pack {label[p][5:]}: decode s/token **{100*(1-med[(b,p)]/med[(b,'none')]):.1f}% lower** "
+            d = 100 * (1 - med[(b, p)] / med[(b, 'none')])
+            L.append(f"At {b}, pack {label[p][5:]}: decode s/token **{abs(d):.1f}% {'lower' if d >= 0 else 'higher'}** "
                      f"than without the pack (medians of {reps} alternating runs each; target: at least 15% at 1G).")
 L.append(f"Logits of every run (`--dump-logits`, prompt and generated positions): "
          f"**{'bit-identical' if same else 'DIFFERENT'}** with and without the pack.\n")
