@@ -133,6 +133,7 @@ static void *reader_main(void *arg)
         if (io->in_flight++ == 0) io->busy_since = ms_now();
         pthread_mutex_unlock(&io->mu);
         int st = do_read(io, r);
+        if (st == 1 && r->then && r->then(r) != 0) st = -1; /* e.g. a block that does not decode */
         pthread_mutex_lock(&io->mu);
         if (--io->in_flight == 0) io->st.busy_seconds += ms_now() - io->busy_since;
         if (st == 1) {
@@ -182,8 +183,11 @@ void ms_io_free(ms_io *io)
     free(io);
 }
 
-void ms_io_submit(ms_io *io, ms_io_req *r)
+void ms_io_submit(ms_io *io, ms_io_req *r) { ms_io_submit_then(io, r, NULL); }
+
+void ms_io_submit_then(ms_io *io, ms_io_req *r, int (*then)(ms_io_req *r))
 {
+    r->then = then;
     MS_ASSERT(((uintptr_t)r->buf & (MS_IO_ALIGN - 1)) == 0);
     MS_ASSERT(r->file >= 0 && r->file < io->files->n);
     r->status = 0;

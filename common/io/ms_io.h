@@ -29,6 +29,7 @@ typedef struct ms_io_req {
     char err[256];
     struct ms_io_req *next; /* queue link, private */
     void *user;           /* free for the caller */
+    int (*then)(struct ms_io_req *r); /* private: set by ms_io_submit_then */
 } ms_io_req;
 
 /* Bytes of aligned buffer a read of [off, off+len) needs: the enclosing aligned range. */
@@ -45,6 +46,10 @@ void ms_io_free(ms_io *io); /* waits for reads in flight; accepts NULL */
 
 /* Queue a read (requests start in submission order: submit in file-offset order). */
 void ms_io_submit(ms_io *io, ms_io_req *r);
+/* The same, and then(r) runs in the reader thread after a successful read, before r
+ * completes (work that should overlap the caller's, e.g. decoding); it returns 0, or -1 after
+ * writing r->err, and r then fails. */
+void ms_io_submit_then(ms_io *io, ms_io_req *r, int (*then)(ms_io_req *r));
 /* Block until r completes; returns 0 or -1 (r->err says why: short read, I/O error). The time
  * spent blocked is added to the pool's wait counter. */
 int ms_io_wait(ms_io *io, ms_io_req *r);

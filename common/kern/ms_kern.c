@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ms_bfc.h"
 #include "ms_err.h"
 #include "ms_kern.h"
 
@@ -565,6 +566,70 @@ static void mm_chunk(void *vctx, int64_t b0, int64_t b1)
 /* Bytes of rows [0, n) of a matrix of W's type and width, and the offset of their scales. */
 static uint64_t rows_bytes(const ms_mat *W, int64_t n) { return ms_mat_bytes(&(ms_mat){W->type, n, W->cols, 0, 0, 0, 0}); }
 
+/* A coded chunk: each task decodes its blocks one at a time into a per-task buffer (about
+ * 64 KiB, cache-resident) and runs the same row kernels on it, so every output element is the
+ * same canonical dot as from resident rows. */
+typedef struct {
+    ms_mat_packed *pk;
+    int64_t rows, cols; /* of the chunk */
+    const float *X;
+    int64_t T;
+    float *Y;           /* [T][rows] */
+    int simd;
+} pk_ctx;
+
+static void pk_task(void *vctx, int64_t b0, int64_t b1)
+{
+    const pk_ctx *c = vctx;
+    int64_t rpb = c->pk->rows_per_block, cols = c->cols;
+    uint16_t *buf = ms_malloc(sizeof(uint16_t) * (size_t)(rpb * cols));
+    float *y = ms_malloc(sizeof(float) * (size_t)(c->T * rpb)); /* [T][rpb] */
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t r = b * rpb, nr = c->rows - r < rpb ? c->rows - r : rpb;
+        uint64_t s = b ? c->pk->end[b - 1] : 0;
+        int ok = ms_bfc_decode(c->pk->src + s, (size_t)(c->pk->end[b] - s), buf, (size_t)(nr * cols)) == 0;
+        if (!ok) {
+            int none = -1;
+            __atomic_compare_exchange_n(&c->pk->bad_block, &none, (int)b, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+            memset(y, 0, sizeof(float) * (size_t)(c->T * nr));
+        } else {
+            ms_mat blk = {MS_WT_BF16, nr, cols, buf, NULL, NULL, NULL};
+            mm_ctx mc = {&blk, c->X, c->T, y, c->simd};
+#if MS_KERN_X86
+            if (c->simd)
+                mm_rows_avx2(&mc, 0, nr);
+            else
+#endif
+                mm_rows_scalar(&mc, 0, nr);
+        }
+        for (int64_t t = 0; t < c->T; t++) memcpy(c->Y + t * c->rows + r, y + t * nr, sizeof(float) * (size_t)nr);
+    }
+    free(buf);
+    free(y);
+}
+
+static void matmul_packed(ms_mat_packed *pk, int64_t rows, int64_t cols, const float *X, int64_t T, float *Y,
+                          ms_pool *pool)
+{
+    MS_ASSERT(pk->n_blocks == (rows + pk->rows_per_block - 1) / pk->rows_per_block);
+    pk_ctx c = {pk, rows, cols, X, T, Y, use_simd()};
+    ms_pool_for(pool, pk->n_blocks, 1, pk_task, &c);
+}
+
+/* Decode a coded chunk of `rows` rows into dst (uint16_t[rows][cols]); 0 or -1 (bad_block set). */
+static int packed_decode(ms_mat_packed *pk, int64_t rows, int64_t cols, uint16_t *dst)
+{
+    for (int b = 0; b < pk->n_blocks; b++) {
+        int64_t r = b * pk->rows_per_block, nr = rows - r < pk->rows_per_block ? rows - r : pk->rows_per_block;
+        uint64_t s = b ? pk->end[b - 1] : 0;
+        if (ms_bfc_decode(pk->src + s, (size_t)(pk->end[b] - s), dst + r * cols, (size_t)(nr * cols)) != 0) {
+            pk->bad_block = b;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Streamed matrix: chunk by chunk, Y[t][r0..r1) from a resident view of rows r0..r1. */
 static void matmul_streamed(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *pool)
 {
@@ -574,18 +639,23 @@ static void matmul_streamed(const ms_mat *W, const float *X, int64_t T, float *Y
         int64_t r0 = 0, r1 = 0;
         const void *data = NULL;
         const uint8_t *scales = NULL;
-        if (W->stream->acquire(W->stream->ctx, W->key, &r0, &r1, &data, &scales) != 0) {
+        ms_mat_packed *pk = NULL;
+        if (W->stream->acquire(W->stream->ctx, W->key, &r0, &r1, &data, &scales, &pk) != 0) {
             for (int64_t t = 0; t < T; t++) memset(Y + t * W->rows + done, 0, sizeof(float) * (size_t)(W->rows - done));
             break;
         }
         MS_ASSERT(r0 == done && r1 > r0 && r1 <= W->rows);
+        MS_ASSERT(!pk || W->type == MS_WT_BF16);
         ms_mat sub = {W->type, r1 - r0, W->cols, data, scales, NULL, NULL};
         if (r1 - r0 > cap) {
             cap = r1 - r0;
             free(tmp);
             tmp = ms_malloc(sizeof(float) * (size_t)(T * cap));
         }
-        ms_matmul(&sub, X, T, tmp, pool);
+        if (pk)
+            matmul_packed(pk, r1 - r0, W->cols, X, T, tmp, pool);
+        else
+            ms_matmul(&sub, X, T, tmp, pool);
         for (int64_t t = 0; t < T; t++)
             memcpy(Y + t * W->rows + r0, tmp + t * (r1 - r0), sizeof(float) * (size_t)(r1 - r0));
         W->stream->release(W->stream->ctx, W->key);
@@ -631,14 +701,20 @@ int ms_mat_materialize(const ms_mat *W, ms_mat *out, void **owned)
         int64_t r0 = 0, r1 = 0;
         const void *data = NULL;
         const uint8_t *scales = NULL;
-        if (W->stream->acquire(W->stream->ctx, W->key, &r0, &r1, &data, &scales) != 0) {
+        ms_mat_packed *pk = NULL;
+        if (W->stream->acquire(W->stream->ctx, W->key, &r0, &r1, &data, &scales, &pk) != 0) {
             rc = -1;
             break;
         }
         MS_ASSERT(r0 == done && r1 > r0 && r1 <= W->rows);
         uint64_t body = rows_bytes(W, r1 - r0) - (W->type == MS_WT_MXFP4 ? (uint64_t)(r1 - r0) * (W->cols / 32) : 0);
         uint64_t at = rows_bytes(W, r0) - (W->type == MS_WT_MXFP4 ? (uint64_t)r0 * (W->cols / 32) : 0);
-        memcpy(buf + at, data, (size_t)body);
+        if (pk) {
+            MS_ASSERT(W->type == MS_WT_BF16);
+            if (packed_decode(pk, r1 - r0, W->cols, (uint16_t *)(void *)(buf + at)) != 0) rc = -1;
+        } else {
+            memcpy(buf + at, data, (size_t)body);
+        }
         if (sb) memcpy(buf + (nb - sb) + (uint64_t)r0 * (W->cols / 32), scales, (size_t)(r1 - r0) * (W->cols / 32));
         W->stream->release(W->stream->ctx, W->key);
         done = r1;

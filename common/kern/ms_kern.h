@@ -23,12 +23,28 @@ typedef enum {
                        scales: uint8_t[rows][cols/32] E8M0 (2^(s-127); s = 255 gives 0) */
 } ms_wtype;
 
+/* BF16 rows still coded as ms_bfc blocks (a trunk pack's chunk): rows_per_block rows a block
+ * (the last may hold fewer), block b at src + (b ? end[b - 1] : 0) .. src + end[b]. The kernel
+ * decodes each block into a small per-thread buffer just before its dot products, so decoded
+ * rows never go to memory. A block that does not decode (checksum, layout) gives zero rows and
+ * its index is stored in bad_block (-1 when none; written with __atomic builtins). */
+typedef struct {
+    const uint8_t *src;
+    const uint64_t *end;   /* [n_blocks] */
+    int64_t rows_per_block;
+    int n_blocks;
+    int bad_block;
+} ms_mat_packed;
+
 /* A source of a matrix that is not resident: it hands out consecutive row ranges that are,
  * in order (the trunk streamer). acquire returns 0 and sets rows [*r0, *r1) with their data
- * (and MXFP4 scales), valid until release; or -1 after recording an error the caller of the
- * forward pass will see (the kernel then writes zeros for those rows). */
+ * (and MXFP4 scales), or for BF16 with *packed set (data NULL) their coded blocks, valid until
+ * release; or -1 after recording an error the caller of the forward pass will see (the kernel
+ * then writes zeros for those rows). packed may be NULL: the stream must then not hand out
+ * coded rows. */
 typedef struct ms_mat_stream {
-    int (*acquire)(void *ctx, const void *key, int64_t *r0, int64_t *r1, const void **data, const uint8_t **scales);
+    int (*acquire)(void *ctx, const void *key, int64_t *r0, int64_t *r1, const void **data, const uint8_t **scales,
+                   ms_mat_packed **packed);
     void (*release)(void *ctx, const void *key);
     void *ctx;
 } ms_mat_stream;

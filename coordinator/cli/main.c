@@ -19,6 +19,7 @@ static void usage(FILE *f)
           "  detokenize  token ids -> text\n"
           "  synth       write a random Kimi K3 checkpoint in the released layout\n"
           "  cache-sim   replay a routed-expert trace through LRU, the cache policy and Belady\n"
+          "  pack-trunk  write a lossless compressed copy of the BF16 trunk (fewer bytes streamed)\n"
           "  shard       split a checkpoint's experts into per-worker packs (+ a trunk-only checkpoint)\n"
           "  keygen      write a CURVE key pair for workers and coordinators\n"
           "\n"
@@ -52,6 +53,7 @@ static int dispatch(int argc, char **argv)
     if (!strcmp(cmd, "cache-sim")) return ms_cli_cache_sim(argc - 1, argv + 1);
     if (!strcmp(cmd, "keygen")) return ms_cli_keygen(argc - 1, argv + 1);
     if (!strcmp(cmd, "shard")) return ms_cli_shard(argc - 1, argv + 1);
+    if (!strcmp(cmd, "pack-trunk")) return ms_cli_pack_trunk(argc - 1, argv + 1);
     fprintf(stderr, "moestream: unknown command '%s'\n", cmd);
     usage(stderr);
     return MS_EXIT_USAGE;

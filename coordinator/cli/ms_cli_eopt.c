@@ -14,6 +14,7 @@ static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"cluster", required_argument, 0, 'K'},       {"local-workers", required_argument, 0, 'N'},
     {"curve-secret", required_argument, 0, 'S'},  {"insecure", no_argument, 0, 'I'},
     {"worker-timeout", required_argument, 0, 'O'}, {"quiet", no_argument, 0, 'q'},
+    {"trunk-pack", required_argument, 0, 0x7470},
 };
 
 void ms_cli_eopt_table(const struct option *own, int n_own, struct option *out)
@@ -28,6 +29,7 @@ int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, i
     int bad = 0;
     switch (c) {
     case 'm': o->model = arg; break;
+    case 0x7470: o->trunk_pack = arg; break;
     case 'W': o->workers = arg; break;
     case 'K': o->cluster = arg; break;
     case 'S': o->curve_secret = arg; break;
@@ -74,6 +76,7 @@ void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo)
     eo->run.io_depth = (int)o->io_depth;
     eo->run.max_chunk = o->chunk;
     eo->run.lru = o->lru;
+    eo->run.trunk_pack = o->trunk_pack;
     eo->local_workers = o->local_workers > 0 ? (int)o->local_workers : 0;
     eo->workers = o->workers;
     eo->cluster = o->cluster;

@@ -10,6 +10,7 @@
 
 typedef struct {
     const char *model;                       /* --model DIR */
+    const char *trunk_pack;                  /* --trunk-pack DIR|none (NULL: beside the model) */
     const char *workers, *cluster, *curve_secret;
     long long local_workers, threads, io_depth, chunk;
     float worker_timeout;                    /* 0 = the default */
@@ -18,7 +19,7 @@ typedef struct {
 } ms_cli_eopts;
 
 /* Entries of the shared options in a getopt_long table. */
-#define MS_CLI_EOPT_COUNT 14
+#define MS_CLI_EOPT_COUNT 15
 
 /* A command's getopt_long table: its own n_own entries, then the shared ones, then the zero
  * entry. out has room for n_own + MS_CLI_EOPT_COUNT + 1 entries. */

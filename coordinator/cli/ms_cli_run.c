@@ -44,7 +44,8 @@ static void run_usage(FILE *f, int demo)
           "                     [-n N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet]\n"
           "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
-          "                     [--prefill-chunk N] [--lru-cache] [--plan-only [--plan-seqs N]]\n"
+          "                     [--prefill-chunk N] [--lru-cache] [--trunk-pack DIR|none]\n"
+          "                     [--plan-only [--plan-seqs N]]\n"
           "                     [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                     [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "\n"
@@ -61,6 +62,9 @@ static void run_usage(FILE *f, int demo)
           "--trace PATH records every routed-expert request as little-endian int32 (layer, expert) pairs.\n"
           "--buffered-io reads through the page cache instead of O_DIRECT; --io-depth N reads in flight\n"
           "(default 8); --prefill-chunk N caps the tokens per prefill pass; --lru-cache uses plain LRU.\n"
+          "--trunk-pack DIR streams the trunk from a pack written by moestream pack-trunk (fewer bytes\n"
+          "read, the same logits); by default DIR.trunk-pack beside the model is used when present;\n"
+          "none: never. A pack of another model or with a corrupt block is refused (exit 3).\n"
           "--workers / --cluster use moestream-worker processes already running (the cluster file is JSON:\n"
           "{\"workers\": [{\"endpoint\": \"tcp://host:port\", \"public_key\": \"<Z85>\"}]}); over tcp the\n"
           "connection is CURVE-encrypted with --curve-secret FILE (this side's key, from moestream keygen)\n"
@@ -203,6 +207,8 @@ static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int
     json_object_set_new(stats, "peak_rss_coordinator_bytes", json_integer((json_int_t)es->peak_rss_self));
     json_object_set_new(stats, "bytes_read_experts", json_integer((json_int_t)ms->bytes_read_experts));
     json_object_set_new(stats, "bytes_read_trunk", json_integer((json_int_t)ms->bytes_read_trunk));
+    json_object_set_new(stats, "trunk_pack_bytes_read", json_integer((json_int_t)ms->trunk_pack_read));
+    json_object_set_new(stats, "trunk_pack_bytes_decoded", json_integer((json_int_t)ms->trunk_pack_decoded));
     json_object_set_new(stats, "bytes_read_at_load", json_integer((json_int_t)ms->bytes_read_at_load));
     uint64_t dec_bytes = ms->bytes_read_experts + ms->bytes_read_trunk - after_prefill->bytes_read_experts -
                          after_prefill->bytes_read_trunk;

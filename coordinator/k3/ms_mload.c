@@ -4,7 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "ms_err.h"
+#include "ms_file.h"
 #include "ms_model_int.h"
 #include "ms_proc.h"
 
@@ -19,6 +22,78 @@ static int ref_of(const ms_model *m, const ms_mat *w)
     for (int r = 0; r < m->n_refs; r++)
         if (m->refs[r].dst == w) return r;
     return -1;
+}
+
+/* The trunk pack to use: opts.trunk_pack, or <model dir>.trunk-pack when it exists. Returns 0
+ * with m->tpack set or left NULL (no pack), or -1 with ms_err set. */
+static int pack_open(ms_model *m)
+{
+    const char *dir = m->opts.trunk_pack;
+    char auto_dir[4096], path[4200];
+    if (dir && strcmp(dir, "none") == 0) return 0;
+    if (!dir) {
+        if (!m->src.what) return 0;
+        size_t l = strlen(m->src.what);
+        while (l > 1 && m->src.what[l - 1] == '/') l--;
+        snprintf(auto_dir, sizeof auto_dir, "%.*s.trunk-pack", (int)l, m->src.what);
+        snprintf(path, sizeof path, "%s/" MS_TPACK_FILE, auto_dir);
+        struct stat sb;
+        if (stat(path, &sb) != 0) return 0;
+    } else {
+        snprintf(path, sizeof path, "%s/" MS_TPACK_FILE, dir);
+    }
+    m->tpack = ms_tpack_open(path);
+    return m->tpack ? 0 : -1;
+}
+
+static int ref_by_name(const ms_model *m, const char *name)
+{
+    for (int r = 0; r < m->n_refs; r++)
+        if (strcmp(m->refs[r].name, name) == 0) return r;
+    return -1;
+}
+
+/* Is the pack this model's? Its fingerprint (ms_tpack_fp_*) recomputed from config.json and
+ * the first bytes of every packed tensor, each of which must be a BF16 trunk matrix of the
+ * same shape here. */
+static int pack_check(ms_model *m)
+{
+    const char *pp = ms_tpack_path(m->tpack);
+    char cpath[4200];
+    snprintf(cpath, sizeof cpath, "%s/config.json", m->src.what ? m->src.what : ".");
+    size_t clen;
+    char *cfg = ms_file_read_all(cpath, "config", 0, 64u << 20, MS_EXIT_MODEL, &clen);
+    if (!cfg) return -1;
+    uint64_t fp = ms_tpack_fp_begin(cfg, clen);
+    free(cfg);
+    uint8_t *sample = ms_malloc(MS_TPACK_SAMPLE);
+    int rc = 0;
+    for (int i = 0; i < ms_tpack_count(m->tpack) && rc == 0; i++) {
+        const ms_tpack_tensor *t = ms_tpack_at(m->tpack, i);
+        int r = ref_by_name(m, t->name);
+        const ms_mat *w = r >= 0 ? m->refs[r].dst : NULL;
+        if (!w || r == m->embed_ref || w->type != MS_WT_BF16 || w->rows != t->rows || w->cols != t->cols) {
+            ms_err_set("trunk pack %s is not for the model %s: its tensor %s [%lld, %lld] is not a BF16 trunk "
+                       "matrix of that shape there",
+                       pp, m->src.what, t->name, (long long)t->rows, (long long)t->cols);
+            rc = ms_err_set_code(MS_EXIT_MODEL);
+            break;
+        }
+        size_t n = m->refs[r].bytes < MS_TPACK_SAMPLE ? (size_t)m->refs[r].bytes : MS_TPACK_SAMPLE;
+        if (ms_io_read(m->io, m->refs[r].file, m->refs[r].off, n, sample) != 0) {
+            rc = -1;
+            break;
+        }
+        fp = ms_tpack_fp_tensor(fp, t->name, t->rows, t->cols, m->refs[r].bytes, sample, n);
+    }
+    free(sample);
+    if (rc == 0 && fp != ms_tpack_fingerprint(m->tpack)) {
+        ms_err_set("trunk pack %s is not for the model %s: fingerprint %016llx, the model's is %016llx (packed from "
+                   "another checkpoint? run moestream pack-trunk again)",
+                   pp, m->src.what, (unsigned long long)ms_tpack_fingerprint(m->tpack), (unsigned long long)fp);
+        rc = ms_err_set_code(MS_EXIT_MODEL);
+    }
+    return rc;
 }
 
 /* Working memory per row of a pass and fixed. The forward pass's scratch is the model's arena,
@@ -42,6 +117,16 @@ static void work_bytes(const ms_model *m, uint64_t *per_token, uint64_t *fixed)
     /* the arena's fixed part; per sequence its last logits row; the sampler's candidates (16 B
      * per id); kv_b pulled whole when streamed; the MLA attention's per-thread rows */
     *fixed = 4 * w0 + 4 * (uint64_t)c->vocab * (uint64_t)seqs + 16 * (uint64_t)c->vocab + kvb + mla_scratch + 4 * P * 4;
+    if (m->tpack) { /* the pack's index (block tables); per thread a block and its outputs (in-kernel decoding) */
+        *fixed += ms_tpack_mem_bytes(m->tpack);
+        uint64_t blk = 0, rows = (uint64_t)(m->opts.max_chunk > 0 ? m->opts.max_chunk : 64) * (uint64_t)seqs;
+        for (int i = 0; i < ms_tpack_count(m->tpack); i++) {
+            const ms_tpack_tensor *t = ms_tpack_at(m->tpack, i);
+            uint64_t b = 2 * (uint64_t)(t->rows_per_block * t->cols) + 4 * rows * (uint64_t)t->rows_per_block;
+            if (b > blk) blk = b;
+        }
+        *fixed += threads * blk;
+    }
 }
 
 static uint64_t state_bytes(const ms_model *m)
@@ -104,10 +189,20 @@ int ms_mload_setup(ms_model *m)
      * from disk (fp32 test models have other widths). */
     ms_xfmt xf;
     int have_xf = ms_xfmt_from_cfg(c, "config.json", &xf) == 0;
-    m->iof = ms_io_files_open(m->src.paths, m->src.n_paths, !m->opts.buffered);
+    if (pack_open(m) != 0) return -1;
+    int npaths = m->src.n_paths;
+    m->io_paths = ms_calloc((size_t)npaths + 1, sizeof(char *));
+    for (int i = 0; i < npaths; i++) m->io_paths[i] = ms_strdup(m->src.paths[i]);
+    if (m->tpack) m->io_paths[npaths] = ms_strdup(ms_tpack_path(m->tpack));
+    m->iof = ms_io_files_open((const char *const *)m->io_paths, npaths + (m->tpack ? 1 : 0), !m->opts.buffered);
     if (!m->iof) return -1;
     m->io = ms_io_new(m->iof, depth);
     if (!m->io) return -1;
+    if (m->tpack && pack_check(m) != 0) return -1;
+    /* Where streamed blocks are decoded: in the matmul kernel (default) or, with
+     * MS_TPACK_DECODE=reader, by the reader threads into the ring (docs/TRUNK-PACK.md). */
+    const char *dmode = getenv("MS_TPACK_DECODE");
+    int in_kernel = !(dmode && strcmp(dmode, "reader") == 0);
 
     /* The schedule of trunk matrices (all with file locations): the forward pass's own order. */
     ms_mat **sched = NULL;
@@ -123,11 +218,19 @@ int ms_mload_setup(ms_model *m)
         sizes[i] = r->bytes;
         trunk_total += r->bytes;
         items[i] = (ms_wstream_item){sched[i], r->name, r->file, r->off, r->bytes / (uint64_t)sched[i]->rows,
-                                     sched[i]->rows};
+                                     sched[i]->rows, NULL, 0, NULL};
+        if (m->tpack && sched[i]->type == MS_WT_BF16) {
+            items[i].pk = ms_tpack_find(m->tpack, r->name); /* shape checked by pack_check */
+            items[i].pk_file = npaths;
+            items[i].pk_path = ms_tpack_path(m->tpack);
+            items[i].pk_in_kernel = in_kernel;
+        }
     }
 
-    /* A small model gets small chunks, so that its ring stays far below its trunk. */
-    uint64_t chunk_bytes = trunk_total / 64 < CHUNK_MAX ? trunk_total / 64 : CHUNK_MAX;
+    /* A small model gets small chunks, so that its ring stays far below its trunk. With a
+     * pack, a slot holds a compressed and a decoded chunk: half the chunk keeps the ring's size. */
+    uint64_t cmax = m->tpack && !in_kernel ? CHUNK_MAX / 2 : CHUNK_MAX;
+    uint64_t chunk_bytes = trunk_total / 64 < cmax ? trunk_total / 64 : cmax;
     if (chunk_bytes < 4096) chunk_bytes = 4096;
 
     /* Plan. */
@@ -234,6 +337,12 @@ void ms_mload_teardown(ms_model *m)
     m->io = NULL;
     ms_io_files_close(m->iof);
     m->iof = NULL;
+    if (m->io_paths)
+        for (int i = 0; i <= m->src.n_paths; i++) free(m->io_paths[i]);
+    free(m->io_paths);
+    m->io_paths = NULL;
+    ms_tpack_close(m->tpack);
+    m->tpack = NULL;
 }
 
 int ms_mload_embed_row(ms_model *m, int32_t id, float *out)
@@ -275,6 +384,8 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
         ms_wstream_get_stats(m->ws, &w);
         st->io_wait_seconds += w.wait_seconds;
         st->trunk_bytes_streamed = w.bytes_read;
+        st->trunk_pack_read = w.bytes_packed;
+        st->trunk_pack_decoded = w.bytes_unpacked;
     }
     if (m->io) {
         ms_io_stats s;

@@ -59,6 +59,10 @@ typedef struct {
     int plan_only;           /* 1: open, bind and plan (ms_model_plan), then stop: nothing is read
                                 or reserved for passes, so the model cannot run a forward pass
                                 (what a budget would do, e.g. one larger than this machine's RAM) */
+    const char *trunk_pack;  /* directory of a trunk pack (moestream pack-trunk) to stream the
+                                trunk from; NULL: <model dir>.trunk-pack when it exists; "none":
+                                never. A pack of another model or with a corrupt block is refused
+                                (MS_EXIT_MODEL) naming the pack, tensor and block. */
 } ms_run_opts;
 
 /* Open DIR (config.json + safetensors, single or sharded), bind every tensor the config
@@ -91,6 +95,8 @@ typedef struct {
     uint64_t bytes_read_at_load;                   /* the pinned trunk, read at open */
     uint64_t trunk_bytes_streamed;                 /* streamed trunk bytes the passes consumed (reads
                                                       done ahead for the next pass not counted) */
+    uint64_t trunk_pack_read, trunk_pack_decoded;  /* of those, bytes read from a trunk pack and the
+                                                      BF16 bytes they decoded to */
     uint64_t expert_requests, expert_cache_hits, expert_cache_misses, expert_cache_evictions;
     uint64_t expert_cache_bytes, expert_cache_peak_bytes, expert_cache_capacity;
     uint64_t expert_bytes;       /* bytes of one routed expert as stored */

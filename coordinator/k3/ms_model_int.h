@@ -8,6 +8,7 @@
 #include "ms_model.h"
 #include "ms_plan.h"
 #include "ms_wstream.h"
+#include "ms_tpack.h"
 #include "ms_xstore.h"
 
 /* A trunk matrix with a file location: resident when pinned, else streamed. */
@@ -34,6 +35,8 @@ struct ms_model {
     int n_refs, cap_refs;
     int embed_ref;             /* index of the embedding in refs, or -1 */
     ms_wstream *ws;            /* streamer of the unpinned trunk, or NULL */
+    ms_tpack *tpack;           /* the trunk pack in use, or NULL */
+    char **io_paths;           /* [n_paths + 1] the shards and the pack, as opened in iof */
     ms_xstore *xs;             /* routed experts on disk, or NULL */
     ms_xloc *xlocs;            /* [N][Ne] expert locations while binding */
     ms_plan plan;

@@ -1,0 +1,200 @@
+/* test_ptrunk: `moestream pack-trunk` and streaming from its pack: the same logits bit for bit; foreign and corrupt packs refused by name. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ms_err.h"
+#include "ms_kern.h"
+#include "ms_model.h"
+#include "ms_synth.h"
+#include "ms_test.h"
+#include "ms_tpack.h"
+
+#define NT 40
+
+typedef struct {
+    float *logits;        /* [NT][V] or NULL when open or forward failed */
+    ms_model_stats st;
+    ms_plan plan;
+    int code;             /* ms_err_code() on failure */
+    char err[1024];
+} result;
+
+static result run(const char *dir, const char *pack, uint64_t budget, int64_t V)
+{
+    result r;
+    memset(&r, 0, sizeof r);
+    ms_run_opts o = {.n_threads = 2, .ram_budget = budget, .max_positions = 64, .prompt_tokens = NT,
+                     .baseline = 1, .max_chunk = 8, .trunk_pack = pack};
+    ms_model *m = ms_model_open(dir, &o);
+    if (!m) {
+        r.code = ms_err_code();
+        snprintf(r.err, sizeof r.err, "%s", ms_err_msg());
+        return r;
+    }
+    int32_t ids[NT];
+    for (int i = 0; i < NT; i++) ids[i] = (int32_t)((i * 53 + 7) % V);
+    float *all = malloc(sizeof(float) * NT * (size_t)V);
+    ms_seq *s = ms_seq_new(m);
+    int rc = 0;
+    /* prefill chunks of 8 rows (the general kernel), then one token a pass (the T = 1 kernel) */
+    for (int t = 0; t < NT && rc == 0;) {
+        int n = t < NT - 8 ? 8 : 1;
+        rc = ms_model_forward(m, s, ids + t, n, 1, all + (size_t)t * (size_t)V);
+        t += n;
+    }
+    ms_model_get_stats(m, &r.st);
+    if (ms_model_plan(m)) r.plan = *ms_model_plan(m);
+    if (rc) {
+        r.code = ms_err_code();
+        snprintf(r.err, sizeof r.err, "%s", ms_err_msg());
+        free(all);
+        all = NULL;
+    }
+    ms_seq_free(s);
+    ms_model_free(m);
+    r.logits = all;
+    return r;
+}
+
+/* The smallest budget the planner accepts with these options, from its refusal of 1 byte. */
+static uint64_t min_budget(const char *dir, const char *pack)
+{
+    ms_run_opts o = {.n_threads = 2, .ram_budget = 1, .max_positions = 64, .prompt_tokens = NT, .baseline = 1,
+                     .max_chunk = 8, .trunk_pack = pack};
+    ms_model *m = ms_model_open(dir, &o);
+    ms_model_free(m);
+    const char *p = strrchr(ms_err_msg(), '(');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static int pack_cli(const char *model, const char *out)
+{
+    char *err = NULL;
+    int rc = ms_t_runf(NULL, &err, "%s pack-trunk --model %s --out %s --quiet", ms_t_bin("moestream"), model, out);
+    T_CHECK(rc == 0, "pack-trunk %s exits 0 (%d): %s", model, rc, err ? err : "");
+    free(err);
+    return rc;
+}
+
+/* Same logits with and without the pack, unlimited and at the smallest budget (streaming). */
+static void check_same(const char *what, const char *dir, const char *pack, int64_t V)
+{
+    size_t bytes = sizeof(float) * NT * (size_t)V;
+    result ref = run(dir, "none", 16ull << 30, V);
+    T_CHECK(ref.logits != NULL, "%s: runs without the pack: %s", what, ref.err);
+    result big = run(dir, pack, 16ull << 30, V);
+    T_CHECK(big.logits && ref.logits && !memcmp(big.logits, ref.logits, bytes),
+            "%s: unlimited budget, with the pack: logits bit-identical", what);
+    uint64_t mb_none = min_budget(dir, "none"), mb = min_budget(dir, pack);
+    T_CHECK(mb > 0 && mb_none > 0, "%s: minimum budgets named (%llu with the pack, %llu without)", what,
+            (unsigned long long)mb, (unsigned long long)mb_none);
+    result sn = run(dir, "none", mb_none, V);
+    result sp = run(dir, pack, mb, V);
+    T_CHECK(sp.logits && ref.logits && !memcmp(sp.logits, ref.logits, bytes),
+            "%s: smallest budget, streaming from the pack: logits bit-identical (%s)", what, sp.err);
+    T_CHECK(sn.logits && ref.logits && !memcmp(sn.logits, ref.logits, bytes),
+            "%s: smallest budget without the pack: logits bit-identical", what);
+    T_CHECK(sp.plan.streaming && sp.plan.n_pinned < sp.plan.in.n_trunk, "%s: the smallest budget streams (%d of %d pinned)",
+            what, sp.plan.n_pinned, sp.plan.in.n_trunk);
+    T_CHECK(sp.st.trunk_pack_read > 0 && sp.st.trunk_pack_read < sp.st.trunk_pack_decoded,
+            "%s: streamed matrices came from the pack, compressed (%llu bytes read for %llu)", what,
+            (unsigned long long)sp.st.trunk_pack_read, (unsigned long long)sp.st.trunk_pack_decoded);
+    T_CHECK(sn.st.trunk_pack_read == 0, "%s: 'none' reads no pack", what);
+    printf("%s: smallest budget %llu (%llu without the pack); pack bytes read %llu for %llu BF16 bytes\n", what,
+           (unsigned long long)mb, (unsigned long long)mb_none, (unsigned long long)sp.st.trunk_pack_read,
+           (unsigned long long)sp.st.trunk_pack_decoded);
+    free(ref.logits);
+    free(big.logits);
+    free(sn.logits);
+    free(sp.logits);
+}
+
+static void flip(const char *path, uint64_t off)
+{
+    int fd = open(path, O_RDWR);
+    uint8_t b = 0;
+    T_CHECK(fd >= 0 && pread(fd, &b, 1, (off_t)off) == 1, "read a byte of %s", path);
+    b ^= 0x20;
+    T_CHECK(pwrite(fd, &b, 1, (off_t)off) == 1, "write a byte of %s", path);
+    close(fd);
+}
+
+static void test_synth(void)
+{
+    const char *d = ms_t_tmpdir("ptrunk");
+    char dir[4200], beside[4300], other[4200];
+    snprintf(dir, sizeof dir, "%s/tiny", d);
+    snprintf(beside, sizeof beside, "%s/tiny.trunk-pack", d);
+    snprintf(other, sizeof other, "%s/tiny-seed10", d);
+    ms_synth_shape sh;
+    ms_synth_preset("tiny", &sh);
+    T_CHECK(ms_synth_write(dir, &sh, 9) == 0 && ms_synth_write(other, &sh, 10) == 0, "synth: %s", ms_err_msg());
+    if (pack_cli(dir, beside) != 0) return;
+    ms_tpack *p = ms_tpack_open(ms_t_path(beside, MS_TPACK_FILE));
+    T_CHECK(p && ms_tpack_count(p) > 0, "the pack holds trunk matrices (%d)", p ? ms_tpack_count(p) : 0);
+    ms_tpack_close(p);
+    check_same("synth tiny (pack given)", dir, beside, sh.vocab);
+    check_same("synth tiny (pack found beside the model)", dir, NULL, sh.vocab);
+    setenv("MS_TPACK_DECODE", "reader", 1); /* blocks decoded by the reader threads instead of the kernel */
+    check_same("synth tiny (decoded by the reader threads)", dir, beside, sh.vocab);
+    unsetenv("MS_TPACK_DECODE");
+
+    /* another model's pack: same config and names, other weights */
+    result f = run(other, beside, 16ull << 30, sh.vocab);
+    T_CHECK(!f.logits && f.code == MS_EXIT_MODEL && strstr(f.err, "trunk.pack") && strstr(f.err, "not for the model"),
+            "a pack of another model is refused (class 3) naming it: %s", f.err);
+    free(f.logits);
+    char *err = NULL;
+    int rc = ms_t_runf(NULL, &err, "%s run --model %s --trunk-pack %s --ids 1,2,3 -n 2 --quiet", ms_t_bin("moestream"),
+                       other, beside);
+    T_CHECK(rc == 3 && err && strstr(err, "trunk.pack"), "moestream run with a foreign pack exits 3 naming it: %d %s", rc,
+            err ? err : "");
+    free(err);
+
+    /* a corrupt block in every packed tensor: the first streamed one fails, named */
+    char bad[4300];
+    snprintf(bad, sizeof bad, "%s/bad.trunk-pack", d);
+    if (pack_cli(dir, bad) != 0) return;
+    const char *bp = ms_t_path(bad, MS_TPACK_FILE);
+    char bpath[4400];
+    snprintf(bpath, sizeof bpath, "%s", bp);
+    p = ms_tpack_open(bpath);
+    for (int i = 0; p && i < ms_tpack_count(p); i++) {
+        const ms_tpack_tensor *t = ms_tpack_at(p, i);
+        uint32_t b = t->n_blocks / 2;
+        flip(bpath, t->data_off + ms_tpack_block_start(t, b) + 50);
+    }
+    ms_tpack_close(p);
+    for (int mode = 0; mode < 2; mode++) {
+        if (mode) setenv("MS_TPACK_DECODE", "reader", 1);
+        uint64_t mb = min_budget(dir, bad);
+        result c = run(dir, bad, mb, sh.vocab);
+        T_CHECK(!c.logits && c.code == MS_EXIT_MODEL && strstr(c.err, bpath) && strstr(c.err, "block") &&
+                    strstr(c.err, "checksum") && strstr(c.err, "tensor"),
+                "%s: a corrupt block is refused (class 3) naming pack, tensor and block: %s",
+                mode ? "reader threads" : "kernel", c.err);
+        free(c.logits);
+        unsetenv("MS_TPACK_DECODE");
+    }
+}
+
+static void test_released_like(void)
+{
+    const char *p = ms_t_shared("fixtures/kimi-k3/checkpoints/tiny-s1234");
+    if (!p) return;
+    char dir[4200], out[4300];
+    snprintf(dir, sizeof dir, "%s", p);
+    snprintf(out, sizeof out, "%s/tiny-s1234.trunk-pack", ms_t_tmpdir("ptrunk-s1234"));
+    if (pack_cli(dir, out) != 0) return;
+    check_same("tiny-s1234", dir, out, 256);
+}
+
+int main(void)
+{
+    ms_kern_init();
+    test_synth();
+    test_released_like();
+    return ms_t_done();
+}
