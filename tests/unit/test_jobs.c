@@ -295,10 +295,10 @@ static int count_lines(const char *path)
     return lines;
 }
 
-/* Wait (up to about 6 s) until the file at path has n lines. */
+/* Wait (up to about 60 s: a loaded machine is slow) until the file at path has n lines. */
 static void wait_lines(const char *path, int n)
 {
-    for (int k = 0; k < 3000 && count_lines(path) < n; k++) ms_t_sleep_ms(2);
+    for (int k = 0; k < 30000 && count_lines(path) < n; k++) ms_t_sleep_ms(2);
 }
 
 /* The generated ids of each answered line of a jobs output, by custom_id. Counts lines, custom_ids
