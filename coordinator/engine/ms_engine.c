@@ -205,7 +205,7 @@ ms_eseq *ms_engine_seq_new(ms_engine *e, const int32_t *prompt, size_t n, const 
     s->n_prompt = n;
     s->gen = s->toks + n;
     if (e->spec_window > 0 && !p->no_speculate) {
-        s->dr = e->draft_ids ? ms_draft_list_new(e->draft_ids, e->n_draft_ids) : ms_draft_ngram_new(2, 8);
+        s->dr = e->draft_ids ? ms_draft_list_new(e->draft_ids, e->n_draft_ids) : ms_draft_ngram_new(1, 8);
         s->vids = ms_malloc(sizeof(int32_t) * (size_t)(1 + e->spec_window));
         s->k_cur = e->spec_auto ? 1 : e->spec_window;
         s->backoff = 1;

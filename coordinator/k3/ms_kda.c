@@ -11,6 +11,7 @@ void ms_kda_state_init(ms_kda_state *st, const ms_cfg *c)
 {
     size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim;
     size_t H = (size_t)(c->conv_k - 1);
+    memset(st, 0, sizeof *st);
     st->S = ms_calloc(P * (size_t)c->kda_head_dim, sizeof(float));
     st->hq = ms_calloc(P * H + 1, sizeof(float));
     st->hk = ms_calloc(P * H + 1, sizeof(float));
