@@ -269,8 +269,9 @@ static int finish_prefill(ms_eseq *s, const float *rows, int64_t n_rows)
 
 /* auto: after a pass that verified k drafts of which acc were right. A full acceptance doubles
  * the window, a partial one sets it just past what was right, a complete miss halves it; at
- * zero, drafting pauses for a number of passes that doubles with each consecutive miss (up to
- * 64), then one draft probes again. So drafts that never land cost a row now and then. */
+ * zero, drafting pauses for a number of passes that grows fourfold with each consecutive miss
+ * (1, 4, 16, ... 256), then one draft probes again. A wrong row is not free (its routed
+ * experts are read too), so drafts that never land cost one row at passes 1, 3, 8, 25, 90, ... */
 static void adapt(ms_eseq *s, int k, int acc)
 {
     int W = s->e->spec_window;
@@ -282,7 +283,7 @@ static void adapt(ms_eseq *s, int k, int acc)
         s->backoff = 1;
     } else if ((s->k_cur /= 2) == 0) {
         s->pause = s->backoff;
-        s->backoff = 2 * s->backoff < 64 ? 2 * s->backoff : 64;
+        s->backoff = 4 * s->backoff < 256 ? 4 * s->backoff : 256;
         s->k_cur = 1;
     }
 }
