@@ -209,7 +209,8 @@ static int plan_window(ms_model *m, ms_plan_in *in)
                    want, w, w, w == 0 ? ", i.e. off" : "", first);
         return ms_err_set_code(MS_EXIT_BUDGET);
     }
-    m->opts.spec_window = want; /* not even without drafts: the refusal of what was asked */
+    if (m->opts.spec_fit) return -1; /* not even without drafts: that refusal names the least that runs */
+    m->opts.spec_window = want;      /* the refusal of the window asked for */
     ms_err_set("%s", first);
     return ms_err_set_code(MS_EXIT_BUDGET);
 }

@@ -100,13 +100,14 @@ typedef struct {
     const char *draft_file; /* or NULL */
     uint64_t budget;        /* 0: 16 GiB */
     int local_workers, max_seqs;
+    int threads;            /* 0: 2 (the many runs of check_identity take 1: no pool waits) */
 } eopts;
 
 static ms_engine *open_e(const eopts *x)
 {
     ms_engine_opts o = {0};
     o.model_dir = x->model;
-    o.run.n_threads = 2;
+    o.run.n_threads = x->threads ? x->threads : 2;
     o.run.ram_budget = x->budget ? x->budget : 16ull << 30;
     o.run.baseline = 1;
     o.run.max_positions = MAXV + 64;
@@ -208,7 +209,7 @@ static unsigned rejected_positions(const int32_t *list, const int32_t *ref, int 
 static void check_identity(const char *model, const char *what, int pi, int k, const int *ns, int n_ns, const int *ng,
                            int n_ng)
 {
-    eopts off = {model, 0, NULL, 0, 0, 1};
+    eopts off = {model, 0, NULL, 0, 0, 1, 1};
     record ref, cref = {0};
     if (run_set(&off, 1, &pi, &k, &ref, NULL) != 0) return;
     T_CHECK(ref.n_tok == NGEN, "%s: reference made %zu tokens", what, ref.n_tok);
@@ -219,7 +220,7 @@ static void check_identity(const char *model, const char *what, int pi, int k, c
         for (int j = 0; j < n_ng; j++) with_ng |= ng[j] == N;
         unsigned reject_seen = 0;
         for (int pat = 0; pat <= (with_ng ? NPAT : NPAT - 1); pat++) {
-            eopts x = {model, spec, NULL, 0, 0, 1};
+            eopts x = {model, spec, NULL, 0, 0, 1, 1};
             if (pat == NPAT) { /* n-gram drafts on the covering prompt, against its own reference */
                 record ng;
                 ms_engine_stats st;
@@ -316,8 +317,10 @@ static uint64_t min_budget(int spec, int seqs)
  * that fits; that one opens, one more does not; auto opens with what fits. */
 static void check_window_fit(void)
 {
-    uint64_t b = min_budget(0, 1);
-    T_CHECK(b > 0, "minimum budget named");
+    uint64_t b = min_budget(0, 1), ba = min_budget(MS_SPEC_AUTO, 1), b8 = min_budget(8, 1);
+    T_CHECK(b > 0 && ba == b && b8 > b,
+            "auto's refusal names off's minimum (%llu, %llu), a window of 8 needs more (%llu)", (unsigned long long)ba,
+            (unsigned long long)b, (unsigned long long)b8);
     if (!b) return;
     b += b / 50;
     eopts x = {dir, MS_SPEC_MAX, NULL, b, 0, 1};
