@@ -6,6 +6,8 @@
 #include "ms_err.h"
 #include "ms_opt.h"
 
+enum { MS_CLI_OPT_SPECULATE = 1001, MS_CLI_OPT_DRAFT }; /* long-only options */
+
 static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"model", required_argument, 0, 'm'},         {"ram-budget", required_argument, 0, 'B'},
     {"threads", required_argument, 0, 'T'},       {"buffered-io", no_argument, 0, 'U'},
@@ -15,6 +17,7 @@ static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"curve-secret", required_argument, 0, 'S'},  {"insecure", no_argument, 0, 'I'},
     {"worker-timeout", required_argument, 0, 'O'}, {"quiet", no_argument, 0, 'q'},
     {"trunk-pack", required_argument, 0, 0x7470},
+    {"speculate", required_argument, 0, MS_CLI_OPT_SPECULATE}, {"draft-file", required_argument, 0, MS_CLI_OPT_DRAFT},
 };
 
 void ms_cli_eopt_table(const struct option *own, int n_own, struct option *out)
@@ -42,6 +45,22 @@ int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, i
     case 'D': bad = ms_opt_int("--io-depth", arg, 1, 256, &o->io_depth); break;
     case 'C': bad = ms_opt_int("--prefill-chunk", arg, 1, 65536, &o->chunk); break;
     case 'N': bad = ms_opt_int("--local-workers", arg, 0, 64, &o->local_workers); break;
+    case MS_CLI_OPT_DRAFT: o->draft_file = arg; break;
+    case MS_CLI_OPT_SPECULATE: {
+        long long n = 0;
+        o->speculate_set = 1;
+        if (!strcmp(arg, "auto"))
+            o->speculate = MS_SPEC_AUTO;
+        else if (!strcmp(arg, "off"))
+            o->speculate = 0;
+        else if (ms_opt_int("--speculate", arg, 0, MS_SPEC_MAX, &n) != 0) {
+            *code = ms_cli_fail(cmd, MS_EXIT_USAGE, "--speculate takes auto, off or a count of draft tokens 0..%d, "
+                                "got '%s'", MS_SPEC_MAX, arg);
+            return -1;
+        } else
+            o->speculate = (int)n;
+        break;
+    }
     case 'O':
         bad = ms_opt_f32("--worker-timeout", arg, &o->worker_timeout);
         if (!bad && o->worker_timeout <= 0) {
@@ -83,4 +102,6 @@ void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo)
     eo->curve_secret = o->curve_secret;
     eo->insecure = o->insecure;
     eo->worker_timeout = o->worker_timeout;
+    eo->speculate = o->speculate_set ? o->speculate : MS_SPEC_AUTO;
+    eo->draft_file = o->draft_file;
 }

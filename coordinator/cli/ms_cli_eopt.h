@@ -16,10 +16,20 @@ typedef struct {
     float worker_timeout;                    /* 0 = the default */
     uint64_t budget;                         /* 0 = the memory available */
     int insecure, buffered, lru, quiet;
+    int speculate;                           /* --speculate: MS_SPEC_AUTO (the default), 0 = off, N */
+    int speculate_set;                       /* --speculate was given (else auto) */
+    const char *draft_file;                  /* --draft-file PATH */
 } ms_cli_eopts;
 
 /* Entries of the shared options in a getopt_long table. */
-#define MS_CLI_EOPT_COUNT 15
+#define MS_CLI_EOPT_COUNT 17
+
+/* Lines of a command's usage text for the speculation options (run, jobs, serve). */
+#define MS_CLI_EOPT_SPEC_HELP                                                                                    \
+    "--speculate auto|off|N (default auto) verifies up to N drafted tokens in each decoding pass and keeps the\n" \
+    "longest prefix the model itself produces: tokens and logits are identical to off; auto adapts N (up to 8)\n"  \
+    "to the drafts' acceptance and pauses drafting while they miss. Drafts come from n-gram lookup in the\n"      \
+    "sequence's own tokens, or with --draft-file PATH from an id list (syntax of --ids; draft i is id i).\n"
 
 /* A command's getopt_long table: its own n_own entries, then the shared ones, then the zero
  * entry. out has room for n_own + MS_CLI_EOPT_COUNT + 1 entries. */

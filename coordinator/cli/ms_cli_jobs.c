@@ -40,6 +40,7 @@ static void jobs_usage(FILE *f)
           "                      [--trunk-pack DIR|none]\n"
           "                      [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                      [--curve-secret FILE] [--insecure] [--worker-timeout SEC] [--dump-logits DIR]\n"
+          "                      [--speculate auto|off|N] [--draft-file PATH]\n"
           "\n"
           "Runs every job of FILE (JSON Lines, OpenAI Batch API shape; - reads standard input) and appends\n"
           "one result line per job to the output, in completion order. A line is\n"
@@ -53,7 +54,8 @@ static void jobs_usage(FILE *f)
           "before anything runs. --resume continues an output file: jobs already there are skipped (a torn\n"
           "last line is dropped and redone). --max-context N (default 8192) bounds prompt + max_tokens.\n"
           "--json-progress writes one JSON object per second to stderr. --dump-logits DIR writes each job's\n"
-          "logits rows to DIR/line-N.f32 as `run --dump-logits` does (tests). Other options as for run.\n"
+          "logits rows to DIR/line-N.f32 as `run --dump-logits` does (tests). Other options as for run;\n"
+          "each job speculates on its own (--speculate, --draft-file: every job drafts the file's ids).\n"
           "Ctrl-C or SIGTERM finishes the current step, keeps every finished result and exits 130.\n"
           "Exit 0 when every line was answered (error lines included).\n",
           f);
@@ -177,11 +179,13 @@ static void show_progress(progress *p, const jobs_run *r, ms_engine *e, ms_sched
                 "{\"elapsed_seconds\":%.3f,\"jobs_done\":%llu,\"jobs_total\":%llu,\"jobs_failed\":%llu,\"running\":%d,"
                 "\"waiting\":%d,\"generated_tokens\":%llu,\"tokens_per_second\":%.3f,\"eta_seconds\":%.1f,\"batch\":%d,\"max_batch\":%d,"
                 "\"bytes_read_per_token\":%.0f,\"bytes_read\":%llu,\"steps\":%llu,\"passes\":%llu,"
-                "\"io_wait_seconds\":%.3f,\"peak_rss_bytes\":%llu,\"final\":%s}\n",
+                "\"io_wait_seconds\":%.3f,\"peak_rss_bytes\":%llu,\"draft_tokens\":%llu,\"accepted_draft_tokens\":%llu,"
+                "\"tokens_per_decode_pass\":%.3f,\"final\":%s}\n",
                 el, (unsigned long long)done, (unsigned long long)p->total, (unsigned long long)r->errors, st.running,
                 st.waiting, (unsigned long long)st.generated, tps, eta, st.running, p->max_batch, per_tok, (unsigned long long)bytes,
                 (unsigned long long)st.steps, (unsigned long long)es.passes, es.model.io_wait_seconds - p->base_wait,
-                (unsigned long long)es.peak_rss_all, final ? "true" : "false");
+                (unsigned long long)es.peak_rss_all, (unsigned long long)es.drafted, (unsigned long long)es.accepted,
+                es.decode_passes ? (double)es.decode_tokens / (double)es.decode_passes : 0.0, final ? "true" : "false");
     } else if (p->tty) {
         char a[32], etas[32];
         if (eta < 0)
@@ -421,6 +425,15 @@ finish:
     if (!o->e.quiet)
         fprintf(stderr, "moestream jobs: %llu lines answered in %s (%llu with errors), %d skipped as already there\n",
                 (unsigned long long)run.answered, o->output, (unsigned long long)run.errors, skipped);
+    if (!o->e.quiet && e) {
+        ms_engine_stats es;
+        ms_engine_get_stats(e, &es);
+        if (es.drafted)
+            fprintf(stderr,
+                    "moestream jobs: speculation: %llu draft tokens, %llu accepted, %.2f tokens per decoding pass\n",
+                    (unsigned long long)es.drafted, (unsigned long long)es.accepted,
+                    es.decode_passes ? (double)es.decode_tokens / (double)es.decode_passes : 0.0);
+    }
 out:
     if (run.fd >= 0) {
         int bad = fsync(run.fd) != 0 && errno != EINVAL;

@@ -48,6 +48,7 @@ static void run_usage(FILE *f, int demo)
           "                     [--plan-only [--plan-seqs N]]\n"
           "                     [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                     [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
+          "                     [--speculate auto|off|N] [--draft-file PATH]\n"
           "\n"
           "Generates N tokens (default 16) after the prompt. --temperature 0 (the default) is greedy.\n"
           "--prompt needs a tokenizer (tiktoken.model) in DIR; --ids works without one; --ids-file reads\n"
@@ -74,6 +75,7 @@ static void run_usage(FILE *f, int demo)
           "--plan-only opens and plans the run at --ram-budget, prints the plan and what a pass reads\n"
           "(--json: one object), and stops: no weight is read, so any budget can be asked about;\n"
           "--plan-seqs N plans for N sequences decoding together (as jobs --max-batch N does).\n"
+          MS_CLI_EOPT_SPEC_HELP
           "Ctrl-C (SIGINT) or SIGTERM stops the run between steps: it exits 130 with a message, stops\n"
           "the local workers, and keeps no partial output (--dump-logits holds the rows computed).\n",
           f);
@@ -245,6 +247,12 @@ static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int
     json_object_set_new(stats, "io_wait_share", json_real(wall > 0 ? ms->io_wait_seconds / wall : 0.0));
     json_object_set_new(stats, "wall_seconds", json_real(wall));
     json_object_set_new(stats, "forward_passes", json_integer((json_int_t)es->passes));
+    json_object_set_new(stats, "speculate_window", json_integer(es->spec_window));
+    json_object_set_new(stats, "draft_tokens", json_integer((json_int_t)es->drafted));
+    json_object_set_new(stats, "accepted_draft_tokens", json_integer((json_int_t)es->accepted));
+    json_object_set_new(stats, "decode_passes", json_integer((json_int_t)es->decode_passes));
+    json_object_set_new(stats, "tokens_per_decode_pass",
+                        json_real(es->decode_passes ? (double)es->decode_tokens / (double)es->decode_passes : 0.0));
     const ms_plan *plan = ms_model_plan(ms_engine_model(e));
     if (plan) json_object_set_new(stats, "plan", ms_plan_json(plan));
     if (es->workers)
@@ -298,6 +306,13 @@ static void print_report(const char *cmd, size_t np, size_t ng, const ms_engine_
                 cmd, (u + sy) / nd, u / nd, sy / nd, ms_size_fmt((uint64_t)((double)(tb + xb) / nd), a, sizeof a),
                 ms_size_fmt((uint64_t)((double)tb / nd), b, sizeof b), ms_size_fmt((uint64_t)((double)xb / nd), d, sizeof d));
     }
+    if (es->drafted)
+        fprintf(stderr,
+                "moestream %s: speculation: %llu draft tokens, %llu accepted (%.0f%%), %.2f tokens per decoding pass "
+                "(window %d)\n",
+                cmd, (unsigned long long)es->drafted, (unsigned long long)es->accepted,
+                100.0 * (double)es->accepted / (double)es->drafted,
+                es->decode_passes ? (double)es->decode_tokens / (double)es->decode_passes : 0.0, es->spec_window);
 }
 
 /* --plan-only: the plan and the bytes one pass reads with it (trunk streamed; routed experts

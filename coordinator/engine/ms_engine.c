@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ms_draft.h"
 #include "ms_engine.h"
 #include "ms_err.h"
 #include "ms_local.h"
@@ -22,6 +23,10 @@ struct ms_engine {
     ms_local *local;
     ms_remote *remote;
     uint64_t passes, pass_rows;
+    int spec_window, spec_auto;  /* drafts per pass planned; adaptive (MS_SPEC_AUTO) */
+    int32_t *draft_ids;          /* [n_draft_ids] --draft-file, or NULL (n-gram lookup) */
+    size_t n_draft_ids;
+    uint64_t drafted, accepted, decode_passes, decode_tokens;
 };
 
 struct ms_eseq {
@@ -29,17 +34,25 @@ struct ms_eseq {
     ms_seq *seq;
     ms_gen_params p;
     ms_sampler sp;
-    int32_t *prompt;          /* [n_prompt] */
+    int32_t *toks;            /* [n_prompt + max_tokens + 1] the prompt, then the generated tokens */
+    int32_t *prompt;          /* = toks */
     size_t n_prompt, fed;     /* prompt tokens, and how many went through the model */
-    int32_t *gen;             /* [max_tokens] generated tokens */
+    int32_t *gen;             /* = toks + n_prompt: generated tokens */
     size_t n_gen;
     float *last;              /* [V] logits of the last computed row */
     int has_last;
     const char *finish;       /* NULL while running */
     /* this step's pass */
     int64_t take;             /* rows fed in the current pass */
-    float *rows;              /* [cap_rows][V] logits out of the pass when all_logits */
+    float *rows;              /* [cap_rows][V] logits out of the pass (all_logits, drafts) */
     int64_t cap_rows;
+    /* speculative decoding */
+    ms_drafter *dr;           /* NULL: this sequence never drafts */
+    int32_t *vids;            /* [1 + window] the pass's ids: last generated token, then drafts */
+    int n_draft;              /* drafts in the current pass */
+    int k_cur;                /* auto: drafts to ask for next */
+    int pause, backoff;       /* auto: passes left without drafting; the next pause's length */
+    int stopped;              /* ms_engine_seq_stop was called */
 };
 
 static void stop_workers(ms_engine *e)
@@ -128,9 +141,22 @@ ms_engine *ms_engine_open(const ms_engine_opts *o)
     ro.fit_seqs = e->o.fit_seqs;
     ro.remote_experts = remote;
     ro.local_workers = o->local_workers > 0 ? o->local_workers : 0;
+    MS_ASSERT(o->speculate == MS_SPEC_AUTO || (o->speculate >= 0 && o->speculate <= MS_SPEC_MAX));
+    ro.spec_window = o->speculate == MS_SPEC_AUTO ? MS_SPEC_AUTO_MAX : o->speculate;
+    ro.spec_fit = o->speculate == MS_SPEC_AUTO;
+    e->spec_auto = o->speculate == MS_SPEC_AUTO;
+    if (o->draft_file && ms_draft_read_file(o->draft_file, &e->draft_ids, &e->n_draft_ids) != 0) goto fail;
     if (ms_tok_present(o->model_dir) && !(e->tok = ms_tok_load(o->model_dir))) goto fail;
     if (!(e->m = ms_model_open(o->model_dir, &ro))) goto fail;
     e->V = ms_model_cfg(e->m)->vocab;
+    e->spec_window = ms_model_spec_window(e->m);
+    for (size_t i = 0; i < e->n_draft_ids; i++)
+        if (e->draft_ids[i] >= e->V) {
+            ms_err_set("draft file %s: token id %d (item %zu) is outside the model's vocabulary (%lld ids)",
+                       o->draft_file, e->draft_ids[i], i + 1, (long long)e->V);
+            ms_err_set_code(MS_EXIT_INPUT);
+            goto fail;
+        }
     if (remote && start_workers(e) != 0) goto fail;
     return e;
 fail:
@@ -144,6 +170,7 @@ void ms_engine_free(ms_engine *e)
     stop_workers(e);
     ms_model_free(e->m);
     ms_tok_free(e->tok);
+    free(e->draft_ids);
     free(e);
 }
 
@@ -172,10 +199,17 @@ ms_eseq *ms_engine_seq_new(ms_engine *e, const int32_t *prompt, size_t n, const 
     s->e = e;
     s->p = *p;
     ms_sampler_init(&s->sp, p->temperature, p->top_p > 0 ? p->top_p : 1.0f, p->seed);
-    s->prompt = ms_malloc(sizeof(int32_t) * n);
+    s->toks = ms_malloc(sizeof(int32_t) * (n + (size_t)p->max_tokens + 1));
+    s->prompt = s->toks;
     memcpy(s->prompt, prompt, sizeof(int32_t) * n);
     s->n_prompt = n;
-    s->gen = ms_malloc(sizeof(int32_t) * (size_t)(p->max_tokens + 1));
+    s->gen = s->toks + n;
+    if (e->spec_window > 0 && !p->no_speculate) {
+        s->dr = e->draft_ids ? ms_draft_list_new(e->draft_ids, e->n_draft_ids) : ms_draft_ngram_new(1, 8);
+        s->vids = ms_malloc(sizeof(int32_t) * (size_t)(1 + e->spec_window));
+        s->k_cur = e->spec_auto ? 1 : e->spec_window;
+        s->backoff = 1;
+    }
     s->last = ms_malloc(sizeof(float) * (size_t)e->V);
     s->seq = ms_seq_new(e->m);
     if (p->max_tokens == 0) s->finish = "length";
@@ -186,14 +220,16 @@ void ms_engine_seq_free(ms_eseq *s)
 {
     if (!s) return;
     ms_seq_free(s->seq);
-    free(s->prompt);
-    free(s->gen);
+    free(s->toks);
+    free(s->vids);
+    ms_drafter_free(s->dr);
     free(s->last);
     free(s->rows);
     free(s);
 }
 
 int ms_engine_seq_done(const ms_eseq *s) { return s->finish != NULL; }
+void ms_engine_seq_stop(ms_eseq *s) { s->stopped = 1; }
 const char *ms_engine_seq_finish_reason(const ms_eseq *s) { return s->finish; }
 size_t ms_engine_seq_prefilled(const ms_eseq *s) { return s->fed; }
 size_t ms_engine_seq_prompt_len(const ms_eseq *s) { return s->n_prompt; }
@@ -205,22 +241,110 @@ const int32_t *ms_engine_seq_tokens(const ms_eseq *s, size_t *n)
     return s->gen;
 }
 
-/* After a pass: hand the rows to on_logits, keep the last, and sample when the prompt is in. */
-static int finish_pass(ms_eseq *s, const float *rows, int64_t n_rows)
+/* One generated token: keep it, report it, and see whether the sequence ends with it. */
+static void emit(ms_eseq *s, int32_t next)
 {
-    int64_t V = s->e->V;
-    if (s->p.on_logits && s->p.on_logits(s->p.ctx, s, rows, n_rows) != 0) return -1;
-    memcpy(s->last, rows + (n_rows - 1) * V, sizeof(float) * (size_t)V);
-    s->has_last = 1;
-    if (s->fed < s->n_prompt) return 0; /* more prompt to run */
-    int32_t next = ms_sampler_pick(&s->sp, s->last, V);
     s->gen[s->n_gen++] = next;
     if (s->p.on_token) s->p.on_token(s->p.ctx, s, next);
     if ((int64_t)s->n_gen >= s->p.max_tokens)
         s->finish = "length";
     else if (s->p.stop_at_eos && next == ms_model_cfg(s->e->m)->eos_id)
         s->finish = "stop";
+    else if (s->stopped)
+        s->finish = "stop";
+}
+
+/* After a prefill pass: hand the rows to on_logits, keep the last, and sample when the prompt
+ * is in. */
+static int finish_prefill(ms_eseq *s, const float *rows, int64_t n_rows)
+{
+    int64_t V = s->e->V;
+    if (s->p.on_logits && s->p.on_logits(s->p.ctx, s, rows, n_rows) != 0) return -1;
+    memcpy(s->last, rows + (n_rows - 1) * V, sizeof(float) * (size_t)V);
+    s->has_last = 1;
+    if (s->fed < s->n_prompt) return 0; /* more prompt to run */
+    emit(s, ms_sampler_pick(&s->sp, s->last, V));
     return 0;
+}
+
+/* auto: after a pass that verified k drafts of which acc were right. A full acceptance doubles
+ * the window, a partial one sets it just past what was right, a complete miss halves it; at
+ * zero, drafting pauses for a number of passes that grows fourfold with each consecutive miss
+ * (1, 4, 16, ... 256), then one draft probes again. A wrong row is not free (its routed
+ * experts are read too), so drafts that never land cost one row at passes 1, 3, 8, 25, 90, ... */
+static void adapt(ms_eseq *s, int k, int acc)
+{
+    int W = s->e->spec_window;
+    if (acc == k) {
+        s->k_cur = 2 * s->k_cur < W ? 2 * s->k_cur : W;
+        s->backoff = 1;
+    } else if (acc > 0) {
+        s->k_cur = acc + 1 < W ? acc + 1 : W;
+        s->backoff = 1;
+    } else if ((s->k_cur /= 2) == 0) {
+        s->pause = s->backoff;
+        s->backoff = 4 * s->backoff < 256 ? 4 * s->backoff : 256;
+        s->k_cur = 1;
+    }
+}
+
+/* After a decoding pass over the last generated token and n_draft drafts (rows[1 + n_draft][V]):
+ * row by row, exactly as one token per step would: hand the row to on_logits, sample the next
+ * token with the sequence's RNG and report it; go on to the next row only while the sampled
+ * token is the draft that row was computed for (and the sequence has not ended). The rows not
+ * reached are undone in the sequence's state. */
+static int finish_decode(ms_eseq *s, const float *rows)
+{
+    ms_engine *e = s->e;
+    int64_t V = e->V;
+    int k = s->n_draft, rc = 0;
+    int64_t kept = 0;
+    for (int i = 0; i <= k && !s->finish; i++) {
+        const float *row = rows + (int64_t)i * V;
+        kept = i + 1;
+        if (s->p.on_logits && s->p.on_logits(s->p.ctx, s, row, 1) != 0) {
+            rc = -1;
+            break;
+        }
+        int32_t next = ms_sampler_pick(&s->sp, row, V);
+        emit(s, next);
+        if (i < k && next != s->vids[1 + i]) break; /* the draft was wrong: next is the right token */
+    }
+    memcpy(s->last, rows + (kept - 1) * V, sizeof(float) * (size_t)V);
+    s->has_last = 1;
+    if (k > 0) {
+        ms_seq_keep(s->seq, kept);
+        free(s->rows); /* the pass's rows: the plan counts them for one pass, not kept per sequence */
+        s->rows = NULL;
+        s->cap_rows = 0;
+    }
+    e->decode_passes++;
+    e->decode_tokens += (uint64_t)kept;
+    e->drafted += (uint64_t)k;
+    e->accepted += (uint64_t)(kept - 1);
+    if (e->spec_auto && k > 0 && rc == 0) adapt(s, k, (int)(kept - 1));
+    return rc;
+}
+
+/* Drafts for a decoding sequence's next pass, at most room - 1 of them (room: rows left in the
+ * pass) and never more than the tokens it still generates need. Sets n_draft and vids. */
+static int propose(ms_eseq *s, int64_t room)
+{
+    s->n_draft = 0;
+    if (!s->dr) return 0;
+    if (s->pause > 0) {
+        s->pause--;
+        return 0;
+    }
+    int64_t max = s->e->spec_auto ? s->k_cur : s->e->spec_window;
+    int64_t left = s->p.max_tokens - (int64_t)s->n_gen - 1; /* a pass yields at most drafts + 1 tokens */
+    if (max > left) max = left;
+    if (max > room - 1) max = room - 1;
+    if (max <= 0) return 0;
+    s->vids[0] = s->gen[s->n_gen - 1];
+    s->n_draft = ms_drafter_propose(s->dr, s->toks, s->n_prompt + s->n_gen, s->n_prompt, s->vids + 1, (int)max);
+    MS_ASSERT(s->n_draft >= 0 && s->n_draft <= max);
+    return s->n_draft;
 }
 
 /* Run one forward pass over items [0, n) whose take is set. */
@@ -232,16 +356,16 @@ static int run_pass(ms_engine *e, ms_eseq *const *set, int n)
     int64_t rows = 0;
     for (int i = 0; i < n; i++) {
         ms_eseq *s = set[i];
-        int prefill = s->fed < s->n_prompt;
-        int all = prefill && s->p.all_logits;
+        int prefill = s->fed < s->n_prompt, spec = !prefill && s->n_draft > 0;
+        int all = (prefill && s->p.all_logits) || spec;
         int64_t need = all ? s->take : 1;
         if (s->cap_rows < need) {
             free(s->rows);
             s->rows = ms_malloc(sizeof(float) * (size_t)(need * V));
             s->cap_rows = need;
         }
-        const int32_t *ids = prefill ? s->prompt + s->fed : &s->gen[s->n_gen - 1];
-        it[i] = (ms_batch_item){s->seq, ids, s->take, all, s->rows};
+        const int32_t *ids = prefill ? s->prompt + s->fed : spec ? s->vids : &s->gen[s->n_gen - 1];
+        it[i] = (ms_batch_item){s->seq, ids, s->take, all, s->rows, spec};
         rows += s->take;
     }
     if (ms_model_forward_batch(e->m, it, n) != 0) goto out;
@@ -249,10 +373,13 @@ static int run_pass(ms_engine *e, ms_eseq *const *set, int n)
     e->pass_rows += (uint64_t)rows;
     for (int i = 0; i < n; i++) {
         ms_eseq *s = set[i];
-        int prefill = s->fed < s->n_prompt;
-        int64_t got = it[i].all_rows ? s->take : 1;
-        if (prefill) s->fed += (size_t)s->take;
-        if (finish_pass(s, s->rows, got) != 0) goto out;
+        if (s->fed < s->n_prompt) {
+            int64_t got = it[i].all_rows ? s->take : 1;
+            s->fed += (size_t)s->take;
+            if (finish_prefill(s, s->rows, got) != 0) goto out;
+        } else if (finish_decode(s, s->rows) != 0) {
+            goto out;
+        }
     }
     rc = 0;
 out:
@@ -266,8 +393,12 @@ int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
     ms_eseq **pass = ms_malloc(sizeof *pass * (size_t)(n > 0 ? n : 1));
     int np = 0, rc = 0;
     int64_t rows = 0;
-    /* Decoding sequences first (one row each), then prompt chunks in the rows left; a pass
-     * that is full runs and the next one starts. */
+    /* Drafts share the pass: at most the planned window in all, and never so many that a
+     * decoding sequence's own row would not fit (a second pass would stream the trunk again). */
+    int n_dec = 0, drafts = e->spec_window;
+    for (int i = 0; i < n; i++) n_dec += !seqs[i]->finish && seqs[i]->fed >= seqs[i]->n_prompt;
+    /* Decoding sequences first (one row each, plus their drafts), then prompt chunks in the
+     * rows left; a pass that is full runs and the next one starts. */
     for (int round = 0; round < 2 && rc == 0; round++)
         for (int i = 0; i < n && rc == 0; i++) {
             ms_eseq *s = seqs[i];
@@ -275,11 +406,19 @@ int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
             if (s->finish) continue;
             int prefill = s->fed < s->n_prompt;
             if (prefill != round) continue;
-            int64_t want = prefill ? (int64_t)(s->n_prompt - s->fed) : 1;
             if (rows >= cap || np == MS_LAYER_MAX_SEQS) {
                 rc = run_pass(e, pass, np);
                 np = 0;
                 rows = 0;
+                drafts = e->spec_window;
+                if (rc != 0) break;
+            }
+            int64_t want = prefill ? (int64_t)(s->n_prompt - s->fed) : 1;
+            if (!prefill) {
+                int64_t room = cap - rows - --n_dec; /* rows this one may take */
+                if (room > 1 + drafts) room = 1 + drafts;
+                want += propose(s, room);
+                drafts -= (int)(want - 1);
             }
             s->take = want < cap - rows ? want : cap - rows;
             pass[np++] = s;
@@ -299,6 +438,11 @@ void ms_engine_get_stats(ms_engine *e, ms_engine_stats *st)
     st->threads = ms_pool_size(ms_model_pool(e->m));
     st->passes = e->passes;
     st->pass_rows = e->pass_rows;
+    st->spec_window = e->spec_window;
+    st->drafted = e->drafted;
+    st->accepted = e->accepted;
+    st->decode_passes = e->decode_passes;
+    st->decode_tokens = e->decode_tokens;
     if (e->remote) {
         st->workers = e->n_workers;
         ms_remote_get_stats(e->remote, &st->remote);

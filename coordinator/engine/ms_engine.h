@@ -28,7 +28,20 @@ typedef struct {
     const char *curve_secret;  /* this side's CURVE secret key file (tcp workers with keys) */
     int insecure;              /* allow plain tcp to workers listed without a key */
     float worker_timeout;      /* seconds per request (0 = 60) */
+    /* Speculative decoding: a decoding sequence verifies drafted tokens as extra rows of its
+     * pass and keeps the longest prefix the model itself would have produced (tokens and
+     * logits bit-identical to off). 0 = off, N > 0 = up to N drafts per pass (a window the
+     * budget cannot hold is refused naming the largest that fits), MS_SPEC_AUTO = adapt the
+     * window (up to MS_SPEC_AUTO_MAX, or what fits) to the measured acceptance, pausing
+     * drafting while drafts are rejected. */
+    int speculate;
+    const char *draft_file;    /* drafts from this id list (ms_draft_read_file) instead of n-gram
+                                  lookup: the draft for generated token i is its i-th id */
 } ms_engine_opts;
+
+#define MS_SPEC_AUTO (-1)
+#define MS_SPEC_AUTO_MAX 8
+#define MS_SPEC_MAX 64 /* largest N of --speculate N */
 
 /* Open the model (plan, pin, stream set-up), its tokenizer when DIR has one, and the experts'
  * workers. Returns NULL with ms_err set and its exit class (MS_EXIT_USAGE for bad worker
@@ -61,6 +74,7 @@ typedef struct {
      * non-zero return fails the step with that return's ms_err (e.g. a write that failed). */
     int (*on_logits)(void *ctx, ms_eseq *s, const float *rows, int64_t n);
     void *ctx;
+    int no_speculate;          /* 1: this sequence never drafts (whatever the engine's setting) */
 } ms_gen_params;
 
 /* A new sequence that will prefill prompt[n] (copied; n >= 1, ids checked against the
@@ -77,12 +91,18 @@ const int32_t *ms_engine_seq_tokens(const ms_eseq *s, size_t *n);
 /* Prompt tokens already run through the model. */
 size_t ms_engine_seq_prefilled(const ms_eseq *s);
 size_t ms_engine_seq_prompt_len(const ms_eseq *s);
+/* From on_token: end the sequence after this token ("stop"), e.g. at a stop id or string: no
+ * further token of the step is generated or reported (a speculative pass stops where
+ * non-speculative decoding would). */
+void ms_engine_seq_stop(ms_eseq *s);
 /* Logits of the sequence's last computed row (float[V]), or NULL before its first pass. */
 const float *ms_engine_seq_last_logits(const ms_eseq *s);
 
 /* One step for a set of sequences, each at its own position: every sequence that is not done
- * advances once, by one prefill chunk of its prompt or by its last generated token; a sequence
- * whose prompt is then complete samples its next token. The rows of all sequences share
+ * advances once, by one prefill chunk of its prompt or by its last generated token (with its
+ * drafts when speculating: then it may generate several tokens in the step, each reported to
+ * on_logits and on_token in order exactly as one token per step would be); a sequence whose
+ * prompt is then complete samples its next token. The rows of all sequences share
  * forward passes (ms_model_forward_batch) of at most ms_engine_pass_rows rows: every trunk
  * matrix is read once per pass and each routed expert once per layer per pass. Tokens and
  * logits of each sequence are bit-identical to stepping it alone. Returns 0, or -1 with ms_err
@@ -98,6 +118,10 @@ typedef struct {
     int workers;                     /* 0 when experts run in this process */
     ms_remote_stats remote;          /* the workers' traffic (when workers > 0) */
     uint64_t passes, pass_rows;      /* forward passes run and the rows they carried */
+    int spec_window;                 /* draft tokens per pass planned (0: not speculating) */
+    uint64_t drafted, accepted;      /* draft tokens verified, and those the model confirmed */
+    uint64_t decode_passes;          /* a decoding sequence's share of a pass (its verification) */
+    uint64_t decode_tokens;          /* tokens those produced (accepted drafts + 1 each) */
 } ms_engine_stats;
 void ms_engine_get_stats(ms_engine *e, ms_engine_stats *st);
 

@@ -135,11 +135,11 @@ static char *job_text(sjob *j, size_t n_tok, size_t *len)
 static void on_token(void *ctx, ms_eseq *seq, int32_t token)
 {
     sjob *j = ctx;
-    (void)seq;
     j->s->st.generated++;
     if (j->stopped) return;
     for (int i = 0; i < j->j.n_stop_ids; i++)
         if (token == j->j.stop_ids[i]) j->stopped = 1;
+    if (j->stopped) ms_engine_seq_stop(seq); /* a speculative step ends here too */
     ms_tok *tok = ms_engine_tok(j->s->e);
     if (j->stopped || !j->j.n_stop || !tok) return;
     size_t ng, maxl = 0, len = 0, one = 0;
@@ -159,6 +159,7 @@ static void on_token(void *ctx, ms_eseq *seq, int32_t token)
     }
     if (best <= len) {
         j->stopped = 1;
+        ms_engine_seq_stop(seq);
         j->cut = j->text_bytes - len + best;
         j->cut_set = 1;
     }

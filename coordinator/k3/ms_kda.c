@@ -11,6 +11,7 @@ void ms_kda_state_init(ms_kda_state *st, const ms_cfg *c)
 {
     size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim;
     size_t H = (size_t)(c->conv_k - 1);
+    memset(st, 0, sizeof *st);
     st->S = ms_calloc(P * (size_t)c->kda_head_dim, sizeof(float));
     st->hq = ms_calloc(P * H + 1, sizeof(float));
     st->hk = ms_calloc(P * H + 1, sizeof(float));
@@ -34,6 +35,9 @@ void ms_kda_state_free(ms_kda_state *st)
     free(st->hq);
     free(st->hk);
     free(st->hv);
+    free(st->S0);
+    free(st->h0);
+    free(st->rec);
     memset(st, 0, sizeof *st);
 }
 
@@ -161,6 +165,15 @@ void ms_kda_forward_batch(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *cons
             float *yt = y + t * P;
             recur_ctx rc = {ss->S, D, cq, ck, cv, alpha, beta, yt};
             ms_pool_for(pool, Hk, 8, recur_chunk, &rc);
+            if (ss->recording) { /* speculative: keep what a replay of this row needs */
+                MS_ASSERT(ss->n_rec < ss->cap_rec);
+                float *rr = ss->rec + (size_t)ss->n_rec++ * MS_KDA_REC(P, Hk);
+                memcpy(rr, q + t * P, sizeof(float) * (size_t)P);
+                memcpy(rr + P, k + t * P, sizeof(float) * (size_t)P);
+                memcpy(rr + 2 * P, v + t * P, sizeof(float) * (size_t)P);
+                memcpy(rr + 3 * P, tmp, sizeof(float) * (size_t)(4 * P)); /* cq, ck, cv, alpha */
+                memcpy(rr + 7 * P, beta, sizeof(float) * (size_t)Hk);
+            }
             for (int h = 0; h < Hk; h++) ms_rmsnorm(yt + h * D, w->o_norm, D, c->eps, yt + h * D);
             for (int64_t p = 0; p < P; p++) yt[p] *= ms_sigmoid(g[t * P + p]);
         }
@@ -177,4 +190,61 @@ void ms_kda_forward(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *st, const 
     ms_arena_reserve(&ar, ms_kda_work_floats(c, T));
     ms_kda_forward_batch(c, w, &st, &seg, 1, x, T, out, &ar, pool);
     ms_arena_free(&ar);
+}
+
+uint64_t ms_kda_spec_bytes(const ms_cfg *c, int64_t rows)
+{
+    uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
+    return 4 * (P * (uint64_t)c->kda_head_dim + 3 * P * (uint64_t)(c->conv_k - 1) + 1 +
+                (uint64_t)rows * MS_KDA_REC(P, c->kda_heads));
+}
+
+void ms_kda_spec_reserve(ms_kda_state *st, const ms_cfg *c, int64_t rows)
+{
+    size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim, H = (size_t)(c->conv_k - 1);
+    if (!st->S0) {
+        st->S0 = ms_malloc(sizeof(float) * P * (size_t)c->kda_head_dim);
+        st->h0 = ms_malloc(sizeof(float) * (3 * P * H + 1));
+    }
+    if (rows > st->cap_rec) {
+        free(st->rec);
+        st->rec = ms_malloc(sizeof(float) * (size_t)rows * MS_KDA_REC(P, c->kda_heads));
+        st->cap_rec = rows;
+    }
+}
+
+void ms_kda_spec_begin(ms_kda_state *st, const ms_cfg *c)
+{
+    size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim, H = (size_t)(c->conv_k - 1);
+    MS_ASSERT(st->S0 && st->cap_rec > 0);
+    memcpy(st->S0, st->S, sizeof(float) * P * (size_t)c->kda_head_dim);
+    memcpy(st->h0, st->hq, sizeof(float) * P * H);
+    memcpy(st->h0 + P * H, st->hk, sizeof(float) * P * H);
+    memcpy(st->h0 + 2 * P * H, st->hv, sizeof(float) * P * H);
+    st->n_rec = 0;
+    st->recording = 1;
+}
+
+void ms_kda_spec_end(ms_kda_state *st, const ms_cfg *c, const ms_kda_w *w, int64_t keep, ms_pool *pool)
+{
+    int Hk = c->kda_heads, D = c->kda_head_dim, K = c->conv_k;
+    size_t P = (size_t)Hk * (size_t)D, H = (size_t)(K - 1);
+    MS_ASSERT(st->recording && keep >= 1 && keep <= st->n_rec);
+    st->recording = 0;
+    if (keep == st->n_rec) return; /* every row stays: the state is already right */
+    memcpy(st->S, st->S0, sizeof(float) * P * (size_t)D);
+    memcpy(st->hq, st->h0, sizeof(float) * P * H);
+    memcpy(st->hk, st->h0 + P * H, sizeof(float) * P * H);
+    memcpy(st->hv, st->h0 + 2 * P * H, sizeof(float) * P * H);
+    float *scratch = ms_malloc(sizeof(float) * P); /* [P] outputs nobody reads */
+    for (int64_t t = 0; t < keep; t++) {
+        const float *rr = st->rec + (size_t)t * MS_KDA_REC(P, Hk);
+        /* the same history updates and recurrence steps the forward pass ran for this row */
+        ms_shortconv_step(w->q_conv, (int64_t)P, K, st->hq, rr, scratch);
+        ms_shortconv_step(w->k_conv, (int64_t)P, K, st->hk, rr + P, scratch);
+        ms_shortconv_step(w->v_conv, (int64_t)P, K, st->hv, rr + 2 * P, scratch);
+        recur_ctx rc = {st->S, D, rr + 3 * P, rr + 4 * P, rr + 5 * P, rr + 6 * P, rr + 7 * P, scratch};
+        ms_pool_for(pool, Hk, 8, recur_chunk, &rc);
+    }
+    free(scratch);
 }

@@ -25,7 +25,28 @@ typedef struct {
 typedef struct {
     float *S;              /* [Hk][D][D]: row = key channel, column = value channel */
     float *hq, *hk, *hv;   /* [P][K-1] raw pre-conv inputs, oldest first */
+    /* A speculative pass (ms_kda_spec_begin .. ms_kda_spec_end): the state before it and each
+     * row's recurrence inputs, so that rejected rows can be undone exactly. */
+    float *S0, *h0;        /* [Hk][D][D], [3][P][K-1] (hq, hk, hv) before the pass */
+    float *rec;            /* [cap_rec][MS_KDA_REC(P, Hk)]: per row raw q, k, v, then the
+                              recurrence's q, k, v, alpha [P] each and beta [Hk] */
+    int64_t cap_rec, n_rec;
+    int recording;
 } ms_kda_state;
+
+/* Floats recorded per row of a speculative pass. */
+#define MS_KDA_REC(P, Hk) (7 * (size_t)(P) + (size_t)(Hk))
+
+/* Speculative passes. reserve: room for passes of up to rows rows (allocates once). begin:
+ * remember the state and record the rows of the next ms_kda_forward_batch. end: keep the
+ * first keep rows recorded (1 <= keep <= rows recorded): if fewer than all, the state is
+ * restored and the kept rows' short convolutions and recurrence are replayed from the record,
+ * so it is bit for bit the state a pass of only those rows leaves. */
+void ms_kda_spec_reserve(ms_kda_state *st, const ms_cfg *c, int64_t rows);
+void ms_kda_spec_begin(ms_kda_state *st, const ms_cfg *c);
+void ms_kda_spec_end(ms_kda_state *st, const ms_cfg *c, const ms_kda_w *w, int64_t keep, ms_pool *pool);
+/* Bytes one sequence's KDA layer needs for speculative passes of up to rows rows (planner). */
+uint64_t ms_kda_spec_bytes(const ms_cfg *c, int64_t rows);
 
 void ms_kda_state_init(ms_kda_state *st, const ms_cfg *c);  /* allocates, zeroed */
 void ms_kda_state_reset(ms_kda_state *st, const ms_cfg *c); /* zero */

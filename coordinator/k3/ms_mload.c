@@ -104,7 +104,10 @@ static void work_bytes(const ms_model *m, uint64_t *per_token, uint64_t *fixed)
     const ms_cfg *c = &m->cfg;
     int all = m->opts.all_logits;
     int64_t seqs = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
-    uint64_t w0 = ms_model_work_floats(c, 0, all ? 0 : seqs), w1 = ms_model_work_floats(c, 1, all ? 1 : seqs);
+    /* logits rows of a decoding pass: one per sequence, plus the drafts of the speculation
+     * window (shared by the sequences of a pass) */
+    int64_t win = ms_model_spec_window(m), outs = seqs + win;
+    uint64_t w0 = ms_model_work_floats(c, 0, all ? 0 : outs), w1 = ms_model_work_floats(c, 1, all ? 1 : outs);
     /* + a streamed chunk's output rows (ms_matmul's staging) */
     *per_token = 4 * (w1 - w0) + 4 * 4096;
     uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
@@ -114,12 +117,13 @@ static void work_bytes(const ms_model *m, uint64_t *per_token, uint64_t *fixed)
         if (m->layers[i].is_mla) kvb = ms_mat_bytes(&m->layers[i].mla.kvb);
     uint64_t mla_scratch = threads * (4 * (uint64_t)(c->qk_nope + c->v_head) * (uint64_t)c->kv_lora +
                                       20 * (uint64_t)c->kv_lora + 8 * (uint64_t)m->opts.max_positions);
-    /* the arena's fixed part; per sequence its last logits row; the sampler's candidates (16 B
-     * per id); kv_b pulled whole when streamed; the MLA attention's per-thread rows */
-    *fixed = 4 * w0 + 4 * (uint64_t)c->vocab * (uint64_t)seqs + 16 * (uint64_t)c->vocab + kvb + mla_scratch + 4 * P * 4;
+    /* the arena's fixed part; per sequence its last logits row and a speculative pass's rows;
+     * the sampler's candidates (16 B per id); kv_b pulled whole when streamed; the MLA
+     * attention's per-thread rows */
+    *fixed = 4 * w0 + 4 * (uint64_t)c->vocab * ((uint64_t)seqs + (win ? (uint64_t)outs : 0)) + 16 * (uint64_t)c->vocab + kvb + mla_scratch + 4 * P * 4;
     if (m->tpack) { /* the pack's index (block tables); per thread a block and its outputs (in-kernel decoding) */
         *fixed += ms_tpack_mem_bytes(m->tpack);
-        uint64_t blk = 0, rows = (uint64_t)(m->opts.max_chunk > 0 ? m->opts.max_chunk : 64) * (uint64_t)seqs;
+        uint64_t blk = 0, rows = (uint64_t)(m->opts.max_chunk > 0 ? m->opts.max_chunk : 64) * (uint64_t)seqs + (uint64_t)win;
         for (int i = 0; i < ms_tpack_count(m->tpack); i++) {
             const ms_tpack_tensor *t = ms_tpack_at(m->tpack, i);
             uint64_t b = 2 * (uint64_t)(t->rows_per_block * t->cols) + 4 * rows * (uint64_t)t->rows_per_block;
@@ -137,8 +141,11 @@ static uint64_t state_bytes(const ms_model *m)
     for (int i = 0; i < c->n_layers; i++) {
         if (c->is_mla[i])
             total += 4 * (uint64_t)(c->kv_lora + c->qk_rope) * (uint64_t)pos;
-        else
+        else {
             total += 4 * (P * (uint64_t)c->kda_head_dim + 3 * P * (uint64_t)(c->conv_k - 1) + 3);
+            /* undoing rejected speculative rows: the state before the pass + per-row inputs */
+            if (ms_model_spec_window(m) > 0) total += ms_kda_spec_bytes(c, 1 + ms_model_spec_window(m));
+        }
     }
     return total * (uint64_t)(m->opts.max_seqs > 1 ? m->opts.max_seqs : 1);
 }
@@ -151,7 +158,8 @@ static int plan_for(ms_model *m, ms_plan_in *in)
     in->state = state_bytes(m);
     in->work_fixed = wfixed;
     in->work_per_token = per_tok;
-    in->min_chunk = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
+    /* a pass holds every decoding sequence's row and the window's drafts */
+    in->min_chunk = (m->opts.max_seqs > 1 ? m->opts.max_seqs : 1) + ms_model_spec_window(m);
     return ms_plan_make(in, &m->plan);
 }
 
@@ -178,6 +186,32 @@ static int plan_seqs(ms_model *m, ms_plan_in *in)
         return ms_err_set_code(MS_EXIT_BUDGET);
     }
     ms_err_set("%d sequences together do not fit the budget: the largest batch that fits is %d; %s", want, fits, first);
+    return ms_err_set_code(MS_EXIT_BUDGET);
+}
+
+/* Plan with the speculation window opts.spec_window: when it does not fit, the largest that
+ * does is taken (spec_fit) or named in the refusal. Sets opts.spec_window to the window planned. */
+static int plan_window(ms_model *m, ms_plan_in *in)
+{
+    int want = ms_model_spec_window(m), seqs = m->opts.max_seqs;
+    if (plan_seqs(m, in) == 0) return 0;
+    if (want == 0 || ms_err_code() != MS_EXIT_BUDGET) return -1;
+    char first[1024];
+    snprintf(first, sizeof first, "%s", ms_err_msg());
+    /* A smaller window needs less state and smaller logits buffers: the largest that fits. */
+    for (int w = want - 1; w >= 0; w--) {
+        m->opts.spec_window = w;
+        m->opts.max_seqs = seqs;
+        if (plan_seqs(m, in) != 0) continue;
+        if (m->opts.spec_fit) return 0;
+        ms_err_set("a speculation window of %d draft tokens does not fit the budget: the largest that fits is %d "
+                   "(--speculate %d%s); %s",
+                   want, w, w, w == 0 ? ", i.e. off" : "", first);
+        return ms_err_set_code(MS_EXIT_BUDGET);
+    }
+    if (m->opts.spec_fit) return -1; /* not even without drafts: that refusal names the least that runs */
+    m->opts.spec_window = want;      /* the refusal of the window asked for */
+    ms_err_set("%s", first);
     return ms_err_set_code(MS_EXIT_BUDGET);
 }
 
@@ -252,7 +286,7 @@ int ms_mload_setup(ms_model *m)
     in.n_trunk = ns;
     in.ring = ms_wstream_ring_bytes(items, ns, chunk_bytes, RING_SLOTS);
     int rc = -1;
-    if (plan_seqs(m, &in) != 0) goto out;
+    if (plan_window(m, &in) != 0) goto out;
     m->plan.in.trunk = NULL; /* sizes is freed below */
     m->planned = 1;
     if (m->opts.plan_only) {
@@ -262,7 +296,8 @@ int ms_mload_setup(ms_model *m)
     }
     {
         int64_t rows = m->plan.chunk, seqs = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
-        int64_t out_rows = m->opts.all_logits ? rows : (seqs < rows ? seqs : rows);
+        int64_t outs = seqs + ms_model_spec_window(m);
+        int64_t out_rows = m->opts.all_logits ? rows : (outs < rows ? outs : rows);
         ms_arena_reserve(&m->work, ms_model_work_floats(c, rows, out_rows));
     }
     ms_plan_log(&m->plan);

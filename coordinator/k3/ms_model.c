@@ -16,6 +16,7 @@ struct ms_seq {
     const ms_model *m;
     ms_layer_state *ls;        /* [N] */
     int64_t pos;
+    int64_t spec_rows;         /* rows of the last speculative pass not yet settled by ms_seq_keep */
 };
 
 void *ms_model_own(ms_model *m, void *p)
@@ -506,8 +507,10 @@ ms_seq *ms_seq_new(const ms_model *m)
             ms_mla_cache_init(&s->ls[i].mla);
             if (m->opts.max_positions > 0) ms_mla_cache_reserve(&s->ls[i].mla, c, m->opts.max_positions);
         }
-        else
+        else {
             ms_kda_state_init(&s->ls[i].kda, c);
+            if (m->opts.spec_window > 0) ms_kda_spec_reserve(&s->ls[i].kda, c, 1 + m->opts.spec_window);
+        }
     }
     return s;
 }
@@ -524,6 +527,38 @@ void ms_seq_free(ms_seq *s)
 }
 
 int64_t ms_seq_pos(const ms_seq *s) { return s->pos; }
+
+int ms_model_spec_window(const ms_model *m) { return m->opts.spec_window > 0 ? m->opts.spec_window : 0; }
+
+/* Before a speculative pass of T rows: every KDA layer remembers its state and records. */
+static void spec_begin(ms_seq *s, int64_t T)
+{
+    const ms_cfg *c = &s->m->cfg;
+    MS_ASSERT(s->spec_rows == 0);
+    for (int i = 0; i < c->n_layers; i++)
+        if (!c->is_mla[i]) {
+            ms_kda_spec_reserve(&s->ls[i].kda, c, T);
+            ms_kda_spec_begin(&s->ls[i].kda, c);
+        }
+    s->spec_rows = T;
+}
+
+void ms_seq_keep(ms_seq *s, int64_t keep)
+{
+    const ms_cfg *c = &s->m->cfg;
+    int64_t T = s->spec_rows, drop = T - keep;
+    MS_ASSERT(T > 0 && keep >= 1 && keep <= T);
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->is_mla[i]) {
+            MS_ASSERT(s->ls[i].mla.n >= drop);
+            s->ls[i].mla.n -= drop; /* positions past n are never read, and are overwritten next */
+        } else {
+            ms_kda_spec_end(&s->ls[i].kda, c, &s->m->layers[i].kda, keep, s->m->pool);
+        }
+    }
+    s->pos -= drop;
+    s->spec_rows = 0;
+}
 
 size_t ms_model_work_floats(const ms_cfg *c, int64_t R, int64_t out_rows)
 {
@@ -560,7 +595,7 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
     ms_rows seg[MS_LAYER_MAX_SEQS];
     int64_t R = 0;
     for (int i = 0; i < n; i++) {
-        MS_ASSERT(items[i].T >= 1 && items[i].seq && items[i].seq->m == m);
+        MS_ASSERT(items[i].T >= 1 && items[i].seq && items[i].seq->m == m && items[i].seq->spec_rows == 0);
         for (int j = 0; j < i; j++) MS_ASSERT(items[j].seq != items[i].seq);
         for (int64_t t = 0; t < items[i].T; t++)
             if (items[i].ids[t] < 0 || items[i].ids[t] >= V) {
@@ -593,6 +628,8 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
             else if (ms_mload_embed_row(m, items[i].ids[t], ht) != 0)
                 goto out;
         }
+    for (int i = 0; i < n; i++)
+        if (items[i].spec) spec_begin(items[i].seq, items[i].T);
     int nsnap = 0;
     for (int l = 0; l < c->n_layers; l++) {
         for (int i = 0; i < n; i++) st[i] = &items[i].seq->ls[l];

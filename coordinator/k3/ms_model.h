@@ -50,6 +50,11 @@ typedef struct {
     int64_t max_chunk;       /* largest prefill chunk (0 = 64) */
     int all_logits;          /* logits of every prefill row will be asked for */
     int lru;                 /* plain LRU expert cache (benchmarks) */
+    int spec_window;         /* draft tokens a decoding sequence may verify per pass (each pass
+                                then carries up to 1 + spec_window rows per sequence, and each
+                                sequence keeps what undoing rejected rows needs); 0 = none */
+    int spec_fit;            /* 1: plan for the largest window up to spec_window that fits
+                                (ms_model_spec_window says which) instead of refusing */
     uint64_t baseline;       /* planner's resident baseline; 0 = measure this process (tests
                                 set it to make plans independent of the allocator's state) */
     int remote_experts;      /* routed experts come from workers: not bound here (the checkpoint
@@ -86,6 +91,8 @@ const ms_cfg *ms_model_cfg(const ms_model *m);
 const ms_plan *ms_model_plan(const ms_model *m);
 /* Sequences the plan counts (run options' max_seqs, or what fit_seqs found). */
 int ms_model_max_seqs(const ms_model *m);
+/* Draft tokens per pass the plan counts (run options' spec_window, or what spec_fit found). */
+int ms_model_spec_window(const ms_model *m);
 /* Largest prefill chunk the plan allows (tokens per ms_model_forward call). */
 int64_t ms_model_chunk(const ms_model *m);
 
@@ -134,7 +141,15 @@ typedef struct {
     int64_t T;
     int all_rows;         /* 1: logits of every row; 0: of the last row only */
     float *logits;        /* out: float[T][V] if all_rows, else float[V] */
+    int spec;             /* 1: speculative rows: after the pass, ms_seq_keep says how many stay */
 } ms_batch_item;
+
+/* After a pass that carried s as a speculative item (spec = 1) of T rows: keep its first keep
+ * rows (1 <= keep <= T) and undo the others without a trace: MLA caches are cut back, KDA
+ * recurrent and short-convolution states are restored and the kept rows replayed, so the
+ * sequence is bit for bit as if the pass had carried only the kept rows. Must be called before
+ * the sequence's next pass. */
+void ms_seq_keep(ms_seq *s, int64_t keep);
 
 /* One pass over n sequences at once (each at its own position, with its own KDA states and
  * MLA caches): the rows of all items go through each layer together, so every trunk matrix is

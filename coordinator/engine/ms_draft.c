@@ -1,0 +1,126 @@
+/* ms_draft: the n-gram and fixed-list draft sources and the --draft-file reader. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_draft.h"
+#include "ms_err.h"
+#include "ms_file.h"
+
+void ms_drafter_free(ms_drafter *d)
+{
+    if (d) d->destroy(d);
+}
+
+typedef struct {
+    ms_drafter base;
+    int min_n, max_n;
+} ngram;
+
+static int ngram_propose(ms_drafter *d, const int32_t *toks, size_t n, size_t n_prompt, int32_t *out, int max)
+{
+    const ngram *g = (const ngram *)d;
+    (void)n_prompt;
+    for (int len = g->max_n; len >= g->min_n; len--) {
+        if ((size_t)len >= n) continue;
+        const int32_t *suf = toks + n - (size_t)len;
+        /* most recent earlier occurrence: start j < n - len */
+        for (size_t j = n - (size_t)len; j-- > 0;) {
+            if (memcmp(toks + j, suf, sizeof(int32_t) * (size_t)len) != 0) continue;
+            size_t from = j + (size_t)len, avail = n - from;
+            int cnt = avail < (size_t)max ? (int)avail : max;
+            memcpy(out, toks + from, sizeof(int32_t) * (size_t)cnt);
+            return cnt;
+        }
+    }
+    return 0;
+}
+
+static void plain_destroy(ms_drafter *d) { free(d); }
+
+ms_drafter *ms_draft_ngram_new(int min_n, int max_n)
+{
+    MS_ASSERT(min_n >= 1 && max_n >= min_n);
+    ngram *g = ms_calloc(1, sizeof *g);
+    g->base.propose = ngram_propose;
+    g->base.destroy = plain_destroy;
+    g->min_n = min_n;
+    g->max_n = max_n;
+    return &g->base;
+}
+
+typedef struct {
+    ms_drafter base;
+    size_t n;
+    int32_t ids[];
+} list;
+
+static int list_propose(ms_drafter *d, const int32_t *toks, size_t n, size_t n_prompt, int32_t *out, int max)
+{
+    const list *l = (const list *)d;
+    (void)toks;
+    MS_ASSERT(n >= n_prompt);
+    size_t at = n - n_prompt; /* index of the generated token the first draft stands for */
+    int cnt = 0;
+    while (cnt < max && at + (size_t)cnt < l->n) {
+        out[cnt] = l->ids[at + (size_t)cnt];
+        cnt++;
+    }
+    return cnt;
+}
+
+ms_drafter *ms_draft_list_new(const int32_t *ids, size_t n)
+{
+    list *l = ms_malloc(sizeof *l + sizeof(int32_t) * (n ? n : 1));
+    l->base.propose = list_propose;
+    l->base.destroy = plain_destroy;
+    l->n = n;
+    if (n) memcpy(l->ids, ids, sizeof(int32_t) * n);
+    return &l->base;
+}
+
+int ms_draft_read_file(const char *path, int32_t **ids, size_t *n)
+{
+    size_t len = 0;
+    char *buf = ms_file_read_all(path, "draft file", MS_FILE_STREAM, 64u << 20, MS_EXIT_INPUT, &len);
+    if (!buf) return -1;
+    size_t cap = 64, cnt = 0;
+    int32_t *v = ms_malloc(sizeof(int32_t) * cap);
+    const char *p = buf;
+    int want_id = 1; /* at the start and after a comma an id must come */
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (!*p) break;
+        if (*p == ',' && !want_id) {
+            want_id = 1;
+            p++;
+            continue;
+        }
+        char *end;
+        errno = 0;
+        long long x = *p == ',' ? -1 : strtoll(p, &end, 10);
+        if (*p == ',' || end == p || errno || x < 0 || x > INT32_MAX || !want_id ||
+            (*end && !strchr(", \t\r\n", *end))) {
+            ms_err_set("draft file %s: %s at item %zu (byte %zu) near '%.20s': ids are non-negative integers "
+                       "separated by commas",
+                       path, *p == ',' ? "empty item" : "bad token id", cnt + 1, (size_t)(p - buf), p);
+            free(v);
+            free(buf);
+            return ms_err_set_code(MS_EXIT_INPUT);
+        }
+        if (cnt == cap) v = ms_realloc(v, sizeof(int32_t) * (cap *= 2));
+        v[cnt++] = (int32_t)x;
+        want_id = 0;
+        p = end;
+    }
+    free(buf);
+    if (cnt == 0 || want_id) {
+        ms_err_set("draft file %s: %s: ids are non-negative integers separated by commas", path,
+                   cnt == 0 ? "no token ids" : "a trailing comma");
+        free(v);
+        return ms_err_set_code(MS_EXIT_INPUT);
+    }
+    *ids = v;
+    *n = cnt;
+    return 0;
+}

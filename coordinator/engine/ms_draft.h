@@ -1,0 +1,39 @@
+/* ms_draft: draft sources for speculative decoding: n-gram lookup in the sequence's own tokens,
+ * and a fixed id list (--draft-file, for benchmarks), behind one small interface. */
+#ifndef MS_DRAFT_H
+#define MS_DRAFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A draft source. A new kind fills in the two functions (and embeds this struct first). */
+typedef struct ms_drafter ms_drafter;
+struct ms_drafter {
+    /* Propose up to max tokens to follow toks[0, n): the sequence's prompt (its first
+     * n_prompt tokens) and then every token generated so far. Writes out[0, count) and returns
+     * count (0: nothing to propose). Drafts are only guesses: the engine verifies each one. */
+    int (*propose)(ms_drafter *d, const int32_t *toks, size_t n, size_t n_prompt, int32_t *out, int max);
+    void (*destroy)(ms_drafter *d);
+};
+
+static inline int ms_drafter_propose(ms_drafter *d, const int32_t *toks, size_t n, size_t n_prompt, int32_t *out,
+                                     int max)
+{
+    return max > 0 ? d->propose(d, toks, n, n_prompt, out, max) : 0;
+}
+void ms_drafter_free(ms_drafter *d); /* accepts NULL */
+
+/* N-gram lookup: the longest suffix of the tokens (max_n down to min_n tokens, min_n >= 1) that
+ * occurred before, at its most recent earlier occurrence; the tokens that followed it there
+ * are the draft. */
+ms_drafter *ms_draft_ngram_new(int min_n, int max_n);
+
+/* A fixed list (copied): the draft for generated token i is ids[i] (nothing past the list). */
+ms_drafter *ms_draft_list_new(const int32_t *ids, size_t n);
+
+/* Read a --draft-file: token ids in the syntax of --ids (comma-separated non-negative
+ * integers, whitespace allowed, at least one). *ids is malloc'ed. Returns 0, or -1 with ms_err
+ * set naming the file (MS_EXIT_IO: unreadable; MS_EXIT_INPUT: bad syntax, naming the item). */
+int ms_draft_read_file(const char *path, int32_t **ids, size_t *n);
+
+#endif
