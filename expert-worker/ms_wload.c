@@ -377,7 +377,7 @@ int ms_wload_open(const ms_wload_opts *o, ms_wload *w)
     if (!w->pool) goto out;
     int depth = o->io_depth > 0 ? o->io_depth : 8;
     if (plan(w, o, depth) != 0) goto out;
-    ms_xstore_opts xo = {w->n_layers, w->n_experts, w->fmt, w->plan.mem.cache, depth, 0, w->chunk_items};
+    ms_xstore_opts xo = {w->n_layers, w->n_experts, w->fmt, w->plan.mem.cache, depth, 0, w->chunk_items, 1};
     w->store = ms_xstore_new(&xo, w->files, w->pool);
     if (!w->store) goto out;
     for (size_t k = 0; k < nk; k++)
