@@ -12,6 +12,7 @@
 #include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_ops.h"
+#include "ms_proc.h"
 #include "ms_xstore.h"
 
 /*
@@ -99,6 +100,11 @@ static void prefault(uint8_t *buf, size_t n)
     if (n) ((volatile uint8_t *)buf)[n - 1] = 0;
 }
 
+/* The grower stops while the machine has less than this available: the plan took a share of
+ * what was free at start (all of it without --ram-budget), and other processes may have taken
+ * some since; a slot faulted in then could push the machine into its OOM killer. */
+#define GROW_FLOOR (1ull << 30)
+
 /* The grower: one slot at a time, at idle priority (it takes only CPU time nobody else
  * wants), each handed over once faulted in. */
 static void *grow_main(void *arg)
@@ -111,6 +117,8 @@ static void *grow_main(void *arg)
         int stop = s->stop;
         pthread_mutex_unlock(&s->gmu);
         if (stop) break;
+        uint64_t avail = ms_proc_mem_available(); /* 0: unknown */
+        if (avail && avail < GROW_FLOOR + s->slot_bytes) break;
         uint8_t *b = ms_io_alloc((size_t)s->slot_bytes);
         prefault(b, (size_t)s->slot_bytes);
         pthread_mutex_lock(&s->gmu);

@@ -65,8 +65,9 @@ uint64_t ms_xstore_slot_bytes(const ms_xfmt *f);
  * a request for an unset expert is an error naming it. */
 void ms_xstore_set(ms_xstore *s, int layer, int expert, const ms_xloc *loc);
 
-/* With grow_bg: wait until every cache slot is faulted in and handed to the cache (tests,
- * benchmarks). No effect otherwise. */
+/* With grow_bg: wait until the grower is done and hand its slots to the cache (tests,
+ * benchmarks). It is done when every slot is faulted in, or earlier when the machine has less
+ * than 1 GiB available (MemAvailable): other processes took memory the plan counted on. */
 void ms_xstore_grow_wait(ms_xstore *s);
 
 /* The ms_experts interface: groups the call's (row, rank) items by expert (ms_xgroup_build)
