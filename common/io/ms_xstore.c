@@ -104,6 +104,8 @@ static void prefault(uint8_t *buf, size_t n)
  * what was free at start (all of it without --ram-budget), and other processes may have taken
  * some since; a slot faulted in then could push the machine into its OOM killer. */
 #define GROW_FLOOR (1ull << 30)
+#define GROW_STEP ((size_t)2 << 20)
+#define GROW_REST 3.0
 
 /* The grower: one slot at a time, at idle priority (it takes only CPU time nobody else
  * wants), each handed over once faulted in. */
@@ -120,7 +122,17 @@ static void *grow_main(void *arg)
         uint64_t avail = ms_proc_mem_available(); /* 0: unknown */
         if (avail && avail < GROW_FLOOR + s->slot_bytes) break;
         uint8_t *b = ms_io_alloc((size_t)s->slot_bytes);
-        prefault(b, (size_t)s->slot_bytes);
+        /* 2 MiB at a time, resting GROW_REST times as long as each took: in a VM a fault the
+         * host must serve stalls the whole virtual CPU, which no guest priority can preempt,
+         * so the grower keeps to a small share of one CPU. */
+        for (size_t at = 0; at < s->slot_bytes; at += GROW_STEP) {
+            size_t n = s->slot_bytes - at < GROW_STEP ? (size_t)(s->slot_bytes - at) : GROW_STEP;
+            double t0 = ms_now();
+            prefault(b + at, n);
+            double rest = GROW_REST * (ms_now() - t0);
+            struct timespec ts = {(time_t)rest, (long)((rest - (double)(time_t)rest) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
         pthread_mutex_lock(&s->gmu);
         s->ready[s->n_ready++] = b;
         pthread_mutex_unlock(&s->gmu);
