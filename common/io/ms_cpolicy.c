@@ -12,7 +12,8 @@ enum { AT_NONE = 0, AT_WIN = 1, AT_MAIN = 2 };
 struct ms_cpolicy {
     int lru;          /* 1: plain LRU (the window is the whole cache, no main segment) */
     uint32_t n_keys;
-    size_t n_slots;
+    size_t n_slots;   /* capacity now (ms_cpolicy_set_slots), <= max_slots */
+    size_t max_slots; /* capacity at creation: the arrays are sized for it */
     uint8_t *where;   /* [n_keys] AT_NONE / AT_WIN / AT_MAIN */
     uint32_t *prev;   /* [n_keys] window list, towards the MRU end */
     uint32_t *next;   /* [n_keys] window list, towards the LRU end */
@@ -46,7 +47,7 @@ static ms_cpolicy *cpolicy_alloc(size_t n_keys, size_t n_slots, int lru)
     ms_cpolicy *p = ms_calloc(1, sizeof *p);
     p->lru = lru;
     p->n_keys = (uint32_t)n_keys;
-    p->n_slots = n_slots;
+    p->n_slots = p->max_slots = n_slots;
     p->where = ms_calloc(n_keys, 1);
     p->prev = ms_malloc(n_keys * sizeof(uint32_t));
     p->next = ms_malloc(n_keys * sizeof(uint32_t));
@@ -312,6 +313,21 @@ int ms_cpolicy_remove(ms_cpolicy *p, uint32_t key)
 size_t ms_cpolicy_resident(const ms_cpolicy *p) { return p->win_n + p->main_n; }
 
 size_t ms_cpolicy_slots(const ms_cpolicy *p) { return p->n_slots; }
+
+void ms_cpolicy_set_slots(ms_cpolicy *p, size_t n_slots)
+{
+    MS_ASSERT(n_slots <= p->max_slots && n_slots >= ms_cpolicy_resident(p));
+    p->n_slots = n_slots;
+    if (p->lru) {
+        p->w = n_slots;
+        return;
+    }
+    /* The window keeps its adapted size when it fits, and at least the 1% it starts with. */
+    size_t lo = n_slots / 100 ? n_slots / 100 : 1;
+    if (p->w < lo) p->w = lo;
+    if (n_slots >= 2 && p->w > n_slots - 1) p->w = n_slots - 1;
+    if (n_slots < 2) p->w = 1;
+}
 
 size_t ms_cpolicy_window(const ms_cpolicy *p) { return p->w; }
 

@@ -72,6 +72,11 @@ int ms_cpolicy_remove(ms_cpolicy *p, uint32_t key);
 
 size_t ms_cpolicy_resident(const ms_cpolicy *p); /* keys resident now (<= n_slots) */
 size_t ms_cpolicy_slots(const ms_cpolicy *p);
+/* Change the capacity to n_slots, between the keys resident now and the n_slots given at
+ * creation (MS_ASSERT otherwise): a cache whose memory arrives over time (ms_xstore's
+ * background growth) starts at 0 and grows. Access counts and the window are kept (the
+ * window is clamped to the new capacity). */
+void ms_cpolicy_set_slots(ms_cpolicy *p, size_t n_slots);
 size_t ms_cpolicy_window(const ms_cpolicy *p);   /* current window target, for reports */
 ms_cpolicy_stats ms_cpolicy_get_stats(const ms_cpolicy *p);
 void ms_cpolicy_reset_stats(ms_cpolicy *p);

@@ -1,8 +1,10 @@
 /* ms_xstore: routed experts read from SSD on demand into a byte-bounded, policy-managed cache. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <xxhash.h>
 
@@ -10,6 +12,7 @@
 #include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_ops.h"
+#include "ms_proc.h"
 #include "ms_xstore.h"
 
 /*
@@ -21,6 +24,11 @@
  * owner of the buffer (no copy), any other buffer goes back to the free list. At most
  * n_slots + depth buffers ever exist: cached keys + reads pending in this call never exceed
  * that (resident keys <= n_slots, pending reads <= depth); they are allocated lazily.
+ *
+ * Background growth (grow_bg): the policy's capacity starts at 0 and is raised by one slot
+ * for every buffer the grower thread has allocated and faulted in (adopted at the start of
+ * a call), so the same accounting holds with n_slots = the slots adopted so far, and a read
+ * never needs a buffer that does not exist yet.
  *
  * Slot layout (fixed by the expert's ms_xloc, so a hit finds its parts again):
  *   contiguous expert: one read of span(off[0], E); the parts follow each other from
@@ -57,6 +65,13 @@ struct ms_xstore {
     xs_pend *pend;             /* [depth] ring of reads in flight / awaiting compute */
     int32_t *dmap;             /* [n_experts] index among this call's distinct experts, -1 outside a call */
     XXH3_state_t *xxh;         /* checksum of scattered experts (part by part) */
+    /* background growth (grow_bg) */
+    pthread_t grower;
+    int grower_on;             /* the thread exists and is not joined */
+    pthread_mutex_t gmu;       /* guards ready, n_ready, stop (never held for long) */
+    uint8_t **ready;           /* [n_slots] faulted-in buffers not yet adopted */
+    size_t n_ready, n_grown;   /* waiting for adoption; adopted (= the policy's capacity) */
+    int stop;
     pthread_mutex_t mu;
     ms_xstore_stats st;
 };
@@ -71,6 +86,75 @@ uint64_t ms_xstore_slot_bytes(const ms_xfmt *f)
     uint64_t t = 0;
     for (int i = 0; i < f->n_parts; i++) t += worst_span(f->part[i].bytes);
     return t;
+}
+
+/* Fault in every page of buf now (write faults: the kernel allocates and zeroes them here,
+ * not in the read that will fill them). */
+static void prefault(uint8_t *buf, size_t n)
+{
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+    if (madvise(buf, n, MADV_POPULATE_WRITE) == 0) return;
+    for (size_t i = 0; i < n; i += 4096) ((volatile uint8_t *)buf)[i] = 0;
+    if (n) ((volatile uint8_t *)buf)[n - 1] = 0;
+}
+
+/* The grower stops while the machine has less than this available: the plan took a share of
+ * what was free at start (all of it without --ram-budget), and other processes may have taken
+ * some since; a slot faulted in then could push the machine into its OOM killer. */
+#define GROW_FLOOR (1ull << 30)
+#define GROW_STEP ((size_t)2 << 20)
+#define GROW_REST 3.0
+
+/* The grower: one slot at a time, at idle priority (it takes only CPU time nobody else
+ * wants), each handed over once faulted in. */
+static void *grow_main(void *arg)
+{
+    ms_xstore *s = arg;
+    struct sched_param sp = {0};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp); /* best effort */
+    for (size_t i = 0; i < s->n_slots; i++) {
+        pthread_mutex_lock(&s->gmu);
+        int stop = s->stop;
+        pthread_mutex_unlock(&s->gmu);
+        if (stop) break;
+        uint64_t avail = ms_proc_mem_available(); /* 0: unknown */
+        if (avail && avail < GROW_FLOOR + s->slot_bytes) break;
+        uint8_t *b = ms_io_alloc((size_t)s->slot_bytes);
+        /* 2 MiB at a time, resting GROW_REST times as long as each took: in a VM a fault the
+         * host must serve stalls the whole virtual CPU, which no guest priority can preempt,
+         * so the grower keeps to a small share of one CPU. */
+        for (size_t at = 0; at < s->slot_bytes; at += GROW_STEP) {
+            size_t n = s->slot_bytes - at < GROW_STEP ? (size_t)(s->slot_bytes - at) : GROW_STEP;
+            double t0 = ms_now();
+            prefault(b + at, n);
+            double rest = GROW_REST * (ms_now() - t0);
+            struct timespec ts = {(time_t)rest, (long)((rest - (double)(time_t)rest) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+        pthread_mutex_lock(&s->gmu);
+        s->ready[s->n_ready++] = b;
+        pthread_mutex_unlock(&s->gmu);
+    }
+    return NULL;
+}
+
+/* Hand the grown buffers to the cache (under s->mu): the free list gets them, the policy
+ * one slot each. With wait, block until the gmu is free (else skip when it is busy). */
+static void adopt(ms_xstore *s, int wait)
+{
+    if (!s->ready) return;
+    if (wait) pthread_mutex_lock(&s->gmu);
+    else if (pthread_mutex_trylock(&s->gmu) != 0) return;
+    size_t k = s->n_ready;
+    for (size_t i = 0; i < k; i++) s->free_buf[s->n_free++] = s->ready[i];
+    s->n_ready = 0;
+    pthread_mutex_unlock(&s->gmu);
+    if (!k) return;
+    s->n_alloc += k;
+    s->n_grown += k;
+    ms_cpolicy_set_slots(s->pol, s->n_grown);
 }
 
 uint64_t ms_xstore_fixed_bytes(const ms_xfmt *f, int depth)
@@ -109,6 +193,7 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
     uint64_t slots = o->cache_bytes / s->slot_bytes;
     s->n_slots = slots < s->n_keys ? (size_t)slots : s->n_keys; /* more slots than keys are never used */
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->gmu, NULL);
     s->pol = o->lru ? ms_cpolicy_new_lru(s->n_keys, s->n_slots) : ms_cpolicy_new(s->n_keys, s->n_slots);
     if (!s->pol) {
         ms_err_wrap("expert store");
@@ -140,6 +225,16 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
         ms_xstore_free(s);
         return NULL;
     }
+    if (o->grow_bg && s->n_slots > 0) {
+        ms_cpolicy_set_slots(s->pol, 0);
+        s->ready = ms_calloc(s->n_slots, sizeof *s->ready);
+        if (pthread_create(&s->grower, NULL, grow_main, s) != 0) {
+            ms_err_set("expert store: cannot start the cache's grower thread");
+            ms_xstore_free(s);
+            return NULL;
+        }
+        s->grower_on = 1;
+    }
     return s;
 }
 
@@ -148,6 +243,16 @@ const ms_xfmt *ms_xstore_fmt(const ms_xstore *s) { return &s->o.fmt; }
 void ms_xstore_free(ms_xstore *s)
 {
     if (!s) return;
+    if (s->grower_on) {
+        pthread_mutex_lock(&s->gmu);
+        s->stop = 1;
+        pthread_mutex_unlock(&s->gmu);
+        pthread_join(s->grower, NULL);
+    }
+    if (s->ready)
+        for (size_t i = 0; i < s->n_ready; i++) free(s->ready[i]);
+    free(s->ready);
+    pthread_mutex_destroy(&s->gmu);
     ms_io_free(s->io); /* no read is in flight between calls, but be safe */
     if (s->key_buf)
         for (size_t k = 0; k < s->n_keys; k++) free(s->key_buf[k]);
@@ -202,9 +307,20 @@ static void slot_offsets(const ms_xstore *s, size_t key, uint64_t off[XS_PARTS])
     }
 }
 
+void ms_xstore_grow_wait(ms_xstore *s)
+{
+    if (!s->grower_on) return;
+    pthread_join(s->grower, NULL);
+    s->grower_on = 0;
+    pthread_mutex_lock(&s->mu);
+    adopt(s, 1);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static uint8_t *buf_get(ms_xstore *s)
 {
     if (s->n_free) return s->free_buf[--s->n_free];
+    MS_ASSERT(!s->ready); /* grown buffers are never allocated here */
     MS_ASSERT(s->n_alloc < s->cap); /* the accounting in the comment at the top guarantees it */
     s->n_alloc++;
     return ms_io_alloc((size_t)s->slot_bytes);
@@ -357,6 +473,7 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
     int64_t L = s->o.fmt.latent, n = g->start[g->nd];
 
     pthread_mutex_lock(&s->mu);
+    adopt(s, 0);
     s->st.requests += (uint64_t)n;
     xs_call c = {.layer = layer, .z = z, .item_row = item_row, .out = out, .g = g};
     for (int d = 0; d < g->nd; d++) s->dmap[g->dexp[d]] = d;
@@ -494,6 +611,7 @@ void ms_xstore_get_stats(ms_xstore *s, ms_xstore_stats *st)
     pthread_mutex_lock(&s->mu);
     *st = s->st;
     st->cache_bytes_used = (uint64_t)ms_cpolicy_resident(s->pol) * s->slot_bytes;
+    st->cache_bytes_grown = (uint64_t)(s->ready ? s->n_grown : s->n_slots) * s->slot_bytes;
     ms_io_stats io;
     ms_io_get_stats(s->io, &io);
     st->read_busy_seconds = io.busy_seconds;

@@ -29,6 +29,10 @@ typedef struct {
     int lru;                    /* 1: plain LRU instead of the windowed-LFU policy (for benchmarks) */
     int64_t gather_rows;        /* rows gathered per expert computation (0 = a whole group): bounds
                                  * the gather buffers to 2 x gather_rows x latent floats */
+    int grow_bg;                /* 1: cache slots are allocated and faulted in by a background
+                                 * thread at idle priority, and the cache holds at most the slots
+                                 * it has handed over (it starts empty and grows to cache_bytes);
+                                 * 0: slots are allocated on first use by the read that needs one */
 } ms_xstore_opts;
 
 typedef struct ms_xstore ms_xstore;
@@ -36,7 +40,14 @@ typedef struct ms_xstore ms_xstore;
 /* A store over files (borrowed; must outlive the store) and a compute pool (borrowed, may be
  * NULL). Memory it allocates: the cache (at most cache_bytes, in slots of one expert each)
  * plus `depth` staging buffers of one expert each (ms_xstore_fixed_bytes tells the total of
- * the latter). Returns NULL with ms_err set on failure. */
+ * the latter). Returns NULL with ms_err set on failure.
+ *
+ * Why grow_bg: the first touch of fresh memory is the dearest part of a miss where the
+ * kernel must zero pages (and, in a VM with free page reporting, the host must fault them
+ * back in: 1-3 s per GiB measured, against 0.25 s per GiB to read them from disk). With
+ * grow_bg no read ever lands in memory never touched before except the staging buffers,
+ * so a larger cache never puts more work on the critical path than a smaller one; it only
+ * adds hits as idle CPU time faults its slots in. */
 ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *pool);
 void ms_xstore_free(ms_xstore *s); /* accepts NULL */
 /* The expert format the store was made for. */
@@ -53,6 +64,11 @@ uint64_t ms_xstore_slot_bytes(const ms_xfmt *f);
 /* Declare where expert (layer, expert) lives. Every expert that may be requested must be set;
  * a request for an unset expert is an error naming it. */
 void ms_xstore_set(ms_xstore *s, int layer, int expert, const ms_xloc *loc);
+
+/* With grow_bg: wait until the grower is done and hand its slots to the cache (tests,
+ * benchmarks). It is done when every slot is faulted in, or earlier when the machine has less
+ * than 1 GiB available (MemAvailable): other processes took memory the plan counted on. */
+void ms_xstore_grow_wait(ms_xstore *s);
 
 /* The ms_experts interface: groups the call's (row, rank) items by expert (ms_xgroup_build)
  * and computes them with ms_xstore_compute_items. */
@@ -77,6 +93,8 @@ typedef struct {
     uint64_t bytes_read;        /* expert bytes read from disk */
     uint64_t cache_bytes_used;  /* bytes held in the cache now (<= cache_bytes) */
     uint64_t cache_bytes_peak;
+    uint64_t cache_bytes_grown; /* slot bytes the cache may hold now: cache_bytes without grow_bg,
+                                 * else what the background thread has faulted in and handed over */
     double io_wait_seconds;     /* time the computing thread waited for reads */
     double read_busy_seconds;   /* wall time with at least one read in flight */
 } ms_xstore_stats;

@@ -189,6 +189,10 @@ typedef struct {
     cpu_time start, load, prefill, end;
 } run_cpu;
 
+/* Process resource use at the end of the prefill and of the decode (all threads): the decode's
+ * page faults and CPU time tell what a budget costs besides reads (docs/PERFORMANCE.md). */
+static struct rusage ru_dec[2];
+
 static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int32_t *gen,
                        size_t ng, const ms_engine_stats *es, const ms_model_stats *after_prefill, double t_load,
                        double t_prefill, double t_decode, double wall, const run_cpu *cpu)
@@ -246,6 +250,20 @@ static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int
     json_object_set_new(stats, "io_wait_seconds", json_real(ms->io_wait_seconds));
     json_object_set_new(stats, "io_wait_share", json_real(wall > 0 ? ms->io_wait_seconds / wall : 0.0));
     json_object_set_new(stats, "wall_seconds", json_real(wall));
+    double tv[2][2];
+    for (int i = 0; i < 2; i++) {
+        tv[i][0] = (double)ru_dec[i].ru_utime.tv_sec + 1e-6 * (double)ru_dec[i].ru_utime.tv_usec;
+        tv[i][1] = (double)ru_dec[i].ru_stime.tv_sec + 1e-6 * (double)ru_dec[i].ru_stime.tv_usec;
+    }
+    json_object_set_new(stats, "decode",
+                        json_pack("{s:I,s:I,s:f,s:f,s:f,s:I,s:I}", "minor_faults",
+                                  (json_int_t)(ru_dec[1].ru_minflt - ru_dec[0].ru_minflt), "major_faults",
+                                  (json_int_t)(ru_dec[1].ru_majflt - ru_dec[0].ru_majflt), "user_seconds",
+                                  tv[1][0] - tv[0][0], "sys_seconds", tv[1][1] - tv[0][1], "io_wait_seconds",
+                                  ms->io_wait_seconds - after_prefill->io_wait_seconds, "expert_cache_hits",
+                                  (json_int_t)(ms->expert_cache_hits - after_prefill->expert_cache_hits),
+                                  "expert_cache_misses",
+                                  (json_int_t)(ms->expert_cache_misses - after_prefill->expert_cache_misses)));
     json_object_set_new(stats, "forward_passes", json_integer((json_int_t)es->passes));
     json_object_set_new(stats, "speculate_window", json_integer(es->spec_window));
     json_object_set_new(stats, "draft_tokens", json_integer((json_int_t)es->drafted));
@@ -444,6 +462,7 @@ static int generate(const run_opts *o, const char *cmd)
                 t_prefill = t2 - t1;
                 cpu.prefill = cpu_now();
                 ms_model_get_stats(ms_engine_model(e), &after_prefill);
+                getrusage(RUSAGE_SELF, &ru_dec[0]);
             }
         } else if (o->json && !ms_engine_seq_done(seq)) { /* without --json the tokens show themselves */
             if (ng0 == 1) ms_progress_begin("decode", (uint64_t)o->n, MS_PROGRESS_ITEMS);
@@ -453,6 +472,7 @@ static int generate(const run_opts *o, const char *cmd)
     size_t ng;
     const int32_t *gen = ms_engine_seq_tokens(seq, &ng);
     double t_decode = ng ? ms_cli_now() - t2 : 0.0;
+    getrusage(RUSAGE_SELF, &ru_dec[1]);
     ms_progress_end();
     if (trace) {
         int bad = fclose(trace) != 0;

@@ -253,6 +253,40 @@ static void test_deterministic(void)
     ms_cpolicy_free(b);
 }
 
+/* ms_cpolicy_set_slots: a policy grown from 0 never holds more keys than its capacity of the
+ * moment, evicts only when full, and grown to its size before any access decides exactly as
+ * one created with that size. */
+static void test_set_slots(void)
+{
+    for (int lru = 0; lru <= 1; lru++) {
+        ms_cpolicy *p = lru ? ms_cpolicy_new_lru(400, 50) : ms_cpolicy_new(400, 50);
+        ms_cpolicy_set_slots(p, 0);
+        size_t bad = 0, cap = 0;
+        for (size_t i = 0; i < 20000; i++) {
+            if (i % 300 == 0 && cap < 50) ms_cpolicy_set_slots(p, ++cap);
+            size_t before = ms_cpolicy_resident(p);
+            int r = ms_cpolicy_access(p, next_key(400, i), NULL);
+            if (ms_cpolicy_resident(p) > cap || ms_cpolicy_slots(p) != cap) bad++;
+            if (r == MS_CPOLICY_EVICT && before < cap) bad++; /* room was left, yet it evicted */
+        }
+        T_CHECK(bad == 0 && cap == 50, "%s grown to %zu: %zu violations", lru ? "LRU" : "WLFU", cap, bad);
+        ms_cpolicy_free(p);
+        ms_cpolicy *a = lru ? ms_cpolicy_new_lru(400, 50) : ms_cpolicy_new(400, 50);
+        ms_cpolicy *g = lru ? ms_cpolicy_new_lru(400, 50) : ms_cpolicy_new(400, 50);
+        ms_cpolicy_set_slots(g, 0);
+        ms_cpolicy_set_slots(g, 50);
+        size_t diff = 0;
+        for (size_t i = 0; i < 20000; i++) {
+            uint32_t k = next_key(400, i), ea = 0, eg = 0;
+            int ra = ms_cpolicy_access(a, k, &ea), rg = ms_cpolicy_access(g, k, &eg);
+            if (ra != rg || (ra == MS_CPOLICY_EVICT && ea != eg)) diff++;
+        }
+        T_CHECK(diff == 0, "%s: grown 0 -> 50 disagrees with created at 50 %zu times", lru ? "LRU" : "WLFU", diff);
+        ms_cpolicy_free(a);
+        ms_cpolicy_free(g);
+    }
+}
+
 int main(void)
 {
     test_invariants();
@@ -262,5 +296,6 @@ int main(void)
     test_loop();
     test_api();
     test_deterministic();
+    test_set_slots();
     return ms_t_done();
 }

@@ -319,6 +319,40 @@ static void test_default_budget(void)
             (unsigned long long)most);
 }
 
+/* More budget never keeps less resident: sweeping the budget upwards in 1 MiB steps from the
+ * smallest accepted, the prefill chunk never shrinks, and for one chunk the pinned trunk and
+ * the pinned trunk + cache never shrink and the streamed bytes never grow (a decode step
+ * never has more to read). (Where the chunk doubles it takes its rows from the trunk or the
+ * cache: prefill passes against decode reads, a trade the planner makes for the chunk.) */
+static void test_monotone(void)
+{
+    for (int prompt = 1; prompt <= 100; prompt += 99) {
+        ms_plan prev;
+        int have = 0, bad = 0;
+        char why[200] = "";
+        for (uint64_t b = 200 * M; b <= 1200 * M; b += M) {
+            ms_plan_in in = base_in(b);
+            in.prompt_tokens = prompt;
+            ms_plan p;
+            if (ms_plan_make(&in, &p) != 0) continue;
+            if (have && (p.chunk < prev.chunk ||
+                         (p.chunk == prev.chunk && (p.pinned_bytes < prev.pinned_bytes || p.streamed_bytes > prev.streamed_bytes ||
+                                                    p.pinned_bytes + p.cache < prev.pinned_bytes + prev.cache)))) {
+                if (!bad++)
+                    snprintf(why, sizeof why, "%llu MiB: pinned %llu + cache %llu MiB (chunk %lld) after %llu + %llu "
+                             "(chunk %lld)", (unsigned long long)(b / M), (unsigned long long)(p.pinned_bytes / M),
+                             (unsigned long long)(p.cache / M), (long long)p.chunk,
+                             (unsigned long long)(prev.pinned_bytes / M), (unsigned long long)(prev.cache / M),
+                             (long long)prev.chunk);
+            }
+            prev = p;
+            have = 1;
+        }
+        T_CHECK(have && bad == 0, "prompt %d: %d budgets keep less resident than a smaller one; first at %s", prompt,
+                bad, why);
+    }
+}
+
 int main(void)
 {
     test_everything_pinned();
@@ -327,5 +361,6 @@ int main(void)
     test_refusal();
     test_no_trunk_and_split();
     test_default_budget();
+    test_monotone();
     return ms_t_done();
 }

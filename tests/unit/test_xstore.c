@@ -330,6 +330,73 @@ static void test_row_invariance(void)
     ms_io_files_close(files);
 }
 
+/* grow_bg: the cache starts empty, never holds more than the slots the grower has faulted
+ * in, computes the same bits meanwhile, and ends at its full size with pure hits. */
+static void test_grow(void)
+{
+    const char *paths[1] = {tpath("a.safetensors")};
+    ms_io_files *files = ms_io_files_open(paths, 1, 1);
+    uint64_t slot = xslot(LAT, INTER);
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER), .cache_bytes = NK * slot,
+                        .depth = 2, .grow_bg = 1};
+    ms_xstore *s = ms_xstore_new(&o, files, NULL);
+    T_CHECK(s != NULL, "store: %s", ms_err_msg());
+    if (!s) {
+        ms_io_files_close(files);
+        return;
+    }
+    ms_st *one[2] = {sts[0], sts[0]};
+    for (int key = 0; key < NK; key++) {
+        ms_xloc loc;
+        make_loc(one, key, 0, &loc);
+        ms_xstore_set(s, key / NE, key % NE, &loc);
+    }
+    ms_experts st_if = ms_xstore_iface(s), ref_if = ms_expert_table_iface(ref_table);
+    int32_t ids[9 * 4];
+    float z[9 * LAT], want[9 * 4 * LAT], got[9 * 4 * LAT];
+    int bad_bits = 0, bad_cap = 0;
+    ms_xstore_stats st;
+    for (int call = 0; call < N_CALLS; call++) {
+        int layer, k;
+        int64_t n_rows;
+        random_routing(&layer, &n_rows, &k, ids, z);
+        T_CHECK(ref_if.compute(ref_if.ctx, layer, n_rows, z, k, ids, want) == 0 &&
+                    st_if.compute(st_if.ctx, layer, n_rows, z, k, ids, got) == 0,
+                "compute: %s", ms_err_msg());
+        if (memcmp(got, want, sizeof(float) * (size_t)(n_rows * k * LAT)) != 0) bad_bits++;
+        ms_xstore_get_stats(s, &st);
+        if (st.cache_bytes_used > st.cache_bytes_grown || st.cache_bytes_grown > o.cache_bytes ||
+            st.cache_bytes_peak > st.cache_bytes_grown)
+            bad_cap++;
+    }
+    T_CHECK(bad_bits == 0, "growing cache: %d calls differ from the table", bad_bits);
+    T_CHECK(bad_cap == 0, "growing cache: %d calls held more than the slots faulted in", bad_cap);
+    ms_xstore_grow_wait(s);
+    ms_xstore_get_stats(s, &st);
+    T_CHECK(st.cache_bytes_grown == NK * slot, "grown to %llu of %llu bytes", (unsigned long long)st.cache_bytes_grown,
+            (unsigned long long)(NK * slot));
+    /* Every expert of layer 0 twice: the second pass is all hits, same bits. */
+    int32_t all[NE];
+    float zz[LAT], y1[NE * LAT], y2[NE * LAT];
+    for (int e = 0; e < NE; e++) all[e] = e;
+    for (int i = 0; i < LAT; i++) zz[i] = (float)(i % 7) / 7.0f - 0.5f;
+    ms_xstore_stats a, b;
+    st_if.compute(st_if.ctx, 0, 1, zz, NE, all, y1);
+    ms_xstore_get_stats(s, &a);
+    st_if.compute(st_if.ctx, 0, 1, zz, NE, all, y2);
+    ms_xstore_get_stats(s, &b);
+    T_CHECK(b.hits - a.hits == NE && b.misses == a.misses && memcmp(y1, y2, sizeof y1) == 0,
+            "grown cache: %llu hits, %llu misses on a repeat", (unsigned long long)(b.hits - a.hits),
+            (unsigned long long)(b.misses - a.misses));
+    ms_xstore_free(s);
+    /* A store freed while its grower is still at work stops it (ASan: nothing leaks). */
+    o.cache_bytes = 64 * NK * slot;
+    s = ms_xstore_new(&o, files, NULL);
+    T_CHECK(s != NULL, "store: %s", ms_err_msg());
+    ms_xstore_free(s);
+    ms_io_files_close(files);
+}
+
 /* ---- errors ---- */
 
 static void test_errors(void)
@@ -676,6 +743,7 @@ int main(void)
     printf("O_DIRECT on %s: %s\n", tmp_root,
            direct_ok == direct_asked ? "used" : direct_ok ? "partly used" : "refused by the file system, buffered reads ran");
     test_row_invariance();
+    test_grow();
     test_errors();
     test_checksums();
     test_nonfinite();
