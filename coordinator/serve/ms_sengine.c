@@ -165,6 +165,7 @@ static void take_work(ms_sengine *s)
         }
         i++;
     }
+    ms_sched_get_stats(s->sched, &s->st); /* queue depth and cancellations, also when idle */
 }
 
 static void *engine_main(void *arg)

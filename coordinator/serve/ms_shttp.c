@@ -193,13 +193,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     while (pos >= st->n) {
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         ms_sreq_news nw = {0};
-        if (ms_sreqh_wait(st->req, POLL_S, &nw))
-            stream_news(st, &nw);
-        else if (client_gone(st->fd)) {
+        if (client_gone(st->fd)) {
             st->gone = 1;
             ms_sreq_news_clear(&nw);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
+        if (ms_sreqh_wait(st->req, POLL_S, &nw)) stream_news(st, &nw);
         ms_sreq_news_clear(&nw);
     }
     size_t k = st->n - pos < max ? st->n - (size_t)pos : max;
