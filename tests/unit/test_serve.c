@@ -1,7 +1,7 @@
 /* test_serve: `moestream serve` end to end with curl: answers equal `moestream run` on each
  * request alone (completions and chats, greedy and seeded), 8 concurrent requests equal 8
  * sequential ones, SSE chunks add up to the whole answer, 401/400/413/429 with the server still
- * serving, a client that disconnects frees its place, and SIGTERM drains and exits 0. */
+ * serving, a client that disconnects frees its place, deadlines, and SIGTERM drains, exit 0. */
 #include <jansson.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -435,6 +435,23 @@ static void check_drain(void)
     free(out);
 }
 
+/* --request-timeout: a generation still running is cancelled: 504, or an error event. */
+static void check_deadline(void)
+{
+    if (start_server(noeos, "--max-batch 2 --max-context 40000 --request-timeout 0.5") != 0) return;
+    char *out = NULL;
+    int st = http("/v1/completions", "{\"prompt\":[4,5],\"max_tokens\":39000}", NULL, &out);
+    T_CHECK(st == 504 && out && strstr(out, "deadline_exceeded"), "past --request-timeout: 504 (%d)", st);
+    free(out);
+    st = http("/v1/completions", "{\"prompt\":[4,5],\"max_tokens\":39000,\"stream\":true}", NULL, &out);
+    T_CHECK(st == 200 && out && strstr(out, "data: {\"error\"") && strstr(out, "deadline_exceeded") &&
+                strstr(out, "data: [DONE]\n\n"),
+            "a stream past --request-timeout ends with an error event and [DONE] (%d)", st);
+    free(out);
+    T_CHECK(metric("moestream_cancelled_total") == 2, "both were cancelled");
+    T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
+}
+
 static void check_usage(void)
 {
     char *err = NULL;
@@ -482,6 +499,7 @@ int main(void)
         for (int i = 0; i < NREQ; i++) json_decref(seq[i]);
     }
     check_disconnect();
+    check_deadline();
     check_drain();
     for (int i = 0; i < NREQ; i++) {
         json_decref(ref_ids[i]);
