@@ -66,9 +66,14 @@ metric() { curl -s -H "Authorization: Bearer $(cat "$out/key")" "$1/metrics" | a
 echo "load before: $(uptime)" | tee "$out/load-before.txt"
 for b in $budgets; do
   if [ "$(id -u)" -eq 0 ] && [ $dropc = 1 ]; then drop; fi
-  "$bin" serve --model "$model" --listen 127.0.0.1:0 --ram-budget "$b" --max-batch "$maxc" --max-queue 64 \
+  # As root, serve runs in a memory cgroup whose limit is the budget (page cache included), as
+  # the jobs benchmark does; its peak goes to the report.
+  cg=
+  [ "$(id -u)" -eq 0 ] && cg="bash tests/cgroup-run.sh $(to_bytes "$b") $out/cgroup-$b.txt"
+  $cg "$bin" serve --model "$model" --listen 127.0.0.1:0 --ram-budget "$b" --max-batch "$maxc" --max-queue 64 \
     --max-context $((8 + max_tokens + 8)) --api-key-file "$out/key" 2> "$out/serve-$b.log" &
-  srv=$!
+  wrap=$!
+  srv=$wrap
   url=
   for _ in $(seq 600); do
     url=$(grep -o 'listening on http://[^ ]*' "$out/serve-$b.log" | head -1 | cut -d' ' -f3) || true
@@ -76,7 +81,7 @@ for b in $budgets; do
     kill -0 $srv 2>/dev/null || { echo "serve bench: serve failed at $b:" >&2; tail -5 "$out/serve-$b.log" >&2; exit 1; }
     sleep 1
   done
-  grep -o 'up to [0-9]* sequences' "$out/serve-$b.log" | head -1 > "$out/batch-$b.txt" || true
+  if [ -n "$cg" ]; then srv=$(pgrep -P "$wrap" | head -1); fi # serve itself, under the wrapper
   for c in $clients; do
     for mode in concurrent sequential; do
       s0=$(metric "$url" moestream_steps_total)
@@ -86,8 +91,8 @@ for b in $budgets; do
       echo "serve bench: $b, $c clients, $mode: done" >&2
     done
   done
-  kill -TERM $srv
-  wait $srv || true
+  kill -TERM "$srv"
+  wait "$wrap" || true
   srv=
 done
 echo "load after: $(uptime)" | tee "$out/load-after.txt"
@@ -125,6 +130,14 @@ L.append(f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores, {m
          f"*concurrent*: all clients at once, *sequential*: the same requests one after another. "
          f"{'Page cache dropped before each budget.' if dropped == '1' else 'Page cache NOT dropped.'} "
          f"Load average (1, 5, 15 min) before {loads[0]}, after {loads[1]}.\n")
+cgs = []
+for b in budgets:
+    try:
+        cg = dict(x.split("=") for x in open(f"{out}/cgroup-{b}.txt").read().split())
+        cgs.append(f"{b}: peak {int(cg['peak']) / 2**30:.2f} GiB, {cg['oom_kills']} OOM kills")
+    except Exception:
+        cgs.append(f"{b}: no memory cgroup")
+L.append("Memory cgroup of the budget (page cache included): " + "; ".join(cgs) + ".\n")
 L.append("Command: `sudo MS_BENCH_DIR=/work/bench bash tests/bench/serve.sh`\n")
 L.append("| budget | clients | mode | tokens/s (aggregate) | x sequential | TTFT p50 / p99 (s) | between tokens p50 / p99 (s) | steps | mean step (s) | p99 gap / step | ids = sequential |")
 L.append("|---|---|---|---|---|---|---|---|---|---|---|")
