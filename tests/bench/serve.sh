@@ -61,6 +61,12 @@ print(json.dumps([{"model": "m", "prompt": [(j * 7919 + t * 104729 + 17) % (V - 
 PY
 done
 
+python3 - "$max_tokens" "$vocab" > "$out/warm.json" <<'PY'
+import json, sys
+mt, V = int(sys.argv[1]), int(sys.argv[2])
+print(json.dumps([{"model": "m", "prompt": [(99 * 7919 + t * 104729 + 17) % (V - 1) for t in range(8)], "max_tokens": mt}]))
+PY
+
 metric() { curl -s -H "Authorization: Bearer $(cat "$out/key")" "$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
 
 echo "load before: $(uptime)" | tee "$out/load-before.txt"
@@ -82,6 +88,8 @@ for b in $budgets; do
     sleep 1
   done
   if [ -n "$cg" ]; then srv=$(pgrep -P "$wrap" | head -1); fi # serve itself, under the wrapper
+  # One request first, not measured: the first one after the start also warms the caches.
+  node tests/bench/serve-client.mjs "$url" "$(cat "$out/key")" "$out/warm.json" sequential > /dev/null
   for c in $clients; do
     for mode in concurrent sequential; do
       s0=$(metric "$url" moestream_steps_total)
@@ -126,7 +134,8 @@ loads = [open(f"{out}/load-{w}.txt").read().strip().split("load average:")[-1].s
 L = ["## Serve: concurrent HTTP clients\n"]
 L.append(f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores, {mem} GiB RAM; model: `{os.path.basename(model.rstrip('/'))}` "
          f"(the k3-slice is `moestream synth --preset k3-slice --layers 3`). `moestream serve --max-batch {max(map(int, clients))}`; each "
-         f"client streams one completion (8-token prompt, {mt} tokens, greedy) through `tests/bench/serve-client.mjs`; "
+         f"client streams one completion (8-token prompt, {mt} tokens, greedy) through `tests/bench/serve-client.mjs`, "
+         f"after one unmeasured warm-up request; "
          f"*concurrent*: all clients at once, *sequential*: the same requests one after another. "
          f"{'Page cache dropped before each budget.' if dropped == '1' else 'Page cache NOT dropped.'} "
          f"Load average (1, 5, 15 min) before {loads[0]}, after {loads[1]}.\n")
