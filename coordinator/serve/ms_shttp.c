@@ -291,6 +291,10 @@ static enum MHD_Result completions(struct MHD_Connection *mc, conn *c)
     ms_sreq_news nw = {0};
     enum MHD_Result res = MHD_NO;
     for (;;) {
+        if (client_gone(c->fd)) { /* looked at every round: news may come at every step */
+            c->status = 499; /* nginx's "client closed request", for the log only */
+            goto out;
+        }
         if (ms_sreqh_wait(req, POLL_S, &nw)) {
             tok = ms_realloc(tok, sizeof *tok * (n_tok + nw.n_tokens + 1));
             if (nw.n_tokens) memcpy(tok + n_tok, nw.tokens, sizeof *tok * nw.n_tokens);
@@ -299,9 +303,6 @@ static enum MHD_Result completions(struct MHD_Connection *mc, conn *c)
             if (nw.text_len) memcpy(text + n_text, nw.text, nw.text_len);
             n_text += nw.text_len;
             if (nw.done) break;
-        } else if (client_gone(c->fd)) {
-            c->status = 499; /* nginx's "client closed request", for the log only */
-            goto out;
         }
     }
     c->prompt_tokens = nw.prompt_tokens;

@@ -400,6 +400,18 @@ static void check_disconnect(void)
     T_CHECK(st == 200 && json_equal(ids, ref_ids[3]), "the freed place serves the next request (%d)", st);
     json_decref(ids);
     free(out);
+    /* the same without streaming: the whole answer was still being gathered */
+    write_file(ms_t_path(tmp, "longw.json"), "{\"prompt\":[5,6,7],\"max_tokens\":39000}");
+    st = ms_t_runf(NULL, NULL, "curl -s --max-time 1 -o /dev/null -H 'Authorization: Bearer " KEY "' --data-binary @%s '%s/v1/completions'",
+                   ms_t_path(tmp, "longw.json"), url);
+    T_CHECK(st == 28, "the long whole-answer client gave up (curl exit %d)", st);
+    for (int i = 0; i < 50 && (c = metric("moestream_cancelled_total")) < 2; i++) ms_t_sleep_ms(50);
+    T_CHECK(c == 2, "the disconnected whole-answer request was cancelled (moestream_cancelled_total %g)", c);
+    st = http(reqs[3].path, reqs[3].body, NULL, &out);
+    ids = answer_ids(out, 0, NULL);
+    T_CHECK(st == 200 && json_equal(ids, ref_ids[3]), "its place serves the next request (%d)", st);
+    json_decref(ids);
+    free(out);
     T_CHECK(ms_t_worker_log_has(&srv, "client_gone") && !ms_t_worker_log_has(&srv, "weather"),
             "the access log names the disconnect and holds no prompt text");
     T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
