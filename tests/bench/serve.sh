@@ -169,8 +169,8 @@ for b in budgets:
             x = s["concurrent"]
             ratio = x["tps"] / s["sequential"]["tps"]
             step = x["wall"] / x["steps"] if x["steps"] else float('nan')
-            verdict.append(f"{b}: 8 concurrent = {ratio:.2f}x the aggregate tokens/s of 8 sequential (target >= 3x at 1G: "
-                           f"{'met' if ratio >= 3 else 'NOT met'}); p99 between tokens {x['gap99']:.2f} s = "
+            target = f"target >= 3x: {'met' if ratio >= 3 else 'NOT met'}" if b == "1G" else "the 3x target is for 1G"
+            verdict.append(f"{b}: 8 concurrent = {ratio:.2f}x the aggregate tokens/s of 8 sequential ({target}); p99 between tokens {x['gap99']:.2f} s = "
                            f"{x['gap99'] / step:.2f}x the mean step of {step:.2f} s (target < 2x: "
                            f"{'met' if x['gap99'] < 2 * step else 'NOT met'}).")
 L.append("")
