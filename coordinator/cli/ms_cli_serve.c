@@ -38,6 +38,7 @@ static void serve_usage(FILE *f)
           "                       [--threads N] [--buffered-io] [--io-depth N] [--prefill-chunk N] [--lru-cache]\n"
           "                       [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                       [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
+          "                       [--speculate auto|off|N] [--draft-file PATH]\n"
           "\n"
           "Serves an OpenAI-compatible HTTP API (see docs/API.md): POST /v1/completions and\n"
           "/v1/chat/completions (\"stream\": true for Server-Sent Events), GET /v1/models, /health and\n"
@@ -54,6 +55,7 @@ static void serve_usage(FILE *f)
           "  --request-timeout SEC  a request not finished by then is cancelled (504; default: none)\n"
           "  --model-name NAME      the model's name in /v1/models and answers (default: DIR's last part)\n"
           "  --insecure             also allows plain tcp to workers listed without a key\n"
+          "Each request speculates on its own.\n" MS_CLI_EOPT_SPEC_HELP
           "Other options as for run. SIGTERM or Ctrl-C stops accepting connections, finishes the requests\n"
           "already taken, and exits 0. Access log lines go to stderr (no prompt text).\n",
           f);
