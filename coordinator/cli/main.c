@@ -1,4 +1,4 @@
-/* moestream: the coordinator command line (run, demo, jobs, tokenize, detokenize, synth, ...). */
+/* moestream: the coordinator command line (run, demo, jobs, serve, tokenize, detokenize, synth, ...). */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +15,7 @@ static void usage(FILE *f)
           "  run         generate from a Kimi K3 checkpoint\n"
           "  demo        write a small synthetic checkpoint and generate from it\n"
           "  jobs        run a JSON Lines file of jobs, batched together, resumable\n"
+          "  serve       serve an OpenAI-compatible HTTP API, requests batched together\n"
           "  tokenize    text -> token ids\n"
           "  detokenize  token ids -> text\n"
           "  synth       write a random Kimi K3 checkpoint in the released layout\n"
@@ -47,6 +48,7 @@ static int dispatch(int argc, char **argv)
     if (!strcmp(cmd, "run")) return ms_cli_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return ms_cli_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "jobs")) return ms_cli_jobs(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return ms_cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return ms_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return ms_cli_detokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return ms_cli_synth(argc - 1, argv + 1);

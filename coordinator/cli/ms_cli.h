@@ -10,6 +10,7 @@
 int ms_cli_run(int argc, char **argv);
 int ms_cli_demo(int argc, char **argv);
 int ms_cli_jobs(int argc, char **argv);  /* ms_cli_jobs.c: a file of jobs, batched, resumable */
+int ms_cli_serve(int argc, char **argv); /* ms_cli_serve.c: the OpenAI-compatible HTTP server */
 int ms_cli_tokenize(int argc, char **argv);
 int ms_cli_detokenize(int argc, char **argv);
 int ms_cli_synth(int argc, char **argv);

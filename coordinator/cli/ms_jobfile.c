@@ -24,7 +24,10 @@ static int bad(ms_jobspec *j, const char *code, const char *fmt, ...)
     va_end(ap);
     size_t n = strlen(msg) + 32;
     j->err_msg = ms_malloc(n);
-    snprintf(j->err_msg, n, "line %d: %s", j->line, msg);
+    if (j->line > 0)
+        snprintf(j->err_msg, n, "line %d: %s", j->line, msg);
+    else
+        snprintf(j->err_msg, n, "%s", msg);
     j->err_code = code;
     return -1;
 }
@@ -117,6 +120,36 @@ static int get_messages(ms_jobspec *j, json_t *body, const ms_jobfile_limits *li
     return rc;
 }
 
+/* The fields of a body (model, prompt or messages, max_tokens, sampling, stop) into j. */
+static void parse_body(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim)
+{
+    json_t *model = json_object_get(body, "model");
+    if (model && !json_is_string(model)) {
+        bad(j, "invalid_request", "\"model\" must be a string");
+        return;
+    }
+    if (model) j->model = ms_strdup(json_string_value(model));
+    long long mt = 16, seed = 0;
+    if (get_int(j, body, "max_tokens", LLONG_MIN, LLONG_MAX, &mt) != 0 || get_int(j, body, "seed", LLONG_MIN, LLONG_MAX, &seed) != 0 ||
+        get_num(j, body, "temperature", 0, 1e6, 0, &j->temperature) != 0 || get_num(j, body, "top_p", 0, 1, 1, &j->top_p) != 0 ||
+        get_stop(j, body) != 0)
+        return;
+    if (mt < 1) {
+        bad(j, "invalid_max_tokens", "\"max_tokens\" must be at least 1, got %lld", mt);
+        return;
+    }
+    j->max_tokens = mt;
+    j->seed = (uint64_t)seed;
+    if ((j->kind == MS_JOB_CHAT ? get_messages(j, body, lim) : get_prompt(j, body, lim)) != 0) return;
+    if (j->n_prompt == 0) {
+        bad(j, "invalid_prompt", "the prompt is empty (no tokens)");
+        return;
+    }
+    if ((int64_t)j->n_prompt > lim->max_context || j->max_tokens > lim->max_context - (int64_t)j->n_prompt)
+        bad(j, "context_length_exceeded", "%zu prompt tokens + max_tokens %lld exceed the context of %lld tokens (--max-context)",
+            j->n_prompt, (long long)j->max_tokens, (long long)lim->max_context);
+}
+
 void ms_jobspec_parse(const char *text, size_t len, int line, const ms_jobfile_limits *lim, ms_jobspec *j)
 {
     memset(j, 0, sizeof *j);
@@ -167,33 +200,18 @@ void ms_jobspec_parse(const char *text, size_t len, int line, const ms_jobfile_l
             goto out;
         }
     }
-    json_t *model = json_object_get(body, "model");
-    if (model && !json_is_string(model)) {
-        bad(j, "invalid_request", "\"model\" must be a string");
-        goto out;
-    }
-    if (model) j->model = ms_strdup(json_string_value(model));
-    long long mt = 16, seed = 0;
-    if (get_int(j, body, "max_tokens", LLONG_MIN, LLONG_MAX, &mt) != 0 || get_int(j, body, "seed", LLONG_MIN, LLONG_MAX, &seed) != 0 ||
-        get_num(j, body, "temperature", 0, 1e6, 0, &j->temperature) != 0 || get_num(j, body, "top_p", 0, 1, 1, &j->top_p) != 0 ||
-        get_stop(j, body) != 0)
-        goto out;
-    if (mt < 1) {
-        bad(j, "invalid_max_tokens", "\"max_tokens\" must be at least 1, got %lld", mt);
-        goto out;
-    }
-    j->max_tokens = mt;
-    j->seed = (uint64_t)seed;
-    if ((j->kind == MS_JOB_CHAT ? get_messages(j, body, lim) : get_prompt(j, body, lim)) != 0) goto out;
-    if (j->n_prompt == 0) {
-        bad(j, "invalid_prompt", "the prompt is empty (no tokens)");
-        goto out;
-    }
-    if ((int64_t)j->n_prompt > lim->max_context || j->max_tokens > lim->max_context - (int64_t)j->n_prompt)
-        bad(j, "context_length_exceeded", "%zu prompt tokens + max_tokens %lld exceed the context of %lld tokens (--max-context)",
-            j->n_prompt, (long long)j->max_tokens, (long long)lim->max_context);
+    parse_body(j, body, lim);
 out:
     json_decref(root);
+}
+
+void ms_jobspec_parse_body(json_t *body, ms_job_kind kind, const ms_jobfile_limits *lim, ms_jobspec *j)
+{
+    memset(j, 0, sizeof *j);
+    j->max_tokens = 16;
+    j->top_p = 1.0f;
+    j->kind = kind;
+    parse_body(j, body, lim);
 }
 
 void ms_jobspec_clear(ms_jobspec *j)

@@ -39,6 +39,11 @@ typedef struct {
 /* Parse one line (len bytes, without its newline). Always fills *j: a bad line gets err_code and
  * err_msg (naming the line). Never fails otherwise. */
 void ms_jobspec_parse(const char *text, size_t len, int line, const ms_jobfile_limits *lim, ms_jobspec *j);
+/* Parse one request body (a JSON object) of the given kind, as the body of an input line: the
+ * same fields, defaults and checks, with messages not prefixed by a line (j->line is 0 and
+ * custom_id NULL). Used by `serve`. */
+struct json_t;
+void ms_jobspec_parse_body(struct json_t *body, ms_job_kind kind, const ms_jobfile_limits *lim, ms_jobspec *j);
 void ms_jobspec_clear(ms_jobspec *j); /* frees the members; accepts a zeroed spec */
 
 /* The output line of a finished job (malloc'ed, one line ending in '\n', *len bytes):

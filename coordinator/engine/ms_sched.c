@@ -19,6 +19,8 @@ typedef struct sjob {
     int alone;                   /* re-run alone after a failed step */
     float *rows;                 /* keep_logits: [n_rows][V] */
     int64_t n_rows, cap_rows;
+    size_t sent_tokens, sent_bytes; /* stream: what the deltas carried so far (kept over a re-run,
+                                       which gives the same tokens) */
 } sjob;
 
 /* A FIFO of jobs. */
@@ -31,6 +33,7 @@ struct ms_sched {
     ms_engine *e;
     int max_batch;
     ms_sched_done_fn done;
+    ms_sched_stream_fn stream;
     void *ctx;
     int64_t V;
     fifo wait;                   /* not started */
@@ -115,6 +118,36 @@ void ms_sched_add(ms_sched *s, const ms_sched_job *in)
     fifo_push(&s->wait, j);
 }
 
+void ms_sched_set_stream(ms_sched *s, ms_sched_stream_fn fn) { s->stream = fn; }
+
+/* Remove j from f if there; 1 if it was. */
+static int fifo_remove(fifo *f, const void *user)
+{
+    for (size_t i = 0; i < f->n; i++) {
+        sjob *j = f->v[f->head + i];
+        if (j->j.user != user) continue;
+        memmove(f->v + f->head + i, f->v + f->head + i + 1, sizeof *f->v * (f->n - i - 1));
+        f->n--;
+        job_free(j);
+        return 1;
+    }
+    return 0;
+}
+
+int ms_sched_cancel(ms_sched *s, const void *user)
+{
+    int found = fifo_remove(&s->wait, user) || fifo_remove(&s->solo, user);
+    for (int i = 0; i < s->n_run && !found; i++) {
+        if (s->run[i]->j.user != user) continue;
+        job_free(s->run[i]);
+        memmove(s->run + i, s->run + i + 1, sizeof *s->run * (size_t)(s->n_run - i - 1));
+        s->n_run--;
+        found = 1;
+    }
+    if (found) s->st.cancelled++;
+    return found;
+}
+
 int ms_sched_pending(const ms_sched *s) { return (int)(s->wait.n + s->solo.n) + s->n_run; }
 
 /* The generated text of j (malloc'ed), or NULL without a tokenizer. */
@@ -181,6 +214,41 @@ static int on_logits(void *ctx, ms_eseq *seq, const float *rows, int64_t n)
     return 0;
 }
 
+/* Hand j's new tokens and the final text[len] beyond what was sent to the stream callback. */
+static void send_delta(ms_sched *s, sjob *j, const char *text, size_t len)
+{
+    size_t ng;
+    const int32_t *gen = ms_engine_seq_tokens(j->seq, &ng);
+    ms_sched_delta d = {0};
+    d.user = j->j.user;
+    if (ng > j->sent_tokens) {
+        d.tokens = gen + j->sent_tokens;
+        d.n_tokens = ng - j->sent_tokens;
+    }
+    if (text && len > j->sent_bytes) {
+        d.text = text + j->sent_bytes;
+        d.text_len = len - j->sent_bytes;
+    }
+    if (!d.n_tokens && !d.text_len) return;
+    j->sent_tokens = ng;
+    if (d.text_len) j->sent_bytes = len;
+    s->stream(s->ctx, &d);
+}
+
+/* A streamed job still running after a step: its new tokens and the text that is final (all of
+ * it but the bytes where a stop string may still begin). */
+static void stream_progress(ms_sched *s, sjob *j)
+{
+    size_t ng, len = 0, hold = 0;
+    ms_engine_seq_tokens(j->seq, &ng);
+    if (ng <= j->sent_tokens) return;
+    for (int i = 0; i < j->j.n_stop; i++)
+        if (strlen(j->j.stop[i]) > hold + 1) hold = strlen(j->j.stop[i]) - 1;
+    char *text = job_text(j, ng, &len);
+    send_delta(s, j, text, len > hold ? len - hold : 0);
+    free(text);
+}
+
 /* Start j's sequence; a prompt the engine refuses is reported as the job's error. */
 static int admit(ms_sched *s, sjob *j)
 {
@@ -233,6 +301,7 @@ static int report(ms_sched *s, sjob *j)
     r.text_len = len;
     r.logits = j->rows;
     r.n_rows = j->n_rows;
+    if (j->j.stream && s->stream) send_delta(s, j, text, len);
     s->st.finished++;
     s->st.tokens += ng;
     int rc = s->done(s->ctx, &r);
@@ -291,6 +360,7 @@ int ms_sched_step(ms_sched *s)
     ms_eseq *seqs[MS_LAYER_MAX_SEQS];
     for (int i = 0; i < s->n_run; i++) seqs[i] = s->run[i]->seq;
     s->st.steps++;
+    s->st.last_batch = s->n_run;
     if (ms_engine_step(s->e, seqs, s->n_run) != 0) {
         if (ms_err_code() != MS_EXIT_WORKER) return -1;
         return isolate(s);
@@ -305,6 +375,7 @@ int ms_sched_step(ms_sched *s)
             else
                 job_free(j);
         } else {
+            if (j->j.stream && s->stream && rc == 0) stream_progress(s, j);
             s->run[k++] = j;
         }
     }

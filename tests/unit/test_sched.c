@@ -1,5 +1,6 @@
 /* test_sched: continuous batching: every job's tokens and logits equal running it alone, at
- * batch 1, 3 and 8; stop ids and stop strings; a job whose experts fail is isolated. */
+ * batch 1, 3 and 8; stop ids and stop strings; streamed deltas add up to the results; cancelled
+ * jobs leave the batch; a job whose experts fail is isolated. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +26,24 @@ typedef struct {
     char text[512];
     size_t text_len;
     int error_code, reported;
+    int32_t stok[64];            /* streamed: the deltas' tokens and text, concatenated */
+    size_t n_stok;
+    char stext[512];
+    size_t n_stext;
+    int deltas, delta_after_done;
 } record;
+
+static void on_delta(void *ctx, const ms_sched_delta *d)
+{
+    record *rec = (record *)ctx + (intptr_t)d->user;
+    rec->deltas++;
+    if (rec->reported) rec->delta_after_done++;
+    for (size_t i = 0; i < d->n_tokens && rec->n_stok < 64; i++) rec->stok[rec->n_stok++] = d->tokens[i];
+    if (d->text && rec->n_stext + d->text_len < sizeof rec->stext) {
+        memcpy(rec->stext + rec->n_stext, d->text, d->text_len);
+        rec->n_stext += d->text_len;
+    }
+}
 
 static ms_engine *open_engine(int max_seqs)
 {
@@ -83,6 +101,7 @@ static void run_sched(ms_engine *e, int max_batch, int n, record *got, void (*mo
 {
     memset(got, 0, sizeof(record) * (size_t)n);
     ms_sched *s = ms_sched_new(e, max_batch, keep, got);
+    ms_sched_set_stream(s, on_delta);
     for (int i = 0; i < n; i++) {
         ms_sched_job j;
         int32_t ids[16];
@@ -114,6 +133,7 @@ static char stop_str[NJOB][64];
 static const char *stop_ptr[NJOB][1];
 static void add_stops(int i, ms_sched_job *j)
 {
+    j->stream = i % 2 == 0 || i % 3 == 1; /* every stop-string job streams; some others too */
     if (i % 3 == 0 && g_ref[i].n_tok >= 3) { /* stop at the id generated third */
         stop_id_store[i] = g_ref[i].tok[2];
         j->stop_ids = &stop_id_store[i];
@@ -123,6 +143,50 @@ static void add_stops(int i, ms_sched_job *j)
         j->stop = stop_ptr[i];
         j->n_stop = 1;
     }
+}
+
+/* Cancel a running and a waiting job between steps: they are never reported, the others are
+ * unchanged, and a waiting job fills the freed place at the next step. */
+static void check_cancel(const record *ref)
+{
+    ms_engine *e = open_engine(3);
+    if (!e) return;
+    record got[NJOB];
+    memset(got, 0, sizeof got);
+    ms_sched *s = ms_sched_new(e, 3, keep, got);
+    for (int i = 0; i < NJOB; i++) {
+        ms_sched_job j;
+        int32_t ids[16];
+        job_of(i, &j, ids);
+        j.user = (void *)(intptr_t)i;
+        ms_sched_add(s, &j);
+    }
+    ms_sched_stats st;
+    T_CHECK(ms_sched_step(s) == 0, "first step: %s", ms_err_msg());
+    ms_sched_get_stats(s, &st);
+    int running = st.running;
+    /* jobs 0..2 run (job 0 has 2 tokens, so it may be done); 1 runs for 3 tokens, 9 waits */
+    T_CHECK(ms_sched_cancel(s, (void *)(intptr_t)1) == 1 && ms_sched_cancel(s, (void *)(intptr_t)9) == 1,
+            "a running and a waiting job are cancelled");
+    T_CHECK(ms_sched_cancel(s, (void *)(intptr_t)1) == 0 && ms_sched_cancel(s, (void *)(intptr_t)99) == 0,
+            "cancelling twice or an unknown job finds nothing");
+    ms_sched_get_stats(s, &st);
+    T_CHECK(st.running == running - 1 && st.cancelled == 2, "the batch lost the cancelled job (%d -> %d running)",
+            running, st.running);
+    T_CHECK(ms_sched_step(s) == 0, "next step: %s", ms_err_msg());
+    ms_sched_get_stats(s, &st);
+    T_CHECK(st.last_batch == 3, "a waiting job took the freed place: the next step ran %d jobs", st.last_batch);
+    while (ms_sched_pending(s))
+        if (ms_sched_step(s) != 0) break;
+    for (int i = 0; i < NJOB; i++) {
+        if (i == 1 || i == 9)
+            T_CHECK(got[i].reported == 0, "cancelled job %d is never reported", i);
+        else
+            T_CHECK(same(&got[i], &ref[i]), "job %d beside cancelled jobs: bit-identical to alone", i);
+        free(got[i].rows);
+    }
+    ms_sched_free(s);
+    ms_engine_free(e);
 }
 
 /* ---- a worker that cannot compute what one job needs ---- */
@@ -293,9 +357,28 @@ int main(void)
             free(got[i].rows);
         }
         T_CHECK(n_id >= 2 && n_str >= 2, "stop ids (%d jobs) and stop strings (%d jobs) were exercised", n_id, n_str);
+        int n_streamed = 0;
+        for (int i = 0; i < NJOB; i++) {
+            int streamed = i % 2 == 0 || i % 3 == 1;
+            n_streamed += streamed;
+            if (!streamed) {
+                T_CHECK(got[i].deltas == 0, "job %d without stream: no deltas (%d)", i, got[i].deltas);
+                continue;
+            }
+            /* the deltas add up to the result (a stop string's bytes are never sent) and the
+             * tokens come as they are generated: one delta per step */
+            T_CHECK(got[i].n_stok == got[i].n_tok && !memcmp(got[i].stok, got[i].tok, sizeof(int32_t) * got[i].n_tok) &&
+                        got[i].n_stext == got[i].text_len && !memcmp(got[i].stext, got[i].text, got[i].text_len) &&
+                        got[i].deltas == (int)got[i].n_tok && got[i].delta_after_done == 0,
+                    "job %d streamed: %d deltas of %zu tokens and %zu text bytes add up to the result (%zu tokens, "
+                    "%zu bytes)",
+                    i, got[i].deltas, got[i].n_stok, got[i].n_stext, got[i].n_tok, got[i].text_len);
+        }
+        T_CHECK(n_streamed >= 6, "%d streamed jobs", n_streamed);
     }
     ms_engine_free(e);
 
+    check_cancel(ref);
     check_isolation(ref);
     for (int i = 0; i < NJOB; i++) free(ref[i].rows);
     return ms_t_done();

@@ -1,0 +1,248 @@
+/* ms_cli_serve: the `serve` command: an OpenAI-compatible HTTP API over the batched engine
+ * (coordinator/serve), with its options, the API key, and the SIGTERM drain. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ms_chat.h"
+#include "ms_cli.h"
+#include "ms_cli_eopt.h"
+#include "ms_engine.h"
+#include "ms_err.h"
+#include "ms_layer.h"
+#include "ms_opt.h"
+#include "ms_sengine.h"
+#include "ms_shttp.h"
+#include "ms_smetrics.h"
+
+#define DEFAULT_BATCH_CAP 32
+#define DRAIN_HTTP_S 30.0
+
+typedef struct {
+    ms_cli_eopts e;
+    const char *listen, *key_file, *model_name;
+    long long max_batch, max_queue, max_context;
+    uint64_t max_body;
+    float request_timeout;
+} serve_opts;
+
+static void serve_usage(FILE *f)
+{
+    fputs("usage: moestream serve --model DIR [--listen HOST:PORT] [--api-key-file FILE] [--max-batch N]\n"
+          "                       [--max-queue N] [--max-context N] [--max-body SIZE] [--request-timeout SEC]\n"
+          "                       [--model-name NAME] [--ram-budget SIZE] [--quiet]\n"
+          "                       [--threads N] [--buffered-io] [--io-depth N] [--prefill-chunk N] [--lru-cache]\n"
+          "                       [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
+          "                       [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
+          "                       [--speculate auto|off|N] [--draft-file PATH]\n"
+          "\n"
+          "Serves an OpenAI-compatible HTTP API (see docs/API.md): POST /v1/completions and\n"
+          "/v1/chat/completions (\"stream\": true for Server-Sent Events), GET /v1/models, /health and\n"
+          "/metrics (Prometheus text). Requests join the running batch at the next step; each answer is\n"
+          "the same as `moestream run` on the request alone.\n"
+          "  --listen HOST:PORT     address to listen on (default 127.0.0.1:8080; port 0: any free port).\n"
+          "                         Anything but loopback needs --api-key-file, or --insecure.\n"
+          "  --api-key-file FILE    requests must carry \"Authorization: Bearer KEY\" with the key in FILE\n"
+          "                         (its first line); /health is open.\n"
+          "  --max-batch N          sequences decoding together (default: what the budget holds, up to 32)\n"
+          "  --max-queue N          requests waiting beyond the batch before 429 (default 64)\n"
+          "  --max-context N        bound on prompt + max_tokens of one request, planned for (default 4096)\n"
+          "  --max-body SIZE        largest request body (default 1M; larger: 413)\n"
+          "  --request-timeout SEC  a request not finished by then is cancelled (504; default: none)\n"
+          "  --model-name NAME      the model's name in /v1/models and answers (default: DIR's last part)\n"
+          "  --insecure             also allows plain tcp to workers listed without a key\n"
+          "Each request speculates on its own.\n" MS_CLI_EOPT_SPEC_HELP
+          "Other options as for run. SIGTERM or Ctrl-C stops accepting connections, finishes the requests\n"
+          "already taken, and exits 0. Access log lines go to stderr (no prompt text).\n",
+          f);
+}
+
+/* The key: the file's first line without surrounding blanks. NULL with a printed error. */
+static char *read_key(const char *path, int *code)
+{
+    size_t len;
+    char *b = ms_cli_read_file(path, &len);
+    if (!b) {
+        *code = ms_cli_fail_err("serve");
+        return NULL;
+    }
+    char *p = b;
+    while (*p == ' ' || *p == '\t') p++;
+    size_t n = strcspn(p, "\r\n");
+    while (n && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+    if (n < 8) {
+        free(b);
+        *code = ms_cli_fail("serve", MS_EXIT_USAGE, "the API key in %s is shorter than 8 characters", path);
+        return NULL;
+    }
+    char *k = ms_malloc(n + 1);
+    memcpy(k, p, n);
+    k[n] = 0;
+    free(b);
+    return k;
+}
+
+static int serve_main(const serve_opts *o)
+{
+    const char *cmd = "serve";
+    int rc = MS_EXIT_OK;
+    char *key = NULL;
+    ms_tok *tok = NULL;
+    ms_engine *e = NULL;
+    ms_smetrics *m = NULL;
+    ms_sengine *s = NULL;
+    ms_shttp *h = NULL;
+    if (!ms_shttp_is_loopback(o->listen)) {
+        if (ms_err_code() == MS_EXIT_USAGE) return ms_cli_fail_err(cmd);
+        if (!o->key_file && !o->e.insecure)
+            return ms_cli_fail(cmd, MS_EXIT_USAGE,
+                               "--listen %s is not a loopback address: give --api-key-file FILE (or --insecure to serve "
+                               "without a key)",
+                               o->listen);
+    }
+    if (o->key_file && !(key = read_key(o->key_file, &rc))) return rc;
+
+    /* Signals go to the main thread alone (sigtimedwait below); every thread inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    ms_engine_opts eo = {0};
+    ms_cli_eopt_engine(&o->e, &eo);
+    eo.run.prompt_tokens = o->max_context;
+    eo.run.max_positions = o->max_context + 1;
+    if (o->max_batch > 0)
+        eo.max_seqs = (int)o->max_batch;
+    else
+        eo.fit_seqs = DEFAULT_BATCH_CAP;
+    if (!(e = ms_engine_open(&eo))) {
+        rc = ms_cli_fail_err(cmd);
+        goto out;
+    }
+    if (ms_tok_present(o->e.model) && !(tok = ms_tok_load(o->e.model))) { /* the HTTP threads' own */
+        rc = ms_cli_fail_err(cmd);
+        goto out;
+    }
+    int batch = ms_engine_max_seqs(e);
+    m = ms_smetrics_new();
+    if (!(s = ms_sengine_start(e, batch, (int)o->max_queue, m))) {
+        rc = ms_cli_fail_err(cmd);
+        goto out;
+    }
+    const char *slash = strrchr(o->e.model, '/');
+    while (slash && !slash[1] && slash > o->e.model) { /* "dir/" */
+        const char *q = slash - 1;
+        while (q > o->e.model && *q != '/') q--;
+        slash = *q == '/' ? q : NULL;
+    }
+    char name[256];
+    if (o->model_name)
+        snprintf(name, sizeof name, "%s", o->model_name);
+    else
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(slash ? slash + 1 : o->e.model, "/"), slash ? slash + 1 : o->e.model);
+    ms_shttp_opts ho = {0};
+    ho.listen = o->listen;
+    ho.api_key = key;
+    ho.model_name = name;
+    ho.max_body = (size_t)o->max_body;
+    ho.lim = (ms_jobfile_limits){tok, ms_engine_cfg(e)->vocab, o->max_context};
+    ho.chat_end_id = tok ? ms_chat_end_id(tok) : -1;
+    ho.request_timeout = o->request_timeout;
+    ho.max_connections = (int)(batch + o->max_queue + 64);
+    if (!(h = ms_shttp_start(&ho, s, m))) {
+        rc = ms_cli_fail_err(cmd);
+        goto out;
+    }
+    ms_log(1, "serve: model %s, up to %d sequences together, %lld more queued, context %lld tokens%s", name, batch,
+           o->max_queue, o->max_context, key ? ", API key required" : "");
+    ms_log(0 + (o->e.quiet ? 0 : 1), "serve: listening on %s", ms_shttp_url(h));
+    if (o->e.quiet) fprintf(stderr, "moestream serve: listening on %s\n", ms_shttp_url(h));
+
+    int sig = 0;
+    for (;;) {
+        struct timespec ts = {1, 0};
+        sig = sigtimedwait(&sigs, NULL, &ts);
+        if (sig > 0) break;
+        int ok = ms_sengine_ok(s);
+        if (ok != 1) {
+            rc = ms_cli_fail(cmd, -ok, "the engine failed; stopping (see the log above)");
+            goto out;
+        }
+    }
+    ms_log(1, "serve: signal %d: not accepting connections any more, finishing the requests taken", sig);
+    ms_shttp_quiesce(h);
+    ms_sengine_drain(s);
+    if (!ms_shttp_wait_idle(h, DRAIN_HTTP_S)) ms_log(1, "serve: answers still being sent after %.0f s: closing them", DRAIN_HTTP_S);
+    ms_log(1, "serve: stopped");
+out:
+    ms_shttp_stop(h);
+    ms_sengine_free(s);
+    ms_smetrics_free(m);
+    ms_engine_free(e);
+    ms_tok_free(tok);
+    free(key);
+    return rc;
+}
+
+int ms_cli_serve(int argc, char **argv)
+{
+    static const struct option own[] = {
+        {"listen", required_argument, 0, 'l'},
+        {"api-key-file", required_argument, 0, 'k'},
+        {"max-batch", required_argument, 0, 'b'},
+        {"max-queue", required_argument, 0, 'Q'},
+        {"max-context", required_argument, 0, 'X'},
+        {"max-body", required_argument, 0, 'Y'},
+        {"request-timeout", required_argument, 0, 'R'},
+        {"model-name", required_argument, 0, 'M'},
+        {"help", no_argument, 0, 'h'},
+    };
+    enum { N_OWN = sizeof own / sizeof own[0] };
+    struct option opts[N_OWN + MS_CLI_EOPT_COUNT + 1];
+    ms_cli_eopt_table(own, N_OWN, opts);
+    const char *cmd = "serve";
+    serve_opts o = {.listen = "127.0.0.1:8080", .max_queue = 64, .max_context = 4096, .max_body = 1 << 20};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'l': o.listen = optarg; break;
+        case 'k': o.key_file = optarg; break;
+        case 'M': o.model_name = optarg; break;
+        case 'b': bad = ms_opt_int("--max-batch", optarg, 1, MS_LAYER_MAX_SEQS, &o.max_batch); break;
+        case 'Q': bad = ms_opt_int("--max-queue", optarg, 0, 1 << 20, &o.max_queue); break;
+        case 'X': bad = ms_opt_int("--max-context", optarg, 2, 1 << 24, &o.max_context); break;
+        case 'Y':
+            bad = ms_opt_size("--max-body", optarg, &o.max_body);
+            if (!bad && (o.max_body < 64 || o.max_body > ((uint64_t)1 << 30)))
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--max-body must be between 64 bytes and 1G, got '%s'", optarg);
+            break;
+        case 'R':
+            bad = ms_opt_f32("--request-timeout", optarg, &o.request_timeout);
+            if (!bad && !(o.request_timeout > 0))
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--request-timeout must be a positive number, got '%s'", optarg);
+            break;
+        case 'h': serve_usage(stdout); return MS_EXIT_OK;
+        default: {
+            int code = MS_EXIT_USAGE, took = ms_cli_eopt_take(&o.e, cmd, c, optarg, &code);
+            if (took > 0) break;
+            if (took == 0) serve_usage(stderr);
+            return code;
+        }
+        }
+        if (bad) return ms_cli_fail_err(cmd);
+    }
+    if (optind != argc) return ms_cli_fail(cmd, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    int rc = ms_cli_eopt_check(&o.e, cmd);
+    if (rc != MS_EXIT_OK) return rc;
+    ms_cli_set_output(o.e.quiet);
+    return serve_main(&o);
+}

@@ -1,0 +1,383 @@
+/* ms_sengine: the engine thread of serve: a locked hand-over queue, the scheduler loop,
+ * cancellation of abandoned or late requests, and the per-request news buffers. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ms_clock.h"
+#include "ms_err.h"
+#include "ms_sengine.h"
+
+struct ms_sreqh {
+    ms_sengine *s;
+    ms_sched_job job;            /* until the engine thread adds it: owned prompt and stops */
+    double t_submit, t_last, deadline;
+    int refs;                    /* the HTTP side and the engine side */
+    int in_sched, released, ended;
+    int32_t *tok;                /* news not taken yet */
+    size_t n_tok, cap_tok;
+    char *text;
+    size_t n_text, cap_text;
+    size_t n_generated;          /* tokens seen so far (metrics) */
+    int done, timed_out;
+    char finish[8], error[512];
+    size_t prompt_tokens, completion_tokens;
+    pthread_cond_t cv;
+    ms_sreqh *next;              /* in the hand-over queue */
+};
+
+struct ms_sengine {
+    ms_engine *e;
+    ms_sched *sched;
+    ms_smetrics *m;
+    int max_batch, max_queue;
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t work;         /* new requests, releases, draining */
+    ms_sreqh *in_head, *in_tail; /* handed over, not yet in the scheduler */
+    ms_sreqh **live;             /* in the scheduler */
+    int n_live, cap_live;
+    int in_flight;               /* submitted and not ended */
+    int draining, failed, fail_code;
+    ms_sched_stats st;           /* copied after every step (figures) */
+    ms_engine_stats es;
+};
+
+static void job_copy_free(ms_sched_job *j)
+{
+    free((void *)j->prompt);
+    for (int i = 0; i < j->n_stop; i++) free((void *)j->stop[i]);
+    free((void *)j->stop);
+    free((void *)j->stop_ids);
+    memset(j, 0, sizeof *j);
+}
+
+/* Drop one reference (under mu); the last frees h. */
+static void unref(ms_sreqh *h)
+{
+    if (--h->refs > 0) return;
+    job_copy_free(&h->job);
+    free(h->tok);
+    free(h->text);
+    pthread_cond_destroy(&h->cv);
+    free(h);
+}
+
+/* The end of h on the engine side (under mu). */
+static void end(ms_sengine *s, ms_sreqh *h)
+{
+    if (h->ended) return;
+    h->ended = 1;
+    h->done = 1;
+    s->in_flight--;
+    for (int i = 0; i < s->n_live; i++)
+        if (s->live[i] == h) {
+            s->live[i] = s->live[--s->n_live];
+            break;
+        }
+    pthread_cond_broadcast(&h->cv);
+    unref(h);
+}
+
+static void on_delta(void *ctx, const ms_sched_delta *d)
+{
+    ms_sengine *s = ctx;
+    ms_sreqh *h = d->user;
+    double now = ms_now();
+    if (d->n_tokens) {
+        if (h->n_generated == 0)
+            ms_smetrics_ttft(s->m, now - h->t_submit);
+        else
+            ms_smetrics_inter_token(s->m, now - h->t_last);
+        h->t_last = now;
+        h->n_generated += d->n_tokens;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (h->n_tok + d->n_tokens > h->cap_tok) {
+        h->cap_tok = (h->n_tok + d->n_tokens) * 2 + 16;
+        h->tok = ms_realloc(h->tok, sizeof *h->tok * h->cap_tok);
+    }
+    if (d->n_tokens) memcpy(h->tok + h->n_tok, d->tokens, sizeof *h->tok * d->n_tokens);
+    h->n_tok += d->n_tokens;
+    if (d->text_len) {
+        if (h->n_text + d->text_len > h->cap_text) {
+            h->cap_text = (h->n_text + d->text_len) * 2 + 64;
+            h->text = ms_realloc(h->text, h->cap_text);
+        }
+        memcpy(h->text + h->n_text, d->text, d->text_len);
+        h->n_text += d->text_len;
+    }
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int on_done(void *ctx, const ms_sched_result *r)
+{
+    ms_sengine *s = ctx;
+    ms_sreqh *h = r->user;
+    if (r->finish) ms_smetrics_tokens(s->m, r->prompt_tokens, r->n_tokens);
+    pthread_mutex_lock(&s->mu);
+    snprintf(h->finish, sizeof h->finish, "%s", r->finish ? r->finish : "");
+    if (!r->finish) snprintf(h->error, sizeof h->error, "%s", r->error ? r->error : "generation failed");
+    h->prompt_tokens = r->prompt_tokens;
+    h->completion_tokens = r->n_tokens;
+    h->in_sched = 0;
+    end(s, h);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* Under mu: move handed-over jobs into the scheduler; cancel released and late ones. */
+static void take_work(ms_sengine *s)
+{
+    ms_sreqh *h;
+    while ((h = s->in_head)) {
+        s->in_head = h->next;
+        if (!s->in_head) s->in_tail = NULL;
+        if (h->released) { /* gone before it started */
+            end(s, h);
+            continue;
+        }
+        ms_sched_add(s->sched, &h->job);
+        job_copy_free(&h->job);
+        h->in_sched = 1;
+        if (s->n_live == s->cap_live) {
+            s->cap_live = s->cap_live * 2 + 16;
+            s->live = ms_realloc(s->live, sizeof *s->live * (size_t)s->cap_live);
+        }
+        s->live[s->n_live++] = h;
+    }
+    double now = ms_now();
+    for (int i = 0; i < s->n_live;) {
+        h = s->live[i];
+        int late = h->deadline > 0 && now > h->deadline;
+        if (h->released || late) {
+            ms_sched_cancel(s->sched, h);
+            h->in_sched = 0;
+            h->timed_out = late && !h->released;
+            if (h->timed_out) snprintf(h->error, sizeof h->error, "the request's deadline passed before it finished");
+            end(s, h); /* removes live[i] */
+            continue;
+        }
+        i++;
+    }
+    ms_sched_get_stats(s->sched, &s->st); /* queue depth and cancellations, also when idle */
+}
+
+static void *engine_main(void *arg)
+{
+    ms_sengine *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        take_work(s);
+        if (!ms_sched_pending(s->sched)) {
+            if (s->draining && !s->in_head) break;
+            /* wake up now and then for deadlines of requests that are waiting to be taken */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&s->work, &s->mu, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        int rc = ms_sched_step(s->sched);
+        ms_sched_stats st;
+        ms_sched_get_stats(s->sched, &st);
+        ms_engine_stats es;
+        ms_engine_get_stats(s->e, &es); /* the engine is this thread's alone */
+        if (rc == 0) ms_smetrics_step(s->m, st.last_batch);
+        pthread_mutex_lock(&s->mu);
+        s->st = st;
+        s->es = es;
+        if (rc != 0) {
+            /* the engine cannot go on: every request ends with the error, new ones get 503 */
+            ms_log(0, "serve: the engine failed: %s", ms_err_msg());
+            s->failed = 1;
+            s->fail_code = ms_err_code() ? ms_err_code() : 1;
+            s->draining = 1;
+            while (s->n_live) {
+                ms_sreqh *h = s->live[0];
+                snprintf(h->error, sizeof h->error, "the engine failed: %s", ms_err_msg());
+                h->finish[0] = 0;
+                end(s, h);
+            }
+            ms_sched_free(s->sched);
+            s->sched = ms_sched_new(s->e, s->max_batch, on_done, s);
+            ms_sched_set_stream(s->sched, on_delta);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+ms_sengine *ms_sengine_start(ms_engine *e, int max_batch, int max_queue, ms_smetrics *m)
+{
+    ms_sengine *s = ms_calloc(1, sizeof *s);
+    s->e = e;
+    s->m = m;
+    s->max_batch = max_batch;
+    s->max_queue = max_queue;
+    s->sched = ms_sched_new(e, max_batch, on_done, s);
+    ms_sched_set_stream(s->sched, on_delta);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work, NULL);
+    if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
+        ms_err_set("cannot start the engine thread: %s", strerror(errno));
+        ms_err_set_code(MS_EXIT_IO);
+        ms_sengine_free(s);
+        return NULL;
+    }
+    s->started = 1;
+    return s;
+}
+
+void ms_sengine_drain(ms_sengine *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    pthread_cond_broadcast(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    if (s->started) pthread_join(s->thread, NULL);
+    s->started = 0;
+}
+
+void ms_sengine_free(ms_sengine *s)
+{
+    if (!s) return;
+    ms_sengine_drain(s);
+    ms_sched_free(s->sched);
+    free(s->live);
+    pthread_cond_destroy(&s->work);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+ms_sreqh *ms_sengine_submit(ms_sengine *s, const ms_sched_job *j, double deadline_s, int *status)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->draining) {
+        *status = 503;
+        pthread_mutex_unlock(&s->mu);
+        return NULL;
+    }
+    if (s->in_flight >= s->max_batch + s->max_queue) {
+        *status = 429;
+        pthread_mutex_unlock(&s->mu);
+        return NULL;
+    }
+    ms_sreqh *h = ms_calloc(1, sizeof *h);
+    h->s = s;
+    h->refs = 2;
+    h->t_submit = h->t_last = ms_now();
+    h->deadline = deadline_s > 0 ? h->t_submit + deadline_s : 0;
+    pthread_cond_init(&h->cv, NULL);
+    h->job = *j;
+    int32_t *p = ms_malloc(sizeof(int32_t) * j->n_prompt);
+    memcpy(p, j->prompt, sizeof(int32_t) * j->n_prompt);
+    h->job.prompt = p;
+    int32_t *ids = ms_malloc(sizeof(int32_t) * (size_t)(j->n_stop_ids + 1));
+    if (j->n_stop_ids) memcpy(ids, j->stop_ids, sizeof(int32_t) * (size_t)j->n_stop_ids);
+    h->job.stop_ids = ids;
+    const char **st = ms_calloc((size_t)j->n_stop + 1, sizeof *st);
+    for (int i = 0; i < j->n_stop; i++) st[i] = ms_strdup(j->stop[i]);
+    h->job.stop = st;
+    h->job.user = h;
+    h->job.stream = 1;
+    if (s->in_tail)
+        s->in_tail->next = h;
+    else
+        s->in_head = h;
+    s->in_tail = h;
+    s->in_flight++;
+    *status = 200;
+    pthread_cond_broadcast(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    return h;
+}
+
+void ms_sreq_news_clear(ms_sreq_news *n)
+{
+    free(n->tokens);
+    free(n->text);
+    memset(n, 0, sizeof *n);
+}
+
+int ms_sreqh_wait(ms_sreqh *h, double timeout_s, ms_sreq_news *n)
+{
+    ms_sengine *s = h->s;
+    ms_sreq_news_clear(n);
+    pthread_mutex_lock(&s->mu);
+    if (!h->n_tok && !h->n_text && !h->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double t = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + timeout_s;
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        while (!h->n_tok && !h->n_text && !h->done)
+            if (pthread_cond_timedwait(&h->cv, &s->mu, &ts) == ETIMEDOUT) break;
+    }
+    int news = h->n_tok || h->n_text || h->done;
+    if (h->n_tok) {
+        n->tokens = h->tok;
+        n->n_tokens = h->n_tok;
+        h->tok = NULL;
+        h->n_tok = h->cap_tok = 0;
+    }
+    if (h->n_text) {
+        n->text = h->text;
+        n->text_len = h->n_text;
+        h->text = NULL;
+        h->n_text = h->cap_text = 0;
+    }
+    /* the end is told once everything before it was taken */
+    if (h->done) {
+        n->done = 1;
+        n->finish = !strcmp(h->finish, "stop") ? "stop" : !strcmp(h->finish, "length") ? "length" : NULL;
+        n->timed_out = h->timed_out;
+        snprintf(n->error, sizeof n->error, "%s", h->error);
+        n->prompt_tokens = h->prompt_tokens;
+        n->completion_tokens = h->completion_tokens;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return news;
+}
+
+void ms_sreqh_release(ms_sreqh *h)
+{
+    if (!h) return;
+    ms_sengine *s = h->s;
+    pthread_mutex_lock(&s->mu);
+    h->released = 1;
+    if (!h->ended) pthread_cond_broadcast(&s->work);
+    unref(h);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int ms_sengine_ok(ms_sengine *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int ok = s->failed ? -s->fail_code : 1;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+void ms_sengine_figures(ms_sengine *s, ms_smetrics_engine *f)
+{
+    memset(f, 0, sizeof *f);
+    pthread_mutex_lock(&s->mu);
+    int queued = 0;
+    for (ms_sreqh *h = s->in_head; h; h = h->next) queued++;
+    f->queue_depth = s->st.waiting + queued;
+    f->batch_size = s->st.running;
+    f->max_batch = s->max_batch;
+    f->steps = s->st.steps;
+    f->cancelled = s->st.cancelled;
+    f->bytes_read = s->es.model.bytes_read_experts + s->es.model.bytes_read_trunk;
+    f->cache_requests = s->es.model.expert_requests;
+    f->cache_hits = s->es.model.expert_cache_hits;
+    pthread_mutex_unlock(&s->mu);
+}

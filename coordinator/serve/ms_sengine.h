@@ -1,0 +1,58 @@
+/* ms_sengine: serve's engine thread: requests handed over by HTTP threads through a locked
+ * queue join the continuous-batching scheduler (ms_sched) at the next step; their tokens flow
+ * back as they are generated; a request given up by its client is cancelled between steps. */
+#ifndef MS_SENGINE_H
+#define MS_SENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ms_engine.h"
+#include "ms_sched.h"
+#include "ms_smetrics.h"
+
+typedef struct ms_sengine ms_sengine;
+typedef struct ms_sreqh ms_sreqh;
+
+/* Start the thread over e (borrowed; used only by that thread from now on) with at most
+ * max_batch sequences decoding and max_queue more waiting. m (borrowed) receives TTFT,
+ * per-token, batch and token figures. NULL with ms_err set if the thread cannot start. */
+ms_sengine *ms_sengine_start(ms_engine *e, int max_batch, int max_queue, ms_smetrics *m);
+/* Drain (below) if not done, then free. Accepts NULL. */
+void ms_sengine_free(ms_sengine *s);
+
+/* Hand over a job (copied; user and stream are set here). deadline_s > 0: seconds after which
+ * the job is cancelled and ends with timed_out. Returns the handle, or NULL with *status 429
+ * (max_batch + max_queue requests in flight) or 503 (draining, or the engine failed). */
+ms_sreqh *ms_sengine_submit(ms_sengine *s, const ms_sched_job *j, double deadline_s, int *status);
+
+/* What a request got since the last take. */
+typedef struct {
+    int32_t *tokens;             /* [n_tokens] new ids (malloc'ed or NULL) */
+    size_t n_tokens;
+    char *text;                  /* [text_len] new raw text bytes (malloc'ed or NULL) */
+    size_t text_len;
+    int done;                    /* the generation ended: the fields below are set */
+    const char *finish;          /* "stop", "length", or NULL: failed (error) or timed out */
+    int timed_out;
+    char error[512];
+    size_t prompt_tokens, completion_tokens;
+} ms_sreq_news;
+void ms_sreq_news_clear(ms_sreq_news *n);
+
+/* Wait up to timeout_s for news (new tokens or the end) and take it into *n (cleared first).
+ * Returns 1 if there is news (n->done set once, at the end), 0 on a timeout. */
+int ms_sreqh_wait(ms_sreqh *h, double timeout_s, ms_sreq_news *n);
+/* The HTTP side is done with h (after the end, or because the client left): a generation
+ * still running is cancelled at the next step and its memory freed. */
+void ms_sreqh_release(ms_sreqh *h);
+
+/* Stop accepting (submit answers 503), let every submitted request finish, end the thread. */
+void ms_sengine_drain(ms_sengine *s);
+/* 1 while the engine works; after a step failed, minus the failure's exit class (every request
+ * then ends with an error and new ones get 503). */
+int ms_sengine_ok(ms_sengine *s);
+/* Queue depth, batch size and the engine's read and cache counters. */
+void ms_sengine_figures(ms_sengine *s, ms_smetrics_engine *f);
+
+#endif

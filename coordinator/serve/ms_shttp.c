@@ -1,0 +1,613 @@
+/* ms_shttp: serve's HTTP glue on libmicrohttpd (thread per connection): routing, auth, body
+ * limit, whole and streamed (SSE) answers, client-disconnect detection, access log. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ms_clock.h"
+#include "ms_err.h"
+#include "ms_shttp.h"
+#include "ms_sreq.h"
+
+#define POLL_S 0.1 /* how often a waiting answer looks whether its client is still there */
+
+struct ms_shttp {
+    ms_shttp_opts o;
+    ms_sengine *s;
+    ms_smetrics *m;
+    struct MHD_Daemon *d;
+    int listen_fd;
+    char url[160];
+    pthread_mutex_t mu;
+    int active;                  /* requests being answered (a stream until its last byte) */
+    int quiesced;
+};
+
+enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER };
+static const char *const ep_names[] = {"completions", "chat_completions", "models", "health", "metrics", "other"};
+
+/* One request (MHD's con_cls): from the first call to MHD's completion notice. */
+typedef struct {
+    ms_shttp *h;
+    int ep;
+    char *body;
+    size_t n, cap;
+    int too_big, streamed;
+    int status;
+    double t0;
+    int fd;
+    size_t prompt_tokens, completion_tokens;
+    char addr[80], method[16], path[128];
+} conn;
+
+/* A streamed answer (owned by its MHD response; outlives the conn). */
+typedef struct {
+    ms_shttp *h;
+    ms_sreqh *req;
+    ms_sreq r;
+    ms_sreq_ident id;
+    int fd, first, finished, gone;
+    char *out;                   /* every SSE byte so far (MHD may ask for a position again) */
+    size_t n;
+    char *pend;                  /* text bytes held back (an unfinished UTF-8 character) */
+    size_t pend_n;
+    size_t prompt_tokens, completion_tokens;
+    double t0;
+    char addr[80], path[128], end[40];
+} stream;
+
+static void active_add(ms_shttp *h, int d)
+{
+    pthread_mutex_lock(&h->mu);
+    h->active += d;
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* 1 once the peer has closed its side (or the socket failed). */
+static int client_gone(int fd)
+{
+    if (fd < 0) return 0;
+    struct pollfd p = {fd, POLLRDHUP, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+static void access_log(const char *addr, const char *method, const char *path, int status, size_t pt, size_t ct,
+                       double t0, const char *note)
+{
+    ms_log(1, "serve: %s \"%s %s\" %d prompt_tokens=%zu completion_tokens=%zu %.3fs%s%s", addr, method, path, status, pt, ct,
+           ms_now() - t0, note && *note ? " " : "", note ? note : "");
+}
+
+/* Queue an answer of body[len] (malloc'ed, consumed). */
+static enum MHD_Result reply(struct MHD_Connection *mc, conn *c, int status, const char *type, char *body, size_t len,
+                             const char *hname, const char *hval)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (hname) MHD_add_response_header(resp, hname, hval);
+    pthread_mutex_lock(&c->h->mu);
+    int closing = c->h->quiesced;
+    pthread_mutex_unlock(&c->h->mu);
+    if (closing) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    c->status = status;
+    enum MHD_Result r = MHD_queue_response(mc, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *mc, conn *c, int status, const char *code, const char *msg,
+                                   const char *hname, const char *hval)
+{
+    size_t len;
+    char *b = ms_sreq_error_json(status, code, msg, &len);
+    return reply(mc, c, status, "application/json", b, len, hname, hval);
+}
+
+/* The Bearer check, in time independent of where the key differs. */
+static int authorized(ms_shttp *h, struct MHD_Connection *mc)
+{
+    if (!h->o.api_key) return 1;
+    const char *a = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!a || strncmp(a, "Bearer ", 7) != 0) return 0;
+    a += 7;
+    const char *k = h->o.api_key;
+    size_t la = strlen(a), lk = strlen(k);
+    unsigned char diff = (unsigned char)(la != lk);
+    for (size_t i = 0; i < lk; i++) diff |= (unsigned char)(k[i] ^ (i < la ? a[i] : 0));
+    return diff == 0;
+}
+
+/* ---- streamed answers ---- */
+
+static void out_add(stream *st, char *bytes, size_t len)
+{
+    char *p = ms_realloc(st->out, st->n + len + 1);
+    st->out = p;
+    memcpy(st->out + st->n, bytes, len);
+    st->n += len;
+    free(bytes);
+}
+
+static void out_str(stream *st, const char *s) { out_add(st, ms_strdup(s), strlen(s)); }
+
+/* Turn news into SSE events. */
+static void stream_news(stream *st, ms_sreq_news *nw)
+{
+    size_t len;
+    if (nw->text_len) {
+        st->pend = ms_realloc(st->pend, st->pend_n + nw->text_len);
+        memcpy(st->pend + st->pend_n, nw->text, nw->text_len);
+        st->pend_n += nw->text_len;
+    }
+    size_t ready = nw->done ? st->pend_n : ms_sreq_utf8_ready(st->pend, st->pend_n);
+    int has_text = st->h->o.lim.tok != NULL;
+    if (nw->n_tokens || ready) {
+        char *ev = ms_sreq_chunk(&st->r, &st->id, nw->tokens, nw->n_tokens, has_text ? st->pend : NULL, ready, NULL, st->first, &len);
+        out_add(st, ev, len);
+        st->first = 0;
+        memmove(st->pend, st->pend + ready, st->pend_n - ready);
+        st->pend_n -= ready;
+    }
+    if (!nw->done) return;
+    st->prompt_tokens = nw->prompt_tokens;
+    st->completion_tokens = nw->completion_tokens;
+    if (nw->finish) {
+        char *ev = ms_sreq_chunk(&st->r, &st->id, NULL, 0, has_text ? "" : NULL, 0, nw->finish, st->first, &len);
+        out_add(st, ev, len);
+        if (st->r.include_usage) {
+            ev = ms_sreq_usage_chunk(&st->r, &st->id, nw->prompt_tokens, nw->completion_tokens, &len);
+            out_add(st, ev, len);
+        }
+        snprintf(st->end, sizeof st->end, "stream finish=%s", nw->finish);
+    } else {
+        /* the status line went out already: the error is an event of its own */
+        char *e = ms_sreq_error_json(nw->timed_out ? 504 : 500, nw->timed_out ? "deadline_exceeded" : "engine_error", nw->error, &len);
+        out_str(st, "data: ");
+        e[len - 1] = 0; /* its newline */
+        out_add(st, e, len - 1);
+        out_str(st, "\n\n");
+        snprintf(st->end, sizeof st->end, "stream %s", nw->timed_out ? "deadline" : "error");
+    }
+    out_str(st, "data: [DONE]\n\n");
+    st->finished = 1;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    stream *st = cls;
+    while (pos >= st->n) {
+        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        ms_sreq_news nw = {0};
+        if (client_gone(st->fd)) {
+            st->gone = 1;
+            ms_sreq_news_clear(&nw);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (ms_sreqh_wait(st->req, POLL_S, &nw)) stream_news(st, &nw);
+        ms_sreq_news_clear(&nw);
+    }
+    size_t k = st->n - pos < max ? st->n - (size_t)pos : max;
+    memcpy(buf, st->out + pos, k);
+    return (ssize_t)k;
+}
+
+static void stream_free(void *cls)
+{
+    stream *st = cls;
+    if (!st->finished) {
+        st->gone = 1;
+        snprintf(st->end, sizeof st->end, "stream client_gone (cancelled)");
+    }
+    ms_sreqh_release(st->req); /* cancels a generation still running */
+    access_log(st->addr, "POST", st->path, 200, st->prompt_tokens, st->completion_tokens, st->t0, st->end);
+    ms_sreq_clear(&st->r);
+    free(st->out);
+    free(st->pend);
+    active_add(st->h, -1);
+    free(st);
+}
+
+/* ---- completions ---- */
+
+static enum MHD_Result completions(struct MHD_Connection *mc, conn *c)
+{
+    ms_shttp *h = c->h;
+    ms_sreq r;
+    if (ms_sreq_parse(c->body ? c->body : "", c->n, c->ep == EP_CHAT, &h->o.lim, &r) != 0) {
+        enum MHD_Result res = reply_error(mc, c, r.status, r.code, r.message, NULL, NULL);
+        ms_sreq_clear(&r);
+        return res;
+    }
+    ms_sched_job j = {0};
+    j.prompt = r.spec.prompt;
+    j.n_prompt = r.spec.n_prompt;
+    j.temperature = r.spec.temperature;
+    j.top_p = r.spec.top_p;
+    j.seed = r.spec.seed;
+    j.max_tokens = r.spec.max_tokens;
+    j.stop_at_eos = 1;
+    if (r.chat && h->o.chat_end_id >= 0) { /* the end of the assistant's turn, as jobs */
+        j.stop_ids = &h->o.chat_end_id;
+        j.n_stop_ids = 1;
+    }
+    j.stop = (const char *const *)r.spec.stop;
+    j.n_stop = r.spec.n_stop;
+    int status = 0;
+    ms_sreqh *req = ms_sengine_submit(h->s, &j, h->o.request_timeout, &status);
+    if (!req) {
+        ms_sreq_clear(&r);
+        if (status == 429)
+            return reply_error(mc, c, 429, "queue_full", "the queue is full: retry later", MHD_HTTP_HEADER_RETRY_AFTER, "1");
+        return reply_error(mc, c, 503, "unavailable", "the server is shutting down or its engine failed", NULL, NULL);
+    }
+    ms_sreq_ident id;
+    ms_sreq_ident_new(&r, h->o.model_name, &id);
+    if (r.stream) {
+        stream *st = ms_calloc(1, sizeof *st);
+        st->h = h;
+        st->req = req;
+        st->r = r;
+        st->id = id;
+        st->id.model = st->r.spec.model ? st->r.spec.model : h->o.model_name;
+        st->fd = c->fd;
+        st->first = 1;
+        st->t0 = c->t0;
+        snprintf(st->addr, sizeof st->addr, "%s", c->addr);
+        snprintf(st->path, sizeof st->path, "%s", c->path);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free);
+        if (!resp) {
+            active_add(h, 1);
+            stream_free(st);
+            return MHD_NO;
+        }
+        active_add(h, 1); /* until stream_free */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        c->streamed = 1;
+        c->status = 200;
+        enum MHD_Result res = MHD_queue_response(mc, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        return res;
+    }
+    /* whole answer: gather the news until the end, watching the client */
+    int32_t *tok = NULL;
+    char *text = NULL;
+    size_t n_tok = 0, n_text = 0;
+    ms_sreq_news nw = {0};
+    enum MHD_Result res = MHD_NO;
+    for (;;) {
+        if (client_gone(c->fd)) { /* looked at every round: news may come at every step */
+            c->status = 499; /* nginx's "client closed request", for the log only */
+            goto out;
+        }
+        if (ms_sreqh_wait(req, POLL_S, &nw)) {
+            tok = ms_realloc(tok, sizeof *tok * (n_tok + nw.n_tokens + 1));
+            if (nw.n_tokens) memcpy(tok + n_tok, nw.tokens, sizeof *tok * nw.n_tokens);
+            n_tok += nw.n_tokens;
+            text = ms_realloc(text, n_text + nw.text_len + 1);
+            if (nw.text_len) memcpy(text + n_text, nw.text, nw.text_len);
+            n_text += nw.text_len;
+            if (nw.done) break;
+        }
+    }
+    c->prompt_tokens = nw.prompt_tokens;
+    c->completion_tokens = nw.completion_tokens;
+    if (nw.finish) {
+        size_t len;
+        char *b = ms_sreq_completion(&r, &id, tok, n_tok, h->o.lim.tok ? text : NULL, n_text, nw.finish, nw.prompt_tokens, &len);
+        res = reply(mc, c, 200, "application/json", b, len, NULL, NULL);
+    } else if (nw.timed_out) {
+        res = reply_error(mc, c, 504, "deadline_exceeded", nw.error, NULL, NULL);
+    } else {
+        res = reply_error(mc, c, 500, "engine_error", nw.error, NULL, NULL);
+    }
+out:
+    ms_sreqh_release(req); /* cancels it when the client left */
+    ms_sreq_news_clear(&nw);
+    free(tok);
+    free(text);
+    ms_sreq_clear(&r);
+    return res;
+}
+
+/* ---- the other endpoints ---- */
+
+static enum MHD_Result models(struct MHD_Connection *mc, conn *c)
+{
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", c->h->o.model_name, "object", "model", "created", (json_int_t)0,
+                          "owned_by", "moestream");
+    json_t *o = json_pack("{s:s,s:[o]}", "object", "list", "data", m);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return reply(mc, c, 200, "application/json", s, strlen(s), NULL, NULL);
+}
+
+static enum MHD_Result health(struct MHD_Connection *mc, conn *c)
+{
+    int ok = ms_sengine_ok(c->h->s) == 1;
+    pthread_mutex_lock(&c->h->mu);
+    int q = c->h->quiesced;
+    pthread_mutex_unlock(&c->h->mu);
+    const char *st = !ok ? "{\"status\":\"failed\"}\n" : q ? "{\"status\":\"draining\"}\n" : "{\"status\":\"ok\"}\n";
+    return reply(mc, c, ok && !q ? 200 : 503, "application/json", ms_strdup(st), strlen(st), NULL, NULL);
+}
+
+static enum MHD_Result metrics(struct MHD_Connection *mc, conn *c)
+{
+    ms_smetrics_engine f;
+    ms_sengine_figures(c->h->s, &f);
+    size_t len;
+    char *t = ms_smetrics_render(c->h->m, &f, &len);
+    return reply(mc, c, 200, "text/plain; version=0.0.4", t, len, NULL, NULL);
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
+                              const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+    ms_shttp *h = cls;
+    (void)version;
+    conn *c = *con_cls;
+    if (!c) {
+        c = ms_calloc(1, sizeof *c);
+        c->h = h;
+        c->t0 = ms_now();
+        c->fd = -1;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci) c->fd = ci->connect_fd;
+        ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        snprintf(c->addr, sizeof c->addr, "?");
+        if (ci && ci->client_addr) {
+            char a[64] = "?";
+            const struct sockaddr *sa = ci->client_addr;
+            if (sa->sa_family == AF_INET) {
+                const struct sockaddr_in *in = (const void *)sa;
+                inet_ntop(AF_INET, &in->sin_addr, a, sizeof a);
+                snprintf(c->addr, sizeof c->addr, "%s:%u", a, ntohs(in->sin_port));
+            } else if (sa->sa_family == AF_INET6) {
+                const struct sockaddr_in6 *in = (const void *)sa;
+                inet_ntop(AF_INET6, &in->sin6_addr, a, sizeof a);
+                snprintf(c->addr, sizeof c->addr, "[%s]:%u", a, ntohs(in->sin6_port));
+            }
+        }
+        snprintf(c->method, sizeof c->method, "%s", method);
+        snprintf(c->path, sizeof c->path, "%s", url);
+        c->ep = !strcmp(url, "/v1/completions")        ? EP_COMPLETIONS
+                : !strcmp(url, "/v1/chat/completions") ? EP_CHAT
+                : !strcmp(url, "/v1/models")           ? EP_MODELS
+                : !strcmp(url, "/health")              ? EP_HEALTH
+                : !strcmp(url, "/metrics")             ? EP_METRICS
+                                                       : EP_OTHER;
+        active_add(h, 1);
+        *con_cls = c;
+        return MHD_YES;
+    }
+    if (*upload_size) { /* the body, up to the limit */
+        if (c->n + *upload_size > h->o.max_body)
+            c->too_big = 1;
+        else {
+            if (c->n + *upload_size + 1 > c->cap) {
+                c->cap = (c->n + *upload_size) * 2 + 1;
+                c->body = ms_realloc(c->body, c->cap);
+            }
+            memcpy(c->body + c->n, upload, *upload_size);
+            c->n += *upload_size;
+            c->body[c->n] = 0;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (c->ep == EP_HEALTH && !strcmp(method, "GET")) return health(mc, c);
+    if (!authorized(h, mc))
+        return reply_error(mc, c, 401, "invalid_api_key", "a valid \"Authorization: Bearer KEY\" header is required",
+                           MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    int post = c->ep == EP_COMPLETIONS || c->ep == EP_CHAT;
+    if (c->ep == EP_OTHER) return reply_error(mc, c, 404, "not_found", "unknown path (see docs/API.md)", NULL, NULL);
+    if (strcmp(method, post ? "POST" : "GET") != 0)
+        return reply_error(mc, c, 405, "method_not_allowed", post ? "use POST" : "use GET", MHD_HTTP_HEADER_ALLOW,
+                           post ? "POST" : "GET");
+    if (c->too_big) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the body is larger than %zu bytes (--max-body)", h->o.max_body);
+        return reply_error(mc, c, 413, "body_too_large", msg, NULL, NULL);
+    }
+    if (c->ep == EP_MODELS) return models(mc, c);
+    if (c->ep == EP_METRICS) return metrics(mc, c);
+    pthread_mutex_lock(&h->mu);
+    int q = h->quiesced;
+    pthread_mutex_unlock(&h->mu);
+    if (q) return reply_error(mc, c, 503, "unavailable", "the server is shutting down", NULL, NULL);
+    return completions(mc, c);
+}
+
+static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode why)
+{
+    ms_shttp *h = cls;
+    conn *c = *con_cls;
+    (void)mc;
+    if (!c) return;
+    if (c->status) ms_smetrics_request(h->m, ep_names[c->ep], c->status == 499 ? 0 : c->status);
+    if (!c->streamed)
+        access_log(c->addr, c->method, c->path, c->status ? c->status : 500, c->prompt_tokens, c->completion_tokens, c->t0,
+                   why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? NULL : c->status == 499 ? "client_gone (cancelled)" : "aborted");
+    free(c->body);
+    free(c);
+    *con_cls = NULL;
+    active_add(h, -1);
+}
+
+/* ---- the daemon ---- */
+
+/* Split "HOST:PORT" / "[V6]:PORT" into host and port. 0, or -1 with ms_err set. */
+static int split_listen(const char *listen, char *host, size_t hn, char *port, size_t pn)
+{
+    const char *colon = strrchr(listen, ':');
+    if (!colon || !colon[1]) goto bad;
+    size_t n = (size_t)(colon - listen);
+    const char *h = listen;
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') h++, n -= 2;
+    if (n == 0 || n >= hn || strlen(colon + 1) >= pn) goto bad;
+    memcpy(host, h, n);
+    host[n] = 0;
+    snprintf(port, pn, "%s", colon + 1);
+    for (const char *p = port; *p; p++)
+        if (*p < '0' || *p > '9') goto bad;
+    if (atoi(port) > 65535) goto bad;
+    return 0;
+bad:
+    ms_err_set("--listen '%s' is not HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)", listen);
+    return ms_err_set_code(MS_EXIT_USAGE);
+}
+
+static struct addrinfo *resolve(const char *listen)
+{
+    char host[256], port[16];
+    if (split_listen(listen, host, sizeof host, port, sizeof port) != 0) return NULL;
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    int rc = getaddrinfo(host, port, &hints, &ai);
+    if (rc != 0) {
+        ms_err_set("--listen '%s': cannot resolve '%s': %s", listen, host, gai_strerror(rc));
+        ms_err_set_code(MS_EXIT_USAGE);
+        return NULL;
+    }
+    return ai;
+}
+
+int ms_shttp_is_loopback(const char *listen)
+{
+    struct addrinfo *ai = resolve(listen);
+    if (!ai) return 0;
+    int all = 1;
+    for (struct addrinfo *a = ai; a; a = a->ai_next) {
+        if (a->ai_family == AF_INET) {
+            const struct sockaddr_in *in = (const void *)a->ai_addr;
+            if ((ntohl(in->sin_addr.s_addr) >> 24) != 127) all = 0;
+        } else if (a->ai_family == AF_INET6) {
+            const struct sockaddr_in6 *in = (const void *)a->ai_addr;
+            if (!IN6_IS_ADDR_LOOPBACK(&in->sin6_addr)) all = 0;
+        } else {
+            all = 0;
+        }
+    }
+    freeaddrinfo(ai);
+    return all;
+}
+
+/* A listening socket on the first address of listen that binds; the URL it serves. */
+static int bind_listen(const char *spec, char *url, size_t un)
+{
+    struct addrinfo *ai = resolve(spec);
+    if (!ai) return -1;
+    int fd = -1, err = 0;
+    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+            err = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(ai);
+    if (fd < 0) {
+        ms_err_set("cannot listen on %s: %s", spec, strerror(err));
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    char a[64] = "?";
+    if (ss.ss_family == AF_INET) {
+        struct sockaddr_in *in = (void *)&ss;
+        inet_ntop(AF_INET, &in->sin_addr, a, sizeof a);
+        snprintf(url, un, "http://%s:%u", a, ntohs(in->sin_port));
+    } else {
+        struct sockaddr_in6 *in = (void *)&ss;
+        inet_ntop(AF_INET6, &in->sin6_addr, a, sizeof a);
+        snprintf(url, un, "http://[%s]:%u", a, ntohs(in->sin6_port));
+    }
+    return fd;
+}
+
+ms_shttp *ms_shttp_start(const ms_shttp_opts *o, ms_sengine *s, ms_smetrics *m)
+{
+    ms_shttp *h = ms_calloc(1, sizeof *h);
+    h->o = *o;
+    h->s = s;
+    h->m = m;
+    pthread_mutex_init(&h->mu, NULL);
+    h->listen_fd = bind_listen(o->listen, h->url, sizeof h->url);
+    if (h->listen_fd < 0) {
+        ms_shttp_stop(h);
+        return NULL;
+    }
+    h->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC, 0, NULL, NULL,
+                            handle, h, MHD_OPTION_LISTEN_SOCKET, h->listen_fd, MHD_OPTION_NOTIFY_COMPLETED, completed, h,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_connections > 0 ? o->max_connections : 256),
+                            MHD_OPTION_END);
+    if (!h->d) {
+        ms_err_set("cannot start the HTTP server on %s", o->listen);
+        ms_err_set_code(MS_EXIT_IO);
+        ms_shttp_stop(h);
+        return NULL;
+    }
+    h->listen_fd = -1; /* the daemon's now */
+    return h;
+}
+
+const char *ms_shttp_url(const ms_shttp *h) { return h->url; }
+
+void ms_shttp_quiesce(ms_shttp *h)
+{
+    pthread_mutex_lock(&h->mu);
+    int was = h->quiesced;
+    h->quiesced = 1;
+    pthread_mutex_unlock(&h->mu);
+    if (was || !h->d) return;
+    MHD_socket fd = MHD_quiesce_daemon(h->d);
+    if (fd != MHD_INVALID_SOCKET) close(fd); /* new connections are refused from now on */
+}
+
+int ms_shttp_wait_idle(ms_shttp *h, double limit_s)
+{
+    double t0 = ms_now();
+    for (;;) {
+        pthread_mutex_lock(&h->mu);
+        int a = h->active;
+        pthread_mutex_unlock(&h->mu);
+        if (a == 0) return 1;
+        if (ms_now() - t0 > limit_s) return 0;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void ms_shttp_stop(ms_shttp *h)
+{
+    if (!h) return;
+    if (h->d) MHD_stop_daemon(h->d);
+    if (h->listen_fd >= 0) close(h->listen_fd);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+}

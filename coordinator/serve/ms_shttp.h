@@ -1,0 +1,41 @@
+/* ms_shttp: serve's HTTP side on libmicrohttpd: routes, Bearer check, body limit, completion
+ * requests handed to the engine thread and answered whole or as Server-Sent Events, access log. */
+#ifndef MS_SHTTP_H
+#define MS_SHTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ms_jobfile.h"
+#include "ms_sengine.h"
+#include "ms_smetrics.h"
+
+typedef struct ms_shttp ms_shttp;
+
+typedef struct {
+    const char *listen;          /* "HOST:PORT" ("[v6]:PORT"); port 0 = any free port */
+    const char *api_key;         /* required as "Authorization: Bearer KEY" (all but /health); NULL: none */
+    const char *model_name;      /* the one model of /v1/models, answered when a request names none */
+    size_t max_body;             /* bytes; a larger body gets 413 */
+    ms_jobfile_limits lim;       /* tokenizer, vocabulary, prompt + max_tokens bound */
+    int32_t chat_end_id;         /* <|im_end|>: ends a chat's turn (-1: none) */
+    double request_timeout;      /* seconds; 0: none */
+    int max_connections;
+} ms_shttp_opts;
+
+/* Bind and start serving (one thread per connection). NULL with ms_err set: MS_EXIT_USAGE for a
+ * bad --listen, MS_EXIT_IO when the address cannot be bound. Borrows everything. */
+ms_shttp *ms_shttp_start(const ms_shttp_opts *o, ms_sengine *s, ms_smetrics *m);
+/* The address served, "http://HOST:PORT" (the real port when 0 was asked). */
+const char *ms_shttp_url(const ms_shttp *h);
+/* Stop accepting connections; requests on open connections get 503 from now on. */
+void ms_shttp_quiesce(ms_shttp *h);
+/* Wait up to limit_s until no request is being answered. Returns 1 when idle. */
+int ms_shttp_wait_idle(ms_shttp *h, double limit_s);
+/* Stop (closing connections still open) and free. Accepts NULL. */
+void ms_shttp_stop(ms_shttp *h);
+
+/* 1 if host (as in --listen, without the port) names only loopback addresses. */
+int ms_shttp_is_loopback(const char *listen);
+
+#endif

@@ -1,0 +1,177 @@
+/* ms_smetrics: serve's metrics: counters by endpoint and status, token counts, and histograms of
+ * time to first token, time between tokens and batch size, as Prometheus text. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_smetrics.h"
+
+#define N_SEC_BUCKETS 14
+static const double sec_bounds[N_SEC_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+#define N_BATCH_BUCKETS 9
+static const double batch_bounds[N_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+
+typedef struct {
+    uint64_t count[16]; /* per bound, not cumulative; the last one is +Inf */
+    uint64_t n;
+    double sum;
+} histo;
+
+#define N_ENDPOINTS 6
+static const char *const endpoints[N_ENDPOINTS] = {"completions", "chat_completions", "models", "health", "metrics", "other"};
+#define N_CODES 9
+static const int codes[N_CODES] = {200, 400, 401, 404, 405, 413, 429, 500, 503};
+
+struct ms_smetrics {
+    pthread_mutex_t mu;
+    uint64_t requests[N_ENDPOINTS][N_CODES + 1]; /* the last: any other status */
+    uint64_t prompt_tokens, generated_tokens, generations;
+    histo ttft, inter, batch;
+};
+
+ms_smetrics *ms_smetrics_new(void)
+{
+    ms_smetrics *m = ms_calloc(1, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    return m;
+}
+
+void ms_smetrics_free(ms_smetrics *m)
+{
+    if (!m) return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void ms_smetrics_request(ms_smetrics *m, const char *endpoint, int status)
+{
+    int e = N_ENDPOINTS - 1, c = N_CODES;
+    for (int i = 0; i < N_ENDPOINTS; i++)
+        if (!strcmp(endpoint, endpoints[i])) e = i;
+    for (int i = 0; i < N_CODES; i++)
+        if (status == codes[i]) c = i;
+    pthread_mutex_lock(&m->mu);
+    m->requests[e][c]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void ms_smetrics_tokens(ms_smetrics *m, uint64_t prompt, uint64_t generated)
+{
+    pthread_mutex_lock(&m->mu);
+    m->prompt_tokens += prompt;
+    m->generated_tokens += generated;
+    m->generations++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void histo_add(ms_smetrics *m, histo *h, const double *bounds, int nb, double v)
+{
+    int b = nb;
+    for (int i = 0; i < nb; i++)
+        if (v <= bounds[i]) {
+            b = i;
+            break;
+        }
+    pthread_mutex_lock(&m->mu);
+    h->count[b]++;
+    h->n++;
+    h->sum += v;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void ms_smetrics_ttft(ms_smetrics *m, double s) { histo_add(m, &m->ttft, sec_bounds, N_SEC_BUCKETS, s); }
+void ms_smetrics_inter_token(ms_smetrics *m, double s) { histo_add(m, &m->inter, sec_bounds, N_SEC_BUCKETS, s); }
+void ms_smetrics_step(ms_smetrics *m, int batch) { histo_add(m, &m->batch, batch_bounds, N_BATCH_BUCKETS, batch); }
+
+/* A growing text buffer. */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} buf;
+
+static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(buf *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+        va_end(ap);
+        if (k >= 0 && (size_t)k < b->cap - b->n) {
+            b->n += (size_t)k;
+            return;
+        }
+        b->cap = b->cap * 2 + (size_t)(k > 0 ? k : 0) + 256;
+        b->p = ms_realloc(b->p, b->cap);
+    }
+}
+
+static void put_histo(buf *b, const char *name, const char *help, const histo *h, const double *bounds, int nb)
+{
+    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < nb; i++) {
+        cum += h->count[i];
+        put(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
+    }
+    put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)h->n, name, h->sum, name,
+        (unsigned long long)h->n);
+}
+
+char *ms_smetrics_render(ms_smetrics *m, const ms_smetrics_engine *e, size_t *len)
+{
+    buf b = {ms_malloc(4096), 0, 4096};
+    pthread_mutex_lock(&m->mu);
+    put(&b, "# HELP moestream_requests_total HTTP requests answered, by endpoint and status code.\n"
+            "# TYPE moestream_requests_total counter\n");
+    for (int i = 0; i < N_ENDPOINTS; i++)
+        for (int c = 0; c <= N_CODES; c++)
+            if (m->requests[i][c]) {
+                char code[8];
+                snprintf(code, sizeof code, "%d", c < N_CODES ? codes[c] : 0);
+                put(&b, "moestream_requests_total{endpoint=\"%s\",code=\"%s\"} %llu\n", endpoints[i],
+                    c < N_CODES ? code : "other", (unsigned long long)m->requests[i][c]);
+            }
+    put(&b,
+        "# HELP moestream_generations_total Generations finished (completions and chats).\n"
+        "# TYPE moestream_generations_total counter\nmoestream_generations_total %llu\n"
+        "# HELP moestream_prompt_tokens_total Prompt tokens of finished generations.\n"
+        "# TYPE moestream_prompt_tokens_total counter\nmoestream_prompt_tokens_total %llu\n"
+        "# HELP moestream_generated_tokens_total Tokens generated by finished generations.\n"
+        "# TYPE moestream_generated_tokens_total counter\nmoestream_generated_tokens_total %llu\n",
+        (unsigned long long)m->generations, (unsigned long long)m->prompt_tokens, (unsigned long long)m->generated_tokens);
+    put_histo(&b, "moestream_time_to_first_token_seconds", "Seconds from a request's arrival to its first token.", &m->ttft,
+              sec_bounds, N_SEC_BUCKETS);
+    put_histo(&b, "moestream_time_per_token_seconds", "Seconds between two tokens of one generation.", &m->inter,
+              sec_bounds, N_SEC_BUCKETS);
+    put_histo(&b, "moestream_step_batch_size", "Sequences advanced by one batched step.", &m->batch, batch_bounds,
+              N_BATCH_BUCKETS);
+    pthread_mutex_unlock(&m->mu);
+    double hit = e->cache_requests ? (double)e->cache_hits / (double)e->cache_requests : 0.0;
+    put(&b,
+        "# HELP moestream_queue_depth Requests waiting for a place in the batch.\n"
+        "# TYPE moestream_queue_depth gauge\nmoestream_queue_depth %d\n"
+        "# HELP moestream_batch_size Sequences in the running batch.\n"
+        "# TYPE moestream_batch_size gauge\nmoestream_batch_size %d\n"
+        "# HELP moestream_max_batch Sequences the plan allows in one batch.\n"
+        "# TYPE moestream_max_batch gauge\nmoestream_max_batch %d\n"
+        "# HELP moestream_steps_total Batched engine steps run.\n"
+        "# TYPE moestream_steps_total counter\nmoestream_steps_total %llu\n"
+        "# HELP moestream_cancelled_total Sequences dropped before their end (client gone, deadline).\n"
+        "# TYPE moestream_cancelled_total counter\nmoestream_cancelled_total %llu\n"
+        "# HELP moestream_bytes_read_total Bytes of weights read from storage by forward passes.\n"
+        "# TYPE moestream_bytes_read_total counter\nmoestream_bytes_read_total %llu\n"
+        "# HELP moestream_expert_cache_requests_total Routed-expert lookups in the RAM cache.\n"
+        "# TYPE moestream_expert_cache_requests_total counter\nmoestream_expert_cache_requests_total %llu\n"
+        "# HELP moestream_expert_cache_hits_total Routed-expert lookups served from the RAM cache.\n"
+        "# TYPE moestream_expert_cache_hits_total counter\nmoestream_expert_cache_hits_total %llu\n"
+        "# HELP moestream_expert_cache_hit_ratio Hits over lookups since start.\n"
+        "# TYPE moestream_expert_cache_hit_ratio gauge\nmoestream_expert_cache_hit_ratio %.6f\n",
+        e->queue_depth, e->batch_size, e->max_batch, (unsigned long long)e->steps, (unsigned long long)e->cancelled,
+        (unsigned long long)e->bytes_read, (unsigned long long)e->cache_requests, (unsigned long long)e->cache_hits, hit);
+    *len = b.n;
+    return b.p;
+}

@@ -1,0 +1,39 @@
+/* ms_smetrics: the counters and histograms of `serve`, rendered as Prometheus text for /metrics. */
+#ifndef MS_SMETRICS_H
+#define MS_SMETRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ms_smetrics ms_smetrics;
+
+/* Engine-side figures sampled at render time (by the caller, under its own lock). */
+typedef struct {
+    int queue_depth;              /* requests waiting for a place in the batch */
+    int batch_size;               /* sequences in the running batch */
+    int max_batch;
+    uint64_t steps;               /* batched steps run */
+    uint64_t bytes_read;          /* expert + trunk bytes read by forward passes */
+    uint64_t cache_requests, cache_hits;
+    uint64_t cancelled;           /* sequences dropped (disconnects, deadlines) */
+} ms_smetrics_engine;
+
+/* All functions are thread-safe. */
+ms_smetrics *ms_smetrics_new(void);
+void ms_smetrics_free(ms_smetrics *m); /* accepts NULL */
+
+/* One answered HTTP request: its endpoint label ("completions", "chat_completions", "models",
+ * "health", "metrics", "other") and status code. */
+void ms_smetrics_request(ms_smetrics *m, const char *endpoint, int status);
+/* One finished generation: prompt and generated tokens. */
+void ms_smetrics_tokens(ms_smetrics *m, uint64_t prompt, uint64_t generated);
+/* Seconds from a request's arrival to its first token; between two of its tokens. */
+void ms_smetrics_ttft(ms_smetrics *m, double seconds);
+void ms_smetrics_inter_token(ms_smetrics *m, double seconds);
+/* The batch size of one step (histogram). */
+void ms_smetrics_step(ms_smetrics *m, int batch);
+
+/* The Prometheus text exposition (malloc'ed, *len bytes). */
+char *ms_smetrics_render(ms_smetrics *m, const ms_smetrics_engine *e, size_t *len);
+
+#endif

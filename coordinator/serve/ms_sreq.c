@@ -1,0 +1,226 @@
+/* ms_sreq: serve's request bodies (the jobs checks plus stream, n and unknown fields) and the
+ * OpenAI completion, chunk and error objects. */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ms_cli.h"
+#include "ms_err.h"
+#include "ms_sreq.h"
+#include "ms_wire.h"
+
+static const char *const completion_fields[] = {"model", "prompt", "max_tokens", "temperature", "top_p", "seed",
+                                                "stop", "stream", "stream_options", "n", "user", NULL};
+static const char *const chat_fields[] = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature",
+                                          "top_p", "seed", "stop", "stream", "stream_options", "n", "user", NULL};
+
+static int refuse(ms_sreq *r, int status, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int refuse(ms_sreq *r, int status, const char *code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    r->status = status;
+    r->code = code;
+    free(r->message);
+    r->message = ms_strdup(msg);
+    return -1;
+}
+
+/* The HTTP-only fields: known names, n, stream, stream_options, user. */
+static int check_fields(ms_sreq *r, json_t *body)
+{
+    const char *const *known = r->chat ? chat_fields : completion_fields;
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v)
+    {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++) ok = !strcmp(key, known[i]);
+        if (!ok) {
+            char list[512] = "";
+            for (int i = 0; known[i]; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", known[i]);
+            return refuse(r, 400, "unsupported_field", "unknown or unsupported field \"%s\" (supported: %s)", key, list);
+        }
+    }
+    v = json_object_get(body, "n");
+    if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1))
+        return refuse(r, 400, "unsupported_n", "\"n\" must be 1: one choice per request");
+    v = json_object_get(body, "stream");
+    if (v && !json_is_null(v) && !json_is_boolean(v)) return refuse(r, 400, "invalid_request", "\"stream\" must be a boolean");
+    r->stream = json_is_true(v);
+    v = json_object_get(body, "stream_options");
+    if (v && !json_is_null(v)) {
+        json_t *u = json_object_get(v, "include_usage");
+        if (!json_is_object(v) || json_object_size(v) != (u ? 1u : 0u) || (u && !json_is_boolean(u)))
+            return refuse(r, 400, "invalid_request", "\"stream_options\" must be {\"include_usage\": true|false}");
+        if (!r->stream) return refuse(r, 400, "invalid_request", "\"stream_options\" needs \"stream\": true");
+        r->include_usage = json_is_true(u);
+    }
+    v = json_object_get(body, "user");
+    if (v && !json_is_null(v) && !json_is_string(v)) return refuse(r, 400, "invalid_request", "\"user\" must be a string");
+    v = json_object_get(body, "max_completion_tokens");
+    if (v && !json_is_null(v)) {
+        if (json_object_get(body, "max_tokens"))
+            return refuse(r, 400, "invalid_request", "give \"max_tokens\" or \"max_completion_tokens\", not both");
+        json_object_set(body, "max_tokens", v); /* the same meaning */
+    }
+    return 0;
+}
+
+int ms_sreq_parse(const char *text, size_t len, int chat, const ms_jobfile_limits *lim, ms_sreq *r)
+{
+    memset(r, 0, sizeof *r);
+    r->chat = chat;
+    json_error_t je;
+    json_t *body = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!body) return refuse(r, 400, "invalid_json", "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    int rc = 0;
+    if (!json_is_object(body))
+        rc = refuse(r, 400, "invalid_request", "the body must be a JSON object");
+    else if (chat && json_object_get(body, "prompt"))
+        rc = refuse(r, 400, "unsupported_field", "a chat takes \"messages\", not \"prompt\" (use /v1/completions)");
+    else if (check_fields(r, body) != 0)
+        rc = -1;
+    if (rc == 0) {
+        ms_jobspec_parse_body(body, chat ? MS_JOB_CHAT : MS_JOB_COMPLETION, lim, &r->spec);
+        if (r->spec.err_code) rc = refuse(r, 400, r->spec.err_code, "%s", r->spec.err_msg);
+    }
+    json_decref(body);
+    return rc;
+}
+
+void ms_sreq_clear(ms_sreq *r)
+{
+    ms_jobspec_clear(&r->spec);
+    free(r->message);
+    memset(r, 0, sizeof *r);
+}
+
+/* The compact JSON of o (consumed), with a prefix and a suffix. */
+static char *dump(json_t *o, const char *pre, const char *post, size_t *len)
+{
+    char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(o);
+    MS_ASSERT(s);
+    size_t a = strlen(pre), n = strlen(s), b = strlen(post);
+    char *out = ms_malloc(a + n + b + 1);
+    memcpy(out, pre, a);
+    memcpy(out + a, s, n);
+    memcpy(out + a + n, post, b + 1);
+    free(s);
+    *len = a + n + b;
+    return out;
+}
+
+char *ms_sreq_error_json(int status, const char *code, const char *message, size_t *len)
+{
+    json_t *e = json_pack("{s:s,s:s,s:n,s:s}", "message", message, "type",
+                          status < 500 ? "invalid_request_error" : "server_error", "param", "code", code);
+    return dump(json_pack("{s:o}", "error", e), "", "\n", len);
+}
+
+void ms_sreq_ident_new(const ms_sreq *r, const char *default_model, ms_sreq_ident *id)
+{
+    ms_uuid u;
+    char s[37];
+    ms_uuid_new(&u);
+    ms_uuid_str(&u, s);
+    snprintf(id->id, sizeof id->id, "%s%s", r->chat ? "chatcmpl-" : "cmpl-", s);
+    id->model = r->spec.model ? r->spec.model : default_model;
+    id->created = (int64_t)time(NULL);
+}
+
+static json_t *ids_of(const int32_t *tok, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(tok[i]));
+    return a;
+}
+
+static json_t *usage_of(size_t p, size_t c)
+{
+    return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)p, "completion_tokens", (json_int_t)c,
+                     "total_tokens", (json_int_t)(p + c));
+}
+
+static json_t *head(const ms_sreq_ident *id, const char *object)
+{
+    return json_pack("{s:s,s:s,s:I,s:s}", "id", id->id, "object", object, "created", (json_int_t)id->created, "model",
+                     id->model);
+}
+
+char *ms_sreq_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
+                         size_t text_len, const char *finish, size_t prompt_tokens, size_t *len)
+{
+    json_t *t = text ? ms_cli_json_text(text, text_len) : json_null();
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(0));
+    if (r->chat) {
+        json_object_set_new(c, "message", json_pack("{s:s,s:o}", "role", "assistant", "content", t));
+    } else {
+        json_object_set_new(c, "text", t);
+        json_object_set_new(c, "logprobs", json_null());
+    }
+    json_object_set_new(c, "finish_reason", json_string(finish));
+    json_object_set_new(c, "token_ids", ids_of(tok, n_tok));
+    json_t *o = head(id, r->chat ? "chat.completion" : "text_completion");
+    json_object_set_new(o, "choices", json_pack("[o]", c));
+    json_object_set_new(o, "usage", usage_of(prompt_tokens, n_tok));
+    return dump(o, "", "\n", len);
+}
+
+char *ms_sreq_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
+                    size_t text_len, const char *finish, int first, size_t *len)
+{
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(0));
+    json_t *t = text ? ms_cli_json_text(text, text_len) : json_string("");
+    if (r->chat) {
+        json_t *d = json_object();
+        if (first) json_object_set_new(d, "role", json_string("assistant"));
+        if (text_len || !finish)
+            json_object_set_new(d, "content", t);
+        else
+            json_decref(t);
+        json_object_set_new(c, "delta", d);
+    } else {
+        json_object_set_new(c, "text", t);
+        json_object_set_new(c, "logprobs", json_null());
+    }
+    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
+    json_object_set_new(c, "token_ids", ids_of(tok, n_tok));
+    json_t *o = head(id, r->chat ? "chat.completion.chunk" : "text_completion");
+    json_object_set_new(o, "choices", json_pack("[o]", c));
+    if (r->include_usage) json_object_set_new(o, "usage", json_null());
+    return dump(o, "data: ", "\n\n", len);
+}
+
+char *ms_sreq_usage_chunk(const ms_sreq *r, const ms_sreq_ident *id, size_t prompt_tokens, size_t completion_tokens,
+                          size_t *len)
+{
+    json_t *o = head(id, r->chat ? "chat.completion.chunk" : "text_completion");
+    json_object_set_new(o, "choices", json_array());
+    json_object_set_new(o, "usage", usage_of(prompt_tokens, completion_tokens));
+    return dump(o, "data: ", "\n\n", len);
+}
+
+size_t ms_sreq_utf8_ready(const char *text, size_t len)
+{
+    /* A lead byte in the last 3 bytes whose character needs more bytes than there are; the
+     * continuation bytes between must be valid, or the lead byte is invalid already (it then
+     * becomes U+FFFD whatever follows). */
+    for (size_t back = 1; back <= 3 && back <= len; back++) {
+        unsigned c = (unsigned char)text[len - back];
+        if ((c & 0xc0) == 0x80) continue; /* a continuation byte */
+        size_t need = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 1;
+        return need > back ? len - back : len;
+    }
+    return len;
+}

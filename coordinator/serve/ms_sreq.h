@@ -1,0 +1,58 @@
+/* ms_sreq: the JSON of serve's completion endpoints: request bodies -> checked job specs (the
+ * checks of `jobs` lines plus the HTTP-only fields), completion objects, SSE chunks, errors. */
+#ifndef MS_SREQ_H
+#define MS_SREQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ms_jobfile.h"
+
+/* One parsed request. Owns its members. */
+typedef struct {
+    ms_jobspec spec;             /* prompt ids, sampling, stops (as a jobs line's body) */
+    int chat;                    /* /v1/chat/completions */
+    int stream, include_usage;   /* "stream": true; "stream_options": {"include_usage": true} */
+    /* A refused body: the HTTP status (400) and the OpenAI-style error code and message. */
+    int status;
+    const char *code;            /* static */
+    char *message;
+} ms_sreq;
+
+/* Parse a body of len bytes for the completions (chat = 0) or chat endpoint. Fields outside the
+ * supported set, n other than 1, mistyped fields, bad prompts and limits are refused. Returns 0,
+ * or -1 with status, code and message set. */
+int ms_sreq_parse(const char *body, size_t len, int chat, const ms_jobfile_limits *lim, ms_sreq *r);
+void ms_sreq_clear(ms_sreq *r); /* accepts a zeroed request */
+
+/* {"error": {"message", "type", "param": null, "code"}} (malloc'ed, *len bytes). type is
+ * "invalid_request_error" for 4xx statuses, else "server_error". */
+char *ms_sreq_error_json(int status, const char *code, const char *message, size_t *len);
+
+/* The identity of one answer: its id ("cmpl-..." or "chatcmpl-..."), model name, creation time. */
+typedef struct {
+    char id[64];
+    const char *model;
+    int64_t created;
+} ms_sreq_ident;
+void ms_sreq_ident_new(const ms_sreq *r, const char *default_model, ms_sreq_ident *id);
+
+/* The non-streamed answer: a text_completion or chat.completion object with choices[0] (text or
+ * message, finish_reason, token_ids) and usage. text may hold any bytes (invalid UTF-8 becomes
+ * U+FFFD). malloc'ed, *len bytes. */
+char *ms_sreq_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
+                         size_t text_len, const char *finish, size_t prompt_tokens, size_t *len);
+/* One SSE event "data: {chunk}\n\n" with the new tokens and text (finish NULL while running;
+ * first: the chat delta carries the role). usage: the last event of include_usage (empty
+ * choices, usage set; tok/text ignored). malloc'ed, *len bytes. */
+char *ms_sreq_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
+                    size_t text_len, const char *finish, int first, size_t *len);
+char *ms_sreq_usage_chunk(const ms_sreq *r, const ms_sreq_ident *id, size_t prompt_tokens, size_t completion_tokens,
+                          size_t *len);
+
+/* Bytes of text[len] that can be turned into JSON now without changing the result of turning
+ * the whole text into JSON later: everything but a UTF-8 character that the next bytes may
+ * complete. */
+size_t ms_sreq_utf8_ready(const char *text, size_t len);
+
+#endif

@@ -1,0 +1,521 @@
+/* test_serve: `moestream serve` end to end with curl: answers equal `moestream run` on each
+ * request alone (completions and chats, greedy and seeded), 8 concurrent requests equal 8
+ * sequential ones, SSE chunks add up to the whole answer, 401/400/413/429 with the server still
+ * serving, a client that disconnects frees its place, deadlines, and SIGTERM drains, exit 0. */
+#include <jansson.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ms_err.h"
+#include "ms_synth.h"
+#include "ms_test.h"
+
+#define KEY "test-key-0123456789"
+
+static char dir[1100], noeos[1100], tmp[1024], bin[1100];
+
+/* A copy of the model without an eos id: generations that run to max_tokens whatever comes. */
+static void make_noeos(void)
+{
+    snprintf(noeos, sizeof noeos, "%.1024s/m-noeos", tmp);
+    T_CHECK(ms_t_runf(NULL, NULL, "cp -r %s %s", dir, noeos) == 0, "copy the model");
+    const char *cfg = ms_t_path(noeos, "config.json");
+    json_t *c = json_load_file(cfg, 0, NULL);
+    T_CHECK(c && json_object_del(json_object_get(c, "text_config"), "eos_token_id") == 0 && json_dump_file(c, cfg, 0) == 0,
+            "drop the eos id of the copy");
+    json_decref(c);
+}
+
+#define CHAT1 "<|im_system|>system<|im_middle|>Be brief.<|im_end|><|im_user|>user<|im_middle|>Name a color.<|im_end|><|im_assistant|>assistant<|im_middle|>"
+#define CHAT2 "<|im_user|>user<|im_middle|>Tell me about \"quotes\" and\nnewlines.<|im_end|><|im_assistant|>assistant<|im_middle|>"
+
+/* A request: its endpoint, body, and the `run` options that run it alone. */
+typedef struct {
+    const char *path, *body, *run;
+} req;
+
+static const req reqs[] = {
+    {"/v1/completions", "{\"model\":\"m\",\"prompt\":\"The weather today is\",\"max_tokens\":6}", "--prompt 'The weather today is' -n 6"},
+    {"/v1/completions", "{\"prompt\":[5,17,200,33,9,1,2,3,4,5,6,7],\"max_tokens\":9,\"temperature\":0.9,\"seed\":7}",
+     "--ids 5,17,200,33,9,1,2,3,4,5,6,7 -n 9 --temperature 0.9 --seed 7"},
+    {"/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3,\"temperature\":0.7,\"top_p\":0.8,\"seed\":-5}",
+     "--prompt a -n 3 --temperature 0.7 --top-p 0.8 --seed -5"},
+    {"/v1/completions", "{\"prompt\":[300],\"max_tokens\":12,\"n\":1}", "--ids 300 -n 12"},
+    {"/v1/chat/completions",
+     "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Name a color.\"}],\"max_tokens\":7}",
+     "--prompt-file CHAT1 --allow-special -n 7"},
+    {"/v1/chat/completions",
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me about \\\"quotes\\\" and\\nnewlines.\"}],\"max_tokens\":8,\"temperature\":1.0,\"seed\":99}",
+     "--prompt-file CHAT2 --allow-special -n 8 --temperature 1.0 --seed 99"},
+    {"/v1/completions", "{\"prompt\":\"It was the best of times, it was the worst of times\",\"max_tokens\":5,\"temperature\":0.6,\"top_p\":0.95,\"seed\":3}",
+     "--prompt 'It was the best of times, it was the worst of times' -n 5 --temperature 0.6 --top-p 0.95 --seed 3"},
+    {"/v1/completions", "{\"prompt\":[11,22,33,44,55,66,77,88,99,110],\"max_tokens\":10,\"temperature\":0.5,\"seed\":1,\"stream\":false}",
+     "--ids 11,22,33,44,55,66,77,88,99,110 -n 10 --temperature 0.5 --seed 1"},
+};
+#define NREQ ((int)(sizeof reqs / sizeof reqs[0]))
+
+static json_t *ref_ids[NREQ];
+static json_t *ref_text[NREQ]; /* JSON strings: texts may hold U+0000 */
+
+static int write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+static void make_refs(void)
+{
+    write_file(ms_t_path(tmp, "chat1.txt"), CHAT1);
+    write_file(ms_t_path(tmp, "chat2.txt"), CHAT2);
+    for (int i = 0; i < NREQ; i++) {
+        char args[1024];
+        snprintf(args, sizeof args, "%s", reqs[i].run);
+        char *p;
+        if ((p = strstr(args, "CHAT1")) || (p = strstr(args, "CHAT2"))) {
+            char rest[1024];
+            snprintf(rest, sizeof rest, "%s", p + 5);
+            snprintf(p, sizeof args - (size_t)(p - args), "%s/chat%c.txt%s", tmp, p[4], rest);
+        }
+        char *out = NULL;
+        int st = ms_t_runf(&out, NULL, "%s run --model %s %s --stop-at-eos --json --quiet --ram-budget 2G", bin, dir, args);
+        json_t *o = out ? json_loads(out, JSON_ALLOW_NUL, NULL) : NULL;
+        ref_ids[i] = o ? json_incref(json_object_get(o, "generated_ids")) : NULL;
+        json_t *t = o ? json_object_get(o, "text") : NULL;
+        ref_text[i] = json_is_string(t) ? json_incref(t) : json_string("");
+        T_CHECK(st == 0 && ref_ids[i], "run request %d alone: exit %d", i, st);
+        json_decref(o);
+        free(out);
+    }
+}
+
+/* ---- the server and curl ---- */
+
+static ms_t_worker srv;
+static char url[256];
+
+static int start_server(const char *model, const char *extra)
+{
+    static int k;
+    char log[1100], cmd[4096];
+    snprintf(log, sizeof log, "%s/serve-%d.log", tmp, k++);
+    snprintf(cmd, sizeof cmd, "--model %s --listen 127.0.0.1:0 --ram-budget 2G --api-key-file %s/key %s", model, tmp, extra);
+    const char *argv[40];
+    int n = 0;
+    argv[n++] = bin;
+    argv[n++] = "serve";
+    static char words[4096];
+    snprintf(words, sizeof words, "%s", cmd);
+    for (char *w = strtok(words, " "); w && n < 38; w = strtok(NULL, " ")) argv[n++] = w;
+    argv[n] = NULL;
+    ms_t_worker_opts o = {log, NULL, NULL, 60};
+    int st = ms_t_worker_start(&srv, argv, &o);
+    snprintf(url, sizeof url, "%.200s", srv.ep);
+    T_CHECK(st == 0 && !strncmp(url, "http://127.0.0.1:", 17), "serve %s starts and names its address (%s)", extra, url);
+    return st;
+}
+
+/* curl with the key (unless noauth) on path; the body from a file. Returns the HTTP status;
+ * the answer's body into *out (malloc'ed) when out != NULL. */
+static int http(const char *path, const char *body, const char *extra, char **out)
+{
+    static int k;
+    char bf[1100], of[1100];
+    snprintf(bf, sizeof bf, "%s/body-%d.json", tmp, k);
+    snprintf(of, sizeof of, "%s/out-%d.txt", tmp, k++);
+    if (body) write_file(bf, body);
+    char *code = NULL;
+    int st = ms_t_runf(&code, NULL, "curl -s -N -o %s -w '%%{http_code}' %s %s%s%s '%s%s'", of,
+                       extra ? extra : "-H 'Authorization: Bearer " KEY "'", body ? "--data-binary @" : "", body ? bf : "",
+                       body ? " -H 'Content-Type: application/json'" : "", url, path);
+    int status = st == 0 && code ? atoi(code) : -st;
+    free(code);
+    if (out) *out = ms_t_read_file(of, NULL);
+    return status;
+}
+
+/* The whole answer's token_ids and text ("" for a null), or NULL. */
+static json_t *answer_ids(const char *body, int chat, json_t **text)
+{
+    json_t *o = body ? json_loads(body, JSON_ALLOW_NUL, NULL) : NULL;
+    json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+    json_t *ids = json_incref(json_object_get(c, "token_ids"));
+    json_t *t = chat ? json_object_get(json_object_get(c, "message"), "content") : json_object_get(c, "text");
+    if (text) *text = json_is_string(t) ? json_incref(t) : json_string("");
+    json_decref(o);
+    return ids;
+}
+
+/* SSE events: concatenated token_ids and texts; 1 if well formed and ending in [DONE]. */
+static int parse_sse(const char *s, int chat, json_t **ids, json_t **text, char *finish, size_t fn)
+{
+    *ids = json_array();
+    size_t cap = 4096, n = 0;
+    char *tb = calloc(1, cap);
+    finish[0] = 0;
+    int done = 0, ok = 1;
+    for (const char *p = s; p && *p;) {
+        const char *e = strstr(p, "\n\n");
+        if (!e) {
+            ok = 0;
+            break;
+        }
+        if (strncmp(p, "data: ", 6) != 0 || done) ok = 0;
+        if (!strncmp(p, "data: [DONE]", 12)) {
+            done = 1;
+        } else {
+            json_t *o = json_loadb(p + 6, (size_t)(e - p - 6), JSON_ALLOW_NUL, NULL);
+            json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+            if (!o) ok = 0;
+            if (c) {
+                json_array_extend(*ids, json_object_get(c, "token_ids"));
+                json_t *t = chat ? json_object_get(json_object_get(c, "delta"), "content") : json_object_get(c, "text");
+                const char *ts = json_is_string(t) ? json_string_value(t) : "";
+                size_t tl = json_is_string(t) ? json_string_length(t) : 0;
+                if (n + tl + 1 > cap) tb = realloc(tb, cap = (n + tl) * 2 + 1);
+                memcpy(tb + n, ts, tl);
+                n += tl;
+                json_t *f = json_object_get(c, "finish_reason");
+                if (json_is_string(f)) snprintf(finish, fn, "%s", json_string_value(f));
+            }
+            json_decref(o);
+        }
+        p = e + 2;
+    }
+    *text = json_stringn(tb, n);
+    free(tb);
+    return ok && done;
+}
+
+static int is_chat(int i) { return strstr(reqs[i].path, "chat") != NULL; }
+
+/* Every request, one after another: the same ids and text as run. */
+static void check_sequential(json_t **got)
+{
+    for (int i = 0; i < NREQ; i++) {
+        char *body = NULL;
+        json_t *text = NULL;
+        int st = http(reqs[i].path, reqs[i].body, NULL, &body);
+        got[i] = answer_ids(body, is_chat(i), &text);
+        T_CHECK(st == 200 && json_equal(got[i], ref_ids[i]) && json_equal(text, ref_text[i]),
+                "request %d alone over HTTP: status %d, the ids and text of run", i, st);
+        free(body);
+        json_decref(text);
+    }
+}
+
+/* All 8 at once (one curl each, in parallel): the same answers as one after another. */
+static void check_concurrent(json_t **seq)
+{
+    char cmd[16384];
+    int o = snprintf(cmd, sizeof cmd, "cd %s; ", tmp);
+    for (int i = 0; i < NREQ; i++) {
+        char bf[1100];
+        snprintf(bf, sizeof bf, "%s/conc-body-%d.json", tmp, i);
+        write_file(bf, reqs[i].body);
+        o += snprintf(cmd + o, sizeof cmd - (size_t)o,
+                      "curl -s -o conc-%d.json -H 'Authorization: Bearer " KEY "' --data-binary @%s '%s%s' & ", i, bf, url,
+                      reqs[i].path);
+    }
+    snprintf(cmd + o, sizeof cmd - (size_t)o, "wait");
+    T_CHECK(ms_t_run(cmd, NULL) == 0, "8 concurrent curls ran");
+    for (int i = 0; i < NREQ; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "conc-%d.json", i);
+        char *body = ms_t_read_file(ms_t_path(tmp, name), NULL);
+        json_t *ids = answer_ids(body, is_chat(i), NULL);
+        T_CHECK(ids && json_equal(ids, seq[i]) && json_equal(ids, ref_ids[i]),
+                "request %d among 8 concurrent ones: the ids of the sequential request and of run", i);
+        json_decref(ids);
+        free(body);
+    }
+}
+
+/* Streamed: the chunks add up to the whole answer; curl -N, events end with [DONE]. */
+static void check_stream(json_t **seq)
+{
+    for (int i = 0; i < NREQ; i++) {
+        json_t *b = json_loads(reqs[i].body, 0, NULL);
+        json_object_set_new(b, "stream", json_true());
+        if (i % 2) json_object_set_new(b, "stream_options", json_pack("{s:b}", "include_usage", 1));
+        char *body = json_dumps(b, JSON_COMPACT);
+        json_decref(b);
+        char *out = NULL, finish[16];
+        int st = http(reqs[i].path, body, NULL, &out);
+        json_t *ids = NULL, *text = NULL;
+        int ok = parse_sse(out, is_chat(i), &ids, &text, finish, sizeof finish);
+        T_CHECK(st == 200 && ok && json_equal(ids, seq[i]) && json_equal(text, ref_text[i]) && finish[0],
+                "request %d streamed: status %d, SSE well formed (%d) ending in [DONE], chunks add up to the whole "
+                "answer (finish %s)",
+                i, st, ok, finish);
+        if (i % 2) T_CHECK(out && strstr(out, "\"usage\":{\"prompt_tokens\""), "request %d: include_usage gives a usage chunk", i);
+        json_decref(ids);
+        json_decref(text);
+        free(out);
+        free(body);
+    }
+}
+
+static void check_errors(void)
+{
+    char *out = NULL;
+    const char *good = reqs[3].body;
+    int st = http("/v1/completions", good, "-H 'X-None: 1'", &out);
+    T_CHECK(st == 401 && out && strstr(out, "invalid_api_key"), "no key: 401 (%d)", st);
+    free(out);
+    st = http("/v1/completions", good, "-H 'Authorization: Bearer test-key-0123456788'", NULL);
+    T_CHECK(st == 401, "a wrong key: 401 (%d)", st);
+    st = http("/v1/models", NULL, "-H 'Authorization: Bearer " KEY "x'", NULL);
+    T_CHECK(st == 401, "a longer key: 401 (%d)", st);
+    st = http("/health", NULL, "-H 'X-None: 1'", &out);
+    T_CHECK(st == 200 && out && strstr(out, "\"ok\""), "/health needs no key: %d %s", st, out ? out : "");
+    free(out);
+    st = http("/v1/models", NULL, NULL, &out);
+    T_CHECK(st == 200 && out && strstr(out, "\"id\":\"m\""), "/v1/models names the model: %d %s", st, out ? out : "");
+    free(out);
+    static const struct {
+        const char *path, *body, *code;
+        int status;
+    } bad[] = {
+        {"/v1/completions", "{\"prompt\":[1,2,", "invalid_json", 400},
+        {"/v1/completions", "[1,2]", "invalid_request", 400},
+        {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":\"many\"}", "invalid_request", 400},
+        {"/v1/completions", "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "invalid_request", 400},
+        {"/v1/completions", "{\"prompt\":\"x\",\"stream\":1}", "invalid_request", 400},
+        {"/v1/completions", "{\"prompt\":\"x\",\"logprobs\":2}", "unsupported_field", 400},
+        {"/v1/completions", "{\"prompt\":\"x\",\"n\":2}", "unsupported_n", 400},
+        {"/v1/completions", "{\"prompt\":[1,99999]}", "invalid_prompt", 400},
+        {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":0}", "invalid_max_tokens", 400},
+        {"/v1/completions", "{\"prompt\":[1,2],\"max_tokens\":200}", "context_length_exceeded", 400},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "invalid_prompt", 400},
+        {"/v1/chat/completions", "{\"prompt\":\"x\"}", "unsupported_field", 400},
+        {"/v1/embeddings", "{\"input\":\"x\"}", "not_found", 404},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        st = http(bad[i].path, bad[i].body, NULL, &out);
+        json_t *o = out ? json_loads(out, 0, NULL) : NULL;
+        json_t *e = json_object_get(o, "error");
+        const char *code = json_string_value(json_object_get(e, "code"));
+        T_CHECK(st == bad[i].status && code && !strcmp(code, bad[i].code) && json_is_string(json_object_get(e, "message")),
+                "bad request %zu (%s): %d %s, got %d %s", i, bad[i].body, bad[i].status, bad[i].code, st, out ? out : "");
+        json_decref(o);
+        free(out);
+    }
+    /* a too-long prompt: prompt + max_tokens over --max-context */
+    char big[2048] = "{\"prompt\":[";
+    for (int i = 0; i < 130; i++) snprintf(big + strlen(big), sizeof big - strlen(big), "%s%d", i ? "," : "", i + 1);
+    strcat(big, "],\"max_tokens\":1}");
+    st = http("/v1/completions", big, NULL, &out);
+    T_CHECK(st == 400 && out && strstr(out, "context_length_exceeded"), "a prompt longer than --max-context: 400 (%d)", st);
+    free(out);
+    /* a body over --max-body */
+    char *huge = malloc(9000);
+    memset(huge, ' ', 8999);
+    huge[8999] = 0;
+    memcpy(huge, "{\"prompt\":\"x\"}", 14);
+    st = http("/v1/completions", huge, NULL, &out);
+    T_CHECK(st == 413 && out && strstr(out, "body_too_large"), "a body over --max-body: 413 (%d)", st);
+    free(out);
+    free(huge);
+    st = http("/v1/completions", "{\"prompt\":\"x\"}", "-X GET -H 'Authorization: Bearer " KEY "'", NULL);
+    T_CHECK(st == 405, "GET on a POST endpoint: 405 (%d)", st);
+    /* still serving */
+    st = http(reqs[0].path, reqs[0].body, NULL, &out);
+    json_t *ids = answer_ids(out, 0, NULL);
+    T_CHECK(st == 200 && json_equal(ids, ref_ids[0]), "after the bad requests the server still answers right (%d)", st);
+    json_decref(ids);
+    free(out);
+}
+
+/* One metric's value from /metrics, or -1. */
+static double metric(const char *name)
+{
+    char *out = NULL;
+    http("/metrics", NULL, NULL, &out);
+    double v = -1;
+    char key[256];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = out ? strstr(out, key) : NULL;
+    if (p) v = atof(p + strlen(key));
+    free(out);
+    return v;
+}
+
+static void check_metrics(void)
+{
+    char *out = NULL;
+    int st = http("/metrics", NULL, NULL, &out);
+    const char *names[] = {"moestream_requests_total{endpoint=\"completions\",code=\"200\"}", "moestream_generated_tokens_total",
+                           "moestream_queue_depth", "moestream_batch_size", "moestream_bytes_read_total",
+                           "moestream_expert_cache_hit_ratio", "moestream_time_to_first_token_seconds_bucket",
+                           "moestream_time_per_token_seconds_count", "moestream_step_batch_size_bucket"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        T_CHECK(st == 200 && out && strstr(out, names[i]), "/metrics has %s", names[i]);
+    free(out);
+    T_CHECK(metric("moestream_generated_tokens_total") > 0 && metric("moestream_bytes_read_total") > 0, "tokens and bytes counted");
+    /* the concurrent requests shared steps: fewer steps with one sequence than steps */
+    double one = -1, all = metric("moestream_step_batch_size_count");
+    http("/metrics", NULL, NULL, &out);
+    const char *p = out ? strstr(out, "moestream_step_batch_size_bucket{le=\"1\"} ") : NULL;
+    if (p) one = atof(p + strlen("moestream_step_batch_size_bucket{le=\"1\"} "));
+    free(out);
+    T_CHECK(one >= 0 && all > one, "some steps carried more than one request (%g of %g steps had one)", one, all);
+}
+
+/* A batch of 1 and no queue: a second request while one runs gets 429 + Retry-After; a client
+ * that disconnects mid-stream frees the place for the next request. */
+static void check_disconnect(void)
+{
+    if (start_server(noeos, "--max-batch 1 --max-queue 0 --max-context 40000") != 0) return;
+    const char *longb = "{\"prompt\":[5,6,7],\"max_tokens\":39000,\"stream\":true}";
+    write_file(ms_t_path(tmp, "long.json"), longb);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd %s; (curl -s -N --max-time 1.5 -o long.out -H 'Authorization: Bearer " KEY "' --data-binary @long.json "
+             "'%s/v1/completions'; echo $? > long.rc) >/dev/null 2>&1 &",
+             tmp, url);
+    ms_t_run(cmd, NULL);
+    ms_t_sleep_ms(600);
+    char *out = NULL;
+    char hdr[1200];
+    snprintf(hdr, sizeof hdr, "-D %s/h429.txt -H 'Authorization: Bearer " KEY "'", tmp);
+    int st = http("/v1/completions", reqs[3].body, hdr, &out);
+    char *h = ms_t_read_file(ms_t_path(tmp, "h429.txt"), NULL);
+    T_CHECK(st == 429 && out && strstr(out, "queue_full") && h && strcasestr(h, "Retry-After: 1"),
+            "full (batch 1, queue 0): 429 with Retry-After (%d)", st);
+    free(h);
+    free(out);
+    for (int i = 0; i < 100 && !ms_t_file_has(ms_t_path(tmp, "long.rc"), "\n"); i++) ms_t_sleep_ms(50);
+    T_CHECK(ms_t_file_has(ms_t_path(tmp, "long.rc"), "28"), "the long stream's client gave up (curl timeout, exit 28)");
+    T_CHECK(ms_t_file_has(ms_t_path(tmp, "long.out"), "data: {"), "the long stream had started streaming");
+    double c = -1;
+    for (int i = 0; i < 50 && (c = metric("moestream_cancelled_total")) < 1; i++) ms_t_sleep_ms(50);
+    T_CHECK(c == 1, "the disconnected stream was cancelled (moestream_cancelled_total %g)", c);
+    st = http(reqs[3].path, reqs[3].body, NULL, &out);
+    json_t *ids = answer_ids(out, 0, NULL);
+    T_CHECK(st == 200 && json_equal(ids, ref_ids[3]), "the freed place serves the next request (%d)", st);
+    json_decref(ids);
+    free(out);
+    /* the same without streaming: the whole answer was still being gathered */
+    write_file(ms_t_path(tmp, "longw.json"), "{\"prompt\":[5,6,7],\"max_tokens\":39000}");
+    st = ms_t_runf(NULL, NULL, "curl -s --max-time 1 -o /dev/null -H 'Authorization: Bearer " KEY "' --data-binary @%s '%s/v1/completions'",
+                   ms_t_path(tmp, "longw.json"), url);
+    T_CHECK(st == 28, "the long whole-answer client gave up (curl exit %d)", st);
+    for (int i = 0; i < 50 && (c = metric("moestream_cancelled_total")) < 2; i++) ms_t_sleep_ms(50);
+    T_CHECK(c == 2, "the disconnected whole-answer request was cancelled (moestream_cancelled_total %g)", c);
+    st = http(reqs[3].path, reqs[3].body, NULL, &out);
+    ids = answer_ids(out, 0, NULL);
+    T_CHECK(st == 200 && json_equal(ids, ref_ids[3]), "its place serves the next request (%d)", st);
+    json_decref(ids);
+    free(out);
+    T_CHECK(ms_t_worker_log_has(&srv, "client_gone") && !ms_t_worker_log_has(&srv, "weather"),
+            "the access log names the disconnect and holds no prompt text");
+    T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
+}
+
+/* SIGTERM while a stream runs: it finishes whole, new connections are refused, exit 0. */
+static void check_drain(void)
+{
+    if (start_server(noeos, "--max-batch 2 --max-context 8000") != 0) return;
+    write_file(ms_t_path(tmp, "drain.json"), "{\"prompt\":[9,8,7],\"max_tokens\":600,\"stream\":true}");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd %s; (curl -s -N -o drain.out -H 'Authorization: Bearer " KEY "' --data-binary @drain.json "
+             "'%s/v1/completions'; echo $? > drain.rc) >/dev/null 2>&1 &",
+             tmp, url);
+    ms_t_run(cmd, NULL);
+    for (int i = 0; i < 100 && !ms_t_file_has(ms_t_path(tmp, "drain.out"), "data: {"); i++) ms_t_sleep_ms(20);
+    kill(srv.pid, SIGTERM);
+    ms_t_sleep_ms(100);
+    int st = http("/health", NULL, NULL, NULL);
+    T_CHECK(st < 0 || st == 503, "after SIGTERM new connections are refused (curl status %d)", st);
+    double took = 0;
+    int rc = ms_t_worker_stop(&srv, 240, &took);
+    T_CHECK(rc == 0, "SIGTERM with a stream running: exit 0 (%d) after %.1f s", rc, took);
+    for (int i = 0; i < 100 && !ms_t_file_has(ms_t_path(tmp, "drain.rc"), "\n"); i++) ms_t_sleep_ms(50);
+    char *out = ms_t_read_file(ms_t_path(tmp, "drain.out"), NULL), finish[16];
+    json_t *ids = NULL, *text = NULL;
+    int ok = parse_sse(out, 0, &ids, &text, finish, sizeof finish);
+    T_CHECK(ms_t_file_has(ms_t_path(tmp, "drain.rc"), "0") && ok && json_array_size(ids) == 600 && !strcmp(finish, "length"),
+            "the running stream finished whole: %zu tokens, finish %s, [DONE] %d", json_array_size(ids), finish, ok);
+    json_decref(ids);
+    json_decref(text);
+    free(out);
+}
+
+/* --request-timeout: a generation still running is cancelled: 504, or an error event. */
+static void check_deadline(void)
+{
+    if (start_server(noeos, "--max-batch 2 --max-context 40000 --request-timeout 0.5") != 0) return;
+    char *out = NULL;
+    int st = http("/v1/completions", "{\"prompt\":[4,5],\"max_tokens\":39000}", NULL, &out);
+    T_CHECK(st == 504 && out && strstr(out, "deadline_exceeded"), "past --request-timeout: 504 (%d)", st);
+    free(out);
+    st = http("/v1/completions", "{\"prompt\":[4,5],\"max_tokens\":39000,\"stream\":true}", NULL, &out);
+    T_CHECK(st == 200 && out && strstr(out, "data: {\"error\"") && strstr(out, "deadline_exceeded") &&
+                strstr(out, "data: [DONE]\n\n"),
+            "a stream past --request-timeout ends with an error event and [DONE] (%d)", st);
+    free(out);
+    T_CHECK(metric("moestream_cancelled_total") == 2, "both were cancelled");
+    T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
+}
+
+static void check_usage(void)
+{
+    char *err = NULL;
+    int st = ms_t_runf(NULL, &err, "%s serve --model %s --listen 0.0.0.0:0 --ram-budget 2G", bin, dir);
+    T_CHECK(st == MS_EXIT_USAGE && err && strstr(err, "--api-key-file"), "non-loopback without a key is refused (%d)", st);
+    free(err);
+    err = NULL;
+    st = ms_t_runf(NULL, &err, "%s serve --model %s --listen nohostport", bin, dir);
+    T_CHECK(st == MS_EXIT_USAGE && err && strstr(err, "HOST:PORT"), "a bad --listen is refused (%d)", st);
+    free(err);
+    char *out = NULL;
+    st = ms_t_runf(&out, NULL, "%s serve --help", bin);
+    const char *opts[] = {"--listen", "--api-key-file", "--max-batch", "--max-queue", "--max-context", "--max-body",
+                          "--request-timeout", "--model-name", "--insecure", "--local-workers", "--speculate"};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        T_CHECK(st == 0 && out && strstr(out, opts[i]), "serve --help names %s", opts[i]);
+    free(out);
+}
+
+int main(void)
+{
+    ms_log_set_level(0);
+    if (ms_t_run("curl --version >/dev/null 2>&1", NULL) != 0) {
+        ms_t_skip("SKIP: curl is not installed (deploy/install-deps.sh installs it)");
+        return ms_t_done();
+    }
+    snprintf(tmp, sizeof tmp, "%s", ms_t_tmpdir("serve"));
+    snprintf(dir, sizeof dir, "%.1024s/m", tmp);
+    snprintf(bin, sizeof bin, "%s", ms_t_bin("moestream"));
+    ms_synth_shape sh;
+    ms_synth_preset("tiny", &sh);
+    T_CHECK(ms_synth_write(dir, &sh, 11) == 0, "synth tiny: %s", ms_err_msg());
+    write_file(ms_t_path(tmp, "key"), KEY "\n");
+    make_refs();
+    make_noeos();
+    check_usage();
+    if (start_server(dir, "--max-batch 8 --max-context 128 --max-body 8K") == 0) {
+        json_t *seq[NREQ] = {0};
+        check_sequential(seq);
+        check_concurrent(seq);
+        check_stream(seq);
+        check_errors();
+        check_metrics();
+        T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM when idle: exit 0");
+        for (int i = 0; i < NREQ; i++) json_decref(seq[i]);
+    }
+    check_disconnect();
+    check_deadline();
+    check_drain();
+    for (int i = 0; i < NREQ; i++) {
+        json_decref(ref_ids[i]);
+        json_decref(ref_text[i]);
+    }
+    return ms_t_done();
+}

@@ -1,0 +1,159 @@
+/* test_serve_node: the official OpenAI client for Node (tests/node) against `moestream serve`:
+ * whole, concurrent and streamed answers equal `moestream run` on each request alone; a wrong
+ * key gives 401 and a mistyped field 400, the server still serving. Skips visibly without node,
+ * npm or the npm registry. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ms_err.h"
+#include "ms_synth.h"
+#include "ms_test.h"
+
+#define KEY "node-key-0123456789"
+#define CHAT1 "<|im_system|>system<|im_middle|>Be brief.<|im_end|><|im_user|>user<|im_middle|>Name a color.<|im_end|><|im_assistant|>assistant<|im_middle|>"
+
+static char dir[1100], tmp[1024], bin[1100];
+
+static const struct {
+    int chat;
+    const char *body, *run;
+} reqs[] = {
+    {0, "{\"model\":\"m\",\"prompt\":\"The weather today is\",\"max_tokens\":6}", "--prompt 'The weather today is' -n 6"},
+    {0, "{\"model\":\"m\",\"prompt\":[5,17,200,33,9],\"max_tokens\":9,\"temperature\":0.9,\"seed\":7}",
+     "--ids 5,17,200,33,9 -n 9 --temperature 0.9 --seed 7"},
+    {1, "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Name a color.\"}],\"max_tokens\":7}",
+     "--prompt-file CHAT1 --allow-special -n 7"},
+    {1, "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Name a color.\"}],\"max_tokens\":8,\"temperature\":0.8,\"top_p\":0.9,\"seed\":5}",
+     "--prompt-file CHAT1 --allow-special -n 8 --temperature 0.8 --top-p 0.9 --seed 5"},
+};
+#define NREQ ((int)(sizeof reqs / sizeof reqs[0]))
+
+static int write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+/* Node, npm and the openai package (npm ci into MS_BIN_DIR/node-tests once). The folder, or
+ * NULL after a visible skip. */
+static const char *node_env(void)
+{
+    static char nd[1200];
+    const char *src = getenv("MS_SOURCE_DIR"), *b = getenv("MS_BIN_DIR");
+    if (ms_t_run("node --version >/dev/null 2>&1 && npm --version >/dev/null 2>&1", NULL) != 0) {
+        ms_t_skip("SKIP: node or npm is not installed (deploy/install-deps.sh installs them): the OpenAI Node client "
+                  "test did not run");
+        return NULL;
+    }
+    if (!src || !b) {
+        ms_t_skip("SKIP: MS_SOURCE_DIR / MS_BIN_DIR unset (run through ctest)");
+        return NULL;
+    }
+    snprintf(nd, sizeof nd, "%.1000s/node-tests", b);
+    if (ms_t_runf(NULL, NULL, "mkdir -p %s && cp %s/tests/node/package.json %s/tests/node/package-lock.json "
+                  "%s/tests/node/serve-openai.mjs %s/",
+                  nd, src, src, src, nd) != 0) {
+        T_CHECK(0, "copy tests/node to %s", nd);
+        return NULL;
+    }
+    struct stat sb;
+    char mod[1300];
+    snprintf(mod, sizeof mod, "%s/node_modules/openai/package.json", nd);
+    if (stat(mod, &sb) != 0) {
+        char *err = NULL;
+        int st = ms_t_runf(NULL, &err, "cd %s && timeout 300 npm ci --no-audit --no-fund --loglevel=error 2>&1 >/dev/null", nd);
+        free(err);
+        if (st != 0 || stat(mod, &sb) != 0) {
+            ms_t_skip("SKIP: `npm ci` in %s failed (no npm registry?): the OpenAI Node client test did not run", nd);
+            return NULL;
+        }
+    }
+    return nd;
+}
+
+int main(void)
+{
+    ms_log_set_level(0);
+    const char *nd = node_env();
+    if (!nd) return ms_t_done();
+    snprintf(tmp, sizeof tmp, "%s", ms_t_tmpdir("serve-node"));
+    snprintf(dir, sizeof dir, "%.1024s/m", tmp);
+    snprintf(bin, sizeof bin, "%s", ms_t_bin("moestream"));
+    ms_synth_shape sh;
+    ms_synth_preset("tiny", &sh);
+    T_CHECK(ms_synth_write(dir, &sh, 11) == 0, "synth tiny: %s", ms_err_msg());
+    write_file(ms_t_path(tmp, "key"), KEY "\n");
+    write_file(ms_t_path(tmp, "chat1.txt"), CHAT1);
+
+    /* the references: run on each request alone */
+    json_t *ref_ids[NREQ], *ref_text[NREQ], *list = json_array();
+    for (int i = 0; i < NREQ; i++) {
+        char args[1024];
+        snprintf(args, sizeof args, "%s", reqs[i].run);
+        char *p = strstr(args, "CHAT1");
+        if (p) {
+            char rest[1024];
+            snprintf(rest, sizeof rest, "%s", p + 5);
+            snprintf(p, sizeof args - (size_t)(p - args), "%s/chat1.txt%s", tmp, rest);
+        }
+        char *out = NULL;
+        int st = ms_t_runf(&out, NULL, "%s run --model %s %s --stop-at-eos --json --quiet --ram-budget 2G", bin, dir, args);
+        json_t *o = out ? json_loads(out, JSON_ALLOW_NUL, NULL) : NULL;
+        ref_ids[i] = json_incref(json_object_get(o, "generated_ids"));
+        json_t *t = json_object_get(o, "text");
+        ref_text[i] = json_is_string(t) ? json_incref(t) : json_string("");
+        T_CHECK(st == 0 && ref_ids[i], "run request %d alone: exit %d", i, st);
+        json_decref(o);
+        free(out);
+        json_array_append_new(list, json_pack("{s:b,s:o}", "chat", reqs[i].chat, "body", json_loads(reqs[i].body, 0, NULL)));
+    }
+    json_dump_file(list, ms_t_path(tmp, "reqs.json"), 0);
+    json_decref(list);
+
+    char log[1100], key[1100];
+    snprintf(log, sizeof log, "%s/serve.log", tmp);
+    snprintf(key, sizeof key, "%s/key", tmp);
+    const char *argv[] = {bin, "serve", "--model", dir, "--listen", "127.0.0.1:0", "--ram-budget", "2G", "--max-batch",
+                          "4", "--max-context", "256", "--api-key-file", key, NULL};
+    ms_t_worker srv;
+    ms_t_worker_opts wo = {log, NULL, NULL, 60};
+    int st = ms_t_worker_start(&srv, argv, &wo);
+    T_CHECK(st == 0, "serve starts (%d)", st);
+    if (st != 0) return ms_t_done();
+    char *out = NULL, *err = NULL;
+    st = ms_t_runf(&out, &err, "cd %s && node serve-openai.mjs %s %s %s", nd, srv.ep, KEY, ms_t_path(tmp, "reqs.json"));
+    json_t *r = out ? json_loads(out, JSON_ALLOW_NUL, NULL) : NULL;
+    T_CHECK(st == 0 && r, "the Node client ran (exit %d): %s", st, err ? err : "");
+    const char *parts[] = {"seq", "conc", "stream"};
+    for (int p = 0; r && p < 3; p++)
+        for (int i = 0; i < NREQ; i++) {
+            json_t *a = json_array_get(json_object_get(r, parts[p]), (size_t)i);
+            json_t *u = json_object_get(a, "usage");
+            T_CHECK(json_equal(json_object_get(a, "ids"), ref_ids[i]) && json_equal(json_object_get(a, "text"), ref_text[i]) &&
+                        json_is_string(json_object_get(a, "finish")) &&
+                        json_integer_value(json_object_get(u, "completion_tokens")) == (json_int_t)json_array_size(ref_ids[i]),
+                    "openai client, %s, request %d: the ids and text of run, a finish reason and usage", parts[p], i);
+            if (p == 2)
+                T_CHECK(json_integer_value(json_object_get(a, "chunks")) >= (json_int_t)json_array_size(ref_ids[i]),
+                        "request %d streamed in at least one chunk per token", i);
+        }
+    T_CHECK(r && json_integer_value(json_object_get(r, "wrong_key")) == 401, "a wrong key: the client sees 401");
+    T_CHECK(r && json_integer_value(json_object_get(r, "bad_field")) == 400, "a mistyped field: the client sees 400");
+    json_t *m = json_object_get(r, "models");
+    const char *mid = json_string_value(json_array_get(m, 0));
+    T_CHECK(json_array_size(m) == 1 && mid && !strcmp(mid, "m"), "models.list names m");
+    T_CHECK(r && json_equal(json_object_get(json_object_get(r, "after"), "ids"), ref_ids[0]), "still serving afterwards");
+    json_decref(r);
+    free(out);
+    free(err);
+    T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
+    for (int i = 0; i < NREQ; i++) {
+        json_decref(ref_ids[i]);
+        json_decref(ref_text[i]);
+    }
+    return ms_t_done();
+}
