@@ -168,11 +168,38 @@ static void take_work(ms_sengine *s)
     ms_sched_get_stats(s->sched, &s->st); /* queue depth and cancellations, also when idle */
 }
 
+/* How long an idle engine waits, once a request comes, for others sent at the same moment (up
+ * to max_batch): they then share their first step instead of joining over the next steps, whose
+ * prompt rows would make those steps long (the gaps between tokens of everyone else). Small
+ * beside a step of a streamed model (a second or more). */
+#define GATHER_S 0.05
+
+/* Under mu: requests handed over and not yet taken. */
+static int queued(const ms_sengine *s)
+{
+    int n = 0;
+    for (const ms_sreqh *h = s->in_head; h; h = h->next) n++;
+    return n;
+}
+
 static void *engine_main(void *arg)
 {
     ms_sengine *s = arg;
+    int idle = 1;
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        if (idle && s->in_head && !s->draining) {
+            double until = ms_now() + GATHER_S;
+            while (!s->draining && queued(s) < s->max_batch && ms_now() < until) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                double left = until - ms_now();
+                long ns = ts.tv_nsec + (long)(left > 0 ? left * 1e9 : 0);
+                ts.tv_sec += ns / 1000000000L;
+                ts.tv_nsec = ns % 1000000000L;
+                pthread_cond_timedwait(&s->work, &s->mu, &ts);
+            }
+        }
         take_work(s);
         if (!ms_sched_pending(s->sched)) {
             if (s->draining && !s->in_head) break;
@@ -181,8 +208,10 @@ static void *engine_main(void *arg)
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 1;
             pthread_cond_timedwait(&s->work, &s->mu, &ts);
+            idle = 1;
             continue;
         }
+        idle = 0;
         pthread_mutex_unlock(&s->mu);
         int rc = ms_sched_step(s->sched);
         ms_sched_stats st;
