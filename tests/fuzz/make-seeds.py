@@ -245,3 +245,18 @@ put("fuzz_tok_load", head + b"\0" + json.dumps({"added_tokens_decoder": {"300": 
 for i, s in enumerate(["1,2,3", " 10 , 20\n30\t40 ", "0", "2147483647", "2147483648", "1,,3", ",1", "1,",
                        "-1", "+5", "1 2 3", "12abc", "", "   ", "007,8"]):
     put("fuzz_ids", s, "ids%d" % i)
+
+# ---- request bodies: first byte 0 = a jobs line, 1 = a completions body, 2 = a chat body
+for i, s in enumerate([
+        b'\x00{"custom_id":"c1","method":"POST","url":"/v1/completions","body":{"prompt":"The weather today is","max_tokens":6}}',
+        b'\x00{"custom_id":"c2","prompt":[5,17,200,33],"max_tokens":9,"temperature":0.9,"seed":7}',
+        b'\x00{"custom_id":"c5","url":"/v1/chat/completions","body":{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Name a color."}],"max_tokens":7}}',
+        b'\x00this is not json',
+        b'\x01{"prompt":"Hello","max_tokens":4,"temperature":0.7,"top_p":0.9,"seed":3,"stop":["\\n","END"],"stream":true,"stream_options":{"include_usage":true}}',
+        b'\x01{"prompt":[1,2,3],"max_tokens":2,"n":1,"model":"kimi-k3"}',
+        b'\x01{"prompt":"x","n":2}',
+        b'\x01{"prompt":"x","max_tokens":"many"}',
+        b'\x02{"messages":[{"role":"user","content":"Name a color."}],"max_tokens":32,"stream":true}',
+        b'\x02{"messages":[{"role":"assistant","content":[{"type":"text","text":"hi \\u00e9"}]}]}',
+        b'\x02{"messages":[]}']):
+    put("fuzz_request", s, "req%d" % i)
