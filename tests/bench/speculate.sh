@@ -95,7 +95,7 @@ def same(a, b):
 cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
 size = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model) if f.endswith(".safetensors"))
 up = [open(f"{out}/uptime-{w}").read().strip() for w in ("before", "after")]
-L = ["## Speculative decoding (issue 10)\n"]
+L = ["## Speculative decoding\n"]
 L.append(f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores; model `{os.path.basename(model)}` "
          f"({size/1e9:.1f} GB). Prompt of 8 tokens (n-gram rows: a 15-token repetitive prompt), {ntok} tokens "
          f"generated greedily. Each run: page cache dropped, then run inside a memory cgroup equal to `--ram-budget`. "

@@ -116,7 +116,7 @@ for b in budgets:
             cpu_s = sum(float(x) for x in rd(f"cpu-{b}-{p}-{r}.txt").split()[-2:])
             runs.setdefault((b, p), []).append((s, cg, rd(f"load-{b}-{p}-{r}.txt"), cpu_s))
 L = []
-L.append("## Trunk pack (issue 11)\n")
+L.append("## Trunk pack\n")
 L.append(f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores; model: the k3-slice "
          f"(`moestream synth --preset k3-slice --layers 3`, seed 1). Command: `sudo bash tests/bench/trunk-pack.sh`. "
          f"Load average (1, 5, 15 min) before: {rd('load-before.txt')}, at the codec bench: {rd('load-codec.txt')}, "
