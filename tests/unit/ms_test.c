@@ -166,6 +166,14 @@ char *ms_t_read_file(const char *path, size_t *len)
     return buf;
 }
 
+int ms_t_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int bad = fputs(text, f) < 0;
+    return (fclose(f) == 0 && !bad) ? 0 : -1;
+}
+
 int ms_t_file_has(const char *path, const char *needle)
 {
     char *text = ms_t_read_file(path, NULL);

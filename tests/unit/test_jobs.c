@@ -63,18 +63,10 @@ static const struct {
 static json_t *ref_ids[16];
 static char ref_dump[16][1200];
 
-static int write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fputs(text, f);
-    return fclose(f);
-}
-
 static void make_refs(void)
 {
-    write_file(ms_t_path(tmp, "chat5.txt"), CHAT5);
-    write_file(ms_t_path(tmp, "chat6.txt"), CHAT6);
+    ms_t_write_file(ms_t_path(tmp, "chat5.txt"), CHAT5);
+    ms_t_write_file(ms_t_path(tmp, "chat6.txt"), CHAT6);
     for (int i = 0; i < NJOBS; i++) {
         char args[1024];
         snprintf(args, sizeof args, "%s", jobs[i].run);
@@ -274,7 +266,7 @@ static void check_shape(void)
 static void check_duplicates(void)
 {
     const char *in = ms_t_path(tmp, "dup.jsonl");
-    write_file(in, "{\"custom_id\":\"x\",\"prompt\":[1]}\n{\"custom_id\":\"y\",\"prompt\":[2]}\n{\"custom_id\":\"x\",\"prompt\":[3]}\n");
+    ms_t_write_file(in, "{\"custom_id\":\"x\",\"prompt\":[1]}\n{\"custom_id\":\"y\",\"prompt\":[2]}\n{\"custom_id\":\"x\",\"prompt\":[3]}\n");
     const char *out = ms_t_path(tmp, "dup.out");
     char *err = NULL;
     int st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget 2G --quiet", bin, dir, in, out);
@@ -535,7 +527,7 @@ static void check_usage(void)
     T_CHECK(ms_t_runf(NULL, NULL, "%s jobs --model %s --input %s/none.jsonl --output %s 2>/dev/null", bin, dir, tmp,
                       out) == 4,
             "an input that cannot be read: exit 4");
-    write_file(out, "{\"not\": \"ours\"}\n");
+    ms_t_write_file(out, "{\"not\": \"ours\"}\n");
     char *err = NULL;
     st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --quiet", bin, dir, in, out);
     T_CHECK(st == 2 && err && strstr(err, "--resume"), "an existing output without --resume: exit 2 (%d)", st);

@@ -60,18 +60,10 @@ static const req reqs[] = {
 static json_t *ref_ids[NREQ];
 static json_t *ref_text[NREQ]; /* JSON strings: texts may hold U+0000 */
 
-static int write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fputs(text, f);
-    return fclose(f);
-}
-
 static void make_refs(void)
 {
-    write_file(ms_t_path(tmp, "chat1.txt"), CHAT1);
-    write_file(ms_t_path(tmp, "chat2.txt"), CHAT2);
+    ms_t_write_file(ms_t_path(tmp, "chat1.txt"), CHAT1);
+    ms_t_write_file(ms_t_path(tmp, "chat2.txt"), CHAT2);
     for (int i = 0; i < NREQ; i++) {
         char args[1024];
         snprintf(args, sizeof args, "%s", reqs[i].run);
@@ -127,7 +119,7 @@ static int http(const char *path, const char *body, const char *extra, char **ou
     char bf[1100], of[1100];
     snprintf(bf, sizeof bf, "%s/body-%d.json", tmp, k);
     snprintf(of, sizeof of, "%s/out-%d.txt", tmp, k++);
-    if (body) write_file(bf, body);
+    if (body) ms_t_write_file(bf, body);
     char *code = NULL;
     int st = ms_t_runf(&code, NULL, "curl -s -N -o %s -w '%%{http_code}' %s %s%s%s '%s%s'", of,
                        extra ? extra : "-H 'Authorization: Bearer " KEY "'", body ? "--data-binary @" : "", body ? bf : "",
@@ -216,7 +208,7 @@ static void check_concurrent(json_t **seq)
     for (int i = 0; i < NREQ; i++) {
         char bf[1100];
         snprintf(bf, sizeof bf, "%s/conc-body-%d.json", tmp, i);
-        write_file(bf, reqs[i].body);
+        ms_t_write_file(bf, reqs[i].body);
         o += snprintf(cmd + o, sizeof cmd - (size_t)o,
                       "curl -s -o conc-%d.json -H 'Authorization: Bearer " KEY "' --data-binary @%s '%s%s' & ", i, bf, url,
                       reqs[i].path);
@@ -372,7 +364,7 @@ static void check_disconnect(void)
 {
     if (start_server(noeos, "--max-batch 1 --max-queue 0 --max-context 40000") != 0) return;
     const char *longb = "{\"prompt\":[5,6,7],\"max_tokens\":39000,\"stream\":true}";
-    write_file(ms_t_path(tmp, "long.json"), longb);
+    ms_t_write_file(ms_t_path(tmp, "long.json"), longb);
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "cd %s; (curl -s -N --max-time 1.5 -o long.out -H 'Authorization: Bearer " KEY "' --data-binary @long.json "
@@ -401,7 +393,7 @@ static void check_disconnect(void)
     json_decref(ids);
     free(out);
     /* the same without streaming: the whole answer was still being gathered */
-    write_file(ms_t_path(tmp, "longw.json"), "{\"prompt\":[5,6,7],\"max_tokens\":39000}");
+    ms_t_write_file(ms_t_path(tmp, "longw.json"), "{\"prompt\":[5,6,7],\"max_tokens\":39000}");
     st = ms_t_runf(NULL, NULL, "curl -s --max-time 1 -o /dev/null -H 'Authorization: Bearer " KEY "' --data-binary @%s '%s/v1/completions'",
                    ms_t_path(tmp, "longw.json"), url);
     T_CHECK(st == 28, "the long whole-answer client gave up (curl exit %d)", st);
@@ -421,7 +413,7 @@ static void check_disconnect(void)
 static void check_drain(void)
 {
     if (start_server(noeos, "--max-batch 2 --max-context 8000") != 0) return;
-    write_file(ms_t_path(tmp, "drain.json"), "{\"prompt\":[9,8,7],\"max_tokens\":600,\"stream\":true}");
+    ms_t_write_file(ms_t_path(tmp, "drain.json"), "{\"prompt\":[9,8,7],\"max_tokens\":600,\"stream\":true}");
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "cd %s; (curl -s -N -o drain.out -H 'Authorization: Bearer " KEY "' --data-binary @drain.json "
@@ -496,7 +488,7 @@ int main(void)
     ms_synth_shape sh;
     ms_synth_preset("tiny", &sh);
     T_CHECK(ms_synth_write(dir, &sh, 11) == 0, "synth tiny: %s", ms_err_msg());
-    write_file(ms_t_path(tmp, "key"), KEY "\n");
+    ms_t_write_file(ms_t_path(tmp, "key"), KEY "\n");
     make_refs();
     make_noeos();
     check_usage();

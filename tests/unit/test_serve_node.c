@@ -30,14 +30,6 @@ static const struct {
 };
 #define NREQ ((int)(sizeof reqs / sizeof reqs[0]))
 
-static int write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fputs(text, f);
-    return fclose(f);
-}
-
 /* Node, npm and the openai package (npm ci into MS_BIN_DIR/node-tests once). The folder, or
  * NULL after a visible skip. */
 static const char *node_env(void)
@@ -86,8 +78,8 @@ int main(void)
     ms_synth_shape sh;
     ms_synth_preset("tiny", &sh);
     T_CHECK(ms_synth_write(dir, &sh, 11) == 0, "synth tiny: %s", ms_err_msg());
-    write_file(ms_t_path(tmp, "key"), KEY "\n");
-    write_file(ms_t_path(tmp, "chat1.txt"), CHAT1);
+    ms_t_write_file(ms_t_path(tmp, "key"), KEY "\n");
+    ms_t_write_file(ms_t_path(tmp, "chat1.txt"), CHAT1);
 
     /* the references: run on each request alone */
     json_t *ref_ids[NREQ], *ref_text[NREQ], *list = json_array();
