@@ -36,6 +36,7 @@ static void serve_usage(FILE *f)
           "                       [--max-queue N] [--max-context N] [--max-body SIZE] [--request-timeout SEC]\n"
           "                       [--model-name NAME] [--ram-budget SIZE] [--quiet]\n"
           "                       [--threads N] [--buffered-io] [--io-depth N] [--prefill-chunk N] [--lru-cache]\n"
+          "                       [--trunk-pack DIR|none]\n"
           "                       [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                       [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "                       [--speculate auto|off|N] [--draft-file PATH]\n"
