@@ -469,7 +469,8 @@ static void check_usage(void)
     char *out = NULL;
     st = ms_t_runf(&out, NULL, "%s serve --help", bin);
     const char *opts[] = {"--listen", "--api-key-file", "--max-batch", "--max-queue", "--max-context", "--max-body",
-                          "--request-timeout", "--model-name", "--insecure", "--local-workers", "--speculate", "--trunk-pack"};
+                          "--request-timeout", "--model-name", "--insecure", "--local-workers", "--speculate",
+                          "--trunk-pack"};
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
         T_CHECK(st == 0 && out && strstr(out, opts[i]), "serve --help names %s", opts[i]);
     free(out);
