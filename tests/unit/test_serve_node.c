@@ -129,9 +129,13 @@ int main(void)
                         json_is_string(json_object_get(a, "finish")) &&
                         json_integer_value(json_object_get(u, "completion_tokens")) == (json_int_t)json_array_size(ref_ids[i]),
                     "openai client, %s, request %d: the ids and text of run, a finish reason and usage", parts[p], i);
-            if (p == 2)
-                T_CHECK(json_integer_value(json_object_get(a, "chunks")) >= (json_int_t)json_array_size(ref_ids[i]),
-                        "request %d streamed in at least one chunk per token", i);
+            if (p == 2) { /* a step may yield up to 1 + 8 tokens (speculative decoding, auto) */
+                json_int_t chunks = json_integer_value(json_object_get(a, "chunks"));
+                json_int_t n_tok = (json_int_t)json_array_size(ref_ids[i]);
+                T_CHECK(chunks >= (n_tok > 1 ? 2 : 1) && 9 * chunks >= n_tok,
+                        "request %d streamed as it was made: %lld chunks for %lld tokens", i, (long long)chunks,
+                        (long long)n_tok);
+            }
         }
     T_CHECK(r && json_integer_value(json_object_get(r, "wrong_key")) == 401, "a wrong key: the client sees 401");
     T_CHECK(r && json_integer_value(json_object_get(r, "bad_field")) == 400, "a mistyped field: the client sees 400");
