@@ -115,14 +115,8 @@ lines.append("Columns: *tokens/s* is every generated token over the time after t
              "on reads), and which one it is; *ids = batch 1* compares every job's token ids with the batch-1 run.\n")
 text = "\n".join(lines) + "\n"
 print(text)
-path = "docs/PERFORMANCE.md"
-doc = open(path).read()
-start = doc.find("## Jobs: continuous batching")
-if start >= 0:
-    end = doc.find("\n## ", start + 3)
-    doc = doc[:start] + text + (doc[end+1:] if end >= 0 else "")
-else:
-    doc = doc.rstrip("\n") + "\n\n" + text
-open(path, "w").write(doc)
+sys.path.insert(0, "tests/bench")
+from docsection import put_section
+put_section("docs/PERFORMANCE.md", "## Jobs: continuous batching", text)
 PY
 rm -rf "$out"

@@ -322,14 +322,8 @@ L.append("Zero weights: every router score ties, so every token picks experts 0-
 text = "\n".join(L) + "\n"
 print(text)
 if write_doc:
-    path = "docs/PERFORMANCE.md"
-    d = open(path).read()
-    start = d.find("## Full-depth Kimi K3")
-    if start >= 0:
-        end = d.find("\n## ", start + 3)
-        d = d[:start] + text + (d[end+1:] if end >= 0 else "")
-    else:
-        d = d.rstrip("\n") + "\n\n" + text
-    open(path, "w").write(d)
+    sys.path.insert(0, "tests/bench")
+    from docsection import put_section
+    put_section("docs/PERFORMANCE.md", "## Full-depth Kimi K3", text)
 PY
 rm -rf "$out"

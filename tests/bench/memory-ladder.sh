@@ -138,13 +138,8 @@ lines.append("Columns: *decode s/token* excludes the prefill; *cache used* is th
              "compares the `--dump-logits` file of each budget with the first budget's, bit for bit.\n")
 text = "\n".join(lines) + "\n"
 print(text)
-doc = open(path).read() if os.path.exists(path) else "# Performance\n\nEvery number here comes from a script in `tests/bench/`; rerun it to check.\n\n"
-start = doc.find("## Memory ladder")
-if start >= 0:
-    end = doc.find("\n## ", start + 3)
-    doc = doc[:start] + text + (doc[end+1:] if end >= 0 else "")
-else:
-    doc = doc.rstrip("\n") + "\n\n" + text
-open(path, "w").write(doc)
+sys.path.insert(0, "tests/bench")
+from docsection import put_section
+put_section(path, "## Memory ladder", text)
 PY
 rm -rf "$out"

@@ -183,12 +183,7 @@ L.append("Columns: *tokens/s* is every generated token over the wall time of the
          "token ids between the two modes.\n")
 text = "\n".join(L) + "\n"
 print(text)
-d = open(doc).read() if os.path.exists(doc) else ""
-start = d.find("## Serve: concurrent HTTP clients")
-if start >= 0:
-    end = d.find("\n## ", start + 3)
-    d = d[:start] + text + (d[end + 1:] if end >= 0 else "")
-else:
-    d = d.rstrip("\n") + "\n\n" + text
-open(doc, "w").write(d)
+sys.path.insert(0, "tests/bench")
+from docsection import put_section
+put_section(doc, "## Serve: concurrent HTTP clients", text)
 PY

@@ -131,14 +131,8 @@ L.append("Columns: *decode s/token* excludes the prefill; *tokens/s vs off* is o
 text = "\n".join(L) + "\n"
 print(text)
 if doc:
-    path = "docs/PERFORMANCE.md"
-    d = open(path).read() if os.path.exists(path) else "# Performance\n\n"
-    start = d.find("## Speculative decoding")
-    if start >= 0:
-        end = d.find("\n## ", start + 3)
-        d = d[:start] + text + (d[end+1:] if end >= 0 else "")
-    else:
-        d = d.rstrip("\n") + "\n\n" + text
-    open(path, "w").write(d)
+    sys.path.insert(0, "tests/bench")
+    from docsection import put_section
+    put_section("docs/PERFORMANCE.md", "## Speculative decoding", text)
 PY
 rm -rf "$out"

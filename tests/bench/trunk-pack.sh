@@ -156,14 +156,8 @@ L.append("What the figures mean, and what to expect on the released checkpoint a
          "docs/TRUNK-PACK.md, section \"Figures\".\n")
 text = "\n".join(L) + "\n"
 print(text)
-path = "docs/PERFORMANCE.md"
-doc = open(path).read()
-start = doc.find("## Trunk pack")
-if start >= 0:
-    end = doc.find("\n## ", start + 3)
-    doc = doc[:start] + text + (doc[end+1:] if end >= 0 else "")
-else:
-    doc = doc.rstrip("\n") + "\n\n" + text
-open(path, "w").write(doc)
+sys.path.insert(0, "tests/bench")
+from docsection import put_section
+put_section("docs/PERFORMANCE.md", "## Trunk pack", text)
 PY
 rm -rf "$out"
