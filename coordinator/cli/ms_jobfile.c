@@ -267,7 +267,8 @@ static json_t *envelope(const ms_jobspec *j, json_t *response, json_t *error)
 
 char *ms_jobline_error(const ms_jobspec *j, const char *code, const char *message, size_t *len)
 {
-    json_t *err = json_pack("{s:s,s:s}", "code", code, "message", message);
+    /* the message may quote the line's bytes, which need not be UTF-8 (json_pack would fail) */
+    json_t *err = json_pack("{s:s,s:o}", "code", code, "message", ms_cli_json_text(message, strlen(message)));
     return line_of(envelope(j, NULL, err), len);
 }
 

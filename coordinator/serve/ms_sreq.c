@@ -121,7 +121,8 @@ static char *dump(json_t *o, const char *pre, const char *post, size_t *len)
 
 char *ms_sreq_error_json(int status, const char *code, const char *message, size_t *len)
 {
-    json_t *e = json_pack("{s:s,s:s,s:n,s:s}", "message", message, "type",
+    /* the message may quote the request's bytes, which need not be UTF-8 (json_pack would fail) */
+    json_t *e = json_pack("{s:o,s:s,s:n,s:s}", "message", ms_cli_json_text(message, strlen(message)), "type",
                           status < 500 ? "invalid_request_error" : "server_error", "param", "code", code);
     return dump(json_pack("{s:o}", "error", e), "", "\n", len);
 }

@@ -54,6 +54,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
         if (j.err_code) {
             fuzz_refused(j.err_msg);
             FUZZ_CHECK(j.err_msg && !strncmp(j.err_msg, "line 7", 6));
+            /* its error line: one JSON object with the error (the message may quote any bytes) */
+            size_t el = 0;
+            char *line = ms_jobline_error(&j, j.err_code, j.err_msg, &el);
+            FUZZ_CHECK(line && el > 0 && line[el - 1] == '\n');
+            json_t *o = json_loadb(line, el, 0, NULL);
+            FUZZ_CHECK(o && json_is_object(json_object_get(o, "error")) &&
+                       json_is_string(json_object_get(json_object_get(o, "error"), "message")));
+            json_decref(o);
+            free(line);
         } else {
             check_spec(&j, lim.vocab);
         }

@@ -112,6 +112,17 @@ static void check_lines(void)
                 !memcmp(json_string_value(content), "A\0B", 3) && json_array_size(json_object_get(ch, "token_ids")) == 3,
             "a result line is one line; a NUL in the text survives as \\u0000");
     json_decref(o);
+    /* an error message that quotes bytes that are not UTF-8 (a parser's "near ..." text): still one
+     * JSON line with the error, the bad byte as U+FFFD (found by fuzz_request: the error was lost) */
+    {
+        size_t le = 0;
+        char *bad = ms_jobline_error(&j, "invalid_json", "line 1: invalid escape near '\"hi \\u0\xd0'", &le);
+        json_t *eo = bad ? json_loadb(bad, le, 0, NULL) : NULL;
+        const char *msg = json_string_value(json_object_get(json_object_get(eo, "error"), "message"));
+        T_CHECK(eo && msg && strstr(msg, "\xef\xbf\xbd"), "an error line keeps a message with invalid UTF-8 (as U+FFFD)");
+        json_decref(eo);
+        free(bad);
+    }
     /* resume scan: two lines, then a torn one */
     size_t l2 = 0;
     char *err = ms_jobline_error(&j, "invalid_json", "line 1: x", &l2);

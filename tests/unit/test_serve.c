@@ -274,6 +274,9 @@ static void check_errors(void)
         int status;
     } bad[] = {
         {"/v1/completions", "{\"prompt\":[1,2,", "invalid_json", 400},
+        /* the parser's message quotes the bad bytes, which are not UTF-8 (found by fuzz_request: the
+         * answer could not be built and the server aborted) */
+        {"/v1/completions", "{\"prompt\":\"hi \\u0\xd0\xa4" "9\"}", "invalid_json", 400},
         {"/v1/completions", "[1,2]", "invalid_request", 400},
         {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":\"many\"}", "invalid_request", 400},
         {"/v1/completions", "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "invalid_request", 400},
