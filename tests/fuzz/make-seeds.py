@@ -258,5 +258,7 @@ for i, s in enumerate([
         b'\x01{"prompt":"x","max_tokens":"many"}',
         b'\x02{"messages":[{"role":"user","content":"Name a color."}],"max_tokens":32,"stream":true}',
         b'\x02{"messages":[{"role":"assistant","content":[{"type":"text","text":"hi \\u00e9"}]}]}',
-        b'\x02{"messages":[]}']):
+        b'\x02{"messages":[]}',
+        # found by the harness: a JSON error message quoting bytes that are not UTF-8
+        b'\x02{"messages":[{"role":"assistant","contknt":[{"t":"text","text":"hi \\u0\xd0\xa49"}]}]}']):
     put("fuzz_request", s, "req%d" % i)
