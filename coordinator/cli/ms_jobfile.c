@@ -46,10 +46,13 @@ static int get_num(ms_jobspec *j, json_t *body, const char *key, double lo, doub
 {
     json_t *v = json_object_get(body, key);
     if (!v || json_is_null(v)) return 0;
+    /* Checked as the float the sampler uses: 1e-300 is positive as a double but 0 as a float. */
     double d = json_number_value(v);
-    if (!json_is_number(v) || !isfinite(d) || d < lo || d > hi || (lo_open && d <= lo))
-        return bad(j, "invalid_request", "\"%s\" must be a number in %s%g, %g]", key, lo_open ? "(" : "[", lo, hi);
-    *out = (float)d;
+    float f = (float)d;
+    if (!json_is_number(v) || !isfinite(d) || !isfinite(f) || f < lo || f > hi || (lo_open && f <= lo))
+        return bad(j, "invalid_request", "\"%s\" must be a number in %s%g, %g] (as a 32-bit float)", key,
+                   lo_open ? "(" : "[", lo, hi);
+    *out = f;
     return 0;
 }
 
@@ -150,6 +153,23 @@ static void parse_body(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim
             j->n_prompt, (long long)j->max_tokens, (long long)lim->max_context);
 }
 
+json_t *ms_jobfile_json_load(const char *text, size_t len, json_error_t *je)
+{
+    /* A raw NUL is never valid JSON (RFC 8259 has no unescaped control characters), but jansson
+     * is inconsistent about it: after a number it skips one and accepts the object. */
+    const char *z = memchr(text, 0, len);
+    if (z) {
+        memset(je, 0, sizeof *je);
+        snprintf(je->text, sizeof je->text, "a NUL byte at offset %zu (write it as \\u0000 inside a string)",
+                 (size_t)(z - text));
+        je->line = -1;
+        je->column = -1;
+        je->position = (int)(z - text);
+        return NULL;
+    }
+    return json_loadb(text, len, JSON_REJECT_DUPLICATES, je);
+}
+
 void ms_jobspec_parse(const char *text, size_t len, int line, const ms_jobfile_limits *lim, ms_jobspec *j)
 {
     memset(j, 0, sizeof *j);
@@ -157,7 +177,7 @@ void ms_jobspec_parse(const char *text, size_t len, int line, const ms_jobfile_l
     j->max_tokens = 16;
     j->top_p = 1.0f;
     json_error_t je;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = ms_jobfile_json_load(text, len, &je);
     json_t *cid = root ? json_object_get(root, "custom_id") : NULL;
     if (json_is_string(cid)) j->custom_id = ms_strdup(json_string_value(cid));
     if (!j->custom_id) {
@@ -166,7 +186,10 @@ void ms_jobspec_parse(const char *text, size_t len, int line, const ms_jobfile_l
         j->custom_id = ms_strdup(buf);
     }
     if (!root) {
-        bad(j, "invalid_json", "not valid JSON: %s (column %d)", je.text, je.column);
+        if (je.column < 0)
+            bad(j, "invalid_json", "not valid JSON: %s", je.text);
+        else
+            bad(j, "invalid_json", "not valid JSON: %s (column %d)", je.text, je.column);
         return;
     }
     json_t *body = json_object_get(root, "body"), *url = json_object_get(root, "url"), *method = json_object_get(root, "method");

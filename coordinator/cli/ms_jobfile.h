@@ -3,6 +3,7 @@
 #ifndef MS_JOBFILE_H
 #define MS_JOBFILE_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,11 @@ typedef struct {
 /* Parse one line (len bytes, without its newline). Always fills *j: a bad line gets err_code and
  * err_msg (naming the line). Never fails otherwise. */
 void ms_jobspec_parse(const char *text, size_t len, int line, const ms_jobfile_limits *lim, ms_jobspec *j);
+
+/* json_loadb (duplicate keys refused) of len bytes, except that a raw NUL byte anywhere is
+ * refused (jansson accepts one after a number): NULL with je->text naming its offset and
+ * je->line = je->column = -1. The parser of every request body and jobs line. */
+json_t *ms_jobfile_json_load(const char *text, size_t len, json_error_t *je);
 /* Parse one request body (a JSON object) of the given kind, as the body of an input line: the
  * same fields, defaults and checks, with messages not prefixed by a line (j->line is 0 and
  * custom_id NULL). Used by `serve`. */

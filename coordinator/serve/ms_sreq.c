@@ -79,7 +79,8 @@ int ms_sreq_parse(const char *text, size_t len, int chat, const ms_jobfile_limit
     memset(r, 0, sizeof *r);
     r->chat = chat;
     json_error_t je;
-    json_t *body = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *body = ms_jobfile_json_load(text, len, &je);
+    if (!body && je.line < 0) return refuse(r, 400, "invalid_json", "the body is not valid JSON: %s", je.text);
     if (!body) return refuse(r, 400, "invalid_json", "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
     int rc = 0;
     if (!json_is_object(body))

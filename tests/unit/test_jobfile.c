@@ -62,6 +62,10 @@ static void check_bad(void)
         {"{\"max_tokens\": 1.5, \"prompt\": [1]}", "invalid_request", "max_tokens"},
         {"{\"temperature\": -1, \"prompt\": [1]}", "invalid_request", "temperature"},
         {"{\"top_p\": 0, \"prompt\": [1]}", "invalid_request", "top_p"},
+        /* positive as a double, 0 as the sampler's float (it used to mean "no nucleus") */
+        {"{\"top_p\": 1e-300, \"prompt\": [1]}", "invalid_request", "top_p"},
+        {"{\"top_p\": 1e-46, \"prompt\": [1]}", "invalid_request", "32-bit float"},
+        {"{\"top_p\": 1e-30, \"prompt\": [1]}", NULL, NULL}, /* a float > 0: fine */
         {"{\"stop\": [\"\"], \"prompt\": [1]}", "invalid_request", "stop"},
         {"{\"max_tokens\": 60, \"prompt\": [1, 2, 3, 4, 5]}", "context_length_exceeded", "64"},
         {"{\"messages\": []}", "invalid_request", "messages"},
@@ -82,6 +86,14 @@ static void check_bad(void)
         }
         ms_jobspec_clear(&j);
     }
+    /* A raw NUL byte is not JSON, but jansson skips one after a number (found by fuzz_request). */
+    static const char nul[] = "{\"prompt\": [1], \"max_tokens\": 3\0, \"custom_id\": \"z\"}";
+    ms_jobspec jn;
+    ms_jobspec_parse(nul, sizeof nul - 1, 9, &lim, &jn);
+    T_CHECK(jn.err_code && !strcmp(jn.err_code, "invalid_json") && strstr(jn.err_msg, "NUL byte at offset 31"),
+            "a NUL byte inside a line is refused naming its offset (got %s: %s)", jn.err_code ? jn.err_code : "good",
+            jn.err_msg ? jn.err_msg : "");
+    ms_jobspec_clear(&jn);
     ms_jobfile_limits none = {NULL, 512, 64};
     ms_jobspec j;
     ms_jobspec_parse("{\"prompt\": \"x\"}", 15, 3, &none, &j);
