@@ -14,7 +14,7 @@
 #include "ms_tpack.h"
 
 #define MAGIC "MSTPACK1"
-#define VERSION 1u
+#define VERSION 2u /* 2: the fingerprint hashes every byte (1: the first 4 KiB of each tensor) */
 #define HDR 64u
 #define ALIGN 4096u
 
@@ -30,12 +30,12 @@ int64_t ms_tpack_rows_per_block(int64_t rows, int64_t cols)
 uint64_t ms_tpack_fp_begin(const void *config, size_t len) { return XXH3_64bits_withSeed(config, len, 0x4d53545041434bull); }
 
 uint64_t ms_tpack_fp_tensor(uint64_t fp, const char *name, int64_t rows, int64_t cols, uint64_t bytes,
-                            const void *sample, size_t sample_len)
+                            const uint8_t hash[16])
 {
     int64_t dims[3] = {rows, cols, (int64_t)bytes};
     fp = XXH3_64bits_withSeed(name, strlen(name) + 1, fp);
     fp = XXH3_64bits_withSeed(dims, sizeof dims, fp);
-    return XXH3_64bits_withSeed(sample, sample_len, fp);
+    return XXH3_64bits_withSeed(hash, 16, fp);
 }
 
 static uint32_t n_blocks(int64_t rows, int64_t cols)
@@ -283,6 +283,11 @@ ms_tpack *ms_tpack_open(const char *path)
     if (memcmp(h, MAGIC, 8) != 0) {
         close(fd);
         return bad(p, "bad magic (not a trunk pack)");
+    }
+    if (ver == 1) {
+        close(fd);
+        return bad(p, "version 1, whose fingerprint sampled the weights: run moestream pack-trunk again "
+                      "(or pass --trunk-pack none)");
     }
     if (ver != VERSION) {
         close(fd);

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 /* File DIR/trunk.pack (docs/TRUNK-PACK.md), little-endian:
- *   header (64 B): "MSTPACK1", u32 version 1, u32 tensors, u64 fingerprint, u64 index bytes,
+ *   header (64 B): "MSTPACK1", u32 version 2, u32 tensors, u64 fingerprint, u64 index bytes,
  *                  u64 XXH3-64 of the index, u64 data start, 16 zero bytes
  *   index: per tensor: u16 name length, name, i64 rows, i64 cols, i64 rows per block,
  *          u64 data offset (absolute), u64 data bytes, u64 XXH3-64 of the original BF16 bytes,
@@ -34,13 +34,13 @@ static inline uint64_t ms_tpack_block_start(const ms_tpack_tensor *t, uint32_t b
 int64_t ms_tpack_rows_per_block(int64_t rows, int64_t cols);
 
 /* The model fingerprint (what ties a pack to a checkpoint): XXH3-64 chained over config.json's
- * bytes, then for each packed tensor in pack order its name, rows, cols, byte count and first
- * min(4096, bytes) bytes of data. Layout (shard files, offsets) is not part of it: a resharded
- * copy of the same weights keeps its pack. */
+ * bytes, then for each packed tensor in pack order its name, rows, cols, byte count and the
+ * XXH3-128 of all its bytes in the checkpoint (ms_ident_hashes: every byte, never a sample).
+ * Layout (shard files, offsets) is not part of it: a resharded copy of the same weights keeps
+ * its pack. (Version 1 packs hashed the first 4 KiB of each tensor; they are refused.) */
 uint64_t ms_tpack_fp_begin(const void *config, size_t len);
 uint64_t ms_tpack_fp_tensor(uint64_t fp, const char *name, int64_t rows, int64_t cols, uint64_t bytes,
-                            const void *sample, size_t sample_len);
-#define MS_TPACK_SAMPLE 4096
+                            const uint8_t hash[16]);
 
 /* ---- writing ---- */
 typedef struct ms_tpack_writer ms_tpack_writer;

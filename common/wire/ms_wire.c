@@ -14,6 +14,7 @@
 
 #include "ms_err.h"
 #include "ms_file.h"
+#include "ms_ident.h"
 #include "ms_wire.h"
 
 void ms_uuid_new(ms_uuid *u) { uuid_generate(u->b); }
@@ -136,34 +137,10 @@ void ms_wire_error(const ms_uuid *request, int code, const char *message, uint8_
     ms_wire_pack(&env, buf, len);
 }
 
-/* Hash whole small file or ranges of a shard. */
-static int hash_range(XXH3_state_t *st, int fd, uint64_t off, uint64_t len, const char *path)
-{
-    uint8_t buf[65536];
-    while (len > 0) {
-        size_t n = len < sizeof buf ? (size_t)len : sizeof buf;
-        ssize_t got = pread(fd, buf, n, (off_t)off);
-        if (got <= 0) {
-            ms_err_set("cannot read %s for the model fingerprint", path);
-            return ms_err_set_code(MS_EXIT_IO);
-        }
-        XXH3_64bits_update(st, buf, (size_t)got);
-        off += (uint64_t)got;
-        len -= (uint64_t)got;
-    }
-    return 0;
-}
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 int ms_wire_fingerprint(const char *dir, char out[17])
 {
-    XXH3_state_t *st = XXH3_createState();
-    XXH3_64bits_reset(st);
     char path[4096];
     int rc = -1, fd = -1;
-    char **names = NULL;
-    size_t n = 0, cap = 0;
     /* A trunk-only checkpoint written by moestream shard carries its model's fingerprint. */
     snprintf(path, sizeof path, "%s/moestream.fingerprint", dir);
     FILE *ff = NULL;
@@ -186,64 +163,9 @@ int ms_wire_fingerprint(const char *dir, char out[17])
         rc = 0;
         goto out;
     }
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    struct stat sb;
-    if ((fd = ms_file_open(path, "config", 0, 0, NULL)) < 0) goto out;
-    if (fstat(fd, &sb) != 0) {
-        ms_err_set("cannot stat %s: %s", path, strerror(errno));
-        ms_err_set_code(MS_EXIT_IO);
-        goto out;
-    }
-    if (hash_range(st, fd, 0, (uint64_t)sb.st_size, path) != 0) goto out;
-    close(fd);
-    fd = -1;
-    DIR *d = opendir(dir);
-    if (!d) {
-        ms_err_set("cannot list %s: %s", dir, strerror(errno));
-        ms_err_set_code(MS_EXIT_IO);
-        goto out;
-    }
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        size_t l = strlen(de->d_name);
-        if (l > 12 && !strcmp(de->d_name + l - 12, ".safetensors")) {
-            if (n == cap) names = ms_realloc(names, sizeof(char *) * (cap = cap ? 2 * cap : 16));
-            names[n++] = ms_strdup(de->d_name);
-        }
-    }
-    closedir(d);
-    qsort(names, n, sizeof(char *), cmp_str);
-    for (size_t i = 0; i < n; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        uint8_t hb[8];
-        if ((fd = ms_file_open(path, "shard", 0, 0, NULL)) < 0) goto out;
-        if (fstat(fd, &sb) != 0 || pread(fd, hb, 8, 0) != 8) {
-            ms_err_set("cannot read %s for the model fingerprint", path);
-            ms_err_set_code(MS_EXIT_IO);
-            goto out;
-        }
-        uint64_t hl = 0;
-        for (int k = 7; k >= 0; k--) hl = (hl << 8) | hb[k];
-        uint64_t data0 = 8 + hl, size = (uint64_t)sb.st_size;
-        if (data0 > size) {
-            ms_err_set("%s: header length beyond the file", path);
-            ms_err_set_code(MS_EXIT_MODEL);
-            goto out;
-        }
-        uint64_t dl = size - data0, head = dl < 65536 ? dl : 65536;
-        if (hash_range(st, fd, 0, data0, path) != 0 || hash_range(st, fd, data0, head, path) != 0 ||
-            hash_range(st, fd, size - head, head, path) != 0)
-            goto out;
-        close(fd);
-        fd = -1;
-    }
-    snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(st));
-    rc = 0;
+    rc = ms_ident_fingerprint(dir, out); /* every byte of every tensor (a sidecar keeps the hashes) */
 out:
     if (fd >= 0) close(fd);
-    for (size_t i = 0; i < n; i++) free(names[i]);
-    free(names);
-    XXH3_freeState(st);
     return rc;
 }
 

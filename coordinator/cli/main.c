@@ -23,6 +23,7 @@ static void usage(FILE *f)
           "  pack-trunk  write a lossless compressed copy of the BF16 trunk (fewer bytes streamed)\n"
           "  shard       split a checkpoint's experts into per-worker packs (+ a trunk-only checkpoint)\n"
           "  keygen      write a CURVE key pair for workers and coordinators\n"
+          "  ident       hash every byte of a checkpoint once and print its fingerprint\n"
           "\n"
           "`moestream <command> --help` describes each command. Exit codes: 0 ok, 1 runtime error,\n"
           "2 usage, 3 bad model, 4 I/O error, 5 bad input, 6 impossible budget, 7 worker failure,\n"
@@ -56,6 +57,7 @@ static int dispatch(int argc, char **argv)
     if (!strcmp(cmd, "keygen")) return ms_cli_keygen(argc - 1, argv + 1);
     if (!strcmp(cmd, "shard")) return ms_cli_shard(argc - 1, argv + 1);
     if (!strcmp(cmd, "pack-trunk")) return ms_cli_pack_trunk(argc - 1, argv + 1);
+    if (!strcmp(cmd, "ident")) return ms_cli_ident(argc - 1, argv + 1);
     fprintf(stderr, "moestream: unknown command '%s'\n", cmd);
     usage(stderr);
     return MS_EXIT_USAGE;

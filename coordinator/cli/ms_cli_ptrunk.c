@@ -15,6 +15,7 @@
 #include "ms_cli.h"
 #include "ms_err.h"
 #include "ms_file.h"
+#include "ms_ident.h"
 #include "ms_k3_tensors.h"
 #include "ms_kern.h"
 #include "ms_opt.h"
@@ -33,8 +34,8 @@ static void usage(FILE *f)
           "\n"
           "Writes DIR/" MS_TPACK_FILE ": every BF16 trunk matrix of the checkpoint (all but the embedding and\n"
           "the routed experts) in a lossless compressed form, in blocks of whole rows of about 64 KiB,\n"
-          "each with an XXH3 checksum, and the model's fingerprint (config.json and the first 4 KiB of\n"
-          "each packed tensor). The checkpoint is not modified. Every block is decoded and compared with\n"
+          "each with an XXH3 checksum, and the model's fingerprint (config.json and the XXH3-128 of every\n"
+          "byte of each packed tensor, kept in the model's identity sidecar). The checkpoint is not modified. Every block is decoded and compared with\n"
           "the original before it is written, and the finished file is read back and checked against\n"
           "each tensor's XXH3. run/jobs/demo stream the trunk from it with --trunk-pack DIR, or by\n"
           "default from MODEL.trunk-pack beside the model (the same logits, fewer bytes read).\n"
@@ -146,14 +147,20 @@ static int pack(const char *model, const char *outdir, int quiet)
     int n = list_tensors(&c, st, &ts);
     specs = ms_malloc(sizeof *specs * (size_t)(n ? n : 1));
     uint64_t fp = ms_tpack_fp_begin(cfgtext, clen), total = 0;
-    uint8_t sample[MS_TPACK_SAMPLE];
-    for (int i = 0; i < n; i++) {
+    /* the full hash of every packed tensor (ms_ident: kept in the model's sidecar, so the runs
+     * that check this pack against the model do not read the trunk again to hash it) */
+    const char **names = ms_malloc(sizeof *names * (size_t)(n ? n : 1));
+    uint8_t(*h)[16] = ms_malloc(16 * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) names[i] = ts[i]->name;
+    int hrc = ms_ident_hashes(model, st, names, (size_t)n, h);
+    for (int i = 0; i < n && hrc == 0; i++) {
         specs[i] = (ms_tpack_spec){ts[i]->name, ts[i]->shape[0], ts[i]->shape[1]};
-        size_t sn = ts[i]->nbytes < MS_TPACK_SAMPLE ? (size_t)ts[i]->nbytes : MS_TPACK_SAMPLE;
-        if (ms_st_read(st, ts[i], 0, sample, sn) != 0) goto out;
-        fp = ms_tpack_fp_tensor(fp, ts[i]->name, ts[i]->shape[0], ts[i]->shape[1], ts[i]->nbytes, sample, sn);
+        fp = ms_tpack_fp_tensor(fp, ts[i]->name, ts[i]->shape[0], ts[i]->shape[1], ts[i]->nbytes, h[i]);
         total += ts[i]->nbytes;
     }
+    free(names);
+    free(h);
+    if (hrc != 0) goto out;
     if (mkdir(outdir, 0755) != 0 && errno != EEXIST) {
         ms_err_set("cannot create %s: %s", outdir, strerror(errno));
         ms_err_set_code(MS_EXIT_IO);

@@ -99,6 +99,10 @@ static int start_workers(ms_engine *e)
         memcpy(secret, keys[0], sizeof secret);
         ms_wire_keys_free(keys, 1);
     }
+    /* Before local workers start: the first fingerprint of a checkpoint hashes all of it and
+     * keeps the hashes in its sidecar, which the workers then read instead of hashing again. */
+    char fp[17];
+    if (ms_wire_fingerprint(o->model_dir, fp) != 0) return -1;
     if (!e->listed) {
         int n = o->local_workers;
         const ms_plan *p = ms_model_plan(e->m);
@@ -106,8 +110,6 @@ static int start_workers(ms_engine *e)
                                   o->run.n_threads, o->run.buffered, 1, &e->wlist, &e->n_workers);
         if (!e->local) return -1;
     }
-    char fp[17];
-    if (ms_wire_fingerprint(o->model_dir, fp) != 0) return -1;
     ms_xfmt xf; /* the routed experts' format the workers must serve */
     if (ms_xfmt_from_cfg(c, "config.json", &xf) != 0) return -1;
     ms_remote_opts ro = {e->n_workers, e->wlist, secret[0] ? secret : NULL, fp, c->n_layers, c->n_experts, &xf,

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "ms_err.h"
+#include "ms_ident.h"
 #include "ms_file.h"
 #include "ms_model_int.h"
 #include "ms_proc.h"
@@ -54,21 +55,23 @@ static int ref_by_name(const ms_model *m, const char *name)
 }
 
 /* Is the pack this model's? Its fingerprint (ms_tpack_fp_*) recomputed from config.json and
- * the first bytes of every packed tensor, each of which must be a BF16 trunk matrix of the
- * same shape here. */
+ * the full hash of every packed tensor here (ms_ident: read once, then kept in a sidecar), each
+ * of which must be a BF16 trunk matrix of the same shape here. */
 static int pack_check(ms_model *m)
 {
     const char *pp = ms_tpack_path(m->tpack);
+    const char *dir = m->src.what ? m->src.what : ".";
     char cpath[4200];
-    snprintf(cpath, sizeof cpath, "%s/config.json", m->src.what ? m->src.what : ".");
+    snprintf(cpath, sizeof cpath, "%s/config.json", dir);
     size_t clen;
     char *cfg = ms_file_read_all(cpath, "config", 0, 64u << 20, MS_EXIT_MODEL, &clen);
     if (!cfg) return -1;
     uint64_t fp = ms_tpack_fp_begin(cfg, clen);
     free(cfg);
-    uint8_t *sample = ms_malloc(MS_TPACK_SAMPLE);
-    int rc = 0;
-    for (int i = 0; i < ms_tpack_count(m->tpack) && rc == 0; i++) {
+    int n = ms_tpack_count(m->tpack), rc = 0;
+    const char **names = ms_malloc(sizeof *names * (size_t)(n ? n : 1));
+    uint8_t(*h)[16] = ms_malloc(16 * (size_t)(n ? n : 1));
+    for (int i = 0; i < n && rc == 0; i++) {
         const ms_tpack_tensor *t = ms_tpack_at(m->tpack, i);
         int r = ref_by_name(m, t->name);
         const ms_mat *w = r >= 0 ? m->refs[r].dst : NULL;
@@ -77,19 +80,20 @@ static int pack_check(ms_model *m)
                        "matrix of that shape there",
                        pp, m->src.what, t->name, (long long)t->rows, (long long)t->cols);
             rc = ms_err_set_code(MS_EXIT_MODEL);
-            break;
         }
-        size_t n = m->refs[r].bytes < MS_TPACK_SAMPLE ? (size_t)m->refs[r].bytes : MS_TPACK_SAMPLE;
-        if (ms_io_read(m->io, m->refs[r].file, m->refs[r].off, n, sample) != 0) {
-            rc = -1;
-            break;
-        }
-        fp = ms_tpack_fp_tensor(fp, t->name, t->rows, t->cols, m->refs[r].bytes, sample, n);
+        names[i] = t->name;
     }
-    free(sample);
+    if (rc == 0) rc = ms_ident_hashes(dir, m->st, names, (size_t)n, h);
+    for (int i = 0; i < n && rc == 0; i++) {
+        const ms_tpack_tensor *t = ms_tpack_at(m->tpack, i);
+        fp = ms_tpack_fp_tensor(fp, t->name, t->rows, t->cols, m->refs[ref_by_name(m, t->name)].bytes, h[i]);
+    }
+    free(names);
+    free(h);
     if (rc == 0 && fp != ms_tpack_fingerprint(m->tpack)) {
         ms_err_set("trunk pack %s is not for the model %s: fingerprint %016llx, the model's is %016llx (packed from "
-                   "another checkpoint? run moestream pack-trunk again)",
+                   "another checkpoint, or the checkpoint changed since: run moestream pack-trunk again, or pass "
+                   "--trunk-pack none)",
                    pp, m->src.what, (unsigned long long)ms_tpack_fingerprint(m->tpack), (unsigned long long)fp);
         rc = ms_err_set_code(MS_EXIT_MODEL);
     }

@@ -7,6 +7,7 @@
 #include "ms_err.h"
 #include "ms_kern.h"
 #include "ms_model.h"
+#include "ms_st.h"
 #include "ms_synth.h"
 #include "ms_test.h"
 #include "ms_tpack.h"
@@ -180,6 +181,70 @@ static void test_synth(void)
     }
 }
 
+/* Flip the sign of every BF16 value in the middle half of tensor name in dir (in place). */
+static void negate_middle(const char *dir, const char *name)
+{
+    ms_st *st = ms_st_open_dir(dir);
+    const ms_st_tensor *t = st ? ms_st_find(st, name) : NULL;
+    T_CHECK(t && t->dtype == MS_DT_BF16 && t->nbytes > 4 * 4096, "%s has %s in BF16, larger than 16 KiB", dir, name);
+    if (t) {
+        int fd = open(ms_st_file_path(st, t->file), O_RDWR);
+        uint64_t a = t->offset + t->nbytes / 4 / 2 * 2, b = t->offset + t->nbytes * 3 / 4 / 2 * 2;
+        size_t n = (size_t)(b - a);
+        uint8_t *buf = malloc(n);
+        T_CHECK(fd >= 0 && pread(fd, buf, n, (off_t)a) == (ssize_t)n, "read the middle of %s", name);
+        for (size_t i = 1; i < n; i += 2) buf[i] ^= 0x80; /* little-endian: the sign is in the high byte */
+        T_CHECK(pwrite(fd, buf, n, (off_t)a) == (ssize_t)n, "write the middle of %s", name);
+        free(buf);
+        close(fd);
+    }
+    ms_st_close(st);
+}
+
+/* Issue 16, defect 2: a pack beside a checkpoint whose weights differ beyond what the old
+ * fingerprint sampled (the first 4 KiB of each tensor) must be refused at every budget, and a
+ * checkpoint changed in place after packing too (the identity sidecar is invalidated). */
+static void test_edited(void)
+{
+    const char *d = ms_t_tmpdir("ptrunk-edit");
+    char dir[4200], copy[4200], pack[4300], cpack[4300];
+    snprintf(dir, sizeof dir, "%s/small", d);
+    snprintf(copy, sizeof copy, "%s/edited", d);
+    snprintf(pack, sizeof pack, "%s/small.trunk-pack", d);
+    snprintf(cpack, sizeof cpack, "%s/edited.trunk-pack", d);
+    ms_synth_shape sh;
+    ms_synth_preset("tiny", &sh);
+    T_CHECK(ms_synth_write(dir, &sh, 9) == 0, "synth: %s", ms_err_msg());
+    if (pack_cli(dir, pack) != 0) return;
+    T_CHECK(ms_t_runf(NULL, NULL, "cp -a %s %s && cp -a %s %s", dir, copy, pack, cpack) == 0, "copy model and pack");
+    negate_middle(copy, "language_model.lm_head.weight");
+    uint64_t budgets[2] = {min_budget(copy, NULL), 16ull << 30};
+    for (int i = 0; i < 2; i++) {
+        result r = run(copy, NULL, budgets[i], sh.vocab);
+        T_CHECK(!r.logits && r.code == MS_EXIT_MODEL && strstr(r.err, "not for the model") && strstr(r.err, cpack),
+                "budget %llu: the original's pack beside an edited copy (middle of lm_head negated) is refused: %s",
+                (unsigned long long)budgets[i], r.err);
+        free(r.logits);
+    }
+    result ok = run(dir, NULL, 16ull << 30, sh.vocab);
+    T_CHECK(ok.logits != NULL, "the original still runs with its pack (its identity now cached): %s", ok.err);
+    free(ok.logits);
+    negate_middle(dir, "language_model.lm_head.weight"); /* the checkpoint updated in place next to its old pack */
+    result up = run(dir, NULL, 16ull << 30, sh.vocab);
+    T_CHECK(!up.logits && up.code == MS_EXIT_MODEL && strstr(up.err, "not for the model"),
+            "a checkpoint changed in place after packing: its pack is refused (the cached hashes are stale): %s", up.err);
+    free(up.logits);
+    negate_middle(dir, "language_model.lm_head.weight"); /* back as it was */
+    result back = run(dir, NULL, 16ull << 30, sh.vocab);
+    T_CHECK(back.logits != NULL, "changed back: the pack is accepted again: %s", back.err);
+    free(back.logits);
+    char *err = NULL;
+    int rc = ms_t_runf(NULL, &err, "%s run --model %s --ids 1,2,3 -n 2 --quiet", ms_t_bin("moestream"), copy);
+    T_CHECK(rc == 3 && err && strstr(err, "not for the model"), "moestream run on the edited copy exits 3: %d %s", rc,
+            err ? err : "");
+    free(err);
+}
+
 static void test_released_like(void)
 {
     const char *p = ms_t_shared("fixtures/kimi-k3/checkpoints/tiny-s1234");
@@ -195,6 +260,7 @@ int main(void)
 {
     ms_kern_init();
     test_synth();
+    test_edited();
     test_released_like();
     return ms_t_done();
 }

@@ -42,6 +42,35 @@ static int start_worker(worker *w, const char *d, int idx, const char *spec, con
 
 static void stop_worker(worker *w) { ms_t_worker_kill(w); }
 
+/* XOR the packed bytes of every routed-expert tensor of dir lying more than 64 KiB from either
+ * end of its shard's data (what the old sampled fingerprint did not see). Returns how many. */
+static int xor_middle_experts(const char *d)
+{
+    ms_st *st = ms_st_open_dir(d);
+    int n = 0;
+    for (size_t i = 0; st && i < ms_st_count(st); i++) {
+        const ms_st_tensor *t = ms_st_at(st, i);
+        struct stat sb;
+        const char *path = ms_st_file_path(st, t->file);
+        if (!strstr(t->name, ".block_sparse_moe.experts.") || !strstr(t->name, "weight_packed") || stat(path, &sb) != 0)
+            continue;
+        uint64_t lo = 0;
+        for (size_t k = 0; k < ms_st_count(st); k++) /* the data section starts at the first tensor */
+            if (ms_st_at(st, k)->file == t->file && (lo == 0 || ms_st_at(st, k)->offset < lo)) lo = ms_st_at(st, k)->offset;
+        if (t->offset < lo + 65536 || t->offset + t->nbytes + 65536 > (uint64_t)sb.st_size) continue;
+        int fd = open(path, O_RDWR);
+        uint8_t *b = malloc(t->nbytes);
+        if (fd >= 0 && pread(fd, b, t->nbytes, (off_t)t->offset) == (ssize_t)t->nbytes) {
+            for (uint64_t k = 0; k < t->nbytes; k++) b[k] ^= 0x11; /* other nibbles, same scales: finite outputs */
+            n += pwrite(fd, b, t->nbytes, (off_t)t->offset) == (ssize_t)t->nbytes;
+        }
+        free(b);
+        if (fd >= 0) close(fd);
+    }
+    ms_st_close(st);
+    return n;
+}
+
 /* A CURVE worker on a free tcp port of 127.0.0.1 (ready at its "listening on" line). */
 static int start_curve_worker(worker *w, const char *secret, const char *allow, const char *log_path)
 {
@@ -149,6 +178,30 @@ int main(void)
                 "the requests were sliced (%lld requests)", (long long)json_integer_value(json_object_get(ws, "requests")));
         json_decref(j);
         for (int i = 0; i < 2; i++) stop_worker(&w[i]);
+    }
+
+    /* Issue 16, defect 1: a worker serving a copy whose expert bytes differ only far from the
+     * ends of a shard is refused (the fingerprint covers every byte), exit 7, naming it. */
+    {
+        char copy[1200], ep[1300];
+        snprintf(copy, sizeof copy, "%s/edited", tmp);
+        snprintf(cmd, sizeof cmd, "rm -rf %s && cp -a %s %s && rm -f %s/moestream.ident", copy, dir, copy, copy);
+        T_CHECK(ms_t_run(cmd, NULL) == 0, "copy the model");
+        int nx = xor_middle_experts(copy);
+        T_CHECK(nx > 0, "%d routed-expert tensors changed more than 64 KiB from either end of their shard", nx);
+        worker w = {0};
+        snprintf(ep, sizeof ep, "ipc://%.900s/wedit.sock", sock);
+        unlink(ep + 6);
+        const char *argv[] = {wbin, "--model", copy, "--listen", ep, "--threads", "1", "--quiet", NULL};
+        ms_t_worker_opts o = {NULL, NULL, ep + 6, 10};
+        T_CHECK(ms_t_worker_start(&w, argv, &o) == 0, "worker on the edited copy");
+        char extra[8192], *err = NULL;
+        snprintf(extra, sizeof extra, "%s run --model %s --ids 1,2 -n 2 --workers %s --quiet 2>&1 >/dev/null", bin, dir, ep);
+        int st = ms_t_run(extra, &err);
+        T_CHECK(st == 7 && err && strstr(err, "fingerprint mismatch") && strstr(err, "edited"),
+                "a worker whose expert bytes differ in the middle of a shard is refused: exit 7 (%d): %s", st, err ? err : "");
+        free(err);
+        stop_worker(&w);
     }
 
     /* Experts nobody owns: refused at start, naming one, exit 7. */
