@@ -1,4 +1,5 @@
 /* ms_cli: shared CLI helpers and the tokenize, detokenize and synth commands. */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -274,7 +275,7 @@ int ms_cli_detokenize(int argc, char **argv)
 static void synth_usage(FILE *f)
 {
     fputs("usage: moestream synth --out DIR [--preset tiny|small|k3-slice|k3-full] [--layers N] [--seed S]\n"
-          "                       [--sparse]\n"
+          "                       [--sparse] [--force]\n"
           "\n"
           "Writes a random Kimi K3 checkpoint in the released layout (nested config.json, BF16 trunk,\n"
           "F32 small tensors, MXFP4 routed experts, sharded safetensors with an index) and a small\n"
@@ -283,8 +284,26 @@ static void synth_usage(FILE *f)
           "released K3 widths with --layers N layers, default 3: about 40 GB), k3-full (the whole\n"
           "93-layer K3 text path in the release's shard names: 1.56 TB, use with --sparse).\n"
           "--sparse writes the headers only: every weight is zero and stored as a hole of a sparse\n"
-          "file, so the files take almost no disk (reading them costs no device I/O).\n",
+          "file, so the files take almost no disk (reading them costs no device I/O).\n"
+          "DIR must be new or empty: synth refuses to write over an existing directory's files (with the\n"
+          "k3-full preset they have the release's names), unless --force.\n",
           f);
+}
+
+/* The first entry of directory d other than . and .. (into buf), or "" if it is empty or absent. */
+static const char *first_entry(const char *d, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    DIR *dd = opendir(d);
+    if (!dd) return buf;
+    struct dirent *de;
+    while ((de = readdir(dd)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+            snprintf(buf, cap, "%s", de->d_name);
+            break;
+        }
+    closedir(dd);
+    return buf;
 }
 
 int ms_cli_synth(int argc, char **argv)
@@ -292,11 +311,11 @@ int ms_cli_synth(int argc, char **argv)
     static const struct option opts[] = {{"out", required_argument, 0, 'o'}, {"preset", required_argument, 0, 'p'},
                                          {"seed", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
                                          {"layers", required_argument, 0, 'l'},
-                                         {"sparse", no_argument, 0, 'S'},
+                                         {"sparse", no_argument, 0, 'S'},  {"force", no_argument, 0, 'F'},
                                          {0, 0, 0, 0}};
     const char *out = NULL, *preset = "tiny";
     long long seed = 1, layers = 0;
-    int c, sparse = 0;
+    int c, sparse = 0, force = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -309,12 +328,22 @@ int ms_cli_synth(int argc, char **argv)
             if (ms_opt_int("--layers", optarg, 1, MS_SYNTH_MAX_LAYERS, &layers) != 0) return ms_cli_fail_err("synth");
             break;
         case 'S': sparse = 1; break;
+        case 'F': force = 1; break;
         case 'h': synth_usage(stdout); return MS_EXIT_OK;
         default: synth_usage(stderr); return MS_EXIT_USAGE;
         }
     }
     if (optind != argc) return ms_cli_fail("synth", MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
     if (!out) return ms_cli_fail("synth", MS_EXIT_USAGE, "--out DIR is required");
+    struct stat sb;
+    char entry[256];
+    if (stat(out, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return ms_cli_fail("synth", MS_EXIT_USAGE, "--out %s exists and is not a directory", out);
+    if (!force && first_entry(out, entry, sizeof entry)[0])
+        return ms_cli_fail("synth", MS_EXIT_USAGE,
+                           "--out %s is not empty (it holds %s): synth would overwrite a checkpoint's files there; give "
+                           "a new or empty directory, or --force",
+                           out, entry);
     ms_cli_set_output(0);
     ms_synth_shape sh;
     if (ms_synth_preset(preset, &sh) != 0) return ms_cli_fail_err("synth");

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,12 +48,16 @@ static void jobs_usage(FILE *f)
           "  {\"custom_id\": \"a1\", \"method\": \"POST\", \"url\": \"/v1/completions\" | \"/v1/chat/completions\",\n"
           "   \"body\": {\"prompt\": \"text\" | [ids] | \"messages\": [{\"role\", \"content\"}...], \"max_tokens\": 16,\n"
           "            \"temperature\": 0, \"top_p\": 1, \"seed\": 0, \"stop\": [\"...\"]}}\n"
-          "or the body alone (short form; a chat when it has \"messages\"; custom_id \"line-N\" when absent).\n"
+          "or the body alone (short form; a chat when it has \"messages\"; custom_id \"line-N\" when absent\n"
+          "or null, \"line-N.2\" if another line names itself \"line-N\").\n"
           "Up to --max-batch jobs decode together (default: as many as the budget holds); a finished job\n"
           "leaves and a waiting one joins at the next step. Each job's result is the same as `moestream run`\n"
           "on it alone. A bad line gets an error line and the run goes on; duplicate custom_ids are refused\n"
-          "before anything runs. --resume continues an output file: jobs already there are skipped (a torn\n"
-          "last line is dropped and redone). --max-context N (default 8192) bounds prompt + max_tokens.\n"
+          "before anything runs. The output is locked while a run writes it: a second run on it is refused\n"
+          "(exit 4). --resume continues an output file: jobs already there are skipped (a torn last line is\n"
+          "dropped and redone); each output line carries the request_hash of the input line it answers, and\n"
+          "an output written for other input lines is refused naming the first custom_id that differs\n"
+          "(exit 5). --max-context N (default 8192) bounds prompt + max_tokens.\n"
           "--json-progress writes one JSON object per second to stderr. --dump-logits DIR writes each job's\n"
           "logits rows to DIR/line-N.f32 as `run --dump-logits` does (tests). Other options as for run;\n"
           "each job speculates on its own (--speculate, --draft-file: every job drafts the file's ids).\n"
@@ -202,21 +207,48 @@ static void show_progress(progress *p, const jobs_run *r, ms_engine *e, ms_sched
     }
 }
 
-/* Drop the torn tail of an output file and collect the custom_ids it answers. */
-static int scan_output(const jobs_opts *o, char ***done, size_t *n_done)
+/* Take the output file for this run: open (create) it and hold an exclusive lock on it for the
+ * whole run, so that a second jobs run on the same output is refused instead of interleaving
+ * its lines. Returns 0 with *fd, or the exit code after reporting. */
+static int lock_output(const jobs_opts *o, int *fd)
+{
+    struct stat sb;
+    if (stat(o->output, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return ms_cli_fail("jobs", MS_EXIT_USAGE, "--output %s is a directory: give a file to write the results to",
+                           o->output);
+    if ((*fd = open(o->output, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) < 0)
+        return ms_cli_fail("jobs", MS_EXIT_IO, "cannot open %s: %s", o->output, strerror(errno));
+    if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno, rc;
+        close(*fd);
+        *fd = -1;
+        if (e == EWOULDBLOCK)
+            rc = ms_cli_fail("jobs", MS_EXIT_IO,
+                             "%s is being written by another moestream jobs run (it holds the file's lock): wait for it "
+                             "to finish, then --resume, or give another --output",
+                             o->output);
+        else
+            rc = ms_cli_fail("jobs", MS_EXIT_IO, "cannot lock %s: %s", o->output, strerror(e));
+        return rc;
+    }
+    return 0;
+}
+
+/* Drop the torn tail of an output file and collect the custom_ids it answers (with the request
+ * hash of each, parallel). Called with the output locked. */
+static int scan_output(const jobs_opts *o, char ***done, char ***hashes, size_t *n_done)
 {
     *done = NULL;
+    *hashes = NULL;
     *n_done = 0;
     struct stat sb;
-    if (stat(o->output, &sb) != 0) return 0;
-    if (!o->resume) {
-        if (sb.st_size == 0) return 0;
+    if (stat(o->output, &sb) != 0 || sb.st_size == 0) return 0;
+    if (!o->resume)
         return ms_cli_fail("jobs", MS_EXIT_USAGE, "%s exists: pass --resume to continue it, or remove it", o->output);
-    }
     size_t len = 0, keep = 0;
     char *buf = ms_cli_read_file(o->output, &len);
     if (!buf) return ms_cli_fail_err("jobs");
-    int rc = ms_jobline_scan(buf, len, done, n_done, &keep);
+    int rc = ms_jobline_scan_hashes(buf, len, done, hashes, n_done, &keep);
     free(buf);
     if (rc != 0) return ms_cli_fail("jobs", MS_EXIT_INPUT, "cannot resume %s: %s", o->output, ms_err_msg());
     if (keep < len) {
@@ -227,7 +259,66 @@ static int scan_output(const jobs_opts *o, char ***done, size_t *n_done)
     return 0;
 }
 
+typedef struct {
+    const char *id, *hash;
+} answered;
+
+static int cmp_answered(const void *a, const void *b) { return strcmp(((const answered *)a)->id, ((const answered *)b)->id); }
+
+/* A resumed output must answer this input: every answered custom_id's request hash equals its
+ * input line's. Refuses the first input line (in input order) that does not, or whose answer
+ * has no hash, naming it. */
+static int check_answers(const jobs_opts *o, const ms_jobspec *specs, int n_specs, char **done, char **hashes,
+                         size_t n_done)
+{
+    if (n_done == 0) return 0;
+    answered *v = ms_malloc(sizeof *v * n_done);
+    for (size_t k = 0; k < n_done; k++) v[k] = (answered){done[k], hashes[k]};
+    qsort(v, n_done, sizeof *v, cmp_answered);
+    int rc = 0;
+    for (int i = 0; i < n_specs && rc == 0; i++) {
+        answered key = {specs[i].custom_id, NULL}, *a = bsearch(&key, v, n_done, sizeof *v, cmp_answered);
+        if (!a) continue;
+        if (!a->hash)
+            rc = ms_cli_fail("jobs", MS_EXIT_INPUT,
+                             "cannot resume %s: its line for custom_id '%s' has no request_hash (written by an older "
+                             "moestream), so it cannot be checked against input line %d: remove the output or give "
+                             "another --output",
+                             o->output, a->id, specs[i].line);
+        else if (strcmp(a->hash, specs[i].request_hash) != 0)
+            rc = ms_cli_fail("jobs", MS_EXIT_INPUT,
+                             "cannot resume %s: custom_id '%s' (input line %d) is not the request that output answered "
+                             "(request_hash %s there, %s here): the output was written for another input. Give another "
+                             "--output, or remove that line from it",
+                             o->output, a->id, specs[i].line, a->hash, specs[i].request_hash);
+    }
+    free(v);
+    return rc;
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* A made-up "line-N" custom_id that an explicit one also uses gets a suffix ("line-N.2", ...),
+ * so that lines without custom_id never make the file's ids collide. */
+static void rename_auto_ids(ms_jobspec *specs, int n)
+{
+    char **ids = ms_malloc(sizeof *ids * (size_t)(n + 1));
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (!specs[i].auto_id) ids[m++] = specs[i].custom_id;
+    qsort(ids, (size_t)m, sizeof *ids, cmp_str);
+    for (int i = 0; i < n; i++) {
+        if (!specs[i].auto_id) continue;
+        for (int k = 2; bsearch(&specs[i].custom_id, ids, (size_t)m, sizeof *ids, cmp_str); k++) {
+            char buf[48];
+            snprintf(buf, sizeof buf, "line-%d.%d", specs[i].line, k);
+            free(specs[i].custom_id);
+            specs[i].custom_id = ms_strdup(buf);
+        }
+    }
+    free(ids);
+}
+
 static int cmp_spec(const void *a, const void *b)
 {
     const ms_jobspec *x = *(ms_jobspec *const *)a, *y = *(ms_jobspec *const *)b;
@@ -279,7 +370,7 @@ static int jobs_main(const jobs_opts *o)
 {
     const char *cmd = "jobs";
     int rc = MS_EXIT_OK, n_specs = 0;
-    char *in = NULL, **done = NULL;
+    char *in = NULL, **done = NULL, **hashes = NULL;
     size_t in_len = 0, n_done = 0;
     ms_jobspec *specs = NULL;
     ms_tok *tok = NULL;
@@ -319,15 +410,13 @@ static int jobs_main(const jobs_opts *o)
     in = NULL;
     ms_tok_free(tok); /* the engine loads its own */
     tok = NULL;
+    rename_auto_ids(specs, n_specs);
     if ((rc = check_duplicates(specs, n_specs)) != 0) goto out;
-    if ((rc = scan_output(o, &done, &n_done)) != 0) goto out;
+    if ((rc = lock_output(o, &run.fd)) != 0) goto out;
+    if ((rc = scan_output(o, &done, &hashes, &n_done)) != 0) goto out;
+    if ((rc = check_answers(o, specs, n_specs, done, hashes, n_done)) != 0) goto out;
     if (n_done) qsort(done, n_done, sizeof *done, cmp_str);
     run.specs = specs;
-    run.fd = open(o->output, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (run.fd < 0) {
-        rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot open %s: %s", o->output, strerror(errno));
-        goto out;
-    }
     run.last_sync = ms_cli_now();
     const char *slash = strrchr(o->e.model, '/');
     run.model_name = slash && slash[1] ? slash + 1 : o->e.model;
@@ -444,8 +533,12 @@ out:
     ms_engine_free(e);
     for (int i = 0; i < n_specs; i++) ms_jobspec_clear(&specs[i]);
     free(specs);
-    for (size_t i = 0; i < n_done; i++) free(done[i]);
+    for (size_t i = 0; i < n_done; i++) {
+        free(done[i]);
+        free(hashes[i]);
+    }
     free(done);
+    free(hashes);
     free(in);
     ms_tok_free(tok);
     ms_cfg_free(&cfg);

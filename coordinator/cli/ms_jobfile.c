@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "ms_chat.h"
 #include "ms_cli.h"
@@ -178,12 +179,16 @@ void ms_jobspec_parse(const char *text, size_t len, int line, const ms_jobfile_l
     j->top_p = 1.0f;
     json_error_t je;
     json_t *root = ms_jobfile_json_load(text, len, &je);
+    size_t hl = len;
+    while (hl > 0 && (text[hl - 1] == ' ' || text[hl - 1] == '\t' || text[hl - 1] == '\r')) hl--;
+    snprintf(j->request_hash, sizeof j->request_hash, "%016llx", (unsigned long long)XXH3_64bits(text, hl));
     json_t *cid = root ? json_object_get(root, "custom_id") : NULL;
     if (json_is_string(cid)) j->custom_id = ms_strdup(json_string_value(cid));
     if (!j->custom_id) {
         char buf[32];
         snprintf(buf, sizeof buf, "line-%d", line);
         j->custom_id = ms_strdup(buf);
+        j->auto_id = 1;
     }
     if (!root) {
         if (je.column < 0)
@@ -197,7 +202,7 @@ void ms_jobspec_parse(const char *text, size_t len, int line, const ms_jobfile_l
         bad(j, "invalid_request", "a line must be a JSON object");
         goto out;
     }
-    if (cid && !json_is_string(cid)) {
+    if (cid && !json_is_string(cid) && !json_is_null(cid)) { /* null: as if absent */
         bad(j, "invalid_request", "\"custom_id\" must be a string");
         goto out;
     }
@@ -282,6 +287,7 @@ static json_t *envelope(const ms_jobspec *j, json_t *response, json_t *error)
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(id));
     json_object_set_new(o, "custom_id", json_string(j->custom_id));
+    if (j->request_hash[0]) json_object_set_new(o, "request_hash", json_string(j->request_hash));
     json_object_set_new(o, "response", response ? response : json_null());
     json_object_set_new(o, "error", error ? error : json_null());
     free(id);
@@ -327,9 +333,10 @@ char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created,
     return line_of(envelope(j, resp, NULL), len);
 }
 
-int ms_jobline_scan(const char *buf, size_t len, char ***ids, size_t *n, size_t *keep)
+int ms_jobline_scan_hashes(const char *buf, size_t len, char ***ids, char ***hashes, size_t *n, size_t *keep)
 {
     *ids = NULL;
+    if (hashes) *hashes = NULL;
     *n = 0;
     *keep = 0;
     size_t cap = 0, pos = 0;
@@ -340,12 +347,20 @@ int ms_jobline_scan(const char *buf, size_t len, char ***ids, size_t *n, size_t 
         line++;
         size_t l = (size_t)(nl - (buf + pos));
         json_t *o = json_loadb(buf + pos, l, JSON_ALLOW_NUL, NULL); /* texts may hold U+0000 */
-        json_t *cid = o ? json_object_get(o, "custom_id") : NULL;
-        if (!json_is_string(cid) || !json_object_get(o, "response") || !json_object_get(o, "error")) {
+        json_t *cid = o ? json_object_get(o, "custom_id") : NULL, *rh = o ? json_object_get(o, "request_hash") : NULL;
+        if (!json_is_string(cid) || !json_object_get(o, "response") || !json_object_get(o, "error") ||
+            (rh && !json_is_string(rh))) {
             json_decref(o);
-            for (size_t i = 0; i < *n; i++) free((*ids)[i]);
+            for (size_t i = 0; i < *n; i++) {
+                free((*ids)[i]);
+                if (hashes) free((*hashes)[i]);
+            }
             free(*ids);
             *ids = NULL;
+            if (hashes) {
+                free(*hashes);
+                *hashes = NULL;
+            }
             *n = 0;
             ms_err_set("line %d is not an output line of moestream jobs (a JSON object with custom_id, response and "
                        "error)", line);
@@ -354,11 +369,18 @@ int ms_jobline_scan(const char *buf, size_t len, char ***ids, size_t *n, size_t 
         if (*n == cap) {
             cap = cap * 2 + 16;
             *ids = ms_realloc(*ids, sizeof **ids * cap);
+            if (hashes) *hashes = ms_realloc(*hashes, sizeof **hashes * cap);
         }
+        if (hashes) (*hashes)[*n] = rh ? ms_strdup(json_string_value(rh)) : NULL;
         (*ids)[(*n)++] = ms_strdup(json_string_value(cid));
         json_decref(o);
         pos += l + 1;
         *keep = pos;
     }
     return 0;
+}
+
+int ms_jobline_scan(const char *buf, size_t len, char ***ids, size_t *n, size_t *keep)
+{
+    return ms_jobline_scan_hashes(buf, len, ids, NULL, n, keep);
 }

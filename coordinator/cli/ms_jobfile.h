@@ -15,7 +15,10 @@ typedef enum { MS_JOB_COMPLETION, MS_JOB_CHAT } ms_job_kind;
 /* One input line, parsed and checked. Owns its strings and arrays. */
 typedef struct {
     int line;                  /* 1-based line number in the input */
-    char *custom_id;           /* as given, or "line-N" when the line gives none (or is not JSON) */
+    char *custom_id;           /* as given, or "line-N" when the line gives none, null or is not JSON */
+    int auto_id;               /* 1: custom_id was made up ("line-N"); the caller may rename it */
+    char request_hash[17];     /* XXH3-64 (hex) of the line's bytes, trailing blanks and \r
+                                * dropped: what an output line answers ("" for a body) */
     ms_job_kind kind;
     char *model;               /* body.model, or NULL */
     int32_t *prompt;           /* [n_prompt] ids: the prompt's, or the chat rendered (ms_chat) */
@@ -53,7 +56,8 @@ void ms_jobspec_parse_body(struct json_t *body, ms_job_kind kind, const ms_jobfi
 void ms_jobspec_clear(ms_jobspec *j); /* frees the members; accepts a zeroed spec */
 
 /* The output line of a finished job (malloc'ed, one line ending in '\n', *len bytes):
- * {"id": "batch_req_<uuid>", "custom_id", "response": {"status_code": 200, "request_id",
+ * {"id": "batch_req_<uuid>", "custom_id", "request_hash" (j->request_hash, when set: which input
+ * line it answers, checked by --resume), "response": {"status_code": 200, "request_id",
  * "body": {"id", "object", "created", "model", "choices": [{"index": 0, "text" | "message",
  * "finish_reason", "token_ids"}], "usage"}}, "error": null}, or with r->finish NULL the error
  * line of a job that failed while running (code "worker_failure" for MS_EXIT_WORKER, else
@@ -69,5 +73,8 @@ char *ms_jobline_error(const ms_jobspec *j, const char *code, const char *messag
  * those lines: what follows (a torn last line) is to be dropped. Returns 0, or -1 with ms_err set
  * (MS_EXIT_INPUT) naming the first complete line that is not an output line of `jobs`. */
 int ms_jobline_scan(const char *buf, size_t len, char ***ids, size_t *n, size_t *keep);
+/* The same, also collecting each line's "request_hash" into *hashes (malloc'ed array parallel to
+ * *ids; an entry is NULL for a line without one, written by an older moestream). */
+int ms_jobline_scan_hashes(const char *buf, size_t len, char ***ids, char ***hashes, size_t *n, size_t *keep);
 
 #endif

@@ -280,6 +280,28 @@ static void test_small_preset(void)
     T_CHECK(status_of(a) == 2, "--layers 0 refused");
     snprintf(a, sizeof a, "synth --preset nope --out %s/x", d);
     T_CHECK(status_of(a) == 2, "unknown preset refused");
+    /* Issue 16, defect 6: an existing checkpoint is not overwritten unless --force */
+    char cfg[4300];
+    snprintf(cfg, sizeof cfg, "%s/m/config.json", d);
+    size_t l0 = 0;
+    char *before = ms_t_read_file(cfg, &l0);
+    snprintf(a, sizeof a, "synth --out %s/m --seed 9", d);
+    char *e = stderr_of(a);
+    T_CHECK(status_of(a) == 2 && e && strstr(e, "not empty") && strstr(e, "--force"),
+            "synth into an existing checkpoint: exit 2 naming --force: %s", e ? e : "");
+    free(e);
+    size_t l1 = 0;
+    char *after = ms_t_read_file(cfg, &l1);
+    T_CHECK(before && after && l0 == l1 && !memcmp(before, after, l0), "and its config.json is untouched");
+    free(after);
+    snprintf(a, sizeof a, "synth --out %s/m --seed 9 --force", d);
+    T_CHECK(status_of(a) == 0, "--force writes over it");
+    after = ms_t_read_file(cfg, &l1);
+    T_CHECK(after && (l0 != l1 || memcmp(before, after, l0)), "with the tiny preset's config now");
+    free(after);
+    free(before);
+    snprintf(a, sizeof a, "synth --out %s/m/config.json", d);
+    T_CHECK(status_of(a) == 2, "--out a file: exit 2");
 }
 
 /* --trace records every routed-expert request; layer-major prefill reads each routed expert at

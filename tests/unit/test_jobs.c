@@ -376,6 +376,88 @@ static void check_resume(int sig)
     json_decref(got);
 }
 
+/* Issue 16, defects 4 and 5: a second run on an output being written is refused (the output is
+ * locked), and --resume refuses an output written for another input (request_hash). */
+static void check_output_guard(void)
+{
+    char in[1200], out[1200];
+    snprintf(in, sizeof in, "%s/slow.jsonl", tmp); /* written by check_resume */
+    snprintf(out, sizeof out, "%s/locked.out", tmp);
+    unlink(out);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(127);
+        execl(bin, bin, "jobs", "--model", dir, "--input", in, "--output", out, "--max-batch", "2", "--threads", "1",
+              "--ram-budget", "2G", "--quiet", (char *)NULL);
+        _exit(127);
+    }
+    wait_lines(out, 1);
+    for (int resume = 0; resume < 2; resume++) {
+        char *err = NULL;
+        int st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget 2G --quiet%s", bin, dir, in,
+                           out, resume ? " --resume" : "");
+        T_CHECK(st == MS_EXIT_IO && err && strstr(err, "another moestream jobs run") && strstr(err, out),
+                "a second run%s on an output being written is refused: exit 4 naming it (%d): %s",
+                resume ? " with --resume" : "", st, err ? err : "");
+        free(err);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    int dup = 0, n_lines = 0;
+    json_t *got = ids_by_custom_id(out, &dup, &n_lines, NULL);
+    T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0 && dup == 0 && n_lines == 24,
+            "the first run finishes alone: 24 lines, no duplicate (%d lines, %d duplicates)", n_lines, dup);
+    json_decref(got);
+
+    /* the same custom_ids with another prompt: --resume names the first that differs */
+    char in2[1200], out2[1200];
+    snprintf(in2, sizeof in2, "%s/guard-a.jsonl", tmp);
+    snprintf(out2, sizeof out2, "%s/guard.out", tmp);
+    unlink(out2);
+    ms_t_write_file(in2, "{\"custom_id\":\"a\",\"prompt\":[1,2],\"max_tokens\":3}\n"
+                         "{\"custom_id\":\"b\",\"prompt\":[3,4],\"max_tokens\":3}\n");
+    T_CHECK(ms_t_runf(NULL, NULL, "%s jobs --model %s --input %s --output %s --ram-budget 2G --quiet", bin, dir, in2,
+                      out2) == 0,
+            "jobs on two lines");
+    ms_t_write_file(in2, "{\"custom_id\":\"a\",\"prompt\":[1,2],\"max_tokens\":3}\n"
+                         "{\"custom_id\":\"b\",\"prompt\":[3,5],\"max_tokens\":3}\n"
+                         "{\"custom_id\":\"c\",\"prompt\":[6],\"max_tokens\":3}\n");
+    char *err = NULL;
+    int st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget 2G --quiet --resume", bin, dir,
+                       in2, out2);
+    T_CHECK(st == MS_EXIT_INPUT && err && strstr(err, "'b'") && strstr(err, "input line 2") && count_lines(out2) == 2,
+            "--resume on an output of another input: exit 5 naming custom_id 'b', output untouched (%d): %s", st,
+            err ? err : "");
+    free(err);
+    ms_t_write_file(in2, "{\"custom_id\":\"a\",\"prompt\":[1,2],\"max_tokens\":3}  \r\n"
+                         "{\"custom_id\":\"b\",\"prompt\":[3,4],\"max_tokens\":3}\n"
+                         "{\"custom_id\":\"c\",\"prompt\":[6],\"max_tokens\":3}\n");
+    st = ms_t_runf(NULL, NULL, "%s jobs --model %s --input %s --output %s --ram-budget 2G --quiet --resume", bin, dir, in2,
+                   out2);
+    T_CHECK(st == 0 && count_lines(out2) == 3, "the same lines (trailing blanks aside) plus a new one: resumed (%d)", st);
+
+    /* ids: a line without custom_id never collides with an explicit "line-N"; null is absent */
+    ms_t_write_file(in2, "{\"prompt\":[1],\"max_tokens\":2}\n"
+                         "{\"custom_id\":\"line-1\",\"prompt\":[2],\"max_tokens\":2}\n"
+                         "{\"custom_id\":null,\"prompt\":[3],\"max_tokens\":2}\n");
+    snprintf(out2, sizeof out2, "%s/guard-ids.out", tmp);
+    unlink(out2);
+    err = NULL;
+    st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --ram-budget 2G --quiet", bin, dir, in2, out2);
+    json_t *ids = ids_by_custom_id(out2, &dup, NULL, NULL);
+    T_CHECK(st == 0 && json_object_size(ids) == 3 && json_object_get(ids, "line-1") && json_object_get(ids, "line-1.2") &&
+                json_object_get(ids, "line-3"),
+            "custom_ids line-1 (explicit), line-1.2 (line 1, none given), line-3 (null): all run (%d): %s", st,
+            err ? err : "");
+    json_decref(ids);
+    free(err);
+    err = NULL;
+    st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --quiet", bin, dir, in2, tmp);
+    T_CHECK(st == MS_EXIT_USAGE && err && strstr(err, "is a directory"), "--output DIR: exit 2, 'is a directory' (%d): %s",
+            st, err ? err : "");
+    free(err);
+}
+
 /* Pid of the coordinator pid's local worker 0 (its command line names worker-0.sock), or 0. */
 static int local_worker0(pid_t pid)
 {
@@ -556,6 +638,7 @@ int main(void)
     check_usage();
     check_resume(SIGKILL);
     check_resume(SIGTERM);
+    check_output_guard();
     check_worker_lost(1);
     check_worker_lost(4);
     check_budget();
