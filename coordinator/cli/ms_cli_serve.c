@@ -25,15 +25,16 @@
 typedef struct {
     ms_cli_eopts e;
     const char *listen, *key_file, *model_name;
-    long long max_batch, max_queue, max_context;
+    long long max_batch, max_queue, max_context, max_connections, max_per_ip;
     uint64_t max_body;
-    float request_timeout;
+    float request_timeout, read_timeout;
 } serve_opts;
 
 static void serve_usage(FILE *f)
 {
     fputs("usage: moestream serve --model DIR [--listen HOST:PORT] [--api-key-file FILE] [--max-batch N]\n"
           "                       [--max-queue N] [--max-context N] [--max-body SIZE] [--request-timeout SEC]\n"
+          "                       [--read-timeout SEC] [--max-connections N] [--max-connections-per-ip N]\n"
           "                       [--model-name NAME] [--ram-budget SIZE] [--quiet]\n"
           "                       [--threads N] [--buffered-io] [--io-depth N] [--prefill-chunk N] [--lru-cache]\n"
           "                       [--trunk-pack DIR|none]\n"
@@ -54,6 +55,12 @@ static void serve_usage(FILE *f)
           "  --max-context N        bound on prompt + max_tokens of one request, planned for (default 4096)\n"
           "  --max-body SIZE        largest request body (default 1M; larger: 413)\n"
           "  --request-timeout SEC  a request not finished by then is cancelled (504; default: none)\n"
+          "  --read-timeout SEC     a connection must send a whole request (headers and body) within SEC of\n"
+          "                         opening, or of its previous answer, else it is closed (default 10)\n"
+          "  --max-connections N    connections open at once (default: batch + queue + 64); beyond, 503\n"
+          "                         with Retry-After\n"
+          "  --max-connections-per-ip N  from one client address (default: half of --max-connections;\n"
+          "                         raise it behind a reverse proxy, whose address every client shares)\n"
           "  --model-name NAME      the model's name in /v1/models and answers (default: DIR's last part)\n"
           "  --insecure             also allows plain tcp to workers listed without a key\n"
           "Each request speculates on its own.\n" MS_CLI_EOPT_SPEC_HELP
@@ -71,6 +78,12 @@ static char *read_key(const char *path, int *code)
         *code = ms_cli_fail_err("serve");
         return NULL;
     }
+    for (size_t i = 0; i < len && b[i] != '\n' && b[i] != '\r'; i++)
+        if ((unsigned char)b[i] < 0x20 && b[i] != '\t') { /* a NUL would cut the key short */
+            free(b);
+            *code = ms_cli_fail("serve", MS_EXIT_USAGE, "the API key in %s holds a control character (byte %zu)", path, i);
+            return NULL;
+        }
     char *p = b;
     while (*p == ' ' || *p == '\t') p++;
     size_t n = strcspn(p, "\r\n");
@@ -156,7 +169,9 @@ static int serve_main(const serve_opts *o)
     ho.lim = (ms_jobfile_limits){tok, ms_engine_cfg(e)->vocab, o->max_context};
     ho.chat_end_id = tok ? ms_chat_end_id(tok) : -1;
     ho.request_timeout = o->request_timeout;
-    ho.max_connections = (int)(batch + o->max_queue + 64);
+    ho.read_timeout = o->read_timeout;
+    ho.max_connections = o->max_connections > 0 ? (int)o->max_connections : (int)(batch + o->max_queue + 64);
+    ho.max_per_ip = o->max_per_ip > 0 ? (int)o->max_per_ip : (ho.max_connections + 1) / 2;
     if (!(h = ms_shttp_start(&ho, s, m))) {
         rc = ms_cli_fail_err(cmd);
         goto out;
@@ -203,13 +218,17 @@ int ms_cli_serve(int argc, char **argv)
         {"max-body", required_argument, 0, 'Y'},
         {"request-timeout", required_argument, 0, 'R'},
         {"model-name", required_argument, 0, 'M'},
+        {"read-timeout", required_argument, 0, 0x7274},
+        {"max-connections", required_argument, 0, 0x6d63},
+        {"max-connections-per-ip", required_argument, 0, 0x6d70},
         {"help", no_argument, 0, 'h'},
     };
     enum { N_OWN = sizeof own / sizeof own[0] };
     struct option opts[N_OWN + MS_CLI_EOPT_COUNT + 1];
     ms_cli_eopt_table(own, N_OWN, opts);
     const char *cmd = "serve";
-    serve_opts o = {.listen = "127.0.0.1:8080", .max_queue = 64, .max_context = 4096, .max_body = 1 << 20};
+    serve_opts o = {.listen = "127.0.0.1:8080", .max_queue = 64, .max_context = 4096, .max_body = 1 << 20,
+                    .read_timeout = 10};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -231,6 +250,13 @@ int ms_cli_serve(int argc, char **argv)
             if (!bad && !(o.request_timeout > 0))
                 return ms_cli_fail(cmd, MS_EXIT_USAGE, "--request-timeout must be a positive number, got '%s'", optarg);
             break;
+        case 0x7274:
+            bad = ms_opt_f32("--read-timeout", optarg, &o.read_timeout);
+            if (!bad && !(o.read_timeout > 0))
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--read-timeout must be a positive number, got '%s'", optarg);
+            break;
+        case 0x6d63: bad = ms_opt_int("--max-connections", optarg, 1, 1 << 20, &o.max_connections); break;
+        case 0x6d70: bad = ms_opt_int("--max-connections-per-ip", optarg, 1, 1 << 20, &o.max_per_ip); break;
         case 'h': serve_usage(stdout); return MS_EXIT_OK;
         default: {
             int code = MS_EXIT_USAGE, took = ms_cli_eopt_take(&o.e, cmd, c, optarg, &code);

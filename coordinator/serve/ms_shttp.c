@@ -11,22 +11,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <stdarg.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "ms_clock.h"
 #include "ms_err.h"
+#include "ms_sconn.h"
 #include "ms_shttp.h"
 #include "ms_sreq.h"
 
-#define POLL_S 0.1 /* how often a waiting answer looks whether its client is still there */
+#define POLL_S 0.1  /* how often a waiting answer looks whether its client is still there */
+#define PROBE_S 0.5 /* how often a client that sent FIN is asked (by a write) whether it still reads */
+#define OVERFLOW 32 /* connections beyond --max-connections that are still accepted, to be told 503 */
 
 struct ms_shttp {
     ms_shttp_opts o;
     ms_sengine *s;
     ms_smetrics *m;
     struct MHD_Daemon *d;
+    ms_sconn *g;                 /* read deadlines and counts of the open connections */
     int listen_fd;
     char url[160];
     pthread_mutex_t mu;
@@ -46,7 +53,8 @@ typedef struct {
     int too_big, streamed;
     int status;
     double t0;
-    int fd;
+    int fd, http10;
+    ms_sconn_sock *sock;         /* its connection's entry in h->g */
     size_t prompt_tokens, completion_tokens;
     char addr[80], method[16], path[128];
 } conn;
@@ -58,6 +66,7 @@ typedef struct {
     ms_sreq r;
     ms_sreq_ident id;
     int fd, first, finished, gone;
+    double probed;               /* when a ping comment last went to a client that sent FIN */
     char *out;                   /* every SSE byte so far (MHD may ask for a position again) */
     size_t n;
     char *pend;                  /* text bytes held back (an unfinished UTF-8 character) */
@@ -74,12 +83,16 @@ static void active_add(ms_shttp *h, int d)
     pthread_mutex_unlock(&h->mu);
 }
 
-/* 1 once the peer has closed its side (or the socket failed). */
-static int client_gone(int fd)
+/* Is the client of a whole answer gone? A reset says so at once. A FIN may be a half-close by a
+ * client that still reads (nc -N, HTTP/1.0 clients, proxies), so an HTTP/1.1 client that sent
+ * one is asked by writing an interim 102 (every PROBE_S): the write fails once it has gone. An
+ * HTTP/1.0 client cannot be asked: its answer is computed and the final write tells. */
+static int whole_client_gone(conn *c, double *probed)
 {
-    if (fd < 0) return 0;
-    struct pollfd p = {fd, POLLRDHUP, 0};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+    if (ms_sconn_peer_reset(c->fd)) return 1;
+    if (c->http10 || !ms_sconn_peer_eof(c->fd) || ms_now() - *probed < PROBE_S) return 0;
+    *probed = ms_now();
+    return ms_sconn_probe_1xx(c->fd) != 0;
 }
 
 static void access_log(const char *addr, const char *method, const char *path, int status, size_t pt, size_t ct,
@@ -122,11 +135,24 @@ static enum MHD_Result reply_error(struct MHD_Connection *mc, conn *c, int statu
 static int authorized(ms_shttp *h, struct MHD_Connection *mc)
 {
     if (!h->o.api_key) return 1;
-    const char *a = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!a || strncmp(a, "Bearer ", 7) != 0) return 0;
+    const char *a = NULL;
+    size_t la = 0;
+    /* with its length, so that nothing but the whole key matches (libmicrohttpd itself ends a
+     * header value at a NUL byte: "KEY\0junk" arrives as "KEY", a prefix of KEY never matches) */
+    if (MHD_lookup_connection_value_n(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
+                                      strlen(MHD_HTTP_HEADER_AUTHORIZATION), &a, &la) != MHD_YES ||
+        !a)
+        return 0;
+    /* the scheme is case-insensitive (RFC 7235), then one or more spaces */
+    if (la < 7 || strncasecmp(a, "bearer ", 7) != 0) return 0;
     a += 7;
+    la -= 7;
+    while (la && *a == ' ') {
+        a++;
+        la--;
+    }
     const char *k = h->o.api_key;
-    size_t la = strlen(a), lk = strlen(k);
+    size_t lk = strlen(k);
     unsigned char diff = (unsigned char)(la != lk);
     for (size_t i = 0; i < lk; i++) diff |= (unsigned char)(k[i] ^ (i < la ? a[i] : 0));
     return diff == 0;
@@ -193,10 +219,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     while (pos >= st->n) {
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         ms_sreq_news nw = {0};
-        if (client_gone(st->fd)) {
+        if (ms_sconn_peer_reset(st->fd)) {
             st->gone = 1;
-            ms_sreq_news_clear(&nw);
             return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (ms_sconn_peer_eof(st->fd) && ms_now() - st->probed >= PROBE_S) {
+            /* a FIN: half-closed, or gone. An SSE comment (ignored by clients) is written: once
+             * the client has gone, the write after it fails and the stream ends. */
+            st->probed = ms_now();
+            out_str(st, ": ping\n\n");
+            break;
         }
         if (ms_sreqh_wait(st->req, POLL_S, &nw)) stream_news(st, &nw);
         ms_sreq_news_clear(&nw);
@@ -290,8 +322,9 @@ static enum MHD_Result completions(struct MHD_Connection *mc, conn *c)
     size_t n_tok = 0, n_text = 0;
     ms_sreq_news nw = {0};
     enum MHD_Result res = MHD_NO;
+    double probed = 0;
     for (;;) {
-        if (client_gone(c->fd)) { /* looked at every round: news may come at every step */
+        if (whole_client_gone(c, &probed)) { /* looked at every round: news may come at every step */
             c->status = 499; /* nginx's "client closed request", for the log only */
             goto out;
         }
@@ -360,15 +393,17 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *
                               const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
     ms_shttp *h = cls;
-    (void)version;
     conn *c = *con_cls;
     if (!c) {
         c = ms_calloc(1, sizeof *c);
         c->h = h;
         c->t0 = ms_now();
         c->fd = -1;
+        c->http10 = version && !strcmp(version, MHD_HTTP_VERSION_1_0);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci) c->fd = ci->connect_fd;
+        ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        if (ci) c->sock = ci->socket_context;
         ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         snprintf(c->addr, sizeof c->addr, "?");
         if (ci && ci->client_addr) {
@@ -394,6 +429,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *
                                                        : EP_OTHER;
         active_add(h, 1);
         *con_cls = c;
+        int open_now = ms_sconn_count(h->g);
+        if (open_now > h->o.max_connections) { /* the overflow slots: told, not left hanging */
+            ms_log(1, "serve: %s refused: %d connections open, --max-connections is %d (503)", c->addr, open_now,
+                   h->o.max_connections);
+            return reply_error(mc, c, 503, "too_many_connections",
+                               "the server has as many connections open as it allows: retry later",
+                               MHD_HTTP_HEADER_RETRY_AFTER, "1");
+        }
         return MHD_YES;
     }
     if (*upload_size) { /* the body, up to the limit */
@@ -411,6 +454,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *
         *upload_size = 0;
         return MHD_YES;
     }
+    ms_sconn_busy(h->g, c->sock); /* the whole request is in: no read deadline while it is answered */
     if (c->ep == EP_HEALTH && !strcmp(method, "GET")) return health(mc, c);
     if (!authorized(h, mc))
         return reply_error(mc, c, 401, "invalid_api_key", "a valid \"Authorization: Bearer KEY\" header is required",
@@ -440,6 +484,7 @@ static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum
     conn *c = *con_cls;
     (void)mc;
     if (!c) return;
+    ms_sconn_idle(h->g, c->sock); /* the next request on this connection has its own deadline */
     if (c->status) ms_smetrics_request(h->m, ep_names[c->ep], c->status == 499 ? 0 : c->status);
     if (!c->streamed)
         access_log(c->addr, c->method, c->path, c->status ? c->status : 500, c->prompt_tokens, c->completion_tokens, c->t0,
@@ -550,6 +595,56 @@ static int bind_listen(const char *spec, char *url, size_t un)
     return fd;
 }
 
+/* Each connection's entry in the guard, from its opening to its closing (before its fd closes). */
+static void notify_conn(void *cls, struct MHD_Connection *mc, void **socket_context, enum MHD_ConnectionNotificationCode why)
+{
+    ms_shttp *h = cls;
+    if (why == MHD_CONNECTION_NOTIFY_CLOSED) {
+        ms_sconn_close(h->g, *socket_context);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char addr[80] = "?", a[64] = "?";
+    const union MHD_ConnectionInfo *ai = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ai && ai->client_addr && ai->client_addr->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)ai->client_addr;
+        inet_ntop(AF_INET, &in->sin_addr, a, sizeof a);
+        snprintf(addr, sizeof addr, "%s:%u", a, ntohs(in->sin_port));
+    } else if (ai && ai->client_addr && ai->client_addr->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in = (const void *)ai->client_addr;
+        inet_ntop(AF_INET6, &in->sin6_addr, a, sizeof a);
+        snprintf(addr, sizeof addr, "[%s]:%u", a, ntohs(in->sin6_port));
+    }
+    *socket_context = ms_sconn_open(h->g, ci ? ci->connect_fd : -1, addr);
+}
+
+/* libmicrohttpd's own messages (a connection refused at its limits, for one) go to the log. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
+    ms_log(1, "serve: http: %s", msg);
+}
+
+/* Each connection is a socket and a thread: lift the soft limit on open files to what the
+ * connections need (the default 1024 would make accept fail near 1,000 connections). */
+static void raise_fd_limit(int need)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= (rlim_t)need) return;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= (rlim_t)need ? (rlim_t)need : rl.rlim_max;
+    rl.rlim_cur = want;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (want < (rlim_t)need)
+        ms_log(1, "serve: note: open files are limited to %llu (ulimit -Hn), fewer than the %d that %d connections "
+                  "need: connections beyond it are refused",
+               (unsigned long long)want, need, need - 256);
+}
+
 ms_shttp *ms_shttp_start(const ms_shttp_opts *o, ms_sengine *s, ms_smetrics *m)
 {
     ms_shttp *h = ms_calloc(1, sizeof *h);
@@ -562,10 +657,23 @@ ms_shttp *ms_shttp_start(const ms_shttp_opts *o, ms_sengine *s, ms_smetrics *m)
         ms_shttp_stop(h);
         return NULL;
     }
-    h->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC, 0, NULL, NULL,
-                            handle, h, MHD_OPTION_LISTEN_SOCKET, h->listen_fd, MHD_OPTION_NOTIFY_COMPLETED, completed, h,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_connections > 0 ? o->max_connections : 256),
-                            MHD_OPTION_END);
+    if (h->o.max_connections <= 0) h->o.max_connections = 256;
+    if (h->o.read_timeout <= 0) h->o.read_timeout = 10;
+    unsigned limit = (unsigned)h->o.max_connections + OVERFLOW;
+    raise_fd_limit((int)limit + 256);
+    if (!(h->g = ms_sconn_new(h->o.read_timeout))) {
+        ms_shttp_stop(h);
+        return NULL;
+    }
+    /* poll(), not select(): sockets numbered above 1023 are served too */
+    h->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL |
+                                MHD_USE_ERROR_LOG,
+                            0, NULL, NULL, handle, h, MHD_OPTION_LISTEN_SOCKET, h->listen_fd, MHD_OPTION_NOTIFY_COMPLETED,
+                            completed, h, MHD_OPTION_NOTIFY_CONNECTION, notify_conn, h, MHD_OPTION_CONNECTION_LIMIT, limit,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            (unsigned)(h->o.max_per_ip > 0 ? h->o.max_per_ip : 0),
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                            h, MHD_OPTION_END);
     if (!h->d) {
         ms_err_set("cannot start the HTTP server on %s", o->listen);
         ms_err_set_code(MS_EXIT_IO);
@@ -607,6 +715,7 @@ void ms_shttp_stop(ms_shttp *h)
 {
     if (!h) return;
     if (h->d) MHD_stop_daemon(h->d);
+    ms_sconn_free(h->g); /* after the daemon: every connection is closed */
     if (h->listen_fd >= 0) close(h->listen_fd);
     pthread_mutex_destroy(&h->mu);
     free(h);

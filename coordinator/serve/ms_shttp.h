@@ -20,10 +20,13 @@ typedef struct {
     ms_jobfile_limits lim;       /* tokenizer, vocabulary, prompt + max_tokens bound */
     int32_t chat_end_id;         /* <|im_end|>: ends a chat's turn (-1: none) */
     double request_timeout;      /* seconds; 0: none */
-    int max_connections;
+    double read_timeout;         /* seconds a connection has to deliver a whole request (ms_sconn); 0: 10 */
+    int max_connections;         /* open at once; beyond: 503 (a few), then closed by the server; 0: 256 */
+    int max_per_ip;              /* open at once from one client address (0: no limit) */
 } ms_shttp_opts;
 
-/* Bind and start serving (one thread per connection). NULL with ms_err set: MS_EXIT_USAGE for a
+/* Bind and start serving (one thread per connection; the soft limit on open files is raised
+ * to what max_connections needs). NULL with ms_err set: MS_EXIT_USAGE for a
  * bad --listen, MS_EXIT_IO when the address cannot be bound. Borrows everything. */
 ms_shttp *ms_shttp_start(const ms_shttp_opts *o, ms_sengine *s, ms_smetrics *m);
 /* The address served, "http://HOST:PORT" (the real port when 0 was asked). */
