@@ -450,3 +450,5 @@ void ms_engine_get_stats(ms_engine *e, ms_engine_stats *st)
         ms_remote_get_stats(e->remote, &st->remote);
     }
 }
+
+int ms_engine_health(ms_engine *e, char *why, size_t n) { return e->remote ? ms_remote_health(e->remote, why, n) : 0; }

@@ -125,4 +125,8 @@ typedef struct {
 } ms_engine_stats;
 void ms_engine_get_stats(ms_engine *e, ms_engine_stats *st);
 
+/* 0 while the engine can serve every request; -1 with why filled when it cannot (some routed
+ * experts have no worker left: ms_remote_health). Safe from any thread. */
+int ms_engine_health(ms_engine *e, char *why, size_t n);
+
 #endif

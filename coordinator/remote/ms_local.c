@@ -11,19 +11,24 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_local.h"
 #include "ms_proc.h"
 
-/* Restarts of one local worker in a run: a worker that keeps dying (a bad disk, a crash on some
- * input) is given up on rather than restarted forever. */
+/* Restarts of one local worker in a row: a worker that keeps dying (a bad disk, a crash on some
+ * input) is given up on rather than restarted forever. A worker that ran well for
+ * MS_LOCAL_HEALTHY_S seconds (env MS_LOCAL_HEALTHY_S overrides, for tests) before it died gets
+ * a fresh budget: an occasional death, however many over a long serve, is always repaired. */
 #define MS_LOCAL_MAX_RESTARTS 3
+#define MS_LOCAL_HEALTHY_S 60.0
 
 struct ms_local {
     char dir[PATH_MAX];
     int n;
     pid_t *pid;
-    int *restarts;             /* [n] restarts so far */
+    int *restarts;             /* [n] restarts since it last ran healthy */
+    double *started;           /* [n] when it was (re)started (ms_now) */
     ms_remote_worker *w;
     /* what a (re)start needs */
     char *model_dir;
@@ -87,7 +92,15 @@ static int spawn(ms_local *l, int i)
         _exit(127);
     }
     l->pid[i] = pid;
+    l->started[i] = ms_now();
     return 0;
+}
+
+static double healthy_s(void)
+{
+    const char *e = getenv("MS_LOCAL_HEALTHY_S");
+    double v = e && *e ? atof(e) : 0;
+    return v > 0 ? v : MS_LOCAL_HEALTHY_S;
 }
 
 ms_local *ms_local_start(const char *model_dir, int n, int n_experts, uint64_t budget_each, int threads,
@@ -107,6 +120,7 @@ ms_local *ms_local_start(const char *model_dir, int n, int n_experts, uint64_t b
     l->pid = ms_calloc((size_t)n, sizeof(pid_t));
     l->w = ms_calloc((size_t)n, sizeof *l->w);
     l->restarts = ms_calloc((size_t)n, sizeof(int));
+    l->started = ms_calloc((size_t)n, sizeof(double));
     l->model_dir = ms_strdup(model_dir);
     l->n_experts = n_experts;
     l->threads = threads;
@@ -151,8 +165,15 @@ int ms_local_revive(ms_local *l, int i, char *why, size_t n)
     else
         snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
     l->pid[i] = 0;
+    double ran = ms_now() - l->started[i];
+    if (ran >= healthy_s() && l->restarts[i] > 0) {
+        ms_log(1, "local worker %d had run %.0f s since its last restart: a fresh budget of %d restarts", i, ran,
+               MS_LOCAL_MAX_RESTARTS);
+        l->restarts[i] = 0;
+    }
     if (l->restarts[i] >= MS_LOCAL_MAX_RESTARTS) {
-        snprintf(why, n, "local worker %d %s after %d restarts: not restarted again", i, how, l->restarts[i]);
+        snprintf(why, n, "local worker %d %s after %d restarts in a row (each ran less than %.0f s): not restarted again",
+                 i, how, l->restarts[i], healthy_s());
         ms_log(0, "%s", why);
         return -1;
     }
@@ -197,6 +218,7 @@ void ms_local_stop(ms_local *l)
     free(l->w);
     free(l->pid);
     free(l->restarts);
+    free(l->started);
     free(l->model_dir);
     free(l);
 }

@@ -25,9 +25,10 @@ uint64_t ms_local_peak_rss(const ms_local *l);
 /* Pid of worker i (tests kill one to check fail-over). */
 int ms_local_pid(const ms_local *l, int i);
 
-/* For ms_remote_opts.revive: if worker i has exited, start it again on its endpoint (at most 3
- * times in a run) and return 1; 0 while it runs; -1 when it exited and is not restarted (why
- * says how it ended). Logs what it does. */
+/* For ms_remote_opts.revive: if worker i has exited, start it again on its endpoint and return
+ * 1 (at most 3 times in a row: a worker that ran 60 s, or $MS_LOCAL_HEALTHY_S, before dying
+ * gets a fresh budget); 0 while it runs; -1 when it exited and is not restarted (why says how it
+ * ended). Logs what it does. */
 int ms_local_revive(ms_local *l, int i, char *why, size_t n);
 
 /* Path of the moestream-worker binary: $MS_WORKER_BIN, else next to this executable. */

@@ -1,5 +1,6 @@
 /* ms_remote: DEALER sockets to expert workers; per-call requests, deadlines, fail-over to replicas. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "ms_wire.h"
 
 /* W_GONE: a local worker that exited and will not be restarted: never probed again. */
+#define REPROBE_WAIT_S 0.3 /* how long a call waits for a worker that failed its last probe recently */
 enum { W_DOWN = 0, W_PROBING = 1, W_UP = 2, W_GONE = 3 };
 
 /* Connection events watched: a disconnect marks a worker down; the others explain a hello
@@ -30,6 +32,7 @@ typedef struct {
     double probe_at;       /* W_DOWN: when to try again; W_PROBING: when the hello was sent */
     double backoff;
     double hello_at;       /* W_PROBING: when the last hello went out */
+    int hello_sent;        /* W_PROBING: 0 while the connection refused it (not yet connected) */
     uint8_t *owns;         /* [n_layers * n_experts] */
     char why[256];         /* last failure */
     int seen;              /* ZMQ_EVENT_* bits seen on the connection (monitor): why a hello got no answer */
@@ -53,7 +56,46 @@ struct ms_remote {
     int first_moe;
     int mon_seq;
     ms_remote_stats st;
+    pthread_mutex_t health_mu;
+    char health[600];      /* "" while every expert has an owner not gone for good */
 };
+
+static void update_health(ms_remote *r);
+
+/* Whether every routed expert still has an owner that is not gone for good (a local worker
+ * given up on): kept for ms_remote_health, which other threads call. Run on the caller's
+ * thread when a worker is given up on. */
+static void update_health(ms_remote *r)
+{
+    char why[600] = "";
+    for (int l = r->first_moe; l < r->o.n_layers && !why[0]; l++)
+        for (int e = 0; e < r->o.n_experts && !why[0]; e++) {
+            int live = 0, known = 0;
+            for (int i = 0; i < r->n; i++) {
+                if (!r->w[i].owns[(size_t)l * (size_t)r->o.n_experts + (size_t)e]) continue;
+                known = 1;
+                live |= r->w[i].state != W_GONE;
+            }
+            if (known && !live)
+                for (int i = 0; i < r->n; i++)
+                    if (r->w[i].owns[(size_t)l * (size_t)r->o.n_experts + (size_t)e]) {
+                        snprintf(why, sizeof why, "layer %d expert %d has no worker left: %.400s", l, e, r->w[i].why);
+                        break;
+                    }
+        }
+    pthread_mutex_lock(&r->health_mu);
+    snprintf(r->health, sizeof r->health, "%s", why);
+    pthread_mutex_unlock(&r->health_mu);
+}
+
+int ms_remote_health(ms_remote *r, char *why, size_t n)
+{
+    pthread_mutex_lock(&r->health_mu);
+    int bad = r->health[0] != 0;
+    if (bad && why) snprintf(why, n, "%s", r->health);
+    pthread_mutex_unlock(&r->health_mu);
+    return bad ? -1 : 0;
+}
 
 static void close_sock(wconn *w)
 {
@@ -133,7 +175,8 @@ static void send_hello(ms_remote *r, wconn *w)
     h.expert_format = ms_xfmt_to_proto(&r->fmt, &keep);
     env.body_case = MOESTREAM__ENVELOPE__BODY_HELLO;
     env.hello = &h;
-    send_env(r, w, &env); /* with ZMQ_IMMEDIATE an unconnected peer refuses: the probe then times out */
+    /* with ZMQ_IMMEDIATE an unconnected peer refuses: sent again soon (probe), else the probe times out */
+    w->hello_sent = send_env(r, w, &env) == 0;
 }
 
 /* Receive one message from w (non-blocking); NULL if none or garbage (w->why set). */
@@ -294,7 +337,7 @@ static void probe(ms_remote *r)
             }
             if (w->state == W_PROBING && t - w->probe_at > (r->o.timeout_s < 5 ? r->o.timeout_s : 5))
                 mark_down(r, w, "no answer to hello");
-            else if (w->state == W_PROBING && t - w->hello_at > 0.5)
+            else if (w->state == W_PROBING && t - w->hello_at > (w->hello_sent ? 0.5 : 0.02))
                 send_hello(r, w); /* the first one may have been refused before the connection was up */
         }
     }
@@ -318,13 +361,15 @@ static void wait_probes(ms_remote *r, double limit)
 /* Bring back, if it can, an owner of (layer, e) when none is up: probe the down ones now. */
 static void revive_owners(ms_remote *r, int layer, int e)
 {
-    int any = 0;
+    int any = 0, patient = 0;
     for (int i = 0; i < r->n; i++) {
         wconn *w = &r->w[i];
         if (w->state == W_UP && w->owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)e]) return;
     }
+    double now = ms_now();
     for (int i = 0; i < r->n; i++) {
         wconn *w = &r->w[i];
+        if (w->state == W_PROBING) any = 1; /* asked already: its answer may be on the way */
         if (w->state != W_DOWN) continue;
         if (r->o.revive) { /* a local worker that exited is restarted, or given up on at once */
             char why[200] = "";
@@ -332,19 +377,46 @@ static void revive_owners(ms_remote *r, int layer, int e)
             if (rv < 0) {
                 snprintf(w->why, sizeof w->why, "%s", why);
                 w->state = W_GONE;
+                update_health(r);
                 continue;
             }
             if (rv > 0) {
                 w->revived = 1;
                 w->backoff = 0;
+                w->probe_at = 0; /* a fresh process: ask it now */
             }
         }
-        w->probe_at = 0; /* ownership of a worker never heard from is unknown: try it too */
+        /* Asked now even within its back-off (a worker that is back answers a hello in
+         * milliseconds), but one that failed recently is waited for only briefly: otherwise
+         * every call needing only it waited out a full probe, and queued requests failed one by
+         * one, seconds apart. Ownership of a worker never heard from is unknown: it is asked
+         * too. */
+        if (w->probe_at <= now) patient = 1;
+        w->probe_at = 0;
         any = 1;
     }
     if (!any) return;
     probe(r);
-    wait_probes(r, r->o.timeout_s < 5 ? r->o.timeout_s : 5);
+    double full = r->o.timeout_s < 5 ? r->o.timeout_s : 5;
+    wait_probes(r, patient ? full : (full < REPROBE_WAIT_S ? full : REPROBE_WAIT_S));
+}
+
+/* The owners of (layer, e) and why each is not up, for a message. */
+static void owners_why(const ms_remote *r, int layer, int e, char *buf, size_t n)
+{
+    buf[0] = 0;
+    double now = ms_now();
+    for (int x = 0; x < r->n; x++) {
+        const wconn *w = &r->w[x];
+        if (!w->owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)e]) continue;
+        size_t l = strlen(buf);
+        if (w->state == W_DOWN && w->probe_at > now)
+            snprintf(buf + l, n - l, "%s%s (%s; asked again in %.1f s)", l ? ", " : "", w->endpoint, w->why,
+                     w->probe_at - now);
+        else
+            snprintf(buf + l, n - l, "%s%s (%s)", l ? ", " : "", w->endpoint, w->state == W_UP ? "failed" : w->why);
+    }
+    if (!buf[0]) snprintf(buf, n, "none known (no worker that owns it has answered yet)");
 }
 
 ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
@@ -359,6 +431,7 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
     r->o.workers = NULL; /* endpoints and keys are copied below */
     if (r->o.timeout_s <= 0) r->o.timeout_s = 60;
     r->first_moe = first_moe;
+    pthread_mutex_init(&r->health_mu, NULL);
     r->n = o->n_workers;
     r->ctx = zmq_ctx_new();
     r->w = ms_calloc((size_t)r->n, sizeof *r->w);
@@ -478,6 +551,7 @@ void ms_remote_free(ms_remote *r)
     }
     free(r->w);
     if (r->ctx) zmq_ctx_term(r->ctx);
+    pthread_mutex_destroy(&r->health_mu);
     free(r);
 }
 
@@ -572,11 +646,8 @@ static int reassign(ms_remote *r, int from, int layer, const int32_t *ids, int64
             to = pick(r, layer, ids[i], f->revived && f->state == W_UP ? -1 : from);
         }
         if (to < 0) {
-            char list[512] = "";
-            for (int x = 0; x < r->n; x++)
-                if (r->w[x].owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)ids[i]])
-                    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s (%s)", list[0] ? ", " : "",
-                             r->w[x].endpoint, r->w[x].state == W_UP ? "failed" : r->w[x].why);
+            char list[1024];
+            owners_why(r, layer, ids[i], list, sizeof list);
             ms_err_set("layer %d expert %d is unreachable: its workers %s", layer, ids[i], list);
             return ms_err_set_code(MS_EXIT_WORKER);
         }
@@ -650,7 +721,9 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
             wi = pick(r, layer, e, -1);
         }
         if (wi < 0) {
-            ms_err_set("layer %d expert %d is unreachable: every worker that owns it is down", layer, e);
+            char list[1024];
+            owners_why(r, layer, e, list, sizeof list);
+            ms_err_set("layer %d expert %d is unreachable: every worker that owns it is down: %s", layer, e, list);
             ms_err_set_code(MS_EXIT_WORKER);
             goto out;
         }
@@ -762,6 +835,10 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
         for (int i = 0; i < r->n; i++) {
             wconn *w = &r->w[i];
             if (w->pending && t - w->probe_at > r->o.timeout_s) {
+                /* its reply may have come while this thread waited on something else (a probe of
+                 * another worker): read it before calling the worker late */
+                zmq_pollitem_t it = {w->sock, 0, ZMQ_POLLIN, 0};
+                if (zmq_poll(&it, 1, 0) > 0 && (it.revents & ZMQ_POLLIN)) continue;
                 mark_down(r, w, "no reply before the deadline");
                 if (reassign(r, i, layer, ids, assign, need_send) != 0) goto out;
                 r->st.resends++;

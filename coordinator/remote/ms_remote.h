@@ -44,8 +44,14 @@ void ms_remote_free(ms_remote *r); /* accepts NULL */
  * in-process. A worker that errs with a transport problem or misses its deadline is marked
  * down and its items are re-sent to a replica; with no replica left the call fails naming the
  * unreachable experts and workers (class MS_EXIT_WORKER). A down worker is probed again on
- * later calls and used again when it answers. */
+ * later calls once its back-off (0.5 s, doubling to 30 s) has passed, and used again when it
+ * answers; until then a call that needs only it fails at once, naming it. */
 ms_experts ms_remote_iface(ms_remote *r);
+
+/* 0 while every routed expert has an owner that can still serve (up, or down but asked again
+ * later); -1 once some expert's every owner is gone for good (a local worker given up on after
+ * its restarts), with the reason in why. Safe from any thread. */
+int ms_remote_health(ms_remote *r, char *why, size_t n);
 
 typedef struct {
     uint64_t requests, resends, failovers, bytes_sent, bytes_received;

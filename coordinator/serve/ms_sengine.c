@@ -394,6 +394,8 @@ int ms_sengine_ok(ms_sengine *s)
     return ok;
 }
 
+int ms_sengine_health(ms_sengine *s, char *why, size_t n) { return ms_engine_health(s->e, why, n); }
+
 void ms_sengine_figures(ms_sengine *s, ms_smetrics_engine *f)
 {
     memset(f, 0, sizeof *f);

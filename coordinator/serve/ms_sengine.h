@@ -52,6 +52,8 @@ void ms_sengine_drain(ms_sengine *s);
 /* 1 while the engine works; after a step failed, minus the failure's exit class (every request
  * then ends with an error and new ones get 503). */
 int ms_sengine_ok(ms_sengine *s);
+/* 0 while the engine can serve every request, -1 with why when it cannot (ms_engine_health). */
+int ms_sengine_health(ms_sengine *s, char *why, size_t n);
 /* Queue depth, batch size and the engine's read and cache counters. */
 void ms_sengine_figures(ms_sengine *s, ms_smetrics_engine *f);
 

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ms_cli.h"
 #include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_sconn.h"
@@ -370,14 +371,25 @@ static enum MHD_Result models(struct MHD_Connection *mc, conn *c)
     return reply(mc, c, 200, "application/json", s, strlen(s), NULL, NULL);
 }
 
+/* 200 ok; 503 failed (the engine stopped), degraded (some experts have no worker left: every
+ * request that needs them fails, so an orchestrator should restart serve) or draining. */
 static enum MHD_Result health(struct MHD_Connection *mc, conn *c)
 {
     int ok = ms_sengine_ok(c->h->s) == 1;
+    char why[600] = "";
+    int degraded = ok && ms_sengine_health(c->h->s, why, sizeof why) != 0;
     pthread_mutex_lock(&c->h->mu);
     int q = c->h->quiesced;
     pthread_mutex_unlock(&c->h->mu);
-    const char *st = !ok ? "{\"status\":\"failed\"}\n" : q ? "{\"status\":\"draining\"}\n" : "{\"status\":\"ok\"}\n";
-    return reply(mc, c, ok && !q ? 200 : 503, "application/json", ms_strdup(st), strlen(st), NULL, NULL);
+    const char *st = !ok ? "failed" : degraded ? "degraded" : q ? "draining" : "ok";
+    json_t *o = json_pack("{s:s}", "status", st);
+    if (degraded) json_object_set_new(o, "reason", ms_cli_json_text(why, strlen(why)));
+    char *b = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(o);
+    size_t len = strlen(b);
+    b = ms_realloc(b, len + 2);
+    memcpy(b + len, "\n", 2);
+    return reply(mc, c, ok && !degraded && !q ? 200 : 503, "application/json", b, len + 1, NULL, NULL);
 }
 
 static enum MHD_Result metrics(struct MHD_Connection *mc, conn *c)
@@ -668,12 +680,11 @@ ms_shttp *ms_shttp_start(const ms_shttp_opts *o, ms_sengine *s, ms_smetrics *m)
     /* poll(), not select(): sockets numbered above 1023 are served too */
     h->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL |
                                 MHD_USE_ERROR_LOG,
-                            0, NULL, NULL, handle, h, MHD_OPTION_LISTEN_SOCKET, h->listen_fd, MHD_OPTION_NOTIFY_COMPLETED,
+                            0, NULL, NULL, handle, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_LISTEN_SOCKET,
+                            h->listen_fd, MHD_OPTION_NOTIFY_COMPLETED,
                             completed, h, MHD_OPTION_NOTIFY_CONNECTION, notify_conn, h, MHD_OPTION_CONNECTION_LIMIT, limit,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                            (unsigned)(h->o.max_per_ip > 0 ? h->o.max_per_ip : 0),
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-                            h, MHD_OPTION_END);
+                            (unsigned)(h->o.max_per_ip > 0 ? h->o.max_per_ip : 0), MHD_OPTION_END);
     if (!h->d) {
         ms_err_set("cannot start the HTTP server on %s", o->listen);
         ms_err_set_code(MS_EXIT_IO);

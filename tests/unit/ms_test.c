@@ -1,4 +1,5 @@
 /* ms_test: implementation of the unit-test harness. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -462,4 +463,33 @@ int ms_t_capture_stderr(char *buf, size_t n, int (*fn)(void))
     buf[got] = 0;
     if (f) fclose(f);
     return rc;
+}
+
+int ms_t_local_worker(int pid, int i)
+{
+    char path[300], sock[32];
+    snprintf(sock, sizeof sock, "worker-%d.sock", i);
+    snprintf(path, sizeof path, "/proc/%d/task", pid);
+    DIR *tasks = opendir(path); /* a worker restarted by another thread is that thread's child */
+    struct dirent *de;
+    int found = 0;
+    while (tasks && !found && (de = readdir(tasks))) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%.40s/children", pid, de->d_name);
+        FILE *f = fopen(path, "r"); /* /proc files have no size: read with stdio */
+        int child;
+        while (f && !found && fscanf(f, "%d", &child) == 1) {
+            char cmd[4096] = "";
+            snprintf(path, sizeof path, "/proc/%d/cmdline", child);
+            FILE *c = fopen(path, "r");
+            size_t n = c ? fread(cmd, 1, sizeof cmd - 1, c) : 0;
+            if (c) fclose(c);
+            for (size_t k = 0; k < n; k++)
+                if (!cmd[k]) cmd[k] = ' ';
+            if (strstr(cmd, sock)) found = child;
+        }
+        if (f) fclose(f);
+    }
+    if (tasks) closedir(tasks);
+    return found;
 }

@@ -373,6 +373,67 @@ int main(void)
         for (int i = 0; i < 2; i++) stop_worker(&w[i]);
     }
 
+    /* Issue 16, defect 11: with the only owner of some experts gone, every call that needs them
+     * fails at once (each used to wait out a probe of its own, ~5 s, so queued requests failed
+     * one by one), the healthy worker stays up, and the owner is used again once it is back. */
+    {
+        ms_cfg cfg;
+        char cp[1200], fp[17];
+        snprintf(cp, sizeof cp, "%s/config.json", dir);
+        T_CHECK(ms_cfg_load(cp, &cfg) == 0 && ms_wire_fingerprint(dir, fp) == 0, "config and fingerprint");
+        worker w[2] = {{0}};
+        T_CHECK(start_worker(&w[0], sock, 60, "*:0-3", NULL) == 0 && start_worker(&w[1], sock, 61, "*:4-7", NULL) == 0,
+                "two workers, no replicas");
+        ms_remote_worker rw[2] = {{w[0].ep, NULL}, {w[1].ep, NULL}};
+        ms_log_set_level(0);
+        ms_xfmt xf;
+        T_CHECK(ms_xfmt_from_cfg(&cfg, cp, &xf) == 0, "expert format of the config");
+        ms_remote_opts ro = {2, rw, NULL, fp, cfg.n_layers, cfg.n_experts, &xf, 5.0};
+        ms_remote *r = ms_remote_new(&ro, cfg.first_dense);
+        T_CHECK(r != NULL, "ms_remote_new: %s", ms_err_msg());
+        if (r) {
+            ms_experts ex = ms_remote_iface(r);
+            float z[2 * 32], o1[2 * 2 * 32], o2[2 * 2 * 32], ob[2 * 2 * 32], ob2[2 * 2 * 32];
+            int32_t both[4] = {1, 6, 0, 5}, only_b[4] = {4, 6, 7, 5};
+            for (int i = 0; i < 64; i++) z[i] = (float)((i * 37) % 11) / 7.0f - 0.5f;
+            T_CHECK(ex.compute(ex.ctx, 2, 2, z, 2, both, o1) == 0 && ex.compute(ex.ctx, 2, 2, z, 2, only_b, ob) == 0,
+                    "computes with both up");
+            stop_worker(&w[0]);
+            double t0 = ms_now(), worst = 0;
+            int failed = 0;
+            for (int c = 0; c < 10; c++) {
+                double t1 = ms_now();
+                failed += ex.compute(ex.ctx, 2, 2, z, 2, both, o2) != 0 && ms_err_code() == MS_EXIT_WORKER &&
+                          strstr(ms_err_msg(), "unreachable") && strstr(ms_err_msg(), "w60.sock");
+                if (ms_now() - t1 > worst && c > 0) worst = ms_now() - t1;
+            }
+            double all = ms_now() - t0;
+            T_CHECK(failed == 10 && all < 8 && worst < 1.0,
+                    "10 calls needing the lost worker's experts: all fail naming it, in %.2f s (after the first, "
+                    "each within %.2f s)",
+                    all, worst);
+            ms_remote_stats rs;
+            memset(ob2, 0, sizeof ob2);
+            T_CHECK(ex.compute(ex.ctx, 2, 2, z, 2, only_b, ob2) == 0 && !memcmp(ob, ob2, sizeof ob),
+                    "meanwhile a call needing only the other worker succeeds, same bits (%s)", ms_err_msg());
+            ms_remote_get_stats(r, &rs);
+            T_CHECK(rs.workers_up == 1, "the healthy worker stayed up (%d up)", rs.workers_up);
+            T_CHECK(start_worker(&w[0], sock, 60, "*:0-3", NULL) == 0, "the lost worker comes back");
+            int rc = -1;
+            double tb = ms_now();
+            while (rc != 0 && ms_now() - tb < 40) { /* within its back-off (at most 30 s) */
+                memset(o2, 0, sizeof o2);
+                rc = ex.compute(ex.ctx, 2, 2, z, 2, both, o2);
+                if (rc) ms_t_sleep_ms(100);
+            }
+            T_CHECK(rc == 0 && !memcmp(o1, o2, sizeof o1), "it is used again after %.1f s, same bits (%s)",
+                    ms_now() - tb, rc ? ms_err_msg() : "ok");
+            ms_remote_free(r);
+        }
+        for (int i = 0; i < 2; i++) stop_worker(&w[i]);
+        ms_cfg_free(&cfg);
+    }
+
     /* A worker that comes back is used again (library level: ms_remote with one worker). */
     {
         ms_cfg cfg;

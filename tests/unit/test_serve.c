@@ -90,7 +90,10 @@ static void make_refs(void)
 static ms_t_worker srv;
 static char url[256];
 
-static int start_server(const char *model, const char *extra)
+static int start_server_env(const char *model, const char *extra, const char *env);
+static int start_server(const char *model, const char *extra) { return start_server_env(model, extra, NULL); }
+
+static int start_server_env(const char *model, const char *extra, const char *env)
 {
     static int k;
     char log[1100], cmd[4096];
@@ -104,7 +107,7 @@ static int start_server(const char *model, const char *extra)
     snprintf(words, sizeof words, "%s", cmd);
     for (char *w = strtok(words, " "); w && n < 38; w = strtok(NULL, " ")) argv[n++] = w;
     argv[n] = NULL;
-    ms_t_worker_opts o = {log, NULL, NULL, 60};
+    ms_t_worker_opts o = {log, env, NULL, 60};
     int st = ms_t_worker_start(&srv, argv, &o);
     snprintf(url, sizeof url, "%.200s", srv.ep);
     T_CHECK(st == 0 && !strncmp(url, "http://127.0.0.1:", 17), "serve %s starts and names its address (%s)", extra, url);
@@ -479,6 +482,60 @@ static void check_usage(void)
     free(out);
 }
 
+/* Kill local worker 0 of the server `kills` times, each time once it is back and has run
+ * `healthy_ms`, with a request after each kill (the coordinator restarts a dead worker when a
+ * request needs it). Returns how many of those requests were answered 200 with the reference ids. */
+static int kill_worker0(int kills, int healthy_ms)
+{
+    int good = 0, last = 0;
+    for (int k = 0; k < kills; k++) {
+        int w = 0;
+        for (int i = 0; i < 3000 && ((w = ms_t_local_worker(srv.pid, 0)) == 0 || w == last); i++) ms_t_sleep_ms(10);
+        if (!w || w == last) break;
+        ms_t_sleep_ms(healthy_ms);
+        kill(w, SIGKILL);
+        last = w;
+        ms_t_sleep_ms(100);
+        char *out = NULL;
+        int st = http(reqs[3].path, reqs[3].body, NULL, &out);
+        json_t *ids = answer_ids(out, 0, NULL);
+        good += st == 200 && json_equal(ids, ref_ids[3]);
+        json_decref(ids);
+        free(out);
+    }
+    return good;
+}
+
+/* Issue 16, defect 10: after 3 restarts of one local worker the server answered every request
+ * with 500 while /health said ok, forever. A worker that ran healthy gets a fresh restart
+ * budget; one given up on makes /health say 503 with the reason. */
+static void check_local_restarts(void)
+{
+    /* healthy after 1 s: killed 5 times, 1.2 s apart, every request still answered */
+    if (start_server_env(dir, "--local-workers 2 --max-batch 2", "MS_LOCAL_HEALTHY_S=1") != 0) return;
+    int good = kill_worker0(5, 1200);
+    T_CHECK(good == 5, "local worker 0 killed 5 times, each after running healthy: every request answered (%d of 5)",
+            good);
+    char *out = NULL;
+    int st = http("/health", NULL, "-H 'X-None: 1'", &out);
+    T_CHECK(st == 200 && out && strstr(out, "\"ok\""), "/health ok (%d %s)", st, out ? out : "");
+    free(out);
+    T_CHECK(ms_t_worker_log_has(&srv, "a fresh budget of 3 restarts"), "the fresh budgets are logged");
+    T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
+    /* killed 4 times in a row at once: given up on; requests needing it fail, /health says so */
+    if (start_server(dir, "--local-workers 2 --max-batch 2") != 0) return;
+    good = kill_worker0(4, 0);
+    T_CHECK(good == 3, "killed 4 times in a row: the first 3 restarted (%d requests answered)", good);
+    st = http(reqs[3].path, reqs[3].body, NULL, &out);
+    T_CHECK(st == 500 && out && strstr(out, "unreachable"), "then a request that needs it: 500 naming it (%d)", st);
+    free(out);
+    st = http("/health", NULL, "-H 'X-None: 1'", &out);
+    T_CHECK(st == 503 && out && strstr(out, "\"degraded\"") && strstr(out, "no worker left"),
+            "/health: 503 degraded with the reason, so an orchestrator restarts serve (%d %s)", st, out ? out : "");
+    free(out);
+    T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -509,6 +566,7 @@ int main(void)
     check_disconnect();
     check_deadline();
     check_drain();
+    check_local_restarts();
     for (int i = 0; i < NREQ; i++) {
         json_decref(ref_ids[i]);
         json_decref(ref_text[i]);
