@@ -14,6 +14,7 @@
 #include "ms_cli_eopt.h"
 #include "ms_engine.h"
 #include "ms_err.h"
+#include "ms_file.h"
 #include "ms_opt.h"
 #include "ms_plan.h"
 #include "ms_progress.h"
@@ -383,6 +384,12 @@ static int generate(const run_opts *o, const char *cmd)
     /* The prompt is read before the model opens so that the plan knows its length; the
      * tokenizer it may need is the model directory's. */
     {
+        /* a model that is not there is "cannot open" (exit 4), not "has no tokenizer" (exit 2) */
+        char cpath[4200];
+        snprintf(cpath, sizeof cpath, "%s/config.json", o->e.model);
+        int cfd = ms_file_open(cpath, "config", 0, 0, NULL);
+        if (cfd < 0) return ms_cli_fail_err(cmd);
+        close(cfd);
         ms_tok *tok = NULL;
         if (!o->ids && !o->ids_file && ms_tok_present(o->e.model) && !(tok = ms_tok_load(o->e.model))) return ms_cli_fail_err(cmd);
         rc = read_prompt(o, tok, &prompt, &np);

@@ -10,6 +10,7 @@
 
 #include "ms_chat.h"
 #include "ms_cli.h"
+#include "ms_clock.h"
 #include "ms_cli_eopt.h"
 #include "ms_engine.h"
 #include "ms_err.h"
@@ -65,7 +66,8 @@ static void serve_usage(FILE *f)
           "  --insecure             also allows plain tcp to workers listed without a key\n"
           "Each request speculates on its own.\n" MS_CLI_EOPT_SPEC_HELP
           "Other options as for run. SIGTERM or Ctrl-C stops accepting connections, finishes the requests\n"
-          "already taken, and exits 0. Access log lines go to stderr (no prompt text).\n",
+          "already taken, and exits 0; a second one cancels them at the next step and exits 130. Access\n"
+          "log lines go to stderr (no prompt text).\n",
           f);
 }
 
@@ -192,11 +194,34 @@ static int serve_main(const serve_opts *o)
             goto out;
         }
     }
-    ms_log(1, "serve: signal %d: not accepting connections any more, finishing the requests taken", sig);
+    ms_log(1, "serve: signal %d: not accepting connections any more, finishing the requests taken (a second "
+              "signal stops at once)",
+           sig);
     ms_shttp_quiesce(h);
+    ms_sengine_drain_begin(s);
+    int forced = 0;
+    while (!ms_sengine_drained(s)) { /* a second SIGINT/SIGTERM while draining: a forced stop */
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        int again = sigtimedwait(&sigs, NULL, &ts);
+        if (again > 0 && !forced) {
+            forced = 1;
+            ms_log(0, "serve: signal %d again: stopping now, cancelling the requests still running", again);
+            ms_sengine_abort(s);
+        }
+    }
     ms_sengine_drain(s);
-    if (!ms_shttp_wait_idle(h, DRAIN_HTTP_S)) ms_log(1, "serve: answers still being sent after %.0f s: closing them", DRAIN_HTTP_S);
-    ms_log(1, "serve: stopped");
+    double t0 = ms_now();
+    while (!ms_shttp_wait_idle(h, 0.1)) {
+        struct timespec ts = {0, 0};
+        int again = sigtimedwait(&sigs, NULL, &ts);
+        if (again > 0) forced = 1;
+        if (forced || ms_now() - t0 > DRAIN_HTTP_S) {
+            if (!forced) ms_log(1, "serve: answers still being sent after %.0f s: closing them", DRAIN_HTTP_S);
+            break;
+        }
+    }
+    ms_log(1, "serve: stopped%s", forced ? " (forced by a second signal)" : "");
+    if (forced) rc = MS_EXIT_INTERRUPTED;
 out:
     ms_shttp_stop(h);
     ms_sengine_free(s);

@@ -134,12 +134,21 @@ static void parse_body(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim
     }
     if (model) j->model = ms_strdup(json_string_value(model));
     long long mt = 16, seed = 0;
-    if (get_int(j, body, "max_tokens", LLONG_MIN, LLONG_MAX, &mt) != 0 || get_int(j, body, "seed", LLONG_MIN, LLONG_MAX, &seed) != 0 ||
+    /* max_completion_tokens is the newer name of max_tokens: either may be given (a null one
+     * counts as absent), not both; messages name the one given */
+    json_t *mtv = json_object_get(body, "max_tokens"), *mcv = json_object_get(body, "max_completion_tokens");
+    int has_mt = mtv && !json_is_null(mtv), has_mc = mcv && !json_is_null(mcv);
+    if (has_mt && has_mc) {
+        bad(j, "invalid_request", "give \"max_tokens\" or \"max_completion_tokens\", not both");
+        return;
+    }
+    const char *mt_name = has_mc ? "max_completion_tokens" : "max_tokens";
+    if (get_int(j, body, mt_name, LLONG_MIN, LLONG_MAX, &mt) != 0 || get_int(j, body, "seed", LLONG_MIN, LLONG_MAX, &seed) != 0 ||
         get_num(j, body, "temperature", 0, 1e6, 0, &j->temperature) != 0 || get_num(j, body, "top_p", 0, 1, 1, &j->top_p) != 0 ||
         get_stop(j, body) != 0)
         return;
     if (mt < 1) {
-        bad(j, "invalid_max_tokens", "\"max_tokens\" must be at least 1, got %lld", mt);
+        bad(j, "invalid_max_tokens", "\"%s\" must be at least 1, got %lld", mt_name, mt);
         return;
     }
     j->max_tokens = mt;

@@ -5,6 +5,7 @@
 
 #include "ms_draft.h"
 #include "ms_err.h"
+#include "ms_ids.h"
 #include "ms_file.h"
 
 void ms_drafter_free(ms_drafter *d)
@@ -82,45 +83,30 @@ ms_drafter *ms_draft_list_new(const int32_t *ids, size_t n)
 int ms_draft_read_file(const char *path, int32_t **ids, size_t *n)
 {
     size_t len = 0;
-    char *buf = ms_file_read_all(path, "draft file", MS_FILE_STREAM, 64u << 20, MS_EXIT_INPUT, &len);
+    /* the syntax and the size limit of --ids-file (the same parser) */
+    char *buf = ms_file_read_all(path, "draft file", MS_FILE_STREAM, MS_DRAFT_MAX_FILE, MS_EXIT_INPUT, &len);
     if (!buf) return -1;
-    size_t cap = 64, cnt = 0;
-    int32_t *v = ms_malloc(sizeof(int32_t) * cap);
-    const char *p = buf;
-    int want_id = 1; /* at the start and after a comma an id must come */
-    for (;;) {
-        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
-        if (!*p) break;
-        if (*p == ',' && !want_id) {
-            want_id = 1;
-            p++;
-            continue;
-        }
-        char *end;
-        errno = 0;
-        long long x = *p == ',' ? -1 : strtoll(p, &end, 10);
-        if (*p == ',' || end == p || errno || x < 0 || x > INT32_MAX || !want_id ||
-            (*end && !strchr(", \t\r\n", *end))) {
-            ms_err_set("draft file %s: %s at item %zu (byte %zu) near '%.20s': ids are non-negative integers "
-                       "separated by commas",
-                       path, *p == ',' ? "empty item" : "bad token id", cnt + 1, (size_t)(p - buf), p);
-            free(v);
-            free(buf);
-            return ms_err_set_code(MS_EXIT_INPUT);
-        }
-        if (cnt == cap) v = ms_realloc(v, sizeof(int32_t) * (cap *= 2));
-        v[cnt++] = (int32_t)x;
-        want_id = 0;
-        p = end;
-    }
-    free(buf);
-    if (cnt == 0 || want_id) {
-        ms_err_set("draft file %s: %s: ids are non-negative integers separated by commas", path,
-                   cnt == 0 ? "no token ids" : "a trailing comma");
-        free(v);
+    const char *z = memchr(buf, 0, len);
+    if (z) {
+        size_t at = (size_t)(z - buf);
+        free(buf);
+        ms_err_set("draft file %s: a NUL byte at offset %zu: ids are non-negative integers separated by commas "
+                   "and/or whitespace",
+                   path, at);
         return ms_err_set_code(MS_EXIT_INPUT);
     }
-    *ids = v;
-    *n = cnt;
+    int rc = ms_ids_parse(buf, ids, n);
+    free(buf);
+    if (rc != 0) {
+        ms_err_wrap("draft file %s", path);
+        return ms_err_set_code(MS_EXIT_INPUT);
+    }
+    if (*n == 0) {
+        free(*ids);
+        *ids = NULL;
+        ms_err_set("draft file %s: no token ids: ids are non-negative integers separated by commas and/or whitespace",
+                   path);
+        return ms_err_set_code(MS_EXIT_INPUT);
+    }
     return 0;
 }

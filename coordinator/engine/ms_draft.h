@@ -31,9 +31,12 @@ ms_drafter *ms_draft_ngram_new(int min_n, int max_n);
 /* A fixed list (copied): the draft for generated token i is ids[i] (nothing past the list). */
 ms_drafter *ms_draft_list_new(const int32_t *ids, size_t n);
 
-/* Read a --draft-file: token ids in the syntax of --ids (comma-separated non-negative
- * integers, whitespace allowed, at least one). *ids is malloc'ed. Returns 0, or -1 with ms_err
- * set naming the file (MS_EXIT_IO: unreadable; MS_EXIT_INPUT: bad syntax, naming the item). */
+/* Read a --draft-file: token ids in the syntax of --ids and --ids-file (ms_ids_parse:
+ * non-negative integers separated by commas and/or whitespace, at least one), at most
+ * MS_DRAFT_MAX_FILE bytes as --ids-file. *ids is malloc'ed. Returns 0, or -1 with ms_err set
+ * naming the file (MS_EXIT_IO: unreadable; MS_EXIT_INPUT: bad syntax, naming the item, or too
+ * large). */
+#define MS_DRAFT_MAX_FILE ((uint64_t)256 << 20)
 int ms_draft_read_file(const char *path, int32_t **ids, size_t *n);
 
 #endif

@@ -43,6 +43,8 @@ struct ms_sengine {
     int n_live, cap_live;
     int in_flight;               /* submitted and not ended */
     int draining, failed, fail_code;
+    int aborting;                /* a second signal: every request is cancelled at the next step */
+    int finished;                /* the engine thread has ended (under mu) */
     ms_sched_stats st;           /* copied after every step (figures) */
     ms_engine_stats es;
 };
@@ -155,11 +157,13 @@ static void take_work(ms_sengine *s)
     for (int i = 0; i < s->n_live;) {
         h = s->live[i];
         int late = h->deadline > 0 && now > h->deadline;
-        if (h->released || late) {
+        if (h->released || late || s->aborting) {
             ms_sched_cancel(s->sched, h);
             h->in_sched = 0;
-            h->timed_out = late && !h->released;
+            h->timed_out = late && !h->released && !s->aborting;
             if (h->timed_out) snprintf(h->error, sizeof h->error, "the request's deadline passed before it finished");
+            if (s->aborting && !h->released)
+                snprintf(h->error, sizeof h->error, "cancelled: the server was stopped (a second signal while draining)");
             end(s, h); /* removes live[i] */
             continue;
         }
@@ -202,7 +206,10 @@ static void *engine_main(void *arg)
         }
         take_work(s);
         if (!ms_sched_pending(s->sched)) {
-            if (s->draining && !s->in_head) break;
+            if (s->draining && !s->in_head) {
+                s->finished = 1;
+                break;
+            }
             /* wake up now and then for deadlines of requests that are waiting to be taken */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -262,6 +269,30 @@ ms_sengine *ms_sengine_start(ms_engine *e, int max_batch, int max_queue, ms_smet
     }
     s->started = 1;
     return s;
+}
+
+void ms_sengine_drain_begin(ms_sengine *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    pthread_cond_broadcast(&s->work);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int ms_sengine_drained(ms_sengine *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int done = s->finished || !s->started;
+    pthread_mutex_unlock(&s->mu);
+    return done;
+}
+
+void ms_sengine_abort(ms_sengine *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->draining = s->aborting = 1;
+    pthread_cond_broadcast(&s->work);
+    pthread_mutex_unlock(&s->mu);
 }
 
 void ms_sengine_drain(ms_sengine *s)

@@ -49,6 +49,13 @@ void ms_sreqh_release(ms_sreqh *h);
 
 /* Stop accepting (submit answers 503), let every submitted request finish, end the thread. */
 void ms_sengine_drain(ms_sengine *s);
+/* The same without waiting: ms_sengine_drained says when the thread has ended (then call
+ * ms_sengine_drain to join it). */
+void ms_sengine_drain_begin(ms_sengine *s);
+int ms_sengine_drained(ms_sengine *s);
+/* A forced stop: stop accepting and cancel every request at the next step (each ends with an
+ * error saying so); the thread then ends as after a drain. */
+void ms_sengine_abort(ms_sengine *s);
 /* 1 while the engine works; after a step failed, minus the failure's exit class (every request
  * then ends with an error and new ones get 503). */
 int ms_sengine_ok(ms_sengine *s);

@@ -67,6 +67,7 @@ typedef struct {
     ms_sreq r;
     ms_sreq_ident id;
     int fd, first, finished, gone;
+    int ep, code;                /* for /metrics: 200 finished, 504 deadline, 500 error, 499 client gone */
     double probed;               /* when a ping comment last went to a client that sent FIN */
     char *out;                   /* every SSE byte so far (MHD may ask for a position again) */
     size_t n;
@@ -201,6 +202,7 @@ static void stream_news(stream *st, ms_sreq_news *nw)
             out_add(st, ev, len);
         }
         snprintf(st->end, sizeof st->end, "stream finish=%s", nw->finish);
+        st->code = 200;
     } else {
         /* the status line went out already: the error is an event of its own */
         char *e = ms_sreq_error_json(nw->timed_out ? 504 : 500, nw->timed_out ? "deadline_exceeded" : "engine_error", nw->error, &len);
@@ -209,6 +211,7 @@ static void stream_news(stream *st, ms_sreq_news *nw)
         out_add(st, e, len - 1);
         out_str(st, "\n\n");
         snprintf(st->end, sizeof st->end, "stream %s", nw->timed_out ? "deadline" : "error");
+        st->code = nw->timed_out ? 504 : 500;
     }
     out_str(st, "data: [DONE]\n\n");
     st->finished = 1;
@@ -245,7 +248,10 @@ static void stream_free(void *cls)
     if (!st->finished) {
         st->gone = 1;
         snprintf(st->end, sizeof st->end, "stream client_gone (cancelled)");
+        st->code = 499;
     }
+    /* counted at its end, by how it ended (the status line said 200 long before) */
+    ms_smetrics_request(st->h->m, ep_names[st->ep], st->code ? st->code : 499);
     ms_sreqh_release(st->req); /* cancels a generation still running */
     access_log(st->addr, "POST", st->path, 200, st->prompt_tokens, st->completion_tokens, st->t0, st->end);
     ms_sreq_clear(&st->r);
@@ -302,6 +308,7 @@ static enum MHD_Result completions(struct MHD_Connection *mc, conn *c)
         st->t0 = c->t0;
         snprintf(st->addr, sizeof st->addr, "%s", c->addr);
         snprintf(st->path, sizeof st->path, "%s", c->path);
+        st->ep = c->ep;
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free);
         if (!resp) {
             active_add(h, 1);
@@ -497,7 +504,7 @@ static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum
     (void)mc;
     if (!c) return;
     ms_sconn_idle(h->g, c->sock); /* the next request on this connection has its own deadline */
-    if (c->status) ms_smetrics_request(h->m, ep_names[c->ep], c->status == 499 ? 0 : c->status);
+    if (c->status && !c->streamed) ms_smetrics_request(h->m, ep_names[c->ep], c->status); /* streams: stream_free */
     if (!c->streamed)
         access_log(c->addr, c->method, c->path, c->status ? c->status : 500, c->prompt_tokens, c->completion_tokens, c->t0,
                    why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? NULL : c->status == 499 ? "client_gone (cancelled)" : "aborted");

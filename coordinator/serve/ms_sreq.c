@@ -65,12 +65,7 @@ static int check_fields(ms_sreq *r, json_t *body)
     }
     v = json_object_get(body, "user");
     if (v && !json_is_null(v) && !json_is_string(v)) return refuse(r, 400, "invalid_request", "\"user\" must be a string");
-    v = json_object_get(body, "max_completion_tokens");
-    if (v && !json_is_null(v)) {
-        if (json_object_get(body, "max_tokens"))
-            return refuse(r, 400, "invalid_request", "give \"max_tokens\" or \"max_completion_tokens\", not both");
-        json_object_set(body, "max_tokens", v); /* the same meaning */
-    }
+    /* max_completion_tokens: read with max_tokens by the body parser (ms_jobspec_parse_body) */
     return 0;
 }
 

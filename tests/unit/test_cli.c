@@ -59,6 +59,11 @@ static void test_usage(void)
     char *e = stderr_of("run --model /nonexistent/model --ids 1");
     T_CHECK(e && strstr(e, "/nonexistent/model"), "message names the path: %s", e ? e : "");
     free(e);
+    st = status_of("run --model /nonexistent/model --prompt hello");
+    e = stderr_of("run --model /nonexistent/model --prompt hello");
+    T_CHECK(st == 4 && e && strstr(e, "cannot open") && !strstr(e, "tokenizer"),
+            "missing model with a text prompt: exit 4 'cannot open', not 'has no tokenizer' (%d): %s", st, e ? e : "");
+    free(e);
 }
 
 static void test_synth_run(void)

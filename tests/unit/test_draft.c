@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "ms_cli.h"
 #include "ms_draft.h"
 #include "ms_err.h"
 #include "ms_synth.h"
@@ -78,7 +80,33 @@ static void check_file(void)
     T_CHECK(rc == 0 && n == 4 && ids[0] == 5 && ids[3] == 8, "draft file: ids with whitespace: %s",
             rc ? ms_err_msg() : "");
     free(ids);
-    static const char *bad[] = {"", "  \n", "1,,2", ",1", "1,", "1 2", "1,x", "-3", "99999999999", "1;2"};
+    /* the syntax of --ids (issue 16: "1 2" was refused although documented as that syntax) */
+    static const char *good[] = {"1 2", "1\n2\n3\n", "4, 5 6,7", "9"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int32_t *want = NULL;
+        size_t nw = 0;
+        ids = NULL;
+        rc = read_text(good[i], &ids, &n);
+        int ref = ms_cli_parse_ids(good[i], &want, &nw);
+        T_CHECK(rc == 0 && ref == 0 && n == nw && !memcmp(ids, want, sizeof *ids * n),
+                "draft file '%s': the ids --ids gives (%zu): %s", good[i], n, rc ? ms_err_msg() : "");
+        free(ids);
+        free(want);
+    }
+    /* the size limit of --ids-file (256 MiB; it was 64 MiB) */
+    const char *big = ms_t_path(tmp, "big.txt");
+    FILE *f = fopen(big, "w");
+    static char spaces[1 << 20];
+    memset(spaces, ' ', sizeof spaces);
+    for (int i = 0; i < 65; i++) fwrite(spaces, 1, sizeof spaces, f);
+    fputs("7\n", f);
+    fclose(f);
+    ids = NULL;
+    rc = ms_draft_read_file(big, &ids, &n);
+    T_CHECK(rc == 0 && n == 1 && ids[0] == 7, "a draft file of 65 MiB is read: %s", rc ? ms_err_msg() : "");
+    free(ids);
+    unlink(big);
+    static const char *bad[] = {"", "  \n", "1,,2", ",1", "1,", "1,x", "-3", "99999999999", "1;2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ids = NULL;
         rc = read_text(bad[i], &ids, &n);

@@ -35,6 +35,10 @@ static void check_good(void)
             "full form: text prompt tokenized, every field taken (%s)", j.err_msg ? j.err_msg : "");
     free(ids);
     ms_jobspec_clear(&j);
+    parse("{\"max_tokens\": null, \"max_completion_tokens\": 7, \"prompt\": [1]}", 3, &j);
+    T_CHECK(!j.err_code && j.max_tokens == 7, "max_completion_tokens (with max_tokens null) sets max_tokens (%s)",
+            j.err_msg ? j.err_msg : "");
+    ms_jobspec_clear(&j);
     parse("{\"custom_id\": \"c\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"stop\": \"x\"}", 2, &j);
     ms_chat_msg m = {"user", "hi", 2};
     ms_chat_encode(lim.tok, &m, 1, &ids, &n);
@@ -60,6 +64,9 @@ static void check_bad(void)
         {"{\"prompt\": []}", "invalid_prompt", "empty"},
         {"{\"max_tokens\": 0, \"prompt\": [1]}", "invalid_max_tokens", "at least 1"},
         {"{\"max_tokens\": 1.5, \"prompt\": [1]}", "invalid_request", "max_tokens"},
+        {"{\"max_completion_tokens\": 0, \"prompt\": [1]}", "invalid_max_tokens", "\"max_completion_tokens\" must"},
+        {"{\"max_completion_tokens\": 2, \"max_tokens\": 2, \"prompt\": [1]}", "invalid_request", "not both"},
+        {"{\"max_completion_tokens\": 2, \"max_tokens\": null, \"prompt\": [1]}", NULL, NULL},
         {"{\"temperature\": -1, \"prompt\": [1]}", "invalid_request", "temperature"},
         {"{\"top_p\": 0, \"prompt\": [1]}", "invalid_request", "top_p"},
         /* positive as a double, 0 as the sampler's float (it used to mean "no nucleus") */

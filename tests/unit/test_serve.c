@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_synth.h"
 #include "ms_test.h"
@@ -393,6 +394,8 @@ static void check_disconnect(void)
     double c = -1;
     for (int i = 0; i < 50 && (c = metric("moestream_cancelled_total")) < 1; i++) ms_t_sleep_ms(50);
     T_CHECK(c == 1, "the disconnected stream was cancelled (moestream_cancelled_total %g)", c);
+    double c499 = metric("moestream_requests_total{endpoint=\"completions\",code=\"499\"}");
+    T_CHECK(c499 == 1, "/metrics counts the stream whose client left as code 499, not 200 (%g)", c499);
     st = http(reqs[3].path, reqs[3].body, NULL, &out);
     json_t *ids = answer_ids(out, 0, NULL);
     T_CHECK(st == 200 && json_equal(ids, ref_ids[3]), "the freed place serves the next request (%d)", st);
@@ -431,8 +434,10 @@ static void check_drain(void)
     ms_t_sleep_ms(100);
     int st = http("/health", NULL, NULL, NULL);
     T_CHECK(st < 0 || st == 503, "after SIGTERM new connections are refused (curl status %d)", st);
-    double took = 0;
-    int rc = ms_t_worker_stop(&srv, 240, &took);
+    double t0 = ms_now();
+    while (!ms_t_worker_reaped(&srv) && ms_now() - t0 < 240) ms_t_sleep_ms(20); /* one SIGTERM only */
+    int rc = srv.status;
+    double took = ms_now() - t0;
     T_CHECK(rc == 0, "SIGTERM with a stream running: exit 0 (%d) after %.1f s", rc, took);
     for (int i = 0; i < 100 && !ms_t_file_has(ms_t_path(tmp, "drain.rc"), "\n"); i++) ms_t_sleep_ms(50);
     char *out = ms_t_read_file(ms_t_path(tmp, "drain.out"), NULL), finish[16];
@@ -459,6 +464,9 @@ static void check_deadline(void)
             "a stream past --request-timeout ends with an error event and [DONE] (%d)", st);
     free(out);
     T_CHECK(metric("moestream_cancelled_total") == 2, "both were cancelled");
+    double c504 = metric("moestream_requests_total{endpoint=\"completions\",code=\"504\"}");
+    double c200 = metric("moestream_requests_total{endpoint=\"completions\",code=\"200\"}");
+    T_CHECK(c504 == 2 && c200 <= 0, "/metrics counts both as code 504, the stream too (504: %g, 200: %g)", c504, c200);
     T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
 }
 
