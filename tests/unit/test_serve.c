@@ -284,6 +284,7 @@ static void check_errors(void)
         {"/v1/completions", "[1,2]", "invalid_request", 400},
         {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":\"many\"}", "invalid_request", 400},
         {"/v1/completions", "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "invalid_request", 400},
+        {"/v1/completions", "{\"prompt\":[1],\"top_p\":1e-300,\"temperature\":1,\"seed\":5}", "invalid_request", 400},
         {"/v1/completions", "{\"prompt\":\"x\",\"stream\":1}", "invalid_request", 400},
         {"/v1/completions", "{\"prompt\":\"x\",\"logprobs\":2}", "unsupported_field", 400},
         {"/v1/completions", "{\"prompt\":\"x\",\"n\":2}", "unsupported_n", 400},
