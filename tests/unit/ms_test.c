@@ -493,3 +493,13 @@ int ms_t_local_worker(int pid, int i)
     if (tasks) closedir(tasks);
     return found;
 }
+
+void ms_t_flip_byte(const char *path, uint64_t off, uint8_t mask)
+{
+    int fd = open(path, O_RDWR);
+    uint8_t b = 0;
+    T_CHECK(fd >= 0 && pread(fd, &b, 1, (off_t)off) == 1, "read byte %llu of %s", (unsigned long long)off, path);
+    b ^= mask;
+    T_CHECK(pwrite(fd, &b, 1, (off_t)off) == 1, "write byte %llu of %s", (unsigned long long)off, path);
+    if (fd >= 0) close(fd);
+}

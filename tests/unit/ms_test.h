@@ -114,6 +114,9 @@ void ms_t_worker_kill(ms_t_worker *w);
 int ms_t_worker_reaped(ms_t_worker *w);
 /* 1 if the worker's log holds needle. */
 int ms_t_worker_log_has(const ms_t_worker *w, const char *needle);
+/* XOR the byte at off of the file at path with mask, in place (a failed read or write is a
+ * test failure). */
+void ms_t_flip_byte(const char *path, uint64_t off, uint8_t mask);
 /* Pid of local worker i started by coordinator pid (--local-workers: its command line names
  * worker-<i>.sock), or 0 while there is none. */
 int ms_t_local_worker(int pid, int i);

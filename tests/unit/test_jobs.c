@@ -321,6 +321,19 @@ static json_t *ids_by_custom_id(const char *path, int *dup, int *n_lines, json_t
     return map;
 }
 
+/* `jobs` of in into out in the background (batch 2, one thread: slow), stderr discarded. */
+static pid_t start_jobs_bg(const char *in, const char *out)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(127);
+        execl(bin, bin, "jobs", "--model", dir, "--input", in, "--output", out, "--max-batch", "2", "--threads", "1",
+              "--ram-budget", "2G", "--quiet", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
 /* Many slow jobs; stop the run after a few lines are out (kill -9 or SIGTERM), resume it. */
 static void check_resume(int sig)
 {
@@ -339,13 +352,7 @@ static void check_resume(int sig)
                            bin, dir, in, full);
         T_CHECK(st == 0, "the uninterrupted run: exit %d", st);
     }
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen("/dev/null", "w", stderr)) _exit(127);
-        execl(bin, bin, "jobs", "--model", dir, "--input", in, "--output", out, "--max-batch", "2", "--threads", "1",
-              "--ram-budget", "2G", "--quiet", (char *)NULL);
-        _exit(127);
-    }
+    pid_t pid = start_jobs_bg(in, out);
     wait_lines(out, 2);
     kill(pid, sig);
     int status = 0;
@@ -384,13 +391,7 @@ static void check_output_guard(void)
     snprintf(in, sizeof in, "%s/slow.jsonl", tmp); /* written by check_resume */
     snprintf(out, sizeof out, "%s/locked.out", tmp);
     unlink(out);
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen("/dev/null", "w", stderr)) _exit(127);
-        execl(bin, bin, "jobs", "--model", dir, "--input", in, "--output", out, "--max-batch", "2", "--threads", "1",
-              "--ram-budget", "2G", "--quiet", (char *)NULL);
-        _exit(127);
-    }
+    pid_t pid = start_jobs_bg(in, out);
     wait_lines(out, 1);
     for (int resume = 0; resume < 2; resume++) {
         char *err = NULL;

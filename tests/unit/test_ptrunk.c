@@ -112,16 +112,6 @@ static void check_same(const char *what, const char *dir, const char *pack, int6
     free(sp.logits);
 }
 
-static void flip(const char *path, uint64_t off)
-{
-    int fd = open(path, O_RDWR);
-    uint8_t b = 0;
-    T_CHECK(fd >= 0 && pread(fd, &b, 1, (off_t)off) == 1, "read a byte of %s", path);
-    b ^= 0x20;
-    T_CHECK(pwrite(fd, &b, 1, (off_t)off) == 1, "write a byte of %s", path);
-    close(fd);
-}
-
 static void test_synth(void)
 {
     const char *d = ms_t_tmpdir("ptrunk");
@@ -165,7 +155,7 @@ static void test_synth(void)
     for (int i = 0; p && i < ms_tpack_count(p); i++) {
         const ms_tpack_tensor *t = ms_tpack_at(p, i);
         uint32_t b = t->n_blocks / 2;
-        flip(bpath, t->data_off + ms_tpack_block_start(t, b) + 50);
+        ms_t_flip_byte(bpath, t->data_off + ms_tpack_block_start(t, b) + 50, 0x20);
     }
     ms_tpack_close(p);
     for (int mode = 0; mode < 2; mode++) {

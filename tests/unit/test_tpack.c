@@ -31,16 +31,6 @@ static uint16_t *make(const ms_tpack_spec *s)
     return v;
 }
 
-static void flip(const char *path, uint64_t off)
-{
-    int fd = open(path, O_RDWR);
-    uint8_t b = 0;
-    T_CHECK(fd >= 0 && pread(fd, &b, 1, (off_t)off) == 1, "read byte of %s", path);
-    b ^= 0x04;
-    T_CHECK(pwrite(fd, &b, 1, (off_t)off) == 1, "write byte of %s", path);
-    close(fd);
-}
-
 static char *read_all(const char *path, size_t *len) { return ms_t_read_file(path, len); }
 
 static void test_round_trip(void)
@@ -115,19 +105,19 @@ static void test_bad_files(void)
     ms_tpack_writer_free(w);
     free(data);
     /* index corrupt */
-    flip(path, 64 + 5);
+    ms_t_flip_byte(path, 64 + 5, 0x04);
     ms_tpack *p = ms_tpack_open(path);
     T_CHECK(!p && ms_err_code() == MS_EXIT_MODEL && strstr(ms_err_msg(), path) && strstr(ms_err_msg(), "index"),
             "a corrupt index is refused naming the file: %s", ms_err_msg());
-    flip(path, 64 + 5);
+    ms_t_flip_byte(path, 64 + 5, 0x04);
     p = ms_tpack_open(path);
     T_CHECK(p != NULL, "restored, it opens: %s", p ? "" : ms_err_msg());
     ms_tpack_close(p);
     /* not a pack */
-    flip(path, 0);
+    ms_t_flip_byte(path, 0, 0x04);
     p = ms_tpack_open(path);
     T_CHECK(!p && ms_err_code() == MS_EXIT_MODEL && strstr(ms_err_msg(), "magic"), "bad magic refused: %s", ms_err_msg());
-    flip(path, 0);
+    ms_t_flip_byte(path, 0, 0x04);
     /* truncated */
     T_CHECK(truncate(path, 100) == 0, "truncate");
     p = ms_tpack_open(path);
