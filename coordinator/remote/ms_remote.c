@@ -37,6 +37,7 @@ typedef struct {
     char why[256];         /* last failure */
     int seen;              /* ZMQ_EVENT_* bits seen on the connection (monitor): why a hello got no answer */
     int revived;           /* restarted by the revive hook and up again: its own items may go back to it */
+    int starting;          /* restarted by the revive hook and not yet answered: it is loading, wait for it */
     /* the request in flight during a call */
     int pending;
     ms_uuid req;
@@ -99,8 +100,10 @@ int ms_remote_health(ms_remote *r, char *why, size_t n)
 
 static void close_sock(wconn *w)
 {
-    if (w->sock) zmq_close(w->sock);
+    /* stop the monitor before closing what it watches: libzmq otherwise leaks its last event */
+    if (w->sock && w->mon) zmq_socket_monitor(w->sock, NULL, 0);
     if (w->mon) zmq_close(w->mon);
+    if (w->sock) zmq_close(w->sock);
     w->sock = w->mon = NULL;
 }
 
@@ -251,6 +254,7 @@ static int take_hello(ms_remote *r, wconn *w, const Moestream__Envelope *e)
     }
     w->state = W_UP;
     w->backoff = 0;
+    w->starting = 0;
     return 0;
 }
 
@@ -335,10 +339,38 @@ static void probe(ms_remote *r)
                 ms_wire_free(e);
                 if (w->state == W_UP) break;
             }
-            if (w->state == W_PROBING && t - w->probe_at > (r->o.timeout_s < 5 ? r->o.timeout_s : 5))
-                mark_down(r, w, "no answer to hello");
+            /* a restarted local worker may take a while to load: it gets the whole timeout */
+            double limit = w->starting ? r->o.timeout_s : (r->o.timeout_s < 5 ? r->o.timeout_s : 5);
+            if (w->state == W_PROBING && t - w->probe_at > limit) {
+                mark_down(r, w, w->starting ? "no answer to hello after its restart" : "no answer to hello");
+                w->starting = 0; /* given its time once */
+            }
             else if (w->state == W_PROBING && t - w->hello_at > (w->hello_sent ? 0.5 : 0.02))
                 send_hello(r, w); /* the first one may have been refused before the connection was up */
+        }
+    }
+}
+
+/* A local worker restarted and still loading may die before it answers (killed again, a crash
+ * on start): ask the revive hook, which restarts it again or gives up on it, instead of
+ * waiting out its hello. */
+static void check_starting(ms_remote *r)
+{
+    for (int i = 0; i < r->n; i++) {
+        wconn *w = &r->w[i];
+        if (!w->starting || !r->o.revive || (w->state != W_PROBING && w->state != W_DOWN)) continue;
+        char why[200] = "";
+        int rv = r->o.revive(r->o.revive_ctx, i, why, sizeof why);
+        if (rv == 0) continue;
+        close_sock(w);
+        if (rv < 0) {
+            snprintf(w->why, sizeof w->why, "%s", why);
+            w->state = W_GONE;
+            w->starting = 0;
+            update_health(r);
+        } else {
+            w->state = W_DOWN; /* opened again by probe(), at once */
+            w->probe_at = 0;
         }
     }
 }
@@ -348,20 +380,21 @@ static void wait_probes(ms_remote *r, double limit)
 {
     double t0 = ms_now();
     for (;;) {
+        check_starting(r);
+        probe(r);
         zmq_pollitem_t it[256];
         int n = 0;
         for (int i = 0; i < r->n && n < 256; i++)
             if (r->w[i].state == W_PROBING) it[n++] = (zmq_pollitem_t){r->w[i].sock, 0, ZMQ_POLLIN, 0};
         if (!n || ms_now() - t0 > limit) return;
         zmq_poll(it, n, 50);
-        probe(r);
     }
 }
 
 /* Bring back, if it can, an owner of (layer, e) when none is up: probe the down ones now. */
 static void revive_owners(ms_remote *r, int layer, int e)
 {
-    int any = 0, patient = 0;
+    int any = 0, patient = 0, loading = 0;
     for (int i = 0; i < r->n; i++) {
         wconn *w = &r->w[i];
         if (w->state == W_UP && w->owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)e]) return;
@@ -370,6 +403,7 @@ static void revive_owners(ms_remote *r, int layer, int e)
     for (int i = 0; i < r->n; i++) {
         wconn *w = &r->w[i];
         if (w->state == W_PROBING) any = 1; /* asked already: its answer may be on the way */
+        if (w->state == W_PROBING && w->starting) loading = 1;
         if (w->state != W_DOWN) continue;
         if (r->o.revive) { /* a local worker that exited is restarted, or given up on at once */
             char why[200] = "";
@@ -382,6 +416,7 @@ static void revive_owners(ms_remote *r, int layer, int e)
             }
             if (rv > 0) {
                 w->revived = 1;
+                w->starting = 1;
                 w->backoff = 0;
                 w->probe_at = 0; /* a fresh process: ask it now */
             }
@@ -392,13 +427,15 @@ static void revive_owners(ms_remote *r, int layer, int e)
          * one, seconds apart. Ownership of a worker never heard from is unknown: it is asked
          * too. */
         if (w->probe_at <= now) patient = 1;
+        if (w->starting) loading = 1;
         w->probe_at = 0;
         any = 1;
     }
     if (!any) return;
     probe(r);
+    /* a worker restarted just now is loading: wait for it as long as a request may take */
     double full = r->o.timeout_s < 5 ? r->o.timeout_s : 5;
-    wait_probes(r, patient ? full : (full < REPROBE_WAIT_S ? full : REPROBE_WAIT_S));
+    wait_probes(r, loading ? r->o.timeout_s : patient ? full : (full < REPROBE_WAIT_S ? full : REPROBE_WAIT_S));
 }
 
 /* The owners of (layer, e) and why each is not up, for a message. */
