@@ -10,6 +10,7 @@
 #include "ms_err.h"
 #include "ms_opt.h"
 #include "ms_proc.h"
+#include "ms_progress.h"
 #include "ms_size.h"
 #include "ms_stdout.h"
 #include "ms_wload.h"
@@ -107,6 +108,7 @@ static int worker_main(int argc, char **argv)
     }
     if (quiet && verbose) return ms_opt_fail(WHO, MS_EXIT_USAGE, "--quiet and --verbose contradict each other");
     ms_log_set_level(quiet ? 0 : verbose ? 2 : 1);
+    ms_progress_use_stderr(); /* the first start on a checkpoint hashes all of it (ms_ident) */
 
     /* Security first: refusing a plain tcp endpoint must not wait for the model to load. */
     ms_wauth_keys keys;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_ident.h"
 #include "ms_pack.h"
 #include "ms_proc.h"
 #include "ms_st.h"
@@ -239,7 +240,7 @@ static int open_model(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
     free(paths);
     ms_st_close(st); /* locations are known; the parsed headers are not needed any more */
     if (!w->files) return -1;
-    if (ms_wire_fingerprint(w->source, w->fingerprint) != 0) return -1;
+    if (ms_ident_model(w->source, w->fingerprint) != 0) return -1;
     return 0;
 }
 

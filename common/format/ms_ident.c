@@ -479,3 +479,35 @@ int ms_ident_fingerprint(const char *dir, char out[17])
     free(cfg);
     return rc;
 }
+
+int ms_ident_model(const char *dir, char out[17])
+{
+    char path[4096];
+    int rc = -1, fd = -1;
+    /* A trunk-only checkpoint written by moestream shard carries its model's fingerprint. */
+    snprintf(path, sizeof path, "%s/moestream.fingerprint", dir);
+    FILE *ff = NULL;
+    if (access(path, F_OK) == 0) { /* present: a regular file (a FIFO would block) */
+        if ((fd = ms_file_open(path, "fingerprint file", 0, 0, NULL)) < 0) goto out;
+        if (!(ff = fdopen(fd, "r"))) close(fd);
+        fd = -1;
+    }
+    if (ff) {
+        char line[64] = "";
+        int ok = fgets(line, sizeof line, ff) != NULL && strspn(line, "0123456789abcdef") == 16;
+        fclose(ff);
+        if (!ok) {
+            ms_err_set("%s must hold 16 lower-case hex digits", path);
+            ms_err_set_code(MS_EXIT_MODEL);
+            goto out;
+        }
+        memcpy(out, line, 16);
+        out[16] = 0;
+        rc = 0;
+        goto out;
+    }
+    rc = ms_ident_fingerprint(dir, out); /* every byte of every tensor (a sidecar keeps the hashes) */
+out:
+    if (fd >= 0) close(fd);
+    return rc;
+}

@@ -40,6 +40,12 @@ int ms_ident_hashes(const char *dir, const ms_st *st, const char *const *names, 
  * shard files. Returns 0, or -1 with ms_err set naming the file. */
 int ms_ident_fingerprint(const char *dir, char out[17]);
 
+/* The model fingerprint a coordinator, a worker or a pack presents for checkpoint dir: that of
+ * ms_ident_fingerprint, except that a trunk-only checkpoint written by moestream shard holds
+ * its source model's fingerprint in DIR/moestream.fingerprint (16 lower-case hex digits), which
+ * is used instead. Returns 0, or -1 with ms_err set naming the file. */
+int ms_ident_model(const char *dir, char out[17]);
+
 /* Where the sidecar of dir is read from and written to (the first writable of the places
  * above; into buf, which holds cap bytes). Returns buf. For tests and docs. */
 const char *ms_ident_sidecar_path(const char *dir, char *buf, size_t cap);

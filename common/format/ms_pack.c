@@ -20,7 +20,6 @@
 #include "ms_progress.h"
 #include "ms_size.h"
 #include "ms_st.h"
-#include "ms_wire.h"
 
 #define PACK_FORMAT MS_PACK_FORMAT
 #define PACK_VERSION MS_PACK_VERSION

@@ -17,12 +17,12 @@
 #include "ms_cfg.h"
 #include "ms_err.h"
 #include "ms_file.h"
+#include "ms_ident.h"
 #include "ms_pack.h"
 #include "ms_progress.h"
 #include "ms_shard.h"
 #include "ms_size.h"
 #include "ms_st.h"
-#include "ms_wire.h"
 
 #define COPY_CHUNK ((size_t)16 << 20) /* bounded copy buffer: experts stream through it */
 #define PFX "language_model.model.layers."
@@ -411,7 +411,7 @@ static int write_trunk(sh_state *s, const char *tdir)
     }
     if (rc == 0) {
         /* The trunk's files differ from the model's: it carries the model's fingerprint, so the
-         * coordinator presents the same one the packs do (ms_wire_fingerprint reads it). */
+         * coordinator presents the same one the packs do (ms_ident_model reads it). */
         path2(path, sizeof path, tdir, "moestream.fingerprint");
         FILE *f = fopen(path, "w");
         rc = f && fprintf(f, "%s\n", s->fp) == 17 ? 0 : -1;
@@ -449,7 +449,7 @@ static int shard_plan(sh_state *s)
     }
     s->st = ms_st_open_dir(s->model_dir);
     if (!s->st) return -1;
-    if (ms_wire_fingerprint(s->model_dir, s->fp) != 0) return -1;
+    if (ms_ident_model(s->model_dir, s->fp) != 0) return -1;
     s->E = ms_xfmt_expert_bytes(&s->fmt);
 
     /* Owner of each expert id: worker i owns [i*Ne/N, (i+1)*Ne/N). */

@@ -45,13 +45,6 @@ void ms_wire_error(const ms_uuid *request, int code, const char *message, uint8_
 /* Copy a 16-byte uuid field (0 on success, -1 if it is not 16 bytes). */
 int ms_wire_uuid(const ProtobufCBinaryData *d, ms_uuid *u);
 
-/* The model fingerprint: ms_ident_fingerprint (config.json's bytes and the XXH3-128 of every
- * byte of every tensor, by name; the hashes are kept in a sidecar, so only the first call on a
- * checkpoint reads all of it). A trunk-only checkpoint written by moestream shard holds its
- * model's fingerprint in DIR/moestream.fingerprint, which is used instead. Returns 0, or -1
- * with ms_err set naming the file. */
-int ms_wire_fingerprint(const char *dir, char out[17]);
-
 /* Read a CURVE key file (both sides use this one reader, so the rules are the same): one Z85
  * key of 40 characters per line, blank lines and lines starting with '#' ignored, at most
  * 1 MiB. With secret = 1 the file must hold exactly one key, and a file readable by its group

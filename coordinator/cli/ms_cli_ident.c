@@ -8,7 +8,6 @@
 #include "ms_err.h"
 #include "ms_ident.h"
 #include "ms_progress.h"
-#include "ms_wire.h"
 
 static void usage(FILE *f)
 {
@@ -47,7 +46,7 @@ int ms_cli_ident(int argc, char **argv)
     ms_progress_use_stderr();
     double t0 = ms_now();
     char fp[17], side[4096];
-    if (ms_wire_fingerprint(model, fp) != 0) return ms_cli_fail_err("ident");
+    if (ms_ident_model(model, fp) != 0) return ms_cli_fail_err("ident");
     printf("%s\n", fp);
     ms_log(1, "ident: %s has fingerprint %s (%.1f s; hashes kept in %s)", model, fp, ms_now() - t0,
            ms_ident_sidecar_path(model, side, sizeof side));

@@ -6,6 +6,7 @@
 #include "ms_draft.h"
 #include "ms_engine.h"
 #include "ms_err.h"
+#include "ms_ident.h"
 #include "ms_local.h"
 #include "ms_proc.h"
 #include "ms_remote.h"
@@ -102,7 +103,7 @@ static int start_workers(ms_engine *e)
     /* Before local workers start: the first fingerprint of a checkpoint hashes all of it and
      * keeps the hashes in its sidecar, which the workers then read instead of hashing again. */
     char fp[17];
-    if (ms_wire_fingerprint(o->model_dir, fp) != 0) return -1;
+    if (ms_ident_model(o->model_dir, fp) != 0) return -1;
     if (!e->listed) {
         int n = o->local_workers;
         const ms_plan *p = ms_model_plan(e->m);

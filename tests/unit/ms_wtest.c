@@ -16,6 +16,7 @@
 #include "ms_cfg.h"
 #include "ms_err.h"
 #include "ms_expert.h"
+#include "ms_ident.h"
 #include "ms_pack.h"
 #include "ms_shard.h"
 #include "ms_size.h"
@@ -320,7 +321,7 @@ int wt_setup(const char *name, char fp[17])
         T_CHECK(0, "synthetic checkpoint: %s", ms_err_msg());
         return -1;
     }
-    T_CHECK(ms_wire_fingerprint(wt_model, fp) == 0, "fingerprint of the model");
+    T_CHECK(ms_ident_model(wt_model, fp) == 0, "fingerprint of the model");
     wt_zctx = zmq_ctx_new();
     signal(SIGPIPE, SIG_IGN);
     return 0;

@@ -14,6 +14,7 @@
 #include "ms_cfg.h"
 #include "ms_clock.h"
 #include "ms_err.h"
+#include "ms_ident.h"
 #include "ms_remote.h"
 #include "ms_st.h"
 #include "ms_test.h"
@@ -380,7 +381,7 @@ int main(void)
         ms_cfg cfg;
         char cp[1200], fp[17];
         snprintf(cp, sizeof cp, "%s/config.json", dir);
-        T_CHECK(ms_cfg_load(cp, &cfg) == 0 && ms_wire_fingerprint(dir, fp) == 0, "config and fingerprint");
+        T_CHECK(ms_cfg_load(cp, &cfg) == 0 && ms_ident_model(dir, fp) == 0, "config and fingerprint");
         worker w[2] = {{0}};
         T_CHECK(start_worker(&w[0], sock, 60, "*:0-3", NULL) == 0 && start_worker(&w[1], sock, 61, "*:4-7", NULL) == 0,
                 "two workers, no replicas");
@@ -439,7 +440,7 @@ int main(void)
         ms_cfg cfg;
         char cp[1200], fp[17];
         snprintf(cp, sizeof cp, "%s/config.json", dir);
-        T_CHECK(ms_cfg_load(cp, &cfg) == 0 && ms_wire_fingerprint(dir, fp) == 0, "config and fingerprint");
+        T_CHECK(ms_cfg_load(cp, &cfg) == 0 && ms_ident_model(dir, fp) == 0, "config and fingerprint");
         worker w = {0};
         T_CHECK(start_worker(&w, sock, 50, "*:*", NULL) == 0, "worker for the revival test");
         ms_remote_worker rw = {w.ep, NULL};
@@ -549,7 +550,7 @@ int main(void)
         ms_cfg cfg;
         char cp[1200], fp[17];
         snprintf(cp, sizeof cp, "%s/config.json", dir);
-        T_CHECK(ms_cfg_load(cp, &cfg) == 0 && ms_wire_fingerprint(dir, fp) == 0, "config and fingerprint");
+        T_CHECK(ms_cfg_load(cp, &cfg) == 0 && ms_ident_model(dir, fp) == 0, "config and fingerprint");
         worker w = {0};
         T_CHECK(start_worker(&w, sock, 51, "*:*", "MS_WORKER_FAULT_NAN=1") == 0, "NaN-sending worker");
         ms_remote_worker rw = {w.ep, NULL};

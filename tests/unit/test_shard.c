@@ -16,6 +16,7 @@
 #include "ms_cli.h"
 #include "ms_err.h"
 #include "ms_expert.h"
+#include "ms_ident.h"
 #include "ms_io.h"
 #include "ms_ops.h"
 #include "ms_pack.h"
@@ -89,7 +90,7 @@ static void check_shard(const char *model, const char *out, int N, int R)
         return;
     }
     char fp[17];
-    T_CHECK(ms_wire_fingerprint(model, fp) == 0, "fingerprint");
+    T_CHECK(ms_ident_model(model, fp) == 0, "fingerprint");
     int NL = cfg.n_layers, NE = cfg.n_experts;
     int *count = calloc((size_t)NL * (size_t)NE, sizeof(int));
     int bad_bytes = 0, bad_sum = 0, bad_align = 0, bad_owner = 0, bad_len = 0, n_entries = 0;
