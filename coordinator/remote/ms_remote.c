@@ -59,6 +59,9 @@ struct ms_remote {
     ms_remote_stats st;
     pthread_mutex_t health_mu;
     char health[600];      /* "" while every expert has an owner not gone for good */
+    zmq_pollitem_t *items; /* [2 * n] poll items of a call (socket and monitor per worker) */
+    int *item_worker;      /* [2 * n] the worker of each */
+    zmq_pollitem_t *probe_items; /* [n] the sockets of workers being probed */
 };
 
 static void update_health(ms_remote *r);
@@ -351,14 +354,14 @@ static void probe(ms_remote *r)
     }
 }
 
-/* A local worker restarted and still loading may die before it answers (killed again, a crash
- * on start): ask the revive hook, which restarts it again or gives up on it, instead of
- * waiting out its hello. */
-static void check_starting(ms_remote *r)
+/* A local worker that is not up may be dying (its socket closes before the process can be
+ * reaped), restarting, or dead again before it answered (killed again, a crash on start): ask
+ * the revive hook, which restarts it or gives up on it, instead of waiting out a hello. */
+static void check_local(ms_remote *r)
 {
     for (int i = 0; i < r->n; i++) {
         wconn *w = &r->w[i];
-        if (!w->starting || !r->o.revive || (w->state != W_PROBING && w->state != W_DOWN)) continue;
+        if (!r->o.revive || (w->state != W_PROBING && w->state != W_DOWN)) continue;
         char why[200] = "";
         int rv = r->o.revive(r->o.revive_ctx, i, why, sizeof why);
         if (rv == 0) continue;
@@ -369,6 +372,9 @@ static void check_starting(ms_remote *r)
             w->starting = 0;
             update_health(r);
         } else {
+            w->revived = 1;
+            w->starting = 1;
+            w->backoff = 0;
             w->state = W_DOWN; /* opened again by probe(), at once */
             w->probe_at = 0;
         }
@@ -380,13 +386,18 @@ static void wait_probes(ms_remote *r, double limit)
 {
     double t0 = ms_now();
     for (;;) {
-        check_starting(r);
+        check_local(r);
         probe(r);
-        zmq_pollitem_t it[256];
+        zmq_pollitem_t *it = r->probe_items; /* not r->items: a call may be polling with those */
         int n = 0;
-        for (int i = 0; i < r->n && n < 256; i++)
-            if (r->w[i].state == W_PROBING) it[n++] = (zmq_pollitem_t){r->w[i].sock, 0, ZMQ_POLLIN, 0};
-        if (!n || ms_now() - t0 > limit) return;
+        double lim = limit;
+        for (int i = 0; i < r->n; i++)
+            if (r->w[i].state == W_PROBING) {
+                it[n++] = (zmq_pollitem_t){r->w[i].sock, 0, ZMQ_POLLIN, 0};
+                /* a worker restarted during the wait is loading: it gets the whole timeout */
+                if (r->w[i].starting && lim < r->o.timeout_s) lim = r->o.timeout_s;
+            }
+        if (!n || ms_now() - t0 > lim) return;
         zmq_poll(it, n, 50);
     }
 }
@@ -404,6 +415,7 @@ static void revive_owners(ms_remote *r, int layer, int e)
         wconn *w = &r->w[i];
         if (w->state == W_PROBING) any = 1; /* asked already: its answer may be on the way */
         if (w->state == W_PROBING && w->starting) loading = 1;
+        if (w->state == W_PROBING && r->o.revive) patient = 1; /* a local one: alive, or check_local sees */
         if (w->state != W_DOWN) continue;
         if (r->o.revive) { /* a local worker that exited is restarted, or given up on at once */
             char why[200] = "";
@@ -426,7 +438,9 @@ static void revive_owners(ms_remote *r, int layer, int e)
          * every call needing only it waited out a full probe, and queued requests failed one by
          * one, seconds apart. Ownership of a worker never heard from is unknown: it is asked
          * too. */
-        if (w->probe_at <= now) patient = 1;
+        /* a local worker still running after its connection was lost may be dying: wait for it
+         * fully (check_local restarts it as soon as it can be reaped) */
+        if (w->probe_at <= now || r->o.revive) patient = 1;
         if (w->starting) loading = 1;
         w->probe_at = 0;
         any = 1;
@@ -472,6 +486,9 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
     r->n = o->n_workers;
     r->ctx = zmq_ctx_new();
     r->w = ms_calloc((size_t)r->n, sizeof *r->w);
+    r->items = ms_calloc((size_t)(2 * r->n + 1), sizeof *r->items);
+    r->item_worker = ms_calloc((size_t)(2 * r->n + 1), sizeof *r->item_worker);
+    r->probe_items = ms_calloc((size_t)(r->n + 1), sizeof *r->probe_items);
     int any_curve = 0;
     for (int i = 0; i < r->n; i++) {
         wconn *w = &r->w[i];
@@ -587,6 +604,9 @@ void ms_remote_free(ms_remote *r)
         free(r->w[i].items);
     }
     free(r->w);
+    free(r->items);
+    free(r->item_worker);
+    free(r->probe_items);
     if (r->ctx) zmq_ctx_term(r->ctx);
     pthread_mutex_destroy(&r->health_mu);
     free(r);
@@ -785,10 +805,11 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
         int pending = 0;
         for (int i = 0; i < r->n; i++) pending += r->w[i].pending;
         if (!pending) break;
-        /* Wait for replies, disconnects and deadlines. */
-        zmq_pollitem_t items[512];
-        int map[512], np = 0;
-        for (int i = 0; i < r->n && np < 510; i++) {
+        /* Wait for replies, disconnects and deadlines: two poll items per worker (its socket
+         * and its monitor), sized for every worker (a fixed 512 left workers past ~255 unread). */
+        zmq_pollitem_t *items = r->items;
+        int *map = r->item_worker, np = 0;
+        for (int i = 0; i < r->n; i++) {
             if (!r->w[i].pending) continue;
             items[np] = (zmq_pollitem_t){r->w[i].sock, 0, ZMQ_POLLIN, 0};
             map[np++] = i;
