@@ -233,7 +233,7 @@ static void cachesim_usage(FILE *f)
           "                           [--top-k K] [--json]\n"
           "\n"
           "Replays a routed-expert trace through an expert cache and prints, per cache size, the hit\n"
-          "rate of LRU, of moestream's policy (windowed LFU, common/io/ms_cpolicy.h) and of Belady's\n"
+          "rate of LRU, of moestream's policy (windowed LFU, common/expert/ms_cpolicy.h) and of Belady's\n"
           "offline optimum, and the expert bytes each would read from disk per token.\n"
           "\n"
           "  --trace PATH        little-endian int32 (layer, expert) pairs, one per request, in order\n"

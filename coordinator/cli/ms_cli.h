@@ -36,9 +36,6 @@ int ms_cli_parse_ids(const char *s, int32_t **ids, size_t *n);
  * NUL-terminated buffer, or NULL with ms_err set: MS_EXIT_IO if it cannot be opened or read or
  * is not a regular file or pipe, MS_EXIT_INPUT if it is larger than the limit. */
 char *ms_cli_read_file(const char *path, size_t *len);
-/* A JSON string value for bytes that may not be valid UTF-8 (invalid bytes become U+FFFD). */
-struct json_t;
-struct json_t *ms_cli_json_text(const char *bytes, size_t len);
 /* Monotonic seconds. */
 double ms_cli_now(void);
 

@@ -15,6 +15,7 @@
 #include "ms_engine.h"
 #include "ms_err.h"
 #include "ms_file.h"
+#include "ms_jtext.h"
 #include "ms_opt.h"
 #include "ms_plan.h"
 #include "ms_progress.h"
@@ -286,7 +287,7 @@ static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int
     if (tok) {
         char *text = NULL;
         size_t len = 0;
-        if (ms_tok_decode(tok, gen, ng, &text, &len) == 0) json_object_set_new(out, "text", ms_cli_json_text(text, len));
+        if (ms_tok_decode(tok, gen, ng, &text, &len) == 0) json_object_set_new(out, "text", ms_jtext(text, len));
         free(text);
     }
     json_dumpf(out, stdout, JSON_COMPACT);

@@ -18,9 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ms_cli.h"
 #include "ms_clock.h"
 #include "ms_err.h"
+#include "ms_jtext.h"
 #include "ms_sconn.h"
 #include "ms_shttp.h"
 #include "ms_sreq.h"
@@ -390,7 +390,7 @@ static enum MHD_Result health(struct MHD_Connection *mc, conn *c)
     pthread_mutex_unlock(&c->h->mu);
     const char *st = !ok ? "failed" : degraded ? "degraded" : q ? "draining" : "ok";
     json_t *o = json_pack("{s:s}", "status", st);
-    if (degraded) json_object_set_new(o, "reason", ms_cli_json_text(why, strlen(why)));
+    if (degraded) json_object_set_new(o, "reason", ms_jtext(why, strlen(why)));
     char *b = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(o);
     size_t len = strlen(b);

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "ms_cli.h"
 #include "ms_err.h"
+#include "ms_jtext.h"
 #include "ms_sreq.h"
 #include "ms_wire.h"
 
@@ -118,7 +118,7 @@ static char *dump(json_t *o, const char *pre, const char *post, size_t *len)
 char *ms_sreq_error_json(int status, const char *code, const char *message, size_t *len)
 {
     /* the message may quote the request's bytes, which need not be UTF-8 (json_pack would fail) */
-    json_t *e = json_pack("{s:o,s:s,s:n,s:s}", "message", ms_cli_json_text(message, strlen(message)), "type",
+    json_t *e = json_pack("{s:o,s:s,s:n,s:s}", "message", ms_jtext(message, strlen(message)), "type",
                           status < 500 ? "invalid_request_error" : "server_error", "param", "code", code);
     return dump(json_pack("{s:o}", "error", e), "", "\n", len);
 }
@@ -156,7 +156,7 @@ static json_t *head(const ms_sreq_ident *id, const char *object)
 char *ms_sreq_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
                          size_t text_len, const char *finish, size_t prompt_tokens, size_t *len)
 {
-    json_t *t = text ? ms_cli_json_text(text, text_len) : json_null();
+    json_t *t = text ? ms_jtext(text, text_len) : json_null();
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(0));
     if (r->chat) {
@@ -178,7 +178,7 @@ char *ms_sreq_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *to
 {
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(0));
-    json_t *t = text ? ms_cli_json_text(text, text_len) : json_string("");
+    json_t *t = text ? ms_jtext(text, text_len) : json_string("");
     if (r->chat) {
         json_t *d = json_object();
         if (first) json_object_set_new(d, "role", json_string("assistant"));

@@ -9,9 +9,9 @@
 #include <xxhash.h>
 
 #include "ms_chat.h"
-#include "ms_cli.h"
 #include "ms_err.h"
 #include "ms_jobfile.h"
+#include "ms_jtext.h"
 #include "ms_wire.h"
 
 /* Mark j bad: code and "line N: message". Returns -1. */
@@ -306,7 +306,7 @@ static json_t *envelope(const ms_jobspec *j, json_t *response, json_t *error)
 char *ms_jobline_error(const ms_jobspec *j, const char *code, const char *message, size_t *len)
 {
     /* the message may quote the line's bytes, which need not be UTF-8 (json_pack would fail) */
-    json_t *err = json_pack("{s:s,s:o}", "code", code, "message", ms_cli_json_text(message, strlen(message)));
+    json_t *err = json_pack("{s:s,s:o}", "code", code, "message", ms_jtext(message, strlen(message)));
     return line_of(envelope(j, NULL, err), len);
 }
 
@@ -321,7 +321,7 @@ char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created,
     int chat = j->kind == MS_JOB_CHAT;
     json_t *ids = json_array();
     for (size_t i = 0; i < r->n_tokens; i++) json_array_append_new(ids, json_integer(r->tokens[i]));
-    json_t *text = r->text ? ms_cli_json_text(r->text, r->text_len) : json_null();
+    json_t *text = r->text ? ms_jtext(r->text, r->text_len) : json_null();
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
     if (chat)
