@@ -85,11 +85,11 @@ static int worker_main(int argc, char **argv)
             if (ms_opt_size("--ram-budget", optarg, &lo.ram_budget) != 0) return ms_opt_fail_err(WHO);
             break;
         case 'T':
-            if (ms_opt_int("--threads", optarg, 0, 4096, &threads) != 0) return ms_opt_fail_err(WHO);
+            if (ms_opt_threads(optarg, &threads) != 0) return ms_opt_fail_err(WHO);
             lo.threads = (int)threads;
             break;
         case 'D':
-            if (ms_opt_int("--io-depth", optarg, 1, 1024, &depth) != 0) return ms_opt_fail_err(WHO);
+            if (ms_opt_io_depth(optarg, &depth) != 0) return ms_opt_fail_err(WHO);
             lo.io_depth = (int)depth;
             break;
         case 'h': usage(stdout); return MS_EXIT_OK;
@@ -140,7 +140,7 @@ static int worker_main(int argc, char **argv)
         ms_wauth_keys_free(&keys);
         return rc;
     }
-    ms_wsrv_opts so = {listen, &keys, &w};
+    ms_wsrv_opts so = {.endpoint = listen, .keys = &keys, .load = &w};
     ms_wsrv *srv = ms_wsrv_new(&so);
     int have_public = keys.curve;
     char public_key[41];

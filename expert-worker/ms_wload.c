@@ -380,7 +380,14 @@ int ms_wload_open(const ms_wload_opts *o, ms_wload *w)
     if (plan(w, o, depth) != 0) goto out;
     /* grow_bg 0: a worker's slots still come on first use (its cache fills with the first
      * requests; the coordinator's store grows in the background, docs/PERFORMANCE.md) */
-    ms_xstore_opts xo = {w->n_layers, w->n_experts, w->fmt, w->plan.mem.cache, depth, 0, w->chunk_items, 0};
+    ms_xstore_opts xo = {.n_layers = w->n_layers,
+                         .n_experts = w->n_experts,
+                         .fmt = w->fmt,
+                         .cache_bytes = w->plan.mem.cache,
+                         .depth = depth,
+                         .lru = 0,
+                         .gather_rows = w->chunk_items,
+                         .grow_bg = 0};
     w->store = ms_xstore_new(&xo, w->files, w->pool);
     if (!w->store) goto out;
     for (size_t k = 0; k < nk; k++)

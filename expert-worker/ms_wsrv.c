@@ -47,6 +47,9 @@ struct ms_wsrv {
     uint64_t max_msg;          /* request_limit + overhead: larger messages are refused unread */
     uint64_t n_requests, n_items, n_errors;
     int draining;
+    /* fault injection for the fail-over tests, read once at start (ms_wsrv_new) */
+    uint64_t fault_kill_after;  /* MS_WORKER_FAULT_KILL_AFTER=N: SIGKILL itself on request N+1 (0: off) */
+    int fault_nan;              /* MS_WORKER_FAULT_NAN=1: poison the outputs after the check */
 };
 
 /* ---- setup ---- */
@@ -65,6 +68,10 @@ ms_wsrv *ms_wsrv_new(const ms_wsrv_opts *o)
     ms_uuid_str(&s->uuid, s->uuid_s);
     s->curve = o->keys && o->keys->curve;
     s->max_msg = s->w->plan.request_limit + MSG_OVERHEAD;
+    const char *fk = getenv("MS_WORKER_FAULT_KILL_AFTER");
+    s->fault_kill_after = fk ? strtoull(fk, NULL, 10) : 0;
+    if (fk && !s->fault_kill_after) s->fault_kill_after = UINT64_MAX; /* "0": on the first request */
+    s->fault_nan = getenv("MS_WORKER_FAULT_NAN") != NULL;
 
     s->ctx = zmq_ctx_new();
     if (!s->ctx) {
@@ -463,8 +470,8 @@ static void on_compute(ms_wsrv *s, wmsg *m, int delim, Moestream__Envelope *env)
     s->n_requests++;
     /* Fault injection for the fail-over tests: MS_WORKER_FAULT_KILL_AFTER=N makes the worker
      * SIGKILL itself on compute request N+1, before answering (a crash mid-generation). */
-    const char *kill_after = getenv("MS_WORKER_FAULT_KILL_AFTER");
-    if (kill_after && s->n_requests > strtoull(kill_after, NULL, 10)) raise(SIGKILL);
+    if (s->fault_kill_after && s->n_requests > (s->fault_kill_after == UINT64_MAX ? 0 : s->fault_kill_after))
+        raise(SIGKILL);
     if (s->draining) {
         ms_wire_free(env);
         send_error(s, m, delim, &rid, E_DOWN, "the worker is shutting down");
@@ -503,7 +510,7 @@ static void on_compute(ms_wsrv *s, wmsg *m, int delim, Moestream__Envelope *env)
     }
     /* Fault injection for the coordinator's own check: MS_WORKER_FAULT_NAN=1 poisons the
      * outputs after the worker's check, as a buggy or hostile worker would send them. */
-    if (getenv("MS_WORKER_FAULT_NAN") && n > 0) outputs[(size_t)n * L - 1] = NAN;
+    if (s->fault_nan && n > 0) outputs[(size_t)n * L - 1] = NAN;
     s->n_items += n;
     Moestream__ComputeReply r = MOESTREAM__COMPUTE_REPLY__INIT;
     r.request_uuid.data = rid.b;

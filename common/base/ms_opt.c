@@ -66,3 +66,7 @@ int ms_opt_size(const char *name, const char *s, uint64_t *out)
     *out = v;
     return 0;
 }
+
+int ms_opt_threads(const char *s, long long *out) { return ms_opt_int("--threads", s, 0, 1024, out); }
+
+int ms_opt_io_depth(const char *s, long long *out) { return ms_opt_int("--io-depth", s, 1, 256, out); }

@@ -23,4 +23,8 @@ int ms_opt_f32(const char *name, const char *s, float *out);
  * 8G or 64GB, got 'S'" (with the full syntax). */
 int ms_opt_size(const char *name, const char *s, uint64_t *out);
 
+/* The options both programs take, with one range each (0 threads: one per core). */
+int ms_opt_threads(const char *s, long long *out); /* --threads 0..1024 */
+int ms_opt_io_depth(const char *s, long long *out); /* --io-depth 1..256 */
+
 #endif

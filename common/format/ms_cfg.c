@@ -387,6 +387,15 @@ int ms_cfg_parse(const char *json_text, const char *what, ms_cfg *cfg)
         plist_add(&probs, "; ", "first_k_dense_replace = %d is outside 0..%d", cfg->first_dense, N);
     else if (VALID(first_dense) && cfg->first_dense < 0)
         plist_add(&probs, "; ", "first_k_dense_replace = %d is negative", cfg->first_dense);
+    /* AttnRes mixes one snapshot per block of layers (plus the running state): bounded, so that
+     * a valid config never overruns the forward pass's source table mid-pass */
+    if (VALID(attn_res_block) && cfg->attn_res_block > 0 && N > 0 &&
+        (N - 1) / cfg->attn_res_block + 1 > MS_CFG_MAX_SNAPSHOTS)
+        plist_add(&probs, "; ",
+                  "attn_res_block_size = %d makes %d AttnRes snapshots over %d layers, more than the supported %d "
+                  "(use blocks of at least %d layers)",
+                  cfg->attn_res_block, (N - 1) / cfg->attn_res_block + 1, N, MS_CFG_MAX_SNAPSHOTS,
+                  (N - 1) / MS_CFG_MAX_SNAPSHOTS + 1);
 
     /* The layer map. */
     int *fa = NULL, nfa = -1;

@@ -46,6 +46,8 @@ typedef struct {
 /* Sane bounds on sizes, checked before anything is allocated from them; each is far above
  * Kimi K3's (93 layers, 896 experts). The other widths are bounded in ms_cfg.c's field table. */
 #define MS_CFG_MAX_LAYERS 1024
+/* AttnRes snapshots ((layers - 1) / attn_res_block_size + 1; K3: 8), bounded by the forward pass */
+#define MS_CFG_MAX_SNAPSHOTS 64
 #define MS_CFG_MAX_EXPERTS 16384
 #define MS_CFG_MAX_LAYER_EXPERTS (1 << 18) /* layers x experts: per-expert tables */
 #define MS_CFG_MAX_BYTES ((uint64_t)16 << 20) /* config.json itself */

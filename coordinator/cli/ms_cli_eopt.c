@@ -41,8 +41,8 @@ int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, i
     case 'L': o->lru = 1; break;
     case 'q': o->quiet = 1; break;
     case 'B': bad = ms_opt_size("--ram-budget", arg, &o->budget); break;
-    case 'T': bad = ms_opt_int("--threads", arg, 0, 1024, &o->threads); break;
-    case 'D': bad = ms_opt_int("--io-depth", arg, 1, 256, &o->io_depth); break;
+    case 'T': bad = ms_opt_threads(arg, &o->threads); break;
+    case 'D': bad = ms_opt_io_depth(arg, &o->io_depth); break;
     case 'C': bad = ms_opt_int("--prefill-chunk", arg, 1, 65536, &o->chunk); break;
     case 'N': bad = ms_opt_int("--local-workers", arg, 0, 64, &o->local_workers); break;
     case MS_CLI_OPT_DRAFT: o->draft_file = arg; break;

@@ -113,8 +113,14 @@ static int start_workers(ms_engine *e)
     }
     ms_xfmt xf; /* the routed experts' format the workers must serve */
     if (ms_xfmt_from_cfg(c, "config.json", &xf) != 0) return -1;
-    ms_remote_opts ro = {e->n_workers, e->wlist, secret[0] ? secret : NULL, fp, c->n_layers, c->n_experts, &xf,
-                         o->worker_timeout};
+    ms_remote_opts ro = {.n_workers = e->n_workers,
+                         .workers = e->wlist,
+                         .secret_key = secret[0] ? secret : NULL,
+                         .fingerprint = fp,
+                         .n_layers = c->n_layers,
+                         .n_experts = c->n_experts,
+                         .fmt = &xf,
+                         .timeout_s = o->worker_timeout};
     ro.local = !e->listed;
     if (ro.local) { /* a local worker that dies is restarted and the pass goes on */
         ro.revive = local_revive;

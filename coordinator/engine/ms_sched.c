@@ -68,10 +68,7 @@ static void job_free(sjob *j)
 {
     if (!j) return;
     ms_engine_seq_free(j->seq);
-    free((void *)j->j.prompt);
-    free((void *)j->j.stop_ids);
-    for (int i = 0; i < j->j.n_stop; i++) free((void *)j->j.stop[i]);
-    free((void *)j->j.stop);
+    ms_sched_job_clear(&j->j);
     free(j->rows);
     free(j);
 }
@@ -105,17 +102,31 @@ void ms_sched_add(ms_sched *s, const ms_sched_job *in)
     MS_ASSERT(in->max_tokens >= 1 && in->n_prompt >= 1);
     sjob *j = ms_calloc(1, sizeof *j);
     j->s = s;
-    j->j = *in;
-    int32_t *p = ms_malloc(sizeof(int32_t) * in->n_prompt);
-    memcpy(p, in->prompt, sizeof(int32_t) * in->n_prompt);
-    j->j.prompt = p;
+    ms_sched_job_copy(&j->j, in);
+    fifo_push(&s->wait, j);
+}
+
+void ms_sched_job_copy(ms_sched_job *dst, const ms_sched_job *in)
+{
+    *dst = *in;
+    int32_t *p = ms_malloc(sizeof(int32_t) * (in->n_prompt + 1));
+    if (in->n_prompt) memcpy(p, in->prompt, sizeof(int32_t) * in->n_prompt);
+    dst->prompt = p;
     int32_t *ids = ms_malloc(sizeof(int32_t) * (size_t)(in->n_stop_ids + 1));
     if (in->n_stop_ids) memcpy(ids, in->stop_ids, sizeof(int32_t) * (size_t)in->n_stop_ids);
-    j->j.stop_ids = ids;
+    dst->stop_ids = ids;
     const char **st = ms_calloc((size_t)in->n_stop + 1, sizeof *st);
     for (int i = 0; i < in->n_stop; i++) st[i] = ms_strdup(in->stop[i]);
-    j->j.stop = st;
-    fifo_push(&s->wait, j);
+    dst->stop = st;
+}
+
+void ms_sched_job_clear(ms_sched_job *j)
+{
+    free((void *)j->prompt);
+    free((void *)j->stop_ids);
+    for (int i = 0; i < j->n_stop; i++) free((void *)j->stop[i]);
+    free((void *)j->stop);
+    memset(j, 0, sizeof *j);
 }
 
 void ms_sched_set_stream(ms_sched *s, ms_sched_stream_fn fn) { s->stream = fn; }

@@ -74,6 +74,10 @@ void ms_sched_set_stream(ms_sched *s, ms_sched_stream_fn fn);
 
 /* Queue a job (first in, first admitted). */
 void ms_sched_add(ms_sched *s, const ms_sched_job *j);
+/* The deep copy ms_sched_add keeps (prompt, stop ids and strings owned by dst), and its release
+ * (dst zeroed; accepts a zeroed job). For callers that hold a job before handing it over. */
+void ms_sched_job_copy(ms_sched_job *dst, const ms_sched_job *src);
+void ms_sched_job_clear(ms_sched_job *j);
 /* Drop the job whose user pointer is user, waiting or running, between steps: its sequence and
  * memory are freed now and it is never reported; a running batch goes on without it and a
  * waiting job takes its place at the next step. Returns 1 if found, 0 if not (unknown or

@@ -17,8 +17,8 @@ static void attnres_rows(const ms_cfg *c, const float *snaps, int smax, int n, c
                          int64_t T, float *out)
 {
     int64_t E = c->hidden;
-    const float *srcs[65];
-    MS_ASSERT(n + 1 <= 65);
+    const float *srcs[MS_CFG_MAX_SNAPSHOTS + 1];
+    MS_ASSERT(n <= MS_CFG_MAX_SNAPSHOTS); /* ms_cfg refuses configs with more */
     for (int64_t t = 0; t < T; t++) {
         for (int s = 0; s < n; s++) srcs[s] = snaps + (t * smax + s) * E;
         srcs[n] = P + t * E;

@@ -342,7 +342,14 @@ int ms_mload_setup(ms_model *m)
     /* Routed experts on disk. */
     /* grow_bg: the cache is faulted in off the critical path (a larger budget never puts more
      * first-touch faults into a decode step, docs/PERFORMANCE.md "Memory ladder") */
-    ms_xstore_opts xo = {c->n_layers, c->n_experts, xf, m->plan.cache, depth, m->opts.lru, 0, 1};
+    ms_xstore_opts xo = {.n_layers = c->n_layers,
+                         .n_experts = c->n_experts,
+                         .fmt = xf,
+                         .cache_bytes = m->plan.cache,
+                         .depth = depth,
+                         .lru = m->opts.lru,
+                         .gather_rows = 0,
+                         .grow_bg = 1};
     int any = 0;
     for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_experts; i++) any |= m->xlocs[i].len[0] > 0;
     if (any && !have_xf) {

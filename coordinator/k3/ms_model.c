@@ -648,8 +648,8 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
         if (m->route_fn && R > 0 && !m->layers[l].is_dense) m->route_fn(m->route_ctx, l, R, c->top_k, route);
     }
     /* Tail: output AttnRes over all snapshots + prefix, final norm, LM head (asked rows only). */
-    const float *srcs[65];
-    MS_ASSERT(nsnap == smax && smax < 65);
+    const float *srcs[MS_CFG_MAX_SNAPSHOTS + 1];
+    MS_ASSERT(nsnap == smax && smax <= MS_CFG_MAX_SNAPSHOTS); /* checked by ms_cfg */
     int64_t o = 0;
     for (int i = 0; i < n; i++)
         for (int64_t t = items[i].all_rows ? 0 : items[i].T - 1; t < items[i].T; t++, o++) {

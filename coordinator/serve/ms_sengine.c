@@ -49,20 +49,12 @@ struct ms_sengine {
     ms_engine_stats es;
 };
 
-static void job_copy_free(ms_sched_job *j)
-{
-    free((void *)j->prompt);
-    for (int i = 0; i < j->n_stop; i++) free((void *)j->stop[i]);
-    free((void *)j->stop);
-    free((void *)j->stop_ids);
-    memset(j, 0, sizeof *j);
-}
 
 /* Drop one reference (under mu); the last frees h. */
 static void unref(ms_sreqh *h)
 {
     if (--h->refs > 0) return;
-    job_copy_free(&h->job);
+    ms_sched_job_clear(&h->job);
     free(h->tok);
     free(h->text);
     pthread_cond_destroy(&h->cv);
@@ -145,7 +137,7 @@ static void take_work(ms_sengine *s)
             continue;
         }
         ms_sched_add(s->sched, &h->job);
-        job_copy_free(&h->job);
+        ms_sched_job_clear(&h->job);
         h->in_sched = 1;
         if (s->n_live == s->cap_live) {
             s->cap_live = s->cap_live * 2 + 16;
@@ -335,16 +327,7 @@ ms_sreqh *ms_sengine_submit(ms_sengine *s, const ms_sched_job *j, double deadlin
     h->t_submit = h->t_last = ms_now();
     h->deadline = deadline_s > 0 ? h->t_submit + deadline_s : 0;
     pthread_cond_init(&h->cv, NULL);
-    h->job = *j;
-    int32_t *p = ms_malloc(sizeof(int32_t) * j->n_prompt);
-    memcpy(p, j->prompt, sizeof(int32_t) * j->n_prompt);
-    h->job.prompt = p;
-    int32_t *ids = ms_malloc(sizeof(int32_t) * (size_t)(j->n_stop_ids + 1));
-    if (j->n_stop_ids) memcpy(ids, j->stop_ids, sizeof(int32_t) * (size_t)j->n_stop_ids);
-    h->job.stop_ids = ids;
-    const char **st = ms_calloc((size_t)j->n_stop + 1, sizeof *st);
-    for (int i = 0; i < j->n_stop; i++) st[i] = ms_strdup(j->stop[i]);
-    h->job.stop = st;
+    ms_sched_job_copy(&h->job, j);
     h->job.user = h;
     h->job.stream = 1;
     if (s->in_tail)

@@ -148,6 +148,18 @@ static void test_inline(void)
     json_object_set_new(j, "moe_renormalize", json_string("yes"));
     expect_fail(j, "types", "hidden_size", "num_experts", "moe_renormalize");
     json_decref(j);
+    /* 130 layers in blocks of 2: 65 AttnRes snapshots, more than the forward pass holds (it
+     * used to abort mid-pass on an assertion); blocks of 3 (44 snapshots) are fine */
+    j = load_text(FLAT);
+    json_object_set_new(j, "num_hidden_layers", json_integer(130));
+    json_object_set_new(j, "attn_res_block_size", json_integer(2));
+    json_object_set_new(j, "full_attn_layers", json_pack("[i]", 130));
+    expect_fail(j, "AttnRes snapshots", "attn_res_block_size = 2", "65 AttnRes snapshots", "at least 3");
+    json_object_set_new(j, "attn_res_block_size", json_integer(3));
+    ms_cfg c3;
+    T_CHECK(parse_j(j, &c3) == 0, "130 layers in blocks of 3 are fine: %s", ms_err_msg());
+    ms_cfg_free(&c3);
+    json_decref(j);
     j = load_text(FLAT);
     json_object_set_new(j, "mla_use_output_gate", json_integer(2));
     expect_fail(j, "bool 2", "mla_use_output_gate", "boolean", NULL);
