@@ -1,4 +1,4 @@
-/* ms_remote: DEALER sockets to expert workers; per-call requests, deadlines, fail-over to replicas. */
+/* ms_remote: routed experts computed by workers: one call's requests, replies, deadlines and fail-over to replicas. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -10,465 +10,8 @@
 #include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_remote.h"
+#include "ms_remote_int.h"
 #include "ms_wire.h"
-
-/* W_GONE: a local worker that exited and will not be restarted: never probed again. */
-#define REPROBE_WAIT_S 0.3 /* how long a call waits for a worker that failed its last probe recently */
-enum { W_DOWN = 0, W_PROBING = 1, W_UP = 2, W_GONE = 3 };
-
-/* Connection events watched: a disconnect marks a worker down; the others explain a hello
- * that gets no answer (see hello_hint). */
-#define MON_EVENTS                                                                                            \
-    (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | \
-     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-
-typedef struct {
-    char *endpoint;
-    char pub[41];
-    int curve;
-    void *sock;            /* DEALER, NULL when down */
-    void *mon;             /* PAIR receiving the socket's disconnect events */
-    int state;
-    double probe_at;       /* W_DOWN: when to try again; W_PROBING: when the hello was sent */
-    double backoff;
-    double hello_at;       /* W_PROBING: when the last hello went out */
-    int hello_sent;        /* W_PROBING: 0 while the connection refused it (not yet connected) */
-    uint8_t *owns;         /* [n_layers * n_experts] */
-    char why[256];         /* last failure */
-    int seen;              /* ZMQ_EVENT_* bits seen on the connection (monitor): why a hello got no answer */
-    int revived;           /* restarted by the revive hook and up again: its own items may go back to it */
-    int starting;          /* restarted by the revive hook and not yet answered: it is loading, wait for it */
-    /* the request in flight during a call */
-    int pending;
-    ms_uuid req;
-    int64_t *items;        /* [n_items] global item index per request item */
-    int64_t n_items;
-    int64_t off, end;      /* items [off, end) are in the request in flight; [0, off) are done */
-} wconn;
-
-struct ms_remote {
-    ms_remote_opts o;
-    char fingerprint[64];  /* copied: the caller's string may not outlive the call */
-    ms_xfmt fmt;           /* copied: the experts this coordinator expects */
-    void *ctx;
-    wconn *w;
-    int n;
-    char secret[41], pub[41];
-    int first_moe;
-    int mon_seq;
-    ms_remote_stats st;
-    pthread_mutex_t health_mu;
-    char health[600];      /* "" while every expert has an owner not gone for good */
-    zmq_pollitem_t *items; /* [2 * n] poll items of a call (socket and monitor per worker) */
-    int *item_worker;      /* [2 * n] the worker of each */
-    zmq_pollitem_t *probe_items; /* [n] the sockets of workers being probed */
-};
-
-static void update_health(ms_remote *r);
-
-/* Whether every routed expert still has an owner that is not gone for good (a local worker
- * given up on): kept for ms_remote_health, which other threads call. Run on the caller's
- * thread when a worker is given up on. */
-static void update_health(ms_remote *r)
-{
-    char why[600] = "";
-    for (int l = r->first_moe; l < r->o.n_layers && !why[0]; l++)
-        for (int e = 0; e < r->o.n_experts && !why[0]; e++) {
-            int live = 0, known = 0;
-            for (int i = 0; i < r->n; i++) {
-                if (!r->w[i].owns[(size_t)l * (size_t)r->o.n_experts + (size_t)e]) continue;
-                known = 1;
-                live |= r->w[i].state != W_GONE;
-            }
-            if (known && !live)
-                for (int i = 0; i < r->n; i++)
-                    if (r->w[i].owns[(size_t)l * (size_t)r->o.n_experts + (size_t)e]) {
-                        snprintf(why, sizeof why, "layer %d expert %d has no worker left: %.400s", l, e, r->w[i].why);
-                        break;
-                    }
-        }
-    pthread_mutex_lock(&r->health_mu);
-    snprintf(r->health, sizeof r->health, "%s", why);
-    pthread_mutex_unlock(&r->health_mu);
-}
-
-int ms_remote_health(ms_remote *r, char *why, size_t n)
-{
-    pthread_mutex_lock(&r->health_mu);
-    int bad = r->health[0] != 0;
-    if (bad && why) snprintf(why, n, "%s", r->health);
-    pthread_mutex_unlock(&r->health_mu);
-    return bad ? -1 : 0;
-}
-
-static void close_sock(wconn *w)
-{
-    /* stop the monitor before closing what it watches: libzmq otherwise leaks its last event */
-    if (w->sock && w->mon) zmq_socket_monitor(w->sock, NULL, 0);
-    if (w->mon) zmq_close(w->mon);
-    if (w->sock) zmq_close(w->sock);
-    w->sock = w->mon = NULL;
-}
-
-static void mark_down(ms_remote *r, wconn *w, const char *why)
-{
-    (void)r; /* its quiet flag is gone: ms_log decides */
-    char reason[256];
-    snprintf(reason, sizeof reason, "%.200s", why);
-    if (w->state == W_UP) ms_log(1, "worker %s is down: %s", w->endpoint, reason);
-    snprintf(w->why, sizeof w->why, "%s", reason);
-    close_sock(w);
-    w->state = W_DOWN;
-    w->pending = 0;
-    w->backoff = w->backoff ? (w->backoff * 2 > 30 ? 30 : w->backoff * 2) : 0.5;
-    w->probe_at = ms_now() + w->backoff;
-}
-
-static int open_sock(ms_remote *r, wconn *w)
-{
-    int64_t maxmsg = MS_WIRE_MAX_MSG;
-    int zero = 0, one = 1, ivl = 1000, hb_to = 5000;
-    char mon_ep[64];
-    w->sock = zmq_socket(r->ctx, ZMQ_DEALER);
-    if (!w->sock) return -1;
-    zmq_setsockopt(w->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-    zmq_setsockopt(w->sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(w->sock, ZMQ_IMMEDIATE, &one, sizeof one);
-    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
-    zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_to, sizeof hb_to);
-    if (w->curve) {
-        zmq_setsockopt(w->sock, ZMQ_CURVE_SERVERKEY, w->pub, 40);
-        zmq_setsockopt(w->sock, ZMQ_CURVE_PUBLICKEY, r->pub, 40);
-        zmq_setsockopt(w->sock, ZMQ_CURVE_SECRETKEY, r->secret, 40);
-    }
-    snprintf(mon_ep, sizeof mon_ep, "inproc://ms-remote-mon-%d", r->mon_seq++);
-    w->seen = 0;
-    if (zmq_socket_monitor(w->sock, mon_ep, MON_EVENTS) == 0) {
-        w->mon = zmq_socket(r->ctx, ZMQ_PAIR);
-        if (w->mon) zmq_connect(w->mon, mon_ep);
-    }
-    if (zmq_connect(w->sock, w->endpoint) != 0) {
-        snprintf(w->why, sizeof w->why, "cannot connect: %s", zmq_strerror(zmq_errno()));
-        close_sock(w);
-        return -1;
-    }
-    return 0;
-}
-
-static int send_env(ms_remote *r, wconn *w, Moestream__Envelope *e)
-{
-    uint8_t *buf;
-    size_t len;
-    ms_wire_pack(e, &buf, &len);
-    int rc = zmq_send(w->sock, buf, len, ZMQ_DONTWAIT);
-    free(buf);
-    if (rc < 0) return -1;
-    r->st.bytes_sent += len;
-    return 0;
-}
-
-static void send_hello(ms_remote *r, wconn *w)
-{
-    w->hello_at = ms_now();
-    Moestream__Envelope env = MOESTREAM__ENVELOPE__INIT;
-    Moestream__Hello h = MOESTREAM__HELLO__INIT;
-    ms_uuid id;
-    ms_uuid_new(&id);
-    h.client_uuid.data = id.b;
-    h.client_uuid.len = 16;
-    h.model_fingerprint = (char *)r->o.fingerprint;
-    ms_xfmt_pb keep;
-    h.expert_format = ms_xfmt_to_proto(&r->fmt, &keep);
-    env.body_case = MOESTREAM__ENVELOPE__BODY_HELLO;
-    env.hello = &h;
-    /* with ZMQ_IMMEDIATE an unconnected peer refuses: sent again soon (probe), else the probe times out */
-    w->hello_sent = send_env(r, w, &env) == 0;
-}
-
-/* Receive one message from w (non-blocking); NULL if none or garbage (w->why set). */
-static Moestream__Envelope *recv_env(ms_remote *r, wconn *w)
-{
-    zmq_msg_t m;
-    zmq_msg_init(&m);
-    if (zmq_msg_recv(&m, w->sock, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&m);
-        return NULL;
-    }
-    r->st.bytes_received += zmq_msg_size(&m);
-    char why[256];
-    int code;
-    Moestream__Envelope *e = ms_wire_unpack(zmq_msg_data(&m), zmq_msg_size(&m), why, sizeof why, &code);
-    zmq_msg_close(&m);
-    if (!e) snprintf(w->why, sizeof w->why, "bad message from the worker: %.200s", why);
-    return e;
-}
-
-/* Take a HelloReply: check the model and record what the worker owns. */
-static int take_hello(ms_remote *r, wconn *w, const Moestream__Envelope *e)
-{
-    if (e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR) {
-        snprintf(w->why, sizeof w->why, "refused the hello: %.200s", e->error->message);
-        return -1;
-    }
-    if (e->body_case != MOESTREAM__ENVELOPE__BODY_HELLO_REPLY) {
-        snprintf(w->why, sizeof w->why, "answered the hello with message type %d", (int)e->body_case);
-        return -1;
-    }
-    const Moestream__HelloReply *h = e->hello_reply;
-    if (strcmp(h->model_fingerprint, r->o.fingerprint) != 0) {
-        snprintf(w->why, sizeof w->why, "serves model %s, this coordinator runs %s", h->model_fingerprint,
-                 r->o.fingerprint);
-        return -1;
-    }
-    if ((int)h->num_layers != r->o.n_layers || (int)h->num_experts != r->o.n_experts ||
-        (int)h->first_moe_layer != r->first_moe) {
-        snprintf(w->why, sizeof w->why,
-                 "has a different model shape (%u layers, %u experts, MoE from layer %u; this coordinator: %d, %d, %d)",
-                 h->num_layers, h->num_experts, h->first_moe_layer, r->o.n_layers, r->o.n_experts, r->first_moe);
-        return -1;
-    }
-    /* The worker's expert format must be this coordinator's, field by field. */
-    ms_xfmt theirs;
-    char why[400], diff[400];
-    if (ms_xfmt_from_proto(h->expert_format, &theirs, why, sizeof why) != 0) {
-        snprintf(w->why, sizeof w->why, "sent a bad hello reply: %.200s", why);
-        return -1;
-    }
-    if (ms_xfmt_diff(&r->fmt, &theirs, diff, sizeof diff)) {
-        snprintf(w->why, sizeof w->why, "serves another expert format: %.160s (this coordinator vs the worker)",
-                 diff);
-        return -1;
-    }
-    if ((int)h->latent_width != r->fmt.latent) {
-        snprintf(w->why, sizeof w->why, "reports latent width %u but its expert format says %d", h->latent_width,
-                 r->fmt.latent);
-        return -1;
-    }
-    memset(w->owns, 0, (size_t)r->o.n_layers * (size_t)r->o.n_experts);
-    for (size_t i = 0; i < h->n_owned; i++) {
-        const Moestream__ExpertRange *g = h->owned[i];
-        if ((int)g->layer >= r->o.n_layers || g->expert_end > (uint32_t)r->o.n_experts || g->expert_begin > g->expert_end) {
-            snprintf(w->why, sizeof w->why, "claims experts outside the model (layer %u, %u..%u)", g->layer,
-                     g->expert_begin, g->expert_end);
-            return -1;
-        }
-        for (uint32_t x = g->expert_begin; x < g->expert_end; x++)
-            w->owns[(size_t)g->layer * (size_t)r->o.n_experts + x] = 1;
-    }
-    w->state = W_UP;
-    w->backoff = 0;
-    w->starting = 0;
-    return 0;
-}
-
-/* Drain disconnect events: a worker whose connection dropped is down at once. */
-static void check_monitor(ms_remote *r, wconn *w)
-{
-    if (!w->mon) return;
-    for (;;) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, w->mon, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&m);
-            return;
-        }
-        int first = zmq_msg_size(&m) >= 2;
-        uint16_t ev = 0;
-        if (first) memcpy(&ev, zmq_msg_data(&m), 2);
-        w->seen |= ev;
-        int more = zmq_msg_more(&m);
-        zmq_msg_close(&m);
-        if (more) { /* second frame: the endpoint */
-            zmq_msg_init(&m);
-            zmq_msg_recv(&m, w->mon, ZMQ_DONTWAIT);
-            zmq_msg_close(&m);
-        }
-        if (ev == ZMQ_EVENT_DISCONNECTED && w->state == W_UP) {
-            mark_down(r, w, "connection lost");
-            return;
-        }
-    }
-}
-
-/* Why a worker may not have answered its hello within limit seconds, from the connection events
- * seen: the likely causes, most specific first. */
-static void hello_hint(const wconn *w, double limit, char *buf, size_t n)
-{
-    const char *cause;
-    if (w->seen & ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
-        cause = "the worker refused this coordinator's CURVE key: add the coordinator's public key to the "
-                "worker's --allow file";
-    else if (w->seen & (ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL))
-        cause = w->curve ? "the CURVE handshake failed: check the worker's public_key in the cluster file and that "
-                           "the worker uses CURVE"
-                         : "the handshake failed: the worker may use CURVE (give its public_key in a --cluster file)";
-    else if (w->seen & ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
-        cause = "connected, but the worker did not answer: is it a moestream-worker of this version?";
-    else if (w->curve && (w->seen & ZMQ_EVENT_CONNECTED))
-        cause = "connected, but the CURVE handshake did not complete: likely this coordinator's key is not on the "
-                "worker's --allow list, or the worker's public_key in the cluster file is wrong";
-    else if (w->seen & (ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_CONNECTED))
-        cause = "could not connect: is the worker running and listening on this endpoint?";
-    else
-        cause = "no connection: the worker may be down, the host unreachable or a firewall blocking the port";
-    snprintf(buf, n, "did not answer within %.0f s: %s", limit, cause);
-}
-
-#define LIKELY_CAUSES                                                                                             \
-    "likely causes of no answer: this coordinator's key not on the worker's --allow list, a wrong worker public " \
-    "key, the worker down, a firewall"
-#define LOCAL_CAUSE "a worker this run started did not answer: it may have exited (see its messages above)"
-/* The likely causes for r's workers: local ones are started here with the right keys. */
-#define CAUSES(r) ((r)->o.local ? LOCAL_CAUSE : LIKELY_CAUSES)
-
-/* Probe down workers whose back-off has passed, and finish probes that got their answer. */
-static void probe(ms_remote *r)
-{
-    double t = ms_now();
-    for (int i = 0; i < r->n; i++) {
-        wconn *w = &r->w[i];
-        if (w->state == W_DOWN && t >= w->probe_at) {
-            if (open_sock(r, w) == 0) {
-                w->state = W_PROBING;
-                w->probe_at = t;
-                send_hello(r, w);
-            } else {
-                mark_down(r, w, w->why);
-            }
-        } else if (w->state == W_PROBING) {
-            Moestream__Envelope *e;
-            while ((e = recv_env(r, w))) {
-                if (take_hello(r, w, e) == 0) ms_log(1, "worker %s is up again", w->endpoint);
-                ms_wire_free(e);
-                if (w->state == W_UP) break;
-            }
-            /* a restarted local worker may take a while to load: it gets the whole timeout */
-            double limit = w->starting ? r->o.timeout_s : (r->o.timeout_s < 5 ? r->o.timeout_s : 5);
-            if (w->state == W_PROBING && t - w->probe_at > limit) {
-                mark_down(r, w, w->starting ? "no answer to hello after its restart" : "no answer to hello");
-                w->starting = 0; /* given its time once */
-            }
-            else if (w->state == W_PROBING && t - w->hello_at > (w->hello_sent ? 0.5 : 0.02))
-                send_hello(r, w); /* the first one may have been refused before the connection was up */
-        }
-    }
-}
-
-/* A local worker that is not up may be dying (its socket closes before the process can be
- * reaped), restarting, or dead again before it answered (killed again, a crash on start): ask
- * the revive hook, which restarts it or gives up on it, instead of waiting out a hello. */
-static void check_local(ms_remote *r)
-{
-    for (int i = 0; i < r->n; i++) {
-        wconn *w = &r->w[i];
-        if (!r->o.revive || (w->state != W_PROBING && w->state != W_DOWN)) continue;
-        char why[200] = "";
-        int rv = r->o.revive(r->o.revive_ctx, i, why, sizeof why);
-        if (rv == 0) continue;
-        close_sock(w);
-        if (rv < 0) {
-            snprintf(w->why, sizeof w->why, "%s", why);
-            w->state = W_GONE;
-            w->starting = 0;
-            update_health(r);
-        } else {
-            w->revived = 1;
-            w->starting = 1;
-            w->backoff = 0;
-            w->state = W_DOWN; /* opened again by probe(), at once */
-            w->probe_at = 0;
-        }
-    }
-}
-
-/* Wait up to `limit` seconds for workers being probed to answer. */
-static void wait_probes(ms_remote *r, double limit)
-{
-    double t0 = ms_now();
-    for (;;) {
-        check_local(r);
-        probe(r);
-        zmq_pollitem_t *it = r->probe_items; /* not r->items: a call may be polling with those */
-        int n = 0;
-        double lim = limit;
-        for (int i = 0; i < r->n; i++)
-            if (r->w[i].state == W_PROBING) {
-                it[n++] = (zmq_pollitem_t){r->w[i].sock, 0, ZMQ_POLLIN, 0};
-                /* a worker restarted during the wait is loading: it gets the whole timeout */
-                if (r->w[i].starting && lim < r->o.timeout_s) lim = r->o.timeout_s;
-            }
-        if (!n || ms_now() - t0 > lim) return;
-        zmq_poll(it, n, 50);
-    }
-}
-
-/* Bring back, if it can, an owner of (layer, e) when none is up: probe the down ones now. */
-static void revive_owners(ms_remote *r, int layer, int e)
-{
-    int any = 0, patient = 0, loading = 0;
-    for (int i = 0; i < r->n; i++) {
-        wconn *w = &r->w[i];
-        if (w->state == W_UP && w->owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)e]) return;
-    }
-    double now = ms_now();
-    for (int i = 0; i < r->n; i++) {
-        wconn *w = &r->w[i];
-        if (w->state == W_PROBING) any = 1; /* asked already: its answer may be on the way */
-        if (w->state == W_PROBING && w->starting) loading = 1;
-        if (w->state == W_PROBING && r->o.revive) patient = 1; /* a local one: alive, or check_local sees */
-        if (w->state != W_DOWN) continue;
-        if (r->o.revive) { /* a local worker that exited is restarted, or given up on at once */
-            char why[200] = "";
-            int rv = r->o.revive(r->o.revive_ctx, i, why, sizeof why);
-            if (rv < 0) {
-                snprintf(w->why, sizeof w->why, "%s", why);
-                w->state = W_GONE;
-                update_health(r);
-                continue;
-            }
-            if (rv > 0) {
-                w->revived = 1;
-                w->starting = 1;
-                w->backoff = 0;
-                w->probe_at = 0; /* a fresh process: ask it now */
-            }
-        }
-        /* Asked now even within its back-off (a worker that is back answers a hello in
-         * milliseconds), but one that failed recently is waited for only briefly: otherwise
-         * every call needing only it waited out a full probe, and queued requests failed one by
-         * one, seconds apart. Ownership of a worker never heard from is unknown: it is asked
-         * too. */
-        /* a local worker still running after its connection was lost may be dying: wait for it
-         * fully (check_local restarts it as soon as it can be reaped) */
-        if (w->probe_at <= now || r->o.revive) patient = 1;
-        if (w->starting) loading = 1;
-        w->probe_at = 0;
-        any = 1;
-    }
-    if (!any) return;
-    probe(r);
-    /* a worker restarted just now is loading: wait for it as long as a request may take */
-    double full = r->o.timeout_s < 5 ? r->o.timeout_s : 5;
-    wait_probes(r, loading ? r->o.timeout_s : patient ? full : (full < REPROBE_WAIT_S ? full : REPROBE_WAIT_S));
-}
-
-/* The owners of (layer, e) and why each is not up, for a message. */
-static void owners_why(const ms_remote *r, int layer, int e, char *buf, size_t n)
-{
-    buf[0] = 0;
-    double now = ms_now();
-    for (int x = 0; x < r->n; x++) {
-        const wconn *w = &r->w[x];
-        if (!w->owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)e]) continue;
-        size_t l = strlen(buf);
-        if (w->state == W_DOWN && w->probe_at > now)
-            snprintf(buf + l, n - l, "%s%s (%s; asked again in %.1f s)", l ? ", " : "", w->endpoint, w->why,
-                     w->probe_at - now);
-        else
-            snprintf(buf + l, n - l, "%s%s (%s)", l ? ", " : "", w->endpoint, w->state == W_UP ? "failed" : w->why);
-    }
-    if (!buf[0]) snprintf(buf, n, "none known (no worker that owns it has answered yet)");
-}
 
 ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
 {
@@ -518,10 +61,10 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
     /* Hellos to all, answers awaited together. */
     for (int i = 0; i < r->n; i++) {
         wconn *w = &r->w[i];
-        if (open_sock(r, w) != 0) continue;
+        if (ms_rconn_open(r, w) != 0) continue;
         w->state = W_PROBING;
         w->probe_at = ms_now();
-        send_hello(r, w);
+        ms_rconn_hello(r, w);
     }
     double t0 = ms_now(), limit = r->o.timeout_s < 10 ? r->o.timeout_s : 10;
     for (;;) {
@@ -532,11 +75,11 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
             wconn *w = &r->w[i];
             if (w->state != W_PROBING) continue;
             zmq_pollitem_t it = {w->sock, 0, ZMQ_POLLIN, 0};
-            check_monitor(r, w); /* records why a hello may get no answer */
+            ms_rconn_check_monitor(r, w); /* records why a hello may get no answer */
             if (zmq_poll(&it, 1, 50) > 0) {
-                Moestream__Envelope *e = recv_env(r, w);
+                Moestream__Envelope *e = ms_rconn_recv(r, w);
                 if (e) {
-                    if (take_hello(r, w, e) != 0) {
+                    if (ms_rconn_take_hello(r, w, e) != 0) {
                         ms_wire_free(e);
                         ms_err_set("worker %s %s", w->endpoint, w->why);
                         ms_err_set_code(MS_EXIT_WORKER);
@@ -546,7 +89,7 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
                     ms_wire_free(e);
                 }
             } else if (ms_now() - w->hello_at > 0.5) {
-                send_hello(r, w);
+                ms_rconn_hello(r, w);
             }
         }
     }
@@ -561,13 +104,13 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
             continue;
         }
         char hint[512];
-        check_monitor(r, w);
-        if (!w->why[0]) hello_hint(w, limit, hint, sizeof hint);
+        ms_rconn_check_monitor(r, w);
+        if (!w->why[0]) ms_rconn_hint(w, limit, hint, sizeof hint);
         snprintf(down + strlen(down), sizeof down - strlen(down), "%s%s (%s)", down[0] ? ", " : "", w->endpoint,
                  w->why[0] ? w->why : hint);
         ms_log(1, "worker %s: %s%s%s%s", w->endpoint, w->why[0] ? w->why : hint, w->why[0] ? "" : " (",
                w->why[0] ? "" : CAUSES(r), w->why[0] ? "" : ")");
-        mark_down(r, w, w->why[0] ? w->why : hint);
+        ms_rconn_down(r, w, w->why[0] ? w->why : hint);
     }
     /* Every routed expert must have an owner. */
     for (int l = first_moe; l < o->n_layers; l++)
@@ -598,7 +141,7 @@ void ms_remote_free(ms_remote *r)
 {
     if (!r) return;
     for (int i = 0; i < r->n; i++) {
-        close_sock(&r->w[i]);
+        ms_rconn_close(&r->w[i]);
         free(r->w[i].endpoint);
         free(r->w[i].owns);
         free(r->w[i].items);
@@ -677,7 +220,7 @@ static int send_request(ms_remote *r, int wi, int layer, const float *z, int k, 
     Moestream__Envelope env = MOESTREAM__ENVELOPE__INIT;
     env.body_case = MOESTREAM__ENVELOPE__BODY_COMPUTE;
     env.compute = &c;
-    int rc = send_env(r, w, &env);
+    int rc = ms_rconn_send(r, w, &env);
     free(act);
     free(irow);
     free(iexp);
@@ -698,13 +241,13 @@ static int reassign(ms_remote *r, int from, int layer, const int32_t *ids, int64
         int64_t i = f->items[j];
         int to = pick(r, layer, ids[i], from);
         if (to < 0) {
-            revive_owners(r, layer, ids[i]); /* a replica that was down may be back */
+            ms_rconn_revive_owners(r, layer, ids[i]); /* a replica that was down may be back */
             /* a worker restarted just now may take its own items back (bounded by the restarts) */
             to = pick(r, layer, ids[i], f->revived && f->state == W_UP ? -1 : from);
         }
         if (to < 0) {
             char list[1024];
-            owners_why(r, layer, ids[i], list, sizeof list);
+            ms_rconn_owners_why(r, layer, ids[i], list, sizeof list);
             ms_err_set("layer %d expert %d is unreachable: its workers %s", layer, ids[i], list);
             return ms_err_set_code(MS_EXIT_WORKER);
         }
@@ -749,173 +292,224 @@ static int check_reply_finite(const wconn *w, int layer, const int32_t *ids, con
     return 0;
 }
 
+/* One call of remote_compute: its items, their assignment to workers and what came back. */
+typedef struct {
+    ms_remote *r;
+    int layer, k;
+    int64_t n_rows, n;
+    const float *z;       /* [n_rows][latent] */
+    const int32_t *ids;   /* [n] expert of each (row, rank) item */
+    float *out;           /* [n][latent] */
+    ms_xgroup g;
+    int64_t *assign;      /* [n] worker of each item */
+    uint8_t *done;        /* [n] output placed */
+    int *need_send;       /* [n workers] a request to (re)send */
+} rcall;
+
+/* Step 1: one worker for each expert of the call (reviving owners when none is up). */
+static int assign_experts(rcall *c)
+{
+    ms_remote *r = c->r;
+    for (int64_t i = 0; i < c->n; i++)
+        if (c->ids[i] < 0 || c->ids[i] >= r->o.n_experts) {
+            ms_err_set("expert id %d out of range in layer %d", c->ids[i], c->layer);
+            return -1;
+        }
+    /* The one grouping of the items by expert on this side: one worker picked per expert, and
+     * each worker's request carries its items expert by expert. */
+    if (ms_xgroup_build(&c->g, c->n, (const uint32_t *)c->ids, r->o.n_experts) != 0) return -1;
+    for (int d = 0; d < c->g.nd; d++) {
+        int e = c->g.dexp[d], wi = pick(r, c->layer, e, -1);
+        if (wi < 0) {
+            ms_rconn_revive_owners(r, c->layer, e);
+            wi = pick(r, c->layer, e, -1);
+        }
+        if (wi < 0) {
+            char list[1024];
+            ms_rconn_owners_why(r, c->layer, e, list, sizeof list);
+            ms_err_set("layer %d expert %d is unreachable: every worker that owns it is down: %s", c->layer, e, list);
+            return ms_err_set_code(MS_EXIT_WORKER);
+        }
+        for (int64_t t = c->g.start[d]; t < c->g.start[d + 1]; t++) c->assign[ms_xgroup_item(&c->g, t)] = wi;
+        c->need_send[wi] = 1;
+    }
+    return 0;
+}
+
+/* Worker i lost its request: its items go to replicas (-1: none, ms_err set). */
+static int fail_over(rcall *c, int i)
+{
+    if (reassign(c->r, i, c->layer, c->ids, c->assign, c->need_send) != 0) return -1;
+    c->r->st.resends++;
+    return 0;
+}
+
+/* Step 2: send every request that needs sending. Returns 1 when more are to be sent (item
+ * lists changed by a fail-over), 0 when all are out, -1 on a failure (ms_err set). */
+static int send_requests(rcall *c)
+{
+    ms_remote *r = c->r;
+    collect(r, &c->g, c->assign, c->need_send);
+    for (int i = 0; i < r->n; i++) {
+        if (!c->need_send[i]) continue;
+        c->need_send[i] = 0;
+        if (r->w[i].n_items && send_request(r, i, c->layer, c->z, c->k, c->ids, c->n_rows) != 0) {
+            ms_rconn_down(r, &r->w[i], "cannot send");
+            if (fail_over(c, i) != 0) return -1;
+            return 1; /* item lists changed: collect them again before sending more */
+        }
+    }
+    for (int i = 0; i < r->n; i++)
+        if (c->need_send[i]) return 1;
+    return 0;
+}
+
+/* Step 3b: everything waiting on worker i's socket: its reply (outputs placed in canonical
+ * (row, rank) order, the next slice sent), its error (a replica tried), stale messages. */
+static int take_replies(rcall *c, int i)
+{
+    ms_remote *r = c->r;
+    wconn *w = &r->w[i];
+    int layer = c->layer;
+    const int32_t *ids = c->ids;
+    int64_t L = r->fmt.latent;
+    float *out = c->out;
+    uint8_t *done = c->done;
+    Moestream__Envelope *e;
+    while (w->pending && (e = ms_rconn_recv(r, w))) {
+        ms_uuid u;
+        if (e->body_case == MOESTREAM__ENVELOPE__BODY_COMPUTE_REPLY &&
+            ms_wire_uuid(&e->compute_reply->request_uuid, &u) == 0 && !memcmp(u.b, w->req.b, 16)) {
+            const Moestream__ComputeReply *cr = e->compute_reply;
+            if ((int64_t)cr->items != w->end - w->off || (int64_t)cr->latent_width != L) {
+                ms_rconn_down(r, w, "reply does not match the request");
+            } else if (check_reply_finite(w, layer, ids, cr, L) != 0) {
+                ms_wire_free(e);
+                return -1; /* never combine NaN/Inf: the run stops naming the worker */
+            } else {
+                for (int64_t j = w->off; j < w->end; j++) {
+                    memcpy(out + w->items[j] * L, cr->outputs + (j - w->off) * L, sizeof(float) * (size_t)L);
+                    done[w->items[j]] = 1;
+                }
+                w->off = w->end;
+                w->pending = 0;
+                if (w->off < w->n_items) { /* the next slice */
+                    if (send_request(r, i, layer, c->z, c->k, ids, c->n_rows) != 0) ms_rconn_down(r, w, "cannot send");
+                } else {
+                    w->n_items = w->off = w->end = 0;
+                }
+            }
+        } else if (e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR &&
+                   ms_wire_uuid(&e->error->request_uuid, &u) == 0 && !memcmp(u.b, w->req.b, 16)) {
+            /* The worker is alive but could not compute (I/O, checksum, ownership): try a
+             * replica; with none the run stops with the worker's own message. */
+            char msg[600];
+            snprintf(msg, sizeof msg, "worker %s: %s", w->endpoint, e->error->message);
+            w->pending = 0;
+            int code = e->error->code;
+            ms_wire_free(e);
+            e = NULL;
+            if (code == MOESTREAM__ERROR__CODE__SHUTTING_DOWN) ms_rconn_down(r, w, "shutting down");
+            if (reassign(r, i, layer, ids, c->assign, c->need_send) != 0) {
+                ms_err_set("%s", msg);
+                ms_err_set_code(code == MOESTREAM__ERROR__CODE__CHECKSUM ? MS_EXIT_MODEL : MS_EXIT_WORKER);
+                return -1;
+            }
+            ms_log(1, "%s; retrying on a replica", msg);
+            r->st.resends++;
+        }
+        ms_wire_free(e); /* stale replies of earlier calls, pongs: ignored */
+    }
+    if (w->state == W_DOWN && w->n_items && fail_over(c, i) != 0) return -1;
+    return 0;
+}
+
+/* Step 3: wait (200 ms at most) for replies and disconnects of the workers with a request out,
+ * and handle them. Two poll items per worker (its socket and its monitor), sized for every
+ * worker (a fixed 512 left workers past ~255 unread). */
+static int await_replies(rcall *c)
+{
+    ms_remote *r = c->r;
+    zmq_pollitem_t *items = r->items;
+    int *map = r->item_worker, np = 0;
+    for (int i = 0; i < r->n; i++) {
+        if (!r->w[i].pending) continue;
+        items[np] = (zmq_pollitem_t){r->w[i].sock, 0, ZMQ_POLLIN, 0};
+        map[np++] = i;
+        if (r->w[i].mon) {
+            items[np] = (zmq_pollitem_t){r->w[i].mon, 0, ZMQ_POLLIN, 0};
+            map[np++] = i;
+        }
+    }
+    int pr = zmq_poll(items, np, 200);
+    if (pr < 0 && zmq_errno() == EINTR) {
+        ms_err_set("interrupted");
+        return -1;
+    }
+    for (int p = 0; p < np; p++) {
+        int i = map[p];
+        wconn *w = &r->w[i];
+        if (!w->pending) continue;
+        if (items[p].socket == w->mon) {
+            if (items[p].revents & ZMQ_POLLIN) ms_rconn_check_monitor(r, w);
+            if (w->state == W_DOWN && fail_over(c, i) != 0) return -1;
+            continue;
+        }
+        if ((items[p].revents & ZMQ_POLLIN) && take_replies(c, i) != 0) return -1;
+    }
+    return 0;
+}
+
+/* Step 4: a worker past its deadline is down and its items go to replicas. */
+static int check_deadlines(rcall *c)
+{
+    ms_remote *r = c->r;
+    double t = ms_now();
+    for (int i = 0; i < r->n; i++) {
+        wconn *w = &r->w[i];
+        if (!w->pending || t - w->probe_at <= r->o.timeout_s) continue;
+        /* its reply may have come while this thread waited on something else (a probe of
+         * another worker): read it before calling the worker late */
+        zmq_pollitem_t it = {w->sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 0) > 0 && (it.revents & ZMQ_POLLIN)) continue;
+        ms_rconn_down(r, w, "no reply before the deadline");
+        if (fail_over(c, i) != 0) return -1;
+    }
+    return 0;
+}
+
 static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids, float *out)
 {
     ms_remote *r = ctx;
-    int64_t n = n_rows * k, L = r->fmt.latent;
-    int rc = -1;
-    ms_xgroup g = {0};
-    probe(r);
-    int64_t *assign = ms_malloc(sizeof(int64_t) * (size_t)n); /* [n] worker of each item */
-    uint8_t *done = ms_calloc((size_t)n, 1);
-    int *need_send = ms_calloc((size_t)r->n, sizeof(int));
+    rcall c = {.r = r, .layer = layer, .k = k, .n_rows = n_rows, .n = n_rows * k, .z = z, .ids = ids, .out = out};
+    c.assign = ms_malloc(sizeof(int64_t) * (size_t)(c.n ? c.n : 1));
+    c.done = ms_calloc((size_t)(c.n ? c.n : 1), 1);
+    c.need_send = ms_calloc((size_t)r->n, sizeof(int));
+    ms_rconn_probe(r);
     for (int i = 0; i < r->n; i++) {
         r->w[i].pending = 0;
         r->w[i].n_items = r->w[i].off = r->w[i].end = 0;
     }
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= r->o.n_experts) {
-            ms_err_set("expert id %d out of range in layer %d", ids[i], layer);
-            goto out;
-        }
-    /* The one grouping of the items by expert on this side: one worker picked per expert, and
-     * each worker's request carries its items expert by expert. */
-    if (ms_xgroup_build(&g, n, (const uint32_t *)ids, r->o.n_experts) != 0) goto out;
-    for (int d = 0; d < g.nd; d++) {
-        int e = g.dexp[d], wi = pick(r, layer, e, -1);
-        if (wi < 0) {
-            revive_owners(r, layer, e);
-            wi = pick(r, layer, e, -1);
-        }
-        if (wi < 0) {
-            char list[1024];
-            owners_why(r, layer, e, list, sizeof list);
-            ms_err_set("layer %d expert %d is unreachable: every worker that owns it is down: %s", layer, e, list);
-            ms_err_set_code(MS_EXIT_WORKER);
-            goto out;
-        }
-        for (int64_t t = g.start[d]; t < g.start[d + 1]; t++) assign[ms_xgroup_item(&g, t)] = wi;
-        need_send[wi] = 1;
-    }
-    for (;;) {
-        collect(r, &g, assign, need_send);
-        for (int i = 0; i < r->n; i++) {
-            if (!need_send[i]) continue;
-            need_send[i] = 0;
-            if (r->w[i].n_items && send_request(r, i, layer, z, k, ids, n_rows) != 0) {
-                mark_down(r, &r->w[i], "cannot send");
-                if (reassign(r, i, layer, ids, assign, need_send) != 0) goto out;
-                r->st.resends++;
-                break; /* item lists changed: collect them again before sending more */
-            }
-        }
-        int any_send = 0;
-        for (int i = 0; i < r->n; i++) any_send |= need_send[i];
-        if (any_send) continue;
+    int rc = assign_experts(&c);
+    while (rc == 0) {
+        int more = send_requests(&c);
+        if (more < 0) rc = -1;
+        if (more != 0) continue;
         int pending = 0;
         for (int i = 0; i < r->n; i++) pending += r->w[i].pending;
         if (!pending) break;
-        /* Wait for replies, disconnects and deadlines: two poll items per worker (its socket
-         * and its monitor), sized for every worker (a fixed 512 left workers past ~255 unread). */
-        zmq_pollitem_t *items = r->items;
-        int *map = r->item_worker, np = 0;
-        for (int i = 0; i < r->n; i++) {
-            if (!r->w[i].pending) continue;
-            items[np] = (zmq_pollitem_t){r->w[i].sock, 0, ZMQ_POLLIN, 0};
-            map[np++] = i;
-            if (r->w[i].mon) {
-                items[np] = (zmq_pollitem_t){r->w[i].mon, 0, ZMQ_POLLIN, 0};
-                map[np++] = i;
-            }
-        }
-        double t0 = ms_now();
-        int pr = zmq_poll(items, np, 200);
-        if (pr < 0 && zmq_errno() == EINTR) {
-            ms_err_set("interrupted");
-            goto out;
-        }
-        for (int p = 0; p < np; p++) {
-            int i = map[p];
-            wconn *w = &r->w[i];
-            if (!w->pending) continue;
-            if (items[p].socket == w->mon) {
-                if (items[p].revents & ZMQ_POLLIN) check_monitor(r, w);
-                if (w->state == W_DOWN) {
-                    if (reassign(r, i, layer, ids, assign, need_send) != 0) goto out;
-                    r->st.resends++;
-                }
-                continue;
-            }
-            if (!(items[p].revents & ZMQ_POLLIN)) continue;
-            Moestream__Envelope *e;
-            while (w->pending && (e = recv_env(r, w))) {
-                ms_uuid u;
-                if (e->body_case == MOESTREAM__ENVELOPE__BODY_COMPUTE_REPLY &&
-                    ms_wire_uuid(&e->compute_reply->request_uuid, &u) == 0 && !memcmp(u.b, w->req.b, 16)) {
-                    const Moestream__ComputeReply *cr = e->compute_reply;
-                    if ((int64_t)cr->items != w->end - w->off || (int64_t)cr->latent_width != L) {
-                        mark_down(r, w, "reply does not match the request");
-                    } else if (check_reply_finite(w, layer, ids, cr, L) != 0) {
-                        ms_wire_free(e);
-                        goto out; /* never combine NaN/Inf: the run stops naming the worker */
-                    } else {
-                        for (int64_t j = w->off; j < w->end; j++) {
-                            memcpy(out + w->items[j] * L, cr->outputs + (j - w->off) * L, sizeof(float) * (size_t)L);
-                            done[w->items[j]] = 1;
-                        }
-                        w->off = w->end;
-                        w->pending = 0;
-                        if (w->off < w->n_items) { /* the next slice */
-                            if (send_request(r, i, layer, z, k, ids, n_rows) != 0) mark_down(r, w, "cannot send");
-                        } else {
-                            w->n_items = w->off = w->end = 0;
-                        }
-                    }
-                } else if (e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR &&
-                           ms_wire_uuid(&e->error->request_uuid, &u) == 0 && !memcmp(u.b, w->req.b, 16)) {
-                    /* The worker is alive but could not compute (I/O, checksum, ownership): try a
-                     * replica; with none the run stops with the worker's own message. */
-                    char msg[600];
-                    snprintf(msg, sizeof msg, "worker %s: %s", w->endpoint, e->error->message);
-                    w->pending = 0;
-                    int code = e->error->code;
-                    ms_wire_free(e);
-                    e = NULL;
-                    if (code == MOESTREAM__ERROR__CODE__SHUTTING_DOWN) mark_down(r, w, "shutting down");
-                    if (reassign(r, i, layer, ids, assign, need_send) != 0) {
-                        ms_err_set("%s", msg);
-                        ms_err_set_code(code == MOESTREAM__ERROR__CODE__CHECKSUM ? MS_EXIT_MODEL : MS_EXIT_WORKER);
-                        goto out;
-                    }
-                    ms_log(1, "%s; retrying on a replica", msg);
-                    r->st.resends++;
-                }
-                ms_wire_free(e); /* stale replies of earlier calls, pongs: ignored */
-            }
-            if (w->state == W_DOWN && w->n_items) {
-                if (reassign(r, i, layer, ids, assign, need_send) != 0) goto out;
-                r->st.resends++;
-            }
-        }
-        /* Deadlines. */
-        double t = ms_now();
-        (void)t0;
-        for (int i = 0; i < r->n; i++) {
-            wconn *w = &r->w[i];
-            if (w->pending && t - w->probe_at > r->o.timeout_s) {
-                /* its reply may have come while this thread waited on something else (a probe of
-                 * another worker): read it before calling the worker late */
-                zmq_pollitem_t it = {w->sock, 0, ZMQ_POLLIN, 0};
-                if (zmq_poll(&it, 1, 0) > 0 && (it.revents & ZMQ_POLLIN)) continue;
-                mark_down(r, w, "no reply before the deadline");
-                if (reassign(r, i, layer, ids, assign, need_send) != 0) goto out;
-                r->st.resends++;
-            }
-        }
+        if (await_replies(&c) != 0 || check_deadlines(&c) != 0) rc = -1;
     }
-    for (int64_t i = 0; i < n; i++)
-        if (!done[i]) { /* should not happen; never report partial output as success */
+    for (int64_t i = 0; rc == 0 && i < c.n; i++)
+        if (!c.done[i]) { /* should not happen; never report partial output as success */
             ms_err_set("layer %d expert %d: no output came back from the workers", layer, ids[i]);
-            ms_err_set_code(MS_EXIT_WORKER);
-            goto out;
+            rc = ms_err_set_code(MS_EXIT_WORKER);
         }
-    rc = 0;
-out:
-    ms_xgroup_free(&g);
-    free(assign);
-    free(done);
-    free(need_send);
-    return rc;
+    ms_xgroup_free(&c.g);
+    free(c.assign);
+    free(c.done);
+    free(c.need_send);
+    return rc == 0 ? 0 : -1;
 }
 
 ms_experts ms_remote_iface(ms_remote *r)
