@@ -46,29 +46,6 @@ static void usage(FILE *f)
           f);
 }
 
-/* The packed tensors: the released list's dense matrices (not the embedding), as BF16 2-D
- * tensors in the checkpoint, in table order per layer, then the model-level ones. */
-static int list_tensors(const ms_cfg *c, const ms_st *st, const ms_st_tensor ***out)
-{
-    int nt;
-    const ms_k3_tensor *tab = ms_k3_tensors(&nt);
-    const ms_st_tensor **v = ms_malloc(sizeof *v * (size_t)(nt * (c->n_layers + 1) + 1));
-    int n = 0;
-    char name[512];
-    for (int l = 0; l <= c->n_layers; l++)
-        for (int i = 0; i < nt; i++) {
-            const ms_k3_tensor *t = &tab[i];
-            if (t->kind != MS_K3_MAT) continue;
-            if (l < c->n_layers ? !ms_k3_in_layer(t, c, l) : t->where != MS_K3_MODEL) continue;
-            if (l < c->n_layers && t->where == MS_K3_MODEL) continue;
-            ms_k3_tensor_name(t, l, name, sizeof name);
-            const ms_st_tensor *s = ms_st_find(st, name);
-            if (s && s->dtype == MS_DT_BF16 && s->ndim == 2 && s->numel > 0) v[n++] = s;
-        }
-    *out = v;
-    return n;
-}
-
 /* Read the written pack back: every tensor decodes to its recorded XXH3. */
 static int verify(const char *path, uint64_t total)
 {
@@ -144,7 +121,7 @@ static int pack(const char *model, const char *outdir, int quiet)
     ms_tpack_writer *w = NULL;
     uint16_t *buf = NULL;
     if (!st) goto out;
-    int n = list_tensors(&c, st, &ts);
+    int n = ms_k3_trunk_matrices(&c, st, &ts);
     specs = ms_malloc(sizeof *specs * (size_t)(n ? n : 1));
     uint64_t fp = ms_tpack_fp_begin(cfgtext, clen), total = 0;
     /* the full hash of every packed tensor (ms_ident: kept in the model's sidecar, so the runs

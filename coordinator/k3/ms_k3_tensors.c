@@ -2,6 +2,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "ms_err.h"
 #include "ms_k3_tensors.h"
 #include "ms_model_int.h"
 
@@ -125,4 +126,25 @@ void ms_k3_expert_name(int layer, int expert, int m, int p, char *buf, size_t n)
     static const char *mat[3] = {"w1", "w2", "w3"};
     static const char *part[3] = {"weight_packed", "weight_scale", "weight"};
     snprintf(buf, n, MS_K3_PFX "layers.%d.block_sparse_moe.experts.%d.%s.%s", layer, expert, mat[m], part[p]);
+}
+
+int ms_k3_trunk_matrices(const ms_cfg *c, const ms_st *st, const ms_st_tensor ***out)
+{
+    int nt;
+    const ms_k3_tensor *tab = ms_k3_tensors(&nt);
+    const ms_st_tensor **v = ms_malloc(sizeof *v * (size_t)(nt * (c->n_layers + 1) + 1));
+    int n = 0;
+    char name[512];
+    for (int l = 0; l <= c->n_layers; l++)
+        for (int i = 0; i < nt; i++) {
+            const ms_k3_tensor *t = &tab[i];
+            if (t->kind != MS_K3_MAT) continue;
+            if (l < c->n_layers ? !ms_k3_in_layer(t, c, l) : t->where != MS_K3_MODEL) continue;
+            if (l < c->n_layers && t->where == MS_K3_MODEL) continue;
+            ms_k3_tensor_name(t, l, name, sizeof name);
+            const ms_st_tensor *s = ms_st_find(st, name);
+            if (s && s->dtype == MS_DT_BF16 && s->ndim == 2 && s->numel > 0) v[n++] = s;
+        }
+    *out = v;
+    return n;
 }

@@ -63,4 +63,9 @@ void ms_k3_tensor_name(const ms_k3_tensor *t, int layer, char *buf, size_t n);
  * [I, L]), part p (0 = weight_packed, 1 = weight_scale, 2 = dense weight of the fp32 oracle). */
 void ms_k3_expert_name(int layer, int expert, int m, int p, char *buf, size_t n);
 
+/* The dense trunk matrices of the checkpoint st (every 2-D BF16 matrix of the table but the
+ * embedding and the routed experts, layer by layer, then the model-level ones): what a trunk
+ * pack holds. *out is malloc'ed (the caller frees it), pointing into st. Returns the count. */
+int ms_k3_trunk_matrices(const ms_cfg *c, const ms_st *st, const ms_st_tensor ***out);
+
 #endif
