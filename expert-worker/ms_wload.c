@@ -200,8 +200,10 @@ static int open_model(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
             for (int j = 0; j < f->n_parts; j++) {
                 const ms_xfmt_part *pt = &f->part[j];
                 char name[256];
-                snprintf(name, sizeof name, "language_model.model.layers.%d.block_sparse_moe.experts.%d.%s", l, e,
-                         pt->name);
+                if (ms_xfmt_tensor_name(f, l, e, j, name, sizeof name) != 0) {
+                    ms_st_close(st);
+                    return -1;
+                }
                 const ms_st_tensor *t = ms_st_find(st, name);
                 const char *bad = NULL;
                 char what[160];

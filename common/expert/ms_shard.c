@@ -85,8 +85,7 @@ static int is_routed_part(const ms_xfmt *f, const char *name, int l0, int nl, in
      * what the packs hold. */
     for (int k = 0; k < f->n_parts; k++) {
         char canon[256];
-        snprintf(canon, sizeof canon, PFX "%ld.block_sparse_moe.experts.%ld.%s", l, e, f->part[k].name);
-        if (strcmp(name, canon) == 0) return 1;
+        if (ms_xfmt_tensor_name(f, (int)l, (int)e, k, canon, sizeof canon) == 0 && strcmp(name, canon) == 0) return 1;
     }
     return 0;
 }
@@ -100,7 +99,7 @@ static int find_expert(const ms_st *st, const ms_xfmt *f, const char *dir, int l
         const ms_xfmt_part *pt = &f->part[k];
         const int64_t *shape = pt->shape;
         char name[256];
-        snprintf(name, sizeof name, PFX "%d.block_sparse_moe.experts.%d.%s", l, e, pt->name);
+        if (ms_xfmt_tensor_name(f, l, e, k, name, sizeof name) != 0) return -1;
         const ms_st_tensor *t = ms_st_find(st, name);
         if (!t) {
             ms_err_set("tensor %s is missing from %s (moestream shard needs MXFP4 routed experts)", name, dir);

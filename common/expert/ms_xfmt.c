@@ -67,6 +67,25 @@ int ms_xfmt_k3(int latent, int inter, float b1, float b2, ms_xfmt *f)
     return 0;
 }
 
+/* Where each family's checkpoints keep an expert's part: the one spelling of the name. */
+static const struct {
+    const char *family, *pattern; /* printf: layer, expert, part name */
+} tensor_names[] = {
+    {"kimi-k3", "language_model.model.layers.%d.block_sparse_moe.experts.%d.%s"},
+};
+
+int ms_xfmt_tensor_name(const ms_xfmt *f, int layer, int expert, int part, char *buf, size_t n)
+{
+    MS_ASSERT(part >= 0 && part < f->n_parts);
+    for (size_t i = 0; i < sizeof tensor_names / sizeof tensor_names[0]; i++)
+        if (!strcmp(f->family, tensor_names[i].family)) {
+            int w = snprintf(buf, n, tensor_names[i].pattern, layer, expert, f->part[part].name);
+            return w >= 0 && (size_t)w < n ? 0 : -1;
+        }
+    ms_err_set("experts of family %s: this build does not know where its checkpoints keep them", f->family);
+    return ms_err_set_code(MS_EXIT_MODEL);
+}
+
 int ms_xfmt_from_cfg(const ms_cfg *c, const char *what, ms_xfmt *f)
 {
     if (ms_xfmt_k3(c->latent, c->moe_inter, c->situ_b1, c->situ_b2, f) != 0) {

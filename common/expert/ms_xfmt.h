@@ -63,6 +63,11 @@ int ms_xfmt_from_cfg(const ms_cfg *c, const char *what, ms_xfmt *f);
 
 /* Bytes of one expert (the sum of its parts). */
 uint64_t ms_xfmt_expert_bytes(const ms_xfmt *f);
+/* The checkpoint tensor that holds part `part` of expert (layer, expert) in format f's family
+ * (K3: "language_model.model.layers.L.block_sparse_moe.experts.E.w1.weight_packed"): the one
+ * spelling shard, the worker's --model mode and the checks use. Returns 0, or -1 (ms_err set,
+ * MS_EXIT_MODEL) for a family this build does not know or a name longer than n. */
+int ms_xfmt_tensor_name(const ms_xfmt *f, int layer, int expert, int part, char *buf, size_t n);
 
 /* 0 if a and b are the same format; otherwise 1 with "FIELD: A vs B" in buf (the first field
  * that differs, e.g. "activation.b1: 4 vs 5" or "parts[3].shape: [48, 1] vs [48, 2]"). */
