@@ -12,6 +12,7 @@
 #include "ms_st.h"
 #include "ms_wire.h"
 #include "ms_wload.h"
+#include "ms_xfam.h"
 
 #define MIB (1ull << 20)
 #define CHUNK_BYTES (4 * MIB)      /* activations of one store call (worker side) */
@@ -198,25 +199,14 @@ static int open_model(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
             if (!ms_wload_owns(w, l, e)) continue;
             ms_xloc *x = &locs[(size_t)l * (size_t)NE + (size_t)e];
             for (int j = 0; j < f->n_parts; j++) {
-                const ms_xfmt_part *pt = &f->part[j];
-                char name[256];
-                if (ms_xfmt_tensor_name(f, l, e, j, name, sizeof name) != 0) {
+                char name[256], what[200];
+                int r = ms_xfam_find_part(st, f, l, e, j, name, sizeof name, &x->file[j], &x->off[j], what,
+                                          sizeof what);
+                if (r < 0) {
                     ms_st_close(st);
                     return -1;
                 }
-                const ms_st_tensor *t = ms_st_find(st, name);
-                const char *bad = NULL;
-                char what[160];
-                if (!t) {
-                    bad = "is missing";
-                } else if ((int)t->dtype != pt->dtype || t->ndim != 2 || t->shape[0] != pt->shape[0] ||
-                           t->shape[1] != pt->shape[1]) {
-                    snprintf(what, sizeof what, "is %s of %d dims [%lld, %lld], expected %s [%lld, %lld]",
-                             ms_dtype_name(t->dtype), t->ndim, (long long)(t->ndim > 0 ? t->shape[0] : 0),
-                             (long long)(t->ndim > 1 ? t->shape[1] : 0), ms_dtype_name((ms_dtype)pt->dtype),
-                             (long long)pt->shape[0], (long long)pt->shape[1]);
-                    bad = what;
-                }
+                const char *bad = r ? what : NULL;
                 if (bad) {
                     if (n_err++ < 6 && at < sizeof errs) {
                         int k = snprintf(errs + at, sizeof errs - at, "%stensor %s %s", at ? "; " : "", name, bad);
@@ -224,9 +214,7 @@ static int open_model(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
                     }
                     continue;
                 }
-                x->file[j] = t->file;
-                x->off[j] = t->offset;
-                x->len[j] = t->nbytes;
+                x->len[j] = f->part[j].bytes;
             }
         }
     if (n_err) {
@@ -283,18 +271,18 @@ static int model_shape(ms_wload *w)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", w->source);
-    ms_cfg c;
-    if (ms_cfg_load(path, &c) != 0) return -1;
-    int rc = ms_xfmt_from_cfg(&c, path, &w->fmt);
+    ms_xmodel c;
+    if (ms_xfam_load(path, 1, &c) != 0) return -1;
+    w->fmt = c.fmt;
     w->n_layers = c.n_layers;
     w->n_experts = c.n_experts;
-    w->first_moe = c.first_dense;
-    if (rc == 0 && c.first_dense >= c.n_layers) {
-        ms_err_set("%s: first_k_dense_replace %d leaves no MoE layer of %d: nothing for a worker to serve", path,
-                   c.first_dense, c.n_layers);
+    w->first_moe = c.first_moe;
+    int rc = 0;
+    if (c.first_moe >= c.n_layers) {
+        ms_err_set("%s: no layer of %d routes to experts (the first that would is %d): nothing for a worker to serve",
+                   path, c.n_layers, c.first_moe);
         rc = ms_err_set_code(MS_EXIT_MODEL);
     }
-    ms_cfg_free(&c);
     return rc;
 }
 

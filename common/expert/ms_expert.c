@@ -6,22 +6,25 @@
 #include "ms_err.h"
 #include "ms_expert.h"
 #include "ms_ops.h"
+#include "ms_st.h"
 
 struct ms_expert_table {
     int n_layers, n_experts, latent;
-    float b1, b2;
+    ms_xact act;
+    float params[MS_XFMT_MAX_PARAMS];
     ms_pool *pool;          /* borrowed */
     ms_expert_w *w;         /* [n_layers][n_experts] */
 };
 
-ms_expert_table *ms_expert_table_new(int n_layers, int n_experts, int latent, float b1, float b2, ms_pool *pool)
+ms_expert_table *ms_expert_table_new(int n_layers, int n_experts, int latent, ms_xact act, const float *params,
+                                     ms_pool *pool)
 {
     ms_expert_table *t = ms_calloc(1, sizeof *t);
     t->n_layers = n_layers;
     t->n_experts = n_experts;
     t->latent = latent;
-    t->b1 = b1;
-    t->b2 = b2;
+    t->act = act;
+    for (int i = 0; i < ms_xfmt_act_n_params(act); i++) t->params[i] = params[i];
     t->pool = pool;
     t->w = ms_calloc((size_t)n_layers * (size_t)n_experts, sizeof *t->w);
     return t;
@@ -127,26 +130,71 @@ void ms_xgroup_free(ms_xgroup *g)
     memset(g, 0, sizeof *g);
 }
 
+/* The activations' compute, by ms_xact (their descriptions: ms_xfmt.c's table). */
+typedef void (*apply_fn)(const float *params, const ms_expert_w *w, const float *z, int64_t m, float *out,
+                         ms_pool *pool);
+
+static void situ_glu(const float *p, const ms_expert_w *w, const float *z, int64_t m, float *out, ms_pool *pool)
+{
+    ms_glu_mlp(&w->w[MS_XROLE_GATE], &w->w[MS_XROLE_UP], &w->w[MS_XROLE_DOWN], p[0], p[1], z, m, out, pool);
+}
+
+static const apply_fn applies[] = {[MS_XACT_SITU_GLU] = situ_glu};
+
+void ms_expert_apply(ms_xact act, const float *params, const ms_expert_w *w, const float *z, int64_t m, float *out,
+                     ms_pool *pool)
+{
+    /* a format reaches here only through ms_xfmt_check, which knows the same activations */
+    MS_ASSERT((size_t)act < sizeof applies / sizeof applies[0] && applies[act]);
+    applies[act](params, w, z, m, out, pool);
+}
+
+/* ms_mat types of the encodings (ms_xfmt.c describes their parts). */
+static const ms_wtype enc_wtype[] = {[MS_XENC_MXFP4] = MS_WT_MXFP4};
+
+void ms_expert_w_of_parts(const ms_xfmt *f, const uint8_t *const *part, ms_expert_w *w, float **widened)
+{
+    memset(w, 0, sizeof *w);
+    for (int i = 0; i < f->n_mats; i++) {
+        ms_mat *x = &w->w[f->mat[i].role];
+        MS_ASSERT((size_t)f->mat[i].enc < sizeof enc_wtype / sizeof enc_wtype[0]);
+        x->type = enc_wtype[f->mat[i].enc];
+        x->rows = f->mat[i].rows;
+        x->cols = f->mat[i].cols;
+    }
+    for (int i = 0; i < f->n_parts; i++) {
+        ms_xrole r = f->mat[f->part[i].mat].role;
+        widened[i] = NULL;
+        switch (f->part[i].kind) {
+        case MS_XPART_VALUES: w->w[r].data = part[i]; break;
+        case MS_XPART_SCALES: w->w[r].scales = part[i]; break;
+        case MS_XPART_BIAS: { /* widened: parts may be BF16 and sit at any byte offset */
+            int64_t n = f->part[i].shape[1];
+            float *b = widened[i] = ms_malloc(sizeof(float) * (size_t)n);
+            for (int64_t j = 0; j < n; j++) {
+                if (f->part[i].dtype == MS_DT_BF16) {
+                    uint16_t x;
+                    memcpy(&x, part[i] + 2 * j, 2);
+                    b[j] = ms_bf16_to_f32(x);
+                } else {
+                    memcpy(&b[j], part[i] + 4 * j, 4);
+                }
+            }
+            w->bias[r] = b;
+            break;
+        }
+        }
+    }
+}
+
 void ms_expert_run(const ms_xfmt *f, const uint8_t *const *part, const float *z, int64_t m, float *out,
                    ms_pool *pool)
 {
-    ms_mat w[MS_XFMT_MAX_MATS];
-    memset(w, 0, sizeof w);
-    for (int i = 0; i < f->n_mats; i++) {
-        MS_ASSERT(f->mat[i].enc == MS_XENC_MXFP4);
-        w[i].type = MS_WT_MXFP4;
-        w[i].rows = f->mat[i].rows;
-        w[i].cols = f->mat[i].cols;
-    }
-    for (int i = 0; i < f->n_parts; i++) {
-        ms_mat *x = &w[f->part[i].mat];
-        if (f->part[i].is_scale)
-            x->scales = part[i];
-        else
-            x->data = part[i];
-    }
-    MS_ASSERT(f->act == MS_XACT_SITU_GLU);
-    ms_glu_mlp(&w[0], &w[2], &w[1], f->b1, f->b2, z, m, out, pool); /* gate w1, up w3, down w2 */
+    ms_expert_w w;
+    float *widened[MS_XFMT_MAX_PARTS];
+    ms_expert_w_of_parts(f, part, &w, widened);
+    ms_expert_apply(f->act, f->param, &w, z, m, out, pool);
+    for (int i = 0; i < f->n_parts; i++) free(widened[i]);
 }
 
 /* Rows are grouped by expert so each expert's weights are decoded once per call; every output
@@ -168,7 +216,7 @@ static int table_compute(void *ctx, int layer, int64_t n_rows, const float *z, i
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_experts)
             return ms_err_set("expert id %d out of range in layer %d", ids[i], layer);
-        if (!t->w[(size_t)layer * (size_t)t->n_experts + (size_t)ids[i]].w1.data)
+        if (!t->w[(size_t)layer * (size_t)t->n_experts + (size_t)ids[i]].w[MS_XROLE_DOWN].data)
             return ms_err_set("layer %d expert %d has no weights loaded", layer, ids[i]);
     }
     ms_xgroup g;
@@ -181,7 +229,7 @@ static int table_compute(void *ctx, int layer, int64_t n_rows, const float *z, i
         const int64_t *q = g.item + g.start[d];
         for (int64_t r = 0; r < m; r++) memcpy(zin + r * L, z + (q[r] / k) * L, sizeof(float) * (size_t)L);
         const ms_expert_w *w = &t->w[(size_t)layer * (size_t)t->n_experts + (size_t)g.dexp[d]];
-        ms_glu_mlp(&w->w1, &w->w3, &w->w2, t->b1, t->b2, zin, m, zout, t->pool);
+        ms_expert_apply(t->act, t->params, w, zin, m, zout, t->pool);
         /* NaN or Inf (bad weights) stops the run instead of spoiling every later token. */
         rc = ms_expert_check_finite(NULL, MS_EXIT_RUNTIME, layer, g.dexp[d], zin, zout, m, L);
         for (int64_t r = 0; r < m; r++) memcpy(out + q[r] * L, zout + r * L, sizeof(float) * (size_t)L);

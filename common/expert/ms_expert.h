@@ -8,10 +8,12 @@
 #include "ms_pool.h"
 #include "ms_xfmt.h"
 
-/* Weights of one routed expert (spec §3.8): w1 (gate), w3 (up): [I, L]; w2 (down): [L, I].
- * MXFP4 in released checkpoints, F32 in the fp32 oracle. Borrowed views. */
+/* Weights of one routed expert by role (ms_xrole): e.g. gate, up [I, L] and down [L, I], each
+ * with its bias [rows] or NULL. MXFP4 in released checkpoints, F32 in the fp32 oracle. Borrowed
+ * views. */
 typedef struct {
-    ms_mat w1, w2, w3;
+    ms_mat w[MS_XROLE_N];
+    const float *bias[MS_XROLE_N];
 } ms_expert_w;
 
 /* The one narrow interface between the trunk and routed experts; an in-process table, and
@@ -53,11 +55,18 @@ void ms_xgroup_free(ms_xgroup *g); /* accepts a zeroed or freed group */
 static inline int64_t ms_xgroup_item(const ms_xgroup *g, int64_t t) { return g->item ? g->item[t] : t; }
 
 /* One expert of format f on m rows: z [m][f->latent] -> out [m][f->latent]. part[i] holds the
- * bytes of f->part[i] (its shape, row-major). The format's activation decides the math
- * (SiTU-GLU: w2 . SiTU(w1 z, w3 z)), bit-identical to the in-process table's for the same
- * weights whatever m is. */
+ * bytes of f->part[i] (its shape, row-major). The matrices by role, then ms_expert_apply. */
 void ms_expert_run(const ms_xfmt *f, const uint8_t *const *part, const float *z, int64_t m, float *out,
                    ms_pool *pool);
+/* The weights by role of one expert whose parts (format f) are part[i]: views into the parts,
+ * biases widened to F32 into widened[i] (malloc'ed, NULL for other parts; the caller frees them
+ * after the last use of w). */
+void ms_expert_w_of_parts(const ms_xfmt *f, const uint8_t *const *part, ms_expert_w *w, float **widened);
+/* The one expert computation (the worker's, the store's and the in-process table's): the
+ * activation act with its constants params (ms_xfmt.param) over the weights by role, z [m][L]
+ * -> out [m][L], bit-identical whatever m is. SiTU-GLU: down . SiTU(gate z, up z). */
+void ms_expert_apply(ms_xact act, const float *params, const ms_expert_w *w, const float *z, int64_t m, float *out,
+                     ms_pool *pool);
 
 /* Check that the outputs of one expert on m rows are finite (NaN or Inf would silently spoil
  * every later token): out [m][L], computed from z [m][L] (z may be NULL). Returns 0, or -1 with
@@ -69,9 +78,11 @@ int ms_expert_check_finite(const char *who, int code, int layer, int expert, con
 /* In-process expert table: one ms_expert_w per (layer, expert). */
 typedef struct ms_expert_table ms_expert_table;
 
-/* A table for n_layers x n_experts experts with SiTU constants b1, b2 and latent width L.
- * Entries start empty (w1.data == NULL). pool may be NULL; it is borrowed. */
-ms_expert_table *ms_expert_table_new(int n_layers, int n_experts, int latent, float b1, float b2, ms_pool *pool);
+/* A table for n_layers x n_experts experts of latent width L computing activation act with its
+ * constants params (copied; ms_xfmt_act_n_params of them). Entries start empty. pool may be
+ * NULL; it is borrowed. */
+ms_expert_table *ms_expert_table_new(int n_layers, int n_experts, int latent, ms_xact act, const float *params,
+                                     ms_pool *pool);
 void ms_expert_table_free(ms_expert_table *t); /* accepts NULL */
 /* Set the weights of (layer, expert). */
 void ms_expert_table_set(ms_expert_table *t, int layer, int expert, const ms_expert_w *w);

@@ -13,13 +13,13 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "ms_cfg.h"
 #include "ms_err.h"
 #include "ms_file.h"
 #include "ms_pack.h"
 #include "ms_progress.h"
 #include "ms_size.h"
 #include "ms_st.h"
+#include "ms_xfam.h"
 
 #define PACK_FORMAT MS_PACK_FORMAT
 #define PACK_VERSION MS_PACK_VERSION
@@ -132,7 +132,7 @@ static int mf_validate(const char *path, json_t *root, ms_pack *p)
     p->first_moe = (int)first;
     json_t *xf = json_object_get(root, "expert_format");
     if (!xf) return mf_fail(path, "field \"expert_format\" is missing");
-    if (ms_xfmt_from_json(xf, path, &p->fmt) != 0) return -1;
+    if (ms_xfmt_from_json(xf, path, &p->fmt) != 0 || ms_xfam_check(&p->fmt, path) != 0) return -1;
     uint64_t want_e = ms_xfmt_expert_bytes(&p->fmt);
     int np = p->fmt.n_parts;
     if ((uint64_t)eb != want_e)

@@ -14,7 +14,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "ms_cfg.h"
 #include "ms_err.h"
 #include "ms_file.h"
 #include "ms_ident.h"
@@ -23,9 +22,9 @@
 #include "ms_shard.h"
 #include "ms_size.h"
 #include "ms_st.h"
+#include "ms_xfam.h"
 
 #define COPY_CHUNK ((size_t)16 << 20) /* bounded copy buffer: experts stream through it */
-#define PFX "language_model.model.layers."
 
 static uint64_t align_up(uint64_t x) { return (x + MS_PACK_ALIGN - 1) / MS_PACK_ALIGN * MS_PACK_ALIGN; }
 
@@ -66,54 +65,26 @@ static int cmp_entry(const void *a, const void *b)
     return x->expert < y->expert ? -1 : x->expert > y->expert;
 }
 
-/* Is name one of the parts (format f) of a routed expert (layer in [l0, nl), expert in [0, ne))? */
-static int is_routed_part(const ms_xfmt *f, const char *name, int l0, int nl, int ne)
-{
-    size_t pl = strlen(PFX);
-    if (strncmp(name, PFX, pl) != 0) return 0;
-    const char *s = name + pl;
-    char *end;
-    if (*s < '0' || *s > '9') return 0;
-    long l = strtol(s, &end, 10);
-    static const char mid[] = ".block_sparse_moe.experts.";
-    if (strncmp(end, mid, sizeof mid - 1) != 0) return 0;
-    s = end + sizeof mid - 1;
-    if (*s < '0' || *s > '9') return 0;
-    long e = strtol(s, &end, 10);
-    if (*end != '.' || l < l0 || l >= nl || e < 0 || e >= ne) return 0;
-    /* Exactly the spelling find_expert looks up (no "layers.01"), so what leaves the trunk is
-     * what the packs hold. */
-    for (int k = 0; k < f->n_parts; k++) {
-        char canon[256];
-        if (ms_xfmt_tensor_name(f, (int)l, (int)e, k, canon, sizeof canon) == 0 && strcmp(name, canon) == 0) return 1;
-    }
-    return 0;
-}
-
-/* Find and check the tensors of expert (l, e): the parts of format f, with their dtypes and shapes. */
-static int find_expert(const ms_st *st, const ms_xfmt *f, const char *dir, int l, int e, sh_expert *x)
+/* Find and check the parts of expert (l, e) of format f; mark the tensors they live in as routed. */
+static int find_expert(const ms_st *st, const ms_xfmt *f, const char *dir, int l, int e, sh_expert *x,
+                       uint8_t *routed)
 {
     x->layer = l;
     x->expert = e;
     for (int k = 0; k < f->n_parts; k++) {
-        const ms_xfmt_part *pt = &f->part[k];
-        const int64_t *shape = pt->shape;
-        char name[256];
-        if (ms_xfmt_tensor_name(f, l, e, k, name, sizeof name) != 0) return -1;
-        const ms_st_tensor *t = ms_st_find(st, name);
-        if (!t) {
-            ms_err_set("tensor %s is missing from %s (moestream shard needs MXFP4 routed experts)", name, dir);
+        char name[256], why[200];
+        int rc = ms_xfam_find_part(st, f, l, e, k, name, sizeof name, &x->file[k], &x->off[k], why, sizeof why);
+        if (rc < 0) return -1;
+        if (rc > 0) {
+            const ms_st_tensor *t = ms_st_find(st, name);
+            if (t)
+                ms_err_set("tensor %s in %s %s", name, ms_st_file_path(st, t->file), why);
+            else
+                ms_err_set("tensor %s is missing from %s (moestream shard needs the routed experts the config implies)",
+                           name, dir);
             return ms_err_set_code(MS_EXIT_MODEL);
         }
-        if ((int)t->dtype != pt->dtype || t->ndim != 2 || t->shape[0] != shape[0] || t->shape[1] != shape[1]) {
-            ms_err_set("tensor %s in %s is %s with %d dims [%lld, %lld], expected %s [%lld, %lld]", name,
-                       ms_st_file_path(st, t->file), ms_dtype_name(t->dtype), t->ndim,
-                       (long long)(t->ndim > 0 ? t->shape[0] : 0), (long long)(t->ndim > 1 ? t->shape[1] : 0),
-                       ms_dtype_name((ms_dtype)pt->dtype), (long long)shape[0], (long long)shape[1]);
-            return ms_err_set_code(MS_EXIT_MODEL);
-        }
-        x->file[k] = t->file;
-        x->off[k] = t->offset;
+        routed[ms_st_find(st, name) - ms_st_at(st, 0)] = 1;
     }
     return 0;
 }
@@ -230,14 +201,14 @@ static const char *base_name(const char *p)
 typedef struct {
     const char *model_dir, *out_dir;
     int N, R;
-    ms_cfg cfg;
+    ms_xmodel xm;  /* the routed experts' shapes and format, from the model's config */
     ms_st *st;
+    uint8_t *routed; /* [tensors of st] 1 if it holds routed-expert parts (left out of the trunk) */
     char fp[17];
     int n_src;
     int *src_fd;   /* [n_src] */
     sh_expert *ex; /* [n_ex], in source file order */
     size_t n_ex;
-    ms_xfmt fmt;   /* the routed experts' format, from the model's config */
     uint64_t E;
     ms_pack_entry **ent; /* [N][cnt[w]] */
     size_t *cnt, *fill;  /* [N] */
@@ -277,18 +248,18 @@ static int copy_experts(sh_state *s)
             e->layer = x->layer;
             e->expert = x->expert;
             e->offset = align_up(s->cursor[w]);
-            for (int k = 0; k < s->fmt.n_parts; k++) e->len[k] = s->fmt.part[k].bytes;
+            for (int k = 0; k < s->xm.fmt.n_parts; k++) e->len[k] = s->xm.fmt.part[k].bytes;
             s->cursor[w] = e->offset + s->E;
             dst[j] = e;
         }
         XXH3_64bits_reset(h);
         /* One run when the parts are adjacent in canonical order (released layout), else one each. */
-        int contiguous = 1, np = s->fmt.n_parts;
+        int contiguous = 1, np = s->xm.fmt.n_parts;
         for (int k = 1; k < np; k++)
-            if (x->file[k] != x->file[0] || x->off[k] != x->off[k - 1] + s->fmt.part[k - 1].bytes) contiguous = 0;
+            if (x->file[k] != x->file[0] || x->off[k] != x->off[k - 1] + s->xm.fmt.part[k - 1].bytes) contiguous = 0;
         uint64_t pos = 0; /* bytes of the expert copied so far */
         for (int k = 0; k < (contiguous ? 1 : np) && rc == 0; k++) {
-            uint64_t run = contiguous ? s->E : s->fmt.part[k].bytes;
+            uint64_t run = contiguous ? s->E : s->xm.fmt.part[k].bytes;
             int f = x->file[k];
             const char *sp = ms_st_file_path(s->st, f);
             for (uint64_t o = 0; o < run && rc == 0;) {
@@ -329,10 +300,10 @@ static int write_manifest(sh_state *s, int w)
     json_object_set_new(root, "worker", json_integer(w));
     json_object_set_new(root, "workers", json_integer(s->N));
     json_object_set_new(root, "replicas", json_integer(s->R));
-    json_object_set_new(root, "num_layers", json_integer(s->cfg.n_layers));
-    json_object_set_new(root, "num_experts", json_integer(s->cfg.n_experts));
-    json_object_set_new(root, "first_moe_layer", json_integer(s->cfg.first_dense));
-    json_object_set_new(root, "expert_format", ms_xfmt_to_json(&s->fmt));
+    json_object_set_new(root, "num_layers", json_integer(s->xm.n_layers));
+    json_object_set_new(root, "num_experts", json_integer(s->xm.n_experts));
+    json_object_set_new(root, "first_moe_layer", json_integer(s->xm.first_moe));
+    json_object_set_new(root, "expert_format", ms_xfmt_to_json(&s->xm.fmt));
     json_object_set_new(root, "expert_bytes", json_integer((json_int_t)s->E));
     char *head = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(root);
@@ -353,7 +324,7 @@ static int write_manifest(sh_state *s, int w)
     for (size_t i = 0; i < s->cnt[w]; i++) {
         fprintf(f, "%s\n  {\"layer\": %d, \"expert\": %d, \"offset\": %llu, \"parts\": [", i ? "," : "",
                 e[i].layer, e[i].expert, (unsigned long long)e[i].offset);
-        for (int k = 0; k < s->fmt.n_parts; k++) fprintf(f, "%s%llu", k ? ", " : "", (unsigned long long)e[i].len[k]);
+        for (int k = 0; k < s->xm.fmt.n_parts; k++) fprintf(f, "%s%llu", k ? ", " : "", (unsigned long long)e[i].len[k]);
         fprintf(f, "], \"xxh3\": \"%016llx\"}", (unsigned long long)e[i].xxh3);
     }
     fprintf(f, "\n ]\n}\n");
@@ -377,7 +348,7 @@ static int write_trunk(sh_state *s, const char *tdir)
         int n = 0;
         for (size_t i = 0; i < nt; i++) {
             const ms_st_tensor *t = ms_st_at(s->st, i);
-            if (t->file != f || is_routed_part(&s->fmt, t->name, s->cfg.first_dense, s->cfg.n_layers, s->cfg.n_experts))
+            if (t->file != f || s->routed[ms_st_find(s->st, t->name) - ms_st_at(s->st, 0)])
                 continue;
             fills[i] = (sh_fill){s->src_fd[f], t->offset, ms_st_file_path(s->st, f)};
             ms_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, trunk_fill, &fills[i]);
@@ -433,13 +404,12 @@ static int shard_plan(sh_state *s)
 {
     char path[4200];
     path2(path, sizeof path, s->model_dir, "config.json");
-    if (ms_cfg_load(path, &s->cfg) != 0) return -1;
-    const ms_cfg *c = &s->cfg;
-    if (ms_xfmt_from_cfg(c, path, &s->fmt) != 0) return -1;
-    int n_moe = c->n_layers - c->first_dense;
+    if (ms_xfam_load(path, 1, &s->xm) != 0) return -1;
+    const ms_xmodel *c = &s->xm;
+    int n_moe = c->n_layers - c->first_moe;
     if (n_moe < 1) {
-        ms_err_set("%s: no MoE layer (first_k_dense_replace %d, %d layers): nothing to shard", path, c->first_dense,
-                   c->n_layers);
+        ms_err_set("%s: no MoE layer (the first of %d layers that routes would be %d): nothing to shard", path,
+                   c->n_layers, c->first_moe);
         return ms_err_set_code(MS_EXIT_MODEL);
     }
     if (s->N > c->n_experts) {
@@ -449,7 +419,8 @@ static int shard_plan(sh_state *s)
     s->st = ms_st_open_dir(s->model_dir);
     if (!s->st) return -1;
     if (ms_ident_model(s->model_dir, s->fp) != 0) return -1;
-    s->E = ms_xfmt_expert_bytes(&s->fmt);
+    s->E = ms_xfmt_expert_bytes(&s->xm.fmt);
+    s->routed = ms_calloc(ms_st_count(s->st) + 1, 1);
 
     /* Owner of each expert id: worker i owns [i*Ne/N, (i+1)*Ne/N). */
     int *owner = ms_malloc(sizeof(int) * (size_t)c->n_experts);
@@ -461,9 +432,9 @@ static int shard_plan(sh_state *s)
     s->ex = ms_calloc(s->n_ex, sizeof *s->ex);
     size_t k = 0;
     int rc = 0;
-    for (int l = c->first_dense; l < c->n_layers && rc == 0; l++)
+    for (int l = c->first_moe; l < c->n_layers && rc == 0; l++)
         for (int e = 0; e < c->n_experts && rc == 0; e++, k++) {
-            rc = find_expert(s->st, &s->fmt, s->model_dir, l, e, &s->ex[k]);
+            rc = find_expert(s->st, &s->xm.fmt, s->model_dir, l, e, &s->ex[k], s->routed);
             s->ex[k].owner = owner[e];
         }
     free(owner);
@@ -482,7 +453,7 @@ static int shard_plan(sh_state *s)
     s->total = (uint64_t)s->n_ex * (uint64_t)s->R * s->E;
     for (size_t i = 0; i < ms_st_count(s->st); i++) {
         const ms_st_tensor *t = ms_st_at(s->st, i);
-        if (!is_routed_part(&s->fmt, t->name, c->first_dense, c->n_layers, c->n_experts)) s->total += t->nbytes;
+        if (!s->routed[i]) s->total += t->nbytes;
     }
     s->src_fd = ms_malloc(sizeof(int) * (size_t)(s->n_src = ms_st_file_count(s->st)));
     for (int f = 0; f < s->n_src; f++) s->src_fd[f] = -1;
@@ -708,6 +679,6 @@ int ms_pack_shard(const char *model_dir, int workers, int replicas, const char *
     free(s.src_fd);
     free(s.ex);
     ms_st_close(s.st);
-    ms_cfg_free(&s.cfg);
+    free(s.routed);
     return rc;
 }

@@ -8,7 +8,7 @@
 #include "moestream.pb-c.h"
 
 /* 2: hellos carry the expert format (ExpertFormat), compute items come grouped by expert. */
-#define MS_WIRE_VERSION 2u
+#define MS_WIRE_VERSION 3u
 /* Largest compute request any peer may send, counted as (rows + items) x latent_width x 4
  * bytes: a worker's request limit is this (its --ram-budget reserves room for it), and the
  * coordinator slices its requests at half of it (8 MiB). A reply carries at most as many floats

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "ms_chat.h"
 #include "ms_err.h"
 #include "ms_jobfile.h"
 #include "ms_jtext.h"
@@ -107,7 +106,7 @@ static int get_messages(ms_jobspec *j, json_t *body, const ms_jobfile_limits *li
     json_t *m = json_object_get(body, "messages");
     if (!json_is_array(m) || json_array_size(m) == 0)
         return bad(j, "invalid_request", "a chat needs \"messages\": a non-empty array of {\"role\", \"content\"}");
-    if (!lim->tok) return bad(j, "no_tokenizer", "the model has no tokenizer (tiktoken.model), which chats need");
+    if (!lim->tok || !lim->chat) return bad(j, "no_tokenizer", "the model has no tokenizer (tiktoken.model), which chats need");
     size_t n = json_array_size(m);
     ms_chat_msg *msgs = ms_malloc(sizeof *msgs * n);
     int rc = 0;
@@ -118,7 +117,7 @@ static int get_messages(ms_jobspec *j, json_t *body, const ms_jobfile_limits *li
         else
             msgs[i] = (ms_chat_msg){json_string_value(role), json_string_value(content), json_string_length(content)};
     }
-    if (rc == 0 && ms_chat_encode(lim->tok, msgs, (int)n, &j->prompt, &j->n_prompt) != 0)
+    if (rc == 0 && lim->chat->encode(lim->tok, msgs, (int)n, &j->prompt, &j->n_prompt) != 0)
         rc = bad(j, "invalid_prompt", "%s", ms_err_msg());
     free(msgs);
     return rc;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "ms_sched.h"
+#include "ms_family.h"
 #include "ms_tok.h"
 
 typedef enum { MS_JOB_COMPLETION, MS_JOB_CHAT } ms_job_kind;
@@ -38,6 +39,7 @@ typedef struct {
     const ms_tok *tok;         /* NULL: the model has no tokenizer (text prompts and chats are bad lines) */
     int64_t vocab;             /* ids must be in [0, vocab) */
     int64_t max_context;       /* prompt + max_tokens must not exceed it */
+    const ms_chatfmt *chat;    /* the model family's chat format (chats need it and tok) */
 } ms_jobfile_limits;
 
 /* Parse one line (len bytes, without its newline). Always fills *j: a bad line gets err_code and

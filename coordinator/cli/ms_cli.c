@@ -17,12 +17,12 @@
 #include "ms_cli.h"
 #include "ms_clock.h"
 #include "ms_err.h"
+#include "ms_families.h"
 #include "ms_file.h"
 #include "ms_ids.h"
 #include "ms_jtext.h"
 #include "ms_opt.h"
 #include "ms_progress.h"
-#include "ms_synth.h"
 #include "ms_tok.h"
 
 int ms_cli_fail(const char *cmd, int code, const char *fmt, ...)
@@ -246,7 +246,7 @@ int ms_cli_synth(int argc, char **argv)
             if (ms_opt_int("--seed", optarg, LLONG_MIN, LLONG_MAX, &seed) != 0) return ms_cli_fail_err("synth");
             break;
         case 'l':
-            if (ms_opt_int("--layers", optarg, 1, MS_SYNTH_MAX_LAYERS, &layers) != 0) return ms_cli_fail_err("synth");
+            if (ms_opt_int("--layers", optarg, 1, 1 << 20, &layers) != 0) return ms_cli_fail_err("synth"); /* the family bounds it */
             break;
         case 'S': sparse = 1; break;
         case 'F': force = 1; break;
@@ -266,11 +266,8 @@ int ms_cli_synth(int argc, char **argv)
                            "a new or empty directory, or --force",
                            out, entry);
     ms_cli_set_output(0);
-    ms_synth_shape sh;
-    if (ms_synth_preset(preset, &sh) != 0) return ms_cli_fail_err("synth");
-    if (layers) ms_synth_set_layers(&sh, (int)layers);
-    sh.sparse = sparse;
-    if (ms_synth_write(out, &sh, (uint64_t)seed) != 0) return ms_cli_fail_err("synth");
+    if (ms_families_default()->synth(out, preset, (int)layers, sparse, (uint64_t)seed) != 0)
+        return ms_cli_fail_err("synth");
     if (sparse)
         fprintf(stderr, "moestream synth: wrote preset %s (sparse: zero weights, headers only) to %s\n", preset, out);
     else

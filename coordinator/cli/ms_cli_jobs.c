@@ -12,14 +12,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ms_cfg.h"
-#include "ms_chat.h"
+#include "ms_families.h"
 #include "ms_cli.h"
 #include "ms_cli_eopt.h"
 #include "ms_engine.h"
 #include "ms_err.h"
 #include "ms_jobfile.h"
-#include "ms_layer.h"
 #include "ms_opt.h"
 #include "ms_sched.h"
 #include "ms_size.h"
@@ -356,7 +354,7 @@ static int open_engine(const jobs_opts *o, int todo, int64_t longest, int64_t ma
     eo.run.all_logits = o->dump != NULL;
     eo.run.prompt_tokens = max_prompt;
     eo.run.max_positions = longest;
-    int cap_batch = todo < MS_LAYER_MAX_SEQS ? todo : MS_LAYER_MAX_SEQS;
+    int cap_batch = todo < MS_MODEL_MAX_SEQS ? todo : MS_MODEL_MAX_SEQS;
     if (o->max_batch > 0)
         eo.max_seqs = (int)(o->max_batch < cap_batch ? o->max_batch : cap_batch);
     else
@@ -377,13 +375,10 @@ static int jobs_main(const jobs_opts *o)
     ms_engine *e = NULL;
     ms_sched *s = NULL;
     jobs_run run = {o, NULL, -1, NULL, 0, 0, 0, 0};
-    ms_cfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-
     /* Everything is read and checked before the model opens: the plan needs the longest job. */
-    char cpath[4200];
-    snprintf(cpath, sizeof cpath, "%s/config.json", o->e.model);
-    if (ms_cfg_load(cpath, &cfg) != 0) return ms_cli_fail_err(cmd);
+    const ms_family *fam = ms_families_detect(o->e.model);
+    ms_model_info info;
+    if (!fam || fam->peek(o->e.model, &info) != 0) return ms_cli_fail_err(cmd);
     if (ms_tok_present(o->e.model) && !(tok = ms_tok_load(o->e.model))) {
         rc = ms_cli_fail_err(cmd);
         goto out;
@@ -392,7 +387,7 @@ static int jobs_main(const jobs_opts *o)
         rc = ms_cli_fail_err(cmd);
         goto out;
     }
-    ms_jobfile_limits lim = {tok, cfg.vocab, o->max_context};
+    ms_jobfile_limits lim = {tok, info.vocab, o->max_context, fam->chat};
     int cap = 0, line = 0;
     for (size_t pos = 0; pos < in_len;) {
         const char *nl = memchr(in + pos, '\n', in_len - pos);
@@ -420,7 +415,7 @@ static int jobs_main(const jobs_opts *o)
     run.last_sync = ms_cli_now();
     const char *slash = strrchr(o->e.model, '/');
     run.model_name = slash && slash[1] ? slash + 1 : o->e.model;
-    run.V = cfg.vocab;
+    run.V = info.vocab;
 
     /* The jobs to run are planned for; bad lines are answered once the model is open (so that
      * a model or budget refused leaves the output as it was). */
@@ -459,7 +454,7 @@ static int jobs_main(const jobs_opts *o)
     int batch = ms_engine_max_seqs(e);
     ms_log(1, "jobs: %d jobs to run, up to %d together", todo, batch);
     s = ms_sched_new(e, batch, on_done, &run);
-    int32_t end_id = ms_engine_tok(e) ? ms_chat_end_id(ms_engine_tok(e)) : -1;
+    int32_t end_id = ms_engine_tok(e) ? fam->chat->end_id(ms_engine_tok(e)) : -1;
     for (int i = 0; i < n_specs; i++) {
         ms_jobspec *j = &specs[i];
         if (j->line < 0 || j->err_code) continue;
@@ -541,7 +536,6 @@ out:
     free(hashes);
     free(in);
     ms_tok_free(tok);
-    ms_cfg_free(&cfg);
     return rc;
 }
 
@@ -572,7 +566,7 @@ int ms_cli_jobs(int argc, char **argv)
         case 'J': o.json_progress = 1; break;
         case 'd': o.dump = optarg; break;
         case 'b':
-            if (ms_opt_int("--max-batch", optarg, 1, MS_LAYER_MAX_SEQS, &o.max_batch) != 0) return ms_cli_fail_err(cmd);
+            if (ms_opt_int("--max-batch", optarg, 1, MS_MODEL_MAX_SEQS, &o.max_batch) != 0) return ms_cli_fail_err(cmd);
             break;
         case 'X':
             if (ms_opt_int("--max-context", optarg, 2, 1 << 24, &o.max_context) != 0) return ms_cli_fail_err(cmd);

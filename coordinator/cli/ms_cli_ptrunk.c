@@ -11,12 +11,11 @@
 #include <xxhash.h>
 
 #include "ms_bfc.h"
-#include "ms_cfg.h"
 #include "ms_cli.h"
 #include "ms_err.h"
+#include "ms_families.h"
 #include "ms_file.h"
 #include "ms_ident.h"
-#include "ms_k3_tensors.h"
 #include "ms_kern.h"
 #include "ms_opt.h"
 #include "ms_progress.h"
@@ -109,8 +108,8 @@ static int pack(const char *model, const char *outdir, int quiet)
     size_t clen;
     char *cfgtext = ms_file_read_all(path, "config", 0, 64u << 20, MS_EXIT_MODEL, &clen);
     if (!cfgtext) return -1;
-    ms_cfg c;
-    if (ms_cfg_parse(cfgtext, path, &c) != 0) {
+    const ms_family *fam = ms_families_detect(model);
+    if (!fam) {
         free(cfgtext);
         return -1;
     }
@@ -121,7 +120,8 @@ static int pack(const char *model, const char *outdir, int quiet)
     ms_tpack_writer *w = NULL;
     uint16_t *buf = NULL;
     if (!st) goto out;
-    int n = ms_k3_trunk_matrices(&c, st, &ts);
+    int n = fam->trunk_matrices(model, st, &ts); /* the family says which matrices its trunk has */
+    if (n < 0) goto out;
     specs = ms_malloc(sizeof *specs * (size_t)(n ? n : 1));
     uint64_t fp = ms_tpack_fp_begin(cfgtext, clen), total = 0;
     /* the full hash of every packed tensor (ms_ident: kept in the model's sidecar, so the runs
@@ -187,7 +187,6 @@ out:
     free(specs);
     free(ts);
     ms_st_close(st);
-    ms_cfg_free(&c);
     free(cfgtext);
     return rc;
 }

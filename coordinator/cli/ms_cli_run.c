@@ -21,7 +21,7 @@
 #include "ms_progress.h"
 #include "ms_size.h"
 #include "ms_stdout.h"
-#include "ms_synth.h"
+#include "ms_families.h"
 #include "ms_tok.h"
 #include "ms_xfmt.h"
 
@@ -339,12 +339,11 @@ static void print_report(const char *cmd, size_t np, size_t ng, const ms_engine_
  * when every one misses the cache: the caller applies a hit rate). */
 static int print_plan(const run_opts *o, ms_engine *e, size_t np)
 {
-    const ms_cfg *c = ms_engine_cfg(e);
+    const ms_model_info *c = ms_engine_info(e);
     const ms_plan *p = ms_model_plan(ms_engine_model(e));
-    ms_xfmt xf;
     if (!p) return ms_cli_fail("run", MS_EXIT_MODEL, "%s: the model runs from memory: there is no plan", o->e.model);
-    uint64_t xb = ms_xfmt_from_cfg(c, "config.json", &xf) == 0 ? ms_xfmt_expert_bytes(&xf) : 0;
-    int moe_layers = c->n_layers - c->first_dense;
+    uint64_t xb = c->have_xfmt ? ms_xfmt_expert_bytes(&c->xfmt) : 0;
+    int moe_layers = c->n_layers - c->first_moe;
     uint64_t cold = (uint64_t)moe_layers * (uint64_t)c->top_k * xb;
     if (o->json) {
         json_t *out = json_pack("{s:I,s:i,s:o,s:{s:i,s:i,s:i,s:I,s:I,s:I}}", "prompt_tokens", (json_int_t)np,
@@ -414,7 +413,7 @@ static int generate(const run_opts *o, const char *cmd)
         rc = print_plan(o, e, np);
         goto out;
     }
-    const ms_cfg *c = ms_engine_cfg(e);
+    const ms_model_info *c = ms_engine_info(e);
     if (o->dump && !(dump = fopen(o->dump, "wb"))) {
         rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot create %s", o->dump);
         goto out;
@@ -555,7 +554,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'R': o->trace = optarg; break;
         case 'Y': o->plan_only = 1; break;
         case 'Q':
-            if (ms_opt_int("--plan-seqs", optarg, 1, MS_LAYER_MAX_SEQS, &o->plan_seqs) != 0) return ms_cli_fail_err(cmd);
+            if (ms_opt_int("--plan-seqs", optarg, 1, MS_MODEL_MAX_SEQS, &o->plan_seqs) != 0) return ms_cli_fail_err(cmd);
             break;
         case 'n':
             if (ms_opt_int("-n", optarg, 0, 1000000, &o->n) != 0) return ms_cli_fail_err(cmd);
@@ -615,10 +614,9 @@ int ms_cli_demo(int argc, char **argv)
     char cfg[4200];
     snprintf(cfg, sizeof cfg, "%s/config.json", o.e.model);
     if (access(cfg, R_OK) != 0) {
-        ms_synth_shape sh;
-        ms_synth_preset("tiny", &sh);
-        fprintf(stderr, "moestream demo: writing a synthetic tiny Kimi K3 checkpoint to %s\n", o.e.model);
-        if (ms_synth_write(o.e.model, &sh, 1) != 0) return ms_cli_fail_err("demo");
+        const ms_family *f = ms_families_default();
+        fprintf(stderr, "moestream demo: writing a synthetic tiny %s checkpoint to %s\n", f->name, o.e.model);
+        if (f->synth(o.e.model, "tiny", 0, 0, 1) != 0) return ms_cli_fail_err("demo");
     }
     if ((rc = ms_cli_eopt_check(&o.e, "demo")) != MS_EXIT_OK) return rc;
     if (!o.prompt && !o.prompt_file && !o.ids && !o.ids_file) o.prompt = "The weather today is";

@@ -8,13 +8,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "ms_chat.h"
 #include "ms_cli.h"
 #include "ms_clock.h"
 #include "ms_cli_eopt.h"
 #include "ms_engine.h"
 #include "ms_err.h"
-#include "ms_layer.h"
 #include "ms_opt.h"
 #include "ms_sengine.h"
 #include "ms_shttp.h"
@@ -168,8 +166,9 @@ static int serve_main(const serve_opts *o)
     ho.api_key = key;
     ho.model_name = name;
     ho.max_body = (size_t)o->max_body;
-    ho.lim = (ms_jobfile_limits){tok, ms_engine_cfg(e)->vocab, o->max_context};
-    ho.chat_end_id = tok ? ms_chat_end_id(tok) : -1;
+    const ms_chatfmt *chat = ms_engine_family(e)->chat;
+    ho.lim = (ms_jobfile_limits){tok, ms_engine_info(e)->vocab, o->max_context, chat};
+    ho.chat_end_id = tok ? chat->end_id(tok) : -1;
     ho.request_timeout = o->request_timeout;
     ho.read_timeout = o->read_timeout;
     ho.max_connections = o->max_connections > 0 ? (int)o->max_connections : (int)(batch + o->max_queue + 64);
@@ -262,7 +261,7 @@ int ms_cli_serve(int argc, char **argv)
         case 'l': o.listen = optarg; break;
         case 'k': o.key_file = optarg; break;
         case 'M': o.model_name = optarg; break;
-        case 'b': bad = ms_opt_int("--max-batch", optarg, 1, MS_LAYER_MAX_SEQS, &o.max_batch); break;
+        case 'b': bad = ms_opt_int("--max-batch", optarg, 1, MS_MODEL_MAX_SEQS, &o.max_batch); break;
         case 'Q': bad = ms_opt_int("--max-queue", optarg, 0, 1 << 20, &o.max_queue); break;
         case 'X': bad = ms_opt_int("--max-context", optarg, 2, 1 << 24, &o.max_context); break;
         case 'Y':

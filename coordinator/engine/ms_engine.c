@@ -6,6 +6,7 @@
 #include "ms_draft.h"
 #include "ms_engine.h"
 #include "ms_err.h"
+#include "ms_families.h"
 #include "ms_ident.h"
 #include "ms_local.h"
 #include "ms_proc.h"
@@ -15,6 +16,7 @@
 
 struct ms_engine {
     ms_engine_opts o;
+    const ms_family *fam;
     ms_model *m;
     ms_tok *tok;
     int64_t V;
@@ -92,7 +94,7 @@ static int local_revive(void *ctx, int worker, char *why, size_t n) { return ms_
 static int start_workers(ms_engine *e)
 {
     const ms_engine_opts *o = &e->o;
-    const ms_cfg *c = ms_model_cfg(e->m);
+    const ms_model_info *c = ms_model_get_info(e->m);
     char secret[41] = "";
     if (o->curve_secret) { /* the reader the workers use too: same rules, same warnings */
         char(*keys)[41] = NULL;
@@ -111,22 +113,24 @@ static int start_workers(ms_engine *e)
                                   o->run.n_threads, o->run.buffered, 1, &e->wlist, &e->n_workers);
         if (!e->local) return -1;
     }
-    ms_xfmt xf; /* the routed experts' format the workers must serve */
-    if (ms_xfmt_from_cfg(c, "config.json", &xf) != 0) return -1;
+    if (!c->have_xfmt) { /* the routed experts' format the workers must serve */
+        ms_err_set("%s/config.json: %s", o->model_dir, c->why_no_xfmt);
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
     ms_remote_opts ro = {.n_workers = e->n_workers,
                          .workers = e->wlist,
                          .secret_key = secret[0] ? secret : NULL,
                          .fingerprint = fp,
                          .n_layers = c->n_layers,
                          .n_experts = c->n_experts,
-                         .fmt = &xf,
+                         .fmt = &c->xfmt,
                          .timeout_s = o->worker_timeout};
     ro.local = !e->listed;
     if (ro.local) { /* a local worker that dies is restarted and the pass goes on */
         ro.revive = local_revive;
         ro.revive_ctx = e->local;
     }
-    e->remote = ms_remote_new(&ro, c->first_dense);
+    e->remote = ms_remote_new(&ro, c->first_moe);
     if (!e->remote) return -1;
     ms_model_set_experts(e->m, ms_remote_iface(e->remote));
     return 0;
@@ -143,7 +147,7 @@ ms_engine *ms_engine_open(const ms_engine_opts *o)
     ms_engine *e = ms_calloc(1, sizeof *e);
     e->o = *o;
     if (e->o.max_seqs < 1) e->o.max_seqs = 1;
-    MS_ASSERT(e->o.max_seqs <= MS_LAYER_MAX_SEQS && e->o.fit_seqs <= MS_LAYER_MAX_SEQS);
+    MS_ASSERT(e->o.max_seqs <= MS_MODEL_MAX_SEQS && e->o.fit_seqs <= MS_MODEL_MAX_SEQS);
     if ((o->workers || o->cluster) && list_workers(e) != 0) goto fail;
     ms_run_opts ro = o->run;
     ro.max_seqs = e->o.max_seqs;
@@ -156,8 +160,8 @@ ms_engine *ms_engine_open(const ms_engine_opts *o)
     e->spec_auto = o->speculate == MS_SPEC_AUTO;
     if (o->draft_file && ms_draft_read_file(o->draft_file, &e->draft_ids, &e->n_draft_ids) != 0) goto fail;
     if (ms_tok_present(o->model_dir) && !(e->tok = ms_tok_load(o->model_dir))) goto fail;
-    if (!(e->m = ms_model_open(o->model_dir, &ro))) goto fail;
-    e->V = ms_model_cfg(e->m)->vocab;
+    if (!(e->fam = ms_families_detect(o->model_dir)) || !(e->m = e->fam->open(o->model_dir, &ro))) goto fail;
+    e->V = ms_model_get_info(e->m)->vocab;
     e->spec_window = ms_model_spec_window(e->m);
     for (size_t i = 0; i < e->n_draft_ids; i++)
         if (e->draft_ids[i] >= e->V) {
@@ -184,7 +188,8 @@ void ms_engine_free(ms_engine *e)
 }
 
 ms_model *ms_engine_model(ms_engine *e) { return e->m; }
-const ms_cfg *ms_engine_cfg(const ms_engine *e) { return ms_model_cfg(e->m); }
+const ms_model_info *ms_engine_info(const ms_engine *e) { return ms_model_get_info(e->m); }
+const ms_family *ms_engine_family(const ms_engine *e) { return e->fam; }
 ms_tok *ms_engine_tok(ms_engine *e) { return e->tok; }
 int64_t ms_engine_pass_rows(const ms_engine *e) { return ms_model_chunk(e->m); }
 int ms_engine_max_seqs(const ms_engine *e) { return ms_model_max_seqs(e->m); }
@@ -257,7 +262,7 @@ static void emit(ms_eseq *s, int32_t next)
     if (s->p.on_token) s->p.on_token(s->p.ctx, s, next);
     if ((int64_t)s->n_gen >= s->p.max_tokens)
         s->finish = "length";
-    else if (s->p.stop_at_eos && next == ms_model_cfg(s->e->m)->eos_id)
+    else if (s->p.stop_at_eos && next == ms_model_get_info(s->e->m)->eos_id)
         s->finish = "stop";
     else if (s->stopped)
         s->finish = "stop";
@@ -415,7 +420,7 @@ int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
             if (s->finish) continue;
             int prefill = s->fed < s->n_prompt;
             if (prefill != round) continue;
-            if (rows >= cap || np == MS_LAYER_MAX_SEQS) {
+            if (rows >= cap || np == MS_MODEL_MAX_SEQS) {
                 rc = run_pass(e, pass, np);
                 np = 0;
                 rows = 0;

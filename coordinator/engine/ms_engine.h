@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ms_family.h"
 #include "ms_model.h"
 #include "ms_remote.h"
 #include "ms_tok.h"
@@ -43,15 +44,17 @@ typedef struct {
 #define MS_SPEC_AUTO_MAX 8
 #define MS_SPEC_MAX 64 /* largest N of --speculate N */
 
-/* Open the model (plan, pin, stream set-up), its tokenizer when DIR has one, and the experts'
- * workers. Returns NULL with ms_err set and its exit class (MS_EXIT_USAGE for bad worker
+/* Open the model with the family its config.json names (ms_families), its tokenizer when DIR
+ * has one, and the experts' workers. Returns NULL with ms_err set and its exit class (MS_EXIT_USAGE for bad worker
  * options, MS_EXIT_MODEL/IO/BUDGET/WORKER otherwise). Local workers are stopped by
  * ms_engine_free. */
 ms_engine *ms_engine_open(const ms_engine_opts *o);
 void ms_engine_free(ms_engine *e); /* stops local workers; accepts NULL */
 
 ms_model *ms_engine_model(ms_engine *e);
-const ms_cfg *ms_engine_cfg(const ms_engine *e);
+/* What the model is, and its family (its chat format). Borrowed, valid while e lives. */
+const ms_model_info *ms_engine_info(const ms_engine *e);
+const ms_family *ms_engine_family(const ms_engine *e);
 /* The tokenizer, or NULL when the model directory has none. Owned by the engine. */
 ms_tok *ms_engine_tok(ms_engine *e);
 /* Sequences planned for (max_seqs, or what fit_seqs found): more alive at once may not fit. */
@@ -78,7 +81,7 @@ typedef struct {
 } ms_gen_params;
 
 /* A new sequence that will prefill prompt[n] (copied; n >= 1, ids checked against the
- * vocabulary) and then generate. Its KDA states and MLA caches are its own. NULL with ms_err
+ * vocabulary) and then generate. Its model state is its own. NULL with ms_err
  * set (MS_EXIT_INPUT) on a bad prompt. */
 ms_eseq *ms_engine_seq_new(ms_engine *e, const int32_t *prompt, size_t n, const ms_gen_params *p);
 void ms_engine_seq_free(ms_eseq *s); /* accepts NULL; any time between steps */

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "ms_err.h"
-#include "ms_layer.h"
 #include "ms_sched.h"
 
 typedef struct sjob {
@@ -38,7 +37,7 @@ struct ms_sched {
     int64_t V;
     fifo wait;                   /* not started */
     fifo solo;                   /* from a failed step: each runs alone, before any other */
-    sjob *run[MS_LAYER_MAX_SEQS];
+    sjob *run[MS_MODEL_MAX_SEQS];
     int n_run;
     ms_sched_stats st;
 };
@@ -75,13 +74,13 @@ static void job_free(sjob *j)
 
 ms_sched *ms_sched_new(ms_engine *e, int max_batch, ms_sched_done_fn done, void *ctx)
 {
-    MS_ASSERT(max_batch >= 1 && max_batch <= MS_LAYER_MAX_SEQS && max_batch <= ms_engine_max_seqs(e));
+    MS_ASSERT(max_batch >= 1 && max_batch <= MS_MODEL_MAX_SEQS && max_batch <= ms_engine_max_seqs(e));
     ms_sched *s = ms_calloc(1, sizeof *s);
     s->e = e;
     s->max_batch = max_batch;
     s->done = done;
     s->ctx = ctx;
-    s->V = ms_engine_cfg(e)->vocab;
+    s->V = ms_engine_info(e)->vocab;
     return s;
 }
 
@@ -368,7 +367,7 @@ int ms_sched_step(ms_sched *s)
             if (admit(s, fifo_pop(&s->wait)) != 0) return -1;
     }
     if (s->n_run == 0) return 0;
-    ms_eseq *seqs[MS_LAYER_MAX_SEQS];
+    ms_eseq *seqs[MS_MODEL_MAX_SEQS];
     for (int i = 0; i < s->n_run; i++) seqs[i] = s->run[i]->seq;
     s->st.steps++;
     s->st.last_batch = s->n_run;

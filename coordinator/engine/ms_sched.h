@@ -64,7 +64,7 @@ typedef struct {
 } ms_sched_delta;
 typedef void (*ms_sched_stream_fn)(void *ctx, const ms_sched_delta *d);
 
-/* A scheduler over e (borrowed) running at most max_batch jobs at once (1..MS_LAYER_MAX_SEQS,
+/* A scheduler over e (borrowed) running at most max_batch jobs at once (1..MS_MODEL_MAX_SEQS,
  * at most ms_engine_max_seqs(e)). */
 ms_sched *ms_sched_new(ms_engine *e, int max_batch, ms_sched_done_fn done, void *ctx);
 void ms_sched_free(ms_sched *s); /* frees jobs not finished; accepts NULL */

@@ -4,10 +4,10 @@
 
 #include "ms_err.h"
 #include "ms_k3_tensors.h"
-#include "ms_model_int.h"
+#include "ms_k3_int.h"
 
 #define LW(f) offsetof(ms_layer_w, f)
-#define MW(f) offsetof(struct ms_model, f)
+#define MW(f) offsetof(k3_model, f)
 #define D(a, b, c) {MS_K3_D##a, MS_K3_D##b, MS_K3_D##c}
 
 static const ms_k3_tensor table[] = {
@@ -72,9 +72,9 @@ const ms_k3_tensor *ms_k3_tensors(int *n)
     return table;
 }
 
-int ms_k3_in_layer(const ms_k3_tensor *t, const ms_cfg *c, int layer)
+int ms_k3_in_layer(const ms_k3_tensor *t, const ms_k3_cfg *c, int layer)
 {
-    int mla = c->is_mla[layer], dense = ms_cfg_is_dense(c, layer);
+    int mla = c->is_mla[layer], dense = ms_k3_cfg_is_dense(c, layer);
     switch (t->where) {
     case MS_K3_MODEL: return 0;
     case MS_K3_ALL: return 1;
@@ -87,7 +87,7 @@ int ms_k3_in_layer(const ms_k3_tensor *t, const ms_cfg *c, int layer)
     return 0;
 }
 
-int64_t ms_k3_dim_value(const ms_cfg *c, ms_k3_dim d)
+int64_t ms_k3_dim_value(const ms_k3_cfg *c, ms_k3_dim d)
 {
     int64_t P = (int64_t)c->kda_heads * c->kda_head_dim;
     switch (d) {
@@ -128,7 +128,7 @@ void ms_k3_expert_name(int layer, int expert, int m, int p, char *buf, size_t n)
     snprintf(buf, n, MS_K3_PFX "layers.%d.block_sparse_moe.experts.%d.%s.%s", layer, expert, mat[m], part[p]);
 }
 
-int ms_k3_trunk_matrices(const ms_cfg *c, const ms_st *st, const ms_st_tensor ***out)
+int ms_k3_trunk_matrices(const ms_k3_cfg *c, const ms_st *st, const ms_st_tensor ***out)
 {
     int nt;
     const ms_k3_tensor *tab = ms_k3_tensors(&nt);

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_st.h"
 
 #define MS_K3_PFX "language_model.model."
@@ -48,14 +48,14 @@ typedef struct {
     int ndim;
     ms_k3_dim dim[3];
     size_t field;         /* offset of the destination in ms_layer_w (ms_mat or const float *), or in
-                             the model for MS_K3_MODEL entries (see ms_model.c) */
+                             the K3 model (k3_model) for MS_K3_MODEL entries */
 } ms_k3_tensor;
 
 /* The table, n entries, in the released file order of a layer (model-level entries last). */
 const ms_k3_tensor *ms_k3_tensors(int *n);
 /* 1 if entry t exists in zero-based layer `layer` (never for MS_K3_MODEL). */
-int ms_k3_in_layer(const ms_k3_tensor *t, const ms_cfg *c, int layer);
-int64_t ms_k3_dim_value(const ms_cfg *c, ms_k3_dim d);
+int ms_k3_in_layer(const ms_k3_tensor *t, const ms_k3_cfg *c, int layer);
+int64_t ms_k3_dim_value(const ms_k3_cfg *c, ms_k3_dim d);
 /* Full name of entry t in layer `layer` into buf. */
 void ms_k3_tensor_name(const ms_k3_tensor *t, int layer, char *buf, size_t n);
 
@@ -66,6 +66,6 @@ void ms_k3_expert_name(int layer, int expert, int m, int p, char *buf, size_t n)
 /* The dense trunk matrices of the checkpoint st (every 2-D BF16 matrix of the table but the
  * embedding and the routed experts, layer by layer, then the model-level ones): what a trunk
  * pack holds. *out is malloc'ed (the caller frees it), pointing into st. Returns the count. */
-int ms_k3_trunk_matrices(const ms_cfg *c, const ms_st *st, const ms_st_tensor ***out);
+int ms_k3_trunk_matrices(const ms_k3_cfg *c, const ms_st *st, const ms_st_tensor ***out);
 
 #endif

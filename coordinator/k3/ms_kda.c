@@ -7,7 +7,7 @@
 #include "ms_kda.h"
 #include "ms_ops.h"
 
-void ms_kda_state_init(ms_kda_state *st, const ms_cfg *c)
+void ms_kda_state_init(ms_kda_state *st, const ms_k3_cfg *c)
 {
     size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim;
     size_t H = (size_t)(c->conv_k - 1);
@@ -18,7 +18,30 @@ void ms_kda_state_init(ms_kda_state *st, const ms_cfg *c)
     st->hv = ms_calloc(P * H + 1, sizeof(float));
 }
 
-void ms_kda_state_reset(ms_kda_state *st, const ms_cfg *c)
+uint64_t ms_kda_state_bytes(const ms_k3_cfg *c)
+{
+    uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim, H = (uint64_t)(c->conv_k - 1);
+    return 4 * (P * (uint64_t)c->kda_head_dim + 3 * (P * H + 1)); /* S, hq, hk, hv as ms_kda_state_init allocates them */
+}
+
+void ms_kda_state_copy(ms_kda_state *dst, const ms_kda_state *src, const ms_k3_cfg *c)
+{
+    size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim, H = (size_t)(c->conv_k - 1);
+    MS_ASSERT(!src->recording);
+    ms_kda_state_init(dst, c);
+    memcpy(dst->S, src->S, sizeof(float) * P * (size_t)c->kda_head_dim);
+    memcpy(dst->hq, src->hq, sizeof(float) * P * H);
+    memcpy(dst->hk, src->hk, sizeof(float) * P * H);
+    memcpy(dst->hv, src->hv, sizeof(float) * P * H);
+}
+
+uint64_t ms_kda_fixed_bytes(const ms_k3_cfg *c)
+{
+    /* ms_kda_spec_end's [P] scratch and its conv rows, outside the pass's arena */
+    return 16 * (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
+}
+
+void ms_kda_state_reset(ms_kda_state *st, const ms_k3_cfg *c)
 {
     size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim;
     size_t H = (size_t)(c->conv_k - 1);
@@ -114,14 +137,14 @@ static void recur_chunk(void *ctx, int64_t begin, int64_t end)
 }
 
 
-size_t ms_kda_work_floats(const ms_cfg *c, int64_t R)
+size_t ms_kda_work_floats(const ms_k3_cfg *c, int64_t R)
 {
     size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim, r = (size_t)R;
     return 6 * MS_ARENA_SPAN(r * P) + MS_ARENA_SPAN(r * (size_t)c->kda_head_dim) +
            MS_ARENA_SPAN(r * (size_t)c->kda_heads) + MS_ARENA_SPAN(4 * P);
 }
 
-void ms_kda_forward_batch(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *const *st, const ms_rows *seg,
+void ms_kda_forward_batch(const ms_k3_cfg *c, const ms_kda_w *w, ms_kda_state *const *st, const ms_rows *seg,
                           int n_seg, const float *x, int64_t R, float *out, ms_arena *ar, ms_pool *pool)
 {
     int Hk = c->kda_heads, D = c->kda_head_dim, K = c->conv_k;
@@ -182,7 +205,7 @@ void ms_kda_forward_batch(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *cons
     ms_arena_reset(ar, mark);
 }
 
-void ms_kda_forward(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *st, const float *x, int64_t T, float *out,
+void ms_kda_forward(const ms_k3_cfg *c, const ms_kda_w *w, ms_kda_state *st, const float *x, int64_t T, float *out,
                     ms_pool *pool)
 {
     ms_rows seg = {0, T};
@@ -192,14 +215,14 @@ void ms_kda_forward(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *st, const 
     ms_arena_free(&ar);
 }
 
-uint64_t ms_kda_spec_bytes(const ms_cfg *c, int64_t rows)
+uint64_t ms_kda_spec_bytes(const ms_k3_cfg *c, int64_t rows)
 {
     uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
     return 4 * (P * (uint64_t)c->kda_head_dim + 3 * P * (uint64_t)(c->conv_k - 1) + 1 +
                 (uint64_t)rows * MS_KDA_REC(P, c->kda_heads));
 }
 
-void ms_kda_spec_reserve(ms_kda_state *st, const ms_cfg *c, int64_t rows)
+void ms_kda_spec_reserve(ms_kda_state *st, const ms_k3_cfg *c, int64_t rows)
 {
     size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim, H = (size_t)(c->conv_k - 1);
     if (!st->S0) {
@@ -213,7 +236,7 @@ void ms_kda_spec_reserve(ms_kda_state *st, const ms_cfg *c, int64_t rows)
     }
 }
 
-void ms_kda_spec_begin(ms_kda_state *st, const ms_cfg *c)
+void ms_kda_spec_begin(ms_kda_state *st, const ms_k3_cfg *c)
 {
     size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim, H = (size_t)(c->conv_k - 1);
     MS_ASSERT(st->S0 && st->cap_rec > 0);
@@ -225,7 +248,7 @@ void ms_kda_spec_begin(ms_kda_state *st, const ms_cfg *c)
     st->recording = 1;
 }
 
-void ms_kda_spec_end(ms_kda_state *st, const ms_cfg *c, const ms_kda_w *w, int64_t keep, ms_pool *pool)
+void ms_kda_spec_end(ms_kda_state *st, const ms_k3_cfg *c, const ms_kda_w *w, int64_t keep, ms_pool *pool)
 {
     int Hk = c->kda_heads, D = c->kda_head_dim, K = c->conv_k;
     size_t P = (size_t)Hk * (size_t)D, H = (size_t)(K - 1);

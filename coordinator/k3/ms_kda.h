@@ -2,7 +2,7 @@
 #ifndef MS_KDA_H
 #define MS_KDA_H
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_kern.h"
 #include "ms_pool.h"
 #include "ms_rows.h"
@@ -42,14 +42,20 @@ typedef struct {
  * first keep rows recorded (1 <= keep <= rows recorded): if fewer than all, the state is
  * restored and the kept rows' short convolutions and recurrence are replayed from the record,
  * so it is bit for bit the state a pass of only those rows leaves. */
-void ms_kda_spec_reserve(ms_kda_state *st, const ms_cfg *c, int64_t rows);
-void ms_kda_spec_begin(ms_kda_state *st, const ms_cfg *c);
-void ms_kda_spec_end(ms_kda_state *st, const ms_cfg *c, const ms_kda_w *w, int64_t keep, ms_pool *pool);
+void ms_kda_spec_reserve(ms_kda_state *st, const ms_k3_cfg *c, int64_t rows);
+void ms_kda_spec_begin(ms_kda_state *st, const ms_k3_cfg *c);
+void ms_kda_spec_end(ms_kda_state *st, const ms_k3_cfg *c, const ms_kda_w *w, int64_t keep, ms_pool *pool);
 /* Bytes one sequence's KDA layer needs for speculative passes of up to rows rows (planner). */
-uint64_t ms_kda_spec_bytes(const ms_cfg *c, int64_t rows);
+uint64_t ms_kda_spec_bytes(const ms_k3_cfg *c, int64_t rows);
 
-void ms_kda_state_init(ms_kda_state *st, const ms_cfg *c);  /* allocates, zeroed */
-void ms_kda_state_reset(ms_kda_state *st, const ms_cfg *c); /* zero */
+/* Bytes ms_kda_state_init allocates for one layer's state. */
+uint64_t ms_kda_state_bytes(const ms_k3_cfg *c);
+/* dst (uninitialised) := a copy of the settled state src (no speculative pass open). */
+void ms_kda_state_copy(ms_kda_state *dst, const ms_kda_state *src, const ms_k3_cfg *c);
+/* Buffers a KDA layer allocates outside the pass's arena (the planner's fixed costs). */
+uint64_t ms_kda_fixed_bytes(const ms_k3_cfg *c);
+void ms_kda_state_init(ms_kda_state *st, const ms_k3_cfg *c);  /* allocates, zeroed */
+void ms_kda_state_reset(ms_kda_state *st, const ms_k3_cfg *c); /* zero */
 void ms_kda_state_free(ms_kda_state *st);                   /* accepts NULL */
 
 /* Decay (spec §3.5 step 4) from z[P] (= fb*(fa*x), before dt_bias): alpha[P] = exp(g),
@@ -67,12 +73,12 @@ void ms_kda_recur_step(float *S, int Hk, int D, const float *q, const float *k, 
  * weight read once); the short convolutions and the recurrence run per sequence, so a row's
  * output never depends on the other sequences. x: float[R][E] (the input_layernorm output),
  * out: float[R][E]. */
-void ms_kda_forward_batch(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *const *st, const ms_rows *seg,
+void ms_kda_forward_batch(const ms_k3_cfg *c, const ms_kda_w *w, ms_kda_state *const *st, const ms_rows *seg,
                           int n_seg, const float *x, int64_t R, float *out, ms_arena *ar, ms_pool *pool);
 /* Scratch floats ms_kda_forward_batch takes from its arena for R rows (returned on exit). */
-size_t ms_kda_work_floats(const ms_cfg *c, int64_t R);
+size_t ms_kda_work_floats(const ms_k3_cfg *c, int64_t R);
 /* One sequence: T consecutive tokens carrying state (ms_kda_forward_batch with one segment). */
-void ms_kda_forward(const ms_cfg *c, const ms_kda_w *w, ms_kda_state *st, const float *x, int64_t T, float *out,
+void ms_kda_forward(const ms_k3_cfg *c, const ms_kda_w *w, ms_kda_state *st, const float *x, int64_t T, float *out,
                     ms_pool *pool);
 
 #endif

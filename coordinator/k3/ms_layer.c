@@ -6,19 +6,19 @@
 #include "ms_layer.h"
 #include "ms_ops.h"
 
-int ms_layer_snaps_after(const ms_cfg *c, int layer)
+int ms_layer_snaps_after(const ms_k3_cfg *c, int layer)
 {
     if (layer < 0) return 0;
     return layer / c->attn_res_block + 1; /* boundaries 0, B, 2B, ... <= layer */
 }
 
 /* AttnRes over the first n snapshots of each token plus the prefix P. */
-static void attnres_rows(const ms_cfg *c, const float *snaps, int smax, int n, const float *P, const float *fold,
+static void attnres_rows(const ms_k3_cfg *c, const float *snaps, int smax, int n, const float *P, const float *fold,
                          int64_t T, float *out)
 {
     int64_t E = c->hidden;
-    const float *srcs[MS_CFG_MAX_SNAPSHOTS + 1];
-    MS_ASSERT(n <= MS_CFG_MAX_SNAPSHOTS); /* ms_cfg refuses configs with more */
+    const float *srcs[MS_K3_CFG_MAX_SNAPSHOTS + 1];
+    MS_ASSERT(n <= MS_K3_CFG_MAX_SNAPSHOTS); /* ms_k3_cfg refuses configs with more */
     for (int64_t t = 0; t < T; t++) {
         for (int s = 0; s < n; s++) srcs[s] = snaps + (t * smax + s) * E;
         srcs[n] = P + t * E;
@@ -26,12 +26,12 @@ static void attnres_rows(const ms_cfg *c, const float *snaps, int smax, int n, c
     }
 }
 
-size_t ms_layer_work_floats(const ms_cfg *c, int64_t R)
+size_t ms_layer_work_floats(const ms_k3_cfg *c, int64_t R)
 {
     size_t attn = 0, ffn = 0, kda = ms_kda_work_floats(c, R), mla = ms_mla_work_floats(c, R);
     for (int i = 0; i < c->n_layers; i++) {
         size_t a = c->is_mla[i] ? mla : kda;
-        size_t f = ms_cfg_is_dense(c, i) ? MS_ARENA_SPAN(2 * (size_t)R * (size_t)c->dense_inter)
+        size_t f = ms_k3_cfg_is_dense(c, i) ? MS_ARENA_SPAN(2 * (size_t)R * (size_t)c->dense_inter)
                                          : ms_moe_work_floats(c, R);
         if (a > attn) attn = a;
         if (f > ffn) ffn = f;
@@ -39,14 +39,14 @@ size_t ms_layer_work_floats(const ms_cfg *c, int64_t R)
     return 2 * MS_ARENA_SPAN((size_t)R * (size_t)c->hidden) + (attn > ffn ? attn : ffn);
 }
 
-int ms_layer_forward_batch(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *const *st,
+int ms_layer_forward_batch(const ms_k3_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *const *st,
                            const ms_rows *seg, int n_seg, const ms_experts *ex, float *h, float *snaps, int smax,
                            int *n_snap, int64_t T, int32_t *ids_out, ms_arena *ar, ms_pool *pool)
 {
     int64_t E = c->hidden;
     size_t TE = (size_t)(T * E);
     int n_prev = *n_snap;
-    int boundary = ms_cfg_is_boundary(c, layer);
+    int boundary = ms_k3_cfg_is_boundary(c, layer);
     int n_cur = n_prev + boundary;
     MS_ASSERT(n_cur <= smax);
     *n_snap = n_cur;
@@ -66,16 +66,16 @@ int ms_layer_forward_batch(const ms_cfg *c, int layer, const ms_layer_w *w, ms_l
         p_empty = 1;
     }
     for (int64_t t = 0; t < T; t++) ms_rmsnorm(x + t * E, w->in_norm, E, c->eps, x + t * E);
-    MS_ASSERT(n_seg >= 0 && n_seg <= MS_LAYER_MAX_SEQS);
+    MS_ASSERT(n_seg >= 0 && n_seg <= MS_MODEL_MAX_SEQS);
     if (w->is_mla) {
-        ms_mla_cache *kc[MS_LAYER_MAX_SEQS];
+        ms_mla_cache *kc[MS_MODEL_MAX_SEQS];
         for (int s = 0; s < n_seg; s++) kc[s] = &st[s]->mla;
         if (ms_mla_forward_batch(c, &w->mla, kc, seg, n_seg, x, T, a, ar, pool) != 0) {
             rc = -1;
             goto out;
         }
     } else {
-        ms_kda_state *ks[MS_LAYER_MAX_SEQS];
+        ms_kda_state *ks[MS_MODEL_MAX_SEQS];
         for (int s = 0; s < n_seg; s++) ks[s] = &st[s]->kda;
         ms_kda_forward_batch(c, &w->kda, ks, seg, n_seg, x, T, a, ar, pool);
     }
@@ -99,7 +99,7 @@ out:
     return rc;
 }
 
-int ms_layer_forward(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *st, const ms_experts *ex,
+int ms_layer_forward(const ms_k3_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *st, const ms_experts *ex,
                      float *h, float *snaps, int smax, int *n_snap, int64_t T, int32_t *ids_out, ms_pool *pool)
 {
     ms_rows seg = {0, T};

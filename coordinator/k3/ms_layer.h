@@ -2,14 +2,12 @@
 #ifndef MS_LAYER_H
 #define MS_LAYER_H
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_expert.h"
 #include "ms_kda.h"
 #include "ms_mla.h"
+#include "ms_model.h"
 #include "ms_moe.h"
-
-/* Most sequences one batched pass can carry. */
-#define MS_LAYER_MAX_SEQS 256
 
 /* Borrowed weights of one layer (fold vectors are owned by whoever built the struct). */
 typedef struct {
@@ -32,7 +30,7 @@ typedef struct {
 
 /* Number of AttnRes snapshots that exist after layer `layer` has run (every boundary
  * 0, B, 2B, ... <= layer pushes one). */
-int ms_layer_snaps_after(const ms_cfg *c, int layer);
+int ms_layer_snaps_after(const ms_k3_cfg *c, int layer);
 
 /* Run layer `layer` on T consecutive tokens of one sequence.
  * h:     float[T][E]            in: previous layer output (the embedding for layer 0);
@@ -43,7 +41,7 @@ int ms_layer_snaps_after(const ms_cfg *c, int layer);
  * smax:  capacity of snaps per token
  * ids_out: int32[T][k] routed experts chosen (MoE layers), may be NULL.
  * Returns 0, or -1 with ms_err set if the routed experts failed. */
-int ms_layer_forward(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *st, const ms_experts *ex,
+int ms_layer_forward(const ms_k3_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *st, const ms_experts *ex,
                      float *h, float *snaps, int smax, int *n_snap, int64_t T, int32_t *ids_out, ms_pool *pool);
 
 /* The same layer for a batched pass of R rows made of n_seg sequences: segment s is rows
@@ -51,11 +49,11 @@ int ms_layer_forward(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_s
  * R rows. Every matmul of the layer runs once over all R rows and the routed experts are asked
  * once for all rows; each row's result is bit-identical to running its sequence alone. Scratch
  * comes from ar (see ms_layer_work_floats). */
-int ms_layer_forward_batch(const ms_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *const *st,
+int ms_layer_forward_batch(const ms_k3_cfg *c, int layer, const ms_layer_w *w, ms_layer_state *const *st,
                            const ms_rows *seg, int n_seg, const ms_experts *ex, float *h, float *snaps, int smax,
                            int *n_snap, int64_t R, int32_t *ids_out, ms_arena *ar, ms_pool *pool);
 /* Scratch floats ms_layer_forward_batch takes from its arena for R rows, for the widest layer
  * of the model (returned on exit). */
-size_t ms_layer_work_floats(const ms_cfg *c, int64_t R);
+size_t ms_layer_work_floats(const ms_k3_cfg *c, int64_t R);
 
 #endif

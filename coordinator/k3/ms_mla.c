@@ -20,7 +20,29 @@ void ms_mla_cache_free(ms_mla_cache *kc)
 
 static void cache_reserve(ms_mla_cache *kc, int64_t need, int Rkv, int dr);
 
-void ms_mla_cache_reserve(ms_mla_cache *kc, const ms_cfg *c, int64_t n)
+uint64_t ms_mla_cache_bytes(const ms_k3_cfg *c, int64_t n)
+{
+    return 4 * (uint64_t)(c->kv_lora + c->qk_rope) * (uint64_t)n; /* lat and rope rows, as reserved below */
+}
+
+void ms_mla_cache_copy(ms_mla_cache *dst, const ms_mla_cache *src, const ms_k3_cfg *c)
+{
+    ms_mla_cache_init(dst);
+    ms_mla_cache_reserve(dst, c, src->cap > 0 ? src->cap : 1);
+    memcpy(dst->lat, src->lat, sizeof(float) * (size_t)(src->n * c->kv_lora));
+    if (c->qk_rope > 0) memcpy(dst->rope, src->rope, sizeof(float) * (size_t)(src->n * c->qk_rope));
+    dst->n = src->n;
+}
+
+uint64_t ms_mla_thread_bytes(const ms_k3_cfg *c, int64_t positions)
+{
+    /* attn_heads' rows: wk [dn+dv][Rkv] floats, qabs and ctxv [Rkv] doubles, ctxf [Rkv] floats,
+     * p [positions] doubles */
+    return 4 * (uint64_t)(c->qk_nope + c->v_head) * (uint64_t)c->kv_lora + 20 * (uint64_t)c->kv_lora +
+           8 * (uint64_t)positions;
+}
+
+void ms_mla_cache_reserve(ms_mla_cache *kc, const ms_k3_cfg *c, int64_t n)
 {
     if (n <= kc->cap) return;
     kc->lat = ms_realloc(kc->lat, sizeof(float) * (size_t)(n * c->kv_lora));
@@ -43,7 +65,7 @@ static void cache_reserve(ms_mla_cache *kc, int64_t need, int Rkv, int dr)
  * query (qabs = Wk_h^T q^n_h) only the compressed cache is needed. The value read is
  * Wv_h (sum_s p_s lat_s). All sums in double, in a fixed order. */
 typedef struct {
-    const ms_cfg *c;
+    const ms_k3_cfg *c;
     const ms_mla_w *w;
     const ms_mat *kvb;   /* resident view of w->kvb */
     const ms_mla_cache *kc;
@@ -55,7 +77,7 @@ typedef struct {
 static void attn_heads(void *vctx, int64_t h0, int64_t h1)
 {
     attn_ctx *a = vctx;
-    const ms_cfg *c = a->c;
+    const ms_k3_cfg *c = a->c;
     int dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head, Rkv = c->kv_lora;
     int dq = dn + dr;
     int64_t npos = a->n0 + a->T;
@@ -110,14 +132,14 @@ static void attn_heads(void *vctx, int64_t h0, int64_t h1)
     free(p);
 }
 
-size_t ms_mla_work_floats(const ms_cfg *c, int64_t R)
+size_t ms_mla_work_floats(const ms_k3_cfg *c, int64_t R)
 {
     size_t r = (size_t)R, H = (size_t)c->mla_heads, dq = (size_t)(c->qk_nope + c->qk_rope), dv = (size_t)c->v_head;
     return MS_ARENA_SPAN(r * (size_t)c->q_lora) + MS_ARENA_SPAN(r * H * dq) +
            MS_ARENA_SPAN(r * (size_t)(c->kv_lora + c->qk_rope)) + 2 * MS_ARENA_SPAN(r * H * dv);
 }
 
-int ms_mla_forward_batch(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *const *kc, const ms_rows *seg, int n_seg,
+int ms_mla_forward_batch(const ms_k3_cfg *c, const ms_mla_w *w, ms_mla_cache *const *kc, const ms_rows *seg, int n_seg,
                          const float *x, int64_t R, float *out, ms_arena *ar, ms_pool *pool)
 {
     int H = c->mla_heads, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head, Rq = c->q_lora, Rkv = c->kv_lora;
@@ -162,7 +184,7 @@ int ms_mla_forward_batch(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *const
     return rc;
 }
 
-int ms_mla_forward(const ms_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const float *x, int64_t T, float *out,
+int ms_mla_forward(const ms_k3_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const float *x, int64_t T, float *out,
                    ms_pool *pool)
 {
     ms_rows seg = {0, T};

@@ -6,7 +6,7 @@
 #include "ms_moe.h"
 #include "ms_ops.h"
 
-size_t ms_moe_work_floats(const ms_cfg *c, int64_t T)
+size_t ms_moe_work_floats(const ms_k3_cfg *c, int64_t T)
 {
     size_t t = (size_t)T, k = (size_t)c->top_k, L = (size_t)c->latent;
     size_t SI = (size_t)c->n_shared * (size_t)c->moe_inter;
@@ -14,7 +14,7 @@ size_t ms_moe_work_floats(const ms_cfg *c, int64_t T)
            MS_ARENA_SPAN(t * k * L) + MS_ARENA_SPAN(t * (size_t)c->hidden) + MS_ARENA_SPAN(2 * t * SI);
 }
 
-int ms_moe_forward_ws(const ms_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
+int ms_moe_forward_ws(const ms_k3_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
                       float *y, int32_t *ids_out, ms_arena *ar, ms_pool *pool)
 {
     int Ne = c->n_experts, k = c->top_k, E = c->hidden;
@@ -57,7 +57,7 @@ out:
     return rc;
 }
 
-int ms_moe_forward(const ms_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
+int ms_moe_forward(const ms_k3_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
                    float *y, int32_t *ids_out, ms_pool *pool)
 {
     ms_arena ar = {0};

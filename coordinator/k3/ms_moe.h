@@ -2,7 +2,7 @@
 #ifndef MS_MOE_H
 #define MS_MOE_H
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_expert.h"
 #include "ms_kern.h"
 #include "ms_arena.h"
@@ -23,11 +23,11 @@ typedef struct {
  * y: float[T][E]. Routed experts are computed by one call to ex->compute for all T rows.
  * ids_out (int32[T][k]) receives the chosen experts when non-NULL. Returns 0, or -1 with
  * ms_err set when the experts failed (y is then undefined). */
-int ms_moe_forward(const ms_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
+int ms_moe_forward(const ms_k3_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
                    float *y, int32_t *ids_out, ms_pool *pool);
 /* The same with the caller's scratch arena (ms_moe_work_floats(c, T) floats, returned on exit). */
-int ms_moe_forward_ws(const ms_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
+int ms_moe_forward_ws(const ms_k3_cfg *c, int layer, const ms_moe_w *w, const ms_experts *ex, const float *x, int64_t T,
                       float *y, int32_t *ids_out, ms_arena *ar, ms_pool *pool);
-size_t ms_moe_work_floats(const ms_cfg *c, int64_t T);
+size_t ms_moe_work_floats(const ms_k3_cfg *c, int64_t T);
 
 #endif

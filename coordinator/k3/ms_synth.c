@@ -187,9 +187,9 @@ static float amp_for(int64_t fan_in) { return (float)(sqrt(3.0) / sqrt((double)f
 static float scale_byte(int64_t fan_in) { return (float)(127 - (int)lround(log2(2.6 * sqrt((double)fan_in)))); }
 
 /* The config a synthetic shape stands for (what ms_k3_tensors needs of it); is_mla[n_layers]. */
-static ms_cfg shape_cfg(const ms_synth_shape *s, uint8_t *is_mla)
+static ms_k3_cfg shape_cfg(const ms_synth_shape *s, uint8_t *is_mla)
 {
-    ms_cfg c;
+    ms_k3_cfg c;
     memset(&c, 0, sizeof c);
     c.hidden = s->hidden;
     c.n_layers = s->n_layers;
@@ -219,7 +219,7 @@ static ms_cfg shape_cfg(const ms_synth_shape *s, uint8_t *is_mla)
 }
 
 /* One table entry of ms_k3_tensors with its random draw. */
-static void add_entry(speclist *l, const ms_synth_shape *s, const ms_cfg *c, const ms_k3_tensor *t, int layer)
+static void add_entry(speclist *l, const ms_synth_shape *s, const ms_k3_cfg *c, const ms_k3_tensor *t, int layer)
 {
     char nm[256];
     int64_t d[3] = {0, 0, 0};
@@ -245,7 +245,7 @@ static void build_specs(const ms_synth_shape *s, speclist *l)
 {
     uint8_t is_mla[MS_SYNTH_MAX_LAYERS];
     MS_ASSERT(s->n_layers <= MS_SYNTH_MAX_LAYERS);
-    ms_cfg c = shape_cfg(s, is_mla);
+    ms_k3_cfg c = shape_cfg(s, is_mla);
     int nt;
     const ms_k3_tensor *tab = ms_k3_tensors(&nt);
     int64_t L = s->latent, I = s->moe_inter;
@@ -253,7 +253,7 @@ static void build_specs(const ms_synth_shape *s, speclist *l)
         l->shard = s->n_shards > 1 ? (int)((int64_t)i * (s->n_shards - 1) / s->n_layers) : 0;
         for (int j = 0; j < nt; j++)
             if (ms_k3_in_layer(&tab[j], &c, i)) add_entry(l, s, &c, &tab[j], i);
-        if (ms_cfg_is_dense(&c, i)) continue;
+        if (ms_k3_cfg_is_dense(&c, i)) continue;
         /* One expert is one contiguous run: w1, w2, w3, each packed then scale (spec §4.5). */
         for (int e = 0; e < s->n_experts; e++)
             for (int w = 0; w < 3; w++) {

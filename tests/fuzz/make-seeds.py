@@ -86,14 +86,14 @@ for rel in ["checkpoints/tiny-s1234/config.json", "checkpoints/tiny-released-lik
             "released/config.json", "bad-configs/no_layermap.json", "bad-configs/bad_layer_index.json",
             "bad-configs/bad_topk.json"]:
     with open(os.path.join(k3, rel), "rb") as f:
-        put("fuzz_cfg", f.read(), rel.replace("/", "-").replace(".json", ""))
+        put("fuzz_k3_cfg", f.read(), rel.replace("/", "-").replace(".json", ""))
 with open(os.path.join(k3, "tiny-oracle", "tiny_k3.json")) as f:
-    put("fuzz_cfg", json.dumps({"config": json.load(f)["config"]}), "fixture-wrapped")
+    put("fuzz_k3_cfg", json.dumps({"config": json.load(f)["config"]}), "fixture-wrapped")
 # issue 12 defect 4: a huge layer count with a matching layer map (once 20 s and 2 GB)
 with open(os.path.join(k3, "checkpoints", "tiny-s1234", "config.json")) as f:
     c = json.load(f)
 c["num_hidden_layers"], c["full_attn_layers"] = 2000000000, [2000000000]
-put("fuzz_cfg", json.dumps(c), "huge-layers")
+put("fuzz_k3_cfg", json.dumps(c), "huge-layers")
 
 # ---- pack manifests: the fixture tiny-s1234 sharded over 2 workers (replicas 2), a few entries kept
 tmp = tempfile.mkdtemp()

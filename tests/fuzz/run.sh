@@ -13,7 +13,7 @@
 #       open-ended: a random seed per harness, SECONDS each. Not part of CI. A finding is
 #       fixed, then its input is added to tests/fuzz/corpus/<harness>/ so that the
 #       deterministic mode replays it from then on (docs/RELIABILITY.md, Fuzzing).
-#   FUZZ_ONLY="fuzz_st fuzz_cfg" runs only those harnesses. OUT_DIR keeps the grown corpora,
+#   FUZZ_ONLY="fuzz_st fuzz_k3_cfg" runs only those harnesses. OUT_DIR keeps the grown corpora,
 #   logs and any finding (default: a temporary directory, removed when nothing was found).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -232,7 +232,7 @@ ms_mat ms_fix_mat(ms_fix *f, const char *key, int64_t rows, int64_t cols)
     return m;
 }
 
-int ms_fix_manifest(ms_cfg *cfg, ms_fix_tol *tol)
+int ms_fix_manifest(ms_k3_cfg *cfg, ms_fix_tol *tol)
 {
     memset(cfg, 0, sizeof *cfg);
     const char *path = ms_t_shared("fixtures/kimi-k3/ops/MANIFEST.json");
@@ -255,8 +255,8 @@ int ms_fix_manifest(ms_cfg *cfg, ms_fix_tol *tol)
         tol->abs = json_number_value(ja);
         tol->rel = json_number_value(jr);
     }
-    if (rc == 0 && ms_cfg_parse(text, path, cfg) != 0) {
-        fix_fail("%s: ms_cfg_parse failed: %s", path, ms_err_msg());
+    if (rc == 0 && ms_k3_cfg_parse(text, path, cfg) != 0) {
+        fix_fail("%s: ms_k3_cfg_parse failed: %s", path, ms_err_msg());
         rc = -1;
     }
     json_decref(root);

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_kern.h"
 
 #define MS_FIX_MAXDIM 8
@@ -65,10 +65,10 @@ ms_mat ms_fix_mat(ms_fix *f, const char *key, int64_t rows, int64_t cols);
 /* A zero-filled scratch buffer of n floats owned by f. */
 float *ms_fix_scratch(ms_fix *f, int64_t n);
 
-/* Read fixtures/kimi-k3/ops/MANIFEST.json: the tiny config (via ms_cfg_parse on its "config"
+/* Read fixtures/kimi-k3/ops/MANIFEST.json: the tiny config (via ms_k3_cfg_parse on its "config"
  * object) and the tolerance block. Returns 0; -1 after a SKIP (absent) or a FAIL (invalid).
- * On success the caller frees cfg with ms_cfg_free. */
-int ms_fix_manifest(ms_cfg *cfg, ms_fix_tol *tol);
+ * On success the caller frees cfg with ms_k3_cfg_free. */
+int ms_fix_manifest(ms_k3_cfg *cfg, ms_fix_tol *tol);
 
 /* Compare got[n] against want[n] under tol: updates st (may be NULL), records one check (which
  * fails when n == 0: nothing compared is no match), and

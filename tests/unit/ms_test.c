@@ -18,6 +18,7 @@
 #include "ms_err.h"
 #include "ms_st.h"
 #include "ms_test.h"
+#include "ms_xfam.h"
 
 int ms_t_passed, ms_t_failed, ms_t_skipped;
 
@@ -502,4 +503,29 @@ void ms_t_flip_byte(const char *path, uint64_t off, uint8_t mask)
     b ^= mask;
     T_CHECK(pwrite(fd, &b, 1, (off_t)off) == 1, "write byte %llu of %s", (unsigned long long)off, path);
     if (fd >= 0) close(fd);
+}
+
+ms_expert_w ms_t_expert_w(ms_mat w1, ms_mat w2, ms_mat w3)
+{
+    ms_expert_w w;
+    memset(&w, 0, sizeof w);
+    w.w[MS_XROLE_GATE] = w1;
+    w.w[MS_XROLE_DOWN] = w2;
+    w.w[MS_XROLE_UP] = w3;
+    return w;
+}
+
+ms_expert_table *ms_t_situ_table(int n_layers, int n_experts, int latent, float b1, float b2, ms_pool *pool)
+{
+    float p[2] = {b1, b2};
+    return ms_expert_table_new(n_layers, n_experts, latent, MS_XACT_SITU_GLU, p, pool);
+}
+
+int ms_t_k3_xfmt(const ms_k3_cfg *c, ms_xfmt *f) { return ms_xfam_k3_fmt(c->latent, c->moe_inter, c->situ_b1, c->situ_b2, f); }
+
+ms_model *ms_t_k3_load(const char *dir, int n_threads)
+{
+    ms_run_opts o = {0};
+    o.n_threads = n_threads;
+    return ms_k3_model_open(dir, &o);
 }

@@ -157,4 +157,17 @@ int ms_t_close(float got, float want, double abs_tol, double rel_tol);
  * failed and something ran, 1 on failure, 77 (ctest SKIP) if every check was skipped. */
 int ms_t_done(void);
 
+/* ---- Kimi K3 shorthands (ms_test.c) ---- */
+#include "ms_expert.h"
+#include "ms_k3_model.h"
+
+/* K3's routed expert from its matrices w1 (gate), w2 (down), w3 (up). */
+ms_expert_w ms_t_expert_w(ms_mat w1, ms_mat w2, ms_mat w3);
+/* An in-process table of SiTU-GLU experts with constants b1, b2. */
+ms_expert_table *ms_t_situ_table(int n_layers, int n_experts, int latent, float b1, float b2, ms_pool *pool);
+/* The routed-expert format of a K3 config (0, or -1 with ms_err set). */
+int ms_t_k3_xfmt(const ms_k3_cfg *c, ms_xfmt *f);
+/* ms_k3_model_open with default options and n_threads. */
+ms_model *ms_t_k3_load(const char *dir, int n_threads);
+
 #endif

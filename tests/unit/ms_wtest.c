@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_err.h"
 #include "ms_expert.h"
 #include "ms_ident.h"
@@ -32,7 +32,7 @@
 
 char wt_root[512], wt_model[600], wt_wbin[4096];
 void *wt_zctx;
-ms_cfg wt_cfg;
+ms_k3_cfg wt_cfg;
 ms_st *wt_st;
 ms_expert_table *wt_table;
 int wt_L;
@@ -278,12 +278,12 @@ int wt_load_reference(void)
 {
     char path[700];
     snprintf(path, sizeof path, "%s/config.json", wt_model);
-    if (ms_cfg_load(path, &wt_cfg) != 0) return -1;
+    if (ms_k3_cfg_load(path, &wt_cfg) != 0) return -1;
     wt_st = ms_st_open_dir(wt_model);
     if (!wt_st) return -1;
     wt_L = wt_cfg.latent;
-    if (ms_xfmt_from_cfg(&wt_cfg, path, &wt_xfmt) != 0) return -1;
-    wt_table = ms_expert_table_new(wt_cfg.n_layers, wt_cfg.n_experts, wt_cfg.latent, wt_cfg.situ_b1, wt_cfg.situ_b2, NULL);
+    if (ms_t_k3_xfmt(&wt_cfg, &wt_xfmt) != 0) return -1;
+    wt_table = ms_t_situ_table(wt_cfg.n_layers, wt_cfg.n_experts, wt_cfg.latent, wt_cfg.situ_b1, wt_cfg.situ_b2, NULL);
     const char *wn[3] = {"w1", "w2", "w3"};
     for (int l = wt_cfg.first_dense; l < wt_cfg.n_layers; l++)
         for (int e = 0; e < wt_cfg.n_experts; e++) {
@@ -298,7 +298,7 @@ int wt_load_reference(void)
                 int64_t rows = j == 1 ? wt_cfg.latent : wt_cfg.moe_inter, cols = j == 1 ? wt_cfg.moe_inter : wt_cfg.latent;
                 m[j] = (ms_mat){MS_WT_MXFP4, rows, cols, ms_t_st_bytes(wt_st, tp), ms_t_st_bytes(wt_st, ts), NULL, NULL};
             }
-            ms_expert_w w = {m[0], m[1], m[2]};
+            ms_expert_w w = ms_t_expert_w(m[0], m[1], m[2]);
             ms_expert_table_set(wt_table, l, e, &w);
         }
     return 0;
@@ -333,5 +333,5 @@ void wt_teardown(void)
     wt_zctx = NULL;
     ms_expert_table_free(wt_table);
     ms_st_close(wt_st);
-    ms_cfg_free(&wt_cfg);
+    ms_k3_cfg_free(&wt_cfg);
 }

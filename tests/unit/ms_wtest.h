@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <zmq.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_expert.h"
 #include "ms_st.h"
 #include "ms_test.h"
@@ -21,7 +21,7 @@ typedef ms_t_worker worker;
 
 extern char wt_root[512], wt_model[600], wt_wbin[4096];
 extern void *wt_zctx;
-extern ms_cfg wt_cfg;
+extern ms_k3_cfg wt_cfg;
 extern ms_st *wt_st;
 extern ms_expert_table *wt_table;
 extern int wt_L;

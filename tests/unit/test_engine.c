@@ -343,7 +343,7 @@ static void check_bad_input(void)
 {
     ms_engine *e = open_engine(1, 0, 0);
     if (!e) return;
-    int32_t bad[2] = {1, (int32_t)ms_engine_cfg(e)->vocab};
+    int32_t bad[2] = {1, (int32_t)ms_engine_info(e)->vocab};
     ms_gen_params p = {0};
     p.max_tokens = 2;
     ms_eseq *s = ms_engine_seq_new(e, bad, 2, &p);

@@ -339,7 +339,7 @@ static void test_plan(const char *dir)
     o.plan_only = 1;
     o.n_threads = 2;
     ms_err_clear();
-    ms_model *m = ms_model_open(dir, &o);
+    ms_model *m = ms_k3_model_open(dir, &o);
     T_CHECK(m != NULL, "open and plan at 8 GiB: %s", ms_err_msg());
     if (!m) return;
     const ms_plan *p = ms_model_plan(m);

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_err.h"
 #include "ms_fix.h"
 #include "ms_kda.h"
@@ -13,7 +13,7 @@
 #include "ms_test.h"
 
 static ms_fix_tol tol;
-static ms_cfg cfg;
+static ms_k3_cfg cfg;
 
 /* ---- self-contained invariants ---- */
 
@@ -128,7 +128,7 @@ static void fx_recur(const char *name, int T)
 }
 
 /* Build the KDA weights of a kda_layer fixture (E = 128, P = 64, D = 16, Hk = 4, K = 4). */
-static ms_kda_w kda_weights(ms_fix *f, const ms_cfg *c)
+static ms_kda_w kda_weights(ms_fix *f, const ms_k3_cfg *c)
 {
     int64_t E = c->hidden, D = c->kda_head_dim, Hk = c->kda_heads, P = Hk * D, K = c->conv_k;
     ms_kda_w w;
@@ -151,9 +151,9 @@ static ms_kda_w kda_weights(ms_fix *f, const ms_cfg *c)
 }
 
 /* The MANIFEST config with the fixture's own scalars where it has them. */
-static ms_cfg layer_cfg(ms_fix *f)
+static ms_k3_cfg layer_cfg(ms_fix *f)
 {
-    ms_cfg c = cfg; /* shallow: owned arrays stay with the global cfg */
+    ms_k3_cfg c = cfg; /* shallow: owned arrays stay with the global cfg */
     ms_fix_override_int(f, "H", &c.kda_heads);
     ms_fix_override_int(f, "d_k", &c.kda_head_dim);
     ms_fix_override_int(f, "conv_k", &c.conv_k);
@@ -170,7 +170,7 @@ static void fx_layer(const char *name, int T)
     ms_fix *f = ms_fix_open(name);
     if (!f) return;
     ms_fix_stat st = {0};
-    ms_cfg c = layer_cfg(f);
+    ms_k3_cfg c = layer_cfg(f);
     T_CHECK((int)ms_fix_num(f, "T") == T, "%s: T", name);
     int64_t E = c.hidden, D = c.kda_head_dim, Hk = c.kda_heads, P = Hk * D, K = c.conv_k;
     ms_kda_w w = kda_weights(f, &c);
@@ -269,6 +269,6 @@ int main(void)
         fx_layer("kda_layer1", 1);
         fx_layer("kda_layer8", 8);
     }
-    ms_cfg_free(&cfg);
+    ms_k3_cfg_free(&cfg);
     return ms_t_done();
 }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_err.h"
 #include "ms_expert.h"
 #include "ms_fix.h"
@@ -14,7 +14,7 @@
 #include "ms_test.h"
 
 static ms_fix_tol tol;
-static ms_cfg cfg;
+static ms_k3_cfg cfg;
 
 /* Everything one layer fixture needs, built once. */
 typedef struct {
@@ -45,7 +45,7 @@ static const float *fold_of(ms_fix *f, const char *norm_key, const char *proj_ke
     return fold;
 }
 
-static void build_weights(layer_fx *lx, const ms_cfg *c, int is_mla)
+static void build_weights(layer_fx *lx, const ms_k3_cfg *c, int is_mla)
 {
     ms_fix *f = lx->f;
     ms_layer_w *w = &lx->w;
@@ -100,17 +100,17 @@ static void build_weights(layer_fx *lx, const ms_cfg *c, int is_mla)
 }
 
 /* Put this fixture's routed experts at `layer` of the table. */
-static void set_experts(layer_fx *lx, const ms_cfg *c, int layer)
+static void set_experts(layer_fx *lx, const ms_k3_cfg *c, int layer)
 {
     char key[128];
     for (int e = 0; e < c->n_experts; e++) {
         ms_expert_w ew;
         snprintf(key, sizeof key, "mlp_experts_%d_w1_weight", e);
-        ew.w1 = ms_fix_mat(lx->f, key, c->moe_inter, c->latent);
+        ew.w[MS_XROLE_GATE] = ms_fix_mat(lx->f, key, c->moe_inter, c->latent);
         snprintf(key, sizeof key, "mlp_experts_%d_w2_weight", e);
-        ew.w2 = ms_fix_mat(lx->f, key, c->latent, c->moe_inter);
+        ew.w[MS_XROLE_DOWN] = ms_fix_mat(lx->f, key, c->latent, c->moe_inter);
         snprintf(key, sizeof key, "mlp_experts_%d_w3_weight", e);
-        ew.w3 = ms_fix_mat(lx->f, key, c->moe_inter, c->latent);
+        ew.w[MS_XROLE_UP] = ms_fix_mat(lx->f, key, c->moe_inter, c->latent);
         ms_expert_table_set(lx->tab, layer, e, &ew);
     }
 }
@@ -118,7 +118,7 @@ static void set_experts(layer_fx *lx, const ms_cfg *c, int layer)
 /* One run of ms_layer_forward at `layer` under config c on the fixture's input, in token
  * chunks of size `chunk` that carry the state. h_out: [T][E]; snaps_out: [T][smax][E].
  * Returns 0 and *n_after (the snapshot count reported by every call), or -1. */
-static int run_layer(const layer_fx *lx, const ms_cfg *c, int layer, int smax, int chunk, ms_pool *pool, float *h_out,
+static int run_layer(const layer_fx *lx, const ms_k3_cfg *c, int layer, int smax, int chunk, ms_pool *pool, float *h_out,
                      float *snaps_out, int32_t *ids, int *n_after)
 {
     int64_t E = c->hidden, T = lx->T;
@@ -147,7 +147,7 @@ static int run_layer(const layer_fx *lx, const ms_cfg *c, int layer, int smax, i
 }
 
 /* Compare a run's prefix sum and snapshots with the fixture; returns elements over tolerance. */
-static int64_t compare_run(const layer_fx *lx, const ms_cfg *c, const char *tag, int smax, const float *h,
+static int64_t compare_run(const layer_fx *lx, const ms_k3_cfg *c, const char *tag, int smax, const float *h,
                            const float *snaps, ms_fix_stat *st)
 {
     int64_t E = c->hidden, T = lx->T;
@@ -177,14 +177,14 @@ static void fx_layer(const char *name)
     lx.f = ms_fix_open(name);
     if (!lx.f) return;
     ms_fix *f = lx.f;
-    ms_cfg c = cfg; /* shallow copy */
+    ms_k3_cfg c = cfg; /* shallow copy */
     int layer = (int)ms_fix_num(f, "layer_idx");
     int is_mla = (int)ms_fix_num(f, "is_mla");
     int B = (int)ms_fix_num(f, "attn_res_block_size");
     ms_fix_override_float(f, "rms_eps", &c.eps);
     T_CHECK(B == c.attn_res_block && (int)ms_fix_num(f, "hidden") == c.hidden && c.eps == cfg.eps,
             "%s: block size / hidden / eps disagree with the MANIFEST config", name);
-    if (layer < 1 || layer >= c.n_layers || c.is_mla[layer] != is_mla || ms_cfg_is_dense(&c, layer)) {
+    if (layer < 1 || layer >= c.n_layers || c.is_mla[layer] != is_mla || ms_k3_cfg_is_dense(&c, layer)) {
         T_CHECK(0, "%s: layer_idx %d (is_mla %d) does not fit the MANIFEST layer map", name, layer, is_mla);
         ms_fix_free(f);
         return;
@@ -203,7 +203,7 @@ static void fx_layer(const char *name)
     lx.T = (int)th->shape[1];
     lx.n_in = (int)tin->shape[1];
     lx.n_out = (int)tout->shape[1];
-    int boundary = ms_cfg_is_boundary(&c, layer);
+    int boundary = ms_k3_cfg_is_boundary(&c, layer);
     T_CHECK(lx.n_out == lx.n_in + boundary, "%s: %d snapshots in, %d out, boundary %d", name, lx.n_in, lx.n_out,
             boundary);
     lx.in = ms_fix_f32(f, "in", lx.T * E);
@@ -211,7 +211,7 @@ static void fx_layer(const char *name)
     lx.snap_in = tin->data;
     lx.snap_out = tout->data;
     build_weights(&lx, &c, is_mla);
-    lx.tab = ms_expert_table_new(c.n_layers, c.n_experts, c.latent, c.situ_b1, c.situ_b2, NULL);
+    lx.tab = ms_t_situ_table(c.n_layers, c.n_experts, c.latent, c.situ_b1, c.situ_b2, NULL);
     set_experts(&lx, &c, layer);
 
     int smax = ms_layer_snaps_after(&c, c.n_layers - 1);
@@ -266,7 +266,7 @@ static void fx_layer(const char *name)
 /* Self-contained: the snapshot count rule of the header (boundaries 0, B, 2B, ...). */
 static void self_checks(void)
 {
-    ms_cfg c;
+    ms_k3_cfg c;
     memset(&c, 0, sizeof c);
     c.attn_res_block = 3;
     T_CHECK(ms_layer_snaps_after(&c, -1) == 0, "no snapshots before layer 0");
@@ -287,6 +287,6 @@ int main(void)
         fx_layer("layer_kda");
         fx_layer("layer_mla");
     }
-    ms_cfg_free(&cfg);
+    ms_k3_cfg_free(&cfg);
     return ms_t_done();
 }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_err.h"
 #include "ms_fix.h"
 #include "ms_kern.h"
@@ -13,7 +13,7 @@
 #include "ms_test.h"
 
 static ms_fix_tol tol;
-static ms_cfg cfg;
+static ms_k3_cfg cfg;
 
 /* A small random-ish MLA built in memory (no fixtures): E 16, H 2, Rq 8, Rkv 8, dn 4, dr 2, dv 4. */
 static float lcg(uint32_t *s)
@@ -24,7 +24,7 @@ static float lcg(uint32_t *s)
 
 static void self_checks(void)
 {
-    ms_cfg c;
+    ms_k3_cfg c;
     memset(&c, 0, sizeof c);
     c.hidden = 16;
     c.mla_heads = 2;
@@ -84,7 +84,7 @@ static void self_checks(void)
     free(buf);
 }
 
-static ms_mla_w mla_weights(ms_fix *f, const ms_cfg *c)
+static ms_mla_w mla_weights(ms_fix *f, const ms_k3_cfg *c)
 {
     int64_t E = c->hidden, H = c->mla_heads, dq = c->qk_nope + c->qk_rope;
     ms_mla_w w;
@@ -105,7 +105,7 @@ static void fx_mla(void)
     ms_fix *f = ms_fix_open("mla");
     if (!f) return;
     ms_fix_stat st = {0};
-    ms_cfg c = cfg; /* shallow copy, fixture scalars override */
+    ms_k3_cfg c = cfg; /* shallow copy, fixture scalars override */
     ms_fix_override_int(f, "qk_nope", &c.qk_nope);
     ms_fix_override_int(f, "qk_rope", &c.qk_rope);
     ms_fix_override_int(f, "kv_lora", &c.kv_lora);
@@ -191,6 +191,6 @@ int main(void)
         printf("tolerance: abs %g rel %g\n", tol.abs, tol.rel);
         fx_mla();
     }
-    ms_cfg_free(&cfg);
+    ms_k3_cfg_free(&cfg);
     return ms_t_done();
 }

@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_err.h"
 #include "ms_kern.h"
 #include "ms_model.h"
@@ -108,13 +108,13 @@ static void test_oracle(void)
     oracle_src os = {json_object_get(meta, "tensors"), (float *)ms_t_read_file(bpath, &blen), 0};
     os.nfloats = blen / 4;
     char *ctext = json_dumps(meta, 0);
-    ms_cfg cfg;
-    int rc = ms_cfg_parse(ctext, "tiny_k3.json", &cfg);
+    ms_k3_cfg cfg;
+    int rc = ms_k3_cfg_parse(ctext, "tiny_k3.json", &cfg);
     free(ctext);
     T_CHECK(rc == 0, "oracle config parses: %s", ms_err_msg());
     ms_tsrc src = {oracle_find, &os, "tiny-oracle"};
     ms_run_opts ro = {.n_threads = 2};
-    ms_model *m = rc == 0 ? ms_model_bind(&cfg, &src, &ro) : NULL;
+    ms_model *m = rc == 0 ? ms_k3_model_bind(&cfg, &src, &ro) : NULL;
     T_CHECK(m != NULL, "oracle binds: %s", ms_err_msg());
     if (m) {
         int64_t V = cfg.vocab;
@@ -169,7 +169,7 @@ static void test_oracle(void)
         free(lg);
     }
     ms_model_free(m);
-    ms_cfg_free(&cfg);
+    ms_k3_cfg_free(&cfg);
     free(os.blob);
     json_decref(meta);
     json_decref(ref);
@@ -204,10 +204,10 @@ static void test_checkpoint(const char *name)
     if (!p) return;
     char dir[4096], path[4200];
     snprintf(dir, sizeof dir, "%s", p);
-    ms_model *m = ms_model_load(dir, 2);
+    ms_model *m = ms_t_k3_load(dir, 2);
     T_CHECK(m != NULL, "%s loads: %s", name, ms_err_msg());
     if (!m) return;
-    int64_t V = ms_model_cfg(m)->vocab;
+    int64_t V = ms_k3_model_cfg(m)->vocab;
     json_error_t je;
     snprintf(path, sizeof path, "%s/ref_logits.json", dir);
     json_t *rl = json_load_file(path, 0, &je);
@@ -264,12 +264,12 @@ static float *run_logits(const char *dir, int threads, int simd, const int32_t *
 static float *run_opts_logits(const char *dir, const ms_run_opts *o, const int32_t *ids, int64_t n, int split,
                               ms_model_stats *st, ms_plan *plan)
 {
-    ms_model *m = ms_model_open(dir, o);
+    ms_model *m = ms_k3_model_open(dir, o);
     if (!m) {
         fprintf(stderr, "load %s: %s\n", dir, ms_err_msg());
         return NULL;
     }
-    int64_t V = ms_model_cfg(m)->vocab;
+    int64_t V = ms_k3_model_cfg(m)->vocab;
     float *all = malloc(sizeof(float) * (size_t)(n * V)); /* [n][V] logits of every position */
     ms_seq *s = ms_seq_new(m);
     int rc = 0;
@@ -385,7 +385,7 @@ static uint64_t min_budget(const char *dir)
 {
     ms_run_opts o = {.n_threads = 2, .ram_budget = 1, .max_positions = 64, .prompt_tokens = 40,
                      .baseline = 1};
-    ms_model *m = ms_model_open(dir, &o);
+    ms_model *m = ms_k3_model_open(dir, &o);
     T_CHECK(m == NULL && ms_err_code() == 6, "a 1-byte budget is refused with exit class 6: %s", ms_err_msg());
     ms_model_free(m);
     const char *p = strrchr(ms_err_msg(), '(');
@@ -476,7 +476,7 @@ static void test_bad_checkpoint(void)
     snprintf(cmd, sizeof cmd,
              "sed -i 's/\"num_experts\": 8/\"num_experts\": 9/' '%s/config.json'", dir);
     T_CHECK(system(cmd) == 0, "edit config");
-    ms_model *m = ms_model_load(dir, 1);
+    ms_model *m = ms_t_k3_load(dir, 1);
     T_CHECK(m == NULL, "a config implying absent experts is refused");
     T_CHECK(strstr(ms_err_msg(), "experts.8.w1") != NULL, "message names the missing tensor: %s", ms_err_msg());
     T_CHECK(ms_err_code() == 3, "bad model class (exit 3), got %d", ms_err_code());
@@ -487,7 +487,7 @@ static void test_bad_checkpoint(void)
              "'%s/config.json'",
              dir);
     T_CHECK(system(cmd) == 0, "edit config");
-    m = ms_model_load(dir, 1);
+    m = ms_t_k3_load(dir, 1);
     T_CHECK(m == NULL, "a config whose dense width disagrees with the tensors is refused");
     T_CHECK(strstr(ms_err_msg(), "mlp.gate_proj.weight") && strstr(ms_err_msg(), ".safetensors"),
             "message names tensor and file: %s", ms_err_msg());
@@ -515,11 +515,11 @@ static void test_truncated_files(void)
         if (pid == 0) {
             ms_run_opts o = {.n_threads = 1, .max_positions = 16, .prompt_tokens = 8, .baseline = 1,
                              .ram_budget = mode == 1 ? 1 : 16ull << 30, .buffered = mode == 2};
-            ms_model *m = ms_model_open(dir, &o);
+            ms_model *m = ms_k3_model_open(dir, &o);
             if (!m && mode == 1) { /* the minimum budget is named in the refusal: use it */
                 const char *e = strrchr(ms_err_msg(), '(');
                 o.ram_budget = e ? strtoull(e + 1, NULL, 10) : 0;
-                m = o.ram_budget ? ms_model_open(dir, &o) : NULL;
+                m = o.ram_budget ? ms_k3_model_open(dir, &o) : NULL;
             }
             if (!m) {
                 fprintf(stderr, "open: %s\n", ms_err_msg());

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_err.h"
 #include "ms_expert.h"
 #include "ms_fix.h"
@@ -14,7 +14,7 @@
 #include "ms_test.h"
 
 static ms_fix_tol tol;
-static ms_cfg cfg;
+static ms_k3_cfg cfg;
 
 /* An ms_experts wrapper that counts calls and can be told to fail. */
 typedef struct {
@@ -37,7 +37,7 @@ static int spy_compute(void *ctx, int layer, int64_t n_rows, const float *z, int
 }
 
 /* Trunk weights of the moe fixture (prefix "" ) or of a layer fixture (prefix "mlp_"). */
-static ms_moe_w moe_weights(ms_fix *f, const char *pre, const ms_cfg *c)
+static ms_moe_w moe_weights(ms_fix *f, const char *pre, const ms_k3_cfg *c)
 {
     char key[128];
     int64_t E = c->hidden, L = c->latent, NI = (int64_t)c->n_shared * c->moe_inter;
@@ -56,17 +56,17 @@ static ms_moe_w moe_weights(ms_fix *f, const char *pre, const ms_cfg *c)
     return w;
 }
 
-static void set_experts(ms_fix *f, const char *pre, const ms_cfg *c, ms_expert_table *t, int layer)
+static void set_experts(ms_fix *f, const char *pre, const ms_k3_cfg *c, ms_expert_table *t, int layer)
 {
     char key[128];
     for (int e = 0; e < c->n_experts; e++) {
         ms_expert_w ew;
         snprintf(key, sizeof key, "%sexperts_%d_w1_weight", pre, e);
-        ew.w1 = ms_fix_mat(f, key, c->moe_inter, c->latent);
+        ew.w[MS_XROLE_GATE] = ms_fix_mat(f, key, c->moe_inter, c->latent);
         snprintf(key, sizeof key, "%sexperts_%d_w2_weight", pre, e);
-        ew.w2 = ms_fix_mat(f, key, c->latent, c->moe_inter);
+        ew.w[MS_XROLE_DOWN] = ms_fix_mat(f, key, c->latent, c->moe_inter);
         snprintf(key, sizeof key, "%sexperts_%d_w3_weight", pre, e);
-        ew.w3 = ms_fix_mat(f, key, c->moe_inter, c->latent);
+        ew.w[MS_XROLE_UP] = ms_fix_mat(f, key, c->moe_inter, c->latent);
         ms_expert_table_set(t, layer, e, &ew);
     }
 }
@@ -83,10 +83,10 @@ static void self_checks(void)
                 s = s * 1664525u + 1013904223u;
                 wbuf[e][m][i] = (float)(s >> 8) / 16777216.0f - 0.5f;
             }
-    ms_expert_table *t = ms_expert_table_new(2, NE, L, 4.0f, 25.0f, NULL);
+    ms_expert_table *t = ms_t_situ_table(2, NE, L, 4.0f, 25.0f, NULL);
     for (int e = 0; e < NE; e++) {
-        ms_expert_w w = {{MS_WT_F32, I, L, wbuf[e][0], NULL}, {MS_WT_F32, L, I, wbuf[e][1], NULL},
-                         {MS_WT_F32, I, L, wbuf[e][2], NULL}};
+        ms_expert_w w = ms_t_expert_w((ms_mat){MS_WT_F32, I, L, wbuf[e][0], NULL}, (ms_mat){MS_WT_F32, L, I, wbuf[e][1], NULL},
+                                      (ms_mat){MS_WT_F32, I, L, wbuf[e][2], NULL});
         ms_expert_table_set(t, 1, e, &w);
     }
     ms_experts ex = ms_expert_table_iface(t);
@@ -130,7 +130,7 @@ static void fx_moe(void)
     ms_fix *f = ms_fix_open("moe");
     if (!f) return;
     ms_fix_stat st = {0};
-    ms_cfg c = cfg; /* shallow copy; the fixture's scalars override (e.g. moe_inter 48) */
+    ms_k3_cfg c = cfg; /* shallow copy; the fixture's scalars override (e.g. moe_inter 48) */
     ms_fix_override_int(f, "hidden", &c.hidden);
     ms_fix_override_int(f, "latent", &c.latent);
     ms_fix_override_int(f, "moe_inter", &c.moe_inter);
@@ -148,14 +148,14 @@ static void fx_moe(void)
     const int T = 3, layer = 0;
     int64_t E = c.hidden, k = c.top_k;
     ms_moe_w w = moe_weights(f, "", &c);
-    ms_expert_table *tab = ms_expert_table_new(1, c.n_experts, c.latent, c.situ_b1, c.situ_b2, NULL);
+    ms_expert_table *tab = ms_t_situ_table(1, c.n_experts, c.latent, c.situ_b1, c.situ_b2, NULL);
     set_experts(f, "", &c, tab, layer);
     spy_ctx spy = {ms_expert_table_iface(tab), 0, 0, 0, -1, 0};
     ms_experts ex = {spy_compute, &spy};
     const float *in = ms_fix_f32(f, "in", T * E);    /* [1][T][E] */
     const float *want = ms_fix_f32(f, "out", T * E); /* [1][T][E] */
     float *y = ms_fix_scratch(f, T * E);
-    int32_t ids[3 * MS_CFG_MAX_TOPK];
+    int32_t ids[3 * MS_K3_CFG_MAX_TOPK];
     int rc = ms_moe_forward(&c, layer, &w, &ex, in, T, y, ids, NULL);
     T_CHECK(rc == 0, "ms_moe_forward: %s", ms_err_msg());
     T_CHECK(spy.calls == 1 && spy.last_rows == T && spy.last_k == k && spy.last_layer == layer,
@@ -174,7 +174,7 @@ static void fx_moe(void)
 
     /* Invariant: the 3 rows in one call == 3 separate one-row calls, bit for bit. */
     float *y1 = ms_fix_scratch(f, T * E);
-    int32_t ids1[3 * MS_CFG_MAX_TOPK];
+    int32_t ids1[3 * MS_K3_CFG_MAX_TOPK];
     for (int t = 0; t < T; t++) {
         rc = ms_moe_forward(&c, layer, &w, &ex, in + t * E, 1, y1 + t * E, ids1 + t * k, NULL);
         T_CHECK(rc == 0, "ms_moe_forward row %d: %s", t, ms_err_msg());
@@ -188,7 +188,7 @@ static void fx_moe(void)
     /* Invariant: a 2-thread pool (trunk and experts) with scalar kernels gives the same bits. */
     ms_pool *pool = ms_pool_new(2);
     T_CHECK(pool != NULL, "ms_pool_new(2): %s", ms_err_msg());
-    ms_expert_table *tab2 = ms_expert_table_new(1, c.n_experts, c.latent, c.situ_b1, c.situ_b2, pool);
+    ms_expert_table *tab2 = ms_t_situ_table(1, c.n_experts, c.latent, c.situ_b1, c.situ_b2, pool);
     set_experts(f, "", &c, tab2, layer);
     ms_experts ex2 = ms_expert_table_iface(tab2);
     int simd = ms_kern_simd_enabled();
@@ -207,7 +207,7 @@ static void fx_moe(void)
     T_CHECK(strstr(ms_err_msg(), "unavailable") != NULL, "error message lost the expert failure: \"%s\"",
             ms_err_msg());
     /* An expert with no weights is refused by the table. */
-    ms_expert_table *empty = ms_expert_table_new(1, c.n_experts, c.latent, c.situ_b1, c.situ_b2, NULL);
+    ms_expert_table *empty = ms_t_situ_table(1, c.n_experts, c.latent, c.situ_b1, c.situ_b2, NULL);
     ms_experts ex3 = ms_expert_table_iface(empty);
     ms_err_clear();
     rc = ms_moe_forward(&c, layer, &w, &ex3, in, T, y1, NULL, NULL);
@@ -229,6 +229,6 @@ int main(void)
         printf("tolerance: abs %g rel %g\n", tol.abs, tol.rel);
         fx_moe();
     }
-    ms_cfg_free(&cfg);
+    ms_k3_cfg_free(&cfg);
     return ms_t_done();
 }

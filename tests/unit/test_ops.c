@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_err.h"
 #include "ms_fix.h"
 #include "ms_kern.h"
@@ -12,7 +12,7 @@
 #include "ms_test.h"
 
 static ms_fix_tol tol;
-static ms_cfg cfg;
+static ms_k3_cfg cfg;
 
 /* ---- self-contained invariants (run without the shared folder) ---- */
 
@@ -287,6 +287,6 @@ int main(void)
         fx_router();
         fx_attnres();
     }
-    ms_cfg_free(&cfg);
+    ms_k3_cfg_free(&cfg);
     return ms_t_done();
 }

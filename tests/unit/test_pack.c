@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_cli.h"
 #include "ms_err.h"
 #include "ms_expert.h"
@@ -287,7 +287,7 @@ static void set_mat(ms_mat *m, const ms_st *st, int l, int e, int which, int64_t
     m->scales = ms_t_st_bytes(st, (const ms_st_tensor *)ms_t_expert_part(st, l, e, 2 * which + 1));
 }
 
-static ms_xstore *pack_store(const ms_pack *p, const ms_cfg *c, ms_io_files **files, int direct, int slots)
+static ms_xstore *pack_store(const ms_pack *p, const ms_k3_cfg *c, ms_io_files **files, int direct, int slots)
 {
     const char *paths[1] = {p->bin_path};
     *files = ms_io_files_open(paths, 1, direct);
@@ -338,10 +338,10 @@ static void routing(const int *held, int nh, int64_t *rows, int *k, int32_t *ids
 
 static void test_store(const char *model, const char *packdir)
 {
-    ms_cfg c;
+    ms_k3_cfg c;
     char cpath[4300];
     snprintf(cpath, sizeof cpath, "%s/config.json", model);
-    if (ms_cfg_load(cpath, &c) != 0) {
+    if (ms_k3_cfg_load(cpath, &c) != 0) {
         T_CHECK(0, "config: %s", ms_err_msg());
         return;
     }
@@ -351,17 +351,17 @@ static void test_store(const char *model, const char *packdir)
     T_CHECK(st && rc == 0, "open: %s", ms_err_msg());
     if (!st || rc != 0) {
         ms_st_close(st);
-        ms_cfg_free(&c);
+        ms_k3_cfg_free(&c);
         return;
     }
     int64_t L = c.latent, I = c.moe_inter;
-    ms_expert_table *ref = ms_expert_table_new(c.n_layers, c.n_experts, c.latent, c.situ_b1, c.situ_b2, NULL);
+    ms_expert_table *ref = ms_t_situ_table(c.n_layers, c.n_experts, c.latent, c.situ_b1, c.situ_b2, NULL);
     for (int l = c.first_dense; l < c.n_layers; l++)
         for (int e = 0; e < c.n_experts; e++) {
             ms_expert_w w;
-            set_mat(&w.w1, st, l, e, 0, I, L);
-            set_mat(&w.w2, st, l, e, 1, L, I);
-            set_mat(&w.w3, st, l, e, 2, I, L);
+            set_mat(&w.w[MS_XROLE_GATE], st, l, e, 0, I, L);
+            set_mat(&w.w[MS_XROLE_DOWN], st, l, e, 1, L, I);
+            set_mat(&w.w[MS_XROLE_UP], st, l, e, 2, I, L);
             ms_expert_table_set(ref, l, e, &w);
         }
     ms_experts rif = ms_expert_table_iface(ref);
@@ -460,7 +460,7 @@ static void test_store(const char *model, const char *packdir)
     ms_expert_table_free(ref);
     ms_pack_close(&p);
     ms_st_close(st);
-    ms_cfg_free(&c);
+    ms_k3_cfg_free(&c);
 }
 
 int main(void)

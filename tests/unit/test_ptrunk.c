@@ -28,7 +28,7 @@ static result run(const char *dir, const char *pack, uint64_t budget, int64_t V)
     memset(&r, 0, sizeof r);
     ms_run_opts o = {.n_threads = 2, .ram_budget = budget, .max_positions = 64, .prompt_tokens = NT,
                      .baseline = 1, .max_chunk = 8, .trunk_pack = pack};
-    ms_model *m = ms_model_open(dir, &o);
+    ms_model *m = ms_k3_model_open(dir, &o);
     if (!m) {
         r.code = ms_err_code();
         snprintf(r.err, sizeof r.err, "%s", ms_err_msg());
@@ -64,7 +64,7 @@ static uint64_t min_budget(const char *dir, const char *pack)
 {
     ms_run_opts o = {.n_threads = 2, .ram_budget = 1, .max_positions = 64, .prompt_tokens = NT, .baseline = 1,
                      .max_chunk = 8, .trunk_pack = pack};
-    ms_model *m = ms_model_open(dir, &o);
+    ms_model *m = ms_k3_model_open(dir, &o);
     ms_model_free(m);
     const char *p = strrchr(ms_err_msg(), '(');
     return p ? strtoull(p + 1, NULL, 10) : 0;

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_ident.h"
@@ -378,17 +378,17 @@ int main(void)
      * fails at once (each used to wait out a probe of its own, ~5 s, so queued requests failed
      * one by one), the healthy worker stays up, and the owner is used again once it is back. */
     {
-        ms_cfg cfg;
+        ms_k3_cfg cfg;
         char cp[1200], fp[17];
         snprintf(cp, sizeof cp, "%s/config.json", dir);
-        T_CHECK(ms_cfg_load(cp, &cfg) == 0 && ms_ident_model(dir, fp) == 0, "config and fingerprint");
+        T_CHECK(ms_k3_cfg_load(cp, &cfg) == 0 && ms_ident_model(dir, fp) == 0, "config and fingerprint");
         worker w[2] = {{0}};
         T_CHECK(start_worker(&w[0], sock, 60, "*:0-3", NULL) == 0 && start_worker(&w[1], sock, 61, "*:4-7", NULL) == 0,
                 "two workers, no replicas");
         ms_remote_worker rw[2] = {{w[0].ep, NULL}, {w[1].ep, NULL}};
         ms_log_set_level(0);
         ms_xfmt xf;
-        T_CHECK(ms_xfmt_from_cfg(&cfg, cp, &xf) == 0, "expert format of the config");
+        T_CHECK(ms_t_k3_xfmt(&cfg, &xf) == 0, "expert format of the config");
         ms_remote_opts ro = {2, rw, NULL, fp, cfg.n_layers, cfg.n_experts, &xf, 5.0};
         ms_remote *r = ms_remote_new(&ro, cfg.first_dense);
         T_CHECK(r != NULL, "ms_remote_new: %s", ms_err_msg());
@@ -432,21 +432,21 @@ int main(void)
             ms_remote_free(r);
         }
         for (int i = 0; i < 2; i++) stop_worker(&w[i]);
-        ms_cfg_free(&cfg);
+        ms_k3_cfg_free(&cfg);
     }
 
     /* A worker that comes back is used again (library level: ms_remote with one worker). */
     {
-        ms_cfg cfg;
+        ms_k3_cfg cfg;
         char cp[1200], fp[17];
         snprintf(cp, sizeof cp, "%s/config.json", dir);
-        T_CHECK(ms_cfg_load(cp, &cfg) == 0 && ms_ident_model(dir, fp) == 0, "config and fingerprint");
+        T_CHECK(ms_k3_cfg_load(cp, &cfg) == 0 && ms_ident_model(dir, fp) == 0, "config and fingerprint");
         worker w = {0};
         T_CHECK(start_worker(&w, sock, 50, "*:*", NULL) == 0, "worker for the revival test");
         ms_remote_worker rw = {w.ep, NULL};
         ms_log_set_level(0); /* the worker going down and up is expected here */
         ms_xfmt xf;
-        T_CHECK(ms_xfmt_from_cfg(&cfg, cp, &xf) == 0, "expert format of the config");
+        T_CHECK(ms_t_k3_xfmt(&cfg, &xf) == 0, "expert format of the config");
         ms_remote_opts ro = {1, &rw, NULL, fp, cfg.n_layers, cfg.n_experts, &xf, 3.0};
         ms_remote *r = ms_remote_new(&ro, cfg.first_dense);
         T_CHECK(r != NULL, "ms_remote_new: %s", ms_err_msg());
@@ -469,7 +469,7 @@ int main(void)
             ms_remote_free(r);
         }
         stop_worker(&w);
-        ms_cfg_free(&cfg);
+        ms_k3_cfg_free(&cfg);
     }
 
     /* A malformed --workers endpoint is a usage error at once, not a wait for an answer. */
@@ -547,15 +547,15 @@ int main(void)
     /* Non-finite expert outputs stop the run (issue 12, defect 1): a worker that sends NaN is
      * named by the coordinator (class 7), whatever its own checks. */
     {
-        ms_cfg cfg;
+        ms_k3_cfg cfg;
         char cp[1200], fp[17];
         snprintf(cp, sizeof cp, "%s/config.json", dir);
-        T_CHECK(ms_cfg_load(cp, &cfg) == 0 && ms_ident_model(dir, fp) == 0, "config and fingerprint");
+        T_CHECK(ms_k3_cfg_load(cp, &cfg) == 0 && ms_ident_model(dir, fp) == 0, "config and fingerprint");
         worker w = {0};
         T_CHECK(start_worker(&w, sock, 51, "*:*", "MS_WORKER_FAULT_NAN=1") == 0, "NaN-sending worker");
         ms_remote_worker rw = {w.ep, NULL};
         ms_xfmt xf;
-        T_CHECK(ms_xfmt_from_cfg(&cfg, cp, &xf) == 0, "expert format of the config");
+        T_CHECK(ms_t_k3_xfmt(&cfg, &xf) == 0, "expert format of the config");
         ms_remote_opts ro = {1, &rw, NULL, fp, cfg.n_layers, cfg.n_experts, &xf, 5.0};
         ms_remote *r = ms_remote_new(&ro, cfg.first_dense);
         T_CHECK(r != NULL, "ms_remote_new: %s", ms_err_msg());
@@ -572,7 +572,7 @@ int main(void)
             ms_remote_free(r);
         }
         stop_worker(&w);
-        ms_cfg_free(&cfg);
+        ms_k3_cfg_free(&cfg);
 
         /* A checkpoint whose layer-1 experts overflow (w2 scales 2^127): in process the run
          * stops naming layer and expert (exit 1); a worker refuses to send them (exit 7). */

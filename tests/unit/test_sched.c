@@ -224,8 +224,8 @@ static void check_isolation(const record *ref)
     if (!e) return;
     ms_model *m = ms_engine_model(e);
     f.inner = ms_model_experts(m);
-    f.layer = ms_engine_cfg(e)->first_dense;
-    f.latent = ms_engine_cfg(e)->latent;
+    f.layer = ms_k3_model_cfg(ms_engine_model(e))->first_dense;
+    f.latent = ms_k3_model_cfg(ms_engine_model(e))->latent;
     f.record = 1;
     ms_model_set_experts(m, (ms_experts){faulty_compute, &f});
     record got[NJOB];

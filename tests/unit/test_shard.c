@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_cli.h"
 #include "ms_err.h"
 #include "ms_expert.h"
@@ -74,10 +74,10 @@ static void check_shard(const char *model, const char *out, int N, int R)
 {
     char what[256];
     snprintf(what, sizeof what, "%s N=%d R=%d", model, N, R);
-    ms_cfg cfg;
+    ms_k3_cfg cfg;
     char cpath[4300];
     snprintf(cpath, sizeof cpath, "%s/config.json", model);
-    T_CHECK(ms_cfg_load(cpath, &cfg) == 0, "config: %s", ms_err_msg());
+    T_CHECK(ms_k3_cfg_load(cpath, &cfg) == 0, "config: %s", ms_err_msg());
     ms_st *st = ms_st_open_dir(model);
     T_CHECK(st != NULL, "source: %s", ms_err_msg());
     if (!st) return;
@@ -86,7 +86,7 @@ static void check_shard(const char *model, const char *out, int N, int R)
     T_CHECK(rc == 0, "%s: shard failed: %s", what, ms_err_msg());
     if (rc != 0) {
         ms_st_close(st);
-        ms_cfg_free(&cfg);
+        ms_k3_cfg_free(&cfg);
         return;
     }
     char fp[17];
@@ -105,7 +105,7 @@ static void check_shard(const char *model, const char *out, int N, int R)
                 p.worker, p.workers, p.replicas);
         ms_xfmt want;
         char diff[256] = "";
-        T_CHECK(ms_xfmt_from_cfg(&cfg, cpath, &want) == 0, "format of the config: %s", ms_err_msg());
+        T_CHECK(ms_t_k3_xfmt(&cfg, &want) == 0, "format of the config: %s", ms_err_msg());
         T_CHECK(p.n_layers == NL && p.n_experts == NE && p.first_moe == cfg.first_dense &&
                     !ms_xfmt_diff(&p.fmt, &want, diff, sizeof diff),
                 "%s: pack %d shape and expert format (%s)", what, w, diff);
@@ -200,7 +200,7 @@ static void check_shard(const char *model, const char *out, int N, int R)
             listing ? listing : "?");
     free(listing);
     ms_st_close(st);
-    ms_cfg_free(&cfg);
+    ms_k3_cfg_free(&cfg);
 }
 
 /* ---- the command ---- */

@@ -126,7 +126,7 @@ static int run_set(const eopts *x, int n, const int *pi, const int *k, record *o
     T_CHECK(e != NULL, "engine opens (speculate %d, budget %llu, %d workers): %s", x->speculate,
             (unsigned long long)x->budget, x->local_workers, e ? "" : ms_err_msg());
     if (!e) return -1;
-    int64_t V = ms_engine_cfg(e)->vocab;
+    int64_t V = ms_engine_info(e)->vocab;
     ms_eseq *s[8];
     int rc = 0;
     for (int i = 0; i < n; i++) {
@@ -370,8 +370,8 @@ static void check_one_pass(uint64_t budget)
     T_CHECK(!e || (pl && pl->streaming), "the trunk streams");
     if (e && pl) {
         int32_t ids[MAXV + 32];
-        size_t np = prompt_of(pi, ids, ms_engine_cfg(e)->vocab);
-        record got = {.V = ms_engine_cfg(e)->vocab};
+        size_t np = prompt_of(pi, ids, ms_engine_info(e)->vocab);
+        record got = {.V = ms_engine_info(e)->vocab};
         ms_gen_params p = params_of(k, &got);
         ms_eseq *s = ms_engine_seq_new(e, ids, np, &p);
         int ok = s != NULL;
@@ -423,7 +423,7 @@ static void sched_run(int spec, const char *drafts, const int32_t *stop, sres *o
     for (int i = 0; i < 3; i++) {
         int32_t ids[MAXV + 32];
         ms_sched_job j = {0};
-        j.n_prompt = prompt_of(i, ids, ms_engine_cfg(e)->vocab);
+        j.n_prompt = prompt_of(i, ids, ms_engine_info(e)->vocab);
         j.prompt = ids;
         j.temperature = i ? 0.9f : 0.0f;
         j.top_p = i == 2 ? 0.7f : 1.0f;

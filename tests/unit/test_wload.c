@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_err.h"
 #include "ms_expert.h"
 #include "ms_pack.h"

@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_err.h"
 #include "ms_expert.h"
 #include "ms_pack.h"
@@ -84,14 +84,14 @@ static void test_main_worker(const char *fp)
     ms_wire_free(e);
     {
         ms_xfmt other = wt_xfmt;
-        other.b1 = wt_xfmt.b1 + 1.0f;
+        other.param[0] = wt_xfmt.param[0] + 1.0f;
         e = wt_hello_fmt(s, fp, &other, 10000);
         T_CHECK(e && e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR && e->error->code == EC(FORMAT) &&
                     strstr(e->error->message, "activation.b1"),
                 "another SiTU constant refused with FORMAT naming activation.b1 (%s)",
                 e && e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR ? e->error->message : "?");
         ms_wire_free(e);
-        ms_xfmt_k3(wt_xfmt.latent, wt_xfmt.inter + 32, wt_xfmt.b1, wt_xfmt.b2, &other);
+        ms_xfam_k3_fmt(wt_xfmt.latent, wt_xfmt.inter + 32, wt_xfmt.param[0], wt_xfmt.param[1], &other);
         e = wt_hello_fmt(s, fp, &other, 10000);
         T_CHECK(e && e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR && e->error->code == EC(FORMAT) &&
                     strstr(e->error->message, "inter"),
@@ -157,8 +157,8 @@ static void test_main_worker(const char *fp)
     creq r;
     uint32_t moe = (uint32_t)wt_cfg.first_dense + 1;
     wt_creq_random(&r, moe, 2, 3, 0, 3);
-    wt_expect_error(s, &r, 1, EC(VERSION), "version 1 is not supported", "protocol version 1 (the one before)");
-    wt_expect_error(s, &r, 3, EC(VERSION), "version 3 is not supported", "protocol version 3");
+    wt_expect_error(s, &r, 2, EC(VERSION), "version 2 is not supported", "protocol version 2 (the one before)");
+    wt_expect_error(s, &r, 4, EC(VERSION), "version 4 is not supported", "protocol version 4");
     r.n_act--; /* rows x width inconsistent with the activations */
     wt_expect_error(s, &r, MS_WIRE_VERSION, EC(BAD_MESSAGE), "activations", "activations do not match rows x width");
     r.n_act++;

@@ -31,7 +31,7 @@ static char tmp_root[4096];
 static ms_xfmt fmt_of(int L, int I)
 {
     ms_xfmt f;
-    MS_ASSERT(ms_xfmt_k3(L, I, 4.0f, 25.0f, &f) == 0);
+    MS_ASSERT(ms_xfam_k3_fmt(L, I, 4.0f, 25.0f, &f) == 0);
     return f;
 }
 static uint64_t xbytes(int L, int I)
@@ -624,7 +624,7 @@ static void test_nonfinite(void)
     ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER), .cache_bytes = 0, .depth = 2};
     ms_xstore *s = st && files ? ms_xstore_new(&o, files, NULL) : NULL;
     T_CHECK(s != NULL, "non-finite: store: %s", ms_err_msg());
-    ms_expert_table *tab = ms_expert_table_new(NL, NE, LAT, 4.0f, 25.0f, NULL);
+    ms_expert_table *tab = ms_t_situ_table(NL, NE, LAT, 4.0f, 25.0f, NULL);
     for (int k2 = 0; s && k2 < NK; k2++) {
         ms_st *two[2] = {st, st};
         ms_xloc loc;
@@ -632,7 +632,7 @@ static void test_nonfinite(void)
         ms_xstore_set(s, k2 / NE, k2 % NE, &loc);
         ms_expert_w w;
         memset(&w, 0, sizeof w);
-        ms_mat *m[3] = {&w.w1, &w.w2, &w.w3};
+        ms_mat *m[3] = {&w.w[MS_XROLE_GATE], &w.w[MS_XROLE_DOWN], &w.w[MS_XROLE_UP]}; /* w1, w2, w3 */
         for (int i = 0; i < 3; i++)
             *m[i] = (ms_mat){.type = MS_WT_MXFP4, .rows = i == 1 ? LAT : INTER, .cols = i == 1 ? INTER : LAT,
                              .data = part_bytes[k2][2 * i], .scales = part_bytes[k2][2 * i + 1]};
@@ -707,11 +707,11 @@ int main(void)
     T_CHECK(unaligned > 0, "no unaligned expert in A");
 
     /* The reference: the in-memory table over A's mapped bytes. */
-    ref_table = ms_expert_table_new(NL, NE, LAT, 4.0f, 25.0f, NULL);
+    ref_table = ms_t_situ_table(NL, NE, LAT, 4.0f, 25.0f, NULL);
     for (int key = 0; key < NK; key++) {
         ms_expert_w w;
         memset(&w, 0, sizeof w);
-        ms_mat *m[3] = {&w.w1, &w.w2, &w.w3};
+        ms_mat *m[3] = {&w.w[MS_XROLE_GATE], &w.w[MS_XROLE_DOWN], &w.w[MS_XROLE_UP]}; /* w1, w2, w3 */
         for (int i = 0; i < 3; i++) {
             m[i]->type = MS_WT_MXFP4;
             m[i]->rows = i == 1 ? L : I;

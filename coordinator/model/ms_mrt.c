@@ -1,5 +1,4 @@
-/* ms_mload: plans the RAM budget for a model on disk, reads its pinned trunk, and starts the
- * trunk streamer and the on-disk expert store. */
+/* ms_mrt: the runtime of a model on disk: plans the RAM budget, reads the pinned trunk, starts the trunk streamer and the on-disk expert store, counts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +8,7 @@
 #include "ms_err.h"
 #include "ms_ident.h"
 #include "ms_file.h"
-#include "ms_model_int.h"
+#include "ms_mrt.h"
 #include "ms_proc.h"
 
 #define CHUNK_MAX (16ull << 20) /* trunk ring chunk: big reads run at the disk's full speed */
@@ -101,30 +100,24 @@ static int pack_check(ms_model *m)
 }
 
 /* Working memory per row of a pass and fixed. The forward pass's scratch is the model's arena,
- * whose size (ms_model_work_floats) is linear in the rows: its slope and intercept are the
+ * whose size (the family's work_floats) is linear in the rows: its slope and intercept are the
  * planner's per-token and fixed work; the rest are buffers outside it. */
 static void work_bytes(const ms_model *m, uint64_t *per_token, uint64_t *fixed)
 {
-    const ms_cfg *c = &m->cfg;
+    uint64_t V = (uint64_t)m->info.vocab;
     int all = m->opts.all_logits;
     int64_t seqs = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
     /* logits rows of a decoding pass: one per sequence, plus the drafts of the speculation
      * window (shared by the sequences of a pass) */
     int64_t win = ms_model_spec_window(m), outs = seqs + win;
-    uint64_t w0 = ms_model_work_floats(c, 0, all ? 0 : outs), w1 = ms_model_work_floats(c, 1, all ? 1 : outs);
+    uint64_t w0 = m->ops->work_floats(m, 0, all ? 0 : outs), w1 = m->ops->work_floats(m, 1, all ? 1 : outs);
     /* + a streamed chunk's output rows (ms_matmul's staging) */
     *per_token = 4 * (w1 - w0) + 4 * 4096;
-    uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
     uint64_t threads = (uint64_t)ms_pool_size(m->pool);
-    uint64_t kvb = 0;
-    for (int i = 0; i < c->n_layers; i++)
-        if (m->layers[i].is_mla) kvb = ms_mat_bytes(&m->layers[i].mla.kvb);
-    uint64_t mla_scratch = threads * (4 * (uint64_t)(c->qk_nope + c->v_head) * (uint64_t)c->kv_lora +
-                                      20 * (uint64_t)c->kv_lora + 8 * (uint64_t)m->opts.max_positions);
     /* the arena's fixed part; per sequence its last logits row and a speculative pass's rows;
-     * the sampler's candidates (16 B per id); kv_b pulled whole when streamed; the MLA
-     * attention's per-thread rows */
-    *fixed = 4 * w0 + 4 * (uint64_t)c->vocab * ((uint64_t)seqs + (win ? (uint64_t)outs : 0)) + 16 * (uint64_t)c->vocab + kvb + mla_scratch + 4 * P * 4;
+     * the sampler's candidates (16 B per id); the family's buffers outside the arena */
+    *fixed = 4 * w0 + 4 * V * ((uint64_t)seqs + (win ? (uint64_t)outs : 0)) + 16 * V +
+             m->ops->fixed_bytes(m, (int)threads, m->opts.max_positions);
     if (m->tpack) { /* the pack's index (block tables); per thread a block and its outputs (in-kernel decoding) */
         *fixed += ms_tpack_mem_bytes(m->tpack);
         uint64_t blk = 0, rows = (uint64_t)(m->opts.max_chunk > 0 ? m->opts.max_chunk : 64) * (uint64_t)seqs + (uint64_t)win;
@@ -139,19 +132,10 @@ static void work_bytes(const ms_model *m, uint64_t *per_token, uint64_t *fixed)
 
 static uint64_t state_bytes(const ms_model *m)
 {
-    const ms_cfg *c = &m->cfg;
-    uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim, total = 0;
     int64_t pos = m->opts.max_positions > 0 ? m->opts.max_positions : 4096;
-    for (int i = 0; i < c->n_layers; i++) {
-        if (c->is_mla[i])
-            total += 4 * (uint64_t)(c->kv_lora + c->qk_rope) * (uint64_t)pos;
-        else {
-            total += 4 * (P * (uint64_t)c->kda_head_dim + 3 * P * (uint64_t)(c->conv_k - 1) + 3);
-            /* undoing rejected speculative rows: the state before the pass + per-row inputs */
-            if (ms_model_spec_window(m) > 0) total += ms_kda_spec_bytes(c, 1 + ms_model_spec_window(m));
-        }
-    }
-    return total * (uint64_t)(m->opts.max_seqs > 1 ? m->opts.max_seqs : 1);
+    int win = ms_model_spec_window(m);
+    uint64_t one = m->ops->state_bytes(m, pos, win > 0 ? 1 + win : 0);
+    return one * (uint64_t)(m->opts.max_seqs > 1 ? m->opts.max_seqs : 1);
 }
 
 /* The plan's per-sequence inputs for m->opts.max_seqs sequences, then the plan. */
@@ -219,14 +203,14 @@ static int plan_window(ms_model *m, ms_plan_in *in)
     return ms_err_set_code(MS_EXIT_BUDGET);
 }
 
-int ms_mload_setup(ms_model *m)
+int ms_mrt_setup(ms_model *m)
 {
-    const ms_cfg *c = &m->cfg;
+    const ms_model_info *c = &m->info;
     int depth = m->opts.io_depth > 0 ? m->opts.io_depth : 8;
-    /* The routed experts' format (MXFP4 + SiTU-GLU for K3); an error only if experts are read
-     * from disk (fp32 test models have other widths). */
-    ms_xfmt xf;
-    int have_xf = ms_xfmt_from_cfg(c, "config.json", &xf) == 0;
+    /* The routed experts' format; an error only if experts are read from disk (fp32 test models
+     * have other widths). */
+    ms_xfmt xf = c->xfmt;
+    int have_xf = c->have_xfmt;
     if (pack_open(m) != 0) return -1;
     int npaths = m->src.n_paths;
     m->io_paths = ms_calloc((size_t)npaths + 1, sizeof(char *));
@@ -244,7 +228,7 @@ int ms_mload_setup(ms_model *m)
 
     /* The schedule of trunk matrices (all with file locations): the forward pass's own order. */
     ms_mat **sched = NULL;
-    int ns = ms_model_schedule(m, &sched);
+    int ns = ms_mrt_schedule(m, &sched);
     uint64_t *sizes = ms_malloc(sizeof(uint64_t) * (size_t)ns);
     uint64_t trunk_total = 0;
     ms_wstream_item *items = ms_malloc(sizeof *items * (size_t)ns);
@@ -285,7 +269,7 @@ int ms_mload_setup(ms_model *m)
     /* With only remote workers the coordinator keeps no expert cache: they plan their own. */
     in.expert_bytes = nproc && have_xf ? ms_xstore_slot_bytes(&xf) : 0;
     in.min_cache = (uint64_t)(2 * nproc) * in.expert_bytes; /* at least two experts per process */
-    in.max_slots = (uint64_t)(c->n_layers - c->first_dense) * (uint64_t)c->n_experts;
+    in.max_slots = (uint64_t)(c->n_layers - c->first_moe) * (uint64_t)c->n_experts;
     in.trunk = sizes;
     in.n_trunk = ns;
     in.ring = ms_wstream_ring_bytes(items, ns, chunk_bytes, RING_SLOTS);
@@ -302,7 +286,7 @@ int ms_mload_setup(ms_model *m)
         int64_t rows = m->plan.chunk, seqs = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
         int64_t outs = seqs + ms_model_spec_window(m);
         int64_t out_rows = m->opts.all_logits ? rows : (outs < rows ? outs : rows);
-        ms_arena_reserve(&m->work, ms_model_work_floats(c, rows, out_rows));
+        ms_arena_reserve(&m->work, m->ops->work_floats(m, rows, out_rows));
     }
     ms_plan_log(&m->plan);
 
@@ -313,7 +297,7 @@ int ms_mload_setup(ms_model *m)
         reqs[i].file = r->file;
         reqs[i].off = r->off;
         reqs[i].len = (size_t)r->bytes;
-        reqs[i].buf = ms_model_own(m, ms_io_alloc(ms_io_span(r->off, (size_t)r->bytes)));
+        reqs[i].buf = ms_mrt_own(m, ms_io_alloc(ms_io_span(r->off, (size_t)r->bytes)));
         ms_io_submit(m->io, &reqs[i]);
     }
     int bad = 0;
@@ -353,7 +337,8 @@ int ms_mload_setup(ms_model *m)
     int any = 0;
     for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_experts; i++) any |= m->xlocs[i].len[0] > 0;
     if (any && !have_xf) {
-        ms_xfmt_from_cfg(c, "config.json", &xf); /* sets the error naming the widths */
+        ms_err_set("%s/config.json: %s", m->src.what ? m->src.what : ".", c->why_no_xfmt);
+        ms_err_set_code(MS_EXIT_MODEL);
         goto out;
     }
     if (any) {
@@ -375,7 +360,7 @@ out:
     return rc;
 }
 
-void ms_mload_teardown(ms_model *m)
+void ms_mrt_release(ms_model *m)
 {
     ms_xstore_free(m->xs);
     m->xs = NULL;
@@ -393,14 +378,18 @@ void ms_mload_teardown(ms_model *m)
     m->tpack = NULL;
 }
 
-int ms_mload_embed_row(ms_model *m, int32_t id, float *out)
+int ms_mrt_embed_row(ms_model *m, int32_t id, float *out)
 {
+    if (m->embed->data) {
+        ms_mat_row_f32(m->embed, id, out);
+        return 0;
+    }
     const ms_wref *r = &m->refs[m->embed_ref];
-    uint64_t rb = r->bytes / (uint64_t)m->embed.rows;
+    uint64_t rb = r->bytes / (uint64_t)m->embed->rows;
     void *buf = ms_malloc((size_t)rb);
     int rc = ms_io_read(m->io, r->file, r->off + (uint64_t)id * rb, (size_t)rb, buf);
     if (rc == 0) {
-        ms_mat row = {m->embed.type, 1, m->embed.cols, buf, NULL, NULL, NULL};
+        ms_mat row = {m->embed->type, 1, m->embed->cols, buf, NULL, NULL, NULL};
         ms_mat_row_f32(&row, 0, out);
     } else {
         ms_err_wrap("reading row %d of %s", id, r->name);
@@ -442,4 +431,17 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
         st->bytes_read_trunk = s.bytes - m->load_bytes;
         st->bytes_read_at_load = m->load_bytes;
     }
+}
+
+int ms_mrt_stream_check(ms_model *m) { return ms_wstream_check(m->ws); }
+
+int ms_mrt_schedule(ms_model *m, ms_mat ***out)
+{
+    ms_mat_trace tr = {0};
+    ms_mat_trace_begin(&tr);
+    int rc = m->ops->forward_batch(m, NULL, 0);
+    ms_mat_trace_end();
+    MS_ASSERT(rc == 0);
+    *out = (ms_mat **)tr.mats; /* the family's own matrices: the runtime may set their data and stream */
+    return tr.n;
 }

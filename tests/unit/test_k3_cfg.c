@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ms_cfg.h"
+#include "ms_k3_cfg.h"
 #include "ms_err.h"
 #include "ms_test.h"
 
@@ -45,11 +45,11 @@ static json_t *load_text(const char *s)
     return j;
 }
 
-/* Parse a jansson value as "inline.json"; returns ms_cfg_parse's result. */
-static int parse_j(json_t *j, ms_cfg *c)
+/* Parse a jansson value as "inline.json"; returns ms_k3_cfg_parse's result. */
+static int parse_j(json_t *j, ms_k3_cfg *c)
 {
     char *s = json_dumps(j, JSON_COMPACT);
-    int rc = ms_cfg_parse(s, "inline.json", c);
+    int rc = ms_k3_cfg_parse(s, "inline.json", c);
     free(s);
     return rc;
 }
@@ -59,12 +59,12 @@ static int has(const char *msg, const char *needle) { return strstr(msg, needle)
 /* Expect refusal: class MODEL, message starts with "inline.json: " and contains each needle. */
 static void expect_fail(json_t *j, const char *why, const char *n1, const char *n2, const char *n3)
 {
-    ms_cfg c;
+    ms_k3_cfg c;
     int rc = parse_j(j, &c);
     const char *m = ms_err_msg();
     T_CHECK(rc == -1, "%s: accepted", why);
     if (rc != -1) {
-        ms_cfg_free(&c);
+        ms_k3_cfg_free(&c);
         return;
     }
     T_CHECK(ms_err_code() == MS_EXIT_MODEL, "%s: class %d", why, ms_err_code());
@@ -75,7 +75,7 @@ static void expect_fail(json_t *j, const char *why, const char *n1, const char *
         if (ns[i]) T_CHECK(has(m, ns[i]), "%s: message lacks '%s': %s", why, ns[i], m);
 }
 
-static void check_flat_tiny(const ms_cfg *c, const char *what)
+static void check_flat_tiny(const ms_k3_cfg *c, const char *what)
 {
     T_CHECK(c->hidden == 128 && c->n_layers == 13 && c->vocab == 256, "%s: E/N/V", what);
     T_CHECK(c->kda_heads == 4 && c->kda_head_dim == 16 && c->conv_k == 4, "%s: Hk/D/K %d %d %d", what, c->kda_heads,
@@ -98,17 +98,17 @@ static void check_flat_tiny(const ms_cfg *c, const char *what)
 
 static void test_inline(void)
 {
-    ms_cfg c;
+    ms_k3_cfg c;
     /* Baselines. */
-    T_CHECK(ms_cfg_parse(FLAT, "flat", &c) == 0, "flat baseline: %s", ms_err_msg());
+    T_CHECK(ms_k3_cfg_parse(FLAT, "flat", &c) == 0, "flat baseline: %s", ms_err_msg());
     check_flat_tiny(&c, "flat");
     T_CHECK(c.nested == 0 && c.bos_id == -1 && c.eos_id == -1, "flat: nested/bos/eos");
-    ms_cfg_free(&c);
-    T_CHECK(ms_cfg_parse(NESTED, "nested", &c) == 0, "nested baseline: %s", ms_err_msg());
+    ms_k3_cfg_free(&c);
+    T_CHECK(ms_k3_cfg_parse(NESTED, "nested", &c) == 0, "nested baseline: %s", ms_err_msg());
     check_flat_tiny(&c, "nested");
     T_CHECK(c.nested == 1 && c.bos_id == 252 && c.eos_id == 253, "nested: nested/bos/eos");
-    ms_cfg_free(&c);
-    ms_cfg_free(NULL);
+    ms_k3_cfg_free(&c);
+    ms_k3_cfg_free(NULL);
 
     /* "config" wrapper of the fixture files. */
     json_t *w = json_object();
@@ -116,7 +116,7 @@ static void test_inline(void)
     json_object_set_new(w, "config", load_text(FLAT));
     T_CHECK(parse_j(w, &c) == 0, "wrapped: %s", ms_err_msg());
     check_flat_tiny(&c, "wrapped");
-    ms_cfg_free(&c);
+    ms_k3_cfg_free(&c);
     json_decref(w);
 
     /* Several missing keys: one message listing every one. */
@@ -138,7 +138,7 @@ static void test_inline(void)
     json_object_set_new(j, "hidden_size", json_real(128.0));
     T_CHECK(parse_j(j, &c) == 0, "defaults: %s", ms_err_msg());
     T_CHECK(c.renorm == 1 && c.latent_norm == 1 && c.mla_out_gate == 0 && c.hidden == 128, "defaults values");
-    ms_cfg_free(&c);
+    ms_k3_cfg_free(&c);
     json_decref(j);
 
     /* Wrong types, all named in one message. */
@@ -156,9 +156,9 @@ static void test_inline(void)
     json_object_set_new(j, "full_attn_layers", json_pack("[i]", 130));
     expect_fail(j, "AttnRes snapshots", "attn_res_block_size = 2", "65 AttnRes snapshots", "at least 3");
     json_object_set_new(j, "attn_res_block_size", json_integer(3));
-    ms_cfg c3;
+    ms_k3_cfg c3;
     T_CHECK(parse_j(j, &c3) == 0, "130 layers in blocks of 3 are fine: %s", ms_err_msg());
-    ms_cfg_free(&c3);
+    ms_k3_cfg_free(&c3);
     json_decref(j);
     j = load_text(FLAT);
     json_object_set_new(j, "mla_use_output_gate", json_integer(2));
@@ -194,7 +194,7 @@ static void test_inline(void)
     j = load_text(FLAT);
     json_object_set_new(j, "kda_layers", json_pack("[i,i,i,i,i,i,i,i,i]", 1, 2, 3, 5, 6, 7, 9, 10, 11));
     T_CHECK(parse_j(j, &c) == 0, "kda complement accepted: %s", ms_err_msg());
-    ms_cfg_free(&c);
+    ms_k3_cfg_free(&c);
     json_object_set_new(j, "kda_layers", json_pack("[i,i,i,i,i,i,i,i]", 1, 2, 3, 5, 6, 7, 9, 10));
     expect_fail(j, "kda missing 11", "kda_layers", "11", NULL);
     json_object_set_new(j, "kda_layers", json_pack("[i,i,i,i,i,i,i,i,i,i]", 1, 2, 3, 4, 5, 6, 7, 9, 10, 11));
@@ -205,13 +205,13 @@ static void test_inline(void)
     j = load_text(FLAT);
     json_object_set_new(j, "num_experts_per_token", json_integer(8));
     T_CHECK(parse_j(j, &c) == 0, "top_k == n_experts accepted: %s", ms_err_msg());
-    ms_cfg_free(&c);
+    ms_k3_cfg_free(&c);
     json_object_set_new(j, "num_experts_per_token", json_integer(9));
     expect_fail(j, "top_k > Ne", "num_experts_per_token", "num_experts", NULL);
     json_object_set_new(j, "num_experts_per_token", json_integer(0));
     expect_fail(j, "top_k 0", "num_experts_per_token", NULL, NULL);
     json_object_set_new(j, "num_experts", json_integer(1000));
-    json_object_set_new(j, "num_experts_per_token", json_integer(MS_CFG_MAX_TOPK + 1));
+    json_object_set_new(j, "num_experts_per_token", json_integer(MS_K3_CFG_MAX_TOPK + 1));
     expect_fail(j, "top_k > max", "num_experts_per_token", "64", NULL);
     json_decref(j);
     j = load_text(FLAT);
@@ -222,10 +222,10 @@ static void test_inline(void)
     j = load_text(FLAT);
     json_object_set_new(j, "first_k_dense_replace", json_integer(13));
     T_CHECK(parse_j(j, &c) == 0, "first_k_dense_replace = N accepted: %s", ms_err_msg());
-    ms_cfg_free(&c);
+    ms_k3_cfg_free(&c);
     json_object_set_new(j, "first_k_dense_replace", json_integer(0));
     T_CHECK(parse_j(j, &c) == 0 && c.first_dense == 0, "first_k_dense_replace = 0 accepted");
-    ms_cfg_free(&c);
+    ms_k3_cfg_free(&c);
     json_object_set_new(j, "first_k_dense_replace", json_integer(14));
     expect_fail(j, "first dense > N", "first_k_dense_replace", NULL, NULL);
     json_object_set_new(j, "first_k_dense_replace", json_integer(1));
@@ -238,7 +238,7 @@ static void test_inline(void)
     json_object_set_new(j, "bos_token_id", json_integer(5));
     json_object_set_new(j, "eos_token_id", json_pack("[i,i]", 1, 2));
     T_CHECK(parse_j(j, &c) == 0 && c.bos_id == 5 && c.eos_id == -1, "token ids");
-    ms_cfg_free(&c);
+    ms_k3_cfg_free(&c);
     json_decref(j);
 
     /* Nested: a text_config head_dim/num_heads must not shadow linear_attn_config's (trap 5). */
@@ -249,7 +249,7 @@ static void test_inline(void)
     T_CHECK(parse_j(j, &c) == 0, "nested shadow: %s", ms_err_msg());
     T_CHECK(c.kda_head_dim == 16 && c.kda_heads == 4, "nested shadow: D %d Hk %d (want 16, 4)", c.kda_head_dim,
             c.kda_heads);
-    ms_cfg_free(&c);
+    ms_k3_cfg_free(&c);
     /* ...and the KDA keys are not taken from text_config when linear_attn_config lacks them. */
     json_object_del(json_object_get(tc, "linear_attn_config"), "head_dim");
     expect_fail(j, "nested lac head_dim", "linear_attn_config.head_dim", NULL, NULL);
@@ -266,12 +266,12 @@ static void test_inline(void)
     json_decref(j);
 
     /* Syntax. */
-    T_CHECK(ms_cfg_parse("{\"hidden_size\": 128,", "inline.json", &c) == -1 && has(ms_err_msg(), "inline.json") &&
+    T_CHECK(ms_k3_cfg_parse("{\"hidden_size\": 128,", "inline.json", &c) == -1 && has(ms_err_msg(), "inline.json") &&
                 ms_err_code() == MS_EXIT_MODEL,
             "bad JSON refused: %s", ms_err_msg());
-    T_CHECK(ms_cfg_parse("[1, 2]", "inline.json", &c) == -1 && has(ms_err_msg(), "inline.json"),
+    T_CHECK(ms_k3_cfg_parse("[1, 2]", "inline.json", &c) == -1 && has(ms_err_msg(), "inline.json"),
             "array root refused");
-    T_CHECK(ms_cfg_parse("{\"hidden_size\": 1, \"hidden_size\": 2}", "inline.json", &c) == -1,
+    T_CHECK(ms_k3_cfg_parse("{\"hidden_size\": 1, \"hidden_size\": 2}", "inline.json", &c) == -1,
             "duplicate key refused");
 }
 
@@ -279,8 +279,8 @@ static void test_released(void)
 {
     const char *p = ms_t_shared("fixtures/kimi-k3/released/config.json");
     if (!p) return;
-    ms_cfg c;
-    int rc = ms_cfg_load(p, &c);
+    ms_k3_cfg c;
+    int rc = ms_k3_cfg_load(p, &c);
     T_CHECK(rc == 0, "released config refused: %s", ms_err_msg());
     if (rc) return;
     T_CHECK(c.nested == 1, "released: nested");
@@ -304,9 +304,9 @@ static void test_released(void)
         nmla += c.is_mla[i];
     }
     T_CHECK(ok && nmla == 24, "released: layer map (%d MLA)", nmla);
-    T_CHECK(!c.is_mla[0] && ms_cfg_is_dense(&c, 0) && !ms_cfg_is_dense(&c, 1), "released: layer 0 KDA + dense");
-    T_CHECK(ms_cfg_is_boundary(&c, 84) && !ms_cfg_is_boundary(&c, 85), "released: boundaries");
-    ms_cfg_free(&c);
+    T_CHECK(!c.is_mla[0] && ms_k3_cfg_is_dense(&c, 0) && !ms_k3_cfg_is_dense(&c, 1), "released: layer 0 KDA + dense");
+    T_CHECK(ms_k3_cfg_is_boundary(&c, 84) && !ms_k3_cfg_is_boundary(&c, 85), "released: boundaries");
+    ms_k3_cfg_free(&c);
 }
 
 static void test_checkpoint_configs(void)
@@ -318,10 +318,10 @@ static void test_checkpoint_configs(void)
     p = ms_t_shared("fixtures/kimi-k3/checkpoints/tiny-released-like/config.json");
     if (!p) return;
     snprintf(nest_p, sizeof nest_p, "%s", p);
-    ms_cfg a, b;
-    int ra = ms_cfg_load(flat_p, &a);
+    ms_k3_cfg a, b;
+    int ra = ms_k3_cfg_load(flat_p, &a);
     T_CHECK(ra == 0, "tiny-s1234 config refused: %s", ms_err_msg());
-    int rb = ms_cfg_load(nest_p, &b);
+    int rb = ms_k3_cfg_load(nest_p, &b);
     T_CHECK(rb == 0, "tiny-released-like config refused: %s", ms_err_msg());
     if (ra == 0 && rb == 0) {
         T_CHECK(a.nested == 0 && b.nested == 1, "shapes detected");
@@ -340,19 +340,19 @@ static void test_checkpoint_configs(void)
         T_CHECK(a.moe_inter == 64 && a.hidden == 128 && a.n_layers == 13 && a.kda_head_dim == 16, "tiny dims");
         T_CHECK(a.bos_id == -1 && b.bos_id == 252 && b.eos_id == 253, "token ids");
     }
-    if (ra == 0) ms_cfg_free(&a);
-    if (rb == 0) ms_cfg_free(&b);
+    if (ra == 0) ms_k3_cfg_free(&a);
+    if (rb == 0) ms_k3_cfg_free(&b);
 
     /* Fixture files with the flat config under "config" (spec §2.1). */
     const char *wrapped[] = {"fixtures/kimi-k3/ops/MANIFEST.json", "fixtures/kimi-k3/tiny-oracle/ref_k3.json"};
     for (int i = 0; i < 2; i++) {
         p = ms_t_shared(wrapped[i]);
         if (!p) continue;
-        int rc = ms_cfg_load(p, &a);
+        int rc = ms_k3_cfg_load(p, &a);
         T_CHECK(rc == 0, "%s refused: %s", wrapped[i], ms_err_msg());
         if (rc == 0) {
             check_flat_tiny(&a, wrapped[i]);
-            ms_cfg_free(&a);
+            ms_k3_cfg_free(&a);
         }
     }
 }
@@ -371,12 +371,12 @@ static void test_bad_configs(void)
         snprintf(rel, sizeof rel, "fixtures/kimi-k3/bad-configs/%s", bad[i].file);
         const char *p = ms_t_shared(rel);
         if (!p) continue;
-        ms_cfg c;
-        int rc = ms_cfg_load(p, &c);
+        ms_k3_cfg c;
+        int rc = ms_k3_cfg_load(p, &c);
         const char *m = ms_err_msg();
         T_CHECK(rc == -1, "%s accepted", bad[i].file);
         if (rc == 0) {
-            ms_cfg_free(&c);
+            ms_k3_cfg_free(&c);
             continue;
         }
         T_CHECK(ms_err_code() == MS_EXIT_MODEL, "%s: class %d", bad[i].file, ms_err_code());
@@ -384,8 +384,8 @@ static void test_bad_configs(void)
         T_CHECK(has(m, bad[i].n1) && has(m, bad[i].n2), "%s: message lacks the reason: %s", bad[i].file, m);
         printf("refused as expected: %s\n", m);
     }
-    ms_cfg c;
-    T_CHECK(ms_cfg_load("/nonexistent/config.json", &c) == -1 && has(ms_err_msg(), "/nonexistent/config.json") &&
+    ms_k3_cfg c;
+    T_CHECK(ms_k3_cfg_load("/nonexistent/config.json", &c) == -1 && has(ms_err_msg(), "/nonexistent/config.json") &&
                 ms_err_code() == MS_EXIT_IO,
             "missing file: %s", ms_err_msg());
 }

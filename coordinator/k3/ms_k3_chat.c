@@ -1,8 +1,8 @@
-/* ms_chat: renders chat messages in Kimi's format straight to token ids. */
+/* ms_k3_chat: renders chat messages in Kimi's format straight to token ids. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "ms_chat.h"
+#include "ms_k3_chat.h"
 #include "ms_err.h"
 
 /* Growing id array. */
@@ -51,7 +51,7 @@ static int push_header(ids_buf *b, const ms_tok *t, const char *marker, const ch
     return push_special(b, t, "<|im_middle|>");
 }
 
-int ms_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t **ids, size_t *n_ids)
+int ms_k3_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t **ids, size_t *n_ids)
 {
     *ids = NULL;
     *n_ids = 0;
@@ -89,4 +89,6 @@ fail:
     return -1;
 }
 
-int32_t ms_chat_end_id(const ms_tok *t) { return ms_tok_special_id(t, "<|im_end|>"); }
+int32_t ms_k3_chat_end_id(const ms_tok *t) { return ms_tok_special_id(t, "<|im_end|>"); }
+
+const ms_chatfmt ms_k3_chat = {"kimi", ms_k3_chat_encode, ms_k3_chat_end_id};

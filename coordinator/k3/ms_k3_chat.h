@@ -1,18 +1,11 @@
-/* ms_chat: Kimi's chat format: a list of messages -> prompt token ids with the tokenizer's special tokens. */
-#ifndef MS_CHAT_H
-#define MS_CHAT_H
+/* ms_k3_chat: Kimi's chat format: a list of messages -> prompt token ids with the tokenizer's special tokens. */
+#ifndef MS_K3_CHAT_H
+#define MS_K3_CHAT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ms_tok.h"
-
-/* One message. role is "system", "user" or "assistant"; content is UTF-8 text of len bytes. */
-typedef struct {
-    const char *role;
-    const char *content;
-    size_t len;
-} ms_chat_msg;
+#include "ms_family.h"
 
 /* The prompt of a chat (Kimi's format, as in the Kimi K2 chat template): each message as
  *     <|im_system|>system<|im_middle|>CONTENT<|im_end|>        (role "system")
@@ -28,9 +21,12 @@ typedef struct {
  * On success *ids is malloc'ed (*n ids) and 0 is returned; -1 with ms_err set (MS_EXIT_INPUT)
  * on no messages, an unknown role (naming the message's index), invalid UTF-8, or a tokenizer
  * without the markers. */
-int ms_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t **ids, size_t *n_ids);
+int ms_k3_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t **ids, size_t *n_ids);
 
 /* Id of <|im_end|> (the end of an assistant turn: generation stops there), or -1. */
-int32_t ms_chat_end_id(const ms_tok *t);
+int32_t ms_k3_chat_end_id(const ms_tok *t);
+
+/* The format as the family registry holds it. */
+extern const ms_chatfmt ms_k3_chat;
 
 #endif

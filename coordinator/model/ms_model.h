@@ -1,15 +1,20 @@
-/* ms_model: a bound Kimi K3 model (trunk + routed experts) and its per-sequence forward pass. */
+/* ms_model: the model-family interface: an opened model of any family, its sequences and its batched forward pass. */
 #ifndef MS_MODEL_H
 #define MS_MODEL_H
 
 #include <stdint.h>
 
-#include "ms_cfg.h"
 #include "ms_expert.h"
-#include "ms_layer.h"
 #include "ms_plan.h"
 #include "ms_pool.h"
 #include "ms_st.h"
+
+/* The engine, scheduler, CLI, server and planner see a model only through this header: a
+ * family (coordinator/k3/, ...) implements it on the runtime of ms_mrt.h, and the registry
+ * (coordinator/families/) opens a checkpoint with the family its config.json names. */
+
+/* Most sequences one batched pass can carry. */
+#define MS_MODEL_MAX_SEQS 256
 
 /* A tensor as a weight source presents it: borrowed data, valid while the source lives. */
 typedef struct {
@@ -33,6 +38,26 @@ typedef struct {
 } ms_tsrc;
 
 typedef struct ms_model ms_model;
+typedef struct ms_seq ms_seq;
+
+/* What a caller may know of a model without knowing its family. */
+typedef struct {
+    const char *family;        /* "kimi-k3" */
+    int vocab;                 /* V: logits per row */
+    int hidden;                /* E */
+    int n_layers;
+    int first_moe;             /* layers [first_moe, n_layers) route to experts */
+    int n_experts;             /* routed experts per MoE layer */
+    int top_k;                 /* experts per token */
+    int bos_id, eos_id;        /* -1 when the config names none */
+    int have_xfmt;             /* 1: the routed experts have a streamable format, xfmt */
+    ms_xfmt xfmt;
+    char why_no_xfmt[256];     /* when have_xfmt is 0: why (e.g. widths not multiples of 32) */
+    uint64_t state_bytes;      /* one sequence's state at the run's max_positions (4096 if unset),
+                                  with what undoing its speculative rows needs */
+    uint64_t scratch_row_bytes;/* the forward pass's scratch per row */
+    int64_t max_context;       /* positions a sequence may reach; 0: no limit of the family's own */
+} ms_model_info;
 
 /* How to run: memory budget and I/O. Zero-initialised means: budget = the memory available
  * now, O_DIRECT reads, 8 reads in flight, prefill chunks of up to 64 tokens. */
@@ -70,23 +95,15 @@ typedef struct {
                                 (MS_EXIT_MODEL) naming the pack, tensor and block. */
 } ms_run_opts;
 
-/* Open DIR (config.json + safetensors, single or sharded), bind every tensor the config
- * implies, checking presence, dtype and shape (the first problems are reported by tensor and
- * file name), plan the memory budget, read the pinned trunk and set up streaming and the
- * expert store. o may be NULL (defaults). Returns NULL with ms_err set (class MS_EXIT_MODEL,
- * MS_EXIT_IO or MS_EXIT_BUDGET) on failure. */
-ms_model *ms_model_open(const char *dir, const ms_run_opts *o);
-/* ms_model_open with default options and n_threads. */
-ms_model *ms_model_load(const char *dir, int n_threads);
-
-/* Bind from any weight source. cfg is copied (deep); src must outlive the model. With file
- * locations in src (paths set), the model streams as planned; otherwise every tensor is used
- * in place from memory. */
-ms_model *ms_model_bind(const ms_cfg *cfg, const ms_tsrc *src, const ms_run_opts *o);
+/* Opening is the family's (ms_families_open picks it from config.json): it binds every tensor
+ * the config implies, checking presence, dtype and shape, plans the memory budget, reads the
+ * pinned trunk and sets up streaming and the expert store; NULL with ms_err set (class
+ * MS_EXIT_MODEL, MS_EXIT_IO or MS_EXIT_BUDGET) on failure. */
 
 void ms_model_free(ms_model *m); /* accepts NULL */
 
-const ms_cfg *ms_model_cfg(const ms_model *m);
+/* What the model is (borrowed, valid while m lives). */
+const ms_model_info *ms_model_get_info(const ms_model *m);
 /* The memory plan, or NULL when the model runs from memory (no files). */
 const ms_plan *ms_model_plan(const ms_model *m);
 /* Sequences the plan counts (run options' max_seqs, or what fit_seqs found). */
@@ -118,11 +135,14 @@ void ms_model_set_experts(ms_model *m, ms_experts ex);
 ms_experts ms_model_experts(ms_model *m);
 ms_experts ms_model_local_experts(ms_model *m);
 
-/* Per-sequence state: KDA states, MLA caches, position. */
-typedef struct ms_seq ms_seq;
-ms_seq *ms_seq_new(const ms_model *m);
+/* Per-sequence state (the family's: recurrent states, caches) and position. */
+ms_seq *ms_seq_new(ms_model *m);
 void ms_seq_free(ms_seq *s); /* accepts NULL */
 int64_t ms_seq_pos(const ms_seq *s);
+/* A new sequence in exactly s's state (s settled: no speculative rows pending): continuing
+ * either gives the same logits bit for bit as continuing the other, the snapshot that prefix
+ * reuse restores. */
+ms_seq *ms_seq_clone(const ms_seq *s);
 
 /* Optional observer of routing: called once per MoE layer and call with ids[T][k]. */
 typedef void (*ms_route_fn)(void *ctx, int layer, int64_t T, int k, const int32_t *ids);
@@ -145,14 +165,13 @@ typedef struct {
 } ms_batch_item;
 
 /* After a pass that carried s as a speculative item (spec = 1) of T rows: keep its first keep
- * rows (1 <= keep <= T) and undo the others without a trace: MLA caches are cut back, KDA
- * recurrent and short-convolution states are restored and the kept rows replayed, so the
- * sequence is bit for bit as if the pass had carried only the kept rows. Must be called before
- * the sequence's next pass. */
+ * rows (1 <= keep <= T) and undo the others without a trace (caches cut back, recurrent states
+ * restored and the kept rows replayed: the family's), so the sequence is bit for bit as if the
+ * pass had carried only the kept rows. Must be called before the sequence's next pass. */
 void ms_seq_keep(ms_seq *s, int64_t keep);
 
-/* One pass over n sequences at once (each at its own position, with its own KDA states and
- * MLA caches): the rows of all items go through each layer together, so every trunk matrix is
+/* One pass over n sequences at once (n <= MS_MODEL_MAX_SEQS, each at its own position, with its
+ * own state): the rows of all items go through each layer together, so every trunk matrix is
  * read once per pass and each routed expert is read and computed once per layer for all the
  * rows routed to it. Each item's logits are bit-identical to ms_model_forward on that sequence
  * alone. Returns 0, or -1 with ms_err set (an id out of range, a failed read or expert, a

@@ -1,6 +1,6 @@
-/* ms_cfg: the strict Kimi K3 config.json reader (flat fixture shape and nested release shape). */
-#ifndef MS_CFG_H
-#define MS_CFG_H
+/* ms_k3_cfg: the strict Kimi K3 config.json reader (flat fixture shape and nested release shape). */
+#ifndef MS_K3_CFG_H
+#define MS_K3_CFG_H
 
 #include <stdint.h>
 
@@ -40,32 +40,32 @@ typedef struct {
     uint8_t *is_mla;     /* [n_layers] 1 if zero-based layer i is MLA, owned */
     int nested;          /* 1 if read from the nested (released) shape */
     int bos_id, eos_id;  /* optional token ids, -1 when absent */
-} ms_cfg;
+} ms_k3_cfg;
 
-#define MS_CFG_MAX_TOPK 64
+#define MS_K3_CFG_MAX_TOPK 64
 /* Sane bounds on sizes, checked before anything is allocated from them; each is far above
- * Kimi K3's (93 layers, 896 experts). The other widths are bounded in ms_cfg.c's field table. */
-#define MS_CFG_MAX_LAYERS 1024
+ * Kimi K3's (93 layers, 896 experts). The other widths are bounded in ms_k3_cfg.c's field table. */
+#define MS_K3_CFG_MAX_LAYERS 1024
 /* AttnRes snapshots ((layers - 1) / attn_res_block_size + 1; K3: 8), bounded by the forward pass */
-#define MS_CFG_MAX_SNAPSHOTS 64
-#define MS_CFG_MAX_EXPERTS 16384
-#define MS_CFG_MAX_LAYER_EXPERTS (1 << 18) /* layers x experts: per-expert tables */
-#define MS_CFG_MAX_BYTES ((uint64_t)16 << 20) /* config.json itself */
+#define MS_K3_CFG_MAX_SNAPSHOTS 64
+#define MS_K3_CFG_MAX_EXPERTS 16384
+#define MS_K3_CFG_MAX_LAYER_EXPERTS (1 << 18) /* layers x experts: per-expert tables */
+#define MS_K3_CFG_MAX_BYTES ((uint64_t)16 << 20) /* config.json itself */
 
 /* Parse and validate config.json at path into *cfg (zeroed first). On failure returns -1 with
  * ms_err set (class MS_EXIT_MODEL) naming the file and listing EVERY missing or invalid field
  * (including sizes beyond the bounds above) in one message; *cfg is left empty. A file that
  * cannot be opened or read, or is not a regular file (a FIFO is refused without blocking), is
  * class MS_EXIT_IO. */
-int ms_cfg_load(const char *path, ms_cfg *cfg);
+int ms_k3_cfg_load(const char *path, ms_k3_cfg *cfg);
 /* Same from a JSON text held in memory; `what` names it in messages. If the root object has a
  * "config" key holding an object (fixture files), that object is used. */
-int ms_cfg_parse(const char *json_text, const char *what, ms_cfg *cfg);
+int ms_k3_cfg_parse(const char *json_text, const char *what, ms_k3_cfg *cfg);
 /* Free owned arrays. Accepts NULL. */
-void ms_cfg_free(ms_cfg *cfg);
+void ms_k3_cfg_free(ms_k3_cfg *cfg);
 
 /* Derived helpers. */
-static inline int ms_cfg_is_dense(const ms_cfg *c, int layer) { return layer < c->first_dense; }
-static inline int ms_cfg_is_boundary(const ms_cfg *c, int layer) { return layer % c->attn_res_block == 0; }
+static inline int ms_k3_cfg_is_dense(const ms_k3_cfg *c, int layer) { return layer < c->first_dense; }
+static inline int ms_k3_cfg_is_boundary(const ms_k3_cfg *c, int layer) { return layer % c->attn_res_block == 0; }
 
 #endif

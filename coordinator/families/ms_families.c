@@ -1,0 +1,45 @@
+/* ms_families: the table of model families: one row per family folder. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_families.h"
+#include "ms_jcfg.h"
+#include "ms_k3_model.h"
+
+/* A new family: its folder (coordinator/<family>/, a CMake layer linked below) and one row. */
+static const ms_family *const families[] = {
+    &ms_k3_family,
+};
+#define N_FAMILIES (sizeof families / sizeof families[0])
+
+const ms_family *ms_families_default(void) { return families[0]; }
+
+const ms_family *ms_families_find(const char *name)
+{
+    for (size_t i = 0; name && i < N_FAMILIES; i++)
+        if (!strcmp(families[i]->name, name)) return families[i];
+    return NULL;
+}
+
+const ms_family *ms_families_detect(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    ms_jcfg *j = ms_jcfg_load(path, 16u << 20);
+    if (!j) return NULL;
+    const ms_xfam *x = ms_xfam_detect(ms_jcfg_root(j), path);
+    ms_jcfg_free(j);
+    if (!x) return NULL;
+    for (size_t i = 0; i < N_FAMILIES; i++)
+        if (families[i]->xfam == x) return families[i];
+    ms_err_set("%s: the experts of family %s are known to this build, its model is not", path, x->name);
+    ms_err_set_code(MS_EXIT_MODEL);
+    return NULL;
+}
+
+ms_model *ms_families_open(const char *dir, const ms_run_opts *o)
+{
+    const ms_family *f = ms_families_detect(dir);
+    return f ? f->open(dir, o) : NULL;
+}

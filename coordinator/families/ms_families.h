@@ -1,0 +1,18 @@
+/* ms_families: the registry of model families this build runs: config.json -> family -> an opened model. */
+#ifndef MS_FAMILIES_H
+#define MS_FAMILIES_H
+
+#include "ms_family.h"
+
+/* The family of the checkpoint in dir, from its config.json (model_type; see each family's
+ * detect), or NULL with ms_err set: MS_EXIT_IO if config.json cannot be read, MS_EXIT_MODEL if
+ * it is not JSON or names a family this build does not know (listing those it knows). */
+const ms_family *ms_families_detect(const char *dir);
+/* The family called name ("kimi-k3"), or NULL. */
+const ms_family *ms_families_find(const char *name);
+/* The family `moestream synth` and `demo` write when none is named. */
+const ms_family *ms_families_default(void);
+/* Open dir with its family (ms_family.open); NULL with ms_err set. */
+ms_model *ms_families_open(const char *dir, const ms_run_opts *o);
+
+#endif

@@ -1,0 +1,501 @@
+/* ms_k3_model: Kimi K3 behind the family interface: binds a checkpoint's tensors to layer weights and runs the forward pass. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_k3_int.h"
+#include "ms_k3_model.h"
+#include "ms_k3_tensors.h"
+#include "ms_layer.h"
+#include "ms_mrt.h"
+#include "ms_ops.h"
+#include "ms_xfam.h"
+
+typedef struct {
+    ms_seq base;
+    ms_layer_state *ls;        /* [N] */
+} k3_seq;
+
+static k3_model *k3(ms_model *m) { return (k3_model *)m; }
+static const k3_model *k3c(const ms_model *m) { return (const k3_model *)m; }
+static k3_seq *k3s(ms_seq *s) { return (k3_seq *)s; }
+
+static int64_t numel(const ms_tview *tv)
+{
+    int64_t n = 1;
+    for (int i = 0; i < tv->ndim; i++) n *= tv->shape[i];
+    return n;
+}
+
+static const float *vec1(ms_model *m, const char *name, int64_t n)
+{
+    int64_t s[1] = {n};
+    return ms_mrt_vec(m, name, n, 1, s);
+}
+
+/* AttnRes projections are [1, E] as released; [E] is accepted too. */
+static const float *vec_row(ms_model *m, const char *name, int64_t n)
+{
+    ms_tview tv;
+    if (m->src.find(m->src.ctx, name, &tv) && tv.ndim == 1) return vec1(m, name, n);
+    int64_t s[2] = {1, n};
+    return ms_mrt_vec(m, name, n, 2, s);
+}
+
+static float *fold(ms_model *m, const float *norm, const float *proj, int64_t E)
+{
+    if (!norm || !proj) return NULL;
+    float *f = ms_mrt_own(m, ms_malloc(sizeof(float) * (size_t)E));
+    for (int64_t i = 0; i < E; i++) f[i] = norm[i] * proj[i];
+    return f;
+}
+
+/* Bind one entry of the K3 tensor table into base (a layer's weights, or the model). */
+static void bind_entry(ms_model *m, const ms_k3_tensor *t, int layer, void *base)
+{
+    const ms_k3_cfg *c = &k3(m)->cfg;
+    char n[512];
+    int64_t shape[3], count = 1;
+    ms_k3_tensor_name(t, layer, n, sizeof n);
+    for (int j = 0; j < t->ndim; j++) count *= (shape[j] = ms_k3_dim_value(c, t->dim[j]));
+    void *dst = (char *)base + t->field;
+    switch (t->kind) {
+    case MS_K3_MAT:
+    case MS_K3_EMBED: ms_mrt_mat(m, (ms_mat *)dst, n, shape[0], shape[1]); break;
+    case MS_K3_RESPROJ: *(const float **)dst = vec_row(m, n, shape[1]); break;
+    case MS_K3_ALOG: {
+        ms_tview tv;
+        int64_t Hk = c->kda_heads;
+        if (!m->src.find(m->src.ctx, n, &tv))
+            ms_mrt_error(m, "tensor %s is missing from %s", n, m->src.what);
+        else if (numel(&tv) < Hk)
+            ms_mrt_error(m, "tensor %s in %s has %lld values, fewer than the %lld KDA heads", n, tv.file,
+                         (long long)numel(&tv), (long long)Hk);
+        else
+            *(const float **)dst = ms_mrt_widen(m, n, &tv, Hk); /* only the first Hk values are heads (spec §4.3) */
+        break;
+    }
+    default: *(const float **)dst = ms_mrt_vec(m, n, count, t->ndim, shape); break;
+    }
+}
+
+/* Routed expert e of layer i: MXFP4 as released (the expert format's parts: into the on-disk
+ * store or the in-memory table), or dense weights (the fp32 oracle), used in place. */
+static void bind_expert(ms_model *m, int i, int e)
+{
+    const ms_k3_cfg *c = &k3(m)->cfg;
+    if (m->info.have_xfmt) {
+        int rc = ms_mrt_expert(m, &m->info.xfmt, i, e);
+        if (rc != 0) return;
+    }
+    char n[512];
+    ms_tview tv;
+    ms_k3_expert_name(i, e, 0, 2, n, sizeof n);
+    if (!m->src.find(m->src.ctx, n, &tv)) {
+        if (!m->info.have_xfmt) ms_mrt_error(m, "%s: %s", n, m->info.why_no_xfmt);
+        ms_k3_expert_name(i, e, 0, 0, n, sizeof n);
+        ms_mrt_error(m, "tensor %s is missing from %s", n, m->src.what);
+        return;
+    }
+    ms_expert_w w;
+    memset(&w, 0, sizeof w);
+    static const ms_xrole roles[3] = {MS_XROLE_GATE, MS_XROLE_DOWN, MS_XROLE_UP}; /* w1, w2, w3 */
+    int saved = m->files;
+    m->files = 0; /* dense experts are used in place (only the fp32 oracle has them) */
+    for (int j = 0; j < 3; j++) {
+        ms_k3_expert_name(i, e, j, 2, n, sizeof n);
+        int64_t rows = j == 1 ? c->latent : c->moe_inter, cols = j == 1 ? c->moe_inter : c->latent;
+        ms_mrt_mat(m, &w.w[roles[j]], n, rows, cols);
+    }
+    m->files = saved;
+    if (w.w[MS_XROLE_GATE].data && w.w[MS_XROLE_DOWN].data && w.w[MS_XROLE_UP].data) ms_mrt_expert_set(m, i, e, &w);
+}
+
+static void bind_layer(ms_model *m, int i)
+{
+    k3_model *k = k3(m);
+    const ms_k3_cfg *c = &k->cfg;
+    ms_layer_w *w = &k->layers[i];
+    int n_refs0 = m->n_refs, nt;
+    const ms_k3_tensor *tab = ms_k3_tensors(&nt);
+    w->is_mla = c->is_mla[i];
+    w->is_dense = ms_k3_cfg_is_dense(c, i);
+    for (int j = 0; j < nt; j++)
+        if (ms_k3_in_layer(&tab[j], c, i)) bind_entry(m, &tab[j], i, w);
+    w->sa_fold = fold(m, w->sa_norm, w->sa_proj, c->hidden);
+    w->mlp_fold = fold(m, w->mlp_norm, w->mlp_proj, c->hidden);
+    if (!w->is_dense && !m->opts.remote_experts)
+        for (int x = 0; x < c->n_experts && m->n_errors <= 8; x++) bind_expert(m, i, x);
+    ms_mrt_refs_layer(m, n_refs0, i);
+}
+
+/* Before anything is sized from the config: its layer and expert counts must match the
+ * checkpoint (the last layer and the last routed expert exist), so a wrong config is refused
+ * at once instead of after allocating per-layer and per-expert tables. */
+static int check_counts(const ms_k3_cfg *c, const ms_tsrc *src, const ms_run_opts *o)
+{
+    char n[512];
+    ms_tview tv;
+    snprintf(n, sizeof n, MS_K3_PFX "layers.%d.input_layernorm.weight", c->n_layers - 1);
+    if (!src->find(src->ctx, n, &tv)) {
+        ms_err_set("%s: config says num_hidden_layers = %d, but the checkpoint has no tensor %s", src->what,
+                   c->n_layers, n);
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    if ((o && o->remote_experts) || c->first_dense >= c->n_layers) return 0;
+    ms_k3_expert_name(c->n_layers - 1, c->n_experts - 1, 0, 2, n, sizeof n); /* dense (fp32 oracle) */
+    if (src->find(src->ctx, n, &tv)) return 0;
+    ms_k3_expert_name(c->n_layers - 1, c->n_experts - 1, 0, 0, n, sizeof n); /* MXFP4 as released */
+    if (src->find(src->ctx, n, &tv)) return 0;
+    ms_err_set("%s: config says num_experts = %d, but the checkpoint has no tensor %s", src->what, c->n_experts, n);
+    return ms_err_set_code(MS_EXIT_MODEL);
+}
+
+/* ---- sizes (the planner's hooks) ---- */
+
+static size_t k3_work_floats(const ms_model *m, int64_t R, int64_t out_rows)
+{
+    return ms_k3_work_floats(&k3c(m)->cfg, R, out_rows);
+}
+
+static uint64_t k3_state_bytes(const ms_model *m, int64_t positions, int64_t spec_rows)
+{
+    const ms_k3_cfg *c = &k3c(m)->cfg;
+    uint64_t total = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->is_mla[i]) {
+            total += ms_mla_cache_bytes(c, positions);
+        } else {
+            total += ms_kda_state_bytes(c);
+            /* undoing rejected speculative rows: the state before the pass + per-row inputs */
+            if (spec_rows > 0) total += ms_kda_spec_bytes(c, spec_rows);
+        }
+    }
+    return total;
+}
+
+static uint64_t k3_fixed_bytes(const ms_model *m, int threads, int64_t positions)
+{
+    const k3_model *k = k3c(m);
+    const ms_k3_cfg *c = &k->cfg;
+    uint64_t kvb = 0; /* kv_b, pulled whole when streamed */
+    for (int i = 0; i < c->n_layers; i++)
+        if (k->layers[i].is_mla) kvb = ms_mat_bytes(&k->layers[i].mla.kvb);
+    return kvb + (uint64_t)threads * ms_mla_thread_bytes(c, positions) + ms_kda_fixed_bytes(c);
+}
+
+size_t ms_k3_work_floats(const ms_k3_cfg *c, int64_t R, int64_t out_rows)
+{
+    size_t r = (size_t)R, o = (size_t)out_rows, E = (size_t)c->hidden;
+    size_t smax = (size_t)ms_layer_snaps_after(c, c->n_layers - 1);
+    return MS_ARENA_SPAN(r * E) + MS_ARENA_SPAN(r * smax * E) + MS_ARENA_SPAN(r * (size_t)c->top_k) +
+           MS_ARENA_SPAN(o * E) + MS_ARENA_SPAN(o * (size_t)c->vocab) + ms_layer_work_floats(c, R);
+}
+
+/* ---- sequences ---- */
+
+static ms_seq *k3_seq_new(ms_model *m)
+{
+    const ms_k3_cfg *c = &k3(m)->cfg;
+    k3_seq *s = ms_calloc(1, sizeof *s);
+    s->base.m = m;
+    s->ls = ms_calloc((size_t)c->n_layers, sizeof *s->ls);
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->is_mla[i]) {
+            ms_mla_cache_init(&s->ls[i].mla);
+            if (m->opts.max_positions > 0) ms_mla_cache_reserve(&s->ls[i].mla, c, m->opts.max_positions);
+        } else {
+            ms_kda_state_init(&s->ls[i].kda, c);
+            if (m->opts.spec_window > 0) ms_kda_spec_reserve(&s->ls[i].kda, c, 1 + m->opts.spec_window);
+        }
+    }
+    return &s->base;
+}
+
+static void k3_seq_free(ms_seq *base)
+{
+    k3_seq *s = k3s(base);
+    for (int i = 0; i < k3(base->m)->cfg.n_layers; i++) {
+        ms_kda_state_free(&s->ls[i].kda);
+        ms_mla_cache_free(&s->ls[i].mla);
+    }
+    free(s->ls);
+    free(s);
+}
+
+static ms_seq *k3_seq_clone(const ms_seq *base)
+{
+    const k3_seq *s = (const k3_seq *)base;
+    ms_model *m = base->m;
+    const ms_k3_cfg *c = &k3(m)->cfg;
+    k3_seq *d = ms_calloc(1, sizeof *d);
+    d->base = *base;
+    d->ls = ms_calloc((size_t)c->n_layers, sizeof *d->ls);
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->is_mla[i]) {
+            ms_mla_cache_copy(&d->ls[i].mla, &s->ls[i].mla, c);
+        } else {
+            ms_kda_state_copy(&d->ls[i].kda, &s->ls[i].kda, c);
+            if (m->opts.spec_window > 0) ms_kda_spec_reserve(&d->ls[i].kda, c, 1 + m->opts.spec_window);
+        }
+    }
+    return &d->base;
+}
+
+/* Before a speculative pass of T rows: every KDA layer remembers its state and records. */
+static void spec_begin(k3_seq *s, int64_t T)
+{
+    const ms_k3_cfg *c = &k3(s->base.m)->cfg;
+    for (int i = 0; i < c->n_layers; i++)
+        if (!c->is_mla[i]) {
+            ms_kda_spec_reserve(&s->ls[i].kda, c, T);
+            ms_kda_spec_begin(&s->ls[i].kda, c);
+        }
+    s->base.spec_rows = T;
+}
+
+static void k3_seq_keep(ms_seq *base, int64_t keep)
+{
+    k3_seq *s = k3s(base);
+    k3_model *k = k3(base->m);
+    const ms_k3_cfg *c = &k->cfg;
+    int64_t drop = base->spec_rows - keep;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->is_mla[i]) {
+            MS_ASSERT(s->ls[i].mla.n >= drop);
+            s->ls[i].mla.n -= drop; /* positions past n are never read, and are overwritten next */
+        } else {
+            ms_kda_spec_end(&s->ls[i].kda, c, &k->layers[i].kda, keep, base->m->pool);
+        }
+    }
+    base->pos -= drop;
+    base->spec_rows = 0;
+}
+
+/* ---- the pass ---- */
+
+/* The first non-finite value of rows [0, R) of x (width W), as a row index, or -1. */
+static int64_t first_nonfinite_row(const float *x, int64_t R, int64_t W)
+{
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < W; j++)
+            if (!isfinite(x[r * W + j])) return r;
+    return -1;
+}
+
+/* The item (sequence index in the pass) that row r belongs to. */
+static int item_of_row(const ms_rows *seg, int n, int64_t r)
+{
+    for (int i = 0; i < n; i++)
+        if (r >= seg[i].r0 && r < seg[i].r0 + seg[i].T) return i;
+    return -1;
+}
+
+/* Items are checked by ms_model_forward_batch (ids in range, distinct settled sequences). */
+static int k3_forward_batch(ms_model *m, const ms_batch_item *items, int n)
+{
+    k3_model *k = k3(m);
+    const ms_k3_cfg *c = &k->cfg;
+    int64_t E = c->hidden, V = c->vocab;
+    int smax = ms_layer_snaps_after(c, c->n_layers - 1);
+    int rc = -1;
+    ms_rows seg[MS_MODEL_MAX_SEQS];
+    int64_t R = 0;
+    for (int i = 0; i < n; i++) {
+        seg[i] = (ms_rows){R, items[i].T};
+        R += items[i].T;
+    }
+    int64_t out_rows = 0; /* logits rows asked for */
+    for (int i = 0; i < n; i++) out_rows += items[i].all_rows ? items[i].T : 1;
+    /* All scratch of the pass comes from the model's arena, sized once for the plan's passes
+     * (it grows only for a caller that exceeds them, e.g. an unplanned in-memory model). */
+    ms_arena *ar = &m->work;
+    MS_ASSERT(ar->used == 0);
+    ms_arena_reserve(ar, ms_k3_work_floats(c, R, out_rows));
+    float *h = ms_arena_take(ar, (size_t)(R * E));                         /* [R][E] */
+    float *snaps = ms_arena_take(ar, (size_t)(R * smax * E));              /* [R][smax][E] */
+    int32_t *route = (int32_t *)ms_arena_take(ar, (size_t)(R * c->top_k)); /* [R][k] */
+    float *x = ms_arena_take(ar, (size_t)(out_rows * E));                  /* [out_rows][E] */
+    float *lg = ms_arena_take(ar, (size_t)(out_rows * V));                 /* [out_rows][V] */
+    ms_layer_state *st[MS_MODEL_MAX_SEQS];                                 /* [n] this layer's states */
+    for (int i = 0; i < n; i++)
+        for (int64_t t = 0; t < items[i].T; t++)
+            if (ms_mrt_embed_row(m, items[i].ids[t], h + (seg[i].r0 + t) * E) != 0) goto out;
+    for (int i = 0; i < n; i++)
+        if (items[i].spec) spec_begin(k3s(items[i].seq), items[i].T);
+    int nsnap = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        for (int i = 0; i < n; i++) st[i] = &k3s(items[i].seq)->ls[l];
+        if (ms_layer_forward_batch(c, l, &k->layers[l], st, seg, n, &m->experts, h, snaps, smax, &nsnap, R, route, ar,
+                                   m->pool) != 0)
+            goto out;
+        if (ms_mrt_stream_check(m) != 0) goto out; /* a trunk read failed: no answer from partial weights */
+        int64_t bad = first_nonfinite_row(h, R, E);
+        if (bad >= 0) {
+            int it = item_of_row(seg, n, bad);
+            ms_err_set("layer %d produced a non-finite hidden state (position %lld of sequence %d of the pass); "
+                       "the weights or an expert output are corrupt",
+                       l, (long long)(items[it].seq->pos + bad - seg[it].r0), it);
+            goto out;
+        }
+        if (m->route_fn && R > 0 && !k->layers[l].is_dense) m->route_fn(m->route_ctx, l, R, c->top_k, route);
+    }
+    /* Tail: output AttnRes over all snapshots + prefix, final norm, LM head (asked rows only). */
+    const float *srcs[MS_K3_CFG_MAX_SNAPSHOTS + 1];
+    MS_ASSERT(nsnap == smax && smax <= MS_K3_CFG_MAX_SNAPSHOTS); /* checked by ms_k3_cfg */
+    int64_t o = 0;
+    for (int i = 0; i < n; i++)
+        for (int64_t t = items[i].all_rows ? 0 : items[i].T - 1; t < items[i].T; t++, o++) {
+            int64_t r = seg[i].r0 + t;
+            for (int sidx = 0; sidx < smax; sidx++) srcs[sidx] = snaps + (r * smax + sidx) * E;
+            srcs[smax] = h + r * E;
+            float *xt = x + o * E;
+            ms_attnres(srcs, smax + 1, E, k->out_fold, c->eps, xt);
+            ms_rmsnorm(xt, k->final_norm, E, c->eps, xt);
+        }
+    ms_matmul(&k->lm_head, x, out_rows, lg, m->pool);
+    if (ms_mrt_stream_check(m) != 0) goto out;
+    int64_t bad = first_nonfinite_row(lg, out_rows, V);
+    if (bad >= 0) {
+        ms_err_set("the LM head produced a non-finite logit (logits row %lld of the pass); the weights are corrupt",
+                   (long long)bad);
+        goto out;
+    }
+    o = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t nr = items[i].all_rows ? items[i].T : 1;
+        memcpy(items[i].logits, lg + o * V, sizeof(float) * (size_t)(nr * V));
+        o += nr;
+        items[i].seq->pos += items[i].T;
+    }
+    rc = 0;
+out:
+    ms_arena_reset(ar, 0);
+    return rc;
+}
+
+/* ---- opening ---- */
+
+static void k3_free(ms_model *m)
+{
+    k3_model *k = k3(m);
+    free(k->layers);
+    ms_k3_cfg_free(&k->cfg);
+}
+
+static const ms_model_ops k3_ops = {
+    .free = k3_free,
+    .forward_batch = k3_forward_batch,
+    .seq_new = k3_seq_new,
+    .seq_free = k3_seq_free,
+    .seq_keep = k3_seq_keep,
+    .seq_clone = k3_seq_clone,
+    .work_floats = k3_work_floats,
+    .state_bytes = k3_state_bytes,
+    .fixed_bytes = k3_fixed_bytes,
+};
+
+/* What callers may know (ms_model_info) from the config. */
+static void fill_info(k3_model *k, const ms_run_opts *o)
+{
+    const ms_k3_cfg *c = &k->cfg;
+    ms_model_info *in = &k->base.info;
+    in->family = ms_xfam_k3.name;
+    in->vocab = c->vocab;
+    in->hidden = c->hidden;
+    in->n_layers = c->n_layers;
+    in->first_moe = c->first_dense;
+    in->n_experts = c->n_experts;
+    in->top_k = c->top_k;
+    in->bos_id = c->bos_id;
+    in->eos_id = c->eos_id;
+    in->have_xfmt = ms_xfam_k3_fmt(c->latent, c->moe_inter, c->situ_b1, c->situ_b2, &in->xfmt) == 0;
+    if (!in->have_xfmt) snprintf(in->why_no_xfmt, sizeof in->why_no_xfmt, "%s", ms_err_msg());
+    int64_t pos = o && o->max_positions > 0 ? o->max_positions : 4096;
+    int win = o && o->spec_window > 0 ? o->spec_window : 0;
+    in->state_bytes = k3_state_bytes(&k->base, pos, win ? 1 + win : 0);
+    in->scratch_row_bytes = 4 * (ms_k3_work_floats(c, 1, 1) - ms_k3_work_floats(c, 0, 0));
+    in->max_context = 0; /* K3's config names none: the run's max_positions bounds a sequence */
+}
+
+ms_model *ms_k3_model_bind(const ms_k3_cfg *cfg, const ms_tsrc *src, const ms_run_opts *o)
+{
+    if (check_counts(cfg, src, o) != 0) return NULL;
+    k3_model *k = ms_calloc(1, sizeof *k);
+    ms_model *m = &k->base;
+    k->cfg = *cfg;
+    k->cfg.full_attn = ms_malloc(sizeof(int) * (size_t)cfg->n_full_attn);
+    memcpy(k->cfg.full_attn, cfg->full_attn, sizeof(int) * (size_t)cfg->n_full_attn);
+    k->cfg.is_mla = ms_malloc((size_t)cfg->n_layers);
+    memcpy(k->cfg.is_mla, cfg->is_mla, (size_t)cfg->n_layers);
+    const ms_k3_cfg *c = &k->cfg;
+    fill_info(k, o);
+    float params[2] = {c->situ_b1, c->situ_b2};
+    m->embed = &k->embed;
+    if (ms_mrt_init(m, &k3_ops, src, o, MS_XACT_SITU_GLU, params, c->latent) != 0) {
+        ms_model_free(m);
+        return NULL;
+    }
+    k->layers = ms_calloc((size_t)c->n_layers, sizeof *k->layers);
+    int nt;
+    const ms_k3_tensor *tab = ms_k3_tensors(&nt);
+    for (int j = 0; j < nt; j++)
+        if (tab[j].where == MS_K3_MODEL) bind_entry(m, &tab[j], -1, k);
+    k->out_fold = fold(m, k->out_norm, k->out_proj, c->hidden);
+    for (int i = 0; i < c->n_layers && m->n_errors <= 8; i++) bind_layer(m, i);
+    if (ms_mrt_bind_done(m) != 0) {
+        ms_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static int st_find(void *ctx, const char *name, ms_tview *out)
+{
+    const ms_st *st = ctx;
+    const ms_st_tensor *t = ms_st_find(st, name);
+    if (!t) return 0;
+    out->dtype = t->dtype;
+    out->ndim = t->ndim;
+    memcpy(out->shape, t->shape, sizeof out->shape);
+    out->data = NULL; /* bytes are read from the file (never mapped) */
+    out->file = ms_st_file_path(st, t->file);
+    out->fidx = t->file;
+    out->foff = t->offset;
+    return 1;
+}
+
+ms_model *ms_k3_model_open(const char *dir, const ms_run_opts *o)
+{
+    char path[4096];
+    ms_k3_cfg cfg;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (ms_k3_cfg_load(path, &cfg) != 0) return NULL;
+    ms_st *st = ms_st_open_dir(dir);
+    if (!st) {
+        ms_k3_cfg_free(&cfg);
+        return NULL;
+    }
+    int nf = ms_st_file_count(st);
+    const char **paths = ms_malloc(sizeof(char *) * (size_t)nf);
+    for (int i = 0; i < nf; i++) paths[i] = ms_st_file_path(st, i);
+    ms_tsrc src = {st_find, st, dir, paths, nf};
+    ms_model *m = ms_k3_model_bind(&cfg, &src, o);
+    ms_k3_cfg_free(&cfg);
+    if (!m) {
+        free(paths);
+        ms_st_close(st);
+        return NULL;
+    }
+    m->st = st;
+    m->src.paths = paths; /* owned from now on */
+    return m;
+}
+
+const ms_k3_cfg *ms_k3_model_cfg(const ms_model *m)
+{
+    MS_ASSERT(m->ops == &k3_ops);
+    return &k3c(m)->cfg;
+}

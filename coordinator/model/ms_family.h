@@ -1,0 +1,54 @@
+/* ms_family: what a model family provides to the registry: detection, opening, its chat format, its trunk matrices. */
+#ifndef MS_FAMILY_H
+#define MS_FAMILY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ms_model.h"
+#include "ms_st.h"
+#include "ms_tok.h"
+#include "ms_xfam.h"
+
+/* One chat message. role is "system", "user" or "assistant" (the format may know more);
+ * content is UTF-8 text of len bytes. */
+typedef struct {
+    const char *role;
+    const char *content;
+    size_t len;
+} ms_chat_msg;
+
+/* A family's chat format. */
+typedef struct {
+    const char *name;          /* "kimi" */
+    /* The prompt of a chat ending in the generation prompt: *ids malloc'ed (*n_ids ids), 0; or
+     * -1 with ms_err set (MS_EXIT_INPUT) on no messages, an unknown role (naming the message's
+     * index), invalid UTF-8, or a tokenizer without the format's markers. Markers are the
+     * tokenizer's special ids; contents are encoded as text (a marker written in a content is
+     * text, never a control token). */
+    int (*encode)(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t **ids, size_t *n_ids);
+    /* The id that ends an assistant turn (generation stops there), or -1. */
+    int32_t (*end_id)(const ms_tok *t);
+} ms_chatfmt;
+
+/* A model family: one row of the registry (coordinator/families/ms_families.c). */
+typedef struct {
+    const char *name;          /* "kimi-k3" (= its experts' family, xfam->name) */
+    const ms_xfam *xfam;       /* its experts; xfam->detect recognises its config.json */
+    /* Open DIR (ms_model.h's contract for opening). */
+    ms_model *(*open)(const char *dir, const ms_run_opts *o);
+    /* From config.json alone, before opening: what ms_model_get_info would say of vocab,
+     * layers, experts and special ids (the rest zero). 0, or -1 with ms_err set. */
+    int (*peek)(const char *dir, ms_model_info *info);
+    const ms_chatfmt *chat;
+    /* The dense trunk matrices of the checkpoint st in DIR (what a trunk pack holds, in the
+     * order the pack stores them): *out malloc'ed, pointing into st; the count, or -1 with
+     * ms_err set. */
+    int (*trunk_matrices)(const char *dir, const ms_st *st, const ms_st_tensor ***out);
+    /* Write a synthetic checkpoint of the named preset (layers > 0: that many layers) into dir,
+     * deterministic per seed; sparse: headers only, every weight zero (a hole). 0, or -1 with
+     * ms_err set (MS_EXIT_USAGE for an unknown preset, naming the known ones; MS_EXIT_IO). */
+    int (*synth)(const char *dir, const char *preset, int layers, int sparse, uint64_t seed);
+} ms_family;
+
+#endif

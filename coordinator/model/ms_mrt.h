@@ -1,0 +1,137 @@
+/* ms_mrt: the family-neutral model runtime a family builds on: binding tensors, the plan, pinning, trunk streaming, the expert store, stats. */
+#ifndef MS_MRT_H
+#define MS_MRT_H
+
+#include "ms_arena.h"
+#include "ms_io.h"
+#include "ms_model.h"
+#include "ms_plan.h"
+#include "ms_tpack.h"
+#include "ms_wstream.h"
+#include "ms_xstore.h"
+
+/* For family implementers only (coordinator/<family>/); callers use ms_model.h. A family's
+ * model struct starts with an ms_model (its `base`), its sequence struct with an ms_seq, and
+ * it fills base.ops. The runtime owns everything below; the family owns its weights' structs
+ * (whose ms_mat views the runtime fills when it pins or streams them). */
+
+/* What a family does; the runtime calls these. */
+typedef struct {
+    /* Release the family's own parts (the runtime frees the rest and the struct). */
+    void (*free)(ms_model *m);
+    /* The batched pass (ms_model_forward_batch's contract). n = 0 must walk every trunk matrix
+     * of a pass in order through ms_matmul (the schedule is traced from it). */
+    int (*forward_batch)(ms_model *m, const ms_batch_item *items, int n);
+    ms_seq *(*seq_new)(ms_model *m);
+    void (*seq_free)(ms_seq *s);
+    void (*seq_keep)(ms_seq *s, int64_t keep);
+    ms_seq *(*seq_clone)(const ms_seq *s);
+    /* Scratch floats of one pass of R rows asking for out_rows logits rows: the one size the
+     * pass's arena and the planner use. */
+    size_t (*work_floats)(const ms_model *m, int64_t R, int64_t out_rows);
+    /* Bytes of one sequence's state at `positions`, with what undoing spec_rows speculative
+     * rows needs (0: none), sized by the functions that allocate it. */
+    uint64_t (*state_bytes)(const ms_model *m, int64_t positions, int64_t spec_rows);
+    /* Fixed buffers outside the arena for `threads` workers and sequences of up to `positions`
+     * (e.g. attention rows per thread), sized by the functions that allocate them. */
+    uint64_t (*fixed_bytes)(const ms_model *m, int threads, int64_t positions);
+} ms_model_ops;
+
+/* A trunk matrix with a file location: resident when pinned, else streamed. */
+typedef struct {
+    ms_mat *dst;        /* the view inside the family's weight structs */
+    char *name;         /* tensor name, owned */
+    int file;
+    uint64_t off;       /* absolute offset of its bytes */
+    uint64_t bytes;
+    int layer;          /* -1: model level */
+} ms_wref;
+
+struct ms_model {
+    const ms_model_ops *ops;
+    ms_model_info info;
+    ms_pool *pool;
+    ms_st *st;                 /* when opened from a directory */
+    ms_tsrc src;
+    ms_run_opts opts;
+    int files;                 /* 1: tensors have file locations: plan, pin, stream */
+    ms_io_files *iof;          /* the shards, opened for direct reads */
+    ms_io *io;                 /* trunk reader pool (pinned loads, ring, embedding rows) */
+    ms_wref *refs;             /* [n_refs] trunk matrices with file locations */
+    int n_refs, cap_refs;
+    ms_mat *embed;             /* the family's embedding [V, E] (rows read one by one when streamed) */
+    int embed_ref;             /* index of the embedding in refs, or -1 */
+    ms_wstream *ws;            /* streamer of the unpinned trunk, or NULL */
+    ms_tpack *tpack;           /* the trunk pack in use, or NULL */
+    char **io_paths;           /* [n_paths + 1] the shards and the pack, as opened in iof */
+    ms_xstore *xs;             /* routed experts on disk, or NULL */
+    ms_xloc *xlocs;            /* [N][Ne] expert locations while binding */
+    ms_plan plan;
+    int planned;
+    ms_arena work;             /* the forward pass's scratch (ops->work_floats), one per model */
+    uint64_t load_bytes;       /* trunk bytes read while opening (the pinned prefix) */
+    ms_expert_table *table;    /* routed experts bound in memory */
+    ms_experts experts;
+    ms_route_fn route_fn;
+    void *route_ctx;
+    void **owned;              /* widened vectors and converted matrices */
+    size_t n_owned, cap_owned;
+    int n_errors;              /* binding problems found so far */
+    int bind_io;               /* 1 if one of them was a failed read (exit code MS_EXIT_IO) */
+    char errors[1500];
+};
+
+struct ms_seq {
+    ms_model *m;
+    int64_t pos;
+    int64_t spec_rows;         /* rows of the last speculative pass not yet settled by ms_seq_keep */
+};
+
+/* ---- binding (ms_mbind.c) ---- */
+
+/* Start m (the family's struct, zeroed, base first): ops, the weight source (borrowed; must
+ * outlive the model), options (o may be NULL), the thread pool, and the in-memory expert table
+ * for info's layers and experts of latent width `latent` computing act with params. Returns 0, or -1 with ms_err set. */
+int ms_mrt_init(ms_model *m, const ms_model_ops *ops, const ms_tsrc *src, const ms_run_opts *o, ms_xact act,
+                const float *params, int latent);
+/* Keep p until the model is freed; returns p. */
+void *ms_mrt_own(ms_model *m, void *p);
+/* Record a binding problem (the first 8 are reported together by ms_mrt_bind_done). */
+void ms_mrt_error(ms_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Look up name and check its shape (ndim dims; -1 = any). 1 if usable, else 0 and a problem. */
+int ms_mrt_get(ms_model *m, const char *name, ms_tview *tv, int ndim, const int64_t *shape);
+/* n floats widened from an F32/BF16/F16 tensor (in place when F32 in memory). NULL after a problem. */
+const float *ms_mrt_widen(ms_model *m, const char *name, const ms_tview *tv, int64_t n);
+/* A vector of n floats of any shape with n elements (shape checked as in ms_mrt_get). */
+const float *ms_mrt_vec(ms_model *m, const char *name, int64_t n, int ndim, const int64_t *shape);
+/* Bind a dense matrix [rows, cols] into *w: F32/BF16 in a file become trunk refs (pinned or
+ * streamed as planned); in memory, used in place; F16 converted to F32. */
+void ms_mrt_mat(ms_model *m, ms_mat *w, const char *name, int64_t rows, int64_t cols);
+/* Bind routed expert (layer, expert) by the expert format f, whose parts are found with
+ * ms_xfam_locate: into the on-disk store (files) or the in-memory table. Returns 1 if bound, 0
+ * if the checkpoint has none of its parts (the family may bind another form), -1 after a problem. */
+int ms_mrt_expert(ms_model *m, const ms_xfmt *f, int layer, int expert);
+/* Set the weights of an expert bound by the family in memory (e.g. dense F32 test experts). */
+void ms_mrt_expert_set(ms_model *m, int layer, int expert, const ms_expert_w *w);
+/* After binding: the problems in one message (MS_EXIT_MODEL, or MS_EXIT_IO after a failed
+ * read), or with files the plan, the pinned reads, the streamer and the expert store
+ * (ms_mrt_setup). Returns 0, or -1 with ms_err set (the caller frees the model). */
+int ms_mrt_bind_done(ms_model *m);
+/* Layer of the refs added since n_refs0 (for messages and the pack). */
+void ms_mrt_refs_layer(ms_model *m, int n_refs0, int layer);
+
+/* ---- running (ms_mrt.c) ---- */
+
+/* Plan the budget, read the pinned matrices, start the streamer and the expert store. */
+int ms_mrt_setup(ms_model *m);
+/* Row `id` of the embedding as floats into out[E] (read from the file when streamed). */
+int ms_mrt_embed_row(ms_model *m, int32_t id, float *out);
+/* 0, or -1 with ms_err set if a streamed trunk read failed (no answer from partial weights). */
+int ms_mrt_stream_check(ms_model *m);
+/* Release everything the runtime holds (the family's free has run). */
+void ms_mrt_release(ms_model *m);
+/* The trunk matrices in the order a forward pass uses them (a traced pass of zero rows).
+ * *out is malloc'ed; returns the count. */
+int ms_mrt_schedule(ms_model *m, ms_mat ***out);
+
+#endif
