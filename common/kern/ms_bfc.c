@@ -4,8 +4,8 @@
 #include <xxhash.h>
 
 #include "ms_bfc.h"
+#include "ms_cpu.h"
 #include "ms_err.h"
-#include "ms_kern.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define MS_BFC_X86 1
@@ -284,8 +284,7 @@ int ms_bfc_decode(const uint8_t *src, size_t size, uint16_t *dst, size_t n)
     int rc = check(src, size, n, &p);
     if (rc) return rc;
 #if MS_BFC_X86
-    ms_kern_init();
-    if (ms_kern_simd_enabled()) return decode_avx2(&p, dst, n);
+    if (ms_cpu_simd_enabled()) return decode_avx2(&p, dst, n);
 #endif
     return decode_scalar(&p, dst, n);
 }

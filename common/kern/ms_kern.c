@@ -7,6 +7,7 @@
 
 #include "ms_bfc.h"
 #include "ms_err.h"
+#include "ms_cpu.h"
 #include "ms_kern.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -41,8 +42,6 @@ static _Alignas(32) uint32_t mx_tab_f[256][8];
 static _Alignas(32) uint32_t mx_tab_d[256][8];
 
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
-static int simd_avail;
-static atomic_int simd_on;
 
 static void kern_init_once(void)
 {
@@ -60,36 +59,10 @@ static void kern_init_once(void)
             mx_tab_d[s][m] = (uint32_t)(db >> 32) ^ (m << 28);
         }
     }
-#if MS_KERN_X86
-    __builtin_cpu_init();
-    simd_avail = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    simd_avail = 0;
-#endif
-    const char *env = getenv("MS_NO_SIMD");
-    int off = env && *env && strcmp(env, "0") != 0;
-    atomic_store(&simd_on, simd_avail && !off);
+    ms_cpu_init();
 }
 
 void ms_kern_init(void) { pthread_once(&kern_once, kern_init_once); }
-
-int ms_kern_simd_available(void)
-{
-    ms_kern_init();
-    return simd_avail;
-}
-
-void ms_kern_set_simd(int on)
-{
-    ms_kern_init();
-    atomic_store(&simd_on, on && simd_avail);
-}
-
-int ms_kern_simd_enabled(void)
-{
-    ms_kern_init();
-    return atomic_load(&simd_on);
-}
 
 /* ---------------------------------------------------------------------------------------
  * Scalar conversions and decoding (the reference semantics of every SIMD routine)
@@ -364,7 +337,7 @@ MS_AVX2 static void k4_mxfp4(const uint8_t *const p[4], const uint8_t *const s[4
 static int use_simd(void)
 {
     ms_kern_init();
-    return atomic_load_explicit(&simd_on, memory_order_relaxed);
+    return ms_cpu_simd_enabled();
 }
 
 void ms_mxfp4_dequant_row(const uint8_t *packed, const uint8_t *scales, int64_t cols, float *out)

@@ -62,14 +62,9 @@ typedef struct {
     const void *key;
 } ms_mat;
 
-/* Detect CPU features once (idempotent, thread-safe after the first call returns). */
+/* Build the decoding tables and detect the CPU (ms_cpu) once; idempotent, thread-safe after
+ * the first call returns. The SIMD path's switch: ms_cpu.h. */
 void ms_kern_init(void);
-/* 1 if the CPU supports AVX2 and FMA. */
-int ms_kern_simd_available(void);
-/* Select the SIMD path (on = 1, default when available) or the scalar path (on = 0) for all
- * later kernel calls in the process. Results are identical either way. */
-void ms_kern_set_simd(int on);
-int ms_kern_simd_enabled(void);
 
 /* bf16 bits -> float (exact: shift left 16). */
 static inline float ms_bf16_to_f32(uint16_t h)

@@ -1,4 +1,4 @@
-/* ms_ops: the elementwise and small ops of Kimi K3 (spec §3.1-3.4, 3.7, 3.9, 3.10). */
+/* ms_ops: elementwise and small ops the families share (norms, activations, convolution, routing; K3 spec §3.1-3.4, 3.7, 3.9, 3.10). */
 #ifndef MS_OPS_H
 #define MS_OPS_H
 
@@ -11,7 +11,7 @@
  * in double in canonical order, r rounded to float. w may be NULL (unit gain). y may alias x. */
 void ms_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y);
 
-/* L2 normalisation of a KDA head (spec §3.2), in place: x / sqrt(sum x^2 + 1e-6). */
+/* L2 normalisation of an attention head (K3 spec §3.2), in place: x / sqrt(sum x^2 + 1e-6). */
 void ms_l2norm(float *x, int64_t n);
 
 /* SiTU-GLU (spec §3.3) of gate g and up u: b1*tanh(g/b1)*sigmoid(g) * b2*tanh(u/b2). */

@@ -12,6 +12,7 @@
 
 #include "ms_bfc.h"
 #include "ms_cli.h"
+#include "ms_cpu.h"
 #include "ms_err.h"
 #include "ms_families.h"
 #include "ms_file.h"
@@ -216,8 +217,8 @@ static void bench_one(const char *what, const uint16_t *v, size_t n)
     }
     double best[2] = {1e30, 1e30};
     for (int simd = 0; simd < 2; simd++) {
-        if (simd && !ms_kern_simd_available()) continue;
-        ms_kern_set_simd(simd);
+        if (simd && !ms_cpu_simd_available()) continue;
+        ms_cpu_set_simd(simd);
         for (int rep = 0; rep < 5; rep++) {
             double t0 = ms_cli_now();
             for (size_t b = 0; b < nb; b++) {
@@ -228,7 +229,7 @@ static void bench_one(const char *what, const uint16_t *v, size_t n)
             if (t < best[simd]) best[simd] = t;
         }
     }
-    ms_kern_set_simd(ms_kern_simd_available());
+    ms_cpu_set_simd(ms_cpu_simd_available());
     if (memcmp(dec, v, 2 * n) != 0) abort(); /* lossless, or the codec is broken */
     printf("%-9s %8.1f MiB BF16 -> %8.1f MiB  %5.1f%% smaller   decode 1 core: scalar %5.2f GB/s, avx2 %5.2f GB/s\n",
            what, (double)(2 * n) / 1048576.0, (double)off[nb] / 1048576.0, 100.0 * (1.0 - (double)off[nb] / (double)(2 * n)),

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ms_cpu.h"
 #include "ms_bfc.h"
 #include "ms_kern.h"
 #include "ms_test.h"
@@ -32,8 +33,8 @@ static size_t round_trip(const char *what, const uint16_t *v, size_t n, int k, i
     memset(d1, 0xAA, 2 * n);
     memset(d2, 0x55, 2 * n);
     int r1 = ms_bfc_decode_scalar(e, sz, d1, n);
-    int simd = ms_kern_simd_available();
-    ms_kern_set_simd(simd);
+    int simd = ms_cpu_simd_available();
+    ms_cpu_set_simd(simd);
     int r2 = ms_bfc_decode(e, sz, d2, n);
     T_CHECK(r1 == 0 && !memcmp(d1, v, 2 * n), "%s (n %zu, k %d): scalar decode is exact (rc %d)", what, n, k, r1);
     T_CHECK(r2 == 0 && !memcmp(d2, v, 2 * n), "%s (n %zu, k %d): %s decode is exact (rc %d)", what, n, k,
@@ -106,7 +107,7 @@ static void test_lengths(void)
 /* SIMD == scalar over many random mixtures (escape-dense and sparse groups). */
 static void test_simd_scalar(void)
 {
-    if (!ms_kern_simd_available()) {
+    if (!ms_cpu_simd_available()) {
         ms_t_skip("test_bfc: no AVX2 on this CPU: only the scalar path is tested");
         return;
     }
@@ -122,7 +123,7 @@ static void test_simd_scalar(void)
         if (k == 0) k = -1;
         if (k == 5) k = 8;
         size_t sz = ms_bfc_encode(v, n, k, enc);
-        ms_kern_set_simd(1);
+        ms_cpu_set_simd(1);
         int r1 = ms_bfc_decode(enc, sz, a, n);
         int r2 = ms_bfc_decode_scalar(enc, sz, b, n);
         if (r1 || r2 || memcmp(a, b, 2 * n) || memcmp(a, v, 2 * n)) bad++;
@@ -163,6 +164,6 @@ int main(void)
     test_lengths();
     test_simd_scalar();
     test_corrupt();
-    ms_kern_set_simd(ms_kern_simd_available());
+    ms_cpu_set_simd(ms_cpu_simd_available());
     return ms_t_done();
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ms_k3_cfg.h"
+#include "ms_cpu.h"
 #include "ms_err.h"
 #include "ms_fix.h"
 #include "ms_kda.h"
@@ -208,11 +209,11 @@ static void fx_layer(const char *name, int T)
         ms_kda_state s3;
         ms_kda_state_init(&s3, &c);
         float *out3 = ms_fix_scratch(f, T * E);
-        int simd = ms_kern_simd_enabled();
-        ms_kern_set_simd(0);
+        int simd = ms_cpu_simd_enabled();
+        ms_cpu_set_simd(0);
         ms_kda_forward(&c, &w, &s3, in, 3, out3, pool);
         ms_kda_forward(&c, &w, &s3, in + 3 * E, T - 3, out3 + 3 * E, pool);
-        ms_kern_set_simd(simd);
+        ms_cpu_set_simd(simd);
         int64_t d3 = ms_fix_bitdiff(out3, out, T * E) + ms_fix_bitdiff(s3.S, s1.S, Hk * D * D);
         printf("  %s: 3+%d split, 2 threads, scalar kernels vs 1 call: %lld elements differ in bits\n", name, T - 3,
                (long long)d3);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ms_cpu.h"
 #include "ms_err.h"
 #include "ms_kern.h"
 #include "ms_pool.h"
@@ -122,10 +123,10 @@ static void test_fixture(void)
         expected[i] = (float)json_number_value(json_array_get(je, (size_t)i));
     ms_mat W = {MS_WT_MXFP4, rows, width, packed, scales};
 
-    int paths = ms_kern_simd_available() ? 2 : 1;
+    int paths = ms_cpu_simd_available() ? 2 : 1;
     if (paths == 1) ms_t_skip("AVX2+FMA not available: fixture checked on the scalar path only");
     for (int simd = 0; simd < paths; simd++) {
-        ms_kern_set_simd(simd);
+        ms_cpu_set_simd(simd);
         int64_t bad_row = 0, bad_mat = 0, first_bad = -1;
         for (int64_t r = 0; r < rows; r++) {
             ms_mxfp4_dequant_row(packed + r * width / 2, scales + r * width / 32, width, out);
@@ -156,7 +157,7 @@ static void test_fixture(void)
         T_CHECK(diff_swapped > 0, "[%s] row 0 equals the swapped-nibble decode",
                 simd ? "simd" : "scalar");
     }
-    ms_kern_set_simd(1);
+    ms_cpu_set_simd(1);
     free(packed);
     free(scales);
     free(expected);
@@ -183,9 +184,9 @@ static void test_e2m1_e8m0(void)
         for (int k = 0; k < C / 2; k++)
             packed[s * C / 2 + k] = (uint8_t)(((2 * k) % 16) | (((2 * k + 1) % 16) << 4));
     }
-    int paths = ms_kern_simd_available() ? 2 : 1;
+    int paths = ms_cpu_simd_available() ? 2 : 1;
     for (int simd = 0; simd < paths; simd++) {
-        ms_kern_set_simd(simd);
+        ms_cpu_set_simd(simd);
         int bad = 0;
         for (int s = 0; s < NS; s++) {
             ms_mxfp4_dequant_row(packed + s * C / 2, scales + s, C, out);
@@ -216,7 +217,7 @@ static void test_e2m1_e8m0(void)
                     out[15] < 0,
                 "s=254: got %a %a %a", out[2], out[7], out[15]);
     }
-    ms_kern_set_simd(1);
+    ms_cpu_set_simd(1);
 }
 
 static void test_f16_bf16(void)
@@ -286,19 +287,19 @@ static void test_dot(void)
         a[i] = rnd_f();
         b[i] = rnd_f();
     }
-    int paths = ms_kern_simd_available() ? 2 : 1;
+    int paths = ms_cpu_simd_available() ? 2 : 1;
     int bad = 0;
     for (int n = 0; n <= N; n += (n < 70 ? 1 : 13)) {
         double want = ref_canon(a, b, n);
         for (int simd = 0; simd < paths; simd++) {
-            ms_kern_set_simd(simd);
+            ms_cpu_set_simd(simd);
             double got = ms_dot_f32(a, b, n);
             if (dbits(got) != dbits(want) && bad++ < 5)
                 fprintf(stderr, "  dot n=%d [%s]: %a vs %a\n", n, simd ? "simd" : "scalar", got,
                         want);
         }
     }
-    ms_kern_set_simd(1);
+    ms_cpu_set_simd(1);
     T_CHECK(bad == 0, "ms_dot_f32 differs from the canonical order %d times", bad);
 }
 
@@ -460,9 +461,9 @@ static void check_matmul(ms_wtype type, int64_t rows, int64_t cols, int mode,
     T_CHECK(loose_bad == 0, "%s %lldx%lld: %d results not within 1e-6 of the naive dot", tn[type],
             (long long)rows, (long long)cols, loose_bad);
 
-    int paths = ms_kern_simd_available() ? 2 : 1;
+    int paths = ms_cpu_simd_available() ? 2 : 1;
     for (int simd = 0; simd < paths; simd++) {
-        ms_kern_set_simd(simd);
+        ms_cpu_set_simd(simd);
         const char *pn = simd ? "simd" : "scalar";
         /* Decoded rows match the independent decode bit for bit. */
         int64_t bad_rows = 0;
@@ -492,7 +493,7 @@ static void check_matmul(ms_wtype type, int64_t rows, int64_t cols, int mode,
                     first >= 0 ? Yref[first] : 0.0f);
         }
     }
-    ms_kern_set_simd(1);
+    ms_cpu_set_simd(1);
     free(data);
     free(scales);
     free(X);
@@ -504,7 +505,7 @@ static void check_matmul(ms_wtype type, int64_t rows, int64_t cols, int mode,
 
 static void test_matmul(void)
 {
-    if (!ms_kern_simd_available())
+    if (!ms_cpu_simd_available())
         ms_t_skip("AVX2+FMA not available: SIMD = scalar comparisons not run");
     ms_pool *pools[4] = {NULL, ms_pool_new(1), ms_pool_new(2), ms_pool_new(3)};
     T_CHECK(pools[1] && pools[2] && pools[3], "ms_pool_new: %s", ms_err_msg());
@@ -554,12 +555,12 @@ static void test_matmul(void)
 
 int main(void)
 {
-    /* MS_NO_SIMD is read by the first ms_kern_init; ms_kern_set_simd overrides it. */
+    /* MS_NO_SIMD is read by the first ms_kern_init; ms_cpu_set_simd overrides it. */
     setenv("MS_NO_SIMD", "1", 1);
     ms_kern_init();
-    T_CHECK(!ms_kern_simd_enabled(), "MS_NO_SIMD=1 disables SIMD");
-    ms_kern_set_simd(1);
-    T_CHECK(ms_kern_simd_enabled() == ms_kern_simd_available(), "ms_kern_set_simd(1)");
+    T_CHECK(!ms_cpu_simd_enabled(), "MS_NO_SIMD=1 disables SIMD");
+    ms_cpu_set_simd(1);
+    T_CHECK(ms_cpu_simd_enabled() == ms_cpu_simd_available(), "ms_cpu_set_simd(1)");
     unsetenv("MS_NO_SIMD");
 
     test_fixture();

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ms_k3_cfg.h"
+#include "ms_cpu.h"
 #include "ms_err.h"
 #include "ms_expert.h"
 #include "ms_fix.h"
@@ -249,13 +250,13 @@ static void fx_layer(const char *name)
     T_CHECK(d1 == 0, "%s: token-by-token not bit-identical to one call (%lld elements)", name, (long long)d1);
     ms_pool *pool = ms_pool_new(2);
     T_CHECK(pool != NULL, "ms_pool_new(2): %s", ms_err_msg());
-    int simd = ms_kern_simd_enabled();
-    ms_kern_set_simd(0);
+    int simd = ms_cpu_simd_enabled();
+    ms_cpu_set_simd(0);
     rc = run_layer(&lx, &c, layer, smax, lx.T, pool, h2, s2, NULL, &n_after);
-    ms_kern_set_simd(simd);
+    ms_cpu_set_simd(simd);
     int64_t d2 = ms_fix_bitdiff(h2, h, lx.T * E) + ms_fix_bitdiff(s2, snaps, (int64_t)lx.T * smax * E);
     printf("  %s: 2 threads + scalar kernels (simd available %d) vs default: %lld elements differ in bits\n", name,
-           ms_kern_simd_available(), (long long)d2);
+           ms_cpu_simd_available(), (long long)d2);
     T_CHECK(rc == 0 && d2 == 0, "%s: threads/scalar run differs in %lld elements", name, (long long)d2);
     ms_pool_free(pool);
     free(ids);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ms_k3_cfg.h"
+#include "ms_cpu.h"
 #include "ms_err.h"
 #include "ms_fix.h"
 #include "ms_kern.h"
@@ -162,11 +163,11 @@ static void fx_mla(void)
     ms_mla_cache k2;
     ms_mla_cache_init(&k2);
     float *o2 = ms_fix_scratch(f, T * E);
-    int simd = ms_kern_simd_enabled();
-    ms_kern_set_simd(0);
+    int simd = ms_cpu_simd_enabled();
+    ms_cpu_set_simd(0);
     ms_mla_forward(&c, &w, &k2, in, 2, o2, pool);
     ms_mla_forward(&c, &w, &k2, in + 2 * E, T - 2, o2 + 2 * E, pool);
-    ms_kern_set_simd(simd);
+    ms_cpu_set_simd(simd);
     int64_t d2 = ms_fix_bitdiff(o2, out, T * E);
     printf("  mla: 2+4 split, 2 threads, scalar kernels vs 1 call: %lld elements differ in bits\n", (long long)d2);
     T_CHECK(d2 == 0, "mla: split/threads/scalar run differs from one call in %lld elements", (long long)d2);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ms_k3_cfg.h"
+#include "ms_cpu.h"
 #include "ms_err.h"
 #include "ms_kern.h"
 #include "ms_model.h"
@@ -251,13 +252,14 @@ static void test_checkpoint(const char *name)
 
 static float *run_opts_logits(const char *dir, const ms_run_opts *o, const int32_t *ids, int64_t n, int split,
                               ms_model_stats *st, ms_plan *plan);
+static uint64_t min_budget(const char *dir);
 
 static float *run_logits(const char *dir, int threads, int simd, const int32_t *ids, int64_t n, int split)
 {
-    ms_kern_set_simd(simd);
+    ms_cpu_set_simd(simd);
     ms_run_opts o = {.n_threads = threads};
     float *r = run_opts_logits(dir, &o, ids, n, split, NULL, NULL);
-    ms_kern_set_simd(ms_kern_simd_available());
+    ms_cpu_set_simd(ms_cpu_simd_available());
     return r;
 }
 
@@ -304,16 +306,16 @@ static void test_synth_invariants(void)
     for (int i = 0; i < 40; i++) ids[i] = (int32_t)((i * 37 + 11) % sh.vocab);
     int64_t n = 40, V = sh.vocab;
     size_t bytes = sizeof(float) * (size_t)(n * V);
-    float *base = run_logits(dir, 1, ms_kern_simd_available(), ids, n, 0);
+    float *base = run_logits(dir, 1, ms_cpu_simd_available(), ids, n, 0);
     T_CHECK(base != NULL, "synth model runs");
     if (!base) return;
-    float *thr = run_logits(dir, 2, ms_kern_simd_available(), ids, n, 0);
+    float *thr = run_logits(dir, 2, ms_cpu_simd_available(), ids, n, 0);
     T_CHECK(thr && !memcmp(base, thr, bytes), "logits bit-identical with 1 and 2 threads");
-    float *inc = run_logits(dir, 2, ms_kern_simd_available(), ids, n, 1);
+    float *inc = run_logits(dir, 2, ms_cpu_simd_available(), ids, n, 1);
     T_CHECK(inc && !memcmp(base, inc, bytes), "one-call prefill == token-by-token incremental, bit for bit");
-    float *chunk = run_logits(dir, 2, ms_kern_simd_available(), ids, n, 7);
+    float *chunk = run_logits(dir, 2, ms_cpu_simd_available(), ids, n, 7);
     T_CHECK(chunk && !memcmp(base, chunk, bytes), "prefill in chunks of 7 == one call, bit for bit");
-    if (ms_kern_simd_available()) {
+    if (ms_cpu_simd_available()) {
         float *sc = run_logits(dir, 2, 0, ids, n, 0);
         T_CHECK(sc && !memcmp(base, sc, bytes), "logits bit-identical between SIMD and scalar paths");
         free(sc);
@@ -329,13 +331,74 @@ static void test_synth_invariants(void)
     char dir2[4200];
     snprintf(dir2, sizeof dir2, "%s/tiny-seed8", d);
     T_CHECK(ms_synth_write(dir2, &sh, 8) == 0, "synth seed 8");
-    float *other = run_logits(dir2, 2, ms_kern_simd_available(), ids, n, 0);
+    float *other = run_logits(dir2, 2, ms_cpu_simd_available(), ids, n, 0);
     T_CHECK(other && memcmp(base, other, bytes) != 0, "a different seed gives a different model");
     free(base);
     free(thr);
     free(inc);
     free(chunk);
     free(other);
+}
+
+/* A clone (ms_seq_clone) is a snapshot: continuing it gives the logits of continuing the
+ * original, bit for bit, after the original is gone, after a speculative pass it settled, and
+ * at a budget that streams the trunk. */
+static void test_clone(void)
+{
+    const char *d = ms_t_tmpdir("model-clone");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/tiny", d);
+    ms_synth_shape sh;
+    ms_synth_preset("tiny", &sh);
+    T_CHECK(ms_synth_write(dir, &sh, 3) == 0, "synth write: %s", ms_err_msg());
+    enum { N = 40, CUT = 17 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 53 + 5) % sh.vocab);
+    int64_t V = sh.vocab;
+    float *base = run_logits(dir, 2, ms_cpu_simd_available(), ids, N, 0); /* [N][V] all rows */
+    T_CHECK(base != NULL, "clone: reference run");
+    if (!base) return;
+    for (int budget = 0; budget < 2; budget++) {
+        ms_run_opts o = {.n_threads = 2, .max_positions = N + 8, .spec_window = 4};
+        if (budget) { /* the smallest plan: the trunk streams through the ring */
+            o.baseline = 1;
+            o.ram_budget = 1;
+            ms_model_free(ms_k3_model_open(dir, &o)); /* refused, naming the least budget that runs */
+            const char *p = strrchr(ms_err_msg(), '(');
+            o.ram_budget = p ? strtoull(p + 1, NULL, 10) : 0;
+        }
+        ms_model *m = ms_k3_model_open(dir, &o);
+        T_CHECK(m != NULL, "clone: open (%s): %s", budget ? "smallest budget" : "no budget", ms_err_msg());
+        if (!m) continue;
+        if (budget) T_CHECK(ms_model_plan(m)->streaming, "clone: the smallest budget streams the trunk");
+        float *lg = malloc(sizeof(float) * (size_t)(N * V));
+        ms_seq *s = ms_seq_new(m);
+        int ok = ms_model_forward(m, s, ids, CUT, 1, lg) == 0 && !memcmp(lg, base, sizeof(float) * (size_t)(CUT * V));
+        /* a speculative pass of 4 rows of which 2 are kept, then the snapshot */
+        ms_batch_item it = {s, ids + CUT, 4, 1, lg, 1};
+        ok = ok && ms_model_forward_batch(m, &it, 1) == 0;
+        ms_seq_keep(s, 2);
+        ms_seq *c = ms_seq_clone(s);
+        ms_seq *cc = ms_seq_clone(c);
+        T_CHECK(ms_seq_pos(c) == CUT + 2 && ms_seq_pos(cc) == CUT + 2, "clone: position %lld",
+                (long long)ms_seq_pos(c));
+        ok = ok && ms_model_forward(m, s, ids + CUT + 2, 3, 1, lg) == 0; /* the original goes on, then goes */
+        ms_seq_free(s);
+        int64_t rest = N - CUT - 2;
+        const float *want = base + (size_t)(CUT + 2) * (size_t)V;
+        int c_ok = ms_model_forward(m, c, ids + CUT + 2, rest, 1, lg) == 0 &&
+                   !memcmp(lg, want, sizeof(float) * (size_t)(rest * V));
+        int cc_ok = ms_model_forward(m, cc, ids + CUT + 2, rest, 1, lg) == 0 &&
+                    !memcmp(lg, want, sizeof(float) * (size_t)(rest * V));
+        T_CHECK(ok && c_ok && cc_ok, "clone (%s): continuing a snapshot (and a snapshot of it) after the original "
+                "is freed == one pass over the whole text, bit for bit",
+                budget ? "smallest budget" : "no budget");
+        ms_seq_free(c);
+        ms_seq_free(cc);
+        free(lg);
+        ms_model_free(m);
+    }
+    free(base);
 }
 
 /* Other shapes a released-layout checkpoint may have: every variant must load and keep the
@@ -369,8 +432,8 @@ static void test_synth_variants(void)
         int32_t ids[17];
         for (int i = 0; i < 17; i++) ids[i] = (int32_t)((i * 29 + 3) % sh.vocab);
         size_t bytes = sizeof(float) * 17 * (size_t)sh.vocab;
-        float *a = run_logits(dir, 1, ms_kern_simd_available(), ids, 17, 0);
-        float *b = run_logits(dir, 3, ms_kern_simd_available(), ids, 17, 1);
+        float *a = run_logits(dir, 1, ms_cpu_simd_available(), ids, 17, 0);
+        float *b = run_logits(dir, 3, ms_cpu_simd_available(), ids, 17, 1);
         T_CHECK(a && b && !memcmp(a, b, bytes), "variant %d: prefill (1 thread) == incremental (3 threads)", v);
         int finite = a != NULL;
         for (size_t i = 0; a && i < bytes / 4; i++) finite &= isfinite(a[i]);
@@ -561,6 +624,7 @@ int main(void)
     ms_kern_init();
     ms_log_set_level(0); /* no plan lines: the checks print what they need */
     test_synth_invariants();
+    test_clone();
     test_synth_variants();
     test_bad_checkpoint();
     test_budgets();

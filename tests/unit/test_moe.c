@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ms_k3_cfg.h"
+#include "ms_cpu.h"
 #include "ms_err.h"
 #include "ms_expert.h"
 #include "ms_fix.h"
@@ -191,10 +192,10 @@ static void fx_moe(void)
     ms_expert_table *tab2 = ms_t_situ_table(1, c.n_experts, c.latent, c.situ_b1, c.situ_b2, pool);
     set_experts(f, "", &c, tab2, layer);
     ms_experts ex2 = ms_expert_table_iface(tab2);
-    int simd = ms_kern_simd_enabled();
-    ms_kern_set_simd(0);
+    int simd = ms_cpu_simd_enabled();
+    ms_cpu_set_simd(0);
     rc = ms_moe_forward(&c, layer, &w, &ex2, in, T, y1, NULL, pool);
-    ms_kern_set_simd(simd);
+    ms_cpu_set_simd(simd);
     d = ms_fix_bitdiff(y1, y, T * E);
     printf("  moe: 2 threads + scalar kernels vs default: %lld elements differ in bits\n", (long long)d);
     T_CHECK(rc == 0 && d == 0, "moe: threads/scalar run differs (rc %d, %lld elements)", rc, (long long)d);
