@@ -12,7 +12,7 @@
 #include "ms_st.h"
 #include "ms_wire.h"
 #include "ms_wload.h"
-#include "ms_xfam.h"
+#include "ms_xfams.h"
 
 #define MIB (1ull << 20)
 #define CHUNK_BYTES (4 * MIB)      /* activations of one store call (worker side) */

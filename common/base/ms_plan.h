@@ -11,7 +11,7 @@ struct json_t;
 typedef struct {
     uint64_t budget;           /* peak resident memory allowed for the whole run */
     uint64_t baseline;         /* resident before the planned allocations (code, tokenizer, small tensors) */
-    uint64_t state;            /* sequence state: KDA states + MLA cache for every planned position */
+    uint64_t state;            /* sequence state (the family's) for every planned position */
     uint64_t work_fixed;       /* working buffers independent of the prefill chunk */
     uint64_t work_per_token;   /* working buffers per token of a prefill chunk */
     int64_t prompt_tokens;     /* tokens to prefill (chunk never larger) */

@@ -19,7 +19,7 @@
 #include "ms_progress.h"
 #include "ms_size.h"
 #include "ms_st.h"
-#include "ms_xfam.h"
+#include "ms_xfams.h"
 
 #define PACK_FORMAT MS_PACK_FORMAT
 #define PACK_VERSION MS_PACK_VERSION

@@ -22,7 +22,7 @@
 #include "ms_shard.h"
 #include "ms_size.h"
 #include "ms_st.h"
-#include "ms_xfam.h"
+#include "ms_xfams.h"
 
 #define COPY_CHUNK ((size_t)16 << 20) /* bounded copy buffer: experts stream through it */
 

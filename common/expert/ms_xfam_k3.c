@@ -6,7 +6,7 @@
 
 #include "ms_err.h"
 #include "ms_st.h"
-#include "ms_xfam.h"
+#include "ms_xfam_k3.h"
 
 /* model_type as released (root "kimi_k3", text_config "kimi_linear"); the flat fixture shape
  * carries none. */

@@ -5,7 +5,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-/* A family's config reader (coordinator/k3/ms_k3_cfg.c, common/expert's family rows) describes
+/* A family's config reader (in its folder, and its row of common/expert's family table) describes
  * its fields in a table; this module finds them where the family says they may be, converts
  * them, checks bounds, and collects every missing key and bad value so that one message names
  * them all (ARCHITECTURE invariant 2: a missing field is an error, never a default). */

@@ -5,6 +5,7 @@
 #include "ms_err.h"
 #include "ms_families.h"
 #include "ms_jcfg.h"
+#include "ms_xfams.h"
 #include "ms_k3_model.h"
 
 /* A new family: its folder (coordinator/<family>/, a CMake layer linked below) and one row. */

@@ -5,6 +5,7 @@
 #include "ms_err.h"
 #include "ms_k3_chat.h"
 #include "ms_k3_model.h"
+#include "ms_xfam_k3.h"
 #include "ms_k3_tensors.h"
 #include "ms_synth.h"
 

@@ -11,7 +11,7 @@
 #include "ms_layer.h"
 #include "ms_mrt.h"
 #include "ms_ops.h"
-#include "ms_xfam.h"
+#include "ms_xfam_k3.h"
 
 typedef struct {
     ms_seq base;

@@ -4,6 +4,7 @@
 
 #include "ms_err.h"
 #include "ms_k3_tensors.h"
+#include "ms_xfam_k3.h"
 #include "ms_k3_int.h"
 
 #define LW(f) offsetof(ms_layer_w, f)
@@ -125,7 +126,9 @@ void ms_k3_expert_name(int layer, int expert, int m, int p, char *buf, size_t n)
 {
     static const char *mat[3] = {"w1", "w2", "w3"};
     static const char *part[3] = {"weight_packed", "weight_scale", "weight"};
-    snprintf(buf, n, MS_K3_PFX "layers.%d.block_sparse_moe.experts.%d.%s.%s", layer, expert, mat[m], part[p]);
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "%s.%s", mat[m], part[p]);
+    ms_xfam_k3_tensor(layer, expert, suffix, buf, n); /* the one spelling, shared with shard and the worker */
 }
 
 int ms_k3_trunk_matrices(const ms_k3_cfg *c, const ms_st *st, const ms_st_tensor ***out)

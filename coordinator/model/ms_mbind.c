@@ -8,7 +8,7 @@
 #include "ms_err.h"
 #include "ms_file.h"
 #include "ms_mrt.h"
-#include "ms_xfam.h"
+#include "ms_xfams.h"
 
 int ms_mrt_init(ms_model *m, const ms_model_ops *ops, const ms_tsrc *src, const ms_run_opts *o, ms_xact act,
                 const float *params, int latent)

@@ -18,7 +18,7 @@
 #include "ms_err.h"
 #include "ms_st.h"
 #include "ms_test.h"
-#include "ms_xfam.h"
+#include "ms_xfam_k3.h"
 
 int ms_t_passed, ms_t_failed, ms_t_skipped;
 
@@ -529,3 +529,37 @@ ms_model *ms_t_k3_load(const char *dir, int n_threads)
     o.n_threads = n_threads;
     return ms_k3_model_open(dir, &o);
 }
+
+/* Printable, truncated rendering of bytes for failure messages (static storage). */
+const char *ms_t_show(const char *s, size_t n)
+{
+    static char buf[4][400];
+    static int which;
+    char *b = buf[which++ & 3];
+    size_t o = 0;
+    for (size_t i = 0; i < n && o < sizeof buf[0] - 12; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n') o += (size_t)snprintf(b + o, 8, "\\n");
+        else if (c == '\r') o += (size_t)snprintf(b + o, 8, "\\r");
+        else if (c == '\t') o += (size_t)snprintf(b + o, 8, "\\t");
+        else if (c < 0x20 || c == 0x7f) o += (size_t)snprintf(b + o, 8, "\\x%02x", c);
+        else b[o++] = (char)c;
+    }
+    if (o >= sizeof buf[0] - 12) o += (size_t)snprintf(b + o, 8, "...");
+    b[o] = 0;
+    return b;
+}
+
+const char *ms_t_show_ids(const int32_t *ids, size_t n)
+{
+    static char buf[2][400];
+    static int which;
+    char *b = buf[which++ & 1];
+    size_t o = 0;
+    b[0] = 0;
+    for (size_t i = 0; i < n && o < sizeof buf[0] - 24; i++)
+        o += (size_t)snprintf(b + o, 16, "%s%d", i ? "," : "", ids[i]);
+    if (o >= sizeof buf[0] - 24) snprintf(b + o, 8, ",...");
+    return b;
+}
+

@@ -157,6 +157,11 @@ int ms_t_close(float got, float want, double abs_tol, double rel_tol);
  * failed and something ran, 1 on failure, 77 (ctest SKIP) if every check was skipped. */
 int ms_t_done(void);
 
+/* Printable, truncated renderings of bytes / ids for failure messages (static storage: each
+ * call returns one of a few rotating buffers). */
+const char *ms_t_show(const char *s, size_t n);
+const char *ms_t_show_ids(const int32_t *ids, size_t n);
+
 /* ---- Kimi K3 shorthands (ms_test.c) ---- */
 #include "ms_expert.h"
 #include "ms_k3_model.h"

@@ -12,39 +12,6 @@
 #include "ms_test.h"
 #include "ms_tok.h"
 
-/* Printable, truncated rendering of bytes for failure messages (static storage). */
-static const char *show(const char *s, size_t n)
-{
-    static char buf[4][400];
-    static int which;
-    char *b = buf[which++ & 3];
-    size_t o = 0;
-    for (size_t i = 0; i < n && o < sizeof buf[0] - 12; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '\n') o += (size_t)snprintf(b + o, 8, "\\n");
-        else if (c == '\r') o += (size_t)snprintf(b + o, 8, "\\r");
-        else if (c == '\t') o += (size_t)snprintf(b + o, 8, "\\t");
-        else if (c < 0x20 || c == 0x7f) o += (size_t)snprintf(b + o, 8, "\\x%02x", c);
-        else b[o++] = (char)c;
-    }
-    if (o >= sizeof buf[0] - 12) o += (size_t)snprintf(b + o, 8, "...");
-    b[o] = 0;
-    return b;
-}
-
-static const char *show_ids(const int32_t *ids, size_t n)
-{
-    static char buf[2][400];
-    static int which;
-    char *b = buf[which++ & 1];
-    size_t o = 0;
-    b[0] = 0;
-    for (size_t i = 0; i < n && o < sizeof buf[0] - 24; i++)
-        o += (size_t)snprintf(b + o, 16, "%s%d", i ? "," : "", ids[i]);
-    if (o >= sizeof buf[0] - 24) snprintf(b + o, 8, ",...");
-    return b;
-}
-
 static int write_file(const char *dir, const char *name, const char *data, size_t n)
 {
     char path[4200];
@@ -195,8 +162,8 @@ static void test_shared_cases(void)
                 while (rc == 0 && d < ng && d < nw && got[d] == want[d]) d++;
                 fprintf(stderr,
                         "case %d%s: text \"%s\"\n  want [%s]\n  got  [%s]%s%s (first difference at index %zu)\n",
-                        n_cases, allow ? " (allow_special)" : "", show(text, tl), show_ids(want, nw),
-                        rc == 0 ? show_ids(got, ng) : "", rc == 0 ? "" : "error: ", rc == 0 ? "" : ms_err_msg(), d);
+                        n_cases, allow ? " (allow_special)" : "", ms_t_show(text, tl), ms_t_show_ids(want, nw),
+                        rc == 0 ? ms_t_show_ids(got, ng) : "", rc == 0 ? "" : "error: ", rc == 0 ? "" : ms_err_msg(), d);
             }
         }
         free(got);
@@ -205,8 +172,8 @@ static void test_shared_cases(void)
         rc = ms_tok_decode(t, want, nw, &back, &bl);
         if (rc != 0 || bl != tl || memcmp(back, text, tl) != 0) {
             if (++n_dec_bad <= 5)
-                fprintf(stderr, "case %d: decode of [%s] gives \"%s\", want \"%s\"%s\n", n_cases, show_ids(want, nw),
-                        rc == 0 ? show(back, bl) : ms_err_msg(), show(text, tl), rc == 0 ? "" : " (error)");
+                fprintf(stderr, "case %d: decode of [%s] gives \"%s\", want \"%s\"%s\n", n_cases, ms_t_show_ids(want, nw),
+                        rc == 0 ? ms_t_show(back, bl) : ms_err_msg(), ms_t_show(text, tl), rc == 0 ? "" : " (error)");
         }
         free(back);
         free(want);
@@ -546,7 +513,7 @@ static void test_synth(void)
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
         size_t tl = strlen(texts[i]);
         int ok = round_trip(t, texts[i], tl, 0, NULL) && round_trip(t, texts[i], tl, 1, NULL);
-        T_CHECK(ok, "synth round trip of \"%s\"", show(texts[i], strlen(texts[i])));
+        T_CHECK(ok, "synth round trip of \"%s\"", ms_t_show(texts[i], strlen(texts[i])));
     }
     /* the embedded NUL byte is ordinary text */
     T_CHECK(round_trip(t, "a\0b", 3, 0, NULL), "text with a NUL byte round-trips");
@@ -571,9 +538,9 @@ static void test_synth(void)
         n_high += ids[i] >= n_ranks;
     }
     T_CHECK(ids && has_bos == 1 && has_eos == 1 && has_end == 1 && n_high == 3 && ids[n - 1] == n_ranks + 1,
-            "allow_special emits the three special ids: [%s]", ids ? show_ids(ids, n) : "error");
+            "allow_special emits the three special ids: [%s]", ids ? ms_t_show_ids(ids, n) : "error");
     T_CHECK(ids && n == 5 && ids[0] == 'a' && ids[2] == 'b', "ordinary text between specials: [%s]",
-            ids ? show_ids(ids, n) : "error");
+            ids ? ms_t_show_ids(ids, n) : "error");
     free(ids);
     ids = enc(t, sp, 0, &n);
     n_high = 0;
@@ -685,7 +652,7 @@ static void test_bpe_rules(void)
         size_t n = 0;
         int32_t *ids = enc(t, cases[i].text, 0, &n);
         T_CHECK(ids_eq(ids, n, cases[i].ids, cases[i].n), "\"%s\": got [%s], want [%s] (%s)", cases[i].text,
-                ids ? show_ids(ids, n) : ms_err_msg(), show_ids(cases[i].ids, cases[i].n), cases[i].why);
+                ids ? ms_t_show_ids(ids, n) : ms_err_msg(), ms_t_show_ids(cases[i].ids, cases[i].n), cases[i].why);
         free(ids);
     }
     ms_tok_free(t);
@@ -718,7 +685,7 @@ static void test_bpe_rules(void)
         int32_t *ids = enc(t, "a<a>bb<a>", 1, &n);
         int32_t want[] = {0, 4, 6, 3};
         T_CHECK(ids_eq(ids, n, want, 4), "longest special at the earliest position: [%s]",
-                ids ? show_ids(ids, n) : ms_err_msg());
+                ids ? ms_t_show_ids(ids, n) : ms_err_msg());
         free(ids);
         int32_t gap = 5;
         char *txt = NULL;
@@ -788,7 +755,7 @@ static void test_malformed(void)
         size_t n = 0;
         int32_t *ids = enc(t, "abba", 0, &n);
         int32_t want[] = {2, 1, 0};
-        T_CHECK(ids_eq(ids, n, want, 3), "CRLF vocab encodes \"abba\" as [2,1,0]: [%s]", ids ? show_ids(ids, n) : "");
+        T_CHECK(ids_eq(ids, n, want, 3), "CRLF vocab encodes \"abba\" as [2,1,0]: [%s]", ids ? ms_t_show_ids(ids, n) : "");
         free(ids);
     }
     ms_tok_free(t);

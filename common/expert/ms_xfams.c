@@ -1,10 +1,11 @@
-/* ms_xfam: the table of model families whose experts this build knows, and lookups over it. */
+/* ms_xfams: the table of model families whose experts this build knows, and lookups over it. */
 #include <stdio.h>
 #include <string.h>
 
 #include "ms_err.h"
 #include "ms_st.h"
-#include "ms_xfam.h"
+#include "ms_xfam_k3.h"
+#include "ms_xfams.h"
 
 /* One row per family (its file: ms_xfam_<family>.c). */
 static const ms_xfam *const families[] = {
