@@ -67,16 +67,22 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
         ms_rconn_hello(r, w);
     }
     double t0 = ms_now(), limit = r->o.timeout_s < 10 ? r->o.timeout_s : 10;
+    /* One poll over every worker still probing (probe_items, item_worker: room for all), so an
+     * answer is taken within one round whatever the number of workers. */
     for (;;) {
-        int waiting = 0;
-        for (int i = 0; i < r->n; i++) waiting += r->w[i].state == W_PROBING;
-        if (!waiting || ms_now() - t0 > limit) break;
+        int np = 0;
         for (int i = 0; i < r->n; i++) {
             wconn *w = &r->w[i];
             if (w->state != W_PROBING) continue;
-            zmq_pollitem_t it = {w->sock, 0, ZMQ_POLLIN, 0};
             ms_rconn_check_monitor(r, w); /* records why a hello may get no answer */
-            if (zmq_poll(&it, 1, 50) > 0) {
+            r->probe_items[np] = (zmq_pollitem_t){w->sock, 0, ZMQ_POLLIN, 0};
+            r->item_worker[np++] = i;
+        }
+        if (!np || ms_now() - t0 > limit) break;
+        zmq_poll(r->probe_items, np, 50);
+        for (int j = 0; j < np; j++) {
+            wconn *w = &r->w[r->item_worker[j]];
+            if (r->probe_items[j].revents & ZMQ_POLLIN) {
                 Moestream__Envelope *e = ms_rconn_recv(r, w);
                 if (e) {
                     if (ms_rconn_take_hello(r, w, e) != 0) {
@@ -157,13 +163,19 @@ void ms_remote_free(ms_remote *r)
 
 /* Pick an up owner of (layer, e), skipping `avoid`; -1 if none. Replicas are used in turn by
  * expert id so load spreads, deterministically. */
+static int is_cand(const ms_remote *r, int i, int layer, int e, int avoid)
+{
+    return i != avoid && r->w[i].state == W_UP && r->w[i].owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)e];
+}
+
 static int pick(ms_remote *r, int layer, int e, int avoid)
 {
-    int cand[256], n = 0;
-    for (int i = 0; i < r->n && n < 256; i++)
-        if (i != avoid && r->w[i].state == W_UP && r->w[i].owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)e])
-            cand[n++] = i;
-    return n ? cand[e % n] : -1;
+    int n = 0; /* candidates (any number of replicas), then the (e mod n)-th of them */
+    for (int i = 0; i < r->n; i++) n += is_cand(r, i, layer, e, avoid);
+    if (!n) return -1;
+    for (int i = 0, k = e % n; i < r->n; i++)
+        if (is_cand(r, i, layer, e, avoid) && k-- == 0) return i;
+    return -1;
 }
 
 /* A request stays below this size, half of every worker's limit (MS_WIRE_MAX_REQUEST): one

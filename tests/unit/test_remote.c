@@ -161,6 +161,34 @@ int main(void)
         for (int i = 0; i < 3; i++) stop_worker(&w[i]);
     }
 
+    /* 300 workers listed: 297 endpoints nobody listens on, then three live workers that share
+     * the experts. Every socket is polled each round (at start and in each pass), so the last
+     * workers answer as the first would: same bits, and the start waits no longer than the
+     * worker timeout. */
+    {
+        worker w[3] = {{0}};
+        static const char *part[3] = {"*:0-2", "*:3-5", "*:6-7"};
+        static char list[300 * 128];
+        list[0] = 0;
+        int ok = 1;
+        for (int i = 0; i < 297; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%sipc://%s/none%d", i ? "," : "", sock, i);
+        for (int i = 0; i < 3; i++) {
+            ok &= start_worker(&w[i], sock, 70 + i, part[i], NULL) == 0;
+            snprintf(list + strlen(list), sizeof list - strlen(list), ",%s", w[i].ep);
+        }
+        T_CHECK(ok, "300 workers: the three live ones started");
+        static char extra[sizeof list + 64];
+        snprintf(extra, sizeof extra, "--worker-timeout 3 --workers %s", list);
+        snprintf(b, sizeof b, "%s/w300.bin", tmp);
+        double t0 = ms_now();
+        int st = run_to(extra, b, NULL);
+        T_CHECK(st == 0 && ms_t_same_file(a, b),
+                "300 listed workers, the live ones last: logits bit-identical to in-process (status %d, %.1f s)", st,
+                ms_now() - t0);
+        for (int i = 0; i < 3; i++) stop_worker(&w[i]);
+    }
+
     /* Requests larger than the cap go out as consecutive slices: same bits. */
     {
         worker w[2] = {{0}};
