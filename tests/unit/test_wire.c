@@ -11,6 +11,7 @@
 #include "ms_err.h"
 #include "ms_expert.h"
 #include "ms_test.h"
+#include "ms_xfam_k3.h"
 #include "ms_wire.h"
 #include "ms_xfmt.h"
 

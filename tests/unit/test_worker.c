@@ -24,6 +24,7 @@
 #include "ms_synth.h"
 #include "ms_clock.h"
 #include "ms_test.h"
+#include "ms_xfam_k3.h"
 #include "ms_wtest.h"
 #include "ms_wire.h"
 

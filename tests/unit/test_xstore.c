@@ -10,6 +10,7 @@
 #include "ms_ops.h"
 #include "ms_st.h"
 #include "ms_test.h"
+#include "ms_xfam_k3.h"
 #include "ms_xstore.h"
 
 #include <xxhash.h>
