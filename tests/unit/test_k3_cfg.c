@@ -1,4 +1,4 @@
-/* test_cfg: the strict config.json reader on the real release, the fixtures and inline configs. */
+/* test_k3_cfg: the strict config.json reader on the real release, the fixtures and inline configs. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>

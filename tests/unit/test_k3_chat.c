@@ -1,4 +1,4 @@
-/* test_chat: Kimi's chat format: messages -> ids equal the hand-written template string encoded
+/* test_k3_chat: Kimi's chat format: messages -> ids equal the hand-written template string encoded
  * with specials, on the Kimi tokenizer surrogate (shared fixtures) and the synthetic tokenizer. */
 #include <stdlib.h>
 #include <string.h>
