@@ -5,9 +5,9 @@
 #include "ms_err.h"
 #include "ms_k3_chat.h"
 #include "ms_k3_model.h"
-#include "ms_xfam_k3.h"
 #include "ms_k3_tensors.h"
 #include "ms_synth.h"
+#include "ms_xfam_k3.h"
 
 static int load_cfg(const char *dir, ms_k3_cfg *c)
 {
@@ -21,15 +21,7 @@ static int k3_peek(const char *dir, ms_model_info *in)
     ms_k3_cfg c;
     memset(in, 0, sizeof *in);
     if (load_cfg(dir, &c) != 0) return -1;
-    in->family = ms_xfam_k3.name;
-    in->vocab = c.vocab;
-    in->hidden = c.hidden;
-    in->n_layers = c.n_layers;
-    in->first_moe = c.first_dense;
-    in->n_experts = c.n_experts;
-    in->top_k = c.top_k;
-    in->bos_id = c.bos_id;
-    in->eos_id = c.eos_id;
+    ms_k3_info_of_cfg(&c, in);
     ms_k3_cfg_free(&c);
     return 0;
 }

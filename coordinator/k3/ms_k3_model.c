@@ -397,11 +397,8 @@ static const ms_model_ops k3_ops = {
     .fixed_bytes = k3_fixed_bytes,
 };
 
-/* What callers may know (ms_model_info) from the config. */
-static void fill_info(k3_model *k, const ms_run_opts *o)
+void ms_k3_info_of_cfg(const ms_k3_cfg *c, ms_model_info *in)
 {
-    const ms_k3_cfg *c = &k->cfg;
-    ms_model_info *in = &k->base.info;
     in->family = ms_xfam_k3.name;
     in->vocab = c->vocab;
     in->hidden = c->hidden;
@@ -411,6 +408,14 @@ static void fill_info(k3_model *k, const ms_run_opts *o)
     in->top_k = c->top_k;
     in->bos_id = c->bos_id;
     in->eos_id = c->eos_id;
+}
+
+/* What callers may know (ms_model_info): the config's, and the sizes for the run's options. */
+static void fill_info(k3_model *k, const ms_run_opts *o)
+{
+    const ms_k3_cfg *c = &k->cfg;
+    ms_model_info *in = &k->base.info;
+    ms_k3_info_of_cfg(c, in);
     in->have_xfmt = ms_xfam_k3_fmt(c->latent, c->moe_inter, c->situ_b1, c->situ_b2, &in->xfmt) == 0;
     if (!in->have_xfmt) snprintf(in->why_no_xfmt, sizeof in->why_no_xfmt, "%s", ms_err_msg());
     int64_t pos = o && o->max_positions > 0 ? o->max_positions : 4096;

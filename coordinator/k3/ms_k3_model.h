@@ -21,6 +21,10 @@ ms_model *ms_k3_model_bind(const ms_k3_cfg *cfg, const ms_tsrc *src, const ms_ru
 /* The config of a K3 model (asserts that m is one). */
 const ms_k3_cfg *ms_k3_model_cfg(const ms_model *m);
 
+/* The parts of ms_model_info the config alone gives (family, vocabulary, widths, layers,
+ * experts, special ids); the rest is left as it was. */
+void ms_k3_info_of_cfg(const ms_k3_cfg *c, ms_model_info *in);
+
 /* Scratch floats of one pass of R rows asking for out_rows logits rows: the model's buffers
  * and the widest layer's (ms_layer_work_floats). The one size the arena and the planner use. */
 size_t ms_k3_work_floats(const ms_k3_cfg *c, int64_t R, int64_t out_rows);

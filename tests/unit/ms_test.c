@@ -449,8 +449,10 @@ const void *ms_t_expert_part(const struct ms_st *st, int l, int e, int k)
 
 int ms_t_capture_stderr(char *buf, size_t n, int (*fn)(void))
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/stderr", ms_t_tmpdir("stderr-capture"));
+    char path[4200], name[64];
+    /* one directory per process: tests run in parallel (ctest -j) and a fresh tmpdir is wiped */
+    snprintf(name, sizeof name, "stderr-capture-%d", (int)getpid());
+    snprintf(path, sizeof path, "%s/stderr", ms_t_tmpdir(name));
     fflush(stderr);
     int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     dup2(fd, 2);
@@ -522,6 +524,15 @@ ms_expert_table *ms_t_situ_table(int n_layers, int n_experts, int latent, float 
 }
 
 int ms_t_k3_xfmt(const ms_k3_cfg *c, ms_xfmt *f) { return ms_xfam_k3_fmt(c->latent, c->moe_inter, c->situ_b1, c->situ_b2, f); }
+
+int ms_t_synth_tiny(const char *name, uint64_t seed, char *dir, size_t n, ms_synth_shape *sh)
+{
+    snprintf(dir, n, "%s/tiny", ms_t_tmpdir(name));
+    ms_synth_preset("tiny", sh);
+    int rc = ms_synth_write(dir, sh, seed);
+    T_CHECK(rc == 0, "synth tiny (seed %llu) into %s: %s", (unsigned long long)seed, dir, ms_err_msg());
+    return rc;
+}
 
 ms_model *ms_t_k3_load(const char *dir, int n_threads)
 {

@@ -165,6 +165,7 @@ const char *ms_t_show_ids(const int32_t *ids, size_t n);
 /* ---- Kimi K3 shorthands (ms_test.c) ---- */
 #include "ms_expert.h"
 #include "ms_k3_model.h"
+#include "ms_synth.h"
 
 /* K3's routed expert from its matrices w1 (gate), w2 (down), w3 (up). */
 ms_expert_w ms_t_expert_w(ms_mat w1, ms_mat w2, ms_mat w3);
@@ -172,6 +173,9 @@ ms_expert_w ms_t_expert_w(ms_mat w1, ms_mat w2, ms_mat w3);
 ms_expert_table *ms_t_situ_table(int n_layers, int n_experts, int latent, float b1, float b2, ms_pool *pool);
 /* The routed-expert format of a K3 config (0, or -1 with ms_err set). */
 int ms_t_k3_xfmt(const ms_k3_cfg *c, ms_xfmt *f);
+/* Write the tiny synthetic K3 checkpoint of seed `seed` into <ms_t_tmpdir(name)>/tiny: its path
+ * in dir[n], its shape in *sh. Returns 0, or -1 after a failed check. */
+int ms_t_synth_tiny(const char *name, uint64_t seed, char *dir, size_t n, ms_synth_shape *sh);
 /* ms_k3_model_open with default options and n_threads. */
 ms_model *ms_t_k3_load(const char *dir, int n_threads);
 

@@ -252,7 +252,7 @@ static void test_checkpoint(const char *name)
 
 static float *run_opts_logits(const char *dir, const ms_run_opts *o, const int32_t *ids, int64_t n, int split,
                               ms_model_stats *st, ms_plan *plan);
-static uint64_t min_budget(const char *dir);
+static uint64_t min_budget_of(const char *dir, ms_run_opts o);
 
 static float *run_logits(const char *dir, int threads, int simd, const int32_t *ids, int64_t n, int split)
 {
@@ -296,12 +296,9 @@ static float *run_opts_logits(const char *dir, const ms_run_opts *o, const int32
 
 static void test_synth_invariants(void)
 {
-    const char *d = ms_t_tmpdir("model-synth");
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tiny", d);
     ms_synth_shape sh;
-    T_CHECK(ms_synth_preset("tiny", &sh) == 0, "preset");
-    T_CHECK(ms_synth_write(dir, &sh, 7) == 0, "synth write: %s", ms_err_msg());
+    ms_t_synth_tiny("model-synth", 7, dir, sizeof dir, &sh);
     int32_t ids[40];
     for (int i = 0; i < 40; i++) ids[i] = (int32_t)((i * 37 + 11) % sh.vocab);
     int64_t n = 40, V = sh.vocab;
@@ -329,7 +326,7 @@ static void test_synth_invariants(void)
     T_CHECK(maxabs(base, n * V) > 1e-3f, "synth logits are not all zero");
     /* Same seed -> same checkpoint -> same logits; another seed -> different logits. */
     char dir2[4200];
-    snprintf(dir2, sizeof dir2, "%s/tiny-seed8", d);
+    snprintf(dir2, sizeof dir2, "%s/tiny", ms_t_tmpdir("model-synth-seed8"));
     T_CHECK(ms_synth_write(dir2, &sh, 8) == 0, "synth seed 8");
     float *other = run_logits(dir2, 2, ms_cpu_simd_available(), ids, n, 0);
     T_CHECK(other && memcmp(base, other, bytes) != 0, "a different seed gives a different model");
@@ -345,12 +342,9 @@ static void test_synth_invariants(void)
  * at a budget that streams the trunk. */
 static void test_clone(void)
 {
-    const char *d = ms_t_tmpdir("model-clone");
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tiny", d);
     ms_synth_shape sh;
-    ms_synth_preset("tiny", &sh);
-    T_CHECK(ms_synth_write(dir, &sh, 3) == 0, "synth write: %s", ms_err_msg());
+    ms_t_synth_tiny("model-clone", 3, dir, sizeof dir, &sh);
     enum { N = 40, CUT = 17 };
     int32_t ids[N];
     for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 53 + 5) % sh.vocab);
@@ -361,11 +355,8 @@ static void test_clone(void)
     for (int budget = 0; budget < 2; budget++) {
         ms_run_opts o = {.n_threads = 2, .max_positions = N + 8, .spec_window = 4};
         if (budget) { /* the smallest plan: the trunk streams through the ring */
+            o.ram_budget = min_budget_of(dir, o);
             o.baseline = 1;
-            o.ram_budget = 1;
-            ms_model_free(ms_k3_model_open(dir, &o)); /* refused, naming the least budget that runs */
-            const char *p = strrchr(ms_err_msg(), '(');
-            o.ram_budget = p ? strtoull(p + 1, NULL, 10) : 0;
         }
         ms_model *m = ms_k3_model_open(dir, &o);
         T_CHECK(m != NULL, "clone: open (%s): %s", budget ? "smallest budget" : "no budget", ms_err_msg());
@@ -443,16 +434,23 @@ static void test_synth_variants(void)
     }
 }
 
-/* The smallest budget the planner accepts, from its refusal of a 1-byte budget. */
-static uint64_t min_budget(const char *dir)
+/* The smallest budget the planner accepts for options o (with a baseline of 1 byte), from its
+ * refusal of a 1-byte budget. */
+static uint64_t min_budget_of(const char *dir, ms_run_opts o)
 {
-    ms_run_opts o = {.n_threads = 2, .ram_budget = 1, .max_positions = 64, .prompt_tokens = 40,
-                     .baseline = 1};
+    o.ram_budget = 1;
+    o.baseline = 1;
     ms_model *m = ms_k3_model_open(dir, &o);
     T_CHECK(m == NULL && ms_err_code() == 6, "a 1-byte budget is refused with exit class 6: %s", ms_err_msg());
     ms_model_free(m);
     const char *p = strrchr(ms_err_msg(), '(');
     return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static uint64_t min_budget(const char *dir)
+{
+    ms_run_opts o = {.n_threads = 2, .max_positions = 64, .prompt_tokens = 40};
+    return min_budget_of(dir, o);
 }
 
 /* Streamed equals resident: logits at the smallest accepted budget (trunk streaming through
@@ -513,12 +511,9 @@ static void check_budget_invariance(const char *dir, const char *what, int64_t V
 
 static void test_budgets(void)
 {
-    const char *d = ms_t_tmpdir("model-budget");
     char dir[4200];
-    snprintf(dir, sizeof dir, "%s/tiny", d);
     ms_synth_shape sh;
-    ms_synth_preset("tiny", &sh);
-    T_CHECK(ms_synth_write(dir, &sh, 9) == 0, "synth: %s", ms_err_msg());
+    ms_t_synth_tiny("model-budget", 9, dir, sizeof dir, &sh);
     check_budget_invariance(dir, "synth tiny", sh.vocab);
     const char *p = ms_t_shared("fixtures/kimi-k3/checkpoints/tiny-s1234");
     if (p) {
@@ -529,12 +524,9 @@ static void test_budgets(void)
 
 static void test_bad_checkpoint(void)
 {
-    const char *d = ms_t_tmpdir("model-bad");
     char dir[4096], cmd[8400];
-    snprintf(dir, sizeof dir, "%s/tiny", d);
     ms_synth_shape sh;
-    ms_synth_preset("tiny", &sh);
-    T_CHECK(ms_synth_write(dir, &sh, 3) == 0, "synth write: %s", ms_err_msg());
+    ms_t_synth_tiny("model-bad", 3, dir, sizeof dir, &sh);
     /* Claim one more expert than the shards hold: binding must name the missing tensor. */
     snprintf(cmd, sizeof cmd,
              "sed -i 's/\"num_experts\": 8/\"num_experts\": 9/' '%s/config.json'", dir);

@@ -24,12 +24,9 @@ static void write_text(const char *path, const char *text)
 int main(void)
 {
     ms_log_set_level(0);
-    const char *d = ms_t_tmpdir("xfams");
     char dir[1024], path[1100];
-    snprintf(dir, sizeof dir, "%s/tiny", d);
     ms_synth_shape sh;
-    ms_synth_preset("tiny", &sh);
-    T_CHECK(ms_synth_write(dir, &sh, 5) == 0, "synth: %s", ms_err_msg());
+    ms_t_synth_tiny("xfams", 5, dir, sizeof dir, &sh);
 
     /* The released shape (nested, model_type kimi_k3) describes K3's experts. */
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -89,6 +86,7 @@ int main(void)
     T_CHECK(ms_xfam_check(&other, "peer") == -1 && has(ms_err_msg(), "no-such"), "an unknown family: %s", ms_err_msg());
 
     /* Detection: a family this build does not know is named, with the ones it knows. */
+    const char *d = ms_t_tmpdir("xfams-configs");
     snprintf(path, sizeof path, "%s/gptoss.json", d);
     write_text(path, "{\"model_type\": \"gpt_oss\", \"num_hidden_layers\": 2}");
     T_CHECK(ms_xfam_load(path, 1, &xm) == -1 && ms_err_code() == MS_EXIT_MODEL && has(ms_err_msg(), "\"gpt_oss\"") &&
