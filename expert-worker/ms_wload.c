@@ -190,6 +190,10 @@ static int open_model(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
 
     ms_st *st = ms_st_open_dir(w->source);
     if (!st) return -1;
+    if (ms_xfam_refine(&w->fmt, w->first_moe, st, w->source) != 0) { /* e.g. the dtype of the biases */
+        ms_st_close(st);
+        return -1;
+    }
     char errs[2048];
     size_t at = 0;
     int n_err = 0;

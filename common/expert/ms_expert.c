@@ -139,7 +139,13 @@ static void situ_glu(const float *p, const ms_expert_w *w, const float *z, int64
     ms_glu_mlp(&w->w[MS_XROLE_GATE], &w->w[MS_XROLE_UP], &w->w[MS_XROLE_DOWN], p[0], p[1], z, m, out, pool);
 }
 
-static const apply_fn applies[] = {[MS_XACT_SITU_GLU] = situ_glu};
+static void swiglu_clamp(const float *p, const ms_expert_w *w, const float *z, int64_t m, float *out, ms_pool *pool)
+{
+    ms_swiglu_clamp_mlp(&w->w[MS_XROLE_GATE_UP], w->bias[MS_XROLE_GATE_UP], &w->w[MS_XROLE_DOWN],
+                        w->bias[MS_XROLE_DOWN], p[0], p[1], z, m, out, pool);
+}
+
+static const apply_fn applies[] = {[MS_XACT_SITU_GLU] = situ_glu, [MS_XACT_SWIGLU_CLAMP] = swiglu_clamp};
 
 void ms_expert_apply(ms_xact act, const float *params, const ms_expert_w *w, const float *z, int64_t m, float *out,
                      ms_pool *pool)

@@ -396,6 +396,18 @@ static int write_trunk(sh_state *s, const char *tdir)
         path2(path, sizeof path, tdir, "config.json");
         rc = copy_file(src, path);
     }
+    if (rc == 0) {
+        /* and the experts' format the packs hold, for what the config alone does not say (e.g.
+         * the dtype gpt-oss's expert biases are stored in): ms_xfam_refine reads it back */
+        path2(path, sizeof path, tdir, MS_XFAM_FORMAT_FILE);
+        json_t *j = ms_xfmt_to_json(&s->xm.fmt);
+        rc = json_dump_file(j, path, JSON_INDENT(1) | JSON_SORT_KEYS) == 0 ? 0 : -1;
+        json_decref(j);
+        if (rc != 0) {
+            ms_err_set("cannot write %s", path);
+            ms_err_set_code(MS_EXIT_IO);
+        }
+    }
     return rc;
 }
 
@@ -417,7 +429,7 @@ static int shard_plan(sh_state *s)
         return ms_err_set_code(MS_EXIT_USAGE);
     }
     s->st = ms_st_open_dir(s->model_dir);
-    if (!s->st) return -1;
+    if (!s->st || ms_xfam_refine(&s->xm.fmt, s->xm.first_moe, s->st, s->model_dir) != 0) return -1;
     if (ms_ident_model(s->model_dir, s->fp) != 0) return -1;
     s->E = ms_xfmt_expert_bytes(&s->xm.fmt);
     s->routed = ms_calloc(ms_st_count(s->st) + 1, 1);

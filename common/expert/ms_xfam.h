@@ -8,6 +8,8 @@
 #include "ms_jcfg.h"
 #include "ms_xfmt.h"
 
+struct ms_st;
+
 /* What everything that handles experts without running the model (shard, packs, the worker's
  * --model mode, the coordinator's planner and binder) needs to know of a checkpoint. A second
  * family adds one file pair (ms_xfam_<family>.[ch]) and one row in ms_xfams.c's table. */
@@ -31,12 +33,17 @@ typedef struct {
     int (*describe)(ms_jcfg *j, ms_xmodel *out);
     /* Where part `part` of expert (layer, expert) lives: the tensor's name, and which of the
      * n_slices equal slices of that tensor (along its first dimension) holds it (n_slices 1:
-     * the whole tensor). Returns 0, or -1 for a name longer than n. */
+     * the whole tensor; -1: as many slices as the tensor's first dimension). Returns 0, or -1
+     * for a name longer than n. */
     int (*locate)(const ms_xfmt *f, int layer, int expert, int part, char *name, size_t n, int *slice,
                   int *n_slices);
     /* The family's descriptor for the widths and constants of `like` (what its config would
      * make). 0, or -1 with ms_err set. */
     int (*make)(const ms_xfmt *like, ms_xfmt *out);
+    /* Adjust the descriptor to what a checkpoint's headers say where the config does not (e.g.
+     * the dtype its biases are stored in), or NULL. 0; 1 when st holds no routed expert to
+     * tell (a trunk written by shard); -1 with ms_err set. */
+    int (*refine)(ms_xfmt *f, int first_moe, const struct ms_st *st);
 } ms_xfam;
 
 #endif

@@ -47,12 +47,8 @@ static int k3_describe(ms_jcfg *j, ms_xmodel *out)
                                     "text_config.", 1}
                       : (ms_jscope){{lac, root}, {"linear_attn_config.", ""}, 2, 0, "", 2};
     k3_fields v;
-    unsigned char valid[sizeof v];
     memset(&v, 0, sizeof v);
-    memset(valid, 0, sizeof valid);
-    int n0 = ms_jcfg_n_problems(j);
-    ms_jcfg_fields(j, fields, sizeof fields / sizeof fields[0], &sc, &v, valid);
-    if (ms_jcfg_n_problems(j) > n0) return -1;
+    if (ms_jcfg_read(j, fields, sizeof fields / sizeof fields[0], &sc, &v, sizeof v) != 0) return -1;
     if (v.first_dense > v.n_layers) {
         ms_jcfg_problem(j, "first_k_dense_replace = %d is outside 0..%d", v.first_dense, v.n_layers);
         return -1;
@@ -73,20 +69,15 @@ static int k3_describe(ms_jcfg *j, ms_xmodel *out)
 int ms_xfam_k3_fmt(int latent, int inter, float b1, float b2, ms_xfmt *f)
 {
     memset(f, 0, sizeof *f);
-    if (latent < 32 || latent % 32 || inter < 32 || inter % 32) {
-        ms_err_set("routed experts of latent width %d and inner width %d: both must be positive multiples of 32 "
-                   "(MXFP4 blocks)",
-                   latent, inter);
-        return ms_err_set_code(MS_EXIT_MODEL);
-    }
+    if (ms_xfmt_widths_ok(latent, inter, MS_XENC_MXFP4) != 0) return -1;
     float p[2] = {b1, b2};
     ms_xfmt_begin(f, "kimi-k3", latent, inter, MS_XACT_SITU_GLU, p, 2);
     static const char *const w1[2] = {"w1.weight_packed", "w1.weight_scale"};
     static const char *const w2[2] = {"w2.weight_packed", "w2.weight_scale"};
     static const char *const w3[2] = {"w3.weight_packed", "w3.weight_scale"};
-    ms_xfmt_add_mat(f, "w1", MS_XROLE_GATE, MS_XENC_MXFP4, 0, w1);
-    ms_xfmt_add_mat(f, "w2", MS_XROLE_DOWN, MS_XENC_MXFP4, 0, w2);
-    ms_xfmt_add_mat(f, "w3", MS_XROLE_UP, MS_XENC_MXFP4, 0, w3);
+    ms_xfmt_add_mat(f, "w1", MS_XROLE_GATE, MS_XENC_MXFP4, MS_XFMT_NO_BIAS, w1);
+    ms_xfmt_add_mat(f, "w2", MS_XROLE_DOWN, MS_XENC_MXFP4, MS_XFMT_NO_BIAS, w2);
+    ms_xfmt_add_mat(f, "w3", MS_XROLE_UP, MS_XENC_MXFP4, MS_XFMT_NO_BIAS, w3);
     return 0;
 }
 
@@ -114,4 +105,4 @@ static int k3_make(const ms_xfmt *like, ms_xfmt *out)
     return ms_xfam_k3_fmt(like->latent, like->inter, like->param[0], like->param[1], out);
 }
 
-const ms_xfam ms_xfam_k3 = {"kimi-k3", k3_detect, k3_describe, k3_locate, k3_make};
+const ms_xfam ms_xfam_k3 = {"kimi-k3", k3_detect, k3_describe, k3_locate, k3_make, NULL};

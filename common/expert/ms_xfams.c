@@ -1,15 +1,18 @@
 /* ms_xfams: the table of model families whose experts this build knows, and lookups over it. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ms_err.h"
 #include "ms_st.h"
+#include "ms_xfam_gptoss.h"
 #include "ms_xfam_k3.h"
 #include "ms_xfams.h"
 
 /* One row per family (its file: ms_xfam_<family>.c). */
 static const ms_xfam *const families[] = {
     &ms_xfam_k3,
+    &ms_xfam_gptoss,
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -59,6 +62,33 @@ int ms_xfam_load(const char *config_path, int need_fmt, ms_xmodel *out)
     return rc;
 }
 
+int ms_xfam_refine(ms_xfmt *f, int first_moe, const ms_st *st, const char *dir)
+{
+    const ms_xfam *fam = ms_xfam_find(f->family);
+    int rc = fam && fam->refine ? fam->refine(f, first_moe, st) : 0;
+    if (rc != 1) return rc;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/" MS_XFAM_FORMAT_FILE, dir ? dir : ".");
+    if (access(path, F_OK) != 0) return 0; /* the config's format stands (a mismatch shows at the hello) */
+    json_error_t je;
+    json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    ms_xfmt got;
+    if (!j) {
+        ms_err_set("%s: invalid JSON (line %d): %s", path, je.line, je.text);
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    rc = ms_xfmt_from_json(j, path, &got);
+    json_decref(j);
+    if (rc != 0 || ms_xfam_check(&got, path) != 0) return -1;
+    if (strcmp(got.family, f->family) || got.latent != f->latent || got.inter != f->inter) {
+        ms_err_set("%s: experts of %s [%d, %d], the config's are %s [%d, %d]", path, got.family, got.latent, got.inter,
+                   f->family, f->latent, f->inter);
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    *f = got;
+    return 0;
+}
+
 int ms_xfam_check(const ms_xfmt *f, const char *where)
 {
     const ms_xfam *fam = ms_xfam_find(f->family);
@@ -95,27 +125,35 @@ int ms_xfam_locate(const ms_xfmt *f, int layer, int expert, int part, char *name
     return 0;
 }
 
+int ms_xfam_check_part(const ms_xfmt *f, int part, int slice, int n_slices, int dt, int ndim, const int64_t *shape,
+                       char *why, size_t wn)
+{
+    const ms_xfmt_part *pt = &f->part[part];
+    uint64_t bytes = (uint64_t)ms_dtype_size((ms_dtype)dt);
+    for (int i = 0; i < ndim; i++) bytes *= (uint64_t)shape[i];
+    int ns = n_slices < 0 && ndim > 0 ? (int)shape[0] : n_slices;
+    int ok = dt == pt->dtype;
+    if (n_slices == 1)
+        ok = ok && ndim == 2 && shape[0] == pt->shape[0] && shape[1] == pt->shape[1];
+    else
+        ok = ok && ndim >= 2 && shape[0] == ns && slice < ns && bytes == (uint64_t)ns * pt->bytes;
+    if (ok) return 0;
+    snprintf(why, wn, "is %s of %d dims [%lld, %lld%s], expected %s %s[%lld, %lld]%s", ms_dtype_name((ms_dtype)dt),
+             ndim, (long long)(ndim > 0 ? shape[0] : 0), (long long)(ndim > 1 ? shape[1] : 0), ndim > 2 ? ", ..." : "",
+             ms_dtype_name((ms_dtype)pt->dtype), n_slices != 1 ? "slices of " : "", (long long)pt->shape[0],
+             (long long)pt->shape[1], n_slices != 1 && slice >= ns ? " (too few slices)" : "");
+    return 1;
+}
+
 int ms_xfam_find_part(const ms_st *st, const ms_xfmt *f, int layer, int expert, int part, char *name, size_t n,
                       int *file, uint64_t *off, char *why, size_t wn)
 {
     int slice, ns;
     if (ms_xfam_locate(f, layer, expert, part, name, n, &slice, &ns) != 0) return -1;
-    const ms_xfmt_part *pt = &f->part[part];
     const ms_st_tensor *t = ms_st_find(st, name);
     if (!t) return snprintf(why, wn, "is missing"), 1;
-    int ok = (int)t->dtype == pt->dtype;
-    if (ns == 1)
-        ok = ok && t->ndim == 2 && t->shape[0] == pt->shape[0] && t->shape[1] == pt->shape[1];
-    else
-        ok = ok && t->ndim >= 2 && t->shape[0] == ns && t->nbytes == (uint64_t)ns * pt->bytes;
-    if (!ok) {
-        snprintf(why, wn, "is %s of %d dims [%lld, %lld%s], expected %s %s[%lld, %lld]", ms_dtype_name(t->dtype),
-                 t->ndim, (long long)(t->ndim > 0 ? t->shape[0] : 0), (long long)(t->ndim > 1 ? t->shape[1] : 0),
-                 t->ndim > 2 ? ", ..." : "", ms_dtype_name((ms_dtype)pt->dtype), ns > 1 ? "slices of " : "",
-                 (long long)pt->shape[0], (long long)pt->shape[1]);
-        return 1;
-    }
+    if (ms_xfam_check_part(f, part, slice, ns, (int)t->dtype, t->ndim, t->shape, why, wn)) return 1;
     *file = t->file;
-    *off = t->offset + (uint64_t)slice * pt->bytes;
+    *off = t->offset + (uint64_t)slice * f->part[part].bytes;
     return 0;
 }

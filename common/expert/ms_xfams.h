@@ -27,6 +27,16 @@ int ms_xfam_describe(ms_jcfg *j, ms_xmodel *out);
 int ms_xfam_locate(const ms_xfmt *f, int layer, int expert, int part, char *name, size_t n, int *slice,
                    int *n_slices);
 
+/* The file in a trunk directory written by shard with the experts' format of its packs. */
+#define MS_XFAM_FORMAT_FILE "moestream.expert-format.json"
+
+/* Fit the descriptor f to the checkpoint st in dir, whose first routed layer is first_moe (its
+ * family's refine; nothing for families without one): what shard, the worker's --model mode
+ * and the binder do before locating parts. A checkpoint without routed experts (shard's trunk)
+ * takes the format from dir/MS_XFAM_FORMAT_FILE when there is one (checked: the family's own,
+ * with f's widths). 0, or -1 with ms_err set (MS_EXIT_MODEL) naming the tensor or file. */
+int ms_xfam_refine(ms_xfmt *f, int first_moe, const struct ms_st *st, const char *dir);
+
 /* A descriptor read from a peer or a manifest is its family's own: the family is known and its
  * constructor makes exactly f for f's widths and constants (part names included). 0, or -1
  * with ms_err set (MS_EXIT_MODEL) as "where: expert_format: FIELD: A vs B". */
@@ -38,6 +48,10 @@ int ms_xfam_check(const ms_xfmt *f, const char *where);
  * the part's bytes; 1 with name set and what is wrong in why ("is missing", "is BF16 of 2 dims
  * [4, 8], expected U8 [4, 4]"); -1 with ms_err set (an unknown family). */
 struct ms_st;
+/* The check of ms_xfam_find_part on a tensor of dtype dt, ndim dims shape[] holding the part
+ * as slice `slice` of n_slices (as locate said): 0, or 1 with what is wrong in why. */
+int ms_xfam_check_part(const ms_xfmt *f, int part, int slice, int n_slices, int dt, int ndim, const int64_t *shape,
+                       char *why, size_t wn);
 int ms_xfam_find_part(const struct ms_st *st, const ms_xfmt *f, int layer, int expert, int part, char *name,
                       size_t n, int *file, uint64_t *off, char *why, size_t wn);
 

@@ -37,6 +37,7 @@ static const struct {
     int biases;
 } acts[] = {
     {MS_XACT_SITU_GLU, "situ_glu", 2, {"b1", "b2"}, 3, {MS_XROLE_GATE, MS_XROLE_DOWN, MS_XROLE_UP}, 0},
+    {MS_XACT_SWIGLU_CLAMP, "swiglu_clamp", 2, {"alpha", "limit"}, 2, {MS_XROLE_GATE_UP, MS_XROLE_DOWN}, 1},
 };
 #define N_ACTS (sizeof acts / sizeof acts[0])
 
@@ -67,7 +68,7 @@ const char *ms_xfmt_act_param(ms_xact a, int i)
 }
 
 /* The known names, "a, b", for messages. */
-static const char *known_acts(void) { return "situ_glu"; }
+static const char *known_acts(void) { return "situ_glu, swiglu_clamp"; }
 static const char *known_encs(void) { return "mxfp4"; }
 
 static int act_parse(const char *s, ms_xact *a)
@@ -99,6 +100,15 @@ static int dtype_parse(const char *s, int *dt)
     return -1;
 }
 
+int ms_xfmt_widths_ok(int latent, int inter, ms_xenc enc)
+{
+    int k = enc_index(enc), b = k >= 0 ? encs[k].col_multiple : 1;
+    if (k >= 0 && latent >= b && latent % b == 0 && inter >= b && inter % b == 0) return 0;
+    ms_err_set("routed experts of widths %d and %d: both must be positive multiples of %d (%s blocks)", latent, inter, b,
+               ms_xfmt_enc_name(enc));
+    return ms_err_set_code(MS_EXIT_MODEL);
+}
+
 void ms_xfmt_role_shape(ms_xrole role, int latent, int inter, int64_t *rows, int64_t *cols)
 {
     *rows = role == MS_XROLE_DOWN ? latent : role == MS_XROLE_GATE_UP ? 2 * (int64_t)inter : inter;
@@ -119,7 +129,7 @@ static int add_parts(ms_xfmt *f, int m, const char *const *names)
     const ms_xfmt_mat *x = &f->mat[m];
     int k = enc_index(x->enc);
     if (k < 0) return -1;
-    int n = encs[k].n_parts + (x->bias_dtype ? 1 : 0);
+    int n = encs[k].n_parts + (x->bias_dtype != MS_XFMT_NO_BIAS ? 1 : 0);
     if (f->n_parts + n > MS_XFMT_MAX_PARTS) return -1;
     for (int i = 0; i < n; i++) {
         ms_xfmt_part *p = &f->part[f->n_parts++];
@@ -216,9 +226,9 @@ int ms_xfmt_check(const ms_xfmt *f, char *why, size_t n)
             return snprintf(why, n, "matrices[%d] (%s): %s needs cols a multiple of %d, not %lld", m, x->name,
                             encs[e].name, encs[e].col_multiple, (long long)x->cols),
                    -1;
-        if (x->bias_dtype && !acts[a].biases)
+        if (x->bias_dtype != MS_XFMT_NO_BIAS && !acts[a].biases)
             return snprintf(why, n, "matrices[%d] (%s) has a bias, which %s does not take", m, x->name, acts[a].name), -1;
-        if (x->bias_dtype && x->bias_dtype != MS_DT_F32 && x->bias_dtype != MS_DT_BF16)
+        if (x->bias_dtype != MS_XFMT_NO_BIAS && x->bias_dtype != MS_DT_F32 && x->bias_dtype != MS_DT_BF16)
             return snprintf(why, n, "matrices[%d] (%s): a bias is F32 or BF16", m, x->name), -1;
         if (add_parts(&want, m, NULL) != 0) return snprintf(why, n, "more than %d parts", MS_XFMT_MAX_PARTS), -1;
     }
@@ -294,8 +304,8 @@ int ms_xfmt_diff(const ms_xfmt *a, const ms_xfmt *b, char *buf, size_t n)
                           ms_xfmt_role_name(y->role));
         if (x->bias_dtype != y->bias_dtype)
             return differ(buf, n, "matrices[%d] (%s) bias: %s vs %s", m, x->name,
-                          x->bias_dtype ? ms_dtype_name((ms_dtype)x->bias_dtype) : "none",
-                          y->bias_dtype ? ms_dtype_name((ms_dtype)y->bias_dtype) : "none");
+                          x->bias_dtype != MS_XFMT_NO_BIAS ? ms_dtype_name((ms_dtype)x->bias_dtype) : "none",
+                          y->bias_dtype != MS_XFMT_NO_BIAS ? ms_dtype_name((ms_dtype)y->bias_dtype) : "none");
     }
     if (a->n_parts != b->n_parts) return differ(buf, n, "parts: %d vs %d", a->n_parts, b->n_parts);
     for (int i = 0; i < a->n_parts; i++) {
@@ -322,7 +332,7 @@ json_t *ms_xfmt_to_json(const ms_xfmt *f)
         json_t *o = json_pack("{s:s,s:I,s:I,s:s,s:s}", "name", x->name, "rows", (json_int_t)x->rows, "cols",
                               (json_int_t)x->cols, "encoding", ms_xfmt_enc_name(x->enc), "role",
                               ms_xfmt_role_name(x->role));
-        if (x->bias_dtype) json_object_set_new(o, "bias", json_string(ms_dtype_name((ms_dtype)x->bias_dtype)));
+        if (x->bias_dtype != MS_XFMT_NO_BIAS) json_object_set_new(o, "bias", json_string(ms_dtype_name((ms_dtype)x->bias_dtype)));
         json_array_append_new(mats, o);
     }
     for (int i = 0; i < f->n_parts; i++) {
@@ -429,11 +439,13 @@ int ms_xfmt_from_json(json_t *o, const char *where, ms_xfmt *f)
             return jfail(where, "%sencoding \"%s\" is not one this build knows (%s)", ctx, s, known_encs());
         /* manifests written before roles were named: the activation's storage order */
         json_t *r = json_object_get(x, "role");
-        if (!r && m < acts[act_index(f->act)].n_roles)
-            y->role = acts[act_index(f->act)].role[m];
+        int ai = act_index(f->act); /* known: parsed above */
+        if (!r && ai >= 0 && m < acts[ai].n_roles)
+            y->role = acts[ai].role[m];
         else if (!json_is_string(r) || role_parse(json_string_value(r), &y->role) != 0)
             return jfail(where, "%sfield \"role\" must be one of gate, up, down, gate_up", ctx);
         json_t *bias = json_object_get(x, "bias");
+        y->bias_dtype = MS_XFMT_NO_BIAS;
         if (bias && (!json_is_string(bias) || dtype_parse(json_string_value(bias), &y->bias_dtype) != 0))
             return jfail(where, "%sfield \"bias\" must be a dtype (F32, BF16)", ctx);
     }
@@ -491,7 +503,7 @@ Moestream__ExpertFormat *ms_xfmt_to_proto(const ms_xfmt *f, ms_xfmt_pb *k)
         x->encoding = k->enc[m];
         snprintf(k->role[m], sizeof k->role[m], "%s", ms_xfmt_role_name(f->mat[m].role));
         x->role = k->role[m];
-        snprintf(k->bias[m], sizeof k->bias[m], "%s", f->mat[m].bias_dtype ? ms_dtype_name((ms_dtype)f->mat[m].bias_dtype) : "");
+        snprintf(k->bias[m], sizeof k->bias[m], "%s", f->mat[m].bias_dtype != MS_XFMT_NO_BIAS ? ms_dtype_name((ms_dtype)f->mat[m].bias_dtype) : "");
         x->bias = k->bias[m];
         k->mat_ptr[m] = x;
     }
@@ -542,6 +554,7 @@ int ms_xfmt_from_proto(const Moestream__ExpertFormat *pb, ms_xfmt *f, char *why,
     f->n_mats = (int)pb->n_matrices;
     for (int m = 0; m < f->n_mats; m++) {
         const Moestream__ExpertFormat__Matrix *x = pb->matrices[m];
+        f->mat[m].bias_dtype = MS_XFMT_NO_BIAS; /* an empty bias field: none */
         if (!x->name || !*x->name || strlen(x->name) >= sizeof f->mat[m].name || x->rows < 1 ||
             x->rows > (1u << 24) || x->cols < 1 || x->cols > (1u << 24) || enc_parse(x->encoding, &f->mat[m].enc) != 0 ||
             role_parse(x->role, &f->mat[m].role) != 0 ||

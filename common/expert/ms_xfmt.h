@@ -18,14 +18,17 @@
 #define MS_XFMT_MAX_MATS 4
 #define MS_XFMT_MAX_PARTS 12 /* at most three parts per matrix (values, scales, bias) */
 #define MS_XFMT_MAX_PARAMS 4
+#define MS_XFMT_NO_BIAS (-1) /* ms_xfmt_mat.bias_dtype of a matrix without a bias (ms_dtype 0 is F32) */
 
 /* How one matrix is stored. MXFP4: packed E2M1 U8 [rows, cols/2] + E8M0 scales U8
  * [rows, cols/32]; cols must be a multiple of 32. */
 typedef enum { MS_XENC_MXFP4 = 1 } ms_xenc;
 
 /* The expert's function. SITU_GLU: out[L] = down · SiTU(gate · z, up · z) with the constants
- * beta and linear beta (params "b1", "b2"), no biases. */
-typedef enum { MS_XACT_SITU_GLU = 1 } ms_xact;
+ * beta and linear beta (params "b1", "b2"), no biases. SWIGLU_CLAMP: h = gate_up · z + b,
+ * out[L] = down · (min(g, limit) sigmoid(alpha min(g, limit)) (clamp(u, ±limit) + 1)) + b over
+ * the interleaved gate (even) and up (odd) rows of h (params "alpha", "limit"), with biases. */
+typedef enum { MS_XACT_SITU_GLU = 1, MS_XACT_SWIGLU_CLAMP = 2 } ms_xact;
 
 /* What a matrix is to the activation. Shapes: gate, up [I, L]; down [L, I]; gate_up [2I, L]
  * (gate and up rows interleaved: row 2i is gate row i, row 2i + 1 up row i). */
@@ -39,7 +42,7 @@ typedef struct {
     int64_t rows, cols;
     ms_xenc enc;
     ms_xrole role;
-    int bias_dtype;        /* 0: no bias; else the ms_dtype of its bias part (F32, BF16) */
+    int bias_dtype;        /* MS_XFMT_NO_BIAS, or the ms_dtype of its bias part (F32, BF16) */
 } ms_xfmt_mat;
 
 typedef struct {
@@ -69,10 +72,13 @@ typedef struct {
 void ms_xfmt_begin(ms_xfmt *f, const char *family, int latent, int inter, ms_xact act, const float *params,
                    int n_params);
 /* Append a matrix of role `role` (its shape follows from the role and the widths) stored with
- * encoding enc, with a bias of bias_dtype (0: none); part_names[k] names its k-th part (the
+ * encoding enc, with a bias of bias_dtype (MS_XFMT_NO_BIAS: none); part_names[k] names its k-th part (the
  * encoding's parts, then the bias). */
 void ms_xfmt_add_mat(ms_xfmt *f, const char *name, ms_xrole role, ms_xenc enc, int bias_dtype,
                      const char *const *part_names);
+/* Can experts of widths L and I (every matrix's columns are one of them) be stored with
+ * encoding enc? 0, or -1 with ms_err set (MS_EXIT_MODEL) naming both widths and the block size. */
+int ms_xfmt_widths_ok(int latent, int inter, ms_xenc enc);
 /* The shape a role has for widths L, I. */
 void ms_xfmt_role_shape(ms_xrole role, int latent, int inter, int64_t *rows, int64_t *cols);
 /* The activation's parameter count and the name of parameter i ("b1"). */

@@ -272,6 +272,15 @@ void ms_jcfg_fields(ms_jcfg *j, const ms_jfield *fields, size_t n, const ms_jsco
         }
 }
 
+int ms_jcfg_read(ms_jcfg *j, const ms_jfield *f, size_t n, const ms_jscope *scopes, void *dst, size_t dst_size)
+{
+    unsigned char *valid = ms_calloc(dst_size, 1);
+    int n0 = ms_jcfg_n_problems(j);
+    ms_jcfg_fields(j, f, n, scopes, dst, valid);
+    free(valid);
+    return ms_jcfg_n_problems(j) > n0 ? -1 : 0;
+}
+
 int ms_jcfg_index_list(ms_jcfg *j, const json_t *v, const char *label, int n_max, int **out)
 {
     char d[64];

@@ -59,6 +59,9 @@ json_t *ms_jcfg_object(ms_jcfg *j, json_t *obj, const char *key, const char *lab
  * for each field read, converted and within its range (valid has room for the struct's size). */
 void ms_jcfg_fields(ms_jcfg *j, const ms_jfield *f, size_t n, const ms_jscope *scopes, void *dst,
                     unsigned char *valid);
+/* ms_jcfg_fields into dst (of dst_size bytes) for a caller that needs no per-field validity:
+ * 0, or -1 if any of these fields was missing or invalid (recorded in j). */
+int ms_jcfg_read(ms_jcfg *j, const ms_jfield *f, size_t n, const ms_jscope *scopes, void *dst, size_t dst_size);
 /* Find one key in a scope: the value (borrowed) with its name for messages in label, or NULL. */
 json_t *ms_jcfg_find(const ms_jscope *s, const char *name, const char *alias, char *label, size_t cap);
 /* How a missing key of scope s is named. */

@@ -70,6 +70,36 @@ void ms_glu_mlp(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float 
     free(work);
 }
 
+float ms_swiglu_clamp(float gate, float up, float alpha, float limit)
+{
+    float g = gate < limit ? gate : limit;                   /* clamped above only */
+    float u = up < -limit ? -limit : (up > limit ? limit : up);
+    float sg = 1.0f / (1.0f + expf(-alpha * g));
+    return g * sg * (u + 1.0f);
+}
+
+void ms_swiglu_clamp_mlp(const ms_mat *gate_up, const float *bgu, const ms_mat *down, const float *bd, float alpha,
+                         float limit, const float *x, int64_t T, float *y, ms_pool *pool)
+{
+    MS_ASSERT(gate_up->rows % 2 == 0 && down->cols == gate_up->rows / 2);
+    int64_t I2 = gate_up->rows, I = I2 / 2, O = down->rows;
+    float *h = ms_malloc(sizeof(float) * (size_t)(T * I2 + 1)); /* [T][2I] */
+    float *a = ms_malloc(sizeof(float) * (size_t)(T * I + 1));  /* [T][I] */
+    ms_matmul(gate_up, x, T, h, pool);
+    for (int64_t t = 0; t < T; t++) {
+        float *ht = h + t * I2;
+        if (bgu)
+            for (int64_t i = 0; i < I2; i++) ht[i] += bgu[i];
+        for (int64_t j = 0; j < I; j++) a[t * I + j] = ms_swiglu_clamp(ht[2 * j], ht[2 * j + 1], alpha, limit);
+    }
+    ms_matmul(down, a, T, y, pool);
+    if (bd)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t o = 0; o < O; o++) y[t * O + o] += bd[o];
+    free(a);
+    free(h);
+}
+
 void ms_router_select(const float *logits, const float *bias, int n_experts, int k, int renorm, float scale,
                       int32_t *ids, float *weights)
 {

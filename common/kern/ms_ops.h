@@ -30,6 +30,14 @@ void ms_shortconv_step(const float *w, int64_t C, int K, float *hist, const floa
  * the same shape [I, cols]; down is [rows, I]. */
 void ms_glu_mlp(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
                 int64_t T, float *y, ms_pool *pool);
+/* The clamped SwiGLU MLP of gpt-oss's experts (its spec §3.4) for T rows: h = gate_up x + bgu
+ * [2I] with gate and up rows interleaved (h[2j] gate, h[2j+1] up), gate = min(h[2j], limit),
+ * up = clamp(h[2j+1], -limit, limit), a_j = gate * sigmoid(alpha * gate) * (up + 1), then
+ * y = down a + bd. x: float[T][gate_up->cols]; y: float[T][down->rows]; biases may be NULL. */
+void ms_swiglu_clamp_mlp(const ms_mat *gate_up, const float *bgu, const ms_mat *down, const float *bd, float alpha,
+                         float limit, const float *x, int64_t T, float *y, ms_pool *pool);
+/* One activation value of it. */
+float ms_swiglu_clamp(float gate, float up, float alpha, float limit);
 /* ms_glu_mlp with the caller's scratch: work is float[2][T][gate->rows]. */
 void ms_glu_mlp_ws(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
                    int64_t T, float *y, float *work, ms_pool *pool);

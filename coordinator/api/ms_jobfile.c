@@ -106,7 +106,8 @@ static int get_messages(ms_jobspec *j, json_t *body, const ms_jobfile_limits *li
     json_t *m = json_object_get(body, "messages");
     if (!json_is_array(m) || json_array_size(m) == 0)
         return bad(j, "invalid_request", "a chat needs \"messages\": a non-empty array of {\"role\", \"content\"}");
-    if (!lim->tok || !lim->chat) return bad(j, "no_tokenizer", "the model has no tokenizer (tiktoken.model), which chats need");
+    if (!lim->tok) return bad(j, "no_tokenizer", "the model has no tokenizer (tiktoken.model), which chats need");
+    if (!lim->chat) return bad(j, "no_chat_format", "this model family has no chat format yet: send a prompt instead");
     size_t n = json_array_size(m);
     ms_chat_msg *msgs = ms_malloc(sizeof *msgs * n);
     int rc = 0;

@@ -454,7 +454,7 @@ static int jobs_main(const jobs_opts *o)
     int batch = ms_engine_max_seqs(e);
     ms_log(1, "jobs: %d jobs to run, up to %d together", todo, batch);
     s = ms_sched_new(e, batch, on_done, &run);
-    int32_t end_id = ms_engine_tok(e) ? fam->chat->end_id(ms_engine_tok(e)) : -1;
+    int32_t end_id = ms_engine_tok(e) && fam->chat ? fam->chat->end_id(ms_engine_tok(e)) : -1;
     for (int i = 0; i < n_specs; i++) {
         ms_jobspec *j = &specs[i];
         if (j->line < 0 || j->err_code) continue;

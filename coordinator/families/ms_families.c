@@ -6,11 +6,13 @@
 #include "ms_families.h"
 #include "ms_jcfg.h"
 #include "ms_xfams.h"
+#include "ms_gptoss_model.h"
 #include "ms_k3_model.h"
 
 /* A new family: its folder (coordinator/<family>/, a CMake layer linked below) and one row. */
 static const ms_family *const families[] = {
     &ms_k3_family,
+    &ms_gptoss_family,
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -276,14 +276,6 @@ static void k3_seq_keep(ms_seq *base, int64_t keep)
 
 /* ---- the pass ---- */
 
-/* The first non-finite value of rows [0, R) of x (width W), as a row index, or -1. */
-static int64_t first_nonfinite_row(const float *x, int64_t R, int64_t W)
-{
-    for (int64_t r = 0; r < R; r++)
-        for (int64_t j = 0; j < W; j++)
-            if (!isfinite(x[r * W + j])) return r;
-    return -1;
-}
 
 /* The item (sequence index in the pass) that row r belongs to. */
 static int item_of_row(const ms_rows *seg, int n, int64_t r)
@@ -332,7 +324,7 @@ static int k3_forward_batch(ms_model *m, const ms_batch_item *items, int n)
                                    m->pool) != 0)
             goto out;
         if (ms_mrt_stream_check(m) != 0) goto out; /* a trunk read failed: no answer from partial weights */
-        int64_t bad = first_nonfinite_row(h, R, E);
+        int64_t bad = ms_mrt_nonfinite_row(h, R, E);
         if (bad >= 0) {
             int it = item_of_row(seg, n, bad);
             ms_err_set("layer %d produced a non-finite hidden state (position %lld of sequence %d of the pass); "
@@ -355,21 +347,7 @@ static int k3_forward_batch(ms_model *m, const ms_batch_item *items, int n)
             ms_attnres(srcs, smax + 1, E, k->out_fold, c->eps, xt);
             ms_rmsnorm(xt, k->final_norm, E, c->eps, xt);
         }
-    ms_matmul(&k->lm_head, x, out_rows, lg, m->pool);
-    if (ms_mrt_stream_check(m) != 0) goto out;
-    int64_t bad = first_nonfinite_row(lg, out_rows, V);
-    if (bad >= 0) {
-        ms_err_set("the LM head produced a non-finite logit (logits row %lld of the pass); the weights are corrupt",
-                   (long long)bad);
-        goto out;
-    }
-    o = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t nr = items[i].all_rows ? items[i].T : 1;
-        memcpy(items[i].logits, lg + o * V, sizeof(float) * (size_t)(nr * V));
-        o += nr;
-        items[i].seq->pos += items[i].T;
-    }
+    if (ms_mrt_finish_pass(m, &k->lm_head, x, out_rows, lg, items, n) != 0) goto out;
     rc = 0;
 out:
     ms_arena_reset(ar, 0);
@@ -457,21 +435,6 @@ ms_model *ms_k3_model_bind(const ms_k3_cfg *cfg, const ms_tsrc *src, const ms_ru
     return m;
 }
 
-static int st_find(void *ctx, const char *name, ms_tview *out)
-{
-    const ms_st *st = ctx;
-    const ms_st_tensor *t = ms_st_find(st, name);
-    if (!t) return 0;
-    out->dtype = t->dtype;
-    out->ndim = t->ndim;
-    memcpy(out->shape, t->shape, sizeof out->shape);
-    out->data = NULL; /* bytes are read from the file (never mapped) */
-    out->file = ms_st_file_path(st, t->file);
-    out->fidx = t->file;
-    out->foff = t->offset;
-    return 1;
-}
-
 ms_model *ms_k3_model_open(const char *dir, const ms_run_opts *o)
 {
     char path[4096];
@@ -483,19 +446,16 @@ ms_model *ms_k3_model_open(const char *dir, const ms_run_opts *o)
         ms_k3_cfg_free(&cfg);
         return NULL;
     }
-    int nf = ms_st_file_count(st);
-    const char **paths = ms_malloc(sizeof(char *) * (size_t)nf);
-    for (int i = 0; i < nf; i++) paths[i] = ms_st_file_path(st, i);
-    ms_tsrc src = {st_find, st, dir, paths, nf};
+    ms_tsrc src;
+    ms_mrt_source(st, dir, &src);
     ms_model *m = ms_k3_model_bind(&cfg, &src, o);
     ms_k3_cfg_free(&cfg);
     if (!m) {
-        free(paths);
+        free((void *)src.paths);
         ms_st_close(st);
         return NULL;
     }
-    m->st = st;
-    m->src.paths = paths; /* owned from now on */
+    ms_mrt_adopt(m, st, &src);
     return m;
 }
 

@@ -40,7 +40,7 @@ typedef struct {
     /* From config.json alone, before opening: what ms_model_get_info would say of vocab,
      * layers, experts and special ids (the rest zero). 0, or -1 with ms_err set. */
     int (*peek)(const char *dir, ms_model_info *info);
-    const ms_chatfmt *chat;
+    const ms_chatfmt *chat;    /* NULL: the family has no chat format (chats are refused) */
     /* The dense trunk matrices of the checkpoint st in DIR (what a trunk pack holds, in the
      * order the pack stores them): *out malloc'ed, pointing into st; the count, or -1 with
      * ms_err set. */
@@ -48,7 +48,7 @@ typedef struct {
     /* Write a synthetic checkpoint of the named preset (layers > 0: that many layers) into dir,
      * deterministic per seed; sparse: headers only, every weight zero (a hole). 0, or -1 with
      * ms_err set (MS_EXIT_USAGE for an unknown preset, naming the known ones; MS_EXIT_IO). */
-    int (*synth)(const char *dir, const char *preset, int layers, int sparse, uint64_t seed);
+    int (*synth)(const char *dir, const char *preset, int layers, int sparse, uint64_t seed); /* or NULL */
 } ms_family;
 
 #endif

@@ -10,6 +10,35 @@
 #include "ms_mrt.h"
 #include "ms_xfams.h"
 
+static int st_find(void *ctx, const char *name, ms_tview *out)
+{
+    const ms_st *st = ctx;
+    const ms_st_tensor *t = ms_st_find(st, name);
+    if (!t) return 0;
+    out->dtype = t->dtype;
+    out->ndim = t->ndim;
+    memcpy(out->shape, t->shape, sizeof out->shape);
+    out->data = NULL; /* bytes are read from the file (never mapped) */
+    out->file = ms_st_file_path(st, t->file);
+    out->fidx = t->file;
+    out->foff = t->offset;
+    return 1;
+}
+
+void ms_mrt_source(ms_st *st, const char *dir, ms_tsrc *src)
+{
+    int nf = ms_st_file_count(st);
+    const char **paths = ms_malloc(sizeof(char *) * (size_t)(nf ? nf : 1));
+    for (int i = 0; i < nf; i++) paths[i] = ms_st_file_path(st, i);
+    *src = (ms_tsrc){st_find, st, dir, paths, nf};
+}
+
+void ms_mrt_adopt(ms_model *m, ms_st *st, const ms_tsrc *src)
+{
+    m->st = st;
+    m->src.paths = src->paths;
+}
+
 int ms_mrt_init(ms_model *m, const ms_model_ops *ops, const ms_tsrc *src, const ms_run_opts *o, ms_xact act,
                 const float *params, int latent)
 {
@@ -209,23 +238,12 @@ static int expert_part(ms_model *m, const ms_xfmt *f, int layer, int e, int k, m
         return -1;
     }
     if (!m->src.find(m->src.ctx, name, tv)) return 0;
-    const ms_xfmt_part *pt = &f->part[k];
-    uint64_t bytes = (uint64_t)ms_dtype_size(tv->dtype);
-    for (int i = 0; i < tv->ndim; i++) bytes *= (uint64_t)tv->shape[i];
-    int ok = (int)tv->dtype == pt->dtype;
-    if (ns == 1)
-        ok = ok && tv->ndim == 2 && tv->shape[0] == pt->shape[0] && tv->shape[1] == pt->shape[1];
-    else
-        ok = ok && tv->ndim >= 2 && tv->shape[0] == ns && bytes == (uint64_t)ns * pt->bytes;
-    if (!ok) {
-        char got[128];
-        shape_str(got, sizeof got, tv->ndim, tv->shape);
-        ms_mrt_error(m, "tensor %s in %s is %s %s; the config implies %s%s [%lld,%lld]", name, tv->file,
-                     ms_dtype_name(tv->dtype), got, ns > 1 ? "slices of " : "", ms_dtype_name((ms_dtype)pt->dtype),
-                     (long long)pt->shape[0], (long long)pt->shape[1]);
+    char why[300];
+    if (ms_xfam_check_part(f, k, slice, ns, (int)tv->dtype, tv->ndim, tv->shape, why, sizeof why)) {
+        ms_mrt_error(m, "tensor %s in %s %s", name, tv->file, why);
         return -1;
     }
-    *skip = (uint64_t)slice * pt->bytes;
+    *skip = (uint64_t)slice * f->part[k].bytes;
     return 1;
 }
 

@@ -1,4 +1,5 @@
 /* ms_mrt: the runtime of a model on disk (plans the RAM budget, reads the pinned trunk, starts the trunk streamer and the on-disk expert store, counts) and the interface calls of ms_model.h it answers or passes to the family. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -434,6 +435,36 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
 }
 
 int ms_mrt_stream_check(ms_model *m) { return ms_wstream_check(m->ws); }
+
+int64_t ms_mrt_nonfinite_row(const float *x, int64_t R, int64_t W)
+{
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < W; j++)
+            if (!isfinite(x[r * W + j])) return r;
+    return -1;
+}
+
+int ms_mrt_finish_pass(ms_model *m, const ms_mat *lm_head, const float *x, int64_t out_rows, float *lg,
+                       const ms_batch_item *items, int n)
+{
+    int64_t V = m->info.vocab;
+    ms_matmul(lm_head, x, out_rows, lg, m->pool);
+    if (ms_mrt_stream_check(m) != 0) return -1;
+    int64_t bad = ms_mrt_nonfinite_row(lg, out_rows, V);
+    if (bad >= 0) {
+        ms_err_set("the LM head produced a non-finite logit (logits row %lld of the pass); the weights are corrupt",
+                   (long long)bad);
+        return -1;
+    }
+    int64_t o = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t nr = items[i].all_rows ? items[i].T : 1;
+        memcpy(items[i].logits, lg + o * V, sizeof(float) * (size_t)(nr * V));
+        o += nr;
+        items[i].seq->pos += items[i].T;
+    }
+    return 0;
+}
 
 int ms_mrt_schedule(ms_model *m, ms_mat ***out)
 {

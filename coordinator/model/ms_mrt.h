@@ -120,6 +120,12 @@ int ms_mrt_bind_done(ms_model *m);
 /* Layer of the refs added since n_refs0 (for messages and the pack). */
 void ms_mrt_refs_layer(ms_model *m, int n_refs0, int layer);
 
+/* A weight source over the checkpoint st opened from dir: tensors are read from its files
+ * (never mapped). src->paths is malloc'ed: free it, or let the model adopt it. */
+void ms_mrt_source(ms_st *st, const char *dir, ms_tsrc *src);
+/* After binding m from ms_mrt_source(st, ...): the model owns st and the paths (freed with it). */
+void ms_mrt_adopt(ms_model *m, ms_st *st, const ms_tsrc *src);
+
 /* ---- running (ms_mrt.c) ---- */
 
 /* Plan the budget, read the pinned matrices, start the streamer and the expert store. */
@@ -128,6 +134,13 @@ int ms_mrt_setup(ms_model *m);
 int ms_mrt_embed_row(ms_model *m, int32_t id, float *out);
 /* 0, or -1 with ms_err set if a streamed trunk read failed (no answer from partial weights). */
 int ms_mrt_stream_check(ms_model *m);
+/* The end of every family's pass: logits lg [out_rows][V] = lm_head x for the rows asked for,
+ * checked (a failed trunk read, a non-finite logit: -1 with ms_err set), handed to each item
+ * (its T rows or its last) and each sequence advanced by its T. */
+int ms_mrt_finish_pass(ms_model *m, const ms_mat *lm_head, const float *x, int64_t out_rows, float *lg,
+                       const ms_batch_item *items, int n);
+/* The first row of x [R][W] holding a NaN or an infinity, or -1. */
+int64_t ms_mrt_nonfinite_row(const float *x, int64_t R, int64_t W);
 /* Release everything the runtime holds (the family's free has run). */
 void ms_mrt_release(ms_model *m);
 /* The trunk matrices in the order a forward pass uses them (a traced pass of zero rows).

@@ -574,3 +574,21 @@ const char *ms_t_show_ids(const int32_t *ids, size_t n)
     return b;
 }
 
+
+static float bits_to_f32(json_t *v)
+{
+    uint32_t u = (uint32_t)json_integer_value(v);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+double ms_t_rel_err_bits(const float *got, json_t *bits, int64_t V)
+{
+    double mx = 0, worst = 0;
+    if (json_array_size(bits) != (size_t)V) return INFINITY; /* a short or missing row is no match */
+    for (int64_t i = 0; i < V; i++) mx = fmax(mx, fabs(bits_to_f32(json_array_get(bits, (size_t)i))));
+    for (int64_t i = 0; i < V; i++)
+        worst = fmax(worst, fabs((double)got[i] - bits_to_f32(json_array_get(bits, (size_t)i))));
+    return worst / mx;
+}

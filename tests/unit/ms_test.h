@@ -162,6 +162,11 @@ int ms_t_done(void);
 const char *ms_t_show(const char *s, size_t n);
 const char *ms_t_show_ids(const int32_t *ids, size_t n);
 
+/* max |got - want| / max |want| over V logits whose reference is a JSON array of float32 bit
+ * patterns (the fixtures' *_bits); INFINITY when the array is not V long. */
+#include <jansson.h>
+double ms_t_rel_err_bits(const float *got, json_t *bits, int64_t V);
+
 /* ---- Kimi K3 shorthands (ms_test.c) ---- */
 #include "ms_expert.h"
 #include "ms_k3_model.h"

@@ -178,25 +178,6 @@ static void test_oracle(void)
 
 /* ---- released-layout checkpoints with reference logits and greedy tokens ---- */
 
-static float bits_to_f32(json_t *v)
-{
-    uint32_t u = (uint32_t)json_integer_value(v);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* max |got - want| / max |want| over a row of reference bits */
-static double rel_err_bits(const float *got, json_t *bits, int64_t V)
-{
-    double mx = 0, worst = 0;
-    if (json_array_size(bits) != (size_t)V) return INFINITY; /* a short or missing row is no match */
-    for (int64_t i = 0; i < V; i++) mx = fmax(mx, fabs(bits_to_f32(json_array_get(bits, (size_t)i))));
-    for (int64_t i = 0; i < V; i++)
-        worst = fmax(worst, fabs((double)got[i] - bits_to_f32(json_array_get(bits, (size_t)i))));
-    return worst / mx;
-}
-
 static void test_checkpoint(const char *name)
 {
     char rel[512];
@@ -223,12 +204,12 @@ static void test_checkpoint(const char *name)
         float *lg = malloc(sizeof(float) * (size_t)V);
         ms_seq *s = ms_seq_new(m);
         T_CHECK(ms_model_forward(m, s, prompt, (int64_t)np, 0, lg) == 0, "%s prefill", name);
-        double e0 = rel_err_bits(lg, json_object_get(rl, "logits_bits"), V);
+        double e0 = ms_t_rel_err_bits(lg, json_object_get(rl, "logits_bits"), V);
         T_CHECK(e0 <= 1e-4, "%s last-prompt logits rel err %.3g > 1e-4", name, e0);
         int ok = 1;
         double worst = 0;
         for (size_t t = 0; t < ng && ok; t++) {
-            worst = fmax(worst, rel_err_bits(lg, json_array_get(steps, t), V));
+            worst = fmax(worst, ms_t_rel_err_bits(lg, json_array_get(steps, t), V));
             int32_t next = ms_argmax(lg, V);
             ok = next == gen[t];
             if (!ok) fprintf(stderr, "%s: step %zu chose %d, reference %d\n", name, t, next, gen[t]);

@@ -21,6 +21,42 @@ static void write_text(const char *path, const char *text)
     }
 }
 
+/* gpt-oss: every layer routes; each expert is slice e of its layer's six [E, ...] tensors; the
+ * biases' dtype comes from the checkpoint's headers (F32 in tiny-s7, BF16 as released). */
+static void check_gptoss(void)
+{
+    const char *p = ms_t_shared("fixtures/gpt-oss/checkpoints/tiny-s7");
+    if (!p) return;
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s", p);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    ms_xmodel xm;
+    T_CHECK(ms_xfam_load(path, 1, &xm) == 0 && !strcmp(xm.family, "gpt-oss") && xm.first_moe == 0 &&
+                xm.n_experts == 8 && xm.top_k == 4 && xm.fmt.act == MS_XACT_SWIGLU_CLAMP && xm.fmt.n_mats == 2 &&
+                xm.fmt.mat[0].role == MS_XROLE_GATE_UP && xm.fmt.mat[0].rows == 128 && xm.fmt.mat[0].cols == 96 &&
+                xm.fmt.mat[1].role == MS_XROLE_DOWN && xm.fmt.n_parts == 6 && xm.fmt.mat[0].bias_dtype == MS_DT_BF16,
+            "gpt-oss from its config: gate_up [2I, H] and down [H, I] with biases (BF16 until refined): %s", ms_err_msg());
+    ms_st *st = ms_st_open_dir(dir);
+    T_CHECK(st && ms_xfam_refine(&xm.fmt, 0, st, dir) == 0 && xm.fmt.mat[0].bias_dtype == MS_DT_F32 &&
+                xm.fmt.part[2].bytes == 128 * 4,
+            "refined from tiny-s7's headers: F32 biases (%s)", ms_err_msg());
+    int bad = 0;
+    for (int e = 0; e < 8 && st; e++)
+        for (int k = 0; k < xm.fmt.n_parts; k++) {
+            char name[256], why[300];
+            int file;
+            uint64_t off;
+            int rc = ms_xfam_find_part(st, &xm.fmt, 2, e, k, name, sizeof name, &file, &off, why, sizeof why);
+            const ms_st_tensor *t = ms_st_find(st, name);
+            bad += rc != 0 || !t || off != t->offset + (uint64_t)e * xm.fmt.part[k].bytes;
+        }
+    T_CHECK(st && bad == 0, "each of 8 experts' 6 parts is its slice of the layer's tensors (%d bad)", bad);
+    ms_st_close(st);
+    char why[300];
+    T_CHECK(ms_xfmt_check(&xm.fmt, why, sizeof why) == 0 && ms_xfam_check(&xm.fmt, "peer") == 0,
+            "the refined descriptor is consistent and the family's own: %s", why);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -88,10 +124,11 @@ int main(void)
     /* Detection: a family this build does not know is named, with the ones it knows. */
     const char *d = ms_t_tmpdir("xfams-configs");
     snprintf(path, sizeof path, "%s/gptoss.json", d);
-    write_text(path, "{\"model_type\": \"gpt_oss\", \"num_hidden_layers\": 2}");
-    T_CHECK(ms_xfam_load(path, 1, &xm) == -1 && ms_err_code() == MS_EXIT_MODEL && has(ms_err_msg(), "\"gpt_oss\"") &&
-                has(ms_err_msg(), "kimi-k3"),
+    write_text(path, "{\"model_type\": \"llama\", \"num_hidden_layers\": 2}");
+    T_CHECK(ms_xfam_load(path, 1, &xm) == -1 && ms_err_code() == MS_EXIT_MODEL && has(ms_err_msg(), "\"llama\"") &&
+                has(ms_err_msg(), "kimi-k3") && has(ms_err_msg(), "gpt-oss"),
             "an unknown model_type: %s", ms_err_msg());
+    check_gptoss();
     /* The flat fixture shape (no model_type) is K3's; its problems are named all at once. */
     snprintf(path, sizeof path, "%s/flat.json", d);
     write_text(path, "{\"num_hidden_layers\": 4, \"num_experts\": 8, \"num_experts_per_token\": 9, "

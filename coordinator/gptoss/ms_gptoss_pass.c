@@ -1,0 +1,249 @@
+/* ms_gptoss_pass: gpt-oss's batched forward pass: GQA attention with sinks, sliding windows and YaRN RoPE, then the routed MoE. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_gptoss_int.h"
+#include "ms_ops.h"
+#include "ms_rows.h"
+
+void go_kv_reserve(go_kv *kv, int64_t p, int64_t width)
+{
+    int64_t need = (kv->ring ? (p < kv->ring ? p : kv->ring - 1) : p) + 1;
+    if (need <= kv->alloc) return;
+    int64_t cap = kv->alloc ? kv->alloc : 64;
+    while (cap < need) cap *= 2;
+    if (kv->ring && cap > kv->ring) cap = kv->ring;
+    /* a ring is grown only before it wraps (p < alloc), so every position stays at p % ring */
+    kv->k = ms_realloc(kv->k, sizeof(float) * (size_t)(cap * width));
+    kv->v = ms_realloc(kv->v, sizeof(float) * (size_t)(cap * width));
+    kv->alloc = cap;
+}
+
+size_t go_work_floats(const ms_gptoss_cfg *c, int64_t R, int64_t out_rows)
+{
+    size_t r = (size_t)R, o = (size_t)out_rows, H = (size_t)c->hidden, k = (size_t)c->top_k;
+    size_t qd = (size_t)c->n_heads * (size_t)c->head_dim, kvd = (size_t)c->n_kv * (size_t)c->head_dim;
+    return MS_ARENA_SPAN(r * H) /* h */ + 2 * MS_ARENA_SPAN(r * H) /* attention's and the MoE's t */ + MS_ARENA_SPAN(r * qd) /* q */ +
+           2 * MS_ARENA_SPAN(r * kvd) /* k, v */ + MS_ARENA_SPAN(r * qd) /* attention out */ +
+           MS_ARENA_SPAN(r * H) /* projected */ + MS_ARENA_SPAN(r * (size_t)c->n_experts) /* router */ +
+           2 * MS_ARENA_SPAN(r * k) /* ids, weights */ + MS_ARENA_SPAN(r * k * H) /* expert outputs */ +
+           MS_ARENA_SPAN(o * H) + MS_ARENA_SPAN(o * (size_t)c->vocab);
+}
+
+uint64_t go_thread_bytes(const ms_gptoss_cfg *c, int64_t positions)
+{
+    (void)c;
+    return 8 * (uint64_t)(positions + 1); /* attend's scores, one row of doubles */
+}
+
+/* RoPE with YaRN, NeoX half split (spec §3.2), on `heads` heads of x at position p. */
+static void rope(const go_model *g, float *x, int heads, int64_t p)
+{
+    int d = g->cfg.head_dim, half = d / 2;
+    for (int i = 0; i < half; i++) {
+        float ang = (float)p * g->inv_freq[i]; /* a float32 product, as the reference's table */
+        float cs = cosf(ang) * g->concentration, sn = sinf(ang) * g->concentration;
+        for (int h = 0; h < heads; h++) {
+            float *xh = x + (size_t)h * (size_t)d;
+            float x1 = xh[i], x2 = xh[i + half];
+            xh[i] = x1 * cs - x2 * sn;
+            xh[i + half] = x2 * cs + x1 * sn;
+        }
+    }
+}
+
+/* One query row's attention over the cache: heads [h0, h1). */
+typedef struct {
+    const go_model *g;
+    const go_layer *w;
+    const go_kv *kv;
+    const float *q;    /* [nh*d] rotated */
+    float *out;        /* [nh*d] */
+    int64_t p;         /* the row's position (its own key is in the cache) */
+    int sliding;
+} attn_ctx;
+
+static void attend(void *vctx, int64_t h0, int64_t h1)
+{
+    const attn_ctx *a = vctx;
+    const ms_gptoss_cfg *c = &a->g->cfg;
+    int d = c->head_dim, group = c->n_heads / c->n_kv;
+    int64_t kvd = (int64_t)c->n_kv * d;
+    int64_t lo = a->sliding && a->p - c->window + 1 > 0 ? a->p - c->window + 1 : 0, n = a->p - lo + 1;
+    double *sc = ms_malloc(sizeof(double) * (size_t)n); /* [n] scores of the visible keys */
+    double scale = 1.0 / sqrt((double)d);
+    for (int64_t h = h0; h < h1; h++) {
+        int kvh = (int)(h / group);
+        const float *qh = a->q + h * d;
+        double mx = (double)a->w->sinks[h];
+        for (int64_t j = 0; j < n; j++) {
+            int64_t pos = lo + j, row = a->kv->ring ? pos % a->kv->ring : pos;
+            const float *kj = a->kv->k + row * kvd + (int64_t)kvh * d;
+            double s = 0;
+            for (int i = 0; i < d; i++) s += (double)qh[i] * (double)kj[i];
+            sc[j] = s * scale;
+            if (sc[j] > mx) mx = sc[j];
+        }
+        /* the sink joins the denominator (and the max) and carries no value */
+        double den = exp((double)a->w->sinks[h] - mx);
+        for (int64_t j = 0; j < n; j++) den += (sc[j] = exp(sc[j] - mx));
+        float *oh = a->out + h * d;
+        for (int i = 0; i < d; i++) {
+            double acc = 0;
+            for (int64_t j = 0; j < n; j++) {
+                int64_t pos = lo + j, row = a->kv->ring ? pos % a->kv->ring : pos;
+                acc += sc[j] * (double)a->kv->v[row * kvd + (int64_t)kvh * d + i];
+            }
+            oh[i] = (float)(acc / den);
+        }
+    }
+    free(sc);
+}
+
+static void add_bias(float *y, const float *b, int64_t R, int64_t W)
+{
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t i = 0; i < W; i++) y[r * W + i] += b[i];
+}
+
+/* The attention block of layer l for all rows: h += o_proj(attention(rmsnorm(h))) + bo. */
+static void attention(go_model *g, int l, const ms_batch_item *items, const ms_rows *seg, int n, float *h, int64_t R,
+                      ms_arena *ar)
+{
+    const ms_gptoss_cfg *c = &g->cfg;
+    const go_layer *w = &g->layers[l];
+    ms_pool *pool = g->base.pool;
+    int64_t H = c->hidden, qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv * c->head_dim;
+    float *t = ms_arena_take(ar, (size_t)(R * H));    /* [R][H] normed input */
+    float *q = ms_arena_take(ar, (size_t)(R * qd));   /* [R][nh*d] */
+    float *k = ms_arena_take(ar, (size_t)(R * kvd));  /* [R][nkv*d] */
+    float *v = ms_arena_take(ar, (size_t)(R * kvd));  /* [R][nkv*d] */
+    float *o = ms_arena_take(ar, (size_t)(R * qd));   /* [R][nh*d] attention output */
+    float *a = ms_arena_take(ar, (size_t)(R * H));    /* [R][H] projected */
+    for (int64_t r = 0; r < R; r++) ms_rmsnorm(h + r * H, w->in_norm, H, c->eps, t + r * H);
+    ms_matmul(&w->q, t, R, q, pool);
+    ms_matmul(&w->k, t, R, k, pool);
+    ms_matmul(&w->v, t, R, v, pool);
+    if (R > 0) {
+        add_bias(q, w->bq, R, qd);
+        add_bias(k, w->bk, R, kvd);
+        add_bias(v, w->bv, R, kvd);
+    }
+    for (int i = 0; i < n; i++) {
+        go_kv *kv = &((go_seq *)items[i].seq)->kv[l];
+        for (int64_t s = 0; s < seg[i].T; s++) {
+            int64_t r = seg[i].r0 + s, p = items[i].seq->pos + s;
+            rope(g, q + r * qd, c->n_heads, p);
+            rope(g, k + r * kvd, c->n_kv, p);
+            /* rows in order: each row's key joins the cache before it attends (causal) */
+            go_kv_reserve(kv, p, kvd);
+            int64_t row = kv->ring ? p % kv->ring : p;
+            memcpy(kv->k + row * kvd, k + r * kvd, sizeof(float) * (size_t)kvd);
+            memcpy(kv->v + row * kvd, v + r * kvd, sizeof(float) * (size_t)kvd);
+            attn_ctx ac = {g, w, kv, q + r * qd, o + r * qd, p, c->sliding[l]};
+            ms_pool_for(pool, c->n_heads, 1, attend, &ac);
+        }
+    }
+    ms_matmul(&w->o, o, R, a, pool);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t i = 0; i < H; i++) h[r * H + i] += a[r * H + i] + w->bo[i];
+}
+
+/* Top-k of a row's router logits (largest first, ties to the lower id) and the softmax over them. */
+static void route(const float *gl, int E, int k, int32_t *ids, float *wts)
+{
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int i = 0; i < j && !taken; i++) taken = ids[i] == e;
+            if (!taken && (best < 0 || gl[e] > gl[best])) best = e;
+        }
+        ids[j] = best;
+    }
+    double mx = gl[ids[0]], sum = 0;
+    double ex[MS_GPTOSS_MAX_TOPK];
+    for (int j = 0; j < k; j++) sum += (ex[j] = exp((double)gl[ids[j]] - mx));
+    for (int j = 0; j < k; j++) wts[j] = (float)(ex[j] / sum);
+}
+
+/* The MoE block of layer l: h += sum over rank r of w_r * expert_r(rmsnorm(h)). */
+static int moe(go_model *g, int l, float *h, int64_t R, int32_t *ids_out, ms_arena *ar)
+{
+    ms_model *m = &g->base;
+    const ms_gptoss_cfg *c = &g->cfg;
+    const go_layer *w = &g->layers[l];
+    int64_t H = c->hidden, E = c->n_experts, k = c->top_k;
+    float *t = ms_arena_take(ar, (size_t)(R * H));          /* [R][H] normed input */
+    float *gl = ms_arena_take(ar, (size_t)(R * E));         /* [R][E] router logits */
+    float *wts = ms_arena_take(ar, (size_t)(R * k));        /* [R][k] */
+    float *eo = ms_arena_take(ar, (size_t)(R * k * H));     /* [R][k][H] expert outputs */
+    for (int64_t r = 0; r < R; r++) ms_rmsnorm(h + r * H, w->post_norm, H, c->eps, t + r * H);
+    ms_matmul(&w->router, t, R, gl, m->pool);
+    if (R == 0) return 0; /* the schedule's walk: no experts to ask */
+    add_bias(gl, w->router_b, R, E);
+    for (int64_t r = 0; r < R; r++) route(gl + r * E, (int)E, (int)k, ids_out + r * k, wts + r * k);
+    if (m->experts.compute(m->experts.ctx, l, R, t, (int)k, ids_out, eo) != 0) {
+        ms_err_wrap("layer %d experts", l);
+        return -1;
+    }
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t i = 0; i < H; i++) {
+            float acc = 0;
+            for (int64_t j = 0; j < k; j++) acc += wts[r * k + j] * eo[(r * k + j) * H + i]; /* rank order */
+            h[r * H + i] += acc;
+        }
+    return 0;
+}
+
+
+int go_forward_batch(ms_model *m, const ms_batch_item *items, int n)
+{
+    go_model *g = (go_model *)m;
+    const ms_gptoss_cfg *c = &g->cfg;
+    int64_t H = c->hidden, V = c->vocab, k = c->top_k;
+    ms_rows seg[MS_MODEL_MAX_SEQS];
+    int64_t R = 0, out_rows = 0;
+    for (int i = 0; i < n; i++) {
+        seg[i] = (ms_rows){R, items[i].T};
+        R += items[i].T;
+        out_rows += items[i].all_rows ? items[i].T : 1;
+        if (items[i].spec) items[i].seq->spec_rows = items[i].T;
+    }
+    ms_arena *ar = &m->work;
+    MS_ASSERT(ar->used == 0);
+    ms_arena_reserve(ar, go_work_floats(c, R, out_rows));
+    int rc = -1;
+    float *h = ms_arena_take(ar, (size_t)(R * H));                   /* [R][H] the residual stream */
+    int32_t *ids = (int32_t *)ms_arena_take(ar, (size_t)(R * k));    /* [R][k] routed experts */
+    float *x = ms_arena_take(ar, (size_t)(out_rows * H));            /* [out_rows][H] */
+    float *lg = ms_arena_take(ar, (size_t)(out_rows * V));           /* [out_rows][V] */
+    for (int i = 0; i < n; i++)
+        for (int64_t t = 0; t < items[i].T; t++)
+            if (ms_mrt_embed_row(m, items[i].ids[t], h + (seg[i].r0 + t) * H) != 0) goto out;
+    for (int l = 0; l < c->n_layers; l++) {
+        size_t mark = ar->used;
+        attention(g, l, items, seg, n, h, R, ar);
+        if (moe(g, l, h, R, ids, ar) != 0 || ms_mrt_stream_check(m) != 0) goto out;
+        ms_arena_reset(ar, mark);
+        int64_t bad = ms_mrt_nonfinite_row(h, R, H);
+        if (bad >= 0) {
+            ms_err_set("layer %d produced a non-finite hidden state (row %lld of the pass); the weights or an expert "
+                       "output are corrupt",
+                       l, (long long)bad);
+            goto out;
+        }
+        if (m->route_fn && R > 0) m->route_fn(m->route_ctx, l, R, (int)k, ids);
+    }
+    int64_t o = 0;
+    for (int i = 0; i < n; i++)
+        for (int64_t t = items[i].all_rows ? 0 : items[i].T - 1; t < items[i].T; t++, o++)
+            ms_rmsnorm(h + (seg[i].r0 + t) * H, g->final_norm, H, c->eps, x + o * H);
+    if (ms_mrt_finish_pass(m, &g->lm_head, x, out_rows, lg, items, n) != 0) goto out;
+    rc = 0;
+out:
+    ms_arena_reset(ar, 0);
+    return rc;
+}

@@ -1,0 +1,259 @@
+/* test_gptoss: the gpt-oss family against the official reference (fixtures), and its invariants: threads, SIMD, chunking, budgets, batches, speculation, snapshots, workers. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_cpu.h"
+#include "ms_err.h"
+#include "ms_families.h"
+#include "ms_gptoss_model.h"
+#include "ms_test.h"
+
+static int32_t *ids_of(json_t *a, size_t *n)
+{
+    *n = json_array_size(a);
+    int32_t *v = malloc(sizeof(int32_t) * (*n ? *n : 1));
+    for (size_t i = 0; i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, i));
+    return v;
+}
+
+static int argmax(const float *x, int64_t n)
+{
+    int b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = (int)i;
+    return b;
+}
+
+/* The reference's prompt logits and 16 greedy tokens with the logits that chose them. */
+static void check_reference(const char *dir, const char *name)
+{
+    char path[4200];
+    json_error_t je;
+    snprintf(path, sizeof path, "%s/ref_greedy.json", dir);
+    json_t *rg = json_load_file(path, 0, &je);
+    snprintf(path, sizeof path, "%s/ref_logits.json", dir);
+    json_t *rl = json_load_file(path, 0, &je);
+    T_CHECK(rg && rl, "%s: reference files", name);
+    ms_run_opts o = {.n_threads = 2};
+    ms_model *m = rg && rl ? ms_families_open(dir, &o) : NULL;
+    T_CHECK(m && !strcmp(ms_model_get_info(m)->family, "gpt-oss"), "%s opens as gpt-oss: %s", name, ms_err_msg());
+    if (m) {
+        int64_t V = ms_model_get_info(m)->vocab;
+        size_t np, ng;
+        int32_t *prompt = ids_of(json_object_get(rg, "prompt_ids"), &np);
+        int32_t *gen = ids_of(json_object_get(rg, "generated_ids"), &ng);
+        float *lg = malloc(sizeof(float) * (size_t)V);
+        ms_seq *s = ms_seq_new(m);
+        int ok = ms_model_forward(m, s, prompt, (int64_t)np, 0, lg) == 0;
+        double e0 = ok ? ms_t_rel_err_bits(lg, json_object_get(rl, "logits_bits"), V) : 1;
+        T_CHECK(ok && e0 <= 1e-4, "%s: prompt logits within 1e-4 of the reference (rel err %.3g)", name, e0);
+        double worst = 0;
+        json_t *steps = json_object_get(rg, "step_logits_bits");
+        for (size_t t = 0; t < ng && ok; t++) {
+            worst = fmax(worst, ms_t_rel_err_bits(lg, json_array_get(steps, t), V));
+            int32_t next = argmax(lg, V);
+            ok = next == gen[t];
+            if (ok && t + 1 < ng) ok = ms_model_forward(m, s, &next, 1, 0, lg) == 0;
+        }
+        T_CHECK(ok && ng == 16, "%s: 16 greedy tokens equal the reference's", name);
+        T_CHECK(worst <= 1e-4, "%s: every step's logits within 1e-4 (worst %.3g)", name, worst);
+        printf("%s: prompt rel err %.3g, steps worst %.3g, greedy %s\n", name, e0, worst, ok ? "exact" : "MISMATCH");
+        ms_seq_free(s);
+        free(lg);
+        free(prompt);
+        free(gen);
+    }
+    ms_model_free(m);
+    json_decref(rg);
+    json_decref(rl);
+}
+
+/* Logits of every position of ids[n] (split > 0: fed in pieces of split). */
+static float *logits_of(const char *dir, const ms_run_opts *o, const int32_t *ids, int64_t n, int split)
+{
+    ms_model *m = ms_gptoss_model_open(dir, o);
+    if (!m) {
+        fprintf(stderr, "open %s: %s\n", dir, ms_err_msg());
+        return NULL;
+    }
+    int64_t V = ms_model_get_info(m)->vocab;
+    float *all = malloc(sizeof(float) * (size_t)(n * V)); /* [n][V] */
+    ms_seq *s = ms_seq_new(m);
+    int rc = 0;
+    for (int64_t t = 0; t < n && rc == 0; t += split > 0 ? split : n) {
+        int64_t c = split > 0 && n - t > split ? split : n - t;
+        rc = ms_model_forward(m, s, ids + t, c, 1, all + t * V);
+    }
+    ms_seq_free(s);
+    ms_model_free(m);
+    if (rc) free(all);
+    return rc ? NULL : all;
+}
+
+/* The least budget the planner accepts for o (baseline 1 byte), from its refusal of 1 byte. */
+static uint64_t least_budget(const char *dir, ms_run_opts o)
+{
+    o.ram_budget = 1;
+    o.baseline = 1;
+    ms_model_free(ms_gptoss_model_open(dir, &o));
+    const char *p = strrchr(ms_err_msg(), '(');
+    T_CHECK(ms_err_code() == MS_EXIT_BUDGET && p, "a 1-byte budget is refused naming the least: %s", ms_err_msg());
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static void check_invariants(const char *dir, int64_t V)
+{
+    enum { N = 150 }; /* past the window of 128: the sliding layers' rings wrap */
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 97 + 13) % V);
+    size_t bytes = sizeof(float) * (size_t)(N * V);
+    ms_run_opts o1 = {.n_threads = 1}, o2 = {.n_threads = 2};
+    float *base = logits_of(dir, &o1, ids, N, 0);
+    T_CHECK(base != NULL, "invariants: the reference run");
+    if (!base) return;
+    float *thr = logits_of(dir, &o2, ids, N, 0);
+    T_CHECK(thr && !memcmp(base, thr, bytes), "1 and 2 threads: bit-identical");
+    float *inc = logits_of(dir, &o2, ids, N, 1);
+    T_CHECK(inc && !memcmp(base, inc, bytes), "token by token == one call, bit for bit");
+    float *chk = logits_of(dir, &o2, ids, N, 37);
+    T_CHECK(chk && !memcmp(base, chk, bytes), "chunks of 37 == one call, bit for bit");
+    if (ms_cpu_simd_available()) {
+        ms_cpu_set_simd(0);
+        float *sc = logits_of(dir, &o2, ids, N, 0);
+        ms_cpu_set_simd(1);
+        T_CHECK(sc && !memcmp(base, sc, bytes), "scalar == SIMD, bit for bit");
+        free(sc);
+    } else {
+        ms_t_skip("no AVX2+FMA on this CPU: scalar vs SIMD not compared");
+    }
+    ms_run_opts ob = {.n_threads = 2, .max_positions = N};
+    ob.ram_budget = least_budget(dir, ob);
+    ob.baseline = 1;
+    ms_model *m = ms_gptoss_model_open(dir, &ob);
+    T_CHECK(m && ms_model_plan(m) && ms_model_plan(m)->streaming, "the least budget streams the trunk: %s",
+            m ? "" : ms_err_msg());
+    ms_model_free(m);
+    float *lb = logits_of(dir, &ob, ids, N, 0);
+    T_CHECK(lb && !memcmp(base, lb, bytes), "the least budget (trunk streamed, experts read on demand) == no budget");
+    free(thr);
+    free(inc);
+    free(chk);
+    free(lb);
+
+    /* A batch of three sequences at different positions == each alone; a speculative pass
+     * settled to its first rows and a snapshot of the sequence continue as the plain run. */
+    ms_run_opts os = {.n_threads = 2, .max_positions = N + 8, .spec_window = 4, .max_seqs = 3};
+    m = ms_gptoss_model_open(dir, &os);
+    T_CHECK(m != NULL, "open for batches: %s", ms_err_msg());
+    if (m) {
+        float *lg = malloc(sizeof(float) * (size_t)(N * V));
+        ms_seq *a = ms_seq_new(m), *b = ms_seq_new(m), *c = ms_seq_new(m);
+        int ok = ms_model_forward(m, a, ids, 130, 1, lg) == 0 && ms_model_forward(m, b, ids, 10, 1, lg) == 0;
+        float *ra = malloc(sizeof(float) * (size_t)(5 * V)), *rb = malloc(sizeof(float) * (size_t)(3 * V)),
+              *rc = malloc(sizeof(float) * (size_t)(7 * V));
+        ms_batch_item it[3] = {{a, ids + 130, 5, 1, ra, 0}, {b, ids + 10, 3, 1, rb, 0}, {c, ids, 7, 1, rc, 0}};
+        ok = ok && ms_model_forward_batch(m, it, 3) == 0;
+        T_CHECK(ok && !memcmp(ra, base + 130 * V, sizeof(float) * (size_t)(5 * V)) &&
+                    !memcmp(rb, base + 10 * V, sizeof(float) * (size_t)(3 * V)) &&
+                    !memcmp(rc, base, sizeof(float) * (size_t)(7 * V)),
+                "a batch of three sequences (positions 130, 10, 0) == each alone, bit for bit");
+        /* a at 135: a speculative pass of 4 rows, 2 kept; then a snapshot; both go on */
+        ms_batch_item sp = {a, ids + 135, 4, 1, ra, 1};
+        ok = ms_model_forward_batch(m, &sp, 1) == 0;
+        ms_seq_keep(a, 2);
+        ms_seq *snap = ms_seq_clone(a);
+        int64_t rest = N - 137;
+        ok = ok && ms_model_forward(m, a, ids + 137, rest, 1, lg) == 0 &&
+             !memcmp(lg, base + 137 * V, sizeof(float) * (size_t)(rest * V));
+        ms_seq_free(a);
+        int ok2 = ms_model_forward(m, snap, ids + 137, rest, 1, lg) == 0 &&
+                  !memcmp(lg, base + 137 * V, sizeof(float) * (size_t)(rest * V));
+        T_CHECK(ok && ok2, "a settled speculative pass across the window, and a snapshot of it, continue bit for bit");
+        ms_seq_free(snap);
+        ms_seq_free(b);
+        ms_seq_free(c);
+        free(ra);
+        free(rb);
+        free(rc);
+        free(lg);
+        ms_model_free(m);
+    }
+    free(base);
+}
+
+/* The CLI with two local workers (the worker's --model mode: each expert a slice of a layer's
+ * tensors) gives the in-process logits. */
+static void check_workers(const char *dir)
+{
+    char a[1024], b[1024], *out = NULL;
+    snprintf(a, sizeof a, "%s/inproc.bin", ms_t_tmpdir("gptoss-workers"));
+    snprintf(b, sizeof b, "%s/workers.bin", ms_t_tmpdir("gptoss-workers-2"));
+    char bin[1024]; /* ms_t_bin's buffer is reused by the next call */
+    snprintf(bin, sizeof bin, "%s", ms_t_bin("moestream"));
+    int s1 = ms_t_runf(&out, NULL, "%s run --model %s --ids 3,1,4,1,5,9,2,6 -n 6 --quiet --dump-logits %s", bin, dir, a);
+    free(out);
+    out = NULL;
+    int s2 = ms_t_runf(&out, NULL, "%s run --model %s --ids 3,1,4,1,5,9,2,6 -n 6 --quiet --dump-logits %s --local-workers 2",
+                       bin, dir, b);
+    free(out);
+    T_CHECK(s1 == 0 && s2 == 0 && ms_t_same_file(a, b), "2 local workers == in process, bit for bit (status %d, %d)", s1,
+            s2);
+    /* shard: two packs (each expert's six runs together) and a trunk; pack workers serve them */
+    char model[1024], packs[1100], c[1200];
+    snprintf(model, sizeof model, "%s/m", ms_t_tmpdir("gptoss-shard"));
+    snprintf(packs, sizeof packs, "%s/packs", ms_t_tmpdir("gptoss-shard-out"));
+    snprintf(c, sizeof c, "%s/packs.bin", ms_t_tmpdir("gptoss-shard-logits"));
+    int st = ms_t_runf(NULL, NULL, "cp -r %s %s && %s shard --model %s --workers 2 --out %s 2>/dev/null", dir, model, bin,
+                       model, packs);
+    T_CHECK(st == 0, "shard a gpt-oss checkpoint into 2 packs (status %d)", st);
+    ms_t_worker w[2];
+    char pk[2][1200], ep[2][300], sockp[2][300];
+    const char *sd = ms_t_sockdir("gptoss");
+    int ok = st == 0;
+    for (int i = 0; i < 2 && ok; i++) {
+        snprintf(pk[i], sizeof pk[i], "%s/worker-%d", packs, i);
+        snprintf(sockp[i], sizeof sockp[i], "%s/w%d.sock", sd, i);
+        snprintf(ep[i], sizeof ep[i], "ipc://%s", sockp[i]);
+        const char *argv[] = {ms_t_bin("moestream-worker"), "--pack", pk[i], "--listen", ep[i], "--quiet", NULL};
+        char wb[1024];
+        snprintf(wb, sizeof wb, "%s", argv[0]);
+        argv[0] = wb;
+        ms_t_worker_opts wo = {.wait_path = sockp[i]};
+        ok = ms_t_worker_start(&w[i], argv, &wo) == 0;
+    }
+    T_CHECK(ok, "two pack workers started");
+    if (ok) {
+        char *err = NULL;
+        st = ms_t_runf(NULL, &err, "%s run --model %s/trunk --ids 3,1,4,1,5,9,2,6 -n 6 --quiet --dump-logits %s --workers %s,%s",
+                       bin, packs, c, ep[0], ep[1]);
+        T_CHECK(st == 0 && ms_t_same_file(a, c),
+                "the trunk with 2 pack workers == in process, bit for bit (status %d: %s; the trunk's expert format file "
+                "gives the biases' dtype)",
+                st, err ? err : "");
+        free(err);
+        for (int i = 0; i < 2; i++) ms_t_worker_kill(&w[i]);
+    }
+}
+
+int main(void)
+{
+    ms_log_set_level(0);
+    const char *names[2] = {"tiny-s7", "tiny-released-like"};
+    for (int i = 0; i < 2; i++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "fixtures/gpt-oss/checkpoints/%s", names[i]);
+        const char *p = ms_t_shared(rel);
+        if (!p) continue;
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", p);
+        check_reference(dir, names[i]);
+        if (i == 0) {
+            check_invariants(dir, 384);
+            check_workers(dir);
+        }
+    }
+    return ms_t_done();
+}
