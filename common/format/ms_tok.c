@@ -33,7 +33,6 @@
  * a backtracking engine, so leftmost-first semantics are the same as fancy-regex's. Every
  * alternative is a sequence of class repeats (each backtracking step O(1)), so a match costs time
  * linear in its length and constant stack. */
-#define TOK_WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 #define TOK_UPPER "[^\\p{Ll}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{Han}]"
 #define TOK_LOWER "[^\\p{Lu}\\p{Lt}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{Han}]"
 #define TOK_CONTR "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
@@ -83,7 +82,7 @@ static uint64_t tok_hash(const uint8_t *p, size_t n)
 }
 
 /* Rank of the byte string p[0..n), or -1. */
-static int32_t tok_lookup(const ms_tok *t, const uint8_t *p, size_t n)
+int32_t ms_tok_table_find(const ms_tok *t, const uint8_t *p, size_t n)
 {
     uint64_t h = tok_hash(p, n);
     uint32_t tag = (uint32_t)(h >> 32);
@@ -120,12 +119,14 @@ int32_t ms_tok_table_insert(ms_tok *t, uint32_t r)
 }
 
 /* Compile the built-in split pattern; JIT when available (falls back to the interpreter). */
-pcre2_code *ms_tok_regex_compile(int *jit)
+pcre2_code *ms_tok_regex_compile(int *jit) { return ms_tok_regex_compile_pattern(tok_pattern, jit); }
+
+pcre2_code *ms_tok_regex_compile_pattern(const char *pattern, int *jit)
 {
     int errcode;
     PCRE2_SIZE erroff;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)tok_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                                   &errcode, &erroff, NULL);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &errcode,
+                                   &erroff, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(errcode, msg, sizeof msg);
@@ -220,7 +221,7 @@ static tok_pair tok_heap_pop(tok_scratch *s, size_t *hn)
 
 static void tok_try_pair(const ms_tok *t, tok_scratch *s, size_t *hn, const uint8_t *p, uint32_t left, uint32_t end)
 {
-    int32_t r = tok_lookup(t, p + left, end - left);
+    int32_t r = ms_tok_table_find(t, p + left, end - left);
     if (r >= 0) tok_heap_push(s, hn, (tok_pair){(uint32_t)r, left, end});
 }
 
@@ -228,7 +229,7 @@ static void tok_try_pair(const ms_tok *t, tok_scratch *s, size_t *hn, const uint
  * and the same result as repeatedly merging the lowest-rank adjacent pair, leftmost on ties. */
 static int tok_bpe(const ms_tok *t, tok_scratch *s, const uint8_t *p, size_t len, tok_ids *out)
 {
-    int32_t whole = tok_lookup(t, p, len);
+    int32_t whole = ms_tok_table_find(t, p, len);
     if (whole >= 0) {
         tok_ids_push(out, whole);
         return 0;
@@ -260,7 +261,7 @@ static int tok_bpe(const ms_tok *t, tok_scratch *s, const uint8_t *p, size_t len
         if (e.end < n) tok_try_pair(t, s, &hn, p, l, s->nxt[e.end]);
     }
     for (uint32_t i = 0; i < n; i = s->nxt[i]) {
-        int32_t r = tok_lookup(t, p + i, s->nxt[i] - i);
+        int32_t r = ms_tok_table_find(t, p + i, s->nxt[i] - i);
         if (r < 0) {
             /* only possible for a single byte missing from the vocabulary */
             return tok_fail(MS_EXIT_INPUT, "tokenizer: byte 0x%02x has no token in tiktoken.model", p[i]);

@@ -44,8 +44,26 @@ struct ms_tok {
  * already holding the same bytes, or -1 if inserted. */
 int32_t ms_tok_table_insert(ms_tok *t, uint32_t r);
 
+/* The rank of the token with bytes p[n], or -1. */
+int32_t ms_tok_table_find(const ms_tok *t, const uint8_t *p, size_t n);
+
 /* The Kimi split pattern compiled (JIT when available: *jit = 1). NULL with ms_err set. The
  * caller frees it with pcre2_code_free. */
 pcre2_code *ms_tok_regex_compile(int *jit);
+/* The same for a pattern in PCRE2 syntax (UTF, UCP). */
+pcre2_code *ms_tok_regex_compile_pattern(const char *pattern, int *jit);
+
+/* The White_Space property spelled out for a PCRE2 class (Rust's and tiktoken's \s; PCRE2's
+ * UCP \s omits U+0085). */
+#define TOK_WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+
+/* After ranks and specials (t->spec[0..n_special) with ids above the ranks) are set: sort them,
+ * index them by id and by match order, and set n_vocab. 0, or -1 with ms_err set (MS_EXIT_INPUT)
+ * naming `what` for an id listed twice. */
+int ms_tok_specials_index(ms_tok *t, const char *what);
+
+/* Tokenizers from tokenizer.json (ms_tok_hf.c): fill t (zeroed) from the file at path. 0, or -1
+ * with ms_err set (MS_EXIT_INPUT) naming the file and the field. */
+int ms_tok_hf_load(ms_tok *t, const char *path);
 
 #endif

@@ -235,7 +235,6 @@ static int tok_load_specials(ms_tok *t, const char *path)
     t->spec = ms_calloc(n ? n : 1, sizeof *t->spec);
     const char *key;
     json_t *val;
-    int64_t max_id = t->n_ranks - 1;
     json_object_foreach(dec, key, val)
     {
         int64_t id = 0;
@@ -279,8 +278,18 @@ static int tok_load_specials(ms_tok *t, const char *path)
         sp->content = ms_malloc(sp->len + 1);
         memcpy(sp->content, json_string_value(c), sp->len + 1);
         sp->id = (int32_t)id;
-        if (id > max_id) max_id = id;
     }
+    rc = ms_tok_specials_index(t, path);
+out:
+    json_decref(root);
+    return rc;
+}
+
+int ms_tok_specials_index(ms_tok *t, const char *what)
+{
+    int32_t max_id = t->n_ranks - 1;
+    for (int i = 0; i < t->n_special; i++)
+        if (t->spec[i].id > max_id) max_id = t->spec[i].id;
     qsort(t->spec, (size_t)t->n_special, sizeof *t->spec, tok_cmp_spec_id);
     t->n_vocab = (int)(max_id + 1);
     size_t span = (size_t)(t->n_vocab - t->n_ranks);
@@ -291,8 +300,7 @@ static int tok_load_specials(ms_tok *t, const char *path)
     for (int i = 0; i < t->n_special; i++) {
         if (t->spec_by_id[t->spec[i].id - t->n_ranks] >= 0) {
             free(keys);
-            tok_fail(MS_EXIT_INPUT, "%s: special token id %d is listed twice", path, (int)t->spec[i].id);
-            goto out;
+            return tok_fail(MS_EXIT_INPUT, "%s: special token id %d is listed twice", what, (int)t->spec[i].id);
         }
         t->spec_by_id[t->spec[i].id - t->n_ranks] = i;
         keys[i] = (tok_match_key){t->spec[i].len, t->spec[i].id, i};
@@ -302,35 +310,41 @@ static int tok_load_specials(ms_tok *t, const char *path)
     qsort(keys, (size_t)t->n_special, sizeof *keys, tok_cmp_match);
     for (int i = 0; i < t->n_special; i++) t->spec_match[i] = keys[i].idx;
     free(keys);
-    rc = 0;
-out:
-    json_decref(root);
-    return rc;
+    return 0;
 }
 
-int ms_tok_present(const char *dir)
+static int regular(const char *dir, const char *name)
 {
-    char *p = tok_path(dir, "tiktoken.model");
+    char *p = tok_path(dir, name);
     struct stat st;
     int ok = stat(p, &st) == 0 && S_ISREG(st.st_mode);
     free(p);
     return ok;
 }
 
+int ms_tok_present(const char *dir) { return regular(dir, "tiktoken.model") || regular(dir, "tokenizer.json"); }
+
 ms_tok *ms_tok_load(const char *dir)
 {
     ms_tok *t = ms_calloc(1, sizeof *t);
-    char *p = tok_path(dir, "tiktoken.model");
-    int rc = tok_load_ranks(t, p);
-    free(p);
-    if (rc == 0) {
-        p = tok_path(dir, "tokenizer_config.json");
-        rc = tok_load_specials(t, p);
+    int rc;
+    if (!regular(dir, "tiktoken.model") && regular(dir, "tokenizer.json")) { /* Hugging Face's format */
+        char *p = tok_path(dir, "tokenizer.json");
+        rc = ms_tok_hf_load(t, p);
         free(p);
-    }
-    if (rc == 0) {
-        t->re = ms_tok_regex_compile(&t->jit);
-        if (!t->re) rc = -1;
+    } else {
+        char *p = tok_path(dir, "tiktoken.model");
+        rc = tok_load_ranks(t, p);
+        free(p);
+        if (rc == 0) {
+            p = tok_path(dir, "tokenizer_config.json");
+            rc = tok_load_specials(t, p);
+            free(p);
+        }
+        if (rc == 0) {
+            t->re = ms_tok_regex_compile(&t->jit);
+            if (!t->re) rc = -1;
+        }
     }
     if (rc != 0) {
         int code = ms_err_code();

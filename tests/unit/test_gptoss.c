@@ -210,7 +210,7 @@ static void check_workers(const char *dir)
                        model, packs);
     T_CHECK(st == 0, "shard a gpt-oss checkpoint into 2 packs (status %d)", st);
     ms_t_worker w[2];
-    char pk[2][1200], ep[2][300], sockp[2][300];
+    char pk[2][1200], ep[2][320], sockp[2][300];
     const char *sd = ms_t_sockdir("gptoss");
     int ok = st == 0;
     for (int i = 0; i < 2 && ok; i++) {

@@ -1,0 +1,277 @@
+/* ms_tok_hf: the tokenizer from a Hugging Face tokenizer.json (byte-level BPE, a Split regex pre-tokenizer, added special tokens), as gpt-oss ships it. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_file.h"
+#include "ms_tok_int.h"
+
+/* tokenizer.json of o200k is 27.9 MB; a larger vocabulary stays far below this. */
+#define HF_MAX_FILE ((uint64_t)512 << 20)
+
+#define hf_fail ms_err_fail
+
+/* GPT-2's byte-level alphabet: byte b is written as code point cp[b] (printable bytes as
+ * themselves, the others as 256 + their order among them). */
+static void byte_level_map(uint32_t cp[256], int16_t *inv /* [324] code point -> byte, or -1 */)
+{
+    int n = 0;
+    for (int i = 0; i < 324; i++) inv[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        cp[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
+        inv[cp[b]] = (int16_t)b;
+    }
+}
+
+/* The bytes a byte-level token string stands for, into out (at most n bytes: one per
+ * character); the count, or -1 if a character is not in the alphabet. */
+static long byte_level_decode(const int16_t *inv, const char *s, size_t n, uint8_t *out)
+{
+    long o = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        uint32_t cpt;
+        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!len || i + (size_t)len > n) return -1;
+        cpt = len == 1 ? c : (uint32_t)(c & (0x7f >> len));
+        for (int k = 1; k < len; k++) cpt = (cpt << 6) | ((unsigned char)s[i + (size_t)k] & 0x3f);
+        if (cpt >= 324 || inv[cpt] < 0) return -1;
+        out[o++] = (uint8_t)inv[cpt];
+        i += (size_t)len;
+    }
+    return o;
+}
+
+/* The Split pattern for PCRE2: \s and \S spelled as White_Space (the Rust regex semantics the
+ * tokenizers library has). \s inside a class adds the White_Space characters to it; \S inside
+ * a class has no such spelling and is refused. */
+static char *translate(const char *pat, const char *path)
+{
+    size_t n = strlen(pat), cap = n * 8 + 64 * 8, o = 0;
+    char *out = ms_malloc(cap);
+    int in_class = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (o + 128 >= cap) out = ms_realloc(out, cap *= 2);
+        char c = pat[i];
+        if (c == '\\' && i + 1 < n) {
+            char d = pat[i + 1];
+            if (d == 's' || d == 'S') {
+                if (in_class && d == 'S') {
+                    free(out);
+                    hf_fail(MS_EXIT_INPUT, "%s: pre_tokenizer pattern: \\S inside a character class is not supported", path);
+                    return NULL;
+                }
+                o += (size_t)sprintf(out + o, in_class ? "%s" : (d == 's' ? "[%s]" : "[^%s]"), TOK_WS);
+            } else {
+                out[o++] = c;
+                out[o++] = d;
+            }
+            i++;
+            continue;
+        }
+        if (c == '[' && !in_class) in_class = 1;
+        else if (c == ']' && in_class) in_class = 0;
+        out[o++] = c;
+    }
+    out[o] = 0;
+    return out;
+}
+
+static json_t *field(json_t *o, const char *key) { return json_is_object(o) ? json_object_get(o, key) : NULL; }
+static int is_type(json_t *o, const char *type)
+{
+    const char *t = json_string_value(field(o, "type"));
+    return t && !strcmp(t, type);
+}
+
+/* The pre-tokenizer: Sequence[Split(Regex, Isolated), ByteLevel(use_regex false)], or a
+ * single Split before a ByteLevel decoder. Returns the regex (borrowed) or NULL after a problem. */
+static const char *split_pattern(json_t *root, const char *path)
+{
+    json_t *pt = field(root, "pre_tokenizer"), *split = NULL;
+    if (is_type(pt, "Sequence")) {
+        json_t *l = field(pt, "pretokenizers");
+        size_t n = json_array_size(l);
+        for (size_t i = 0; i < n; i++) {
+            json_t *p = json_array_get(l, i);
+            if (is_type(p, "Split") && !split)
+                split = p;
+            else if (!is_type(p, "ByteLevel") || json_is_true(field(p, "use_regex")) ||
+                     json_is_true(field(p, "add_prefix_space")))
+                return hf_fail(MS_EXIT_INPUT, "%s: pre_tokenizer.pretokenizers[%zu] is not one this loader reads "
+                                              "(a Split regex, then ByteLevel without its own regex or prefix space)",
+                               path, i),
+                       NULL;
+        }
+    } else if (is_type(pt, "Split")) {
+        split = pt;
+    }
+    const char *re = json_string_value(field(field(split, "pattern"), "Regex"));
+    const char *beh = json_string_value(field(split, "behavior"));
+    if (!split || !re || !beh || strcmp(beh, "Isolated") || json_is_true(field(split, "invert")))
+        return hf_fail(MS_EXIT_INPUT, "%s: pre_tokenizer must split by a regex (Split, pattern.Regex, behavior "
+                                      "Isolated, invert false), as byte-level BPE tokenizers do",
+                       path),
+               NULL;
+    return re;
+}
+
+/* Ranks from model.vocab (id = rank, 0..n-1, each a distinct byte string), then the merges:
+ * merging by rank (tiktoken's BPE, what the encoder does) is what merging by the merges'
+ * priority does when the merges follow the ranks of what they make; they must. */
+static int load_model(ms_tok *t, json_t *model, const char *path)
+{
+    if (!is_type(model, "BPE")) return hf_fail(MS_EXIT_INPUT, "%s: model.type must be \"BPE\"", path);
+    if (json_is_true(field(model, "byte_fallback")))
+        return hf_fail(MS_EXIT_INPUT, "%s: model.byte_fallback is not supported (byte-level BPE has no unknowns)", path);
+    if (!json_is_true(field(model, "ignore_merges")))
+        return hf_fail(MS_EXIT_INPUT, "%s: model.ignore_merges must be true (a pre-token in the vocabulary is one "
+                                      "token, as tiktoken encodes)",
+                       path);
+    json_t *vocab = field(model, "vocab"), *merges = field(model, "merges");
+    size_t n = json_object_size(vocab);
+    if (!json_is_object(vocab) || n == 0 || n > (size_t)INT32_MAX / 4)
+        return hf_fail(MS_EXIT_INPUT, "%s: model.vocab must be a non-empty object", path);
+    uint32_t cp[256];
+    int16_t inv[324];
+    byte_level_map(cp, inv);
+    size_t pool = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(vocab, key, val) pool += strlen(key);
+    t->n_ranks = (int)n;
+    t->pool = ms_malloc(pool + 1);
+    t->tok_off = ms_malloc(n * sizeof *t->tok_off);
+    t->tok_len = ms_calloc(n, sizeof *t->tok_len);
+    uint8_t *seen = ms_calloc(n, 1);
+    size_t cap = 1024;
+    while (cap < 2 * n) cap *= 2;
+    t->slots = ms_calloc(cap, sizeof *t->slots);
+    t->tags = ms_malloc(cap * sizeof *t->tags);
+    t->cap_mask = cap - 1;
+    size_t used = 0;
+    int rc = 0;
+    json_object_foreach(vocab, key, val)
+    {
+        json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
+        if (id < 0 || (size_t)id >= n || seen[id]) {
+            rc = hf_fail(MS_EXIT_INPUT, "%s: model.vocab[\"%.40s\"]: ids must be 0..%zu, each once (got %lld)", path, key,
+                         n - 1, (long long)id);
+            break;
+        }
+        long nb = byte_level_decode(inv, key, strlen(key), t->pool + used);
+        if (nb <= 0) {
+            rc = hf_fail(MS_EXIT_INPUT, "%s: model.vocab[\"%.40s\"] is not a byte-level token", path, key);
+            break;
+        }
+        seen[id] = 1;
+        t->tok_off[id] = (uint32_t)used;
+        t->tok_len[id] = (uint32_t)nb;
+        used += (size_t)nb;
+        int32_t dup = ms_tok_table_insert(t, (uint32_t)id);
+        if (dup >= 0) {
+            rc = hf_fail(MS_EXIT_INPUT, "%s: model.vocab ids %lld and %d are the same bytes", path, (long long)id, dup);
+            break;
+        }
+    }
+    free(seen);
+    if (rc) return -1;
+    /* the merges: pairs of vocabulary tokens whose result is one, in non-decreasing rank of it */
+    size_t nm = json_array_size(merges);
+    if (!json_is_array(merges)) return hf_fail(MS_EXIT_INPUT, "%s: model.merges must be an array", path);
+    uint8_t *buf = ms_malloc(1024);
+    size_t bcap = 1024;
+    int32_t last = -1;
+    for (size_t i = 0; i < nm && rc == 0; i++) {
+        json_t *m = json_array_get(merges, i);
+        const char *l, *r;
+        size_t ll, rl;
+        char *sp = NULL;
+        if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
+            json_is_string(json_array_get(m, 1))) {
+            l = json_string_value(json_array_get(m, 0));
+            r = json_string_value(json_array_get(m, 1));
+            ll = json_string_length(json_array_get(m, 0));
+            rl = json_string_length(json_array_get(m, 1));
+        } else if (json_is_string(m) && (sp = strchr(json_string_value(m), ' ')) != NULL) { /* older files: "a b" */
+            l = json_string_value(m);
+            ll = (size_t)(sp - l);
+            r = sp + 1;
+            rl = strlen(r);
+        } else {
+            rc = hf_fail(MS_EXIT_INPUT, "%s: model.merges[%zu] must be a pair of strings", path, i);
+            break;
+        }
+        if (ll + rl > bcap) buf = ms_realloc(buf, bcap = 2 * (ll + rl));
+        long a = byte_level_decode(inv, l, ll, buf), b = a > 0 ? byte_level_decode(inv, r, rl, buf + a) : -1;
+        int32_t id = b > 0 ? ms_tok_table_find(t, buf, (size_t)(a + b)) : -1;
+        if (id < 0 || ms_tok_table_find(t, buf, (size_t)a) < 0 || ms_tok_table_find(t, buf + a, (size_t)b) < 0)
+            rc = hf_fail(MS_EXIT_INPUT, "%s: model.merges[%zu] joins tokens that are not in the vocabulary", path, i);
+        else if (id < last)
+            rc = hf_fail(MS_EXIT_INPUT, "%s: model.merges[%zu] makes id %d after a merge made id %d: merges out of "
+                                        "rank order are not supported (this encoder merges by rank)",
+                         path, i, id, last);
+        last = id;
+    }
+    free(buf);
+    return rc;
+}
+
+static int load_added(ms_tok *t, json_t *added, const char *path)
+{
+    size_t n = json_array_size(added);
+    t->spec = ms_calloc(n ? n : 1, sizeof *t->spec);
+    for (size_t i = 0; i < n; i++) {
+        json_t *a = json_array_get(added, i), *c = field(a, "content"), *id = field(a, "id");
+        if (!json_is_string(c) || json_string_length(c) == 0 || !json_is_integer(id))
+            return hf_fail(MS_EXIT_INPUT, "%s: added_tokens[%zu] needs \"id\" and a non-empty \"content\"", path, i);
+        json_int_t v = json_integer_value(id);
+        if (v < t->n_ranks || v - t->n_ranks >= TOK_MAX_SPECIAL_SPAN)
+            return hf_fail(MS_EXIT_INPUT, "%s: added_tokens[%zu]: id %lld must be above the vocabulary (0..%d) and "
+                                          "near it",
+                           path, i, (long long)v, t->n_ranks - 1);
+        if (!json_is_true(field(a, "special")))
+            return hf_fail(MS_EXIT_INPUT, "%s: added_tokens[%zu] (%s) is not special: only special added tokens are "
+                                          "supported",
+                           path, i, json_string_value(c));
+        tok_special *sp = &t->spec[t->n_special++];
+        sp->len = json_string_length(c);
+        sp->content = ms_malloc(sp->len + 1);
+        memcpy(sp->content, json_string_value(c), sp->len + 1);
+        sp->id = (int32_t)v;
+    }
+    return ms_tok_specials_index(t, path);
+}
+
+int ms_tok_hf_load(ms_tok *t, const char *path)
+{
+    size_t len = 0;
+    char *text = ms_file_read_all(path, "tokenizer", 0, HF_MAX_FILE, MS_EXIT_INPUT, &len);
+    if (!text) return -1;
+    json_error_t je;
+    json_t *root = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!root) return hf_fail(MS_EXIT_INPUT, "%s:%d: bad JSON: %s", path, je.line, je.text);
+    int rc = -1;
+    const char *pat;
+    if (!json_is_object(root)) {
+        hf_fail(MS_EXIT_INPUT, "%s: top level is not a JSON object", path);
+    } else if (!json_is_null(field(root, "normalizer")) && field(root, "normalizer")) {
+        hf_fail(MS_EXIT_INPUT, "%s: a normalizer is not supported (byte-level BPE has none)", path);
+    } else if (!is_type(field(root, "decoder"), "ByteLevel")) {
+        hf_fail(MS_EXIT_INPUT, "%s: decoder must be ByteLevel", path);
+    } else if ((pat = split_pattern(root, path)) && load_model(t, field(root, "model"), path) == 0 &&
+               load_added(t, field(root, "added_tokens"), path) == 0) {
+        char *p = translate(pat, path);
+        t->re = p ? ms_tok_regex_compile_pattern(p, &t->jit) : NULL;
+        free(p);
+        rc = t->re ? 0 : -1;
+    }
+    json_decref(root);
+    return rc;
+}

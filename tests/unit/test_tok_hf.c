@@ -1,0 +1,123 @@
+/* test_tok_hf: gpt-oss's tokenizer.json (o200k_harmony) loaded as released: every case of the official tiktoken core exact, decode round trips, refusals of what it does not read. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_clock.h"
+#include "ms_err.h"
+#include "ms_test.h"
+#include "ms_tok.h"
+
+static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+
+static void check_cases(const ms_tok *t, const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/cases.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    T_CHECK(f != NULL, "cases.jsonl opens");
+    if (!f) return;
+    char *line = NULL;
+    size_t cap = 0;
+    int n = 0, bad_enc = 0, bad_dec = 0, specials = 0;
+    double worst = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_error_t je;
+        json_t *c = json_loads(line, JSON_ALLOW_NUL, &je); /* texts hold U+0000 */
+        T_CHECK(c != NULL, "case line %d parses: %s", n + 1, je.text);
+        if (!c) continue;
+        json_t *txt = json_object_get(c, "text"), *ids = json_object_get(c, "ids");
+        int allow = json_is_true(json_object_get(c, "allow_special"));
+        specials += allow;
+        int32_t *got = NULL;
+        size_t ng = 0;
+        double t0 = ms_now();
+        int rc = ms_tok_encode(t, json_string_value(txt), json_string_length(txt), allow, &got, &ng);
+        double dt = ms_now() - t0;
+        if (dt > worst) worst = dt;
+        int ok = rc == 0 && ng == json_array_size(ids);
+        for (size_t i = 0; ok && i < ng; i++) ok = got[i] == (int32_t)json_integer_value(json_array_get(ids, i));
+        if (!ok && bad_enc++ < 3)
+            fprintf(stderr, "case %d: encode differs (%zu ids, want %zu): %.80s\n", n, ng, json_array_size(ids),
+                    ms_t_show(json_string_value(txt), json_string_length(txt)));
+        char *back = NULL;
+        size_t nb = 0;
+        if (rc == 0 && ms_tok_decode(t, got, ng, &back, &nb) == 0) {
+            if (nb != json_string_length(txt) || memcmp(back, json_string_value(txt), nb)) bad_dec++;
+        } else {
+            bad_dec++;
+        }
+        free(back);
+        free(got);
+        json_decref(c);
+        n++;
+    }
+    free(line);
+    fclose(f);
+    T_CHECK(n == 300 && bad_enc == 0, "%d cases of the official tiktoken core, %d with specials: every id sequence exact "
+            "(%d differ)", n, specials, bad_enc);
+    T_CHECK(bad_dec == 0, "decode gives every case's text back byte for byte (%d differ)", bad_dec);
+    printf("tokenizer.json: %d cases, slowest %.1f ms\n", n, worst * 1e3);
+}
+
+/* What the loader does not read is refused, naming the field. */
+static void check_refusals(const char *src)
+{
+    json_error_t je;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", src);
+    json_t *full = json_load_file(path, 0, &je);
+    T_CHECK(full != NULL, "tokenizer.json parses");
+    if (!full) return;
+    static const char *edits[][3] = {
+        {"model.ignore_merges", "false", "ignore_merges must be true"},
+        {"model.type", "\"WordPiece\"", "model.type must be \"BPE\""},
+        {"decoder", "null", "decoder must be ByteLevel"},
+        {"pre_tokenizer", "{\"type\": \"Whitespace\"}", "pre_tokenizer must split by a regex"},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        json_t *j = json_deep_copy(full);
+        json_t *v = json_loads(edits[i][1], JSON_DECODE_ANY, &je);
+        if (!strncmp(edits[i][0], "model.", 6))
+            json_object_set_new(json_object_get(j, "model"), edits[i][0] + 6, v);
+        else
+            json_object_set_new(j, edits[i][0], v);
+        char dir[1200];
+        snprintf(dir, sizeof dir, "%s/edit%zu", ms_t_tmpdir("tok-hf"), i);
+        char mk[1300];
+        snprintf(mk, sizeof mk, "mkdir -p %s", dir);
+        T_CHECK(system(mk) == 0, "mkdir");
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        json_dump_file(j, path, JSON_COMPACT);
+        json_decref(j);
+        ms_tok *t = ms_tok_load(dir);
+        T_CHECK(!t && ms_err_code() == MS_EXIT_INPUT && has(ms_err_msg(), edits[i][2]) && has(ms_err_msg(), path),
+                "%s = %s refused naming the file and field: %s", edits[i][0], edits[i][1], ms_err_msg());
+        ms_tok_free(t);
+    }
+    json_decref(full);
+}
+
+int main(void)
+{
+    ms_log_set_level(0);
+    const char *p = ms_t_shared("fixtures/tokenizer/o200k-harmony");
+    if (!p) return ms_t_done();
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", p);
+    T_CHECK(ms_tok_present(dir), "a directory with only tokenizer.json has a tokenizer");
+    double t0 = ms_now();
+    ms_tok *t = ms_tok_load(dir);
+    T_CHECK(t != NULL, "tokenizer.json loads as released: %s", ms_err_msg());
+    if (!t) return ms_t_done();
+    printf("tokenizer.json loaded in %.2f s\n", ms_now() - t0);
+    T_CHECK(ms_tok_n_vocab(t) == 200019, "ids 0..200018 (199,998 ranks + 21 specials): %d", ms_tok_n_vocab(t));
+    T_CHECK(ms_tok_special_id(t, "<|return|>") == 200002 && ms_tok_special_id(t, "<|start|>") == 200006 &&
+                ms_tok_special_id(t, "<|startoftext|>") == 199998,
+            "the harmony specials at their ids");
+    check_cases(t, dir);
+    ms_tok_free(t);
+    check_refusals(dir);
+    return ms_t_done();
+}
