@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_gptoss_chat.h"
 #include "ms_gptoss_model.h"
 #include "ms_xfam_gptoss.h"
 
@@ -63,7 +64,7 @@ const ms_family ms_gptoss_family = {
     .xfam = &ms_xfam_gptoss,
     .open = ms_gptoss_model_open,
     .peek = go_peek,
-    .chat = NULL, /* harmony: not yet (issue 19, part 3); chats are refused naming the family */
+    .chat = &ms_gptoss_chat,
     .trunk_matrices = go_trunk,
     .synth = NULL,
 };

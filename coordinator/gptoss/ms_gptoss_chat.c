@@ -1,0 +1,209 @@
+/* ms_gptoss_chat: harmony: messages -> the pieces of the prompt (markers and text) -> text or ids. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ms_err.h"
+#include "ms_gptoss_chat.h"
+
+/* A prompt as pieces: markers (special tokens) and text, text runs merged. */
+typedef struct {
+    char *buf;            /* all bytes back to back */
+    size_t len, cap;
+    size_t *start;        /* [n + 1] piece i is buf[start[i], start[i + 1]) */
+    uint8_t *special;     /* [n] 1: a marker */
+    int n, cap_p;
+} pieces;
+
+static void put(pieces *p, const char *s, size_t n, int special)
+{
+    if (!special && p->n > 0 && !p->special[p->n - 1]) { /* extend the text run */
+    } else {
+        if (p->n + 2 > p->cap_p) {
+            p->cap_p = p->cap_p ? 2 * p->cap_p : 64;
+            p->start = ms_realloc(p->start, sizeof *p->start * (size_t)(p->cap_p + 1));
+            p->special = ms_realloc(p->special, (size_t)p->cap_p);
+        }
+        p->start[p->n] = p->len;
+        p->special[p->n++] = (uint8_t)special;
+    }
+    if (p->len + n + 1 > p->cap) {
+        p->cap = (p->len + n + 1) * 2;
+        p->buf = ms_realloc(p->buf, p->cap);
+    }
+    memcpy(p->buf + p->len, s, n);
+    p->len += n;
+    p->start[p->n] = p->len;
+}
+
+static void text(pieces *p, const char *s) { put(p, s, strlen(s), 0); }
+static void mark(pieces *p, const char *s) { put(p, s, strlen(s), 1); }
+
+static int valid_utf8(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!k || i + k > n || (k == 2 && c < 0xC2)) return 0;
+        for (size_t j = 1; j < k; j++)
+            if ((u[i + j] & 0xC0) != 0x80) return 0;
+        if (k == 3 && ((c == 0xE0 && u[i + 1] < 0xA0) || (c == 0xED && u[i + 1] >= 0xA0))) return 0;
+        if (k == 4 && ((c == 0xF0 && u[i + 1] < 0x90) || c > 0xF4 || (c == 0xF4 && u[i + 1] >= 0x90))) return 0;
+        i += k;
+    }
+    return 1;
+}
+
+static int bad(int i, const char *why)
+{
+    ms_err_set("chat message %d: %s", i, why);
+    return ms_err_set_code(MS_EXIT_INPUT);
+}
+
+static int build(const ms_chat_msg *m, int n, const ms_harmony_opts *o, pieces *p)
+{
+    memset(p, 0, sizeof *p);
+    if (n < 1) {
+        ms_err_set("a chat needs at least one message");
+        return ms_err_set_code(MS_EXIT_INPUT);
+    }
+    const char *effort = o && o->reasoning_effort ? o->reasoning_effort : "medium";
+    if (strcmp(effort, "low") && strcmp(effort, "medium") && strcmp(effort, "high")) {
+        ms_err_set("reasoning_effort must be low, medium or high, not \"%.20s\"", effort);
+        return ms_err_set_code(MS_EXIT_INPUT);
+    }
+    char date[16];
+    if (o && o->date) {
+        snprintf(date, sizeof date, "%.10s", o->date);
+    } else {
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(date, sizeof date, "%Y-%m-%d", &tm);
+    }
+    for (int i = 0; i < n; i++) {
+        if (!valid_utf8(m[i].content, m[i].len)) return bad(i, "content is not valid UTF-8");
+        if (!m[i].role) return bad(i, "has no role");
+    }
+    char head[512];
+    snprintf(head, sizeof head, "%s\nKnowledge cutoff: 2024-06\nCurrent date: %s\n\nReasoning: %s\n\n",
+             o && o->model_identity ? o->model_identity : "You are ChatGPT, a large language model trained by OpenAI.",
+             date, effort);
+    mark(p, "<|start|>");
+    text(p, "system");
+    mark(p, "<|message|>");
+    text(p, head);
+    text(p, "# Valid channels: analysis, commentary, final. Channel must be included for every message.");
+    mark(p, "<|end|>");
+    int first = 0;
+    if (!strcmp(m[0].role, "system") || !strcmp(m[0].role, "developer")) {
+        first = 1;
+        if (m[0].len) { /* an empty instruction renders no developer message, as the template */
+            mark(p, "<|start|>");
+            text(p, "developer");
+            mark(p, "<|message|>");
+            text(p, "# Instructions\n\n");
+            put(p, m[0].content, m[0].len, 0);
+            text(p, "\n\n");
+            mark(p, "<|end|>");
+        }
+    }
+    for (int i = first; i < n; i++) {
+        if (!strcmp(m[i].role, "user")) {
+            mark(p, "<|start|>");
+            text(p, "user");
+        } else if (!strcmp(m[i].role, "assistant")) {
+            if (memmem(m[i].content, m[i].len, "<|channel|>", 11))
+                return bad(i, "an assistant content holds <|channel|> (give the final answer only)");
+            mark(p, "<|start|>");
+            text(p, "assistant");
+            mark(p, "<|channel|>");
+            text(p, "final");
+        } else if (!strcmp(m[i].role, "system") || !strcmp(m[i].role, "developer")) {
+            return bad(i, "a system or developer message is read first only in the harmony format");
+        } else {
+            return bad(i, "role is not system, developer, user or assistant (tools are not supported yet)");
+        }
+        mark(p, "<|message|>");
+        put(p, m[i].content, m[i].len, 0);
+        mark(p, "<|end|>");
+    }
+    mark(p, "<|start|>");
+    text(p, "assistant");
+    return 0;
+}
+
+static void pieces_free(pieces *p)
+{
+    free(p->buf);
+    free(p->start);
+    free(p->special);
+}
+
+int ms_gptoss_chat_render(const ms_chat_msg *msgs, int n, const ms_harmony_opts *o, char **text_out, size_t *len)
+{
+    pieces p;
+    if (build(msgs, n, o, &p) != 0) {
+        pieces_free(&p);
+        return -1;
+    }
+    *text_out = p.buf;
+    *len = p.len;
+    p.buf = NULL;
+    pieces_free(&p);
+    return 0;
+}
+
+int ms_gptoss_chat_encode_opts(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_harmony_opts *o,
+                               int32_t **ids, size_t *n_ids)
+{
+    pieces p;
+    int rc = build(msgs, n, o, &p);
+    int32_t *out = NULL;
+    size_t no = 0, cap = 0;
+    for (int i = 0; i < p.n && rc == 0; i++) {
+        const char *s = p.buf + p.start[i];
+        size_t l = p.start[i + 1] - p.start[i];
+        int32_t *v = NULL;
+        size_t nv = 0;
+        if (p.special[i]) {
+            char name[32];
+            snprintf(name, sizeof name, "%.*s", (int)l, s);
+            int id = ms_tok_special_id(t, name);
+            if (id < 0) {
+                ms_err_set("the tokenizer has no special token %s, which the harmony format needs", name);
+                rc = ms_err_set_code(MS_EXIT_INPUT);
+                break;
+            }
+            v = ms_malloc(sizeof *v);
+            v[0] = id;
+            nv = 1;
+        } else if (ms_tok_encode(t, s, l, 0, &v, &nv) != 0) {
+            rc = -1;
+            break;
+        }
+        if (no + nv > cap) out = ms_realloc(out, sizeof *out * (cap = 2 * (no + nv) + 64));
+        memcpy(out + no, v, sizeof *v * nv);
+        no += nv;
+        free(v);
+    }
+    pieces_free(&p);
+    if (rc != 0) {
+        free(out);
+        return -1;
+    }
+    *ids = out;
+    *n_ids = no;
+    return 0;
+}
+
+static int encode_default(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t **ids, size_t *n_ids)
+{
+    return ms_gptoss_chat_encode_opts(t, msgs, n, NULL, ids, n_ids);
+}
+
+static int32_t end_id(const ms_tok *t) { return ms_tok_special_id(t, "<|return|>"); }
+
+const ms_chatfmt ms_gptoss_chat = {"harmony", encode_default, end_id};
