@@ -201,6 +201,28 @@ static void check_workers(const char *dir)
     free(out);
     T_CHECK(s1 == 0 && s2 == 0 && ms_t_same_file(a, b), "2 local workers == in process, bit for bit (status %d, %d)", s1,
             s2);
+    /* speculative decoding (n-gram drafts verified as extra rows, rejected ones undone): the
+     * same bits as without, with drafts actually verified */
+    char s0[1200], s4[1200], *js = NULL;
+    snprintf(s0, sizeof s0, "%s/spec0.bin", ms_t_tmpdir("gptoss-spec"));
+    snprintf(s4, sizeof s4, "%s/spec4.bin", ms_t_tmpdir("gptoss-spec-4"));
+    char ids40[400] = "", rp[4200]; /* the fixture's first 40 prompt ids: its continuation repeats them */
+    snprintf(rp, sizeof rp, "%s/ref_greedy.json", dir);
+    json_error_t je;
+    json_t *rg = json_load_file(rp, 0, &je);
+    for (size_t i = 0; i < 40 && i < json_array_size(json_object_get(rg, "prompt_ids")); i++)
+        snprintf(ids40 + strlen(ids40), sizeof ids40 - strlen(ids40), "%s%lld", i ? "," : "",
+                 (long long)json_integer_value(json_array_get(json_object_get(rg, "prompt_ids"), i)));
+    json_decref(rg);
+    int r0 = ms_t_runf(NULL, NULL, "%s run --model %s --ids %s -n 24 --quiet --dump-logits %s", bin, dir, ids40, s0);
+    int r4 = ms_t_runf(&js, NULL, "%s run --model %s --ids %s -n 24 --quiet --json --dump-logits %s --speculate 4", bin,
+                       dir, ids40, s4);
+    json_t *j = js ? json_loads(js, 0, &je) : NULL;
+    json_int_t drafted = json_integer_value(json_object_get(json_object_get(j, "stats"), "draft_tokens"));
+    T_CHECK(r0 == 0 && r4 == 0 && ms_t_same_file(s0, s4) && drafted > 0,
+            "--speculate 4 == off, bit for bit, with %lld drafts verified", (long long)drafted);
+    json_decref(j);
+    free(js);
     /* shard: two packs (each expert's six runs together) and a trunk; pack workers serve them */
     char model[1024], packs[1100], c[1200];
     snprintf(model, sizeof model, "%s/m", ms_t_tmpdir("gptoss-shard"));
