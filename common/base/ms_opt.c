@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include "ms_err.h"
@@ -65,6 +66,19 @@ int ms_opt_size(const char *name, const char *s, uint64_t *out)
     }
     *out = v;
     return 0;
+}
+
+int ms_opt_date(const char *name, const char *s)
+{
+    int y, m, d;
+    char tail;
+    static const int days[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (strlen(s) == 10 && sscanf(s, "%4d-%2d-%2d%c", &y, &m, &d, &tail) == 3 && s[4] == '-' && s[7] == '-' &&
+        y >= 1900 && m >= 1 && m <= 12 && d >= 1 && d <= days[m - 1] &&
+        (m != 2 || d < 29 || (y % 4 == 0 && (y % 100 != 0 || y % 400 == 0))))
+        return 0;
+    ms_err_set("%s '%s': give a date as YYYY-MM-DD", name, s);
+    return ms_err_set_code(MS_EXIT_USAGE);
 }
 
 int ms_opt_threads(const char *s, long long *out) { return ms_opt_int("--threads", s, 0, 1024, out); }

@@ -22,6 +22,9 @@ int ms_opt_f32(const char *name, const char *s, float *out);
 /* A size in the syntax of ms_size_parse, at least 1 byte: "NAME must be a size such as 512M,
  * 8G or 64GB, got 'S'" (with the full syntax). */
 int ms_opt_size(const char *name, const char *s, uint64_t *out);
+/* A calendar date YYYY-MM-DD (years 1900..9999, the month's days): 0, or -1 with ms_err set
+ * (MS_EXIT_USAGE) naming the option. */
+int ms_opt_date(const char *name, const char *s);
 
 /* The options both programs take, with one range each (0 threads: one per core). */
 int ms_opt_threads(const char *s, long long *out); /* --threads 0..1024 */

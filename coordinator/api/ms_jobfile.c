@@ -118,7 +118,11 @@ static int get_messages(ms_jobspec *j, json_t *body, const ms_jobfile_limits *li
         else
             msgs[i] = (ms_chat_msg){json_string_value(role), json_string_value(content), json_string_length(content)};
     }
-    if (rc == 0 && lim->chat->encode(lim->tok, msgs, (int)n, &j->prompt, &j->n_prompt) != 0)
+    json_t *re = json_object_get(body, "reasoning_effort");
+    ms_chat_opts co = {lim->chat_date, json_string_value(re)};
+    if (rc == 0 && re && !json_is_null(re) && !json_is_string(re))
+        rc = bad(j, "invalid_request", "\"reasoning_effort\" must be a string (low, medium, high)");
+    if (rc == 0 && lim->chat->encode(lim->tok, msgs, (int)n, &co, &j->prompt, &j->n_prompt) != 0)
         rc = bad(j, "invalid_prompt", "%s", ms_err_msg());
     free(msgs);
     return rc;

@@ -40,6 +40,7 @@ typedef struct {
     int64_t vocab;             /* ids must be in [0, vocab) */
     int64_t max_context;       /* prompt + max_tokens must not exceed it */
     const ms_chatfmt *chat;    /* the model family's chat format (chats need it and tok) */
+    const char *chat_date;     /* the date chat prompts carry (--date), or NULL: today */
 } ms_jobfile_limits;
 
 /* Parse one line (len bytes, without its newline). Always fills *j: a bad line gets err_code and

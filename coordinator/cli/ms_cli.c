@@ -20,6 +20,7 @@
 #include "ms_families.h"
 #include "ms_file.h"
 #include "ms_ids.h"
+#include "ms_jobfile.h"
 #include "ms_jtext.h"
 #include "ms_opt.h"
 #include "ms_progress.h"
@@ -60,10 +61,75 @@ double ms_cli_now(void) { return ms_now(); }
 static void tokenize_usage(FILE *f)
 {
     fputs("usage: moestream tokenize --tokenizer DIR (--text TEXT | --file PATH) [--allow-special] [--json]\n"
+          "       moestream tokenize --model DIR --chat FILE [--date YYYY-MM-DD] [--json]\n"
           "\n"
           "Prints the token ids of the text, space separated (or {\"ids\": [...]} with --json).\n"
-          "Special-token strings are plain text unless --allow-special is given.\n",
+          "Special-token strings are plain text unless --allow-special is given.\n"
+          "With --chat, FILE is a chat request body as /v1/chat/completions takes it (\"messages\",\n"
+          "optional \"reasoning_effort\"): the ids of the prompt the model's family renders from it, with\n"
+          "--json {\"ids\": [...], \"text\": \"...\"}. --date fixes the date a harmony system message carries.\n",
           f);
+}
+
+static void print_ids(const int32_t *ids, size_t n, const char *text, size_t tlen, int js)
+{
+    if (js) {
+        json_t *a = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+        json_t *o = json_pack("{s:o}", "ids", a);
+        if (text) json_object_set_new(o, "text", json_stringn(text, tlen));
+        json_dumpf(o, stdout, JSON_COMPACT);
+        fputc('\n', stdout);
+        json_decref(o);
+    } else {
+        for (size_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
+        fputc('\n', stdout);
+    }
+}
+
+/* tokenize --chat: the prompt a chat request body renders to in the model's family format. */
+static int tokenize_chat(const char *model, const char *tokdir, const char *chat, const char *date, int js, int other)
+{
+    const char *cmd = "tokenize";
+    if (!model || !chat) return ms_cli_fail(cmd, MS_EXIT_USAGE, "--chat FILE goes with --model DIR (the family's chat format)");
+    if (other) return ms_cli_fail(cmd, MS_EXIT_USAGE, "--chat does not go with --text, --file or --allow-special");
+    const ms_family *fam = ms_families_detect(model);
+    if (!fam) return ms_cli_fail_err(cmd);
+    if (!fam->chat) return ms_cli_fail(cmd, MS_EXIT_MODEL, "%s: the %s family has no chat format", model, fam->name);
+    ms_tok *tok = ms_tok_load(tokdir ? tokdir : model);
+    if (!tok) return ms_cli_fail_err(cmd);
+    size_t len = 0;
+    char *body = ms_cli_read_file(chat, &len);
+    int rc = MS_EXIT_OK;
+    if (!body) {
+        rc = ms_cli_fail_err(cmd);
+    } else {
+        json_error_t je;
+        json_t *b = json_loadb(body, len, 0, &je);
+        json_t *tools = json_object_get(b, "tools");
+        if (tools && !json_is_null(tools) && json_array_size(tools) > 0) {
+            rc = ms_cli_fail(cmd, MS_EXIT_INPUT, "%s: \"tools\" are not supported yet", chat);
+        } else {
+            /* the same reader as jobs and serve: a chat body is a job line's short form */
+            ms_jobfile_limits lim = {tok, ms_tok_n_vocab(tok), (int64_t)1 << 40, fam->chat, date};
+            ms_jobspec j;
+            ms_jobspec_parse(body, len, 1, &lim, &j);
+            if (j.err_code) {
+                rc = ms_cli_fail(cmd, MS_EXIT_INPUT, "%s: %s", chat, j.err_msg);
+            } else {
+                char *txt = NULL;
+                size_t tl = 0;
+                if (js && ms_tok_decode(tok, j.prompt, j.n_prompt, &txt, &tl) != 0) rc = ms_cli_fail_err(cmd);
+                if (rc == MS_EXIT_OK) print_ids(j.prompt, j.n_prompt, txt, tl, js);
+                free(txt);
+            }
+            ms_jobspec_clear(&j);
+        }
+        json_decref(b);
+    }
+    free(body);
+    ms_tok_free(tok);
+    return rc;
 }
 
 int ms_cli_tokenize(int argc, char **argv)
@@ -71,8 +137,9 @@ int ms_cli_tokenize(int argc, char **argv)
     static const struct option opts[] = {{"tokenizer", required_argument, 0, 't'}, {"text", required_argument, 0, 'x'},
                                          {"file", required_argument, 0, 'f'},      {"allow-special", no_argument, 0, 's'},
                                          {"json", no_argument, 0, 'j'},            {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *dir = NULL, *text = NULL, *file = NULL;
+                                         {"model", required_argument, 0, 'm'},     {"chat", required_argument, 0, 'c'},
+                                         {"date", required_argument, 0, 'd'},      {0, 0, 0, 0}};
+    const char *dir = NULL, *text = NULL, *file = NULL, *model = NULL, *chat = NULL, *date = NULL;
     int allow = 0, js = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -82,11 +149,18 @@ int ms_cli_tokenize(int argc, char **argv)
         case 'f': file = optarg; break;
         case 's': allow = 1; break;
         case 'j': js = 1; break;
+        case 'm': model = optarg; break;
+        case 'c': chat = optarg; break;
+        case 'd':
+            if (ms_opt_date("--date", optarg) != 0) return ms_cli_fail_err("tokenize");
+            date = optarg;
+            break;
         case 'h': tokenize_usage(stdout); return MS_EXIT_OK;
         default: tokenize_usage(stderr); return MS_EXIT_USAGE;
         }
     }
     if (optind != argc) return ms_cli_fail("tokenize", MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    if (chat || model) return tokenize_chat(model, dir, chat, date, js, text || file || allow);
     if (!dir) return ms_cli_fail("tokenize", MS_EXIT_USAGE, "--tokenizer DIR is required");
     if (!!text + !!file != 1) return ms_cli_fail("tokenize", MS_EXIT_USAGE, "give exactly one of --text or --file");
     size_t len = 0;
@@ -108,16 +182,8 @@ int ms_cli_tokenize(int argc, char **argv)
     if (ms_tok_encode(tok, buf ? buf : text, len, allow, &ids, &n) != 0) {
         ms_err_set_code(MS_EXIT_INPUT);
         rc = ms_cli_fail_err("tokenize");
-    } else if (js) {
-        json_t *a = json_array();
-        for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
-        json_t *o = json_pack("{s:o}", "ids", a);
-        json_dumpf(o, stdout, JSON_COMPACT);
-        fputc('\n', stdout);
-        json_decref(o);
     } else {
-        for (size_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
-        fputc('\n', stdout);
+        print_ids(ids, n, NULL, 0, js);
     }
     free(ids);
     free(buf);

@@ -28,13 +28,14 @@ typedef struct {
     ms_cli_eopts e; /* model, budget, I/O, threads, workers */
     const char *input, *output, *dump;
     long long max_batch, max_context;
+    const char *date;           /* --date: chat prompts carry this date (harmony) */
     int resume, json_progress;
 } jobs_opts;
 
 static void jobs_usage(FILE *f)
 {
     fputs("usage: moestream jobs --model DIR --input FILE|- --output FILE [--max-batch N] [--resume]\n"
-          "                      [--ram-budget SIZE] [--max-context N] [--json-progress] [--quiet]\n"
+          "                      [--ram-budget SIZE] [--max-context N] [--date YYYY-MM-DD] [--json-progress] [--quiet]\n"
           "                      [--threads N] [--buffered-io] [--io-depth N] [--prefill-chunk N] [--lru-cache]\n"
           "                      [--trunk-pack DIR|none]\n"
           "                      [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
@@ -55,7 +56,8 @@ static void jobs_usage(FILE *f)
           "(exit 4). --resume continues an output file: jobs already there are skipped (a torn last line is\n"
           "dropped and redone); each output line carries the request_hash of the input line it answers, and\n"
           "an output written for other input lines is refused naming the first custom_id that differs\n"
-          "(exit 5). --max-context N (default 8192) bounds prompt + max_tokens.\n"
+          "(exit 5). --max-context N (default 8192) bounds prompt + max_tokens. --date fixes the date a chat's\n"
+          "system message carries (gpt-oss's harmony; default today, UTC), so prompts can be reproduced.\n"
           "--json-progress writes one JSON object per second to stderr. --dump-logits DIR writes each job's\n"
           "logits rows to DIR/line-N.f32 as `run --dump-logits` does (tests). Other options as for run;\n"
           "each job speculates on its own (--speculate, --draft-file: every job drafts the file's ids).\n"
@@ -387,7 +389,7 @@ static int jobs_main(const jobs_opts *o)
         rc = ms_cli_fail_err(cmd);
         goto out;
     }
-    ms_jobfile_limits lim = {tok, info.vocab, o->max_context, fam->chat};
+    ms_jobfile_limits lim = {tok, info.vocab, o->max_context, fam->chat, o->date};
     int cap = 0, line = 0;
     for (size_t pos = 0; pos < in_len;) {
         const char *nl = memchr(in + pos, '\n', in_len - pos);
@@ -547,6 +549,7 @@ int ms_cli_jobs(int argc, char **argv)
         {"max-batch", required_argument, 0, 'b'},
         {"resume", no_argument, 0, 'r'},
         {"max-context", required_argument, 0, 'X'},
+        {"date", required_argument, 0, 0x6461},
         {"json-progress", no_argument, 0, 'J'},
         {"dump-logits", required_argument, 0, 'd'},
         {"help", no_argument, 0, 'h'},
@@ -564,6 +567,10 @@ int ms_cli_jobs(int argc, char **argv)
         case 'o': o.output = optarg; break;
         case 'r': o.resume = 1; break;
         case 'J': o.json_progress = 1; break;
+        case 0x6461: /* --date */
+            if (ms_opt_date("--date", optarg) != 0) return ms_cli_fail_err(cmd);
+            o.date = optarg;
+            break;
         case 'd': o.dump = optarg; break;
         case 'b':
             if (ms_opt_int("--max-batch", optarg, 1, MS_MODEL_MAX_SEQS, &o.max_batch) != 0) return ms_cli_fail_err(cmd);

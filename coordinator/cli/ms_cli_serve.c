@@ -23,7 +23,7 @@
 
 typedef struct {
     ms_cli_eopts e;
-    const char *listen, *key_file, *model_name;
+    const char *listen, *key_file, *model_name, *date;
     long long max_batch, max_queue, max_context, max_connections, max_per_ip;
     uint64_t max_body;
     float request_timeout, read_timeout;
@@ -34,7 +34,7 @@ static void serve_usage(FILE *f)
     fputs("usage: moestream serve --model DIR [--listen HOST:PORT] [--api-key-file FILE] [--max-batch N]\n"
           "                       [--max-queue N] [--max-context N] [--max-body SIZE] [--request-timeout SEC]\n"
           "                       [--read-timeout SEC] [--max-connections N] [--max-connections-per-ip N]\n"
-          "                       [--model-name NAME] [--ram-budget SIZE] [--quiet]\n"
+          "                       [--model-name NAME] [--date YYYY-MM-DD] [--ram-budget SIZE] [--quiet]\n"
           "                       [--threads N] [--buffered-io] [--io-depth N] [--prefill-chunk N] [--lru-cache]\n"
           "                       [--trunk-pack DIR|none]\n"
           "                       [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
@@ -52,6 +52,7 @@ static void serve_usage(FILE *f)
           "  --max-batch N          sequences decoding together (default: what the budget holds, up to 32)\n"
           "  --max-queue N          requests waiting beyond the batch before 429 (default 64)\n"
           "  --max-context N        bound on prompt + max_tokens of one request, planned for (default 4096)\n"
+          "  --date YYYY-MM-DD      the date chat prompts carry (gpt-oss's harmony; default today, UTC)\n"
           "  --max-body SIZE        largest request body (default 1M; larger: 413)\n"
           "  --request-timeout SEC  a request not finished by then is cancelled (504; default: none)\n"
           "  --read-timeout SEC     a connection must send a whole request (headers and body) within SEC of\n"
@@ -167,7 +168,7 @@ static int serve_main(const serve_opts *o)
     ho.model_name = name;
     ho.max_body = (size_t)o->max_body;
     const ms_chatfmt *chat = ms_engine_family(e)->chat;
-    ho.lim = (ms_jobfile_limits){tok, ms_engine_info(e)->vocab, o->max_context, chat};
+    ho.lim = (ms_jobfile_limits){tok, ms_engine_info(e)->vocab, o->max_context, chat, o->date};
     ho.chat_end_id = tok && chat ? chat->end_id(tok) : -1;
     ho.request_timeout = o->request_timeout;
     ho.read_timeout = o->read_timeout;
@@ -239,6 +240,7 @@ int ms_cli_serve(int argc, char **argv)
         {"max-batch", required_argument, 0, 'b'},
         {"max-queue", required_argument, 0, 'Q'},
         {"max-context", required_argument, 0, 'X'},
+        {"date", required_argument, 0, 0x6461},
         {"max-body", required_argument, 0, 'Y'},
         {"request-timeout", required_argument, 0, 'R'},
         {"model-name", required_argument, 0, 'M'},
@@ -264,6 +266,10 @@ int ms_cli_serve(int argc, char **argv)
         case 'b': bad = ms_opt_int("--max-batch", optarg, 1, MS_MODEL_MAX_SEQS, &o.max_batch); break;
         case 'Q': bad = ms_opt_int("--max-queue", optarg, 0, 1 << 20, &o.max_queue); break;
         case 'X': bad = ms_opt_int("--max-context", optarg, 2, 1 << 24, &o.max_context); break;
+        case 0x6461: /* --date */
+            bad = ms_opt_date("--date", optarg);
+            o.date = optarg;
+            break;
         case 'Y':
             bad = ms_opt_size("--max-body", optarg, &o.max_body);
             if (!bad && (o.max_body < 64 || o.max_body > ((uint64_t)1 << 30)))

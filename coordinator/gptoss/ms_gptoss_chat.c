@@ -199,11 +199,13 @@ int ms_gptoss_chat_encode_opts(const ms_tok *t, const ms_chat_msg *msgs, int n, 
     return 0;
 }
 
-static int encode_default(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t **ids, size_t *n_ids)
+static int encode_fmt(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
+                      size_t *n_ids)
 {
-    return ms_gptoss_chat_encode_opts(t, msgs, n, NULL, ids, n_ids);
+    ms_harmony_opts h = {o ? o->date : NULL, o ? o->reasoning_effort : NULL, NULL};
+    return ms_gptoss_chat_encode_opts(t, msgs, n, &h, ids, n_ids);
 }
 
 static int32_t end_id(const ms_tok *t) { return ms_tok_special_id(t, "<|return|>"); }
 
-const ms_chatfmt ms_gptoss_chat = {"harmony", encode_default, end_id};
+const ms_chatfmt ms_gptoss_chat = {"harmony", encode_fmt, end_id};

@@ -27,7 +27,7 @@ int ms_gptoss_chat_render(const ms_chat_msg *msgs, int n, const ms_harmony_opts 
 int ms_gptoss_chat_encode_opts(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_harmony_opts *o,
                                int32_t **ids, size_t *n_ids);
 
-/* The format as the family registry holds it (defaults: today, medium effort). */
+/* The format as the family registry holds it (ms_chat_opts: date, reasoning effort). */
 extern const ms_chatfmt ms_gptoss_chat;
 
 #endif

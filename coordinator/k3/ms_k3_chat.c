@@ -91,4 +91,12 @@ fail:
 
 int32_t ms_k3_chat_end_id(const ms_tok *t) { return ms_tok_special_id(t, "<|im_end|>"); }
 
-const ms_chatfmt ms_k3_chat = {"kimi", ms_k3_chat_encode, ms_k3_chat_end_id};
+/* Kimi's format has no date or reasoning effort: the options do not change it. */
+static int encode_fmt(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
+                      size_t *n_ids)
+{
+    (void)o;
+    return ms_k3_chat_encode(t, msgs, n, ids, n_ids);
+}
+
+const ms_chatfmt ms_k3_chat = {"kimi", encode_fmt, ms_k3_chat_end_id};

@@ -18,6 +18,13 @@ typedef struct {
     size_t len;
 } ms_chat_msg;
 
+/* What a request may say about its chat's rendering; NULL members (or a NULL struct): the
+ * format's defaults. A format without such a variable ignores it. */
+typedef struct {
+    const char *date;              /* "YYYY-MM-DD" a system message carries (harmony: today, UTC) */
+    const char *reasoning_effort;  /* harmony: "low" | "medium" | "high" (default medium) */
+} ms_chat_opts;
+
 /* A family's chat format. */
 typedef struct {
     const char *name;          /* "kimi" */
@@ -26,7 +33,8 @@ typedef struct {
      * index), invalid UTF-8, or a tokenizer without the format's markers. Markers are the
      * tokenizer's special ids; contents are encoded as text (a marker written in a content is
      * text, never a control token). */
-    int (*encode)(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t **ids, size_t *n_ids);
+    int (*encode)(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
+                  size_t *n_ids);
     /* The id that ends an assistant turn (generation stops there), or -1. */
     int32_t (*end_id)(const ms_tok *t);
 } ms_chatfmt;

@@ -101,6 +101,47 @@ int main(void)
     T_CHECK(rc == 0 && ends == 2, "markers in a content stay text (<|end|> ids: %d = system's and the user's)", ends);
     free(ids);
     T_CHECK(ms_gptoss_chat.end_id(t) == 200002, "generation ends at <|return|>");
+    /* moestream tokenize --chat: a request body through the same reader as jobs and serve */
+    const char *mp = ms_t_shared("fixtures/gpt-oss/checkpoints/tiny-s7");
+    if (mp) {
+        char model[4096], body[1200], *out = NULL;
+        snprintf(model, sizeof model, "%s", mp);
+        snprintf(body, sizeof body, "%s/body.json", ms_t_tmpdir("gptoss-chat-cli"));
+        FILE *b = fopen(body, "w");
+        fputs("{\"messages\": [{\"role\": \"system\", \"content\": \"Reply with one word.\"}, {\"role\": \"user\", "
+              "\"content\": \"Capital of Italy?\"}, {\"role\": \"assistant\", \"content\": \"Rome.\"}, {\"role\": "
+              "\"user\", \"content\": \"Of Spain?\"}], \"reasoning_effort\": \"low\"}",
+              b);
+        fclose(b);
+        char bin[1024];
+        snprintf(bin, sizeof bin, "%s", ms_t_bin("moestream"));
+        int st = ms_t_runf(&out, NULL, "%s tokenize --model %s --tokenizer %s --chat %s --date 2025-08-05 --json", bin, model,
+                           tdir, body);
+        json_error_t je2;
+        json_t *got = out ? json_loads(out, 0, &je2) : NULL;
+        FILE *cf = fopen(cases, "r");
+        char *l2 = NULL;
+        size_t c2 = 0;
+        json_t *want = NULL;
+        while (cf && !want && getline(&l2, &c2, cf) > 0) {
+            json_t *c = json_loads(l2, JSON_ALLOW_NUL, &je2);
+            if (c && !strcmp(json_string_value(json_object_get(c, "name")), "system + multi-turn, low")) want = c;
+            else json_decref(c);
+        }
+        free(l2);
+        if (cf) fclose(cf);
+        T_CHECK(st == 0 && got && want && json_equal(json_object_get(got, "ids"), json_object_get(want, "ids")) &&
+                    json_equal(json_object_get(got, "text"), json_object_get(want, "text")),
+                "tokenize --chat --date --json: the case's ids and text (status %d)", st);
+        json_decref(got);
+        json_decref(want);
+        free(out);
+        out = NULL;
+        st = ms_t_runf(&out, NULL, "%s tokenize --model %s --tokenizer %s --chat %s --date 2025-02-30 2>/dev/null", bin,
+                       model, tdir, body);
+        T_CHECK(st == 2, "--date 2025-02-30 is refused (exit 2, got %d)", st);
+        free(out);
+    }
     ms_tok_free(t);
     return ms_t_done();
 }
