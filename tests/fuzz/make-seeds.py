@@ -148,9 +148,11 @@ f32 = lambda x: struct.pack("<f", x)
 def expert_format(x):
     """ExpertFormat (proto/moestream.proto) of a manifest's "expert_format" object."""
     a = x["activation"]
-    act = msg(fld(1, 2, a["name"].encode()), varint(2 << 3 | 5) + f32(a["b1"]), varint(3 << 3 | 5) + f32(a["b2"]))
+    params = [v for k, v in a.items() if k != "name"]  # in the manifest's order: the table's (b1, b2)
+    act = msg(fld(1, 2, a["name"].encode()), fld(4, 2, floats(params)))  # protocol 3: packed params
     mats = [fld(5, 2, msg(fld(1, 2, m["name"].encode()), fld(2, 0, m["rows"]), fld(3, 0, m["cols"]),
-                          fld(4, 2, m["encoding"].encode()))) for m in x["matrices"]]
+                          fld(4, 2, m["encoding"].encode()), fld(5, 2, m["role"].encode()),
+                          *([fld(6, 2, m["bias"].encode())] if "bias" in m else []))) for m in x["matrices"]]
     parts = [fld(6, 2, msg(fld(1, 2, p["name"].encode()), fld(2, 2, p["dtype"].encode()),
                            fld(3, 2, u32s(p["shape"])), fld(4, 0, p["bytes"]))) for p in x["parts"]]
     return msg(fld(1, 2, x["family"].encode()), fld(2, 0, x["latent"]), fld(3, 0, x["inter"]), fld(4, 2, act),
@@ -182,6 +184,20 @@ put("fuzz_xfmt", b"\1" + xf, "proto")
 bad = json.loads(json.dumps(xfmt))
 bad["parts"] = bad["parts"][:5]
 put("fuzz_xfmt", b"\0" + json.dumps(bad).encode(), "json-5-parts")
+
+# gpt-oss's descriptor (interleaved gate_up, biases, swiglu_clamp) from a pack of its fixture
+tmp = tempfile.mkdtemp()
+try:
+    subprocess.run([moestream, "shard", "--model", os.path.join(fix, "gpt-oss", "checkpoints", "tiny-s7"), "--workers",
+                    "1", "--out", tmp], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(os.path.join(tmp, "worker-0", "manifest.json")) as f:
+        m = json.load(f)
+    put("fuzz_xfmt", b"\0" + json.dumps(m["expert_format"], indent=1).encode(), "gptoss-json")
+    put("fuzz_xfmt", b"\1" + expert_format(m["expert_format"]), "gptoss-proto")
+    m["experts"] = m["experts"][:2]
+    put("fuzz_pack", json.dumps(m, indent=1), "gptoss")
+finally:
+    shutil.rmtree(tmp)
 
 # ---- CURVE key files (first byte: 1 secret, 0 allow list); public keys only in the repo
 tmp = tempfile.mkdtemp()
