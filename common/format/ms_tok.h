@@ -41,5 +41,10 @@ int ms_tok_special_id(const ms_tok *t, const char *content);
  * MS_TOK_SYNTH_SPECIALS. Returns 0 or -1 with ms_err set. */
 #define MS_TOK_SYNTH_SPECIALS 10
 int ms_tok_write_synth(const char *dir, int n_ranks);
+/* The same vocabulary as dir/tokenizer.json (Hugging Face byte-level BPE: every split of a token
+ * into two tokens as a merge, in rank order; the Split pre-tokenizer `pattern`; the n_specials
+ * specials as added tokens from id n_ranks on), for families that ship that format. */
+int ms_tok_write_synth_hf(const char *dir, int n_ranks, const char *pattern, const char *const *specials,
+                          int n_specials);
 
 #endif

@@ -17,7 +17,7 @@
 
 /* GPT-2's byte-level alphabet: byte b is written as code point cp[b] (printable bytes as
  * themselves, the others as 256 + their order among them). */
-static void byte_level_map(uint32_t cp[256], int16_t *inv /* [324] code point -> byte, or -1 */)
+void ms_tok_byte_level_map(uint32_t cp[256], int16_t inv[324])
 {
     int n = 0;
     for (int i = 0; i < 324; i++) inv[i] = -1;
@@ -139,7 +139,7 @@ static int load_model(ms_tok *t, json_t *model, const char *path)
         return hf_fail(MS_EXIT_INPUT, "%s: model.vocab must be a non-empty object", path);
     uint32_t cp[256];
     int16_t inv[324];
-    byte_level_map(cp, inv);
+    ms_tok_byte_level_map(cp, inv);
     size_t pool = 0;
     const char *key;
     json_t *val;

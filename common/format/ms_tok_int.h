@@ -62,6 +62,10 @@ pcre2_code *ms_tok_regex_compile_pattern(const char *pattern, int *jit);
  * naming `what` for an id listed twice. */
 int ms_tok_specials_index(ms_tok *t, const char *what);
 
+/* GPT-2's byte-level alphabet (tokenizer.json): byte b is code point cp[b]; inv[cp] is the byte
+ * of a code point below 324, or -1. */
+void ms_tok_byte_level_map(uint32_t cp[256], int16_t inv[324]);
+
 /* Tokenizers from tokenizer.json (ms_tok_hf.c): fill t (zeroed) from the file at path. 0, or -1
  * with ms_err set (MS_EXIT_INPUT) naming the file and the field. */
 int ms_tok_hf_load(ms_tok *t, const char *path);

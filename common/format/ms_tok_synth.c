@@ -158,13 +158,10 @@ static int tok_synth_write_files(const char *dir, const uint8_t *pool, const siz
     return 0;
 }
 
-int ms_tok_write_synth(const char *dir, int n_ranks)
+/* The synthetic vocabulary: n_ranks byte strings (token r is pool[off[r] .. off[r] + len[r])),
+ * all malloc'ed. Returns 0, or -1 with ms_err set. */
+static int tok_synth_vocab(int n_ranks, uint8_t **pool_out, size_t **off_out, size_t **len_out)
 {
-    if (n_ranks < 256 + 16 || n_ranks > (1 << 24))
-        return ms_err_fail(MS_EXIT_USAGE, "tokenizer synth: n_ranks %d out of range (272..%d)", n_ranks, 1 << 24);
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return ms_err_fail(MS_EXIT_IO, "%s: cannot create directory: %s", dir, strerror(errno));
-
     int jit;
     pcre2_code *re = ms_tok_regex_compile(&jit);
     if (!re) return -1;
@@ -310,7 +307,137 @@ int ms_tok_write_synth(const char *dir, int n_ranks)
         }
     }
 
+    *pool_out = pool;
+    *off_out = off;
+    *len_out = len;
+    return 0;
+}
+
+static int tok_synth_begin(const char *dir, int n_ranks)
+{
+    if (n_ranks < 256 + 16 || n_ranks > (1 << 24))
+        return ms_err_fail(MS_EXIT_USAGE, "tokenizer synth: n_ranks %d out of range (272..%d)", n_ranks, 1 << 24);
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return ms_err_fail(MS_EXIT_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+    return 0;
+}
+
+int ms_tok_write_synth(const char *dir, int n_ranks)
+{
+    uint8_t *pool;
+    size_t *off, *len;
+    if (tok_synth_begin(dir, n_ranks) != 0 || tok_synth_vocab(n_ranks, &pool, &off, &len) != 0) return -1;
     int rc = tok_synth_write_files(dir, pool, off, len, n_ranks);
+    free(pool);
+    free(off);
+    free(len);
+    return rc;
+}
+
+/* ---- the same vocabulary as a Hugging Face tokenizer.json ---- */
+
+/* token bytes as byte-level characters (UTF-8), NUL-terminated into out (room: 2 * n + 1) */
+static void byte_level(const uint32_t *cp, const uint8_t *p, size_t n, char *out)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t c = cp[p[i]];
+        if (c < 0x80) {
+            out[o++] = (char)c;
+        } else {
+            out[o++] = (char)(0xC0 | (c >> 6));
+            out[o++] = (char)(0x80 | (c & 0x3F));
+        }
+    }
+    out[o] = 0;
+}
+
+typedef struct {
+    int32_t merged, left, right;
+} tok_merge;
+
+static int tok_cmp_merge(const void *a, const void *b)
+{
+    const tok_merge *x = a, *y = b;
+    if (x->merged != y->merged) return x->merged < y->merged ? -1 : 1;
+    if (x->left != y->left) return x->left < y->left ? -1 : 1;
+    return (x->right > y->right) - (x->right < y->right);
+}
+
+int ms_tok_write_synth_hf(const char *dir, int n_ranks, const char *pattern, const char *const *specials,
+                          int n_specials)
+{
+    uint8_t *pool;
+    size_t *off, *len;
+    if (tok_synth_begin(dir, n_ranks) != 0 || tok_synth_vocab(n_ranks, &pool, &off, &len) != 0) return -1;
+    /* a lookup of token bytes, to list every split (l, r) of a token into two tokens, ordered by
+     * the rank of the token, then l, then r: merging by these priorities is rank BPE */
+    ms_tok t;
+    memset(&t, 0, sizeof t);
+    size_t total = 0, cap = 1024;
+    for (int r = 0; r < n_ranks; r++) total += len[r];
+    while (cap < 2 * (size_t)n_ranks) cap *= 2;
+    t.pool = pool;
+    t.tok_off = ms_malloc(sizeof *t.tok_off * (size_t)n_ranks);
+    t.tok_len = ms_malloc(sizeof *t.tok_len * (size_t)n_ranks);
+    t.slots = ms_calloc(cap, sizeof *t.slots);
+    t.tags = ms_malloc(cap * sizeof *t.tags);
+    t.cap_mask = cap - 1;
+    t.n_ranks = n_ranks;
+    for (int r = 0; r < n_ranks; r++) {
+        t.tok_off[r] = (uint32_t)off[r];
+        t.tok_len[r] = (uint32_t)len[r];
+        MS_ASSERT(ms_tok_table_insert(&t, (uint32_t)r) < 0);
+    }
+    size_t nm = 0, cm = 1024;
+    tok_merge *mg = ms_malloc(sizeof *mg * cm);
+    for (int r = 256; r < n_ranks; r++)
+        for (size_t k = 1; k < len[r]; k++) {
+            int32_t l = ms_tok_table_find(&t, pool + off[r], k), rr = ms_tok_table_find(&t, pool + off[r] + k, len[r] - k);
+            if (l < 0 || rr < 0) continue;
+            if (nm == cm) mg = ms_realloc(mg, sizeof *mg * (cm *= 2));
+            mg[nm++] = (tok_merge){r, l, rr};
+        }
+    qsort(mg, nm, sizeof *mg, tok_cmp_merge);
+    uint32_t cpm[256];
+    int16_t inv[324];
+    ms_tok_byte_level_map(cpm, inv);
+    char *buf = ms_malloc(2 * total + 64), *b2 = ms_malloc(2 * total + 64);
+    json_t *vocab = json_object(), *merges = json_array(), *added = json_array();
+    for (int r = 0; r < n_ranks; r++) {
+        byte_level(cpm, pool + off[r], len[r], buf);
+        json_object_set_new(vocab, buf, json_integer(r));
+    }
+    for (size_t i = 0; i < nm; i++) {
+        byte_level(cpm, pool + off[mg[i].left], len[mg[i].left], buf);
+        byte_level(cpm, pool + off[mg[i].right], len[mg[i].right], b2);
+        json_array_append_new(merges, json_pack("[s,s]", buf, b2));
+    }
+    for (int i = 0; i < n_specials; i++)
+        json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", n_ranks + i, "content", specials[i],
+                                               "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1));
+    json_t *root = json_pack(
+        "{s:s,s:n,s:n,s:o,s:n,s:{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b,s:b,s:b}]},s:n,s:{s:s,s:b,s:b,s:b},"
+        "s:{s:s,s:n,s:n,s:n,s:n,s:b,s:b,s:b,s:o,s:o}}",
+        "version", "1.0", "truncation", "padding", "added_tokens", added, "normalizer", "pre_tokenizer", "type", "Sequence",
+        "pretokenizers", "type", "Split", "pattern", "Regex", pattern, "behavior", "Isolated", "invert", 0, "type",
+        "ByteLevel", "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 0, "post_processor", "decoder", "type",
+        "ByteLevel", "add_prefix_space", 1, "trim_offsets", 1, "use_regex", 1, "model", "type", "BPE", "dropout",
+        "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 0, "byte_fallback", 0,
+        "ignore_merges", 1, "vocab", vocab, "merges", merges);
+    char *path = tok_path(dir, "tokenizer.json");
+    int rc = json_dump_file(root, path, JSON_COMPACT | JSON_PRESERVE_ORDER) == 0
+                 ? 0
+                 : ms_err_fail(MS_EXIT_IO, "%s: cannot write: %s", path, strerror(errno));
+    free(path);
+    json_decref(root);
+    free(buf);
+    free(b2);
+    free(mg);
+    free(t.tok_off);
+    free(t.tok_len);
+    free(t.slots);
+    free(t.tags);
     free(pool);
     free(off);
     free(len);

@@ -261,15 +261,18 @@ int ms_cli_detokenize(int argc, char **argv)
 
 static void synth_usage(FILE *f)
 {
-    fputs("usage: moestream synth --out DIR [--preset tiny|small|k3-slice|k3-full] [--layers N] [--seed S]\n"
-          "                       [--sparse] [--force]\n"
+    fputs("usage: moestream synth --out DIR [--preset NAME] [--layers N] [--seed S] [--sparse] [--force]\n"
           "\n"
-          "Writes a random Kimi K3 checkpoint in the released layout (nested config.json, BF16 trunk,\n"
-          "F32 small tensors, MXFP4 routed experts, sharded safetensors with an index) and a small\n"
-          "tiktoken tokenizer. The same preset and seed always give the same bytes.\n"
-          "Presets: tiny (default, < 1 MB), small (about 650 MB, 512 experts a layer), k3-slice (the\n"
-          "released K3 widths with --layers N layers, default 3: about 40 GB), k3-full (the whole\n"
-          "93-layer K3 text path in the release's shard names: 1.56 TB, use with --sparse).\n"
+          "Writes a random checkpoint in a family's released layout; the same preset and seed always give\n"
+          "the same bytes. Kimi K3 (nested config.json, BF16 trunk, F32 small tensors, MXFP4 routed\n"
+          "experts, sharded safetensors with an index, a small tiktoken tokenizer): tiny (default,\n"
+          "< 1 MB), small (about 650 MB, 512 experts a layer), k3-slice (the released K3 widths with\n"
+          "--layers N layers, default 3: about 40 GB), k3-full (the whole 93-layer K3 text path in the\n"
+          "release's shard names: 1.56 TB, use with --sparse). gpt-oss (the Hugging Face layout: its\n"
+          "config fields, zero-based shards + index, BF16 trunk and biases, MXFP4 experts [E, ...] per\n"
+          "layer, a tokenizer.json with the harmony specials): gpt-oss-tiny (a few MB; run it with\n"
+          "moestream demo --model DIR), gpt-oss-20b (the released widths: about 13 GiB),\n"
+          "gpt-oss-120b (61 GiB, use with --sparse).\n"
           "--sparse writes the headers only: every weight is zero and stored as a hole of a sparse\n"
           "file, so the files take almost no disk (reading them costs no device I/O).\n"
           "DIR must be new or empty: synth refuses to write over an existing directory's files (with the\n"
@@ -332,8 +335,7 @@ int ms_cli_synth(int argc, char **argv)
                            "a new or empty directory, or --force",
                            out, entry);
     ms_cli_set_output(0);
-    if (ms_families_default()->synth(out, preset, (int)layers, sparse, (uint64_t)seed) != 0)
-        return ms_cli_fail_err("synth");
+    if (ms_families_synth(out, preset, (int)layers, sparse, (uint64_t)seed) != 0) return ms_cli_fail_err("synth");
     if (sparse)
         fprintf(stderr, "moestream synth: wrote preset %s (sparse: zero weights, headers only) to %s\n", preset, out);
     else

@@ -41,6 +41,21 @@ const ms_family *ms_families_detect(const char *dir)
     return NULL;
 }
 
+int ms_families_synth(const char *dir, const char *preset, int layers, int sparse, uint64_t seed)
+{
+    char known[1024] = "";
+    for (size_t i = 0; i < N_FAMILIES; i++) {
+        if (!families[i]->synth) continue;
+        if (families[i]->synth(dir, preset, layers, sparse, seed) == 0) return 0;
+        if (ms_err_code() != MS_EXIT_USAGE || !strstr(ms_err_msg(), "unknown")) return -1; /* it was its preset */
+        const char *k = strstr(ms_err_msg(), "(known: ");
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s: %.*s", known[0] ? "; " : "",
+                 families[i]->name, k ? (int)strcspn(k + 8, ")") : 0, k ? k + 8 : "");
+    }
+    ms_err_set("unknown synth preset '%s' (%s)", preset, known);
+    return ms_err_set_code(MS_EXIT_USAGE);
+}
+
 ms_model *ms_families_open(const char *dir, const ms_run_opts *o)
 {
     const ms_family *f = ms_families_detect(dir);

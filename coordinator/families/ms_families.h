@@ -12,6 +12,9 @@ const ms_family *ms_families_detect(const char *dir);
 const ms_family *ms_families_find(const char *name);
 /* The family `moestream synth` and `demo` write when none is named. */
 const ms_family *ms_families_default(void);
+/* Write the synthetic checkpoint of preset (each family knows its own presets) into dir; the
+ * family's synth contract. An unknown preset is refused listing every family's (MS_EXIT_USAGE). */
+int ms_families_synth(const char *dir, const char *preset, int layers, int sparse, uint64_t seed);
 /* Open dir with its family (ms_family.open); NULL with ms_err set. */
 ms_model *ms_families_open(const char *dir, const ms_run_opts *o);
 

@@ -66,5 +66,5 @@ const ms_family ms_gptoss_family = {
     .peek = go_peek,
     .chat = &ms_gptoss_chat,
     .trunk_matrices = go_trunk,
-    .synth = NULL,
+    .synth = ms_gptoss_synth,
 };

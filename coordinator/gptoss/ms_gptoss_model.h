@@ -19,6 +19,12 @@ const ms_gptoss_cfg *ms_gptoss_model_cfg(const ms_model *m);
 /* The parts of ms_model_info the config alone gives. */
 void ms_gptoss_info_of_cfg(const ms_gptoss_cfg *c, ms_model_info *in);
 
+/* Write a synthetic checkpoint of preset name (gpt-oss-tiny, gpt-oss-20b, gpt-oss-120b: the
+ * released config fields and layout, random weights, a tokenizer.json with the harmony
+ * specials) into dir; layers > 0 overrides the depth; sparse: headers only. 0, or -1 with
+ * ms_err set (MS_EXIT_USAGE for an unknown preset, MS_EXIT_IO). */
+int ms_gptoss_synth(const char *dir, const char *name, int layers, int sparse, uint64_t seed);
+
 /* The family as the registry lists it (ms_gptoss_family.c). */
 extern const ms_family ms_gptoss_family;
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ms_err.h"
+#include "ms_msynth.h"
 #include "ms_kern.h"
 #include "ms_progress.h"
 #include "ms_size.h"
@@ -72,120 +73,6 @@ void ms_synth_set_layers(ms_synth_shape *sh, int n)
     sh->name_total = 0; /* not the release's shard count any more */
 }
 
-/* How a tensor's values are drawn. */
-typedef enum { K_UNIFORM, K_GAIN, K_ALOG, K_PACKED, K_SCALE } kind;
-
-typedef struct {
-    char name[256];
-    ms_dtype dt;
-    int ndim;
-    int64_t shape[3];
-    kind k;
-    float amp;     /* K_UNIFORM: values in [-amp, amp]; K_SCALE: centre exponent byte */
-    int valid;     /* K_ALOG: meaningful entries (heads); the rest are 0 */
-    int shard;
-    uint64_t seed;
-} tspec;
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
-}
-
-/* Uniform in [-1, 1) from element index i: counter-based, so any byte range can be produced. */
-static float unit(uint64_t seed, int64_t i)
-{
-    return (float)((double)(mix(seed ^ mix((uint64_t)i)) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
-
-static void element(const tspec *t, int64_t i, uint8_t *out)
-{
-    float v = 0.0f;
-    switch (t->k) {
-    case K_UNIFORM: v = t->amp * unit(t->seed, i); break;
-    case K_GAIN: v = 1.0f + 0.1f * unit(t->seed, i); break;
-    case K_ALOG: v = i < t->valid ? logf(1.0f + 7.5f * (unit(t->seed, i) + 1.0f)) : 0.0f; break;
-    case K_PACKED: out[0] = (uint8_t)(mix(t->seed ^ mix((uint64_t)i >> 3)) >> (8 * (i & 7))); return;
-    case K_SCALE: out[0] = (uint8_t)((int)t->amp + (int)(mix(t->seed ^ mix((uint64_t)i)) % 3) - 1); return;
-    }
-    if (t->dt == MS_DT_F32) {
-        memcpy(out, &v, 4);
-    } else {
-        uint16_t b = ms_f32_to_bf16_trunc(v);
-        memcpy(out, &b, 2);
-    }
-}
-
-static int fill(void *ctx, const char *name, uint64_t off, uint8_t *buf, size_t len)
-{
-    (void)name;
-    const tspec *t = ctx;
-    ms_progress_add(len);
-    size_t es = ms_dtype_size(t->dt);
-    if (t->k == K_PACKED) { /* the bulk of a checkpoint: eight random bytes per hash */
-        for (size_t b = 0; b < len;) {
-            uint64_t pos = off + b, w = mix(t->seed ^ mix(pos >> 3));
-            for (unsigned k = (unsigned)(pos & 7); k < 8 && b < len; k++, b++) buf[b] = (uint8_t)(w >> (8 * k));
-        }
-        return 0;
-    }
-    uint8_t tmp[8];
-    for (size_t b = 0; b < len;) {
-        uint64_t pos = off + b;
-        int64_t i = (int64_t)(pos / es);
-        size_t within = (size_t)(pos % es), n = es - within;
-        if (n > len - b) n = len - b;
-        element(t, i, tmp);
-        memcpy(buf + b, tmp + within, n);
-        b += n;
-    }
-    return 0;
-}
-
-typedef struct {
-    tspec *v;
-    int n, cap;
-    uint64_t seed;
-    int shard;
-} speclist;
-
-static tspec *add(speclist *l, const char *name, ms_dtype dt, int ndim, int64_t d0, int64_t d1, int64_t d2, kind k,
-                  float amp)
-{
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 256;
-        l->v = ms_realloc(l->v, sizeof(tspec) * (size_t)l->cap);
-    }
-    tspec *t = &l->v[l->n++];
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->dt = dt;
-    t->ndim = ndim;
-    t->shape[0] = d0;
-    t->shape[1] = d1;
-    t->shape[2] = d2;
-    t->k = k;
-    t->amp = amp;
-    t->shard = l->shard;
-    t->seed = mix(l->seed ^ name_hash(name));
-    return t;
-}
-
-static float amp_for(int64_t fan_in) { return (float)(sqrt(3.0) / sqrt((double)fan_in)); }
-
-/* Scale byte that makes E2M1 values (mean |v| about 2.6) have std about 1/sqrt(fan_in). */
-static float scale_byte(int64_t fan_in) { return (float)(127 - (int)lround(log2(2.6 * sqrt((double)fan_in)))); }
-
 /* The config a synthetic shape stands for (what ms_k3_tensors needs of it); is_mla[n_layers]. */
 static ms_k3_cfg shape_cfg(const ms_synth_shape *s, uint8_t *is_mla)
 {
@@ -219,7 +106,7 @@ static ms_k3_cfg shape_cfg(const ms_synth_shape *s, uint8_t *is_mla)
 }
 
 /* One table entry of ms_k3_tensors with its random draw. */
-static void add_entry(speclist *l, const ms_synth_shape *s, const ms_k3_cfg *c, const ms_k3_tensor *t, int layer)
+static void add_entry(ms_syn_list *l, const ms_synth_shape *s, const ms_k3_cfg *c, const ms_k3_tensor *t, int layer)
 {
     char nm[256];
     int64_t d[3] = {0, 0, 0};
@@ -229,19 +116,19 @@ static void add_entry(speclist *l, const ms_synth_shape *s, const ms_k3_cfg *c, 
     switch (t->kind) {
     case MS_K3_MAT:
         if (t->dim[0] == MS_K3_DNE && !s->router_bf16) dt = MS_DT_F32; /* the router gate */
-        add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_UNIFORM, amp_for(d[1]));
+        ms_syn_add(l, nm, dt, t->ndim, d, MS_SYN_UNIFORM, ms_syn_amp(d[1]));
         break;
-    case MS_K3_EMBED: add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_UNIFORM, 1.0f); break;
-    case MS_K3_NORM: add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_GAIN, 0); break;
-    case MS_K3_RESPROJ: add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_UNIFORM, 0.2f); break;
+    case MS_K3_EMBED: ms_syn_add(l, nm, dt, t->ndim, d, MS_SYN_UNIFORM, 1.0f); break;
+    case MS_K3_NORM: ms_syn_add(l, nm, dt, t->ndim, d, MS_SYN_GAIN, 0); break;
+    case MS_K3_RESPROJ: ms_syn_add(l, nm, dt, t->ndim, d, MS_SYN_UNIFORM, 0.2f); break;
     case MS_K3_CONV:
-    case MS_K3_DTBIAS: add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_UNIFORM, 0.5f); break;
-    case MS_K3_RBIAS: add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_UNIFORM, 0.02f); break;
-    case MS_K3_ALOG: add(l, nm, dt, t->ndim, d[0], d[1], d[2], K_ALOG, 0)->valid = s->kda_heads; break;
+    case MS_K3_DTBIAS: ms_syn_add(l, nm, dt, t->ndim, d, MS_SYN_UNIFORM, 0.5f); break;
+    case MS_K3_RBIAS: ms_syn_add(l, nm, dt, t->ndim, d, MS_SYN_UNIFORM, 0.02f); break;
+    case MS_K3_ALOG: ms_syn_add(l, nm, dt, t->ndim, d, MS_SYN_ALOG, 0)->valid = s->kda_heads; break;
     }
 }
 
-static void build_specs(const ms_synth_shape *s, speclist *l)
+static void build_specs(const ms_synth_shape *s, ms_syn_list *l)
 {
     uint8_t is_mla[MS_SYNTH_MAX_LAYERS];
     MS_ASSERT(s->n_layers <= MS_SYNTH_MAX_LAYERS);
@@ -260,9 +147,10 @@ static void build_specs(const ms_synth_shape *s, speclist *l)
                 char nm[256];
                 int64_t rows = w == 1 ? L : I, cols = w == 1 ? I : L;
                 ms_k3_expert_name(i, e, w, 0, nm, sizeof nm);
-                add(l, nm, MS_DT_U8, 2, rows, cols / 2, 0, K_PACKED, 0);
+                int64_t sp[2] = {rows, cols / 2}, ss[2] = {rows, cols / 32};
+                ms_syn_add(l, nm, MS_DT_U8, 2, sp, MS_SYN_PACKED, 0);
                 ms_k3_expert_name(i, e, w, 1, nm, sizeof nm);
-                add(l, nm, MS_DT_U8, 2, rows, cols / 32, 0, K_SCALE, scale_byte(cols));
+                ms_syn_add(l, nm, MS_DT_U8, 2, ss, MS_SYN_SCALE, ms_syn_scale_byte(cols));
             }
     }
     l->shard = s->n_shards - 1;
@@ -345,62 +233,10 @@ int ms_synth_write(const char *dir, const ms_synth_shape *sh, uint64_t seed)
         return ms_err_set_code(MS_EXIT_IO);
     }
     if (write_config(dir, sh) != 0) return -1;
-    speclist l = {NULL, 0, 0, mix(seed), 0};
+    ms_syn_list l = {NULL, 0, 0, ms_syn_mix(seed), 0};
     build_specs(sh, &l);
-    uint64_t all = 0;
-    for (int i = 0; i < l.n; i++) {
-        uint64_t n = ms_dtype_size(l.v[i].dt);
-        for (int d = 0; d < l.v[i].ndim; d++) n *= (uint64_t)l.v[i].shape[d];
-        all += n;
-    }
-    /* Sparse shards have nothing to fill: progress counts the shards. */
-    if (sh->sparse)
-        ms_progress_begin("synth", (uint64_t)sh->n_shards, MS_PROGRESS_ITEMS);
-    else
-        ms_progress_begin("synth", all, MS_PROGRESS_BYTES);
-    int rc = 0;
-    json_t *wmap = json_object();
-    uint64_t total = 0;
-    char path[4096], fname[256];
-    for (int s = 0; s < sh->n_shards && rc == 0; s++) {
-        ms_st_writer *w = ms_st_writer_new();
-        if (sh->n_shards == 1)
-            snprintf(fname, sizeof fname, "model.safetensors");
-        else
-            snprintf(fname, sizeof fname, "model-%05d-of-%06d.safetensors", s + 1,
-                     sh->name_total > 0 ? sh->name_total : sh->n_shards);
-        for (int i = 0; i < l.n; i++) {
-            if (l.v[i].shard != s) continue;
-            if (sh->sparse)
-                ms_st_writer_add_hole(w, l.v[i].name, l.v[i].dt, l.v[i].ndim, l.v[i].shape);
-            else
-                ms_st_writer_add(w, l.v[i].name, l.v[i].dt, l.v[i].ndim, l.v[i].shape, fill, &l.v[i]);
-            json_object_set_new(wmap, l.v[i].name, json_string(fname));
-        }
-        total += ms_st_writer_data_bytes(w);
-        snprintf(path, sizeof path, "%s/%s", dir, fname);
-        if (!ms_progress_shown() && !sh->sparse && ms_st_writer_data_bytes(w) > (64u << 20)) {
-            char sz[32];
-            ms_log(1, "synth: writing %s (%d of %d, %s)", fname, s + 1, sh->n_shards,
-                   ms_size_fmt(ms_st_writer_data_bytes(w), sz, sizeof sz));
-        }
-        rc = ms_st_writer_write(w, path);
-        ms_st_writer_free(w);
-        if (sh->sparse) ms_progress_add(1);
-    }
-    ms_progress_end();
-    if (rc == 0 && sh->n_shards > 1) {
-        json_t *idx = json_pack("{s:{s:I},s:o}", "metadata", "total_size", (json_int_t)total, "weight_map", wmap);
-        wmap = NULL;
-        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-        if (json_dump_file(idx, path, JSON_INDENT(2)) != 0) {
-            ms_err_set("cannot write %s: %s", path, strerror(errno));
-            rc = ms_err_set_code(MS_EXIT_IO);
-        }
-        json_decref(idx);
-    }
-    json_decref(wmap);
-    free(l.v);
+    ms_syn_files f = {sh->n_shards, 1, sh->name_total, 6, sh->sparse};
+    int rc = ms_syn_write(dir, &l, &f);
     if (rc == 0 && sh->tok_ranks > 0) rc = ms_tok_write_synth(dir, sh->tok_ranks);
     return rc;
 }

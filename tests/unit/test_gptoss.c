@@ -206,21 +206,30 @@ static void check_workers(const char *dir)
     char s0[1200], s4[1200], *js = NULL;
     snprintf(s0, sizeof s0, "%s/spec0.bin", ms_t_tmpdir("gptoss-spec"));
     snprintf(s4, sizeof s4, "%s/spec4.bin", ms_t_tmpdir("gptoss-spec-4"));
-    char ids40[400] = "", rp[4200]; /* the fixture's first 40 prompt ids: its continuation repeats them */
-    snprintf(rp, sizeof rp, "%s/ref_greedy.json", dir);
+    /* drafts from a list (the same ids as the run's own greedy continuation for half of them,
+     * others wrong), so both accepted and rejected rows are exercised whatever the weights */
+    char dfile[1200], ids40[] = "3,1,4,1,5,9,2,6";
+    snprintf(dfile, sizeof dfile, "%s/drafts.txt", ms_t_tmpdir("gptoss-spec-drafts"));
+    char *gen = NULL;
+    ms_t_runf(&gen, NULL, "%s run --model %s --ids %s -n 24 --quiet --json", bin, dir, ids40);
     json_error_t je;
-    json_t *rg = json_load_file(rp, 0, &je);
-    for (size_t i = 0; i < 40 && i < json_array_size(json_object_get(rg, "prompt_ids")); i++)
-        snprintf(ids40 + strlen(ids40), sizeof ids40 - strlen(ids40), "%s%lld", i ? "," : "",
-                 (long long)json_integer_value(json_array_get(json_object_get(rg, "prompt_ids"), i)));
-    json_decref(rg);
+    json_t *gj = gen ? json_loads(gen, 0, &je) : NULL;
+    FILE *df = fopen(dfile, "w");
+    json_t *g = json_object_get(gj, "generated_ids");
+    for (size_t i = 0; df && i < json_array_size(g); i++)
+        fprintf(df, "%s%lld", i ? "," : "", (long long)(i % 4 == 3 ? 0 : json_integer_value(json_array_get(g, i))));
+    if (df) fclose(df);
+    json_decref(gj);
+    free(gen);
     int r0 = ms_t_runf(NULL, NULL, "%s run --model %s --ids %s -n 24 --quiet --dump-logits %s", bin, dir, ids40, s0);
-    int r4 = ms_t_runf(&js, NULL, "%s run --model %s --ids %s -n 24 --quiet --json --dump-logits %s --speculate 4", bin,
-                       dir, ids40, s4);
+    int r4 = ms_t_runf(&js, NULL, "%s run --model %s --ids %s -n 24 --quiet --json --dump-logits %s --speculate 4 "
+                       "--draft-file %s", bin, dir, ids40, s4, dfile);
     json_t *j = js ? json_loads(js, 0, &je) : NULL;
     json_int_t drafted = json_integer_value(json_object_get(json_object_get(j, "stats"), "draft_tokens"));
-    T_CHECK(r0 == 0 && r4 == 0 && ms_t_same_file(s0, s4) && drafted > 0,
-            "--speculate 4 == off, bit for bit, with %lld drafts verified", (long long)drafted);
+    json_int_t accepted = json_integer_value(json_object_get(json_object_get(j, "stats"), "accepted_draft_tokens"));
+    T_CHECK(r0 == 0 && r4 == 0 && ms_t_same_file(s0, s4) && drafted > accepted && accepted > 0,
+            "--speculate 4 == off, bit for bit, with %lld drafts verified, %lld accepted", (long long)drafted,
+            (long long)accepted);
     json_decref(j);
     free(js);
     /* shard: two packs (each expert's six runs together) and a trunk; pack workers serve them */
@@ -232,7 +241,7 @@ static void check_workers(const char *dir)
                        model, packs);
     T_CHECK(st == 0, "shard a gpt-oss checkpoint into 2 packs (status %d)", st);
     ms_t_worker w[2];
-    char pk[2][1200], ep[2][320], sockp[2][300];
+    char pk[2][1200], ep[2][1300], sockp[2][600];
     const char *sd = ms_t_sockdir("gptoss");
     int ok = st == 0;
     for (int i = 0; i < 2 && ok; i++) {
@@ -260,9 +269,43 @@ static void check_workers(const char *dir)
     }
 }
 
+/* synth's gpt-oss presets: the tiny one runs with its tokenizer and chat format; the 120b
+ * layout (sparse) opens, plans and runs a token at an 8 GiB budget. */
+static void check_synth(const char *dir)
+{
+    ms_tok *t = ms_tok_load(dir);
+    T_CHECK(t && ms_tok_special_id(t, "<|return|>") == 491 + 4, "synth tiny: tokenizer.json with the harmony specials");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char *back = NULL;
+    size_t nb = 0;
+    static const char txt[] = "The weather today is cold, and 2023's forecast said: snow!";
+    T_CHECK(t && ms_tok_encode(t, txt, sizeof txt - 1, 0, &ids, &n) == 0 && ms_tok_decode(t, ids, n, &back, &nb) == 0 &&
+                nb == sizeof txt - 1 && !memcmp(back, txt, nb),
+            "synth tiny: its tokenizer round-trips text (%zu ids)", n);
+    free(ids);
+    free(back);
+    ms_tok_free(t);
+    char big[1024], cmd[4400];
+    snprintf(big, sizeof big, "%s/120b", ms_t_tmpdir("gptoss-synth-120b"));
+    char bin[1024];
+    snprintf(bin, sizeof bin, "%s", ms_t_bin("moestream"));
+    snprintf(cmd, sizeof cmd, "%s synth --preset gpt-oss-120b --sparse --out %s 2>/dev/null && %s run --model %s --ids 1,2,3 -n 1 "
+             "--ram-budget 8G --quiet --json > /dev/null", bin, big, bin, big);
+    T_CHECK(ms_t_run(cmd, NULL) == 0, "synth --preset gpt-oss-120b --sparse (61 GiB of holes) runs at --ram-budget 8G");
+}
+
 int main(void)
 {
     ms_log_set_level(0);
+    /* invariants and workers on the synthetic tiny model (window 32: a 150-token prompt crosses
+     * it four times), which needs nothing outside the repository */
+    char syn[1024];
+    snprintf(syn, sizeof syn, "%s/tiny", ms_t_tmpdir("gptoss-synth"));
+    T_CHECK(ms_gptoss_synth(syn, "gpt-oss-tiny", 0, 0, 7) == 0, "synth gpt-oss-tiny: %s", ms_err_msg());
+    check_invariants(syn, 512);
+    check_workers(syn);
+    check_synth(syn);
     const char *names[2] = {"tiny-s7", "tiny-released-like"};
     for (int i = 0; i < 2; i++) {
         char rel[256];
@@ -272,10 +315,7 @@ int main(void)
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", p);
         check_reference(dir, names[i]);
-        if (i == 0) {
-            check_invariants(dir, 384);
-            check_workers(dir);
-        }
+        if (i == 0) check_invariants(dir, 384);
     }
     return ms_t_done();
 }
