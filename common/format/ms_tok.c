@@ -143,6 +143,8 @@ int ms_tok_n_vocab(const ms_tok *t)
     return t->n_vocab;
 }
 
+int ms_tok_is_special(const ms_tok *t, int32_t id) { return id >= t->n_ranks; }
+
 int ms_tok_special_id(const ms_tok *t, const char *content)
 {
     size_t n = strlen(content);

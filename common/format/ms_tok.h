@@ -31,6 +31,8 @@ int ms_tok_decode(const ms_tok *t, const int32_t *ids, size_t n, char **text, si
 int ms_tok_n_vocab(const ms_tok *t);
 /* Id of a special token by content, or -1. */
 int ms_tok_special_id(const ms_tok *t, const char *content);
+/* 1 if id is one of the special tokens (or any id above the ranks), else 0. */
+int ms_tok_is_special(const ms_tok *t, int32_t id);
 
 /* Write a small deterministic tiktoken tokenizer to DIR (tiktoken.model with all 256 single
  * bytes plus byte-pair merges learnt from a built-in English sample, up to n_ranks ranks in

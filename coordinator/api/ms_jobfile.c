@@ -314,8 +314,8 @@ char *ms_jobline_error(const ms_jobspec *j, const char *code, const char *messag
     return line_of(envelope(j, NULL, err), len);
 }
 
-char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
-                        size_t *len)
+static char *result_line(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
+                         const char *content, size_t clen, const char *reasoning, size_t rlen, size_t *len)
 {
     if (!r->finish) {
         char msg[1200];
@@ -325,13 +325,17 @@ char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created,
     int chat = j->kind == MS_JOB_CHAT;
     json_t *ids = json_array();
     for (size_t i = 0; i < r->n_tokens; i++) json_array_append_new(ids, json_integer(r->tokens[i]));
-    json_t *text = r->text ? ms_jtext(r->text, r->text_len) : json_null();
+    json_t *text = content ? ms_jtext(content, clen) : json_null();
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
-    if (chat)
-        json_object_set_new(choice, "message", json_pack("{s:s,s:o}", "role", "assistant", "content", text));
-    else
+    if (chat) {
+        json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
+        if (reasoning) json_object_set_new(msg, "reasoning_content", ms_jtext(reasoning, rlen));
+        json_object_set_new(choice, "message", msg);
+    }
+    else {
         json_object_set_new(choice, "text", text);
+    }
     json_object_set_new(choice, "finish_reason", json_string(r->finish));
     json_object_set_new(choice, "token_ids", ids);
     char *bid = uuid_str(chat ? "chatcmpl-" : "cmpl-"), *rid = uuid_str("");
@@ -344,6 +348,32 @@ char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created,
     free(bid);
     free(rid);
     return line_of(envelope(j, resp, NULL), len);
+}
+
+char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
+                        size_t *len)
+{
+    return result_line(j, model, created, r, r->text, r->text_len, NULL, 0, len);
+}
+
+int ms_jobfile_chat_answer(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, char **content, size_t *clen,
+                           char **reasoning, size_t *rlen)
+{
+    if (!lim->tok || !lim->chat || !lim->chat->answer) return 1;
+    return lim->chat->answer(lim->tok, ids, n, content, clen, reasoning, rlen) == 0 ? 0 : -1;
+}
+
+char *ms_jobline_result_chat(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
+                             const ms_jobfile_limits *lim, size_t *len)
+{
+    char *c = NULL, *rs = NULL;
+    size_t cl = 0, rl = 0;
+    if (!r->finish || j->kind != MS_JOB_CHAT || ms_jobfile_chat_answer(lim, r->tokens, r->n_tokens, &c, &cl, &rs, &rl) != 0)
+        return ms_jobline_result(j, model, created, r, len);
+    char *line = result_line(j, model, created, r, c, cl, rs, rl, len);
+    free(c);
+    free(rs);
+    return line;
 }
 
 int ms_jobline_scan_hashes(const char *buf, size_t len, char ***ids, char ***hashes, size_t *n, size_t *keep)

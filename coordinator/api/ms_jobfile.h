@@ -67,6 +67,16 @@ void ms_jobspec_clear(ms_jobspec *j); /* frees the members; accepts a zeroed spe
  * "runtime_error"). */
 char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
                         size_t *len);
+/* The same for a chat whose family format separates an answer (lim->chat->answer): the message's
+ * content is the answer without markers, and its reasoning (harmony's analysis channel) is
+ * "reasoning_content". Completions and other formats: ms_jobline_result. */
+char *ms_jobline_result_chat(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
+                             const ms_jobfile_limits *lim, size_t *len);
+/* The answer of a chat's generated ids in lim's format: *content (and *reasoning, NULL when
+ * none) malloc'ed. 0 when the format separates one (lim->chat->answer), 1 when it does not (use
+ * the decoded text), -1 with ms_err set. */
+int ms_jobfile_chat_answer(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, char **content, size_t *clen,
+                           char **reasoning, size_t *rlen);
 /* The error line of a bad input line: {"id", "custom_id", "response": null, "error": {"code",
  * "message"}}. */
 char *ms_jobline_error(const ms_jobspec *j, const char *code, const char *message, size_t *len);

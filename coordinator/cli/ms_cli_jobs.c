@@ -78,6 +78,7 @@ typedef struct {
     int64_t V;
     double last_sync;
     uint64_t answered, errors;
+    ms_jobfile_limits lim;      /* the tokenizer and chat format, for chat answers */
 } jobs_run;
 
 /* One line, with one write (retried only when partial). */
@@ -127,7 +128,7 @@ static int on_done(void *ctx, const ms_sched_result *res)
     if (!res->finish) r->errors++;
     if (res->finish && r->o->dump && dump_logits(r, j, res) != 0) return -1;
     size_t len;
-    char *line = ms_jobline_result(j, r->model_name, (int64_t)time(NULL), res, &len);
+    char *line = ms_jobline_result_chat(j, r->model_name, (int64_t)time(NULL), res, &r->lim, &len);
     int rc = put_line(r, line, len);
     free(line);
     return rc;
@@ -376,7 +377,7 @@ static int jobs_main(const jobs_opts *o)
     ms_tok *tok = NULL;
     ms_engine *e = NULL;
     ms_sched *s = NULL;
-    jobs_run run = {o, NULL, -1, NULL, 0, 0, 0, 0};
+    jobs_run run = {.o = o, .fd = -1};
     /* Everything is read and checked before the model opens: the plan needs the longest job. */
     const ms_family *fam = ms_families_detect(o->e.model);
     ms_model_info info;
@@ -390,6 +391,7 @@ static int jobs_main(const jobs_opts *o)
         goto out;
     }
     ms_jobfile_limits lim = {tok, info.vocab, o->max_context, fam->chat, o->date};
+    run.lim = lim;
     int cap = 0, line = 0;
     for (size_t pos = 0; pos < in_len;) {
         const char *nl = memchr(in + pos, '\n', in_len - pos);
@@ -438,6 +440,7 @@ static int jobs_main(const jobs_opts *o)
     if (skipped) ms_log(1, "jobs: %d jobs already in %s are skipped", skipped, o->output);
     uint64_t total = (uint64_t)(n_specs - skipped);
     if (todo > 0 && (rc = open_engine(o, todo, longest, max_prompt, &e)) != 0) goto out;
+    run.lim.tok = e ? ms_engine_tok(e) : NULL; /* the parse's tokenizer is freed: answers use the engine's */
     for (int i = 0; i < n_specs; i++) {
         ms_jobspec *j = &specs[i];
         if (j->line < 0 || !j->err_code) continue;
@@ -456,7 +459,8 @@ static int jobs_main(const jobs_opts *o)
     int batch = ms_engine_max_seqs(e);
     ms_log(1, "jobs: %d jobs to run, up to %d together", todo, batch);
     s = ms_sched_new(e, batch, on_done, &run);
-    int32_t end_id = ms_engine_tok(e) && fam->chat ? fam->chat->end_id(ms_engine_tok(e)) : -1;
+    int32_t stops[MS_CHAT_MAX_STOPS];
+    int n_stops = ms_engine_tok(e) && fam->chat ? fam->chat->stop_ids(ms_engine_tok(e), stops, MS_CHAT_MAX_STOPS) : 0;
     for (int i = 0; i < n_specs; i++) {
         ms_jobspec *j = &specs[i];
         if (j->line < 0 || j->err_code) continue;
@@ -468,9 +472,9 @@ static int jobs_main(const jobs_opts *o)
         sj.seed = j->seed;
         sj.max_tokens = j->max_tokens;
         sj.stop_at_eos = 1;
-        if (j->kind == MS_JOB_CHAT && end_id >= 0) { /* the end of the assistant's turn */
-            sj.stop_ids = &end_id;
-            sj.n_stop_ids = 1;
+        if (j->kind == MS_JOB_CHAT && n_stops > 0) { /* the end of the assistant's turn */
+            sj.stop_ids = stops;
+            sj.n_stop_ids = n_stops;
         }
         sj.stop = (const char *const *)j->stop;
         sj.n_stop = j->n_stop;

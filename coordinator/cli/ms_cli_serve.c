@@ -169,7 +169,7 @@ static int serve_main(const serve_opts *o)
     ho.max_body = (size_t)o->max_body;
     const ms_chatfmt *chat = ms_engine_family(e)->chat;
     ho.lim = (ms_jobfile_limits){tok, ms_engine_info(e)->vocab, o->max_context, chat, o->date};
-    ho.chat_end_id = tok && chat ? chat->end_id(tok) : -1;
+    ho.n_chat_stop = tok && chat ? chat->stop_ids(tok, ho.chat_stop, MS_CHAT_MAX_STOPS) : 0;
     ho.request_timeout = o->request_timeout;
     ho.read_timeout = o->read_timeout;
     ho.max_connections = o->max_connections > 0 ? (int)o->max_connections : (int)(batch + o->max_queue + 64);

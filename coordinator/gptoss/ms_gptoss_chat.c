@@ -206,6 +206,80 @@ static int encode_fmt(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_
     return ms_gptoss_chat_encode_opts(t, msgs, n, &h, ids, n_ids);
 }
 
-static int32_t end_id(const ms_tok *t) { return ms_tok_special_id(t, "<|return|>"); }
+static int stops(const ms_tok *t, int32_t *ids, int max)
+{
+    static const char *const names[2] = {"<|return|>", "<|call|>"};
+    int n = 0;
+    for (int i = 0; i < 2 && n < max; i++)
+        if ((ids[n] = ms_tok_special_id(t, names[i])) >= 0) n++;
+    return n;
+}
 
-const ms_chatfmt ms_gptoss_chat = {"harmony", encode_fmt, end_id};
+/* The text of ids [a, b), malloc'ed (NULL with ms_err set on failure). */
+static char *text_of(const ms_tok *t, const int32_t *ids, size_t a, size_t b, size_t *len)
+{
+    char *s = NULL;
+    *len = 0;
+    if (ms_tok_decode(t, ids + a, b - a, &s, len) != 0) return NULL;
+    return s;
+}
+
+int ms_gptoss_chat_answer(const ms_tok *t, const int32_t *ids, size_t n, char **content, size_t *clen, char **reasoning,
+                          size_t *rlen)
+{
+    int32_t ch = ms_tok_special_id(t, "<|channel|>"), msg = ms_tok_special_id(t, "<|message|>");
+    *content = *reasoning = NULL;
+    *clen = *rlen = 0;
+    /* messages: [<|start|>assistant] <|channel|>NAME <|message|> BODY (<|end|> | <|return|> | <|call|> | the end) */
+    size_t i = 0;
+    char *final = NULL, *analysis = NULL;
+    size_t fl = 0, al = 0;
+    int rc = 0;
+    while (i < n && rc == 0) {
+        while (i < n && ids[i] != ch) i++;
+        size_t name0 = ++i;
+        while (i < n && ids[i] != msg) i++;
+        if (i >= n) break;
+        size_t nl;
+        char *name = text_of(t, ids, name0, i, &nl);
+        size_t body0 = ++i;
+        while (i < n && ms_tok_is_special(t, ids[i]) == 0) i++;
+        size_t bl;
+        char *body = name ? text_of(t, ids, body0, i, &bl) : NULL;
+        if (!name || !body) {
+            rc = -1;
+        } else if (!strncmp(name, "final", 5)) {
+            free(final);
+            final = body, fl = bl, body = NULL;
+        } else if (!strncmp(name, "analysis", 8)) {
+            analysis = ms_realloc(analysis, al + bl + 1);
+            memcpy(analysis + al, body, bl);
+            al += bl;
+            analysis[al] = 0;
+        }
+        free(name);
+        free(body);
+    }
+    if (rc == 0 && !final && !analysis) { /* no channel at all: the whole text, markers dropped */
+        size_t o = 0;
+        int32_t *plain = ms_malloc(sizeof *plain * (n ? n : 1));
+        for (size_t k = 0; k < n; k++)
+            if (!ms_tok_is_special(t, ids[k])) plain[o++] = ids[k];
+        final = text_of(t, plain, 0, o, &fl);
+        free(plain);
+        if (!final) rc = -1;
+    }
+    if (rc != 0) {
+        free(final);
+        free(analysis);
+        return -1;
+    }
+    if (!final) final = ms_strdup("");
+    *content = final;
+    *clen = fl;
+    *reasoning = analysis;
+    *rlen = al;
+    return 0;
+}
+
+const ms_chatfmt ms_gptoss_chat = {"harmony", encode_fmt, stops, ms_gptoss_chat_answer};

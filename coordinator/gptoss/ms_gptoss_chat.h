@@ -27,6 +27,12 @@ int ms_gptoss_chat_render(const ms_chat_msg *msgs, int n, const ms_harmony_opts 
 int ms_gptoss_chat_encode_opts(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_harmony_opts *o,
                                int32_t **ids, size_t *n_ids);
 
+/* The answer in generated ids: the last final-channel message as content, the analysis
+ * messages as reasoning (NULL if none), without markers; generated text without any channel is
+ * the content with its markers dropped. */
+int ms_gptoss_chat_answer(const ms_tok *t, const int32_t *ids, size_t n, char **content, size_t *clen, char **reasoning,
+                          size_t *rlen);
+
 /* The format as the family registry holds it (ms_chat_opts: date, reasoning effort). */
 extern const ms_chatfmt ms_gptoss_chat;
 

@@ -99,4 +99,12 @@ static int encode_fmt(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_
     return ms_k3_chat_encode(t, msgs, n, ids, n_ids);
 }
 
-const ms_chatfmt ms_k3_chat = {"kimi", encode_fmt, ms_k3_chat_end_id};
+static int stops(const ms_tok *t, int32_t *ids, int max)
+{
+    int32_t e = ms_k3_chat_end_id(t);
+    if (e < 0 || max < 1) return 0;
+    ids[0] = e;
+    return 1;
+}
+
+const ms_chatfmt ms_k3_chat = {"kimi", encode_fmt, stops, NULL};

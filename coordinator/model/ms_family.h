@@ -35,9 +35,18 @@ typedef struct {
      * text, never a control token). */
     int (*encode)(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
                   size_t *n_ids);
-    /* The id that ends an assistant turn (generation stops there), or -1. */
-    int32_t (*end_id)(const ms_tok *t);
+    /* The ids that end an assistant turn (generation stops there; harmony: <|return|>, <|call|>)
+     * into ids[max]; their count (0: none the tokenizer has). */
+    int (*stop_ids)(const ms_tok *t, int32_t *ids, int max);
+    /* The answer in the generated ids[n] (the stop id excluded or not): its content and, when
+     * the format has one, its reasoning, as text without the format's markers (*content and
+     * *reasoning malloc'ed, *reasoning NULL when there is none). NULL: the decoded text is the
+     * content. 0, or -1 with ms_err set. */
+    int (*answer)(const ms_tok *t, const int32_t *ids, size_t n, char **content, size_t *content_len, char **reasoning,
+                  size_t *reasoning_len);
 } ms_chatfmt;
+
+#define MS_CHAT_MAX_STOPS 4
 
 /* A model family: one row of the registry (coordinator/families/ms_families.c). */
 typedef struct {

@@ -280,9 +280,9 @@ static enum MHD_Result completions(struct MHD_Connection *mc, conn *c)
     j.seed = r.spec.seed;
     j.max_tokens = r.spec.max_tokens;
     j.stop_at_eos = 1;
-    if (r.chat && h->o.chat_end_id >= 0) { /* the end of the assistant's turn, as jobs */
-        j.stop_ids = &h->o.chat_end_id;
-        j.n_stop_ids = 1;
+    if (r.chat && h->o.n_chat_stop > 0) { /* the end of the assistant's turn, as jobs */
+        j.stop_ids = h->o.chat_stop;
+        j.n_stop_ids = h->o.n_chat_stop;
     }
     j.stop = (const char *const *)r.spec.stop;
     j.n_stop = r.spec.n_stop;
@@ -350,7 +350,15 @@ static enum MHD_Result completions(struct MHD_Connection *mc, conn *c)
     c->completion_tokens = nw.completion_tokens;
     if (nw.finish) {
         size_t len;
-        char *b = ms_sreq_completion(&r, &id, tok, n_tok, h->o.lim.tok ? text : NULL, n_text, nw.finish, nw.prompt_tokens, &len);
+        char *ac = NULL, *ar = NULL, *b;
+        size_t acl = 0, arl = 0;
+        if (r.chat && ms_jobfile_chat_answer(&h->o.lim, tok, n_tok, &ac, &acl, &ar, &arl) == 0) /* harmony: channels */
+            b = ms_sreq_chat_completion(&r, &id, tok, n_tok, ac, acl, ar, arl, nw.finish, nw.prompt_tokens, &len);
+        else
+            b = ms_sreq_completion(&r, &id, tok, n_tok, h->o.lim.tok ? text : NULL, n_text, nw.finish, nw.prompt_tokens,
+                                   &len);
+        free(ac);
+        free(ar);
         res = reply(mc, c, 200, "application/json", b, len, NULL, NULL);
     } else if (nw.timed_out) {
         res = reply_error(mc, c, 504, "deadline_exceeded", nw.error, NULL, NULL);

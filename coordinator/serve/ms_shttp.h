@@ -18,7 +18,8 @@ typedef struct {
     const char *model_name;      /* the one model of /v1/models, answered when a request names none */
     size_t max_body;             /* bytes; a larger body gets 413 */
     ms_jobfile_limits lim;       /* tokenizer, vocabulary, prompt + max_tokens bound */
-    int32_t chat_end_id;         /* <|im_end|>: ends a chat's turn (-1: none) */
+    int32_t chat_stop[MS_CHAT_MAX_STOPS]; /* the ids that end a chat's turn (<|im_end|>; <|return|>, <|call|>) */
+    int n_chat_stop;
     double request_timeout;      /* seconds; 0: none */
     double read_timeout;         /* seconds a connection has to deliver a whole request (ms_sconn); 0: 10 */
     int max_connections;         /* open at once; beyond: 503 (a few), then closed by the server; 0: 256 */

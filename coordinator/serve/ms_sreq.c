@@ -156,11 +156,20 @@ static json_t *head(const ms_sreq_ident *id, const char *object)
 char *ms_sreq_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
                          size_t text_len, const char *finish, size_t prompt_tokens, size_t *len)
 {
+    return ms_sreq_chat_completion(r, id, tok, n_tok, text, text_len, NULL, 0, finish, prompt_tokens, len);
+}
+
+char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok,
+                              const char *text, size_t text_len, const char *reasoning, size_t rlen, const char *finish,
+                              size_t prompt_tokens, size_t *len)
+{
     json_t *t = text ? ms_jtext(text, text_len) : json_null();
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(0));
     if (r->chat) {
-        json_object_set_new(c, "message", json_pack("{s:s,s:o}", "role", "assistant", "content", t));
+        json_t *m = json_pack("{s:s,s:o}", "role", "assistant", "content", t);
+        if (reasoning) json_object_set_new(m, "reasoning_content", ms_jtext(reasoning, rlen));
+        json_object_set_new(c, "message", m);
     } else {
         json_object_set_new(c, "text", t);
         json_object_set_new(c, "logprobs", json_null());

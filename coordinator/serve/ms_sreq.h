@@ -42,6 +42,11 @@ void ms_sreq_ident_new(const ms_sreq *r, const char *default_model, ms_sreq_iden
  * U+FFFD). malloc'ed, *len bytes. */
 char *ms_sreq_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
                          size_t text_len, const char *finish, size_t prompt_tokens, size_t *len);
+/* The same for a chat whose format separated the answer: content as the message's content and,
+ * when not NULL, reasoning as its "reasoning_content". */
+char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok,
+                              const char *content, size_t clen, const char *reasoning, size_t rlen, const char *finish,
+                              size_t prompt_tokens, size_t *len);
 /* One SSE event "data: {chunk}\n\n" with the new tokens and text (finish NULL while running;
  * first: the chat delta carries the role). usage: the last event of include_usage (empty
  * choices, usage set; tok/text ignored). malloc'ed, *len bytes. */

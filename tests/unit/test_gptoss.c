@@ -286,6 +286,29 @@ static void check_synth(const char *dir)
     free(ids);
     free(back);
     ms_tok_free(t);
+    /* a chat through jobs: harmony prompt, the answer without markers */
+    char in[1200], outp[1200], cmdj[8000];
+    snprintf(in, sizeof in, "%s/in.jsonl", ms_t_tmpdir("gptoss-jobs"));
+    snprintf(outp, sizeof outp, "%s/out.jsonl", ms_t_tmpdir("gptoss-jobs-out"));
+    FILE *jf = fopen(in, "w");
+    fputs("{\"custom_id\": \"c\", \"messages\": [{\"role\": \"developer\", \"content\": \"Be brief.\"}, {\"role\": "
+          "\"user\", \"content\": \"Hi!\"}], \"max_tokens\": 12, \"reasoning_effort\": \"high\"}\n",
+          jf);
+    fclose(jf);
+    char binj[1024];
+    snprintf(binj, sizeof binj, "%s", ms_t_bin("moestream"));
+    snprintf(cmdj, sizeof cmdj, "%s jobs --model %s --input %s --output %s --date 2025-08-05 --quiet", binj, dir, in, outp);
+    int js = ms_t_run(cmdj, NULL);
+    json_error_t je;
+    json_t *res = json_load_file(outp, 0, &je);
+    json_t *msg = json_object_get(json_array_get(json_object_get(json_object_get(json_object_get(res, "response"), "body"),
+                                                                 "choices"),
+                                                 0),
+                                  "message");
+    const char *content = json_string_value(json_object_get(msg, "content"));
+    T_CHECK(js == 0 && content && !strstr(content, "<|"), "jobs: a harmony chat answered, its content without markers "
+            "(status %d)", js);
+    json_decref(res);
     char big[1024], cmd[4400];
     snprintf(big, sizeof big, "%s/120b", ms_t_tmpdir("gptoss-synth-120b"));
     char bin[1024];

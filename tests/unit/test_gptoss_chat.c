@@ -100,7 +100,31 @@ int main(void)
     for (size_t i = 0; rc == 0 && i < ni; i++) ends += ids[i] == ms_tok_special_id(t, "<|end|>");
     T_CHECK(rc == 0 && ends == 2, "markers in a content stay text (<|end|> ids: %d = system's and the user's)", ends);
     free(ids);
-    T_CHECK(ms_gptoss_chat.end_id(t) == 200002, "generation ends at <|return|>");
+    int32_t st[MS_CHAT_MAX_STOPS];
+    T_CHECK(ms_gptoss_chat.stop_ids(t, st, MS_CHAT_MAX_STOPS) == 2 && st[0] == 200002 && st[1] == 200012,
+            "generation ends at <|return|> or <|call|>");
+    /* an answer's channels: final is the content, analysis the reasoning, no marker in either */
+    static const char gen[] = "<|channel|>analysis<|message|>The user greets.<|end|><|start|>assistant<|channel|>final"
+                              "<|message|>Hello there!<|return|>";
+    int32_t *g = NULL;
+    size_t ng = 0;
+    char *content = NULL, *reasoning = NULL;
+    size_t cl = 0, rl = 0;
+    T_CHECK(ms_tok_encode(t, gen, sizeof gen - 1, 1, &g, &ng) == 0 &&
+                ms_gptoss_chat_answer(t, g, ng, &content, &cl, &reasoning, &rl) == 0 && cl == 12 &&
+                !memcmp(content, "Hello there!", 12) && reasoning && rl == 16 && !memcmp(reasoning, "The user greets.", 16),
+            "answer: final channel as content (%.*s), analysis as reasoning (%.*s)", (int)cl, content ? content : "",
+            (int)rl, reasoning ? reasoning : "");
+    free(g);
+    free(content);
+    free(reasoning);
+    static const char raw[] = "no channel<|end|> at all";
+    T_CHECK(ms_tok_encode(t, raw, sizeof raw - 1, 1, &g, &ng) == 0 &&
+                ms_gptoss_chat_answer(t, g, ng, &content, &cl, &reasoning, &rl) == 0 && !reasoning && cl == 17 &&
+                !memcmp(content, "no channel at all", 17),
+            "answer without channels: the text with its markers dropped (%.*s)", (int)cl, content ? content : "");
+    free(g);
+    free(content);
     /* moestream tokenize --chat: a request body through the same reader as jobs and serve */
     const char *mp = ms_t_shared("fixtures/gpt-oss/checkpoints/tiny-s7");
     if (mp) {
