@@ -282,4 +282,34 @@ int ms_gptoss_chat_answer(const ms_tok *t, const int32_t *ids, size_t n, char **
     return 0;
 }
 
-const ms_chatfmt ms_gptoss_chat = {"harmony", encode_fmt, stops, ms_gptoss_chat_answer};
+enum { S_INIT = 0, S_HEADER, S_CONTENT, S_REASONING, S_NONE };
+
+int ms_gptoss_chat_route(const ms_tok *t, ms_chat_stream *s, int32_t id)
+{
+    if (ms_tok_is_special(t, id)) {
+        if (id == ms_tok_special_id(t, "<|channel|>")) {
+            s->mode = S_HEADER;
+            s->name_n = 0;
+        } else if (id == ms_tok_special_id(t, "<|message|>") && s->mode == S_HEADER) {
+            s->mode = s->name_n >= 5 && !strncmp(s->name, "final", 5)      ? S_CONTENT
+                      : s->name_n >= 8 && !strncmp(s->name, "analysis", 8) ? S_REASONING
+                                                                          : S_NONE;
+        } else {
+            s->mode = S_NONE; /* <|end|>, <|start|> and its role, <|return|>, <|call|> */
+        }
+        return MS_CHAT_TO_NONE;
+    }
+    if (s->mode == S_HEADER) { /* the channel's name */
+        char *txt = NULL;
+        size_t n = 0;
+        if (ms_tok_decode(t, &id, 1, &txt, &n) == 0)
+            for (size_t i = 0; i < n && s->name_n + 1 < sizeof s->name; i++) s->name[s->name_n++] = txt[i];
+        free(txt);
+        return MS_CHAT_TO_NONE;
+    }
+    return s->mode == S_INIT || s->mode == S_CONTENT ? MS_CHAT_TO_CONTENT
+           : s->mode == S_REASONING                  ? MS_CHAT_TO_REASONING
+                                                     : MS_CHAT_TO_NONE;
+}
+
+const ms_chatfmt ms_gptoss_chat = {"harmony", encode_fmt, stops, ms_gptoss_chat_answer, ms_gptoss_chat_route};

@@ -33,6 +33,11 @@ int ms_gptoss_chat_encode_opts(const ms_tok *t, const ms_chat_msg *msgs, int n, 
 int ms_gptoss_chat_answer(const ms_tok *t, const int32_t *ids, size_t n, char **content, size_t *clen, char **reasoning,
                           size_t *rlen);
 
+/* Streaming: where generated id goes (ms_chatfmt.route): text before any channel and of a
+ * final message is content, of analysis messages reasoning, markers, channel names and other
+ * channels nowhere. */
+int ms_gptoss_chat_route(const ms_tok *t, ms_chat_stream *s, int32_t id);
+
 /* The format as the family registry holds it (ms_chat_opts: date, reasoning effort). */
 extern const ms_chatfmt ms_gptoss_chat;
 

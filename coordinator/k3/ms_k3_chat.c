@@ -107,4 +107,4 @@ static int stops(const ms_tok *t, int32_t *ids, int max)
     return 1;
 }
 
-const ms_chatfmt ms_k3_chat = {"kimi", encode_fmt, stops, NULL};
+const ms_chatfmt ms_k3_chat = {"kimi", encode_fmt, stops, NULL, NULL};

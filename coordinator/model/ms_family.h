@@ -25,6 +25,14 @@ typedef struct {
     const char *reasoning_effort;  /* harmony: "low" | "medium" | "high" (default medium) */
 } ms_chat_opts;
 
+/* Where a streamed answer's next token goes (ms_chatfmt.route): its state, zeroed at the start. */
+typedef struct {
+    int mode;
+    char name[24];             /* a channel name being read */
+    size_t name_n;
+} ms_chat_stream;
+enum { MS_CHAT_TO_NONE = -1, MS_CHAT_TO_CONTENT = 0, MS_CHAT_TO_REASONING = 1 };
+
 /* A family's chat format. */
 typedef struct {
     const char *name;          /* "kimi" */
@@ -44,6 +52,9 @@ typedef struct {
      * content. 0, or -1 with ms_err set. */
     int (*answer)(const ms_tok *t, const int32_t *ids, size_t n, char **content, size_t *content_len, char **reasoning,
                   size_t *reasoning_len);
+    /* The same, one generated id at a time (streaming): where its text goes, MS_CHAT_TO_*, as
+     * answer would place it. NULL: everything is content. */
+    int (*route)(const ms_tok *t, ms_chat_stream *s, int32_t id);
 } ms_chatfmt;
 
 #define MS_CHAT_MAX_STOPS 4

@@ -73,6 +73,9 @@ typedef struct {
     size_t n;
     char *pend;                  /* text bytes held back (an unfinished UTF-8 character) */
     size_t pend_n;
+    char *rpend;                 /* the same for reasoning text (a format with channels) */
+    size_t rpend_n;
+    ms_chat_stream cs;           /* where the format routes the next token (chat.route) */
     size_t prompt_tokens, completion_tokens;
     double t0;
     char addr[80], path[128], end[40];
@@ -174,22 +177,45 @@ static void out_add(stream *st, char *bytes, size_t len)
 static void out_str(stream *st, const char *s) { out_add(st, ms_strdup(s), strlen(s)); }
 
 /* Turn news into SSE events. */
+static void pend_add(char **p, size_t *n, const char *bytes, size_t len)
+{
+    if (!len) return;
+    *p = ms_realloc(*p, *n + len);
+    memcpy(*p + *n, bytes, len);
+    *n += len;
+}
+
 static void stream_news(stream *st, ms_sreq_news *nw)
 {
     size_t len;
-    if (nw->text_len) {
-        st->pend = ms_realloc(st->pend, st->pend_n + nw->text_len);
-        memcpy(st->pend + st->pend_n, nw->text, nw->text_len);
-        st->pend_n += nw->text_len;
+    const ms_jobfile_limits *lim = &st->h->o.lim;
+    if (st->r.chat && lim->tok && lim->chat && lim->chat->route) {
+        /* a format with channels: each token's text to the content, the reasoning or nowhere */
+        for (size_t i = 0; i < nw->n_tokens; i++) {
+            int to = lim->chat->route(lim->tok, &st->cs, nw->tokens[i]);
+            char *txt = NULL;
+            size_t tl = 0;
+            if (to != MS_CHAT_TO_NONE && ms_tok_decode(lim->tok, &nw->tokens[i], 1, &txt, &tl) == 0) {
+                if (to == MS_CHAT_TO_CONTENT) pend_add(&st->pend, &st->pend_n, txt, tl);
+                else pend_add(&st->rpend, &st->rpend_n, txt, tl);
+            }
+            free(txt);
+        }
+    } else {
+        pend_add(&st->pend, &st->pend_n, nw->text, nw->text_len);
     }
     size_t ready = nw->done ? st->pend_n : ms_sreq_utf8_ready(st->pend, st->pend_n);
-    int has_text = st->h->o.lim.tok != NULL;
-    if (nw->n_tokens || ready) {
-        char *ev = ms_sreq_chunk(&st->r, &st->id, nw->tokens, nw->n_tokens, has_text ? st->pend : NULL, ready, NULL, st->first, &len);
+    size_t rready = nw->done ? st->rpend_n : ms_sreq_utf8_ready(st->rpend, st->rpend_n);
+    int has_text = lim->tok != NULL;
+    if (nw->n_tokens || ready || rready) {
+        char *ev = ms_sreq_chat_chunk(&st->r, &st->id, nw->tokens, nw->n_tokens, has_text ? st->pend : NULL, ready,
+                                      st->rpend, rready, NULL, st->first, &len);
         out_add(st, ev, len);
         st->first = 0;
         memmove(st->pend, st->pend + ready, st->pend_n - ready);
         st->pend_n -= ready;
+        if (rready) memmove(st->rpend, st->rpend + rready, st->rpend_n - rready);
+        st->rpend_n -= rready;
     }
     if (!nw->done) return;
     st->prompt_tokens = nw->prompt_tokens;
@@ -257,6 +283,7 @@ static void stream_free(void *cls)
     ms_sreq_clear(&st->r);
     free(st->out);
     free(st->pend);
+    free(st->rpend);
     active_add(st->h, -1);
     free(st);
 }

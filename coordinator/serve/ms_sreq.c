@@ -185,16 +185,23 @@ char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const i
 char *ms_sreq_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
                     size_t text_len, const char *finish, int first, size_t *len)
 {
+    return ms_sreq_chat_chunk(r, id, tok, n_tok, text, text_len, NULL, 0, finish, first, len);
+}
+
+char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
+                         size_t text_len, const char *reasoning, size_t rlen, const char *finish, int first, size_t *len)
+{
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(0));
     json_t *t = text ? ms_jtext(text, text_len) : json_string("");
     if (r->chat) {
         json_t *d = json_object();
         if (first) json_object_set_new(d, "role", json_string("assistant"));
-        if (text_len || !finish)
+        if (text_len || (!finish && !rlen))
             json_object_set_new(d, "content", t);
         else
             json_decref(t);
+        if (rlen) json_object_set_new(d, "reasoning_content", ms_jtext(reasoning, rlen));
         json_object_set_new(c, "delta", d);
     } else {
         json_object_set_new(c, "text", t);

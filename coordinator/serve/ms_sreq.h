@@ -50,6 +50,10 @@ char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const i
 /* One SSE event "data: {chunk}\n\n" with the new tokens and text (finish NULL while running;
  * first: the chat delta carries the role). usage: the last event of include_usage (empty
  * choices, usage set; tok/text ignored). malloc'ed, *len bytes. */
+/* A chat chunk whose delta carries reasoning text (harmony's analysis) as "reasoning_content"
+ * beside its content (either may be empty). */
+char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
+                         size_t text_len, const char *reasoning, size_t rlen, const char *finish, int first, size_t *len);
 char *ms_sreq_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
                     size_t text_len, const char *finish, int first, size_t *len);
 char *ms_sreq_usage_chunk(const ms_sreq *r, const ms_sreq_ident *id, size_t prompt_tokens, size_t completion_tokens,

@@ -115,6 +115,19 @@ int main(void)
                 !memcmp(content, "Hello there!", 12) && reasoning && rl == 16 && !memcmp(reasoning, "The user greets.", 16),
             "answer: final channel as content (%.*s), analysis as reasoning (%.*s)", (int)cl, content ? content : "",
             (int)rl, reasoning ? reasoning : "");
+    /* streaming routes each token where the answer puts its text */
+    char sc[64] = "", sr[64] = "";
+    ms_chat_stream cs = {0};
+    for (size_t i = 0; g && i < ng; i++) {
+        int to = ms_gptoss_chat_route(t, &cs, g[i]);
+        char *txt = NULL;
+        size_t tl = 0;
+        if (to != MS_CHAT_TO_NONE && ms_tok_decode(t, &g[i], 1, &txt, &tl) == 0)
+            strncat(to == MS_CHAT_TO_CONTENT ? sc : sr, txt, tl);
+        free(txt);
+    }
+    T_CHECK(!strcmp(sc, "Hello there!") && !strcmp(sr, "The user greets."), "streamed: content '%s', reasoning '%s'", sc,
+            sr);
     free(g);
     free(content);
     free(reasoning);
