@@ -29,6 +29,7 @@ typedef struct {
     ms_cli_eopts e; /* model, budget, I/O, threads, workers */
     const char *prompt, *prompt_file, *ids, *ids_file, *dump, *trace;
     long long n, seed, plan_seqs;
+    const char *family;        /* demo --family */
     float temperature, top_p;
     int json, allow_special, stop_eos, plan_only;
 } run_opts;
@@ -36,11 +37,12 @@ typedef struct {
 static void run_usage(FILE *f, int demo)
 {
     if (demo)
-        fputs("usage: moestream demo [--model DIR] [run options]\n"
+        fputs("usage: moestream demo [--model DIR] [--family kimi-k3|gpt-oss] [run options]\n"
               "\n"
-              "Writes a small synthetic Kimi K3 checkpoint (synth preset tiny, random weights) to DIR\n"
-              "(default $TMPDIR/moestream-demo-tiny) unless one is there, then runs on it: by default\n"
-              "24 tokens after the prompt \"The weather today is\". Every option of run applies:\n\n",
+              "Writes a small synthetic checkpoint of the family (default kimi-k3: synth preset tiny;\n"
+              "gpt-oss: gpt-oss-tiny; random weights) to DIR (default $TMPDIR/moestream-demo-tiny, or\n"
+              "$TMPDIR/moestream-demo-gpt-oss-tiny) unless one is there, then runs on it: by default 24\n"
+              "tokens after the prompt \"The weather today is\". Every option of run applies:\n\n",
               f);
     fputs("usage: moestream run --model DIR (--prompt TEXT | --prompt-file PATH | --ids 1,2,3 | --ids-file PATH)\n"
           "                     [-n N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
@@ -534,6 +536,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         {"trace", required_argument, 0, 'R'},
         {"plan-only", no_argument, 0, 'Y'},
         {"plan-seqs", required_argument, 0, 'Q'},
+        {"family", required_argument, 0, 0x6661},
     };
     enum { N_OWN = sizeof own / sizeof own[0] };
     struct option opts[N_OWN + MS_CLI_EOPT_COUNT + 1];
@@ -553,6 +556,12 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'e': o->stop_eos = 1; break;
         case 'R': o->trace = optarg; break;
         case 'Y': o->plan_only = 1; break;
+        case 0x6661: /* --family (demo) */
+            if (!demo) return ms_cli_fail(cmd, MS_EXIT_USAGE, "--family goes with demo (run reads the family from config.json)");
+            if (!ms_families_find(optarg) || !ms_families_find(optarg)->synth)
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--family %s: give kimi-k3 or gpt-oss", optarg);
+            o->family = optarg;
+            break;
         case 'Q':
             if (ms_opt_int("--plan-seqs", optarg, 1, MS_MODEL_MAX_SEQS, &o->plan_seqs) != 0) return ms_cli_fail_err(cmd);
             break;
@@ -606,17 +615,20 @@ int ms_cli_demo(int argc, char **argv)
     int rc = parse_run(argc, argv, &o, 1);
     if (rc) return rc < 0 ? MS_EXIT_OK : rc;
     char dir[4096];
+    const ms_family *f = o.family ? ms_families_find(o.family) : ms_families_default();
     if (!o.e.model) {
         const char *base = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/moestream-demo-tiny", base && *base ? base : "/tmp");
+        if (f == ms_families_default())
+            snprintf(dir, sizeof dir, "%s/moestream-demo-tiny", base && *base ? base : "/tmp");
+        else
+            snprintf(dir, sizeof dir, "%s/moestream-demo-%s", base && *base ? base : "/tmp", f->demo_preset);
         o.e.model = dir;
     }
     char cfg[4200];
     snprintf(cfg, sizeof cfg, "%s/config.json", o.e.model);
     if (access(cfg, R_OK) != 0) {
-        const ms_family *f = ms_families_default();
         fprintf(stderr, "moestream demo: writing a synthetic tiny %s checkpoint to %s\n", f->name, o.e.model);
-        if (f->synth(o.e.model, "tiny", 0, 0, 1) != 0) return ms_cli_fail_err("demo");
+        if (f->synth(o.e.model, f->demo_preset, 0, 0, 1) != 0) return ms_cli_fail_err("demo");
     }
     if ((rc = ms_cli_eopt_check(&o.e, "demo")) != MS_EXIT_OK) return rc;
     if (!o.prompt && !o.prompt_file && !o.ids && !o.ids_file) o.prompt = "The weather today is";

@@ -67,4 +67,5 @@ const ms_family ms_gptoss_family = {
     .chat = &ms_gptoss_chat,
     .trunk_matrices = go_trunk,
     .synth = ms_gptoss_synth,
+    .demo_preset = "gpt-oss-tiny",
 };

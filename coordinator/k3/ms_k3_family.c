@@ -56,4 +56,5 @@ const ms_family ms_k3_family = {
     .chat = &ms_k3_chat,
     .trunk_matrices = k3_trunk,
     .synth = k3_synth,
+    .demo_preset = "tiny",
 };

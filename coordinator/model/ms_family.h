@@ -77,6 +77,7 @@ typedef struct {
      * deterministic per seed; sparse: headers only, every weight zero (a hole). 0, or -1 with
      * ms_err set (MS_EXIT_USAGE for an unknown preset, naming the known ones; MS_EXIT_IO). */
     int (*synth)(const char *dir, const char *preset, int layers, int sparse, uint64_t seed); /* or NULL */
+    const char *demo_preset;   /* the small synth preset `demo --family` writes ("tiny") */
 } ms_family;
 
 #endif

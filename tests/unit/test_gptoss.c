@@ -316,6 +316,8 @@ static void check_synth(const char *dir)
     snprintf(cmd, sizeof cmd, "%s synth --preset gpt-oss-120b --sparse --out %s 2>/dev/null && %s run --model %s --ids 1,2,3 -n 1 "
              "--ram-budget 8G --quiet --json > /dev/null", bin, big, bin, big);
     T_CHECK(ms_t_run(cmd, NULL) == 0, "synth --preset gpt-oss-120b --sparse (61 GiB of holes) runs at --ram-budget 8G");
+    snprintf(cmd, sizeof cmd, "TMPDIR=%s %s demo --family gpt-oss -n 4 --quiet > /dev/null 2>&1", ms_t_tmpdir("gptoss-demo"), bin);
+    T_CHECK(ms_t_run(cmd, NULL) == 0, "demo --family gpt-oss writes its tiny checkpoint and runs it");
 }
 
 int main(void)
