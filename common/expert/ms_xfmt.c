@@ -185,14 +185,33 @@ uint64_t ms_xfmt_expert_bytes(const ms_xfmt *f)
     return t;
 }
 
+/* The first byte of s that is not a letter, digit, '-', '_' or '.', or -1. Names come from
+ * peers and go into messages, manifests (JSON: valid UTF-8) and tensor names. */
+static int plain_name(const char *s)
+{
+    for (const char *c = s; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("-_.", *c)))
+            return (int)(c - s);
+    return -1;
+}
+
 int ms_xfmt_check(const ms_xfmt *f, char *why, size_t n)
 {
     if (!f->family[0]) return snprintf(why, n, "family is empty"), -1;
-    /* A plain name: it comes from peers and goes into messages and manifests. */
-    for (const char *c = f->family; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("-_.", *c)))
-            return snprintf(why, n, "family must be letters, digits, '-', '_' or '.' (byte 0x%02x at %d)",
-                            (unsigned char)*c, (int)(c - f->family)),
+    int bad = plain_name(f->family);
+    if (bad >= 0)
+        return snprintf(why, n, "family must be letters, digits, '-', '_' or '.' (byte 0x%02x at %d)",
+                        (unsigned char)f->family[bad], bad),
+               -1;
+    for (int m = 0; m < f->n_mats; m++)
+        if ((bad = plain_name(f->mat[m].name)) >= 0)
+            return snprintf(why, n, "matrices[%d].name must be letters, digits, '-', '_' or '.' (byte 0x%02x at %d)", m,
+                            (unsigned char)f->mat[m].name[bad], bad),
+                   -1;
+    for (int i = 0; i < f->n_parts; i++)
+        if ((bad = plain_name(f->part[i].name)) >= 0)
+            return snprintf(why, n, "parts[%d].name must be letters, digits, '-', '_' or '.' (byte 0x%02x at %d)", i,
+                            (unsigned char)f->part[i].name[bad], bad),
                    -1;
     int a = act_index(f->act);
     if (a < 0) return snprintf(why, n, "activation is not one this build knows (%s)", known_acts()), -1;

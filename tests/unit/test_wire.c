@@ -33,6 +33,17 @@ static void test_format(void)
     T_CHECK(ms_xfam_k3_fmt(48, 64, 4.0f, 25.0f, &g) == -1 && ms_err_code() == MS_EXIT_MODEL && has(ms_err_msg(), "48"),
             "a latent width that is not a multiple of 32 is refused: %s", ms_err_msg());
 
+    /* names are plain (they go into JSON manifests and tensor names): a peer's byte 0xb2 in a part
+     * name is refused, not turned into a manifest that cannot be written (found by fuzz_xfmt) */
+    ms_xfam_k3_fmt(64, 96, 4.0f, 25.0f, &g);
+    g.part[3].name[1] = (char)0xb2;
+    char nwhy[300];
+    T_CHECK(ms_xfmt_check(&g, nwhy, sizeof nwhy) == -1 && has(nwhy, "parts[3].name"), "a non-plain part name: %s", nwhy);
+    ms_xfam_k3_fmt(64, 96, 4.0f, 25.0f, &g);
+    snprintf(g.mat[1].name, sizeof g.mat[1].name, "w 2");
+    T_CHECK(ms_xfmt_check(&g, nwhy, sizeof nwhy) == -1 && has(nwhy, "matrices[1].name"), "a non-plain matrix name: %s",
+            nwhy);
+
     /* JSON: round trip bit for bit (a constant with no short decimal form too). */
     ms_xfam_k3_fmt(64, 96, 0.1f, 25.0f, &f);
     json_t *j = ms_xfmt_to_json(&f);
