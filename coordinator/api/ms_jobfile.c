@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "ms_err.h"
+#include "ms_jchat.h"
 #include "ms_jobfile.h"
 #include "ms_jtext.h"
 #include "ms_wire.h"
@@ -103,28 +104,21 @@ static int get_prompt(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim)
 
 static int get_messages(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim)
 {
-    json_t *m = json_object_get(body, "messages");
-    if (!json_is_array(m) || json_array_size(m) == 0)
-        return bad(j, "invalid_request", "a chat needs \"messages\": a non-empty array of {\"role\", \"content\"}");
     if (!lim->tok) return bad(j, "no_tokenizer", "the model has no tokenizer (tiktoken.model), which chats need");
     if (!lim->chat) return bad(j, "no_chat_format", "this model family has no chat format yet: send a prompt instead");
-    size_t n = json_array_size(m);
-    ms_chat_msg *msgs = ms_malloc(sizeof *msgs * n);
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        json_t *o = json_array_get(m, i), *role = json_object_get(o, "role"), *content = json_object_get(o, "content");
-        if (!json_is_string(role) || !json_is_string(content))
-            rc = bad(j, "invalid_request", "message %zu needs \"role\" and \"content\" strings", i);
-        else
-            msgs[i] = (ms_chat_msg){json_string_value(role), json_string_value(content), json_string_length(content)};
+    ms_jchat c;
+    char why[768];
+    const char *param = NULL;
+    if (ms_jchat_read(body, lim->chat_date, lim->render_only, &c, why, sizeof why, &param) != 0) {
+        j->err_param = param;
+        return bad(j, "invalid_request", "%s", why);
     }
-    json_t *re = json_object_get(body, "reasoning_effort");
-    ms_chat_opts co = {lim->chat_date, json_string_value(re)};
-    if (rc == 0 && re && !json_is_null(re) && !json_is_string(re))
-        rc = bad(j, "invalid_request", "\"reasoning_effort\" must be a string (low, medium, high)");
-    if (rc == 0 && lim->chat->encode(lim->tok, msgs, (int)n, &co, &j->prompt, &j->n_prompt) != 0)
+    int rc = 0;
+    if (lim->chat->encode(lim->tok, c.msgs, c.n, &c.opts, &j->prompt, &j->n_prompt) != 0) {
+        j->err_param = strstr(ms_err_msg(), "tools[") == ms_err_msg() ? "tools" : "messages";
         rc = bad(j, "invalid_prompt", "%s", ms_err_msg());
-    free(msgs);
+    }
+    ms_jchat_clear(&c);
     return rc;
 }
 
@@ -314,8 +308,35 @@ char *ms_jobline_error(const ms_jobspec *j, const char *code, const char *messag
     return line_of(envelope(j, NULL, err), len);
 }
 
+json_t *ms_jobfile_tool_calls_json(const ms_chat_answer *a, int stream)
+{
+    char *id = uuid_str("call_");
+    json_t *f = json_pack("{s:s,s:o}", "name", a->call_name, "arguments", ms_jtext(a->call_args, a->call_args_len));
+    json_t *c = json_pack("{s:s,s:s,s:o}", "id", id, "type", "function", "function", f);
+    if (stream) json_object_set_new(c, "index", json_integer(0));
+    free(id);
+    return json_pack("[o]", c);
+}
+
+json_t *ms_jobfile_message_json(const ms_chat_answer *a)
+{
+    /* a tool call without text: content null, as OpenAI answers */
+    json_t *text = a->content && !(a->call_name && !a->content_len) ? ms_jtext(a->content, a->content_len) : json_null();
+    json_t *m = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
+    if (a->reasoning) json_object_set_new(m, "reasoning_content", ms_jtext(a->reasoning, a->reasoning_len));
+    if (a->call_name) json_object_set_new(m, "tool_calls", ms_jobfile_tool_calls_json(a, 0));
+    return m;
+}
+
+const char *ms_jobfile_finish(const ms_chat_answer *a, const char *finish)
+{
+    return a && a->call_name && finish && !strcmp(finish, "stop") ? "tool_calls" : finish;
+}
+
+/* a: the chat's answer split by its format, or NULL (a completion, or a format that does not
+ * split: r's text is the content) */
 static char *result_line(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
-                         const char *content, size_t clen, const char *reasoning, size_t rlen, size_t *len)
+                         const ms_chat_answer *a, size_t *len)
 {
     if (!r->finish) {
         char msg[1200];
@@ -325,18 +346,15 @@ static char *result_line(const ms_jobspec *j, const char *model, int64_t created
     int chat = j->kind == MS_JOB_CHAT;
     json_t *ids = json_array();
     for (size_t i = 0; i < r->n_tokens; i++) json_array_append_new(ids, json_integer(r->tokens[i]));
-    json_t *text = content ? ms_jtext(content, clen) : json_null();
+    ms_chat_answer plain = {(char *)r->text, r->text_len, NULL, 0, NULL, NULL, 0}; /* borrowed: never cleared */
+    const ms_chat_answer *ans = a ? a : &plain;
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
-    if (chat) {
-        json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
-        if (reasoning) json_object_set_new(msg, "reasoning_content", ms_jtext(reasoning, rlen));
-        json_object_set_new(choice, "message", msg);
-    }
-    else {
-        json_object_set_new(choice, "text", text);
-    }
-    json_object_set_new(choice, "finish_reason", json_string(r->finish));
+    if (chat)
+        json_object_set_new(choice, "message", ms_jobfile_message_json(ans));
+    else
+        json_object_set_new(choice, "text", ans->content ? ms_jtext(ans->content, ans->content_len) : json_null());
+    json_object_set_new(choice, "finish_reason", json_string(ms_jobfile_finish(a, r->finish)));
     json_object_set_new(choice, "token_ids", ids);
     char *bid = uuid_str(chat ? "chatcmpl-" : "cmpl-"), *rid = uuid_str("");
     json_t *usage = json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)r->prompt_tokens, "completion_tokens",
@@ -353,26 +371,24 @@ static char *result_line(const ms_jobspec *j, const char *model, int64_t created
 char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
                         size_t *len)
 {
-    return result_line(j, model, created, r, r->text, r->text_len, NULL, 0, len);
+    return result_line(j, model, created, r, NULL, len);
 }
 
-int ms_jobfile_chat_answer(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, char **content, size_t *clen,
-                           char **reasoning, size_t *rlen)
+int ms_jobfile_chat_answer(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, ms_chat_answer *a)
 {
+    memset(a, 0, sizeof *a);
     if (!lim->tok || !lim->chat || !lim->chat->answer) return 1;
-    return lim->chat->answer(lim->tok, ids, n, content, clen, reasoning, rlen) == 0 ? 0 : -1;
+    return lim->chat->answer(lim->tok, ids, n, a) == 0 ? 0 : -1;
 }
 
 char *ms_jobline_result_chat(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
                              const ms_jobfile_limits *lim, size_t *len)
 {
-    char *c = NULL, *rs = NULL;
-    size_t cl = 0, rl = 0;
-    if (!r->finish || j->kind != MS_JOB_CHAT || ms_jobfile_chat_answer(lim, r->tokens, r->n_tokens, &c, &cl, &rs, &rl) != 0)
+    ms_chat_answer a;
+    if (!r->finish || j->kind != MS_JOB_CHAT || ms_jobfile_chat_answer(lim, r->tokens, r->n_tokens, &a) != 0)
         return ms_jobline_result(j, model, created, r, len);
-    char *line = result_line(j, model, created, r, c, cl, rs, rl, len);
-    free(c);
-    free(rs);
+    char *line = result_line(j, model, created, r, &a, len);
+    ms_chat_answer_clear(&a);
     return line;
 }
 

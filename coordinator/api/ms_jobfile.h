@@ -32,6 +32,7 @@ typedef struct {
     /* A bad line: answered with an error line, never run. */
     const char *err_code;      /* static string, e.g. "invalid_json"; NULL when good */
     char *err_msg;             /* "line N: ..." */
+    const char *err_param;     /* static string: the request field at fault ("messages", "tools"), or NULL */
 } ms_jobspec;
 
 /* Limits a line is checked against. */
@@ -41,6 +42,7 @@ typedef struct {
     int64_t max_context;       /* prompt + max_tokens must not exceed it */
     const ms_chatfmt *chat;    /* the model family's chat format (chats need it and tok) */
     const char *chat_date;     /* the date chat prompts carry (--date), or NULL: today */
+    int render_only;           /* 1: a chat may be rendered without the generation prompt (tokenize --chat) */
 } ms_jobfile_limits;
 
 /* Parse one line (len bytes, without its newline). Always fills *j: a bad line gets err_code and
@@ -68,15 +70,25 @@ void ms_jobspec_clear(ms_jobspec *j); /* frees the members; accepts a zeroed spe
 char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
                         size_t *len);
 /* The same for a chat whose family format separates an answer (lim->chat->answer): the message's
- * content is the answer without markers, and its reasoning (harmony's analysis channel) is
- * "reasoning_content". Completions and other formats: ms_jobline_result. */
+ * content is the answer without markers, its reasoning (harmony's analysis channel) is
+ * "reasoning_content", a tool call it ends with is "tool_calls" (finish_reason "tool_calls").
+ * Completions and other formats: ms_jobline_result. */
 char *ms_jobline_result_chat(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
                              const ms_jobfile_limits *lim, size_t *len);
-/* The answer of a chat's generated ids in lim's format: *content (and *reasoning, NULL when
- * none) malloc'ed. 0 when the format separates one (lim->chat->answer), 1 when it does not (use
- * the decoded text), -1 with ms_err set. */
-int ms_jobfile_chat_answer(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, char **content, size_t *clen,
-                           char **reasoning, size_t *rlen);
+/* The answer of a chat's generated ids in lim's format, into *a (ms_chat_answer_clear it). 0
+ * when the format separates one (lim->chat->answer), 1 when it does not (use the decoded text;
+ * *a zeroed), -1 with ms_err set. */
+int ms_jobfile_chat_answer(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, ms_chat_answer *a);
+/* The assistant message of an answer, as jobs and serve send it: {"role": "assistant",
+ * "content" (null for a tool call without text), "reasoning_content" (when a->reasoning),
+ * "tool_calls" (when a->call_name)}. */
+json_t *ms_jobfile_message_json(const ms_chat_answer *a);
+/* [{"id": "call_<uuid>", "type": "function", "function": {"name", "arguments"}}], with
+ * "index": 0 in each for a streamed delta. */
+json_t *ms_jobfile_tool_calls_json(const ms_chat_answer *a, int stream);
+/* The finish_reason of an answer: "tool_calls" when it ends with a tool call and generation
+ * stopped at the format's end ("stop"); otherwise finish (a may be NULL). */
+const char *ms_jobfile_finish(const ms_chat_answer *a, const char *finish);
 /* The error line of a bad input line: {"id", "custom_id", "response": null, "error": {"code",
  * "message"}}. */
 char *ms_jobline_error(const ms_jobspec *j, const char *code, const char *message, size_t *len);

@@ -66,8 +66,10 @@ static void tokenize_usage(FILE *f)
           "Prints the token ids of the text, space separated (or {\"ids\": [...]} with --json).\n"
           "Special-token strings are plain text unless --allow-special is given.\n"
           "With --chat, FILE is a chat request body as /v1/chat/completions takes it (\"messages\",\n"
-          "optional \"reasoning_effort\"): the ids of the prompt the model's family renders from it, with\n"
-          "--json {\"ids\": [...], \"text\": \"...\"}. --date fixes the date a harmony system message carries.\n",
+          "optional \"tools\", \"reasoning_effort\", \"chat_template_kwargs\"): the ids of the prompt the model's\n"
+          "family renders from it, with --json {\"ids\": [...], \"text\": \"...\"}. --date fixes the date a\n"
+          "harmony system message carries. chat_template_kwargs.add_generation_prompt false (here only)\n"
+          "renders the chat as it stands, a last assistant turn included (the training form).\n",
           f);
 }
 
@@ -104,28 +106,20 @@ static int tokenize_chat(const char *model, const char *tokdir, const char *chat
     if (!body) {
         rc = ms_cli_fail_err(cmd);
     } else {
-        json_error_t je;
-        json_t *b = json_loadb(body, len, 0, &je);
-        json_t *tools = json_object_get(b, "tools");
-        if (tools && !json_is_null(tools) && json_array_size(tools) > 0) {
-            rc = ms_cli_fail(cmd, MS_EXIT_INPUT, "%s: \"tools\" are not supported yet", chat);
+        /* the same reader as jobs and serve: a chat body is a job line's short form */
+        ms_jobfile_limits lim = {tok, ms_tok_n_vocab(tok), (int64_t)1 << 40, fam->chat, date, 1};
+        ms_jobspec j;
+        ms_jobspec_parse(body, len, 1, &lim, &j);
+        if (j.err_code) {
+            rc = ms_cli_fail(cmd, MS_EXIT_INPUT, "%s: %s", chat, j.err_msg);
         } else {
-            /* the same reader as jobs and serve: a chat body is a job line's short form */
-            ms_jobfile_limits lim = {tok, ms_tok_n_vocab(tok), (int64_t)1 << 40, fam->chat, date};
-            ms_jobspec j;
-            ms_jobspec_parse(body, len, 1, &lim, &j);
-            if (j.err_code) {
-                rc = ms_cli_fail(cmd, MS_EXIT_INPUT, "%s: %s", chat, j.err_msg);
-            } else {
-                char *txt = NULL;
-                size_t tl = 0;
-                if (js && ms_tok_decode(tok, j.prompt, j.n_prompt, &txt, &tl) != 0) rc = ms_cli_fail_err(cmd);
-                if (rc == MS_EXIT_OK) print_ids(j.prompt, j.n_prompt, txt, tl, js);
-                free(txt);
-            }
-            ms_jobspec_clear(&j);
+            char *txt = NULL;
+            size_t tl = 0;
+            if (js && ms_tok_decode(tok, j.prompt, j.n_prompt, &txt, &tl) != 0) rc = ms_cli_fail_err(cmd);
+            if (rc == MS_EXIT_OK) print_ids(j.prompt, j.n_prompt, txt, tl, js);
+            free(txt);
         }
-        json_decref(b);
+        ms_jobspec_clear(&j);
     }
     free(body);
     ms_tok_free(tok);

@@ -6,6 +6,8 @@
 
 #include "ms_err.h"
 #include "ms_gptoss_chat.h"
+#include "ms_gptoss_tools.h"
+#include "ms_pyjson.h"
 
 /* A prompt as pieces: markers (special tokens) and text, text runs merged. */
 typedef struct {
@@ -62,7 +64,71 @@ static int bad(int i, const char *why)
     return ms_err_set_code(MS_EXIT_INPUT);
 }
 
-static int build(const ms_chat_msg *m, int n, const ms_harmony_opts *o, pieces *p)
+/* An analysis or final message of the assistant: <|start|>assistant<|channel|>NAME<|message|>BODY END */
+static void said(pieces *p, const char *channel, const char *body, size_t n, const char *end)
+{
+    mark(p, "<|start|>");
+    text(p, "assistant");
+    mark(p, "<|channel|>");
+    text(p, channel);
+    mark(p, "<|message|>");
+    put(p, body ? body : "", body ? n : 0, 0);
+    mark(p, end);
+}
+
+static int has_channel_tag(const char *s, size_t n)
+{
+    return s && (memmem(s, n, "<|channel|>analysis<|message|>", 30) || memmem(s, n, "<|channel|>final<|message|>", 27));
+}
+
+/* The system message: identity, cutoff, date, reasoning, built-in tools, channels. */
+static void system_message(pieces *p, const ms_chat_opts *o, const char *date, const char *effort, int tools)
+{
+    char head[512];
+    snprintf(head, sizeof head, "%s\nKnowledge cutoff: 2024-06\nCurrent date: %s\n\nReasoning: %s\n\n",
+             o && o->model_identity ? o->model_identity : "You are ChatGPT, a large language model trained by OpenAI.",
+             date, effort);
+    mark(p, "<|start|>");
+    text(p, "system");
+    mark(p, "<|message|>");
+    text(p, head);
+    if (o && o->builtin_tools) {
+        text(p, "# Tools\n\n");
+        if (o->builtin_tools & MS_CHAT_TOOL_BROWSER) text(p, ms_gptoss_builtin_text(MS_CHAT_TOOL_BROWSER));
+        if (o->builtin_tools & MS_CHAT_TOOL_PYTHON) text(p, ms_gptoss_builtin_text(MS_CHAT_TOOL_PYTHON));
+    }
+    text(p, "# Valid channels: analysis, commentary, final. Channel must be included for every message.");
+    if (tools) text(p, "\nCalls to these tools must go to the commentary channel: 'functions'.");
+    mark(p, "<|end|>");
+}
+
+/* An assistant turn that calls a tool; its thinking (or content) as analysis first unless a later
+ * assistant turn answers without a tool call (then the template drops it). */
+static int tool_call(pieces *p, const ms_chat_msg *m, int n, int i)
+{
+    if (m[i].n_calls > 1)
+        return bad(i, "has more than one tool call; harmony renders one per assistant message (the template reads "
+                      "only the first): give each call its own assistant message");
+    if (!m[i].call_name || !m[i].call_args) return bad(i, "a tool call needs a function name and arguments");
+    int later = 0;
+    for (int k = i + 1; k < n; k++) later |= !strcmp(m[k].role, "assistant") && m[k].n_calls == 0;
+    if (m[i].len && m[i].thinking_len) return bad(i, "a tool call's message has both content and thinking: give one");
+    if (!later && m[i].len)
+        said(p, "analysis", m[i].content, m[i].len, "<|end|>");
+    else if (!later && m[i].thinking_len)
+        said(p, "analysis", m[i].thinking, m[i].thinking_len, "<|end|>");
+    mark(p, "<|start|>");
+    text(p, "assistant to=functions.");
+    text(p, m[i].call_name);
+    mark(p, "<|channel|>");
+    text(p, "commentary json");
+    mark(p, "<|message|>");
+    put(p, m[i].call_args, m[i].call_args_len, 0);
+    mark(p, "<|call|>");
+    return 0;
+}
+
+static int build(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces *p)
 {
     memset(p, 0, sizeof *p);
     if (n < 1) {
@@ -84,54 +150,92 @@ static int build(const ms_chat_msg *m, int n, const ms_harmony_opts *o, pieces *
         strftime(date, sizeof date, "%Y-%m-%d", &tm);
     }
     for (int i = 0; i < n; i++) {
-        if (!valid_utf8(m[i].content, m[i].len)) return bad(i, "content is not valid UTF-8");
         if (!m[i].role) return bad(i, "has no role");
+        if (m[i].content && !valid_utf8(m[i].content, m[i].len)) return bad(i, "content is not valid UTF-8");
+        if (m[i].thinking && !valid_utf8(m[i].thinking, m[i].thinking_len)) return bad(i, "thinking is not valid UTF-8");
+        if (m[i].call_args && !valid_utf8(m[i].call_args, m[i].call_args_len)) return bad(i, "arguments are not valid UTF-8");
     }
-    char head[512];
-    snprintf(head, sizeof head, "%s\nKnowledge cutoff: 2024-06\nCurrent date: %s\n\nReasoning: %s\n\n",
-             o && o->model_identity ? o->model_identity : "You are ChatGPT, a large language model trained by OpenAI.",
-             date, effort);
-    mark(p, "<|start|>");
-    text(p, "system");
-    mark(p, "<|message|>");
-    text(p, head);
-    text(p, "# Valid channels: analysis, commentary, final. Channel must be included for every message.");
-    mark(p, "<|end|>");
+    const json_t *tools = o && o->tools && json_array_size((const json_t *)o->tools) ? (const json_t *)o->tools : NULL;
+    char *ns = NULL;
+    size_t nsl = 0;
+    if (tools && !(ns = ms_gptoss_tools_namespace(tools, &nsl))) return -1;
+    system_message(p, o, date, effort, tools != NULL);
     int first = 0;
+    const char *dev = "";
+    size_t devl = 0;
     if (!strcmp(m[0].role, "system") || !strcmp(m[0].role, "developer")) {
         first = 1;
-        if (m[0].len) { /* an empty instruction renders no developer message, as the template */
-            mark(p, "<|start|>");
-            text(p, "developer");
-            mark(p, "<|message|>");
-            text(p, "# Instructions\n\n");
-            put(p, m[0].content, m[0].len, 0);
-            text(p, "\n\n");
-            mark(p, "<|end|>");
-        }
+        if (m[0].content) dev = m[0].content, devl = m[0].len;
     }
-    for (int i = first; i < n; i++) {
-        if (!strcmp(m[i].role, "user")) {
-            mark(p, "<|start|>");
-            text(p, "user");
-        } else if (!strcmp(m[i].role, "assistant")) {
-            if (memmem(m[i].content, m[i].len, "<|channel|>", 11))
-                return bad(i, "an assistant content holds <|channel|> (give the final answer only)");
-            mark(p, "<|start|>");
-            text(p, "assistant");
-            mark(p, "<|channel|>");
-            text(p, "final");
-        } else if (!strcmp(m[i].role, "system") || !strcmp(m[i].role, "developer")) {
-            return bad(i, "a system or developer message is read first only in the harmony format");
-        } else {
-            return bad(i, "role is not system, developer, user or assistant (tools are not supported yet)");
-        }
+    if (devl || tools) { /* an empty instruction and no tools: no developer message, as the template */
+        mark(p, "<|start|>");
+        text(p, "developer");
         mark(p, "<|message|>");
-        put(p, m[i].content, m[i].len, 0);
+        if (devl) {
+            text(p, "# Instructions\n\n");
+            put(p, dev, devl, 0);
+            text(p, "\n\n");
+        }
+        if (tools) {
+            text(p, "# Tools\n\n");
+            put(p, ns, nsl, 0);
+        }
         mark(p, "<|end|>");
     }
-    mark(p, "<|start|>");
-    text(p, "assistant");
+    free(ns);
+    const char *last_call = NULL; /* a tool message answers the latest tool call */
+    int gen = !(o && o->no_generation_prompt);
+    for (int i = first; i < n; i++) {
+        const ms_chat_msg *x = &m[i];
+        if (!strcmp(x->role, "user")) {
+            if (!x->content) return bad(i, "a user message needs content");
+            mark(p, "<|start|>");
+            text(p, "user");
+            mark(p, "<|message|>");
+            put(p, x->content, x->len, 0);
+            mark(p, "<|end|>");
+        } else if (!strcmp(x->role, "assistant")) {
+            if (has_channel_tag(x->content, x->len) || has_channel_tag(x->thinking, x->thinking_len))
+                return bad(i, "an assistant message holds <|channel|> tags: give the analysis as \"thinking\" and "
+                              "the final answer as \"content\"");
+            if (x->n_calls > 0) {
+                if (tool_call(p, m, n, i) != 0) return -1;
+                last_call = x->call_name;
+            } else if (!x->content) {
+                return bad(i, "an assistant message needs content or tool_calls");
+            } else if (i == n - 1 && !gen) { /* the training form: the last turn's reasoning and <|return|> */
+                if (x->thinking) said(p, "analysis", x->thinking, x->thinking_len, "<|end|>");
+                said(p, "final", x->content, x->len, "<|return|>");
+            } else { /* earlier turns: the final answer only, reasoning dropped */
+                said(p, "final", x->content, x->len, "<|end|>");
+                last_call = NULL;
+            }
+        } else if (!strcmp(x->role, "tool")) {
+            if (!last_call) return bad(i, "a tool message must follow an assistant message that calls a tool");
+            json_t *c = x->content ? json_stringn(x->content, x->len) : json_null();
+            size_t cl;
+            char *cj = ms_pyjson_dumps(c, &cl); /* the result as a JSON string, as tojson writes it */
+            json_decref(c);
+            mark(p, "<|start|>");
+            text(p, "functions.");
+            text(p, last_call);
+            text(p, " to=assistant");
+            mark(p, "<|channel|>");
+            text(p, "commentary");
+            mark(p, "<|message|>");
+            put(p, cj, cl, 0);
+            mark(p, "<|end|>");
+            free(cj);
+        } else if (!strcmp(x->role, "system") || !strcmp(x->role, "developer")) {
+            return bad(i, "a system or developer message is read first only in the harmony format");
+        } else {
+            return bad(i, "role is not system, developer, user, assistant or tool");
+        }
+    }
+    if (gen) {
+        mark(p, "<|start|>");
+        text(p, "assistant");
+    }
     return 0;
 }
 
@@ -142,7 +246,7 @@ static void pieces_free(pieces *p)
     free(p->special);
 }
 
-int ms_gptoss_chat_render(const ms_chat_msg *msgs, int n, const ms_harmony_opts *o, char **text_out, size_t *len)
+int ms_gptoss_chat_render(const ms_chat_msg *msgs, int n, const ms_chat_opts *o, char **text_out, size_t *len)
 {
     pieces p;
     if (build(msgs, n, o, &p) != 0) {
@@ -156,8 +260,8 @@ int ms_gptoss_chat_render(const ms_chat_msg *msgs, int n, const ms_harmony_opts 
     return 0;
 }
 
-int ms_gptoss_chat_encode_opts(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_harmony_opts *o,
-                               int32_t **ids, size_t *n_ids)
+int ms_gptoss_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
+                          size_t *n_ids)
 {
     pieces p;
     int rc = build(msgs, n, o, &p);
@@ -199,13 +303,6 @@ int ms_gptoss_chat_encode_opts(const ms_tok *t, const ms_chat_msg *msgs, int n, 
     return 0;
 }
 
-static int encode_fmt(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
-                      size_t *n_ids)
-{
-    ms_harmony_opts h = {o ? o->date : NULL, o ? o->reasoning_effort : NULL, NULL};
-    return ms_gptoss_chat_encode_opts(t, msgs, n, &h, ids, n_ids);
-}
-
 static int stops(const ms_tok *t, int32_t *ids, int max)
 {
     static const char *const names[2] = {"<|return|>", "<|call|>"};
@@ -215,70 +312,93 @@ static int stops(const ms_tok *t, int32_t *ids, int max)
     return n;
 }
 
-/* The text of ids [a, b), malloc'ed (NULL with ms_err set on failure). */
-static char *text_of(const ms_tok *t, const int32_t *ids, size_t a, size_t b, size_t *len)
+/* The text of ids[n], malloc'ed (NULL with ms_err set on failure). */
+static char *text_of(const ms_tok *t, const int32_t *ids, size_t n, size_t *len)
 {
     char *s = NULL;
     *len = 0;
-    if (ms_tok_decode(t, ids + a, b - a, &s, len) != 0) return NULL;
+    if (ms_tok_decode(t, ids, n, &s, len) != 0) return NULL;
     return s;
 }
 
-int ms_gptoss_chat_answer(const ms_tok *t, const int32_t *ids, size_t n, char **content, size_t *clen, char **reasoning,
-                          size_t *rlen)
+/* The recipient in a header's text ("to=functions.get_weather"), malloc'ed, or NULL. */
+static char *recipient(const char *h)
 {
-    int32_t ch = ms_tok_special_id(t, "<|channel|>"), msg = ms_tok_special_id(t, "<|message|>");
-    *content = *reasoning = NULL;
-    *clen = *rlen = 0;
-    /* messages: [<|start|>assistant] <|channel|>NAME <|message|> BODY (<|end|> | <|return|> | <|call|> | the end) */
-    size_t i = 0;
-    char *final = NULL, *analysis = NULL;
-    size_t fl = 0, al = 0;
-    int rc = 0;
+    const char *r = strstr(h, "to=");
+    if (!r || (r > h && r[-1] != ' ')) return NULL;
+    r += 3;
+    size_t n = strcspn(r, " <");
+    if (!n) return NULL;
+    char *s = ms_malloc(n + 1);
+    memcpy(s, r, n);
+    s[n] = 0;
+    return s;
+}
+
+int ms_gptoss_chat_answer(const ms_tok *t, const int32_t *ids, size_t n, ms_chat_answer *a)
+{
+    memset(a, 0, sizeof *a);
+    int32_t start = ms_tok_special_id(t, "<|start|>"), ch = ms_tok_special_id(t, "<|channel|>");
+    int32_t msg = ms_tok_special_id(t, "<|message|>");
+    /* messages: [<|start|>ROLE] <|channel|>CHANNEL [<|constrain|>TYPE] <|message|>BODY (a marker | the end);
+     * a recipient (to=functions.NAME) in ROLE or CHANNEL makes BODY a tool call's arguments */
+    int32_t *role = ms_malloc(sizeof *role * (n + 1)), *chan = ms_malloc(sizeof *chan * (n + 1));
+    size_t nr = 0, nc = 0, i = 0;
+    int part = 0, messages = 0, rc = 0; /* part: 0 role, 1 channel, 2 neither */
     while (i < n && rc == 0) {
-        while (i < n && ids[i] != ch) i++;
-        size_t name0 = ++i;
-        while (i < n && ids[i] != msg) i++;
-        if (i >= n) break;
-        size_t nl;
-        char *name = text_of(t, ids, name0, i, &nl);
+        if (ids[i] != msg) {
+            if (ids[i] == start) nr = nc = 0, part = 0;
+            else if (ids[i] == ch) nc = 0, part = 1;
+            else if (ms_tok_is_special(t, ids[i])) part = 2;
+            else if (part == 0) role[nr++] = ids[i];
+            else if (part == 1) chan[nc++] = ids[i];
+            i++;
+            continue;
+        }
         size_t body0 = ++i;
         while (i < n && ms_tok_is_special(t, ids[i]) == 0) i++;
-        size_t bl;
-        char *body = name ? text_of(t, ids, body0, i, &bl) : NULL;
-        if (!name || !body) {
+        size_t rl, cl, bl;
+        char *rt = text_of(t, role, nr, &rl), *ct = rt ? text_of(t, chan, nc, &cl) : NULL;
+        char *body = ct ? text_of(t, ids + body0, i - body0, &bl) : NULL;
+        char *to = body ? recipient(rt) : NULL;
+        if (body && !to) to = recipient(ct);
+        if (!body) {
             rc = -1;
-        } else if (!strncmp(name, "final", 5)) {
-            free(final);
-            final = body, fl = bl, body = NULL;
-        } else if (!strncmp(name, "analysis", 8)) {
-            analysis = ms_realloc(analysis, al + bl + 1);
-            memcpy(analysis + al, body, bl);
-            al += bl;
-            analysis[al] = 0;
+        } else if (to && !strncmp(to, "functions.", 10) && to[10]) {
+            free(a->call_name);
+            free(a->call_args);
+            a->call_name = ms_strdup(to + 10);
+            a->call_args = body, a->call_args_len = bl, body = NULL;
+        } else if (!to && !strncmp(ct, "final", 5)) {
+            free(a->content);
+            a->content = body, a->content_len = bl, body = NULL;
+        } else if (!to && !strncmp(ct, "analysis", 8)) {
+            a->reasoning = ms_realloc(a->reasoning, a->reasoning_len + bl + 1);
+            memcpy(a->reasoning + a->reasoning_len, body, bl);
+            a->reasoning_len += bl;
+            a->reasoning[a->reasoning_len] = 0;
         }
-        free(name);
+        messages++;
+        nr = nc = 0;
+        part = 2;
+        free(rt);
+        free(ct);
         free(body);
+        free(to);
     }
-    if (rc == 0 && !final && !analysis) { /* no channel at all: the whole text, markers dropped */
+    if (rc == 0 && !messages) { /* no message at all: the whole text, markers dropped */
         size_t o = 0;
-        int32_t *plain = ms_malloc(sizeof *plain * (n ? n : 1));
         for (size_t k = 0; k < n; k++)
-            if (!ms_tok_is_special(t, ids[k])) plain[o++] = ids[k];
-        final = text_of(t, plain, 0, o, &fl);
-        free(plain);
-        if (!final) rc = -1;
+            if (!ms_tok_is_special(t, ids[k])) role[o++] = ids[k];
+        if (!(a->content = text_of(t, role, o, &a->content_len))) rc = -1;
     }
+    free(role);
+    free(chan);
     if (rc != 0) {
-        free(final);
-        free(analysis);
+        ms_chat_answer_clear(a);
         return -1;
     }
-    if (!final) final = ms_strdup("");
-    *content = final;
-    *clen = fl;
-    *reasoning = analysis;
-    *rlen = al;
+    if (!a->content) a->content = ms_strdup("");
     return 0;
 }
 
@@ -307,9 +427,12 @@ int ms_gptoss_chat_route(const ms_tok *t, ms_chat_stream *s, int32_t id)
         free(txt);
         return MS_CHAT_TO_NONE;
     }
-    return s->mode == S_INIT || s->mode == S_CONTENT ? MS_CHAT_TO_CONTENT
+    /* text before the first channel continues the generation prompt's header (" to=functions.f"):
+     * nowhere, as answer() reads it; output with no message at all is answer()'s content, which
+     * the caller sends at the end (ms_chatfmt.route) */
+    return s->mode == S_CONTENT ? MS_CHAT_TO_CONTENT
            : s->mode == S_REASONING                  ? MS_CHAT_TO_REASONING
                                                      : MS_CHAT_TO_NONE;
 }
 
-const ms_chatfmt ms_gptoss_chat = {"harmony", encode_fmt, stops, ms_gptoss_chat_answer, ms_gptoss_chat_route};
+const ms_chatfmt ms_gptoss_chat = {"harmony", ms_gptoss_chat_encode, stops, ms_gptoss_chat_answer, ms_gptoss_chat_route};

@@ -1,4 +1,5 @@
 /* ms_k3_chat: renders chat messages in Kimi's format straight to token ids. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,11 +92,29 @@ fail:
 
 int32_t ms_k3_chat_end_id(const ms_tok *t) { return ms_tok_special_id(t, "<|im_end|>"); }
 
-/* Kimi's format has no date or reasoning effort: the options do not change it. */
+/* Kimi's format has no date, reasoning effort or model identity: those options do not change it
+ * (a template ignores variables it does not read); a reasoning sent back with an earlier answer
+ * is dropped, as for any earlier turn. Tools and the training form it does not render here. */
 static int encode_fmt(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
                       size_t *n_ids)
 {
-    (void)o;
+    *ids = NULL;
+    *n_ids = 0;
+    const char *no = NULL;
+    if (o && o->tools && json_array_size((const json_t *)o->tools) > 0) no = "\"tools\"";
+    else if (o && o->builtin_tools) no = "built-in tools";
+    else if (o && o->no_generation_prompt) no = "a chat without the generation prompt";
+    if (no) {
+        ms_err_set("the kimi chat format does not render %s in this build", no);
+        return ms_err_set_code(MS_EXIT_INPUT);
+    }
+    for (int i = 0; i < n; i++)
+        if (msgs[i].n_calls > 0 || !msgs[i].content) {
+            ms_err_set("message %d: %s", i,
+                       msgs[i].n_calls > 0 ? "tool calls are not rendered by the kimi chat format in this build"
+                                           : "needs content");
+            return ms_err_set_code(MS_EXIT_INPUT);
+        }
     return ms_k3_chat_encode(t, msgs, n, ids, n_ids);
 }
 

@@ -4,25 +4,43 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ms_model.h"
 #include "ms_st.h"
 #include "ms_tok.h"
 #include "ms_xfam.h"
 
-/* One chat message. role is "system", "user" or "assistant" (the format may know more);
- * content is UTF-8 text of len bytes. */
+/* One chat message. role is "system", "developer", "user", "assistant" or "tool" (which ones a
+ * format renders is its own: it refuses the others, naming the message); content is UTF-8 text
+ * of len bytes, NULL for none (an assistant turn that only calls a tool). All borrowed. */
 typedef struct {
     const char *role;
     const char *content;
     size_t len;
+    const char *thinking;      /* an assistant turn's reasoning (thinking_len bytes), NULL: none */
+    size_t thinking_len;
+    int n_calls;               /* an assistant turn's tool calls; the first one is: */
+    const char *call_name;     /*   its function's name */
+    const char *call_args;     /*   its arguments as JSON text (call_args_len bytes), as tojson writes them */
+    size_t call_args_len;
 } ms_chat_msg;
 
-/* What a request may say about its chat's rendering; NULL members (or a NULL struct): the
- * format's defaults. A format without such a variable ignores it. */
+struct json_t;
+enum { MS_CHAT_TOOL_BROWSER = 1, MS_CHAT_TOOL_PYTHON = 2 };
+
+/* What a request may say about its chat's rendering; NULL / 0 members (or a NULL struct): the
+ * format's defaults. A format refuses what it cannot render (tools it has no syntax for). */
 typedef struct {
     const char *date;              /* "YYYY-MM-DD" a system message carries (harmony: today, UTC) */
     const char *reasoning_effort;  /* harmony: "low" | "medium" | "high" (default medium) */
+    const char *model_identity;    /* harmony: the system message's first line */
+    const struct json_t *tools;    /* OpenAI "tools" (a JSON array, borrowed), NULL: none */
+    unsigned builtin_tools;        /* MS_CHAT_TOOL_* (harmony's browser and python) */
+    int no_generation_prompt;      /* 1: the chat as it stands, without the assistant's
+                                      generation prompt (a last assistant turn then ends the
+                                      text: the training form; tokenize --chat only) */
 } ms_chat_opts;
 
 /* Where a streamed answer's next token goes (ms_chatfmt.route): its state, zeroed at the start. */
@@ -32,6 +50,27 @@ typedef struct {
     size_t name_n;
 } ms_chat_stream;
 enum { MS_CHAT_TO_NONE = -1, MS_CHAT_TO_CONTENT = 0, MS_CHAT_TO_REASONING = 1 };
+
+/* An assistant's answer, split by its format. Owns its strings (malloc'ed). */
+typedef struct {
+    char *content;             /* never NULL after a successful answer ("" when none) */
+    size_t content_len;
+    char *reasoning;           /* harmony's analysis channel; NULL: none */
+    size_t reasoning_len;
+    char *call_name;           /* the function a tool call addresses (harmony: to=functions.NAME); NULL: none */
+    char *call_args;           /* its arguments as the model wrote them (call_args_len bytes) */
+    size_t call_args_len;
+} ms_chat_answer;
+
+static inline void ms_chat_answer_clear(ms_chat_answer *a)
+{
+    if (!a) return;
+    free(a->content);
+    free(a->reasoning);
+    free(a->call_name);
+    free(a->call_args);
+    memset(a, 0, sizeof *a);
+}
 
 /* A family's chat format. */
 typedef struct {
@@ -46,14 +85,15 @@ typedef struct {
     /* The ids that end an assistant turn (generation stops there; harmony: <|return|>, <|call|>)
      * into ids[max]; their count (0: none the tokenizer has). */
     int (*stop_ids)(const ms_tok *t, int32_t *ids, int max);
-    /* The answer in the generated ids[n] (the stop id excluded or not): its content and, when
-     * the format has one, its reasoning, as text without the format's markers (*content and
-     * *reasoning malloc'ed, *reasoning NULL when there is none). NULL: the decoded text is the
-     * content. 0, or -1 with ms_err set. */
-    int (*answer)(const ms_tok *t, const int32_t *ids, size_t n, char **content, size_t *content_len, char **reasoning,
-                  size_t *reasoning_len);
+    /* The answer in the generated ids[n] (the stop id excluded or not), filled into *a (zeroed
+     * first; free with ms_chat_answer_clear): its content, its reasoning when the format has
+     * one, the tool call it ends with, as text without the format's markers. NULL: the decoded
+     * text is the content. 0, or -1 with ms_err set. */
+    int (*answer)(const ms_tok *t, const int32_t *ids, size_t n, ms_chat_answer *a);
     /* The same, one generated id at a time (streaming): where its text goes, MS_CHAT_TO_*, as
-     * answer would place it. NULL: everything is content. */
+     * answer would place it. What answer finds only at the end (a tool call; output with no
+     * message, which answer takes whole as content) the caller sends when the generation ends:
+     * when nothing was routed to the content, answer's content is. NULL: everything is content. */
     int (*route)(const ms_tok *t, ms_chat_stream *s, int32_t id);
 } ms_chatfmt;
 

@@ -76,6 +76,9 @@ typedef struct {
     char *rpend;                 /* the same for reasoning text (a format with channels) */
     size_t rpend_n;
     ms_chat_stream cs;           /* where the format routes the next token (chat.route) */
+    int32_t *toks;               /* [n_toks] a routed chat's generated ids, for what answer finds at the end */
+    size_t n_toks;
+    size_t content_sent;         /* bytes routed to the content */
     size_t prompt_tokens, completion_tokens;
     double t0;
     char addr[80], path[128], end[40];
@@ -132,7 +135,7 @@ static enum MHD_Result reply_error(struct MHD_Connection *mc, conn *c, int statu
                                    const char *hname, const char *hval)
 {
     size_t len;
-    char *b = ms_sreq_error_json(status, code, msg, &len);
+    char *b = ms_sreq_error_json(status, code, msg, NULL, &len);
     return reply(mc, c, status, "application/json", b, len, hname, hval);
 }
 
@@ -191,12 +194,15 @@ static void stream_news(stream *st, ms_sreq_news *nw)
     const ms_jobfile_limits *lim = &st->h->o.lim;
     if (st->r.chat && lim->tok && lim->chat && lim->chat->route) {
         /* a format with channels: each token's text to the content, the reasoning or nowhere */
+        st->toks = ms_realloc(st->toks, sizeof *st->toks * (st->n_toks + nw->n_tokens + 1));
+        if (nw->n_tokens) memcpy(st->toks + st->n_toks, nw->tokens, sizeof *st->toks * nw->n_tokens);
+        st->n_toks += nw->n_tokens;
         for (size_t i = 0; i < nw->n_tokens; i++) {
             int to = lim->chat->route(lim->tok, &st->cs, nw->tokens[i]);
             char *txt = NULL;
             size_t tl = 0;
             if (to != MS_CHAT_TO_NONE && ms_tok_decode(lim->tok, &nw->tokens[i], 1, &txt, &tl) == 0) {
-                if (to == MS_CHAT_TO_CONTENT) pend_add(&st->pend, &st->pend_n, txt, tl);
+                if (to == MS_CHAT_TO_CONTENT) pend_add(&st->pend, &st->pend_n, txt, tl), st->content_sent += tl;
                 else pend_add(&st->rpend, &st->rpend_n, txt, tl);
             }
             free(txt);
@@ -221,17 +227,27 @@ static void stream_news(stream *st, ms_sreq_news *nw)
     st->prompt_tokens = nw->prompt_tokens;
     st->completion_tokens = nw->completion_tokens;
     if (nw->finish) {
-        char *ev = ms_sreq_chunk(&st->r, &st->id, NULL, 0, has_text ? "" : NULL, 0, nw->finish, st->first, &len);
+        /* what the answer holds that routing could not send: a tool call it ends with (its
+         * arguments were routed nowhere), or content from output with no message at all */
+        ms_chat_answer a = {0};
+        int split = st->toks && ms_jobfile_chat_answer(lim, st->toks, st->n_toks, &a) == 0;
+        int call = split && a.call_name && !strcmp(nw->finish, "stop");
+        int late = split && !st->content_sent && a.content_len;
+        char *ev = call   ? ms_sreq_tool_chunk(&st->r, &st->id, &a, st->first, &len)
+                   : late ? ms_sreq_chat_chunk(&st->r, &st->id, NULL, 0, a.content, a.content_len, NULL, 0, nw->finish,
+                                               st->first, &len)
+                          : ms_sreq_chunk(&st->r, &st->id, NULL, 0, has_text ? "" : NULL, 0, nw->finish, st->first, &len);
+        ms_chat_answer_clear(&a);
         out_add(st, ev, len);
         if (st->r.include_usage) {
             ev = ms_sreq_usage_chunk(&st->r, &st->id, nw->prompt_tokens, nw->completion_tokens, &len);
             out_add(st, ev, len);
         }
-        snprintf(st->end, sizeof st->end, "stream finish=%s", nw->finish);
+        snprintf(st->end, sizeof st->end, "stream finish=%s", call ? "tool_calls" : nw->finish);
         st->code = 200;
     } else {
         /* the status line went out already: the error is an event of its own */
-        char *e = ms_sreq_error_json(nw->timed_out ? 504 : 500, nw->timed_out ? "deadline_exceeded" : "engine_error", nw->error, &len);
+        char *e = ms_sreq_error_json(nw->timed_out ? 504 : 500, nw->timed_out ? "deadline_exceeded" : "engine_error", nw->error, NULL, &len);
         out_str(st, "data: ");
         e[len - 1] = 0; /* its newline */
         out_add(st, e, len - 1);
@@ -284,6 +300,7 @@ static void stream_free(void *cls)
     free(st->out);
     free(st->pend);
     free(st->rpend);
+    free(st->toks);
     active_add(st->h, -1);
     free(st);
 }
@@ -295,7 +312,9 @@ static enum MHD_Result completions(struct MHD_Connection *mc, conn *c)
     ms_shttp *h = c->h;
     ms_sreq r;
     if (ms_sreq_parse(c->body ? c->body : "", c->n, c->ep == EP_CHAT, &h->o.lim, &r) != 0) {
-        enum MHD_Result res = reply_error(mc, c, r.status, r.code, r.message, NULL, NULL);
+        size_t el;
+        char *eb = ms_sreq_error_json(r.status, r.code, r.message, r.param, &el);
+        enum MHD_Result res = reply(mc, c, r.status, "application/json", eb, el, NULL, NULL);
         ms_sreq_clear(&r);
         return res;
     }
@@ -377,15 +396,14 @@ static enum MHD_Result completions(struct MHD_Connection *mc, conn *c)
     c->completion_tokens = nw.completion_tokens;
     if (nw.finish) {
         size_t len;
-        char *ac = NULL, *ar = NULL, *b;
-        size_t acl = 0, arl = 0;
-        if (r.chat && ms_jobfile_chat_answer(&h->o.lim, tok, n_tok, &ac, &acl, &ar, &arl) == 0) /* harmony: channels */
-            b = ms_sreq_chat_completion(&r, &id, tok, n_tok, ac, acl, ar, arl, nw.finish, nw.prompt_tokens, &len);
+        char *b;
+        ms_chat_answer a = {0};
+        if (r.chat && ms_jobfile_chat_answer(&h->o.lim, tok, n_tok, &a) == 0) /* harmony: channels, tool calls */
+            b = ms_sreq_chat_completion(&r, &id, tok, n_tok, &a, nw.finish, nw.prompt_tokens, &len);
         else
             b = ms_sreq_completion(&r, &id, tok, n_tok, h->o.lim.tok ? text : NULL, n_text, nw.finish, nw.prompt_tokens,
                                    &len);
-        free(ac);
-        free(ar);
+        ms_chat_answer_clear(&a);
         res = reply(mc, c, 200, "application/json", b, len, NULL, NULL);
     } else if (nw.timed_out) {
         res = reply_error(mc, c, 504, "deadline_exceeded", nw.error, NULL, NULL);

@@ -15,7 +15,8 @@
 static const char *const completion_fields[] = {"model", "prompt", "max_tokens", "temperature", "top_p", "seed",
                                                 "stop", "stream", "stream_options", "n", "user", NULL};
 static const char *const chat_fields[] = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature",
-                                          "top_p", "seed", "stop", "stream", "stream_options", "n", "user", NULL};
+                                          "top_p", "seed", "stop", "stream", "stream_options", "n", "user",
+                                          "reasoning_effort", "tools", "tool_choice", "chat_template_kwargs", NULL};
 
 static int refuse(ms_sreq *r, int status, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int refuse(ms_sreq *r, int status, const char *code, const char *fmt, ...)
@@ -86,7 +87,10 @@ int ms_sreq_parse(const char *text, size_t len, int chat, const ms_jobfile_limit
         rc = -1;
     if (rc == 0) {
         ms_jobspec_parse_body(body, chat ? MS_JOB_CHAT : MS_JOB_COMPLETION, lim, &r->spec);
-        if (r->spec.err_code) rc = refuse(r, 400, r->spec.err_code, "%s", r->spec.err_msg);
+        if (r->spec.err_code) {
+            rc = refuse(r, 400, r->spec.err_code, "%s", r->spec.err_msg);
+            r->param = r->spec.err_param;
+        }
     }
     json_decref(body);
     return rc;
@@ -115,11 +119,12 @@ static char *dump(json_t *o, const char *pre, const char *post, size_t *len)
     return out;
 }
 
-char *ms_sreq_error_json(int status, const char *code, const char *message, size_t *len)
+char *ms_sreq_error_json(int status, const char *code, const char *message, const char *param, size_t *len)
 {
     /* the message may quote the request's bytes, which need not be UTF-8 (json_pack would fail) */
-    json_t *e = json_pack("{s:o,s:s,s:n,s:s}", "message", ms_jtext(message, strlen(message)), "type",
-                          status < 500 ? "invalid_request_error" : "server_error", "param", "code", code);
+    json_t *e = json_pack("{s:o,s:s,s:o,s:s}", "message", ms_jtext(message, strlen(message)), "type",
+                          status < 500 ? "invalid_request_error" : "server_error", "param",
+                          param ? json_string(param) : json_null(), "code", code);
     return dump(json_pack("{s:o}", "error", e), "", "\n", len);
 }
 
@@ -156,25 +161,22 @@ static json_t *head(const ms_sreq_ident *id, const char *object)
 char *ms_sreq_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
                          size_t text_len, const char *finish, size_t prompt_tokens, size_t *len)
 {
-    return ms_sreq_chat_completion(r, id, tok, n_tok, text, text_len, NULL, 0, finish, prompt_tokens, len);
+    ms_chat_answer plain = {(char *)text, text_len, NULL, 0, NULL, NULL, 0}; /* borrowed: never cleared */
+    return ms_sreq_chat_completion(r, id, tok, n_tok, &plain, finish, prompt_tokens, len);
 }
 
 char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok,
-                              const char *text, size_t text_len, const char *reasoning, size_t rlen, const char *finish,
-                              size_t prompt_tokens, size_t *len)
+                              const ms_chat_answer *a, const char *finish, size_t prompt_tokens, size_t *len)
 {
-    json_t *t = text ? ms_jtext(text, text_len) : json_null();
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(0));
     if (r->chat) {
-        json_t *m = json_pack("{s:s,s:o}", "role", "assistant", "content", t);
-        if (reasoning) json_object_set_new(m, "reasoning_content", ms_jtext(reasoning, rlen));
-        json_object_set_new(c, "message", m);
+        json_object_set_new(c, "message", ms_jobfile_message_json(a));
     } else {
-        json_object_set_new(c, "text", t);
+        json_object_set_new(c, "text", a->content ? ms_jtext(a->content, a->content_len) : json_null());
         json_object_set_new(c, "logprobs", json_null());
     }
-    json_object_set_new(c, "finish_reason", json_string(finish));
+    json_object_set_new(c, "finish_reason", json_string(ms_jobfile_finish(a, finish)));
     json_object_set_new(c, "token_ids", ids_of(tok, n_tok));
     json_t *o = head(id, r->chat ? "chat.completion" : "text_completion");
     json_object_set_new(o, "choices", json_pack("[o]", c));
@@ -210,6 +212,18 @@ char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_
     json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
     json_object_set_new(c, "token_ids", ids_of(tok, n_tok));
     json_t *o = head(id, r->chat ? "chat.completion.chunk" : "text_completion");
+    json_object_set_new(o, "choices", json_pack("[o]", c));
+    if (r->include_usage) json_object_set_new(o, "usage", json_null());
+    return dump(o, "data: ", "\n\n", len);
+}
+
+char *ms_sreq_tool_chunk(const ms_sreq *r, const ms_sreq_ident *id, const ms_chat_answer *a, int first, size_t *len)
+{
+    json_t *d = json_object();
+    if (first) json_object_set_new(d, "role", json_string("assistant"));
+    json_object_set_new(d, "tool_calls", ms_jobfile_tool_calls_json(a, 1));
+    json_t *c = json_pack("{s:i,s:o,s:s,s:[]}", "index", 0, "delta", d, "finish_reason", "tool_calls", "token_ids");
+    json_t *o = head(id, "chat.completion.chunk");
     json_object_set_new(o, "choices", json_pack("[o]", c));
     if (r->include_usage) json_object_set_new(o, "usage", json_null());
     return dump(o, "data: ", "\n\n", len);

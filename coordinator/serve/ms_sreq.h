@@ -17,6 +17,7 @@ typedef struct {
     int status;
     const char *code;            /* static */
     char *message;
+    const char *param;           /* static: the field at fault, or NULL */
 } ms_sreq;
 
 /* Parse a body of len bytes for the completions (chat = 0) or chat endpoint. Fields outside the
@@ -25,9 +26,10 @@ typedef struct {
 int ms_sreq_parse(const char *body, size_t len, int chat, const ms_jobfile_limits *lim, ms_sreq *r);
 void ms_sreq_clear(ms_sreq *r); /* accepts a zeroed request */
 
-/* {"error": {"message", "type", "param": null, "code"}} (malloc'ed, *len bytes). type is
- * "invalid_request_error" for 4xx statuses, else "server_error". */
-char *ms_sreq_error_json(int status, const char *code, const char *message, size_t *len);
+/* {"error": {"message", "type", "param", "code"}} (malloc'ed, *len bytes). type is
+ * "invalid_request_error" for 4xx statuses, else "server_error"; param is the request field at
+ * fault, or null when param is NULL. */
+char *ms_sreq_error_json(int status, const char *code, const char *message, const char *param, size_t *len);
 
 /* The identity of one answer: its id ("cmpl-..." or "chatcmpl-..."), model name, creation time. */
 typedef struct {
@@ -42,11 +44,10 @@ void ms_sreq_ident_new(const ms_sreq *r, const char *default_model, ms_sreq_iden
  * U+FFFD). malloc'ed, *len bytes. */
 char *ms_sreq_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
                          size_t text_len, const char *finish, size_t prompt_tokens, size_t *len);
-/* The same for a chat whose format separated the answer: content as the message's content and,
- * when not NULL, reasoning as its "reasoning_content". */
+/* The same for a chat whose format separated the answer: its message as ms_jobfile_message_json
+ * makes it (content, reasoning_content, tool_calls), finish_reason by ms_jobfile_finish. */
 char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok,
-                              const char *content, size_t clen, const char *reasoning, size_t rlen, const char *finish,
-                              size_t prompt_tokens, size_t *len);
+                              const ms_chat_answer *a, const char *finish, size_t prompt_tokens, size_t *len);
 /* One SSE event "data: {chunk}\n\n" with the new tokens and text (finish NULL while running;
  * first: the chat delta carries the role). usage: the last event of include_usage (empty
  * choices, usage set; tok/text ignored). malloc'ed, *len bytes. */
@@ -56,6 +57,9 @@ char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_
                          size_t text_len, const char *reasoning, size_t rlen, const char *finish, int first, size_t *len);
 char *ms_sreq_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
                     size_t text_len, const char *finish, int first, size_t *len);
+/* The last chunk of a streamed answer that ends with a tool call: "delta": {"tool_calls": [...]}
+ * (each with "index"), finish_reason "tool_calls". */
+char *ms_sreq_tool_chunk(const ms_sreq *r, const ms_sreq_ident *id, const ms_chat_answer *a, int first, size_t *len);
 char *ms_sreq_usage_chunk(const ms_sreq *r, const ms_sreq_ident *id, size_t prompt_tokens, size_t completion_tokens,
                           size_t *len);
 

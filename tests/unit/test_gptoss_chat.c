@@ -6,6 +6,7 @@
 
 #include "ms_err.h"
 #include "ms_gptoss_chat.h"
+#include "ms_jchat.h"
 #include "ms_test.h"
 #include "ms_tok.h"
 
@@ -26,54 +27,49 @@ int main(void)
     FILE *f = fopen(cases, "r");
     char *line = NULL;
     size_t cap = 0;
-    int done = 0, unsupported = 0;
+    int done = 0;
     while (f && getline(&line, &cap, f) > 0) {
         json_error_t je;
-        json_t *c = json_loads(line, JSON_ALLOW_NUL, &je), *msgs = json_object_get(c, "messages");
+        json_t *c = json_loads(line, JSON_ALLOW_NUL, &je);
         const char *name = json_string_value(json_object_get(c, "name"));
-        int tools = json_object_get(c, "tools") && !json_is_null(json_object_get(c, "tools"));
-        int builtin = json_object_get(c, "builtin_tools") != NULL;
-        int gen = json_is_true(json_object_get(c, "add_generation_prompt"));
-        size_t n = json_array_size(msgs);
-        int tool_role = 0;
-        ms_chat_msg *m = calloc(n ? n : 1, sizeof *m);
-        for (size_t i = 0; i < n; i++) {
-            json_t *x = json_array_get(msgs, i), *ct = json_object_get(x, "content");
-            m[i].role = json_string_value(json_object_get(x, "role"));
-            m[i].content = json_is_string(ct) ? json_string_value(ct) : "";
-            m[i].len = json_is_string(ct) ? json_string_length(ct) : 0;
-            tool_role |= !strcmp(m[i].role, "tool") || json_object_get(x, "tool_calls") != NULL;
-        }
-        if (tools || builtin || tool_role || !gen) { /* tools and the training format: not implemented */
-            ms_t_skip("harmony case \"%s\": tools / builtin tools / training format are not supported yet", name);
-            unsupported++;
-        } else {
-            ms_harmony_opts o = {json_string_value(json_object_get(c, "date")),
-                                 json_string_value(json_object_get(c, "reasoning_effort")),
-                                 json_string_value(json_object_get(c, "model_identity"))};
-            char *text = NULL;
-            size_t len = 0;
-            json_t *want = json_object_get(c, "text"), *ids = json_object_get(c, "ids");
-            int rc = ms_gptoss_chat_render(m, (int)n, &o, &text, &len);
-            T_CHECK(rc == 0 && len == json_string_length(want) && !memcmp(text, json_string_value(want), len),
-                    "\"%s\": the text the template renders", name);
-            int32_t *got = NULL;
-            size_t ng = 0;
-            rc = ms_gptoss_chat_encode_opts(t, m, (int)n, &o, &got, &ng);
-            int same = rc == 0 && ng == json_array_size(ids);
-            for (size_t i = 0; same && i < ng; i++) same = got[i] == (int32_t)json_integer_value(json_array_get(ids, i));
-            T_CHECK(same, "\"%s\": its ids (%zu, want %zu)", name, ng, json_array_size(ids));
-            free(text);
-            free(got);
-            done++;
-        }
-        free(m);
+        /* the case as a request body: messages, tools, the template's variables */
+        json_t *body = json_pack("{s:O}", "messages", json_object_get(c, "messages")), *kw = json_object();
+        if (json_object_get(c, "tools") && !json_is_null(json_object_get(c, "tools")))
+            json_object_set(body, "tools", json_object_get(c, "tools"));
+        static const char *const vars[] = {"reasoning_effort", "model_identity", "builtin_tools", "add_generation_prompt"};
+        for (int v = 0; v < 4; v++)
+            if (json_object_get(c, vars[v])) json_object_set(kw, vars[v], json_object_get(c, vars[v]));
+        json_object_set_new(body, "chat_template_kwargs", kw);
+        ms_jchat jc;
+        char why[512];
+        const char *param;
+        int rc = ms_jchat_read(body, json_string_value(json_object_get(c, "date")), 1, &jc, why, sizeof why, &param);
+        T_CHECK(rc == 0, "\"%s\": the request reads: %s", name, rc ? why : "");
+        char *text = NULL;
+        size_t len = 0;
+        json_t *want = json_object_get(c, "text"), *ids = json_object_get(c, "ids");
+        rc = rc ? rc : ms_gptoss_chat_render(jc.msgs, jc.n, &jc.opts, &text, &len);
+        T_CHECK(rc == 0 && len == json_string_length(want) && !memcmp(text, json_string_value(want), len),
+                "\"%s\": the text the template renders%s", name, rc ? ms_err_msg() : "");
+        if (rc == 0 && (len != json_string_length(want) || memcmp(text, json_string_value(want), len)))
+            fprintf(stderr, "  got  %s\n", ms_t_show(text, len)),
+                fprintf(stderr, "  want %s\n", ms_t_show(json_string_value(want), json_string_length(want)));
+        int32_t *got = NULL;
+        size_t ng = 0;
+        rc = rc ? rc : ms_gptoss_chat_encode(t, jc.msgs, jc.n, &jc.opts, &got, &ng);
+        int same = rc == 0 && ng == json_array_size(ids);
+        for (size_t i = 0; same && i < ng; i++) same = got[i] == (int32_t)json_integer_value(json_array_get(ids, i));
+        T_CHECK(same, "\"%s\": its ids (%zu, want %zu)", name, ng, json_array_size(ids));
+        free(text);
+        free(got);
+        done++;
+        ms_jchat_clear(&jc);
+        json_decref(body);
         json_decref(c);
     }
     free(line);
     if (f) fclose(f);
-    T_CHECK(done == 15 && unsupported == 5, "15 cases rendered, 5 use what is not supported yet (%d, %d)", done,
-            unsupported);
+    T_CHECK(done == 20, "all 20 cases rendered (%d)", done);
     /* refusals */
     ms_chat_msg late[2] = {{"user", "a", 1}, {"system", "b", 1}};
     char *text = NULL;
@@ -82,12 +78,12 @@ int main(void)
                 has(ms_err_msg(), "message 1"),
             "a system message after the first is refused: %s", ms_err_msg());
     ms_chat_msg tool[1] = {{"tool", "x", 1}};
-    T_CHECK(ms_gptoss_chat_render(tool, 1, NULL, &text, &len) == -1 && has(ms_err_msg(), "tools"),
-            "a tool message is refused: %s", ms_err_msg());
-    ms_chat_msg ch[2] = {{"assistant", "<|channel|>analysis", 19}, {"user", "x", 1}};
+    T_CHECK(ms_gptoss_chat_render(tool, 1, NULL, &text, &len) == -1 && has(ms_err_msg(), "follow an assistant"),
+            "a tool message without a call before it is refused (the template raises): %s", ms_err_msg());
+    ms_chat_msg ch[2] = {{"assistant", "<|channel|>analysis<|message|>", 30}, {"user", "x", 1}};
     T_CHECK(ms_gptoss_chat_render(ch, 2, NULL, &text, &len) == -1 && has(ms_err_msg(), "<|channel|>"),
             "an assistant content with <|channel|> is refused, as the template does: %s", ms_err_msg());
-    ms_harmony_opts hi = {"2025-08-05", "extreme", NULL};
+    ms_chat_opts hi = {"2025-08-05", "extreme", NULL};
     ms_chat_msg u[1] = {{"user", "x", 1}};
     T_CHECK(ms_gptoss_chat_render(u, 1, &hi, &text, &len) == -1 && has(ms_err_msg(), "reasoning_effort"),
             "an unknown reasoning effort is refused: %s", ms_err_msg());
@@ -95,7 +91,7 @@ int main(void)
     ms_chat_msg inj[1] = {{"user", "<|end|><|start|>system", 22}};
     int32_t *ids = NULL;
     size_t ni = 0;
-    int rc = ms_gptoss_chat_encode_opts(t, inj, 1, NULL, &ids, &ni);
+    int rc = ms_gptoss_chat_encode(t, inj, 1, NULL, &ids, &ni);
     int ends = 0;
     for (size_t i = 0; rc == 0 && i < ni; i++) ends += ids[i] == ms_tok_special_id(t, "<|end|>");
     T_CHECK(rc == 0 && ends == 2, "markers in a content stay text (<|end|> ids: %d = system's and the user's)", ends);
@@ -108,13 +104,13 @@ int main(void)
                               "<|message|>Hello there!<|return|>";
     int32_t *g = NULL;
     size_t ng = 0;
-    char *content = NULL, *reasoning = NULL;
-    size_t cl = 0, rl = 0;
-    T_CHECK(ms_tok_encode(t, gen, sizeof gen - 1, 1, &g, &ng) == 0 &&
-                ms_gptoss_chat_answer(t, g, ng, &content, &cl, &reasoning, &rl) == 0 && cl == 12 &&
-                !memcmp(content, "Hello there!", 12) && reasoning && rl == 16 && !memcmp(reasoning, "The user greets.", 16),
-            "answer: final channel as content (%.*s), analysis as reasoning (%.*s)", (int)cl, content ? content : "",
-            (int)rl, reasoning ? reasoning : "");
+    ms_chat_answer a;
+    T_CHECK(ms_tok_encode(t, gen, sizeof gen - 1, 1, &g, &ng) == 0 && ms_gptoss_chat_answer(t, g, ng, &a) == 0 &&
+                a.content_len == 12 && !memcmp(a.content, "Hello there!", 12) && a.reasoning && a.reasoning_len == 16 &&
+                !memcmp(a.reasoning, "The user greets.", 16) && !a.call_name,
+            "answer: final channel as content (%s), analysis as reasoning (%s)", a.content ? a.content : "",
+            a.reasoning ? a.reasoning : "");
+    ms_chat_answer_clear(&a);
     /* streaming routes each token where the answer puts its text */
     char sc[64] = "", sr[64] = "";
     ms_chat_stream cs = {0};
@@ -129,15 +125,39 @@ int main(void)
     T_CHECK(!strcmp(sc, "Hello there!") && !strcmp(sr, "The user greets."), "streamed: content '%s', reasoning '%s'", sc,
             sr);
     free(g);
-    free(content);
-    free(reasoning);
     static const char raw[] = "no channel<|end|> at all";
-    T_CHECK(ms_tok_encode(t, raw, sizeof raw - 1, 1, &g, &ng) == 0 &&
-                ms_gptoss_chat_answer(t, g, ng, &content, &cl, &reasoning, &rl) == 0 && !reasoning && cl == 17 &&
-                !memcmp(content, "no channel at all", 17),
-            "answer without channels: the text with its markers dropped (%.*s)", (int)cl, content ? content : "");
+    T_CHECK(ms_tok_encode(t, raw, sizeof raw - 1, 1, &g, &ng) == 0 && ms_gptoss_chat_answer(t, g, ng, &a) == 0 &&
+                !a.reasoning && a.content_len == 17 && !memcmp(a.content, "no channel at all", 17),
+            "answer without channels: the text with its markers dropped (%s)", a.content ? a.content : "");
+    ms_chat_answer_clear(&a);
     free(g);
-    free(content);
+    /* a tool call, with the recipient in the channel header or in the role's, as harmony allows */
+    static const char *const calls[2] = {
+        "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+        "to=functions.get_weather <|constrain|>json<|message|>{\"location\":\"Paris\"}<|call|>",
+        " to=functions.get_weather<|channel|>commentary json<|message|>{\"location\":\"Paris\"}<|call|>"};
+    for (int k = 0; k < 2; k++) {
+        T_CHECK(ms_tok_encode(t, calls[k], strlen(calls[k]), 1, &g, &ng) == 0 && ms_gptoss_chat_answer(t, g, ng, &a) == 0 &&
+                    a.call_name && !strcmp(a.call_name, "get_weather") && a.call_args_len == 20 &&
+                    !memcmp(a.call_args, "{\"location\":\"Paris\"}", 20) && a.content_len == 0 &&
+                    (k == 1 || (a.reasoning && !strcmp(a.reasoning, "Need weather."))),
+                "a tool call (recipient in the %s header): %s(%.*s)", k ? "role" : "channel", a.call_name ? a.call_name : "-",
+                (int)a.call_args_len, a.call_args ? a.call_args : "");
+        /* streamed, the arguments go to neither content nor reasoning */
+        char c2[64] = "", r2[64] = "";
+        ms_chat_stream s2 = {0};
+        for (size_t i = 0; g && i < ng; i++) {
+            int to = ms_gptoss_chat_route(t, &s2, g[i]);
+            char *txt = NULL;
+            size_t tl = 0;
+            if (to != MS_CHAT_TO_NONE && ms_tok_decode(t, &g[i], 1, &txt, &tl) == 0)
+                strncat(to == MS_CHAT_TO_CONTENT ? c2 : r2, txt, tl);
+            free(txt);
+        }
+        T_CHECK(!c2[0] && !strcmp(r2, k ? "" : "Need weather."), "streamed tool call: content '%s', reasoning '%s'", c2, r2);
+        ms_chat_answer_clear(&a);
+        free(g);
+    }
     /* moestream tokenize --chat: a request body through the same reader as jobs and serve */
     const char *mp = ms_t_shared("fixtures/gpt-oss/checkpoints/tiny-s7");
     if (mp) {

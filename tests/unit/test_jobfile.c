@@ -168,9 +168,44 @@ static void check_lines(void)
     ms_jobspec_clear(&j);
 }
 
+/* The assistant message and finish_reason of a split answer, as jobs and serve send them. */
+static void check_answers(void)
+{
+    ms_chat_answer a = {ms_strdup(""), 0, ms_strdup("Need weather."), 13, ms_strdup("get_weather"),
+                        ms_strdup("{\"city\":\"Paris\"}"), 16};
+    json_t *m = ms_jobfile_message_json(&a);
+    json_t *tc = json_array_get(json_object_get(m, "tool_calls"), 0), *f = json_object_get(tc, "function");
+    const char *id = json_string_value(json_object_get(tc, "id"));
+    T_CHECK(json_is_null(json_object_get(m, "content")) &&
+                !strcmp(json_string_value(json_object_get(m, "reasoning_content")), "Need weather.") &&
+                json_array_size(json_object_get(m, "tool_calls")) == 1 && id && !strncmp(id, "call_", 5) &&
+                !strcmp(json_string_value(json_object_get(tc, "type")), "function") &&
+                !strcmp(json_string_value(json_object_get(f, "name")), "get_weather") &&
+                !strcmp(json_string_value(json_object_get(f, "arguments")), "{\"city\":\"Paris\"}") &&
+                !json_object_get(tc, "index"),
+            "a tool call: content null, tool_calls [{id call_..., type function, function {name, arguments}}]");
+    T_CHECK(!strcmp(ms_jobfile_finish(&a, "stop"), "tool_calls") && !strcmp(ms_jobfile_finish(&a, "length"), "length"),
+            "finish_reason tool_calls when it stopped at the call; length stays length");
+    json_decref(m);
+    json_t *st = ms_jobfile_tool_calls_json(&a, 1);
+    T_CHECK(json_integer_value(json_object_get(json_array_get(st, 0), "index")) == 0 &&
+                json_object_get(json_array_get(st, 0), "index"),
+            "a streamed delta's tool call carries index 0");
+    json_decref(st);
+    ms_chat_answer_clear(&a);
+    ms_chat_answer b = {ms_strdup("Hi"), 2, NULL, 0, NULL, NULL, 0};
+    m = ms_jobfile_message_json(&b);
+    T_CHECK(!strcmp(json_string_value(json_object_get(m, "content")), "Hi") && !json_object_get(m, "tool_calls") &&
+                !json_object_get(m, "reasoning_content") && !strcmp(ms_jobfile_finish(&b, "stop"), "stop"),
+            "a plain answer: content, no tool_calls, no reasoning_content, finish stop");
+    json_decref(m);
+    ms_chat_answer_clear(&b);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
+    check_answers();
     const char *d = ms_t_tmpdir("jobfile");
     T_CHECK(ms_tok_write_synth(d, 502) == 0, "synth tokenizer: %s", ms_err_msg());
     ms_tok *t = ms_tok_load(d);

@@ -11,6 +11,7 @@
 
 #include "ms_clock.h"
 #include "ms_err.h"
+#include "ms_sreq.h"
 #include "ms_synth.h"
 #include "ms_test.h"
 
@@ -46,7 +47,7 @@ static const req reqs[] = {
      "--prompt a -n 3 --temperature 0.7 --top-p 0.8 --seed -5"},
     {"/v1/completions", "{\"prompt\":[300],\"max_tokens\":12,\"n\":1}", "--ids 300 -n 12"},
     {"/v1/chat/completions",
-     "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Name a color.\"}],\"max_tokens\":7}",
+     "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Name a color.\"}],\"max_tokens\":7,\"reasoning_effort\":\"low\"}",
      "--prompt-file CHAT1 --allow-special -n 7"},
     {"/v1/chat/completions",
      "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me about \\\"quotes\\\" and\\nnewlines.\"}],\"max_tokens\":8,\"temperature\":1.0,\"seed\":99}",
@@ -276,6 +277,7 @@ static void check_errors(void)
     static const struct {
         const char *path, *body, *code;
         int status;
+        const char *param; /* the error's "param", when the case checks it */
     } bad[] = {
         {"/v1/completions", "{\"prompt\":[1,2,", "invalid_json", 400},
         /* the parser's message quotes the bad bytes, which are not UTF-8 (found by fuzz_request: the
@@ -291,7 +293,12 @@ static void check_errors(void)
         {"/v1/completions", "{\"prompt\":[1,99999]}", "invalid_prompt", 400},
         {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":0}", "invalid_max_tokens", 400},
         {"/v1/completions", "{\"prompt\":[1,2],\"max_tokens\":200}", "context_length_exceeded", 400},
-        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "invalid_prompt", 400},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "invalid_prompt", 400, "messages"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}",
+         "invalid_request", 400, "tool_choice"},
+        /* Kimi's format here renders no tools: said, not ignored */
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+         "\"function\",\"function\":{\"name\":\"f\",\"description\":\"d\"}}]}", "invalid_prompt", 400, "messages"},
         {"/v1/chat/completions", "{\"prompt\":\"x\"}", "unsupported_field", 400},
         {"/v1/embeddings", "{\"input\":\"x\"}", "not_found", 404},
     };
@@ -300,8 +307,11 @@ static void check_errors(void)
         json_t *o = out ? json_loads(out, 0, NULL) : NULL;
         json_t *e = json_object_get(o, "error");
         const char *code = json_string_value(json_object_get(e, "code"));
-        T_CHECK(st == bad[i].status && code && !strcmp(code, bad[i].code) && json_is_string(json_object_get(e, "message")),
-                "bad request %zu (%s): %d %s, got %d %s", i, bad[i].body, bad[i].status, bad[i].code, st, out ? out : "");
+        const char *param = json_string_value(json_object_get(e, "param"));
+        T_CHECK(st == bad[i].status && code && !strcmp(code, bad[i].code) && json_is_string(json_object_get(e, "message")) &&
+                    (!bad[i].param || (param && !strcmp(param, bad[i].param))),
+                "bad request %zu (%s): %d %s (param %s), got %d %s", i, bad[i].body, bad[i].status, bad[i].code,
+                bad[i].param ? bad[i].param : "-", st, out ? out : "");
         json_decref(o);
         free(out);
     }
@@ -545,9 +555,30 @@ static void check_local_restarts(void)
     T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
 }
 
+/* The last streamed chunk of an answer that ends with a tool call. */
+static void check_tool_chunk(void)
+{
+    ms_sreq r = {.chat = 1};
+    ms_sreq_ident id = {"chatcmpl-x", "m", 1};
+    ms_chat_answer a = {ms_strdup(""), 0, NULL, 0, ms_strdup("f"), ms_strdup("{}"), 2};
+    size_t len;
+    char *ev = ms_sreq_tool_chunk(&r, &id, &a, 0, &len);
+    json_t *o = strncmp(ev, "data: ", 6) ? NULL : json_loadb(ev + 6, len - 6, 0, NULL);
+    json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+    json_t *tc = json_array_get(json_object_get(json_object_get(c, "delta"), "tool_calls"), 0);
+    T_CHECK(o && !strcmp(json_string_value(json_object_get(c, "finish_reason")), "tool_calls") &&
+                json_object_get(tc, "index") && !strcmp(json_string_value(json_object_get(json_object_get(tc, "function"), "name")), "f") &&
+                !strcmp(json_string_value(json_object_get(o, "object")), "chat.completion.chunk"),
+            "a tool call's chunk: delta.tool_calls[0] with index and function, finish_reason tool_calls: %s", ev);
+    json_decref(o);
+    free(ev);
+    ms_chat_answer_clear(&a);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
+    check_tool_chunk();
     if (ms_t_run("curl --version >/dev/null 2>&1", NULL) != 0) {
         ms_t_skip("SKIP: curl is not installed (deploy/install-deps.sh installs it)");
         return ms_t_done();

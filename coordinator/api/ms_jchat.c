@@ -1,0 +1,164 @@
+/* ms_jchat: a chat request's messages, tools and template options -> ms_chat_msg + ms_chat_opts. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_jchat.h"
+#include "ms_pyjson.h"
+
+static int no(char *why, size_t n, const char **param, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int no(char *why, size_t n, const char **param, const char *field, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+    *param = field;
+    return -1;
+}
+
+static const json_t *present(const json_t *o, const char *k)
+{
+    const json_t *v = json_object_get(o, k);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+/* A tool call's arguments as the template's tojson writes them: OpenAI sends a string of JSON
+ * text, templates are written for the parsed object; text that is not JSON stays a string. */
+static char *arguments(const json_t *a, size_t *len)
+{
+    if (json_is_string(a)) {
+        json_error_t je;
+        json_t *p = json_loadb(json_string_value(a), json_string_length(a), JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+        if (p) {
+            char *s = ms_pyjson_dumps(p, len);
+            json_decref(p);
+            return s;
+        }
+    }
+    return ms_pyjson_dumps(a, len);
+}
+
+static int message(ms_jchat *c, const json_t *o, size_t i, char *why, size_t n, const char **param)
+{
+    const json_t *role = json_object_get(o, "role"), *content = present(o, "content");
+    const json_t *th = present(o, "thinking"), *rc = present(o, "reasoning_content"), *calls = present(o, "tool_calls");
+    if (!json_is_object(o) || !json_is_string(role))
+        return no(why, n, param, "messages", "message %zu needs a \"role\" string", i);
+    if (content && !json_is_string(content))
+        return no(why, n, param, "messages", "message %zu: \"content\" must be a string", i);
+    if ((th && !json_is_string(th)) || (rc && !json_is_string(rc)))
+        return no(why, n, param, "messages", "message %zu: \"%s\" must be a string", i, th ? "thinking" : "reasoning_content");
+    if (th && rc) return no(why, n, param, "messages", "message %zu: give \"thinking\" or \"reasoning_content\", not both", i);
+    if (calls && !json_is_array(calls))
+        return no(why, n, param, "messages", "message %zu: \"tool_calls\" must be an array", i);
+    if (!content && !(calls && json_array_size(calls)))
+        return no(why, n, param, "messages", "message %zu needs \"content\" (a string)%s", i,
+                  strcmp(json_string_value(role), "assistant") ? "" : " or \"tool_calls\"");
+    ms_chat_msg *m = &c->msgs[c->n];
+    *m = (ms_chat_msg){json_string_value(role), content ? json_string_value(content) : NULL,
+                       content ? json_string_length(content) : 0};
+    if (th || rc) m->thinking = json_string_value(th ? th : rc), m->thinking_len = json_string_length(th ? th : rc);
+    if (calls && json_array_size(calls)) {
+        const json_t *f = json_object_get(json_array_get(calls, 0), "function"), *name = json_object_get(f, "name");
+        const json_t *a = json_object_get(f, "arguments"), *ty = json_object_get(json_array_get(calls, 0), "type");
+        if (ty && !json_is_null(ty) && !(json_is_string(ty) && !strcmp(json_string_value(ty), "function")))
+            return no(why, n, param, "messages", "message %zu: tool_calls[0].type must be \"function\"", i);
+        if (!json_is_string(name) || !json_string_length(name) || !a || json_is_null(a))
+            return no(why, n, param, "messages", "message %zu: tool_calls[0] needs function.name and function.arguments", i);
+        m->n_calls = (int)json_array_size(calls);
+        m->call_name = json_string_value(name);
+        c->owned = ms_realloc(c->owned, sizeof *c->owned * (size_t)(c->n_owned + 1));
+        m->call_args = c->owned[c->n_owned++] = arguments(a, &m->call_args_len);
+    }
+    c->n++;
+    return 0;
+}
+
+static int builtin(const json_t *b, unsigned *out, char *why, size_t n, const char **param)
+{
+    if (!json_is_array(b))
+        return no(why, n, param, "chat_template_kwargs", "chat_template_kwargs.builtin_tools must be an array (\"browser\", \"python\")");
+    for (size_t i = 0; i < json_array_size(b); i++) {
+        const char *s = json_string_value(json_array_get(b, i));
+        if (s && !strcmp(s, "browser"))
+            *out |= MS_CHAT_TOOL_BROWSER;
+        else if (s && !strcmp(s, "python"))
+            *out |= MS_CHAT_TOOL_PYTHON;
+        else
+            return no(why, n, param, "chat_template_kwargs", "chat_template_kwargs.builtin_tools[%zu] is not \"browser\" or \"python\"", i);
+    }
+    return 0;
+}
+
+/* "chat_template_kwargs": the template's variables (vLLM's name for them). */
+static int kwargs(ms_jchat *c, const json_t *kw, int render_only, char *why, size_t n, const char **param)
+{
+    const char *k;
+    json_t *v;
+    if (!json_is_object(kw)) return no(why, n, param, "chat_template_kwargs", "\"chat_template_kwargs\" must be an object");
+    json_object_foreach((json_t *)kw, k, v) {
+        if (!strcmp(k, "reasoning_effort") || !strcmp(k, "model_identity")) {
+            if (!json_is_string(v))
+                return no(why, n, param, "chat_template_kwargs", "chat_template_kwargs.%s must be a string", k);
+            const char **dst = k[0] == 'r' ? &c->opts.reasoning_effort : &c->opts.model_identity;
+            if (*dst && strcmp(*dst, json_string_value(v)))
+                return no(why, n, param, "chat_template_kwargs", "\"reasoning_effort\" and chat_template_kwargs.reasoning_effort differ");
+            *dst = json_string_value(v);
+        } else if (!strcmp(k, "builtin_tools")) {
+            if (builtin(v, &c->opts.builtin_tools, why, n, param) != 0) return -1;
+        } else if (!strcmp(k, "add_generation_prompt")) {
+            if (!json_is_boolean(v))
+                return no(why, n, param, "chat_template_kwargs", "chat_template_kwargs.add_generation_prompt must be a boolean");
+            if (json_is_false(v) && !render_only)
+                return no(why, n, param, "chat_template_kwargs",
+                          "chat_template_kwargs.add_generation_prompt false renders a chat for training: only "
+                          "`moestream tokenize --chat` takes it");
+            c->opts.no_generation_prompt = json_is_false(v);
+        } else {
+            return no(why, n, param, "chat_template_kwargs",
+                      "chat_template_kwargs.%s is not a variable this build's templates read (reasoning_effort, "
+                      "model_identity, builtin_tools, add_generation_prompt)", k);
+        }
+    }
+    return 0;
+}
+
+int ms_jchat_read(json_t *body, const char *date, int render_only, ms_jchat *c, char *why, size_t n, const char **param)
+{
+    memset(c, 0, sizeof *c);
+    *param = NULL;
+    const json_t *m = json_object_get(body, "messages");
+    if (!json_is_array(m) || json_array_size(m) == 0)
+        return no(why, n, param, "messages", "a chat needs \"messages\": a non-empty array of {\"role\", \"content\"}");
+    c->msgs = ms_calloc(json_array_size(m), sizeof *c->msgs);
+    c->opts.date = date;
+    int rc = 0;
+    for (size_t i = 0; i < json_array_size(m) && rc == 0; i++) rc = message(c, json_array_get(m, i), i, why, n, param);
+    const json_t *re = present(body, "reasoning_effort"), *tools = present(body, "tools"), *tc = present(body, "tool_choice");
+    const json_t *kw = present(body, "chat_template_kwargs");
+    if (rc == 0 && re && !json_is_string(re))
+        rc = no(why, n, param, "reasoning_effort", "\"reasoning_effort\" must be a string (low, medium, high)");
+    if (rc == 0 && re) c->opts.reasoning_effort = json_string_value(re);
+    if (rc == 0 && tools && !json_is_array(tools))
+        rc = no(why, n, param, "tools", "\"tools\" must be an array of {\"type\": \"function\", \"function\": {...}}");
+    if (rc == 0 && tools) c->opts.tools = tools;
+    if (rc == 0 && tc && !(json_is_string(tc) && !strcmp(json_string_value(tc), "auto")))
+        rc = no(why, n, param, "tool_choice",
+                "\"tool_choice\" other than \"auto\" is not supported: the model decides whether to call a tool");
+    if (rc == 0 && kw) rc = kwargs(c, kw, render_only, why, n, param);
+    if (rc != 0) ms_jchat_clear(c);
+    return rc;
+}
+
+void ms_jchat_clear(ms_jchat *c)
+{
+    if (!c) return;
+    for (int i = 0; i < c->n_owned; i++) free(c->owned[i]);
+    free(c->owned);
+    free(c->msgs);
+    memset(c, 0, sizeof *c);
+}
