@@ -75,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
         fuzz_refused(r.message);
         FUZZ_CHECK(r.status >= 400 && r.status < 500 && r.code && r.message && r.message[0]);
         size_t el = 0;
-        check_json(ms_sreq_error_json(r.status, r.code, r.message, &el), el, 0);
+        check_json(ms_sreq_error_json(r.status, r.code, r.message, r.param, &el), el, 0);
         ms_sreq_clear(&r);
         return 0;
     }

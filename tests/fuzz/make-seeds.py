@@ -278,3 +278,30 @@ for i, s in enumerate([
         # found by the harness: a JSON error message quoting bytes that are not UTF-8
         b'\x02{"messages":[{"role":"assistant","contknt":[{"t":"text","text":"hi \\u0\xd0\xa49"}]}]}']):
     put("fuzz_request", s, "req%d" % i)
+
+# fuzz_chat: every harmony case of the fixture as a request body (messages, tools, the template's
+# variables as chat_template_kwargs; first byte 1: add_generation_prompt false allowed), and the
+# OpenAI shape of a tool-call round trip (arguments as JSON text, reasoning_content).
+for line in open(os.path.join(fix, "gpt-oss", "chat", "chat-cases.jsonl"), encoding="utf-8"):
+    c = json.loads(line)
+    body = {"messages": c["messages"]}
+    if c.get("tools"):
+        body["tools"] = c["tools"]
+    kw = {k: c[k] for k in ("reasoning_effort", "model_identity", "builtin_tools", "add_generation_prompt") if k in c}
+    if kw:
+        body["chat_template_kwargs"] = kw
+    put("fuzz_chat", b"\1" + json.dumps(body, ensure_ascii=False).encode(), "case")
+put("fuzz_chat", b"\0" + json.dumps({
+    "messages": [{"role": "user", "content": "Weather?"},
+                 {"role": "assistant", "content": None, "reasoning_content": "call",
+                  "tool_calls": [{"id": "c1", "type": "function",
+                                  "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"n\": 1e-7}"}}]},
+                 {"role": "tool", "tool_call_id": "c1", "content": "18C"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {
+        "type": "object", "required": ["city"], "properties": {
+            "city": {"type": "string", "description": "A city"},
+            "unit": {"type": "string", "enum": ["c", "f"], "default": "c"},
+            "when": {"oneOf": [{"type": "string", "description": "ISO"}, {"type": "integer"}], "default": "now"},
+            "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": ["string", "null"]}}}},
+            "n": {"type": "number", "default": 0.1}}}}}],
+    "tool_choice": "auto", "reasoning_effort": "high"}).encode(), "openai-tool-round-trip")
