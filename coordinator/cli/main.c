@@ -12,18 +12,19 @@ static void usage(FILE *f)
     fputs("usage: moestream <command> [options]\n"
           "\n"
           "commands:\n"
-          "  run         generate from a Kimi K3 checkpoint\n"
+          "  run         generate from a checkpoint (Kimi K3 or gpt-oss, told by its config.json)\n"
           "  demo        write a small synthetic checkpoint and generate from it\n"
           "  jobs        run a JSON Lines file of jobs, batched together, resumable\n"
           "  serve       serve an OpenAI-compatible HTTP API, requests batched together\n"
           "  tokenize    text -> token ids\n"
           "  detokenize  token ids -> text\n"
-          "  synth       write a random Kimi K3 checkpoint in the released layout\n"
+          "  synth       write a random checkpoint in a family's released layout (Kimi K3, gpt-oss)\n"
           "  cache-sim   replay a routed-expert trace through LRU, the cache policy and Belady\n"
           "  pack-trunk  write a lossless compressed copy of the BF16 trunk (fewer bytes streamed)\n"
           "  shard       split a checkpoint's experts into per-worker packs (+ a trunk-only checkpoint)\n"
           "  keygen      write a CURVE key pair for workers and coordinators\n"
           "  ident       hash every byte of a checkpoint once and print its fingerprint\n"
+          "  bench       measure this machine's FMA peak and read bandwidth, and the kernels against them\n"
           "\n"
           "`moestream <command> --help` describes each command. Exit codes: 0 ok, 1 runtime error,\n"
           "2 usage, 3 bad model, 4 I/O error, 5 bad input, 6 impossible budget, 7 worker failure,\n"
@@ -58,6 +59,7 @@ static int dispatch(int argc, char **argv)
     if (!strcmp(cmd, "shard")) return ms_cli_shard(argc - 1, argv + 1);
     if (!strcmp(cmd, "pack-trunk")) return ms_cli_pack_trunk(argc - 1, argv + 1);
     if (!strcmp(cmd, "ident")) return ms_cli_ident(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return ms_cli_bench(argc - 1, argv + 1);
     fprintf(stderr, "moestream: unknown command '%s'\n", cmd);
     usage(stderr);
     return MS_EXIT_USAGE;

@@ -18,6 +18,7 @@ int ms_cli_shard(int argc, char **argv); /* ms_cli_shard.c: per-worker expert pa
 int ms_cli_keygen(int argc, char **argv);
 int ms_cli_pack_trunk(int argc, char **argv); /* ms_cli_ptrunk.c: the lossless trunk pack */
 int ms_cli_ident(int argc, char **argv);      /* ms_cli_ident.c: a checkpoint's full-content fingerprint */
+int ms_cli_bench(int argc, char **argv);      /* ms_cli_bench.c: FMA peak, bandwidth, kernels against them */
 
 /* ms_opt_fail / ms_opt_fail_err as "moestream <cmd>: message"; return code (its class). */
 int ms_cli_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -1,0 +1,252 @@
+/* ms_kbench: FMA peaks and read bandwidth, measured with loops in registers and over a large buffer. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_clock.h"
+#include "ms_cpu.h"
+#include "ms_err.h"
+#include "ms_kbench.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define KB_X86 1
+#else
+#define KB_X86 0
+#endif
+
+/* Independent accumulator chains per thread: enough to cover the FMA latency (4-5 cycles) at two
+ * FMAs a cycle, and few enough to stay in registers. */
+enum { CHAINS = 12 };
+
+typedef struct {
+    ms_kb_isa isa;
+    int64_t iters;  /* loop trips per thread */
+    int64_t sink;   /* keeps the results alive */
+} peak_ctx;
+
+#if KB_X86
+__attribute__((target("avx2,fma"))) static double loop_f32_avx2(int64_t iters)
+{
+    __m256 a[CHAINS], m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    for (int k = 0; k < CHAINS; k++) a[k] = _mm256_set1_ps((float)k);
+    for (int64_t i = 0; i < iters; i++) {
+        a[0] = _mm256_fmadd_ps(a[0], m, c);
+        a[1] = _mm256_fmadd_ps(a[1], m, c);
+        a[2] = _mm256_fmadd_ps(a[2], m, c);
+        a[3] = _mm256_fmadd_ps(a[3], m, c);
+        a[4] = _mm256_fmadd_ps(a[4], m, c);
+        a[5] = _mm256_fmadd_ps(a[5], m, c);
+        a[6] = _mm256_fmadd_ps(a[6], m, c);
+        a[7] = _mm256_fmadd_ps(a[7], m, c);
+        a[8] = _mm256_fmadd_ps(a[8], m, c);
+        a[9] = _mm256_fmadd_ps(a[9], m, c);
+        a[10] = _mm256_fmadd_ps(a[10], m, c);
+        a[11] = _mm256_fmadd_ps(a[11], m, c);
+    }
+    __m256 s = a[0];
+    for (int k = 1; k < CHAINS; k++) s = _mm256_add_ps(s, a[k]);
+    float o[8];
+    _mm256_storeu_ps(o, s);
+    return o[0];
+}
+
+__attribute__((target("avx512f"))) static double loop_f32_avx512(int64_t iters)
+{
+    __m512 a[CHAINS], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+    for (int k = 0; k < CHAINS; k++) a[k] = _mm512_set1_ps((float)k);
+    for (int64_t i = 0; i < iters; i++) {
+        a[0] = _mm512_fmadd_ps(a[0], m, c);
+        a[1] = _mm512_fmadd_ps(a[1], m, c);
+        a[2] = _mm512_fmadd_ps(a[2], m, c);
+        a[3] = _mm512_fmadd_ps(a[3], m, c);
+        a[4] = _mm512_fmadd_ps(a[4], m, c);
+        a[5] = _mm512_fmadd_ps(a[5], m, c);
+        a[6] = _mm512_fmadd_ps(a[6], m, c);
+        a[7] = _mm512_fmadd_ps(a[7], m, c);
+        a[8] = _mm512_fmadd_ps(a[8], m, c);
+        a[9] = _mm512_fmadd_ps(a[9], m, c);
+        a[10] = _mm512_fmadd_ps(a[10], m, c);
+        a[11] = _mm512_fmadd_ps(a[11], m, c);
+    }
+    __m512 s = a[0];
+    for (int k = 1; k < CHAINS; k++) s = _mm512_add_ps(s, a[k]);
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) static double loop_f64_avx2(int64_t iters)
+{
+    __m256d a[CHAINS], m = _mm256_set1_pd(0.999999), c = _mm256_set1_pd(1e-7);
+    for (int k = 0; k < CHAINS; k++) a[k] = _mm256_set1_pd((double)k);
+    for (int64_t i = 0; i < iters; i++) {
+        a[0] = _mm256_fmadd_pd(a[0], m, c);
+        a[1] = _mm256_fmadd_pd(a[1], m, c);
+        a[2] = _mm256_fmadd_pd(a[2], m, c);
+        a[3] = _mm256_fmadd_pd(a[3], m, c);
+        a[4] = _mm256_fmadd_pd(a[4], m, c);
+        a[5] = _mm256_fmadd_pd(a[5], m, c);
+        a[6] = _mm256_fmadd_pd(a[6], m, c);
+        a[7] = _mm256_fmadd_pd(a[7], m, c);
+        a[8] = _mm256_fmadd_pd(a[8], m, c);
+        a[9] = _mm256_fmadd_pd(a[9], m, c);
+        a[10] = _mm256_fmadd_pd(a[10], m, c);
+        a[11] = _mm256_fmadd_pd(a[11], m, c);
+    }
+    __m256d s = a[0];
+    for (int k = 1; k < CHAINS; k++) s = _mm256_add_pd(s, a[k]);
+    double o[4];
+    _mm256_storeu_pd(o, s);
+    return o[0];
+}
+#endif
+
+static int lanes(ms_kb_isa isa) { return isa == MS_KB_F32_AVX512 ? 16 : isa == MS_KB_F32_AVX2 ? 8 : 4; }
+
+int ms_kbench_has(ms_kb_isa isa)
+{
+#if KB_X86
+    ms_cpu_init();
+    if (isa == MS_KB_F32_AVX512) return __builtin_cpu_supports("avx512f");
+    return ms_cpu_simd_available();
+#else
+    (void)isa;
+    return 0;
+#endif
+}
+
+const char *ms_kbench_name(ms_kb_isa isa)
+{
+    static const char *const n[MS_KB_N] = {"fp32-avx2", "fp32-avx512", "fp64-avx2"};
+    return isa >= 0 && isa < MS_KB_N ? n[isa] : "?";
+}
+
+static void peak_task(void *vctx, int64_t b, int64_t e)
+{
+    peak_ctx *c = vctx;
+    double s = 0;
+    for (int64_t t = b; t < e; t++) {
+#if KB_X86
+        s += c->isa == MS_KB_F32_AVX512 ? loop_f32_avx512(c->iters)
+             : c->isa == MS_KB_F32_AVX2 ? loop_f32_avx2(c->iters)
+                                        : loop_f64_avx2(c->iters);
+#endif
+    }
+    __atomic_fetch_add(&c->sink, (int64_t)s, __ATOMIC_RELAXED);
+}
+
+double ms_kbench_fma_peak(ms_pool *pool, ms_kb_isa isa, double seconds)
+{
+    if (!ms_kbench_has(isa)) return 0;
+    int n = ms_pool_size(pool);
+    peak_ctx c = {isa, 1 << 16, 0};
+    double best = 0;
+    for (;;) { /* grow the trip count until one run takes a tenth of the time asked */
+        double t0 = ms_now();
+        ms_pool_for(pool, n, 1, peak_task, &c);
+        double dt = ms_now() - t0;
+        if (dt >= seconds / 10 || c.iters > ((int64_t)1 << 40)) break;
+        c.iters *= 4;
+    }
+    double until = ms_now() + seconds;
+    do { /* the best of several runs: the machine's limit, not its noise */
+        double t0 = ms_now();
+        ms_pool_for(pool, n, 1, peak_task, &c);
+        double dt = ms_now() - t0;
+        double g = 2.0 * lanes(isa) * CHAINS * (double)c.iters * n / dt / 1e9;
+        if (g > best) best = g;
+    } while (ms_now() < until);
+    return best;
+}
+
+typedef struct {
+    uint8_t *buf;
+    size_t bytes;
+    int n;
+    int touch;          /* 1: write the slice (first touch), 0: read it */
+    uint64_t sink;
+} bw_ctx;
+
+/* A read of n bytes as four streams at once (the slice's quarters, side by side): the hardware
+ * prefetchers follow each, as they follow the rows of a matmul, which one stream alone does
+ * not saturate. n is a multiple of 4 KiB. */
+#if KB_X86
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n)
+{
+    size_t q = n / 4;
+    const uint8_t *s0 = p, *s1 = p + q, *s2 = p + 2 * q, *s3 = p + 3 * q;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 64 <= q; i += 64) {
+        a0 = _mm256_xor_si256(a0, _mm256_xor_si256(_mm256_load_si256((const __m256i *)(s0 + i)),
+                                                   _mm256_load_si256((const __m256i *)(s0 + i + 32))));
+        a1 = _mm256_xor_si256(a1, _mm256_xor_si256(_mm256_load_si256((const __m256i *)(s1 + i)),
+                                                   _mm256_load_si256((const __m256i *)(s1 + i + 32))));
+        a2 = _mm256_xor_si256(a2, _mm256_xor_si256(_mm256_load_si256((const __m256i *)(s2 + i)),
+                                                   _mm256_load_si256((const __m256i *)(s2 + i + 32))));
+        a3 = _mm256_xor_si256(a3, _mm256_xor_si256(_mm256_load_si256((const __m256i *)(s3 + i)),
+                                                   _mm256_load_si256((const __m256i *)(s3 + i + 32))));
+    }
+    __m256i s = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    uint64_t o[4];
+    _mm256_storeu_si256((__m256i *)o, s);
+    return o[0] ^ o[1] ^ o[2] ^ o[3];
+}
+#endif
+
+static uint64_t read_plain(const uint8_t *p, size_t n)
+{
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, v;
+    size_t q = n / 4;
+    for (size_t i = 0; i + 8 <= q; i += 8) {
+        memcpy(&v, p + i, 8), s0 ^= v;
+        memcpy(&v, p + q + i, 8), s1 ^= v;
+        memcpy(&v, p + 2 * q + i, 8), s2 ^= v;
+        memcpy(&v, p + 3 * q + i, 8), s3 ^= v;
+    }
+    return s0 ^ s1 ^ s2 ^ s3;
+}
+
+static void bw_task(void *vctx, int64_t b, int64_t e)
+{
+    bw_ctx *c = vctx;
+    size_t slice = (c->bytes / (size_t)c->n) & ~(size_t)16383; /* four 4 KiB-aligned quarters */
+    for (int64_t t = b; t < e; t++) {
+        uint8_t *p = c->buf + (size_t)t * slice;
+        if (c->touch) {
+            for (size_t i = 0; i < slice; i += 8) {
+                uint64_t v = (uint64_t)i * 0x9e3779b97f4a7c15ull;
+                memcpy(p + i, &v, 8);
+            }
+            continue;
+        }
+        uint64_t s;
+#if KB_X86
+        s = ms_cpu_simd_available() ? read_avx2(p, slice) : read_plain(p, slice);
+#else
+        s = read_plain(p, slice);
+#endif
+        __atomic_fetch_xor(&c->sink, s, __ATOMIC_RELAXED);
+    }
+}
+
+double ms_kbench_read_bw(ms_pool *pool, size_t bytes, double seconds)
+{
+    int n = ms_pool_size(pool);
+    uint8_t *buf = NULL;
+    if (posix_memalign((void **)&buf, 4096, bytes) != 0 || !buf) {
+        ms_err_set("cannot allocate %zu bytes for the bandwidth probe", bytes);
+        return ms_err_set_code(MS_EXIT_RUNTIME);
+    }
+    bw_ctx c = {buf, bytes, n, 1, 0};
+    ms_pool_for(pool, n, 1, bw_task, &c); /* each thread's slice on its own node */
+    c.touch = 0;
+    size_t read = ((bytes / (size_t)n) & ~(size_t)16383) * (size_t)n;
+    double best = 0, until = ms_now() + seconds;
+    do {
+        double t0 = ms_now();
+        ms_pool_for(pool, n, 1, bw_task, &c);
+        double g = (double)read / (ms_now() - t0) / 1e9;
+        if (g > best) best = g;
+    } while (ms_now() < until);
+    free(buf);
+    return best;
+}
