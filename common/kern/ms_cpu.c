@@ -7,20 +7,26 @@
 #include "ms_cpu.h"
 
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
-static int simd_avail;
-static atomic_int simd_on;
+static int best;       /* what the CPU runs */
+static int cap;        /* what MS_SIMD allows */
+static atomic_int level;
 
 static void cpu_init_once(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    simd_avail = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    best = avx2 && __builtin_cpu_supports("avx512f") ? MS_SIMD_AVX512 : avx2 ? MS_SIMD_AVX2 : MS_SIMD_SCALAR;
 #else
-    simd_avail = 0;
+    best = MS_SIMD_SCALAR;
 #endif
+    cap = best;
+    const char *s = getenv("MS_SIMD");
+    if (s && !strcmp(s, "scalar")) cap = MS_SIMD_SCALAR;
+    if (s && !strcmp(s, "avx2") && cap > MS_SIMD_AVX2) cap = MS_SIMD_AVX2;
     const char *env = getenv("MS_NO_SIMD");
     int off = env && *env && strcmp(env, "0") != 0;
-    atomic_store(&simd_on, simd_avail && !off);
+    atomic_store(&level, off ? MS_SIMD_SCALAR : cap);
 }
 
 void ms_cpu_init(void) { pthread_once(&cpu_once, cpu_init_once); }
@@ -28,17 +34,40 @@ void ms_cpu_init(void) { pthread_once(&cpu_once, cpu_init_once); }
 int ms_cpu_simd_available(void)
 {
     ms_cpu_init();
-    return simd_avail;
+    return best >= MS_SIMD_AVX2;
+}
+
+int ms_cpu_best_level(void)
+{
+    ms_cpu_init();
+    return best;
 }
 
 void ms_cpu_set_simd(int on)
 {
     ms_cpu_init();
-    atomic_store(&simd_on, on && simd_avail);
+    atomic_store(&level, on ? cap : MS_SIMD_SCALAR);
+}
+
+int ms_cpu_set_level(int l)
+{
+    ms_cpu_init();
+    if (l > best) l = best;
+    if (l < 0) l = 0;
+    atomic_store(&level, l);
+    return l;
 }
 
 int ms_cpu_simd_enabled(void)
 {
     ms_cpu_init();
-    return atomic_load_explicit(&simd_on, memory_order_relaxed); /* read per kernel call */
+    return atomic_load_explicit(&level, memory_order_relaxed) > MS_SIMD_SCALAR; /* read per kernel call */
 }
+
+int ms_cpu_level(void)
+{
+    ms_cpu_init();
+    return atomic_load_explicit(&level, memory_order_relaxed);
+}
+
+const char *ms_cpu_level_name(int l) { return l == MS_SIMD_AVX512 ? "avx512" : l == MS_SIMD_AVX2 ? "avx2" : "scalar"; }

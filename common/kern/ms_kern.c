@@ -9,16 +9,7 @@
 #include "ms_err.h"
 #include "ms_cpu.h"
 #include "ms_kern.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define MS_KERN_X86 1
-#include <immintrin.h>
-/* Only the functions carrying this attribute use AVX2/FMA; the rest of the build stays
- * baseline x86-64 and the choice is made at run time. */
-#define MS_AVX2 __attribute__((target("avx2,fma")))
-#else
-#define MS_KERN_X86 0
-#endif
+#include "ms_kern_int.h"
 
 /* ---------------------------------------------------------------------------------------
  * Tables and dispatch state
@@ -33,13 +24,11 @@ static float mx_scale[256];
 
 /* SIMD decode tables, built from e2m1_tab and mx_scale by the scalar formula so the SIMD path
  * decodes to exactly the same values. For scale byte s and magnitude m = nibble & 7:
- *   mx_tab_f[s][m] = bits of (float)(E2M1(m) * scale(s))            ^ (m << 28)
- *   mx_tab_d[s][m] = high 32 bits of (double)(E2M1(m) * scale(s))   ^ (m << 28)
+ *   ms_mx_tab_f[s][m] = bits of (float)(E2M1(m) * scale(s))            ^ (m << 28)
  * (the low 32 bits of that double are always 0: at most 2 significant bits). The XOR with
  * m << 28 lets the kernel restore the value and add the sign bit with one XOR by
  * (nibble << 28); see mx_decode8_f. Rows are 32 bytes so one row is one ymm load. */
-static _Alignas(32) uint32_t mx_tab_f[256][8];
-static _Alignas(32) uint32_t mx_tab_d[256][8];
+_Alignas(32) uint32_t ms_mx_tab_f[256][8];
 
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 
@@ -55,8 +44,7 @@ static void kern_init_once(void)
             memcpy(&fb, &f, 4);
             memcpy(&db, &d, 8);
             MS_ASSERT((db & 0xffffffffu) == 0);
-            mx_tab_f[s][m] = fb ^ (m << 28);
-            mx_tab_d[s][m] = (uint32_t)(db >> 32) ^ (m << 28);
+            ms_mx_tab_f[s][m] = fb ^ (m << 28);
         }
     }
     ms_cpu_init();
@@ -173,30 +161,15 @@ MS_AVX2 static double dot_avx2(const float *a, const float *b, int64_t n)
     return combine8(acc);
 }
 
-/* Eight E2M1 elements (one little-endian uint32 of packed nibbles) decoded with the 8-entry
- * table row `tab` (mx_tab_f or mx_tab_d layout). idx holds a nibble in the low 4 bits of
- * each lane (higher bits are ignored by permutevar8x32 and shifted out by slli). */
-MS_AVX2 static inline __m256i mx_lookup(__m256i tab, __m256i idx)
-{
-    return _mm256_xor_si256(_mm256_permutevar8x32_epi32(tab, idx), _mm256_slli_epi32(idx, 28));
-}
-
-/* 8 floats of elements 0..7 of the packed word w. */
-MS_AVX2 static inline __m256 mx_decode8_f(__m256i tab, uint32_t w)
-{
-    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    return _mm256_castsi256_ps(mx_lookup(tab, _mm256_srlv_epi32(_mm256_set1_epi32((int)w), sh)));
-}
-
 MS_AVX2 static void mx_dequant_avx2(const uint8_t *packed, const uint8_t *scales, int64_t cols,
                                     float *out)
 {
     for (int64_t g = 0; g < cols / 32; g++) {
-        __m256i tab = _mm256_load_si256((const __m256i *)mx_tab_f[scales[g]]);
+        __m256i tab = _mm256_load_si256((const __m256i *)ms_mx_tab_f[scales[g]]);
         for (int q = 0; q < 4; q++) {
             uint32_t w;
             memcpy(&w, packed + g * 16 + q * 4, 4);
-            _mm256_storeu_ps(out + g * 32 + q * 8, mx_decode8_f(tab, w));
+            _mm256_storeu_ps(out + g * 32 + q * 8, ms_mx_decode8_f(tab, w));
         }
     }
 }
@@ -211,121 +184,6 @@ MS_AVX2 static void bf16_row_avx2(const uint16_t *w, int64_t n, float *out)
         _mm_storeu_si128((__m128i *)(out + i + 4), _mm_unpackhi_epi16(z, v));
     }
     for (; i < n; i++) out[i] = ms_bf16_to_f32(w[i]);
-}
-
-/* o[k] = canonical dot(w[k], x) for four float rows against one x[n]; the four dots are
- * independent chains, which hides the FMA latency. */
-MS_AVX2 static void k4_f32(const float *const w[4], const float *x, int64_t n, double o[4])
-{
-    __m256d l0 = _mm256_setzero_pd(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0,
-            h3 = l0;
-    const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256d xl = cvt4(x + i), xh = cvt4(x + i + 4);
-        l0 = _mm256_fmadd_pd(cvt4(w0 + i), xl, l0);
-        h0 = _mm256_fmadd_pd(cvt4(w0 + i + 4), xh, h0);
-        l1 = _mm256_fmadd_pd(cvt4(w1 + i), xl, l1);
-        h1 = _mm256_fmadd_pd(cvt4(w1 + i + 4), xh, h1);
-        l2 = _mm256_fmadd_pd(cvt4(w2 + i), xl, l2);
-        h2 = _mm256_fmadd_pd(cvt4(w2 + i + 4), xh, h2);
-        l3 = _mm256_fmadd_pd(cvt4(w3 + i), xl, l3);
-        h3 = _mm256_fmadd_pd(cvt4(w3 + i + 4), xh, h3);
-    }
-    double acc[4][8];
-    acc_store(l0, h0, acc[0]);
-    acc_store(l1, h1, acc[1]);
-    acc_store(l2, h2, acc[2]);
-    acc_store(l3, h3, acc[3]);
-    for (int k = 0; k < 4; k++) {
-        for (int64_t j = i; j < n; j++) acc[k][j & 7] += (double)w[k][j] * (double)x[j];
-        o[k] = combine8(acc[k]);
-    }
-}
-
-/* Fused bf16 decode + dot for four rows (T = 1): a bf16 is a float with the low 16 bits 0,
- * so interleaving zero words below it gives the float exactly. */
-MS_AVX2 static void k4_bf16(const uint16_t *const w[4], const float *x, int64_t n, double o[4])
-{
-    const __m128i z = _mm_setzero_si128();
-    __m256d l0 = _mm256_setzero_pd(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0,
-            h3 = l0;
-    const uint16_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
-    int64_t i = 0;
-#define MS_BF16_STEP(wk, lk, hk)                                                               \
-    do {                                                                                       \
-        __m128i v = _mm_loadu_si128((const __m128i *)((wk) + i));                              \
-        lk = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(z, v))), xl, \
-                             lk);                                                              \
-        hk = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi16(z, v))), xh, \
-                             hk);                                                              \
-    } while (0)
-    for (; i + 8 <= n; i += 8) {
-        __m256d xl = cvt4(x + i), xh = cvt4(x + i + 4);
-        MS_BF16_STEP(w0, l0, h0);
-        MS_BF16_STEP(w1, l1, h1);
-        MS_BF16_STEP(w2, l2, h2);
-        MS_BF16_STEP(w3, l3, h3);
-    }
-#undef MS_BF16_STEP
-    double acc[4][8];
-    acc_store(l0, h0, acc[0]);
-    acc_store(l1, h1, acc[1]);
-    acc_store(l2, h2, acc[2]);
-    acc_store(l3, h3, acc[3]);
-    for (int k = 0; k < 4; k++) {
-        for (int64_t j = i; j < n; j++)
-            acc[k][j & 7] += (double)ms_bf16_to_f32(w[k][j]) * (double)x[j];
-        o[k] = combine8(acc[k]);
-    }
-}
-
-/* Fused MXFP4 decode + dot for four rows (T = 1). One table lookup gives the high 32 bits of
- * the doubles (double)(E2M1 * scale) of 8 elements (low 32 bits are 0, see mx_tab_d); the
- * in-lane unpacks with zero widen them to two vectors holding elements (0,1,4,5) and
- * (2,3,6,7). x is arranged the same way, so vector A accumulates acc[0,1,4,5] and B
- * acc[2,3,6,7]: still one accumulator per element index mod 8, in increasing order.
- * n % 32 == 0. */
-MS_AVX2 static void k4_mxfp4(const uint8_t *const p[4], const uint8_t *const s[4],
-                             const float *x, int64_t n, double o[4])
-{
-    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    const __m256i z = _mm256_setzero_si256();
-    __m256d a0 = _mm256_setzero_pd(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0,
-            b3 = a0;
-#define MS_MX_STEP(k, ak, bk)                                                                   \
-    do {                                                                                        \
-        uint32_t w;                                                                             \
-        memcpy(&w, p[k] + off, 4);                                                              \
-        __m256i hi = mx_lookup(t##k, _mm256_srlv_epi32(_mm256_set1_epi32((int)w), sh));        \
-        ak = _mm256_fmadd_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, hi)), xa, ak);        \
-        bk = _mm256_fmadd_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, hi)), xb, bk);        \
-    } while (0)
-    for (int64_t g = 0; g < n / 32; g++) {
-        __m256i t0 = _mm256_load_si256((const __m256i *)mx_tab_d[s[0][g]]);
-        __m256i t1 = _mm256_load_si256((const __m256i *)mx_tab_d[s[1][g]]);
-        __m256i t2 = _mm256_load_si256((const __m256i *)mx_tab_d[s[2][g]]);
-        __m256i t3 = _mm256_load_si256((const __m256i *)mx_tab_d[s[3][g]]);
-        for (int q = 0; q < 4; q++) {
-            int64_t i = g * 32 + q * 8, off = g * 16 + q * 4;
-            __m128 x03 = _mm_loadu_ps(x + i), x47 = _mm_loadu_ps(x + i + 4);
-            __m256d xa = _mm256_cvtps_pd(_mm_movelh_ps(x03, x47)); /* x0 x1 x4 x5 */
-            __m256d xb = _mm256_cvtps_pd(_mm_movehl_ps(x47, x03)); /* x2 x3 x6 x7 */
-            MS_MX_STEP(0, a0, b0);
-            MS_MX_STEP(1, a1, b1);
-            MS_MX_STEP(2, a2, b2);
-            MS_MX_STEP(3, a3, b3);
-        }
-    }
-#undef MS_MX_STEP
-    __m256d av[4] = {a0, a1, a2, a3}, bv[4] = {b0, b1, b2, b3};
-    for (int k = 0; k < 4; k++) {
-        double va[4], vb[4];
-        _mm256_storeu_pd(va, av[k]);
-        _mm256_storeu_pd(vb, bv[k]);
-        double acc[8] = {va[0], va[1], vb[0], vb[1], va[2], va[3], vb[2], vb[3]};
-        o[k] = combine8(acc);
-    }
 }
 
 #endif /* MS_KERN_X86 */
@@ -396,6 +254,8 @@ static void check_mat(const ms_mat *W)
     if (W->type == MS_WT_MXFP4) MS_ASSERT(W->cols % 32 == 0 && (W->scales || W->rows == 0));
 }
 
+void ms_kern_row_scalar(const ms_mat *W, int64_t r, float *out) { mat_row(W, r, out, 0); }
+
 void ms_mat_row_f32(const ms_mat *W, int64_t r, float *out)
 {
     check_mat(W);
@@ -439,98 +299,15 @@ typedef struct {
     const float *X; /* [T][cols] */
     int64_t T;
     float *Y; /* [T][rows] */
-    int simd;
+    int level; /* MS_SIMD_* */
 } mm_ctx;
-
-/* Scalar path: decode each row once, then one canonical dot per token. */
-static void mm_rows_scalar(const mm_ctx *c, int64_t r0, int64_t r1)
-{
-    const ms_mat *W = c->W;
-    int64_t cols = W->cols, rows = W->rows;
-    float *buf = W->type == MS_WT_F32 ? NULL : ms_malloc((size_t)cols * sizeof(float));
-    for (int64_t r = r0; r < r1; r++) {
-        const float *row;
-        if (W->type == MS_WT_F32) {
-            row = (const float *)W->data + r * cols;
-        } else {
-            mat_row(W, r, buf, 0);
-            row = buf;
-        }
-        for (int64_t t = 0; t < c->T; t++)
-            c->Y[t * rows + r] = (float)dot_scalar(row, c->X + t * cols, cols);
-    }
-    free(buf);
-}
-
-#if MS_KERN_X86
-/* SIMD path over rows [r0, r1) in blocks of four; a short last block repeats its last row
- * (the extra results are dropped). */
-MS_AVX2 static void mm_rows_avx2(const mm_ctx *c, int64_t r0, int64_t r1)
-{
-    const ms_mat *W = c->W;
-    int64_t cols = W->cols, rows = W->rows, T = c->T;
-    double o[4];
-    if (T == 1 && W->type == MS_WT_BF16) {
-        const uint16_t *d = W->data;
-        for (int64_t r = r0; r < r1; r += MS_RB) {
-            int nr = r1 - r < MS_RB ? (int)(r1 - r) : MS_RB;
-            const uint16_t *w[4];
-            for (int k = 0; k < 4; k++) w[k] = d + (r + (k < nr ? k : nr - 1)) * cols;
-            k4_bf16(w, c->X, cols, o);
-            for (int k = 0; k < nr; k++) c->Y[r + k] = (float)o[k];
-        }
-        return;
-    }
-    if (T == 1 && W->type == MS_WT_MXFP4) {
-        const uint8_t *d = W->data;
-        for (int64_t r = r0; r < r1; r += MS_RB) {
-            int nr = r1 - r < MS_RB ? (int)(r1 - r) : MS_RB;
-            const uint8_t *p[4], *s[4];
-            for (int k = 0; k < 4; k++) {
-                int64_t rr = r + (k < nr ? k : nr - 1);
-                p[k] = d + rr * (cols / 2);
-                s[k] = W->scales + rr * (cols / 32);
-            }
-            k4_mxfp4(p, s, c->X, cols, o);
-            for (int k = 0; k < nr; k++) c->Y[r + k] = (float)o[k];
-        }
-        return;
-    }
-    /* General case: rows decoded once to float (buf: float[4][cols]), reused by all tokens. */
-    float *buf = W->type == MS_WT_F32 ? NULL : ms_malloc((size_t)(MS_RB * cols) * sizeof(float));
-    for (int64_t r = r0; r < r1; r += MS_RB) {
-        int nr = r1 - r < MS_RB ? (int)(r1 - r) : MS_RB;
-        const float *w[4];
-        for (int k = 0; k < 4; k++) {
-            int kk = k < nr ? k : nr - 1;
-            if (W->type == MS_WT_F32) {
-                w[k] = (const float *)W->data + (r + kk) * cols;
-            } else {
-                if (k == kk) mat_row(W, r + k, buf + k * cols, 1);
-                w[k] = buf + kk * cols;
-            }
-        }
-        for (int64_t t = 0; t < T; t++) {
-            k4_f32(w, c->X + t * cols, cols, o);
-            for (int k = 0; k < nr; k++) c->Y[t * rows + r + k] = (float)o[k];
-        }
-    }
-    free(buf);
-}
-#endif
 
 static void mm_chunk(void *vctx, int64_t b0, int64_t b1)
 {
     const mm_ctx *c = vctx;
     int64_t r0 = b0 * MS_RB, r1 = b1 * MS_RB;
     if (r1 > c->W->rows) r1 = c->W->rows;
-#if MS_KERN_X86
-    if (c->simd) {
-        mm_rows_avx2(c, r0, r1);
-        return;
-    }
-#endif
-    mm_rows_scalar(c, r0, r1);
+    ms_gemm_rows(c->W, c->X, c->T, c->Y, c->W->rows, r0, r1, c->level);
 }
 
 /* Below this many multiply-adds a chunk is not worth waking a thread for. */
@@ -548,7 +325,7 @@ typedef struct {
     const float *X;
     int64_t T;
     float *Y;           /* [T][rows] */
-    int simd;
+    int level;          /* MS_SIMD_* */
 } pk_ctx;
 
 static void pk_task(void *vctx, int64_t b0, int64_t b1)
@@ -567,13 +344,7 @@ static void pk_task(void *vctx, int64_t b0, int64_t b1)
             memset(y, 0, sizeof(float) * (size_t)(c->T * nr));
         } else {
             ms_mat blk = {MS_WT_BF16, nr, cols, buf, NULL, NULL, NULL};
-            mm_ctx mc = {&blk, c->X, c->T, y, c->simd};
-#if MS_KERN_X86
-            if (c->simd)
-                mm_rows_avx2(&mc, 0, nr);
-            else
-#endif
-                mm_rows_scalar(&mc, 0, nr);
+            ms_gemm_rows(&blk, c->X, c->T, y, nr, 0, nr, c->level);
         }
         for (int64_t t = 0; t < c->T; t++) memcpy(c->Y + t * c->rows + r, y + t * nr, sizeof(float) * (size_t)nr);
     }
@@ -585,7 +356,8 @@ static void matmul_packed(ms_mat_packed *pk, int64_t rows, int64_t cols, const f
                           ms_pool *pool)
 {
     MS_ASSERT(pk->n_blocks == (rows + pk->rows_per_block - 1) / pk->rows_per_block);
-    pk_ctx c = {pk, rows, cols, X, T, Y, use_simd()};
+    ms_kern_init();
+    pk_ctx c = {pk, rows, cols, X, T, Y, ms_cpu_level()};
     ms_pool_for(pool, pk->n_blocks, 1, pk_task, &c);
 }
 
@@ -717,7 +489,8 @@ void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *po
         memset(Y, 0, (size_t)(T * W->rows) * sizeof(float));
         return;
     }
-    mm_ctx c = {W, X, T, Y, use_simd()};
+    ms_kern_init();
+    mm_ctx c = {W, X, T, Y, ms_cpu_level()};
     int64_t nblocks = (W->rows + MS_RB - 1) / MS_RB;
     int64_t block_work = MS_RB * W->cols * T;
     int64_t grain = (MS_MIN_CHUNK_WORK + block_work - 1) / block_work;

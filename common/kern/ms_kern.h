@@ -1,4 +1,4 @@
-/* ms_kern: numeric kernels for f32, bf16 and MXFP4 weight matrices (scalar and AVX2+FMA). */
+/* ms_kern: numeric kernels for f32, bf16 and MXFP4 weight matrices (scalar, AVX2+FMA, AVX-512). */
 #ifndef MS_KERN_H
 #define MS_KERN_H
 
@@ -7,14 +7,27 @@
 
 #include "ms_pool.h"
 
-/* Floating-point contract (ARCHITECTURE invariant 1, spec §0):
- * every dot product is accumulated in double in ONE canonical order and rounded to float
- * once. The canonical order of ms_dot_f32(a, b, n): eight double accumulators acc[0..7],
- * element i is added to acc[i % 8] in increasing i (acc[j] += (double)a[i] * (double)b[i]);
- * the result is ((acc0+acc1)+(acc2+acc3)) + ((acc4+acc5)+(acc6+acc7)).
- * Products of two floats are exact in double, so an FMA and a separate multiply-add give the
- * same bits; the AVX2 path and the scalar path therefore agree bit for bit, and a result never
- * depends on the thread count (work is split by output rows only). */
+/* Floating-point contract (ARCHITECTURE invariant 1, spec §0), two kinds of sums:
+ *
+ * Weight matmuls (ms_matmul, ms_matvec: every y = W x of the model, the experts included) are
+ * FP32 with fused multiply-adds, in ONE canonical order per output element: sixteen float
+ * lanes a[0..15] start at +0; element i of the row (decoded exactly to float) and of x goes into
+ * lane i % 16 as a[i % 16] = fmaf(w[i], x[i], a[i % 16]), in increasing i; then the fixed tree
+ * s8[j] = a[j] + a[j + 8] (j < 8), s4[j] = s8[j] + s8[j + 4] (j < 4), y = (s4[0] + s4[2]) +
+ * (s4[1] + s4[3]). The scalar path does exactly this with fmaf (ms_gemm_dot); the AVX2 path
+ * keeps a dot's lanes in two ymm registers, the AVX-512 path in one zmm, and both finish the
+ * tail (cols % 16) and the tree as the scalar path does. The lane count is 16 so that every
+ * path holds whole lanes, and the order depends on nothing else: not on T or how rows and
+ * tokens are tiled, the thread count, the instruction set, the budget, streamed or resident,
+ * packed or raw rows, or which worker computes. (Before this contract the sums were in double:
+ * the logits of every model changed once, at the commit that made it.)
+ *
+ * Other dot products and sums of squares (ms_dot_f32: norms, attention scores, routers) are
+ * accumulated in double: eight double accumulators acc[0..7], element i added to acc[i % 8]
+ * in increasing i (acc[j] += (double)a[i] * (double)b[i], exact products), combined as
+ * ((acc0+acc1)+(acc2+acc3)) + ((acc4+acc5)+(acc6+acc7)) and rounded to float by the caller.
+ * Both contracts are the same on every path; a result never depends on the thread count (work
+ * is split by output rows only). */
 
 typedef enum {
     MS_WT_F32 = 0,  /* data: float[rows][cols] */
@@ -89,8 +102,11 @@ void ms_mat_row_f32(const ms_mat *W, int64_t r, float *out);
 
 /* Canonical double-accumulated dot product (see the contract above), not yet rounded. */
 double ms_dot_f32(const float *a, const float *b, int64_t n);
+/* The canonical FP32 dot of a weight row w (already float) and x: what ms_matmul gives for one
+ * element (scalar, with fmaf; the reference of the SIMD paths). */
+float ms_gemm_dot(const float *w, const float *x, int64_t n);
 
-/* Y[t][r] = (float) canonical_dot(row r of W, X[t]) for t < T, r < W->rows.
+/* Y[t][r] = the canonical FP32 dot (above) of row r of W and X[t] for t < T, r < W->rows.
  * X: float[T][W->cols], Y: float[T][W->rows] (must not alias X). pool may be NULL.
  * The result of each element is the same for every T, thread count and SIMD setting. */
 void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *pool);

@@ -18,7 +18,7 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: moestream bench [--threads N] [--seconds S] [--bw-bytes SIZE] [--rows LIST] [--scalar] [--json]\n"
+    fputs("usage: moestream bench [--threads N] [--seconds S] [--bw-bytes SIZE] [--rows LIST] [--path NAME] [--json]\n"
           "\n"
           "Measures what this machine can do and how close the weight kernels come to it:\n"
           "  - the FMA peak of every instruction set it has (FP32 AVX2, FP32 AVX-512, FP64 AVX2: 2 flops a\n"
@@ -33,7 +33,8 @@ static void usage(FILE *f)
           "  --seconds S      time per measurement, the best run kept (default 0.4)\n"
           "  --bw-bytes SIZE  bandwidth buffer (default 1G)\n"
           "  --rows LIST      row counts T (default 1,2,4,8,16,32,64)\n"
-          "  --scalar         the kernels' scalar path (the peaks stay the CPU's)\n"
+          "  --path NAME      the kernels' path: scalar, avx2 or avx512 (default: the widest the CPU has;\n"
+          "                   every path gives the same bits; the peaks stay the CPU's)\n"
           "  --json           one JSON object on stdout instead of the table\n",
           f);
 }
@@ -130,13 +131,13 @@ int ms_cli_bench(int argc, char **argv)
 {
     static const struct option opts[] = {{"threads", required_argument, 0, 't'}, {"seconds", required_argument, 0, 's'},
                                          {"bw-bytes", required_argument, 0, 'b'}, {"rows", required_argument, 0, 'r'},
-                                         {"scalar", no_argument, 0, 'S'},         {"json", no_argument, 0, 'j'},
+                                         {"path", required_argument, 0, 'P'},     {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     long long threads = 0;
     float seconds = 0.4f;
     uint64_t bw_bytes = 1ull << 30;
     const char *rows_list = "1,2,4,8,16,32,64";
-    int js = 0, scalar = 0, c;
+    int js = 0, path = -1, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -152,7 +153,12 @@ int ms_cli_bench(int argc, char **argv)
             if (bw_bytes < (16u << 20)) return ms_cli_fail("bench", MS_EXIT_USAGE, "--bw-bytes must be at least 16M");
             break;
         case 'r': rows_list = optarg; break;
-        case 'S': scalar = 1; break;
+        case 'P':
+            path = !strcmp(optarg, "scalar") ? MS_SIMD_SCALAR : !strcmp(optarg, "avx2") ? MS_SIMD_AVX2
+                   : !strcmp(optarg, "avx512")                                   ? MS_SIMD_AVX512
+                                                                                 : -2;
+            if (path == -2) return ms_cli_fail("bench", MS_EXIT_USAGE, "--path must be scalar, avx2 or avx512");
+            break;
         case 'j': js = 1; break;
         case 'h': usage(stdout); return MS_EXIT_OK;
         default: usage(stderr); return MS_EXIT_USAGE;
@@ -168,7 +174,9 @@ int ms_cli_bench(int argc, char **argv)
             return ms_cli_fail("bench", MS_EXIT_USAGE, "--rows: each row count must be in 1..1024");
         }
     ms_kern_init();
-    if (scalar) ms_cpu_set_simd(0);
+    if (path >= 0 && ms_cpu_set_level(path) != path)
+        return ms_cli_fail("bench", MS_EXIT_USAGE, "--path %s: this CPU does not run it (widest: %s)", ms_cpu_level_name(path),
+                           ms_cpu_level_name(ms_cpu_best_level()));
     ms_pool *pool = ms_pool_new((int)threads);
     if (!pool) {
         free(Ts);
@@ -192,7 +200,8 @@ int ms_cli_bench(int argc, char **argv)
         return ms_cli_fail_err("bench");
     }
     if (!js) {
-        printf("read bandwidth         %8.1f GB/s (%d threads, %llu MiB)\n\n", bw, nth, (unsigned long long)(bw_bytes >> 20));
+        printf("read bandwidth         %8.1f GB/s (%d threads, %llu MiB)\nkernel path            %s\n\n", bw, nth,
+               (unsigned long long)(bw_bytes >> 20), ms_cpu_level_name(ms_cpu_level()));
         printf("%-12s %-26s %6s %6s %4s %9s %8s %7s %7s\n", "kernel", "shape", "rows", "cols", "T", "GFLOP/s", "GB/s",
                "%peak", "%bw");
         fflush(stdout);
@@ -267,7 +276,7 @@ int ms_cli_bench(int argc, char **argv)
     ms_pool_free(pool);
     free(Ts);
     json_object_set_new(out, "threads", json_integer(nth));
-    json_object_set_new(out, "kernel_path", json_string(ms_cpu_simd_enabled() ? "avx2" : "scalar"));
+    json_object_set_new(out, "kernel_path", json_string(ms_cpu_level_name(ms_cpu_level())));
     json_object_set_new(out, "fma_peak_gflops", peaks);
     json_object_set_new(out, "fp32_peak_gflops", json_real(peak));
     json_object_set_new(out, "read_bandwidth_gbs", json_real(bw));

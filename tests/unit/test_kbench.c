@@ -36,6 +36,8 @@ int main(void)
     T_CHECK(ms_t_run(cmd, NULL) == 2, "bench --rows 0: exit 2");
     snprintf(cmd, sizeof cmd, "%s bench --seconds 0 2>/dev/null", ms_t_bin("moestream"));
     T_CHECK(ms_t_run(cmd, NULL) == 2, "bench --seconds 0: exit 2");
+    snprintf(cmd, sizeof cmd, "%s bench --path avx3 2>/dev/null", ms_t_bin("moestream"));
+    T_CHECK(ms_t_run(cmd, NULL) == 2, "bench --path avx3: exit 2");
     snprintf(cmd, sizeof cmd, "%s bench --help | grep -q 'FMA peak'", ms_t_bin("moestream"));
     T_CHECK(ms_t_run(cmd, NULL) == 0, "bench --help says what it measures");
     return ms_t_done();
