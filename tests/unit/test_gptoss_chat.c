@@ -12,6 +12,22 @@
 
 static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
 
+/* Streaming: each generated id's text where the format routes it, into content[64] / reasoning[64]. */
+static void route_all(const ms_tok *t, const int32_t *g, size_t ng, char *content, char *reasoning)
+{
+    ms_chat_stream cs = {0};
+    for (size_t i = 0; g && i < ng; i++) {
+        int to = ms_gptoss_chat_route(t, &cs, g[i]);
+        char *txt = NULL;
+        size_t tl = 0;
+        if (to != MS_CHAT_TO_NONE && ms_tok_decode(t, &g[i], 1, &txt, &tl) == 0) {
+            char *d = to == MS_CHAT_TO_CONTENT ? content : reasoning;
+            if (strlen(d) + tl < 64) strncat(d, txt, tl);
+        }
+        free(txt);
+    }
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -113,15 +129,7 @@ int main(void)
     ms_chat_answer_clear(&a);
     /* streaming routes each token where the answer puts its text */
     char sc[64] = "", sr[64] = "";
-    ms_chat_stream cs = {0};
-    for (size_t i = 0; g && i < ng; i++) {
-        int to = ms_gptoss_chat_route(t, &cs, g[i]);
-        char *txt = NULL;
-        size_t tl = 0;
-        if (to != MS_CHAT_TO_NONE && ms_tok_decode(t, &g[i], 1, &txt, &tl) == 0)
-            strncat(to == MS_CHAT_TO_CONTENT ? sc : sr, txt, tl);
-        free(txt);
-    }
+    route_all(t, g, ng, sc, sr);
     T_CHECK(!strcmp(sc, "Hello there!") && !strcmp(sr, "The user greets."), "streamed: content '%s', reasoning '%s'", sc,
             sr);
     free(g);
@@ -145,15 +153,7 @@ int main(void)
                 (int)a.call_args_len, a.call_args ? a.call_args : "");
         /* streamed, the arguments go to neither content nor reasoning */
         char c2[64] = "", r2[64] = "";
-        ms_chat_stream s2 = {0};
-        for (size_t i = 0; g && i < ng; i++) {
-            int to = ms_gptoss_chat_route(t, &s2, g[i]);
-            char *txt = NULL;
-            size_t tl = 0;
-            if (to != MS_CHAT_TO_NONE && ms_tok_decode(t, &g[i], 1, &txt, &tl) == 0)
-                strncat(to == MS_CHAT_TO_CONTENT ? c2 : r2, txt, tl);
-            free(txt);
-        }
+        route_all(t, g, ng, c2, r2);
         T_CHECK(!c2[0] && !strcmp(r2, k ? "" : "Need weather."), "streamed tool call: content '%s', reasoning '%s'", c2, r2);
         ms_chat_answer_clear(&a);
         free(g);
