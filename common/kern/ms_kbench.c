@@ -2,6 +2,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ms_clock.h"
 #include "ms_cpu.h"
@@ -232,6 +233,11 @@ double ms_kbench_read_bw(ms_pool *pool, size_t bytes, double seconds)
 {
     int n = ms_pool_size(pool);
     uint8_t *buf = NULL;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && psz > 0 && bytes / (size_t)psz >= (size_t)pages) {
+        ms_err_set("cannot allocate %zu bytes for the bandwidth probe: more than this machine's RAM", bytes);
+        return ms_err_set_code(MS_EXIT_RUNTIME);
+    }
     if (posix_memalign((void **)&buf, 4096, bytes) != 0 || !buf) {
         ms_err_set("cannot allocate %zu bytes for the bandwidth probe", bytes);
         return ms_err_set_code(MS_EXIT_RUNTIME);
