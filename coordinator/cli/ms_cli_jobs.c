@@ -34,7 +34,7 @@ typedef struct {
 
 static void jobs_usage(FILE *f)
 {
-    fputs("usage: moestream jobs --model DIR --input FILE|- --output FILE [--max-batch N] [--resume]\n"
+    fputs("usage: moestream jobs --model DIR --input FILE|- --output FILE|- [--max-batch N] [--resume]\n"
           "                      [--ram-budget SIZE] [--max-context N] [--date YYYY-MM-DD] [--json-progress] [--quiet]\n"
           "                      [--threads N] [--buffered-io] [--io-depth N] [--prefill-chunk N] [--lru-cache]\n"
           "                      [--trunk-pack DIR|none]\n"
@@ -43,7 +43,7 @@ static void jobs_usage(FILE *f)
           "                      [--speculate auto|off|N] [--draft-file PATH]\n"
           "\n"
           "Runs every job of FILE (JSON Lines, OpenAI Batch API shape; - reads standard input) and appends\n"
-          "one result line per job to the output, in completion order. A line is\n"
+          "one result line per job to the output (- writes them to standard output), in completion order. A line is\n"
           "  {\"custom_id\": \"a1\", \"method\": \"POST\", \"url\": \"/v1/completions\" | \"/v1/chat/completions\",\n"
           "   \"body\": {\"prompt\": \"text\" | [ids] | \"messages\": [{\"role\", \"content\"}...], \"max_tokens\": 16,\n"
           "            \"temperature\": 0, \"top_p\": 1, \"seed\": 0, \"stop\": [\"...\"]}}\n"
@@ -214,6 +214,13 @@ static void show_progress(progress *p, const jobs_run *r, ms_engine *e, ms_sched
 static int lock_output(const jobs_opts *o, int *fd)
 {
     struct stat sb;
+    if (!strcmp(o->output, "-")) { /* standard output: the lines as they finish, nothing to lock or resume */
+        if (o->resume)
+            return ms_cli_fail("jobs", MS_EXIT_USAGE, "--resume continues an output file: it does not go with --output -");
+        if ((*fd = dup(STDOUT_FILENO)) < 0)
+            return ms_cli_fail("jobs", MS_EXIT_IO, "cannot write to standard output: %s", strerror(errno));
+        return 0;
+    }
     if (stat(o->output, &sb) == 0 && S_ISDIR(sb.st_mode))
         return ms_cli_fail("jobs", MS_EXIT_USAGE, "--output %s is a directory: give a file to write the results to",
                            o->output);
@@ -243,7 +250,7 @@ static int scan_output(const jobs_opts *o, char ***done, char ***hashes, size_t 
     *hashes = NULL;
     *n_done = 0;
     struct stat sb;
-    if (stat(o->output, &sb) != 0 || sb.st_size == 0) return 0;
+    if (!strcmp(o->output, "-") || stat(o->output, &sb) != 0 || sb.st_size == 0) return 0;
     if (!o->resume)
         return ms_cli_fail("jobs", MS_EXIT_USAGE, "%s exists: pass --resume to continue it, or remove it", o->output);
     size_t len = 0, keep = 0;
