@@ -38,7 +38,7 @@ static int get_int(ms_jobspec *j, json_t *body, const char *key, long long lo, l
     json_t *v = json_object_get(body, key);
     if (!v || json_is_null(v)) return 0;
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return bad(j, "invalid_request", "\"%s\" must be an integer in %lld..%lld", key, lo, hi);
+        return j->err_param = key, bad(j, "invalid_request", "\"%s\" must be an integer in %lld..%lld", key, lo, hi);
     *out = json_integer_value(v);
     return 0;
 }
@@ -51,7 +51,7 @@ static int get_num(ms_jobspec *j, json_t *body, const char *key, double lo, doub
     double d = json_number_value(v);
     float f = (float)d;
     if (!json_is_number(v) || !isfinite(d) || !isfinite(f) || f < lo || f > hi || (lo_open && f <= lo))
-        return bad(j, "invalid_request", "\"%s\" must be a number in %s%g, %g] (as a 32-bit float)", key,
+        return j->err_param = key, bad(j, "invalid_request", "\"%s\" must be a number in %s%g, %g] (as a 32-bit float)", key,
                    lo_open ? "(" : "[", lo, hi);
     *out = f;
     return 0;
@@ -62,8 +62,10 @@ static int get_stop(ms_jobspec *j, json_t *body)
     json_t *v = json_object_get(body, "stop");
     if (!v || json_is_null(v)) return 0;
     size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : 0;
+    j->err_param = "stop";
     if (!json_is_string(v) && !json_is_array(v))
         return bad(j, "invalid_request", "\"stop\" must be a string or an array of strings");
+    if (n > 4) return bad(j, "invalid_request", "\"stop\" holds %zu sequences: at most 4, as OpenAI's API takes", n);
     j->stop = ms_calloc(n + 1, sizeof *j->stop);
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_is_string(v) ? v : json_array_get(v, i);
@@ -71,11 +73,13 @@ static int get_stop(ms_jobspec *j, json_t *body)
             return bad(j, "invalid_request", "\"stop\" item %zu must be a non-empty string", i);
         j->stop[j->n_stop++] = ms_strdup(json_string_value(s));
     }
+    j->err_param = NULL;
     return 0;
 }
 
 static int get_prompt(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim)
 {
+    j->err_param = "prompt";
     json_t *p = json_object_get(body, "prompt");
     if (!p) return bad(j, "invalid_request", "a completion needs \"prompt\" (text or an array of token ids)");
     if (json_is_string(p)) {
@@ -146,6 +150,7 @@ static void parse_body(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim
         get_stop(j, body) != 0)
         return;
     if (mt < 1) {
+        j->err_param = mt_name;
         bad(j, "invalid_max_tokens", "\"%s\" must be at least 1, got %lld", mt_name, mt);
         return;
     }
@@ -157,6 +162,7 @@ static void parse_body(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim
         return;
     }
     if ((int64_t)j->n_prompt > lim->max_context || j->max_tokens > lim->max_context - (int64_t)j->n_prompt)
+        j->err_param = j->kind == MS_JOB_CHAT ? "messages" : "prompt",
         bad(j, "context_length_exceeded", "%zu prompt tokens + max_tokens %lld exceed the context of %lld tokens (--max-context)",
             j->n_prompt, (long long)j->max_tokens, (long long)lim->max_context);
 }
@@ -352,8 +358,9 @@ static char *result_line(const ms_jobspec *j, const char *model, int64_t created
     json_object_set_new(choice, "index", json_integer(0));
     if (chat)
         json_object_set_new(choice, "message", ms_jobfile_message_json(ans));
-    else
-        json_object_set_new(choice, "text", ans->content ? ms_jtext(ans->content, ans->content_len) : json_null());
+    else /* a model without a tokenizer answers ids only: the text is empty, as in serve */
+        json_object_set_new(choice, "text", ms_jtext(ans->content ? ans->content : "", ans->content ? ans->content_len : 0));
+    json_object_set_new(choice, "logprobs", json_null()); /* OpenAI always sends the key */
     json_object_set_new(choice, "finish_reason", json_string(ms_jobfile_finish(a, r->finish)));
     json_object_set_new(choice, "token_ids", ids);
     char *bid = uuid_str(chat ? "chatcmpl-" : "cmpl-"), *rid = uuid_str("");

@@ -423,12 +423,11 @@ out:
 
 static enum MHD_Result models(struct MHD_Connection *mc, conn *c)
 {
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", c->h->o.model_name, "object", "model", "created", (json_int_t)0,
-                          "owned_by", "moestream");
-    json_t *o = json_pack("{s:s,s:[o]}", "object", "list", "data", m);
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return reply(mc, c, 200, "application/json", s, strlen(s), NULL, NULL);
+    const char *id = strncmp(c->path, "/v1/models/", 11) ? NULL : c->path + 11;
+    int status;
+    size_t len;
+    char *b = ms_sreq_models_json(c->h->o.model_name, c->h->o.lim.max_context, id, &status, &len);
+    return reply(mc, c, status, "application/json", b, len, NULL, NULL);
 }
 
 /* 200 ok; 503 failed (the engine stopped), degraded (some experts have no worker left: every
@@ -495,7 +494,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *
         snprintf(c->path, sizeof c->path, "%s", url);
         c->ep = !strcmp(url, "/v1/completions")        ? EP_COMPLETIONS
                 : !strcmp(url, "/v1/chat/completions") ? EP_CHAT
-                : !strcmp(url, "/v1/models")           ? EP_MODELS
+                : !strcmp(url, "/v1/models") || (!strncmp(url, "/v1/models/", 11) && url[11]) ? EP_MODELS
                 : !strcmp(url, "/health")              ? EP_HEALTH
                 : !strcmp(url, "/metrics")             ? EP_METRICS
                                                        : EP_OTHER;

@@ -33,7 +33,63 @@ static int refuse(ms_sreq *r, int status, const char *code, const char *fmt, ...
     return -1;
 }
 
-/* The HTTP-only fields: known names, n, stream, stream_options, user. */
+/* Fields of OpenAI's request schema this server does not implement, accepted at the value that
+ * means "off" (null always counts as absent); any other value is refused naming the field. */
+typedef enum { NEU_ZERO, NEU_FALSE, NEU_ONE, NEU_EMPTY, NEU_TEXT_FORMAT, NEU_TEXT_ONLY, NEU_TIER, NEU_BOOL, NEU_OBJECT,
+               NEU_NONE } neu_kind;
+static const struct {
+    const char *name;
+    int chat;      /* 1: chat, 0: completions, 2: both */
+    neu_kind kind;
+    const char *neutral; /* for the message */
+} neutral_fields[] = {
+    {"frequency_penalty", 2, NEU_ZERO, "0"},
+    {"presence_penalty", 2, NEU_ZERO, "0"},
+    {"logit_bias", 2, NEU_EMPTY, "{}"},
+    {"logprobs", 1, NEU_FALSE, "false"},
+    {"logprobs", 0, NEU_ZERO, "0"},
+    {"top_logprobs", 1, NEU_ZERO, "0"},
+    {"response_format", 1, NEU_TEXT_FORMAT, "{\"type\": \"text\"}"},
+    {"echo", 0, NEU_FALSE, "false"},
+    {"best_of", 0, NEU_ONE, "1"},
+    {"suffix", 0, NEU_EMPTY, "\"\""},
+    {"parallel_tool_calls", 1, NEU_BOOL, "true or false (one call a message either way)"},
+    {"store", 1, NEU_FALSE, "false"},
+    {"metadata", 1, NEU_OBJECT, "an object (nothing is stored)"},
+    {"service_tier", 2, NEU_TIER, "\"auto\" or \"default\""},
+    {"modalities", 1, NEU_TEXT_ONLY, "[\"text\"]"},
+    {"audio", 1, NEU_NONE, "null"},
+    {"prediction", 1, NEU_NONE, "null"},
+    {"web_search_options", 1, NEU_NONE, "null"},
+    {"functions", 1, NEU_EMPTY, "[] (use \"tools\")"},
+    {"function_call", 1, NEU_NONE, "null (use \"tool_choice\")"},
+};
+
+static int is_neutral(neu_kind k, const json_t *v)
+{
+    switch (k) {
+    case NEU_ZERO: return json_is_number(v) && json_number_value(v) == 0;
+    case NEU_FALSE: return json_is_false(v);
+    case NEU_ONE: return json_is_integer(v) && json_integer_value(v) == 1;
+    case NEU_EMPTY:
+        return (json_is_object(v) && json_object_size(v) == 0) || (json_is_array(v) && json_array_size(v) == 0) ||
+               (json_is_string(v) && json_string_length(v) == 0);
+    case NEU_TEXT_FORMAT:
+        return json_is_object(v) && json_object_size(v) == 1 && json_is_string(json_object_get(v, "type")) &&
+               !strcmp(json_string_value(json_object_get(v, "type")), "text");
+    case NEU_TEXT_ONLY:
+        return json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)) &&
+               !strcmp(json_string_value(json_array_get(v, 0)), "text");
+    case NEU_TIER:
+        return json_is_string(v) && (!strcmp(json_string_value(v), "auto") || !strcmp(json_string_value(v), "default"));
+    case NEU_BOOL: return json_is_boolean(v);
+    case NEU_OBJECT: return json_is_object(v);
+    case NEU_NONE: return 0;
+    }
+    return 0;
+}
+
+/* The HTTP-only fields: known names, the neutral ones, n, stream, stream_options, user. */
 static int check_fields(ms_sreq *r, json_t *body)
 {
     const char *const *known = r->chat ? chat_fields : completion_fields;
@@ -43,11 +99,26 @@ static int check_fields(ms_sreq *r, json_t *body)
     {
         int ok = 0;
         for (int i = 0; known[i] && !ok; i++) ok = !strcmp(key, known[i]);
+        for (size_t i = 0; i < sizeof neutral_fields / sizeof neutral_fields[0] && !ok; i++) {
+            if (strcmp(key, neutral_fields[i].name) || (neutral_fields[i].chat != 2 && neutral_fields[i].chat != r->chat))
+                continue;
+            if (!json_is_null(v) && !is_neutral(neutral_fields[i].kind, v)) {
+                refuse(r, 400, "unsupported_value", "\"%s\" is not implemented: only %s (off) is accepted", key,
+                       neutral_fields[i].neutral);
+                r->param = neutral_fields[i].name;
+                return -1;
+            }
+            ok = 1;
+        }
         if (!ok) {
             char list[512] = "";
             for (int i = 0; known[i]; i++)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", known[i]);
-            return refuse(r, 400, "unsupported_field", "unknown or unsupported field \"%s\" (supported: %s)", key, list);
+            refuse(r, 400, "unsupported_field", "unknown or unsupported field \"%s\" (supported: %s; docs/API.md lists "
+                   "the fields accepted at their neutral value)", key, list);
+            snprintf(r->param_own, sizeof r->param_own, "%s", key);
+            r->param = r->param_own;
+            return -1;
         }
     }
     v = json_object_get(body, "n");
@@ -122,10 +193,26 @@ static char *dump(json_t *o, const char *pre, const char *post, size_t *len)
 char *ms_sreq_error_json(int status, const char *code, const char *message, const char *param, size_t *len)
 {
     /* the message may quote the request's bytes, which need not be UTF-8 (json_pack would fail) */
+    /* OpenAI's types: rate limits are "requests" (what its clients' RateLimitError carries) */
     json_t *e = json_pack("{s:o,s:s,s:o,s:s}", "message", ms_jtext(message, strlen(message)), "type",
-                          status < 500 ? "invalid_request_error" : "server_error", "param",
-                          param ? json_string(param) : json_null(), "code", code);
+                          status == 429 ? "requests" : status < 500 ? "invalid_request_error" : "server_error", "param",
+                          param ? ms_jtext(param, strlen(param)) : json_null(), "code", code);
     return dump(json_pack("{s:o}", "error", e), "", "\n", len);
+}
+
+char *ms_sreq_models_json(const char *model, int64_t max_context, const char *id, int *status, size_t *len)
+{
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:I,s:I}", "id", model, "object", "model", "created", (json_int_t)0, "owned_by",
+                          "moestream", "context_length", (json_int_t)max_context, "max_model_len", (json_int_t)max_context);
+    *status = 200;
+    if (id && strcmp(id, model)) {
+        json_decref(m);
+        char msg[400];
+        snprintf(msg, sizeof msg, "the model '%.200s' does not exist here (this server has '%.60s')", id, model);
+        *status = 404;
+        return ms_sreq_error_json(404, "model_not_found", msg, "model", len);
+    }
+    return dump(id ? m : json_pack("{s:s,s:[o]}", "object", "list", "data", m), "", "", len);
 }
 
 void ms_sreq_ident_new(const ms_sreq *r, const char *default_model, ms_sreq_ident *id)
@@ -172,10 +259,10 @@ char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const i
     json_object_set_new(c, "index", json_integer(0));
     if (r->chat) {
         json_object_set_new(c, "message", ms_jobfile_message_json(a));
-    } else {
-        json_object_set_new(c, "text", a->content ? ms_jtext(a->content, a->content_len) : json_null());
-        json_object_set_new(c, "logprobs", json_null());
+    } else { /* a model without a tokenizer: "" as in the streamed chunks */
+        json_object_set_new(c, "text", ms_jtext(a->content ? a->content : "", a->content ? a->content_len : 0));
     }
+    json_object_set_new(c, "logprobs", json_null());
     json_object_set_new(c, "finish_reason", json_string(ms_jobfile_finish(a, finish)));
     json_object_set_new(c, "token_ids", ids_of(tok, n_tok));
     json_t *o = head(id, r->chat ? "chat.completion" : "text_completion");
@@ -207,8 +294,8 @@ char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_
         json_object_set_new(c, "delta", d);
     } else {
         json_object_set_new(c, "text", t);
-        json_object_set_new(c, "logprobs", json_null());
     }
+    json_object_set_new(c, "logprobs", json_null());
     json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
     json_object_set_new(c, "token_ids", ids_of(tok, n_tok));
     json_t *o = head(id, r->chat ? "chat.completion.chunk" : "text_completion");
@@ -222,7 +309,8 @@ char *ms_sreq_tool_chunk(const ms_sreq *r, const ms_sreq_ident *id, const ms_cha
     json_t *d = json_object();
     if (first) json_object_set_new(d, "role", json_string("assistant"));
     json_object_set_new(d, "tool_calls", ms_jobfile_tool_calls_json(a, 1));
-    json_t *c = json_pack("{s:i,s:o,s:s,s:[]}", "index", 0, "delta", d, "finish_reason", "tool_calls", "token_ids");
+    json_t *c = json_pack("{s:i,s:o,s:n,s:s,s:[]}", "index", 0, "delta", d, "logprobs", "finish_reason", "tool_calls",
+                          "token_ids");
     json_t *o = head(id, "chat.completion.chunk");
     json_object_set_new(o, "choices", json_pack("[o]", c));
     if (r->include_usage) json_object_set_new(o, "usage", json_null());

@@ -17,7 +17,8 @@ typedef struct {
     int status;
     const char *code;            /* static */
     char *message;
-    const char *param;           /* static: the field at fault, or NULL */
+    const char *param;           /* the field at fault (static, or param_own), or NULL */
+    char param_own[64];          /* an unknown field's name, as sent (truncated) */
 } ms_sreq;
 
 /* Parse a body of len bytes for the completions (chat = 0) or chat endpoint. Fields outside the
@@ -30,6 +31,11 @@ void ms_sreq_clear(ms_sreq *r); /* accepts a zeroed request */
  * "invalid_request_error" for 4xx statuses, else "server_error"; param is the request field at
  * fault, or null when param is NULL. */
 char *ms_sreq_error_json(int status, const char *code, const char *message, const char *param, size_t *len);
+
+/* GET /v1/models (id NULL: the list of the one model) or /v1/models/{id} (the model object, or
+ * 404 model_not_found with *status set): each object has id, object, created, owned_by and the
+ * context length (context_length, and vLLM's max_model_len). malloc'ed, *len bytes. */
+char *ms_sreq_models_json(const char *model, int64_t max_context, const char *id, int *status, size_t *len);
 
 /* The identity of one answer: its id ("cmpl-..." or "chatcmpl-..."), model name, creation time. */
 typedef struct {

@@ -49,5 +49,11 @@ const wrongKey = await status(() =>
   new OpenAI({ apiKey: key + 'x', baseURL: url + '/v1', maxRetries: 0 }).completions.create({ model: 'm', prompt: 'x' }));
 const badField = await status(() => client.completions.create({ model: 'm', prompt: 'x', max_tokens: 'many' }));
 const models = (await client.models.list()).data.map((m) => m.id);
+const retrieved = (await client.models.retrieve('m')).id;
+/* what clients send by default, at its neutral value: accepted */
+const neutral = await status(() => client.chat.completions.create({
+  model: 'm', messages: [{ role: 'user', content: 'x' }], max_tokens: 2, logprobs: false, presence_penalty: 0,
+  frequency_penalty: 0, response_format: { type: 'text' } }));
 const after = await whole(reqs[0]);
-process.stdout.write(JSON.stringify({ seq, conc, stream: str, wrong_key: wrongKey, bad_field: badField, models, after }) + '\n');
+process.stdout.write(JSON.stringify({ seq, conc, stream: str, wrong_key: wrongKey, bad_field: badField, models, retrieved,
+  neutral, after }) + '\n');

@@ -259,6 +259,38 @@ static void check_shape(void)
                 !strcmp(json_string_value(json_object_get(json_object_get(ch5, "message"), "role")) ?: "", "assistant") &&
                 json_is_string(json_object_get(json_object_get(ch5, "message"), "content")),
             "chat body: object chat.completion, message from the assistant");
+    T_CHECK(json_is_null(json_object_get(ch1, "logprobs")) && json_object_get(ch1, "logprobs") &&
+                json_is_null(json_object_get(ch5, "logprobs")) && json_object_get(ch5, "logprobs"),
+            "every choice carries \"logprobs\": null, as OpenAI's (scripts read choice[\"logprobs\"])");
+    /* --output -: the lines on standard output, the same answers; --resume cannot go with it */
+    char *so = NULL, *err = NULL;
+    const char *in = make_input("in-stdout.jsonl");
+    int st = ms_t_runf(&so, NULL, "%s jobs --model %s --input %s --output - --max-batch 3 --ram-budget 2G --max-context 200 --quiet",
+                       bin, dir, in);
+    int lines = 0, same = so != NULL;
+    for (char *l = so; same && l && *l;) {
+        char *e = strchr(l, '\n');
+        json_t *o = json_loadb(l, e ? (size_t)(e - l) : strlen(l), 0, NULL);
+        same = o != NULL;
+        const char *cid = json_string_value(json_object_get(o, "custom_id"));
+        for (int i = 0; same && cid && i < NJOBS; i++) {
+            if (strcmp(cid, jobs[i].id)) continue;
+            json_t *want = json_object_get(json_array_get(json_object_get(json_object_get(json_object_get(good[i], "response"),
+                                                                                             "body"), "choices"), 0), "token_ids");
+            json_t *got = json_object_get(json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"),
+                                                                        "choices"), 0), "token_ids");
+            same = json_equal(want, got);
+        }
+        json_decref(o);
+        lines++;
+        l = e ? e + 1 : NULL;
+    }
+    T_CHECK(st == 0 && same && lines == NJOBS + NBADS, "--output - writes every line to standard output (%d lines, exit %d)",
+            lines, st);
+    free(so);
+    st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output - --resume --quiet", bin, dir, in);
+    T_CHECK(st == MS_EXIT_USAGE && err && strstr(err, "--resume"), "--output - --resume is refused (exit 2): %s", err ? err : "");
+    free(err);
     for (int i = 0; i < NJOBS; i++) json_decref(good[i]);
     for (int b = 0; b < NBADS; b++) json_decref(bad[b]);
 }

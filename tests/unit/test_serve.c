@@ -45,12 +45,16 @@ static const req reqs[] = {
      "--ids 5,17,200,33,9,1,2,3,4,5,6,7 -n 9 --temperature 0.9 --seed 7"},
     {"/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3,\"temperature\":0.7,\"top_p\":0.8,\"seed\":-5}",
      "--prompt a -n 3 --temperature 0.7 --top-p 0.8 --seed -5"},
-    {"/v1/completions", "{\"prompt\":[300],\"max_tokens\":12,\"n\":1}", "--ids 300 -n 12"},
+    /* what clients send by default, each at its neutral value: accepted, the same answer */
+    {"/v1/completions", "{\"prompt\":[300],\"max_tokens\":12,\"n\":1,\"logprobs\":0,\"echo\":false,\"presence_penalty\":0,"
+     "\"frequency_penalty\":0,\"best_of\":1,\"logit_bias\":{},\"suffix\":null}", "--ids 300 -n 12"},
     {"/v1/chat/completions",
      "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Name a color.\"}],\"max_tokens\":7,\"reasoning_effort\":\"low\"}",
      "--prompt-file CHAT1 --allow-special -n 7"},
     {"/v1/chat/completions",
-     "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me about \\\"quotes\\\" and\\nnewlines.\"}],\"max_tokens\":8,\"temperature\":1.0,\"seed\":99}",
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me about \\\"quotes\\\" and\\nnewlines.\"}],\"max_tokens\":8,\"temperature\":1.0,\"seed\":99,"
+     "\"logprobs\":false,\"top_logprobs\":0,\"response_format\":{\"type\":\"text\"},\"presence_penalty\":0.0,\"store\":false,"
+     "\"parallel_tool_calls\":true,\"service_tier\":\"auto\",\"metadata\":{\"a\":\"b\"}}",
      "--prompt-file CHAT2 --allow-special -n 8 --temperature 1.0 --seed 99"},
     {"/v1/completions", "{\"prompt\":\"It was the best of times, it was the worst of times\",\"max_tokens\":5,\"temperature\":0.6,\"top_p\":0.95,\"seed\":3}",
      "--prompt 'It was the best of times, it was the worst of times' -n 5 --temperature 0.6 --top-p 0.95 --seed 3"},
@@ -272,7 +276,16 @@ static void check_errors(void)
     T_CHECK(st == 200 && out && strstr(out, "\"ok\""), "/health needs no key: %d %s", st, out ? out : "");
     free(out);
     st = http("/v1/models", NULL, NULL, &out);
-    T_CHECK(st == 200 && out && strstr(out, "\"id\":\"m\""), "/v1/models names the model: %d %s", st, out ? out : "");
+    T_CHECK(st == 200 && out && strstr(out, "\"id\":\"m\"") && strstr(out, "\"context_length\":"),
+            "/v1/models names the model and its context length: %d %s", st, out ? out : "");
+    free(out);
+    st = http("/v1/models/m", NULL, NULL, &out); /* the client's models.retrieve */
+    T_CHECK(st == 200 && out && strstr(out, "\"id\":\"m\"") && strstr(out, "\"object\":\"model\"") && !strstr(out, "\"list\""),
+            "/v1/models/m is the model object: %d %s", st, out ? out : "");
+    free(out);
+    st = http("/v1/models/other", NULL, NULL, &out);
+    T_CHECK(st == 404 && out && strstr(out, "model_not_found") && strstr(out, "\"param\":\"model\""),
+            "/v1/models/other: 404 model_not_found: %d %s", st, out ? out : "");
     free(out);
     static const struct {
         const char *path, *body, *code;
@@ -288,7 +301,14 @@ static void check_errors(void)
         {"/v1/completions", "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "invalid_request", 400},
         {"/v1/completions", "{\"prompt\":[1],\"top_p\":1e-300,\"temperature\":1,\"seed\":5}", "invalid_request", 400},
         {"/v1/completions", "{\"prompt\":\"x\",\"stream\":1}", "invalid_request", 400},
-        {"/v1/completions", "{\"prompt\":\"x\",\"logprobs\":2}", "unsupported_field", 400},
+        {"/v1/completions", "{\"prompt\":\"x\",\"logprobs\":2}", "unsupported_value", 400, "logprobs"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":0.5}",
+         "unsupported_value", 400, "presence_penalty"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
+         "\"json_object\"}}", "unsupported_value", 400, "response_format"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"frobnicate\":1}", "unsupported_field", 400, "frobnicate"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "invalid_request", 400, "stop"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "invalid_request", 400, "temperature"},
         {"/v1/completions", "{\"prompt\":\"x\",\"n\":2}", "unsupported_n", 400},
         {"/v1/completions", "{\"prompt\":[1,99999]}", "invalid_prompt", 400},
         {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":0}", "invalid_max_tokens", 400},

@@ -142,6 +142,10 @@ int main(void)
     json_t *m = json_object_get(r, "models");
     const char *mid = json_string_value(json_array_get(m, 0));
     T_CHECK(json_array_size(m) == 1 && mid && !strcmp(mid, "m"), "models.list names m");
+    const char *rid = json_string_value(json_object_get(r, "retrieved"));
+    T_CHECK(rid && !strcmp(rid, "m"), "models.retrieve('m') works");
+    T_CHECK(r && json_integer_value(json_object_get(r, "neutral")) == 200,
+            "a chat with logprobs false, penalties 0 and response_format text (client defaults) is accepted");
     T_CHECK(r && json_equal(json_object_get(json_object_get(r, "after"), "ids"), ref_ids[0]), "still serving afterwards");
     json_decref(r);
     free(out);
