@@ -47,6 +47,7 @@ static void usage(FILE *f)
           "  --allow FILE         client CURVE public keys allowed to connect (Z85, one per line)\n"
           "  --insecure           accept plain TCP without encryption or authentication\n"
           "  --quiet              log errors only; --verbose logs every request\n"
+          "  --version            print the version and exit\n"
           "\n"
           "Over tcp, CURVE (--curve-secret + --allow) is required unless --insecure is given.\n"
           "Exit codes: 0 after SIGTERM/SIGINT, 2 usage, 3 bad model, 4 I/O, 6 RAM budget too small.\n",
@@ -64,6 +65,7 @@ static int worker_main(int argc, char **argv)
                                          {"allow", required_argument, 0, 'A'},   {"buffered-io", no_argument, 0, 'U'},
                                          {"insecure", no_argument, 0, 'I'},      {"quiet", no_argument, 0, 'q'},
                                          {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
+                                         {"version", no_argument, 0, 'V'},
                                          {0, 0, 0, 0}};
     ms_wload_opts lo = {0};
     const char *listen = NULL, *secret = NULL, *allow = NULL;
@@ -93,6 +95,7 @@ static int worker_main(int argc, char **argv)
             lo.io_depth = (int)depth;
             break;
         case 'h': usage(stdout); return MS_EXIT_OK;
+        case 'V': puts("moestream-worker " MS_VERSION); return MS_EXIT_OK;
         default: usage(stderr); return MS_EXIT_USAGE; /* getopt named the option */
         }
     }

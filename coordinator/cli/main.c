@@ -26,7 +26,8 @@ static void usage(FILE *f)
           "  ident       hash every byte of a checkpoint once and print its fingerprint\n"
           "  bench       measure this machine's FMA peak and read bandwidth, and the kernels against them\n"
           "\n"
-          "`moestream <command> --help` describes each command. Exit codes: 0 ok, 1 runtime error,\n"
+          "`moestream <command> --help` describes each command; `moestream --version` prints the version.\n"
+          "Exit codes: 0 ok, 1 runtime error,\n"
           "2 usage, 3 bad model, 4 I/O error, 5 bad input, 6 impossible budget, 7 worker failure,\n"
           "130 interrupted (Ctrl-C or SIGTERM).\n",
           f);
@@ -44,7 +45,7 @@ static int dispatch(int argc, char **argv)
         return MS_EXIT_OK;
     }
     if (!strcmp(cmd, "--version")) {
-        puts("moestream 0.1.0");
+        puts("moestream " MS_VERSION);
         return MS_EXIT_OK;
     }
     if (!strcmp(cmd, "run")) return ms_cli_run(argc - 1, argv + 1);

@@ -191,7 +191,7 @@ static void detokenize_usage(FILE *f)
 {
     fputs("usage: moestream detokenize --tokenizer DIR (--ids 1,2,3 | --file PATH) [--json]\n"
           "\n"
-          "Prints the text of the ids (raw bytes), or {\"text\": ...} with --json (bytes that are not\n"
+          "Prints the text of the ids (raw bytes) and a newline, or {\"text\": ...} with --json (bytes that are not\n"
           "valid UTF-8 become U+FFFD there). --file holds ids separated by commas or whitespace.\n",
           f);
 }
@@ -244,6 +244,7 @@ int ms_cli_detokenize(int argc, char **argv)
         json_decref(o);
     } else {
         fwrite(text, 1, len, stdout);
+        fputc('\n', stdout); /* a line, like every other command's output (--json's too) */
     }
     free(text);
     free(ids);

@@ -23,6 +23,7 @@
 #include "ms_stdout.h"
 #include "ms_families.h"
 #include "ms_tok.h"
+#include "ms_utf8.h"
 #include "ms_xfmt.h"
 
 typedef struct {
@@ -31,7 +32,7 @@ typedef struct {
     long long n, seed, plan_seqs;
     const char *family;        /* demo --family */
     float temperature, top_p;
-    int json, allow_special, stop_eos, plan_only;
+    int json, allow_special, stop_eos, plan_only, raw;
 } run_opts;
 
 static void run_usage(FILE *f, int demo)
@@ -46,7 +47,7 @@ static void run_usage(FILE *f, int demo)
               f);
     fputs("usage: moestream run --model DIR (--prompt TEXT | --prompt-file PATH | --ids 1,2,3 | --ids-file PATH)\n"
           "                     [-n N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
-          "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet]\n"
+          "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet] [--raw]\n"
           "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
           "                     [--prefill-chunk N] [--lru-cache] [--trunk-pack DIR|none]\n"
           "                     [--plan-only [--plan-seqs N]]\n"
@@ -57,6 +58,10 @@ static void run_usage(FILE *f, int demo)
           "Generates N tokens (default 16) after the prompt. --temperature 0 (the default) is greedy.\n"
           "--prompt needs a tokenizer (tiktoken.model) in DIR; --ids works without one; --ids-file reads\n"
           "the ids (same syntax, whitespace allowed) from a file, for prompts longer than a command line.\n"
+          "Without --json the prompt is printed, then the generated text as it comes, then a report on\n"
+          "stderr; --quiet prints only the generated text (no prompt, report or progress). The text is\n"
+          "valid UTF-8 (bytes that do not form a character show as U+FFFD) unless --raw, which prints\n"
+          "the tokens' bytes as they are. Without a tokenizer the generated ids are printed.\n"
           "--json prints one JSON object: prompt_ids, generated_ids, text (with a tokenizer), stats.\n"
           "--dump-logits writes little-endian f32 rows of vocab_size values: every prompt position,\n"
           "then each generated position whose logits were computed (prompt + N - 1 rows).\n"
@@ -104,18 +109,43 @@ typedef struct {
     ms_tok *tok;
     FILE *dump;
     int64_t V;
+    const int32_t *prompt;     /* [n_prompt] shown before the first token (not with --quiet) */
+    size_t n_prompt;
+    ms_utf8_stream utf8;       /* the text so far ends inside a character (not with --raw) */
 } run_ctx;
+
+/* Bytes of the generated text to stdout: raw with --raw, else valid UTF-8 (a character split
+ * across tokens waits for its end; a broken one shows as U+FFFD). */
+static void print_text(run_ctx *r, const char *bytes, size_t len)
+{
+    if (r->o->raw) {
+        fwrite(bytes, 1, len, stdout);
+        return;
+    }
+    char *out = ms_malloc(3 * (len + 4));
+    fwrite(out, 1, ms_utf8_stream_put(&r->utf8, bytes, len, out), stdout);
+    free(out);
+}
 
 static void print_token(void *ctx, ms_eseq *s, int32_t token)
 {
     run_ctx *r = ctx;
     size_t ng;
     ms_engine_seq_tokens(s, &ng);
-    if (r->o->json || r->o->e.quiet) return;
+    if (r->o->json) return;
+    if (ng == 1) {
+        ms_progress_end(); /* the prefill bar's line ends before the text starts */
+        if (!r->o->e.quiet && r->tok) { /* the prompt, then its continuation */
+            char *text = NULL;
+            size_t len = 0;
+            if (ms_tok_decode(r->tok, r->prompt, r->n_prompt, &text, &len) == 0) print_text(r, text, len);
+            free(text);
+        }
+    }
     if (r->tok) {
         char *piece = NULL;
         size_t plen = 0;
-        if (ms_tok_decode(r->tok, &token, 1, &piece, &plen) == 0) fwrite(piece, 1, plen, stdout);
+        if (ms_tok_decode(r->tok, &token, 1, &piece, &plen) == 0) print_text(r, piece, plen);
         free(piece);
     } else {
         printf("%s%d", ng > 1 ? " " : "", token);
@@ -429,7 +459,7 @@ static int generate(const run_opts *o, const char *cmd)
     }
     double t_load = ms_cli_now() - t0;
     cpu.load = cpu_now();
-    run_ctx rctx = {o, ms_engine_tok(e), dump, c->vocab};
+    run_ctx rctx = {o, ms_engine_tok(e), dump, c->vocab, prompt, np, {{0}, 0}};
     ms_gen_params gp = {o->temperature, o->top_p, (uint64_t)o->seed, o->n, o->stop_eos, dump != NULL,
                         print_token, dump_rows, &rctx};
     if (!(seq = ms_engine_seq_new(e, prompt, np, &gp))) {
@@ -503,10 +533,13 @@ static int generate(const run_opts *o, const char *cmd)
     ms_engine_get_stats(e, &es);
     double wall = ms_cli_now() - t0;
     cpu.end = cpu_now();
-    if (o->json)
+    if (o->json) {
         print_json(e, prompt, np, gen, ng, &es, &after_prefill, t_load, t_prefill, t_decode, wall, &cpu);
-    else if (!o->e.quiet)
-        fputc('\n', stdout);
+    } else {
+        char tail[12];
+        fwrite(tail, 1, ms_utf8_stream_end(&rctx.utf8, tail), stdout);
+        if (ng) fputc('\n', stdout);
+    }
     if (!o->e.quiet) print_report(cmd, np, ng, &es, t_load, t_prefill, t_decode, wall, &after_prefill, &cpu);
 out:
     ms_progress_end(); /* no-op unless a bar is still drawn */
@@ -531,6 +564,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         {"json", no_argument, 0, 'j'},
         {"dump-logits", required_argument, 0, 'd'},
         {"allow-special", no_argument, 0, 'a'},
+        {"raw", no_argument, 0, 'W'},
         {"stop-at-eos", no_argument, 0, 'e'},
         {"help", no_argument, 0, 'h'},
         {"trace", required_argument, 0, 'R'},
@@ -553,6 +587,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'd': o->dump = optarg; break;
         case 'j': o->json = 1; break;
         case 'a': o->allow_special = 1; break;
+        case 'W': o->raw = 1; break;
         case 'e': o->stop_eos = 1; break;
         case 'R': o->trace = optarg; break;
         case 'Y': o->plan_only = 1; break;
@@ -627,11 +662,11 @@ int ms_cli_demo(int argc, char **argv)
     char cfg[4200];
     snprintf(cfg, sizeof cfg, "%s/config.json", o.e.model);
     if (access(cfg, R_OK) != 0) {
-        fprintf(stderr, "moestream demo: writing a synthetic tiny %s checkpoint to %s\n", f->name, o.e.model);
+        if (!o.e.quiet) fprintf(stderr, "moestream demo: writing a synthetic tiny %s checkpoint to %s\n", f->name, o.e.model);
         if (f->synth(o.e.model, f->demo_preset, 0, 0, 1) != 0) return ms_cli_fail_err("demo");
     }
     if ((rc = ms_cli_eopt_check(&o.e, "demo")) != MS_EXIT_OK) return rc;
     if (!o.prompt && !o.prompt_file && !o.ids && !o.ids_file) o.prompt = "The weather today is";
-    fprintf(stderr, "moestream demo: random weights, so the text is gibberish; the engine is real.\n");
+    if (!o.e.quiet) fprintf(stderr, "moestream demo: random weights, so the text is gibberish; the engine is real.\n");
     return generate(&o, "demo");
 }

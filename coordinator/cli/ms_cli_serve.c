@@ -180,8 +180,8 @@ static int serve_main(const serve_opts *o)
     }
     ms_log(1, "serve: model %s, up to %d sequences together, %lld more queued, context %lld tokens%s", name, batch,
            o->max_queue, o->max_context, key ? ", API key required" : "");
-    ms_log(0 + (o->e.quiet ? 0 : 1), "serve: listening on %s", ms_shttp_url(h));
-    if (o->e.quiet) fprintf(stderr, "moestream serve: listening on %s\n", ms_shttp_url(h));
+    /* Said even with --quiet (level 0), once: scripts wait for this line to know the port. */
+    ms_log(0, "serve: listening on %s", ms_shttp_url(h));
 
     int sig = 0;
     for (;;) {

@@ -43,6 +43,16 @@ static void test_usage(void)
     T_CHECK(status_of("") == 2, "no command: exit 2");
     T_CHECK(status_of("frobnicate") == 2, "unknown command: exit 2");
     T_CHECK(status_of("--help") == 0, "--help: exit 0");
+    char *v1 = NULL, *v2 = NULL, *h = NULL;
+    T_CHECK(ms_t_runf(&v1, NULL, "%s --version", bin) == 0 && v1 && !strncmp(v1, "moestream ", 10),
+            "--version: %s", v1 ? v1 : "");
+    T_CHECK(ms_t_runf(&v2, NULL, "%s --version", ms_t_bin("moestream-worker")) == 0 && v2 && v1 &&
+                !strncmp(v2, "moestream-worker ", 17) && !strcmp(v2 + 17, v1 + 10),
+            "moestream-worker --version: the same version: %s", v2 ? v2 : "");
+    T_CHECK(ms_t_runf(&h, NULL, "%s --help", bin) == 0 && h && strstr(h, "--version"), "--help names --version");
+    free(v1);
+    free(v2);
+    free(h);
     const char *cmds[] = {"run", "demo", "tokenize", "detokenize", "synth"};
     for (int i = 0; i < 5; i++) {
         char a[64];
@@ -178,6 +188,38 @@ static void test_demo(void)
     int st;
     json_t *j = run_json(a, &st);
     T_CHECK(st == 0 && j && json_array_size(json_object_get(j, "generated_ids")) == 4, "demo runs end to end");
+    json_decref(j);
+
+    /* What a terminal shows: the prompt, then the text as valid UTF-8 (random weights give broken
+     * sequences); --quiet: only the text; --raw: the tokens' bytes as they are. */
+    snprintf(a, sizeof a, "demo --model %s/m -n 24 --json", d);
+    j = run_json(a, &st);
+    const char *text = json_string_value(json_object_get(j, "text"));
+    char ids[2048] = "";
+    json_t *g = json_object_get(j, "generated_ids");
+    for (size_t i = 0; i < json_array_size(g); i++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%lld", i ? "," : "",
+                 (long long)json_integer_value(json_array_get(g, i)));
+    char *quiet = NULL, *plain = NULL, *raw = NULL, *detok = NULL, *err = NULL;
+    int s1 = ms_t_runf(&quiet, &err, "%s demo --model %s/m -n 24 --quiet", bin, d);
+    T_CHECK(s1 == 0 && err && !*err, "demo --quiet: exit %d, nothing on stderr: %s", s1, err ? err : "");
+    free(err);
+    int s2 = ms_t_runf(&plain, NULL, "%s demo --model %s/m -n 24 2>/dev/null", bin, d);
+    int s3 = ms_t_runf(&raw, NULL, "%s demo --model %s/m -n 24 --quiet --raw", bin, d);
+    int s4 = ms_t_runf(&detok, NULL, "%s detokenize --tokenizer %s/m --ids %s", bin, d, ids);
+    T_CHECK(text && quiet && s1 == 0 && strlen(quiet) == strlen(text) + 1 && !strncmp(quiet, text, strlen(text)) &&
+                quiet[strlen(text)] == '\n',
+            "demo --quiet prints the generated text (valid UTF-8, as --json's text) and a newline: '%s'",
+            quiet ? quiet : "");
+    const char *pr = "The weather today is";
+    T_CHECK(s2 == 0 && plain && quiet && !strncmp(plain, pr, strlen(pr)) && !strcmp(plain + strlen(pr), quiet),
+            "demo prints the prompt, then the text: '%s'", plain ? plain : "");
+    T_CHECK(s3 == 0 && s4 == 0 && raw && detok && !strcmp(raw, detok) && strcmp(raw, quiet),
+            "--raw prints the tokens' bytes (= detokenize and its newline), which here differ from the repaired text");
+    free(quiet);
+    free(plain);
+    free(raw);
+    free(detok);
     json_decref(j);
 }
 

@@ -548,6 +548,18 @@ static int kill_worker0(int kills, int healthy_ms)
 /* Issue 16, defect 10: after 3 restarts of one local worker the server answered every request
  * with 500 while /health said ok, forever. A worker that ran healthy gets a fresh restart
  * budget; one given up on makes /health say 503 with the reason. */
+/* --quiet: errors only, and the one line scripts wait for (the address), said once. */
+static void check_quiet(void)
+{
+    if (start_server(dir, "--quiet") != 0) return;
+    char *log = ms_t_read_file(srv.log, NULL);
+    int n = 0;
+    for (const char *p = log; p && (p = strstr(p, "listening on ")); p++) n++;
+    T_CHECK(n == 1, "serve --quiet says where it listens once (%d times): %s", n, log ? log : "");
+    free(log);
+    T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
+}
+
 static void check_local_restarts(void)
 {
     /* healthy after 1 s: killed 5 times, 1.2 s apart, every request still answered */
@@ -626,6 +638,7 @@ int main(void)
     check_disconnect();
     check_deadline();
     check_drain();
+    check_quiet();
     check_local_restarts();
     for (int i = 0; i < NREQ; i++) {
         json_decref(ref_ids[i]);
