@@ -70,11 +70,34 @@ void ms_err_clear(void)
 void ms_log_set_level(int level) { log_level = level; }
 int ms_log_level(void) { return log_level; }
 
+static ms_log_fn log_sink;
+static void *log_sink_ctx;
+void ms_log_set_sink(ms_log_fn fn, void *ctx)
+{
+    log_sink = fn;
+    log_sink_ctx = ctx;
+}
+
+void ms_log_fail(const char *who, int code, const char *msg)
+{
+    if (log_sink)
+        log_sink(log_sink_ctx, -1, code, msg);
+    else
+        fprintf(stderr, "%s: %s\n", who, msg);
+}
+
 void ms_log(int level, const char *fmt, ...)
 {
     if (level > log_level) return;
     va_list ap;
     va_start(ap, fmt);
+    if (log_sink) {
+        char msg[4096];
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        log_sink(log_sink_ctx, level, 0, msg);
+        return;
+    }
     fputs("moestream: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);

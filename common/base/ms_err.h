@@ -37,6 +37,13 @@ void ms_err_clear(void);
 void ms_log_set_level(int level);
 int ms_log_level(void);
 void ms_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Where ms_log lines and command failures (ms_opt_fail) go: fn(ctx, level, code, message without
+ * prefix or newline) instead of stderr (NULL: stderr again); level -1 is a failure with its exit
+ * code, else code is 0. For programs whose stderr must stay machine-readable. */
+typedef void (*ms_log_fn)(void *ctx, int level, int code, const char *msg);
+void ms_log_set_sink(ms_log_fn fn, void *ctx);
+/* The failure of a command: "who: msg" on stderr, or to the sink (level -1). */
+void ms_log_fail(const char *who, int code, const char *msg);
 
 /* Always-on assertion for programmer errors (never for runtime input). */
 #define MS_ASSERT(c)                                                                   \

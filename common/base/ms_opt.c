@@ -12,9 +12,9 @@
 
 int ms_opt_vfail(const char *who, int code, const char *fmt, va_list ap)
 {
-    fprintf(stderr, "%s: ", who);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char msg[4096];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    ms_log_fail(who, code, msg);
     return code;
 }
 

@@ -1,7 +1,9 @@
 /* ms_progress: the one progress facility: a task counter, a pluggable reporter, a stderr bar. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "ms_err.h"
@@ -76,24 +78,55 @@ void ms_progress_end(void)
     pthread_mutex_unlock(&lock);
 }
 
+int ms_progress_cols(int fd)
+{
+    struct winsize w;
+    if (ioctl(fd, TIOCGWINSZ, &w) == 0 && w.ws_col > 0) return w.ws_col;
+    const char *c = getenv("COLUMNS");
+    int n = c ? atoi(c) : 0;
+    return n > 0 ? n : 80;
+}
+
+void ms_progress_line_draw(ms_progress_line *l, FILE *f, int cols, const char *text)
+{
+    if (cols < 2) cols = 2;
+    int len = (int)strlen(text);
+    if (len > cols - 1) len = cols - 1;
+    if (l->len > 0 && cols != l->cols && l->len > cols - 1) {
+        /* The old line is wider than the terminal now: a terminal that reflows shows it over
+         * several rows, the cursor on the last. Go to its first row and clear from there. */
+        int up = (l->len - 1) / cols;
+        if (up > 0) fprintf(f, "\r\033[%dA", up);
+        fprintf(f, "\r\033[J%.*s", len, text);
+    } else {
+        fprintf(f, "\r%.*s%s", len, text, len < l->len ? "\033[K" : "");
+    }
+    l->len = len > 0 ? len : 1;
+    l->cols = cols;
+}
+
+void ms_progress_line_end(ms_progress_line *l, FILE *f)
+{
+    if (l->len > 0) fputc('\n', f);
+    l->len = 0;
+}
+
 /* The bar's state: what was drawn last, so that it redraws only on a new percentage. (The done
  * size is padded to 10 columns: "1.00 MiB" must cover "1023.00 KiB" on the same line.) */
 static struct {
-    int pct;  /* last percentage drawn, -1 = none */
-    int open; /* a line is drawn and not yet ended */
+    int pct;              /* last percentage drawn, -1 = none */
+    ms_progress_line line; /* the line drawn and not yet ended */
 } bar;
 
 void ms_progress_bar(void *ctx, const ms_progress_ev *ev)
 {
     (void)ctx;
     if (ev->start) {
-        if (bar.open) fputc('\n', stderr);
+        ms_progress_line_end(&bar.line, stderr);
         bar.pct = -1;
-        bar.open = 0;
     }
     if (ev->end) {
-        if (bar.open) fputc('\n', stderr);
-        bar.open = 0;
+        ms_progress_line_end(&bar.line, stderr);
         return;
     }
     if (!ev->total) return;
@@ -101,19 +134,22 @@ void ms_progress_bar(void *ctx, const ms_progress_ev *ev)
     if (pct > 100) pct = 100;
     if (pct == bar.pct) return;
     bar.pct = pct;
-    char line[41], a[32], b[32];
-    memset(line, '#', (size_t)(pct * 40 / 100));
-    memset(line + pct * 40 / 100, '.', (size_t)(40 - pct * 40 / 100));
-    line[40] = 0;
+    char nums[96], a[32], b[32], text[256];
     if (ev->unit == MS_PROGRESS_BYTES)
-        fprintf(stderr, "\r%s [%s] %3d%% %10s of %s", ev->task, line, pct, ms_size_fmt(ev->done, a, sizeof a),
-                ms_size_fmt(ev->total, b, sizeof b));
+        snprintf(nums, sizeof nums, "%3d%% %10s of %s", pct, ms_size_fmt(ev->done, a, sizeof a),
+                 ms_size_fmt(ev->total, b, sizeof b));
     else
-        fprintf(stderr, "\r%s [%s] %3d%% %llu/%llu", ev->task, line, pct, (unsigned long long)ev->done,
-                (unsigned long long)ev->total);
-    bar.open = 1;
-    if (ev->done >= ev->total) {
-        fputc('\n', stderr);
-        bar.open = 0;
-    }
+        snprintf(nums, sizeof nums, "%3d%% %llu/%llu", pct, (unsigned long long)ev->done,
+                 (unsigned long long)ev->total);
+    int cols = ms_progress_cols(2);
+    int width = cols - 1 - (int)(strlen(ev->task) + strlen(nums) + 4); /* "TASK [" "] " */
+    if (width > 40) width = 40;
+    if (width < 4) width = 4; /* then the line is cut at the terminal's edge */
+    char line[41];
+    memset(line, '#', (size_t)(pct * width / 100));
+    memset(line + pct * width / 100, '.', (size_t)(width - pct * width / 100));
+    line[width] = 0;
+    snprintf(text, sizeof text, "%s [%s] %s", ev->task, line, nums);
+    ms_progress_line_draw(&bar.line, stderr, cols, text);
+    if (ev->done >= ev->total) ms_progress_line_end(&bar.line, stderr);
 }

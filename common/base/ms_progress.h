@@ -3,6 +3,7 @@
 #define MS_PROGRESS_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 /* Units of a task's counts: bytes are shown as sizes (ms_size_fmt), items as "done/total". */
 typedef enum { MS_PROGRESS_BYTES, MS_PROGRESS_ITEMS } ms_progress_unit;
@@ -30,8 +31,24 @@ int ms_progress_use_stderr(void);
 int ms_progress_shown(void);
 
 /* The stderr bar: "\rTASK [####....]  42%   1.23 GiB of 2.92 GiB", redrawn when the percentage
- * changes, ended with a newline when the task completes or ends. ctx is unused. */
+ * changes, ended with a newline when the task completes or ends; the bar (40 columns) narrows
+ * to fit a narrower terminal (ms_progress_line_draw). ctx is unused. */
 void ms_progress_bar(void *ctx, const ms_progress_ev *ev);
+
+/* A one-line status redrawn in place on a terminal (the bar, jobs' line): fitted to the terminal's
+ * width, and redrawn whole when the width changes. */
+typedef struct {
+    int len;  /* visible bytes of the line drawn last (0: none open) */
+    int cols; /* the width it was drawn at */
+} ms_progress_line;
+/* Columns of the terminal on fd (TIOCGWINSZ), else $COLUMNS, else 80. */
+int ms_progress_cols(int fd);
+/* Draw text (ASCII, no newline) over the open line: cut to cols - 1 bytes, the rest of a longer
+ * previous line cleared; after the width changed, the previous line is cleared where a terminal
+ * that reflows would show it (up to the row it starts on). */
+void ms_progress_line_draw(ms_progress_line *l, FILE *f, int cols, const char *text);
+/* End the open line with a newline (no-op when none is open). */
+void ms_progress_line_end(ms_progress_line *l, FILE *f);
 
 /* Library side. One task at a time per process (a new begin replaces the current one); add may
  * be called from any thread. task must stay valid until ms_progress_end. */

@@ -1,6 +1,7 @@
 /* ms_cli_jobs: the `jobs` command: a JSONL file of jobs through the continuous-batching
  * scheduler, results appended as they finish, resumable, with progress. */
 #include <errno.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
@@ -19,6 +20,10 @@
 #include "ms_err.h"
 #include "ms_jobfile.h"
 #include "ms_opt.h"
+#include "ms_model.h"
+#include "ms_plan.h"
+#include "ms_jtext.h"
+#include "ms_progress.h"
 #include "ms_sched.h"
 #include "ms_size.h"
 
@@ -58,7 +63,9 @@ static void jobs_usage(FILE *f)
           "an output written for other input lines is refused naming the first custom_id that differs\n"
           "(exit 5). --max-context N (default 8192) bounds prompt + max_tokens. --date fixes the date a chat's\n"
           "system message carries (gpt-oss's harmony; default today, UTC), so prompts can be reproduced.\n"
-          "--json-progress writes one JSON object per second to stderr. --dump-logits DIR writes each job's\n"
+          "--json-progress keeps stderr to JSON objects, one per line: the plan ({\"plan\": ...}), progress once\n"
+          "a second (the last with \"final\": true), log lines ({\"level\", \"message\"}), a failure ({\"level\":\n"
+          "\"error\", \"message\", \"exit_code\"}) and the summary ({\"summary\": ...}). --dump-logits DIR writes each job's\n"
           "logits rows to DIR/line-N.f32 as `run --dump-logits` does (tests). Other options as for run;\n"
           "each job speculates on its own (--speculate, --draft-file: every job drafts the file's ids).\n"
           "Ctrl-C or SIGTERM finishes the current step, keeps every finished result and exits 130.\n"
@@ -68,6 +75,29 @@ static void jobs_usage(FILE *f)
 
 static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) { got_signal = sig; }
+
+/* --json-progress: every stderr line is a JSON object. Log lines become {"level", "message"}; a
+ * failure {"level": "error", "message", "exit_code"}; the plan's text lines are left out, as the
+ * plan comes whole ({"plan": ...}) once the model is open. */
+static void json_log(void *ctx, int level, int code, const char *msg)
+{
+    (void)ctx;
+    if (level >= 0 && !strncmp(msg, "plan: ", 6)) return;
+    json_t *o = json_pack("{s:s,s:o}", "level", level < 0 ? "error" : level == 0 ? "warning" : level == 1 ? "info" : "debug",
+                          "message", ms_jtext(msg, strlen(msg)));
+    if (level < 0) json_object_set_new(o, "exit_code", json_integer(code));
+    json_dumpf(o, stderr, JSON_COMPACT);
+    fputc('\n', stderr);
+    json_decref(o);
+}
+
+/* One JSON object on its own stderr line (--json-progress); o is taken. */
+static void json_line(json_t *o)
+{
+    json_dumpf(o, stderr, JSON_COMPACT);
+    fputc('\n', stderr);
+    json_decref(o);
+}
 
 /* The run's state shared with the scheduler's done callback. */
 typedef struct {
@@ -162,6 +192,7 @@ typedef struct {
     uint64_t total, base_bytes;
     double base_wait;
     int tty, max_batch;
+    ms_progress_line line; /* the terminal line (tty) */
 } progress;
 
 static void show_progress(progress *p, const jobs_run *r, ms_engine *e, ms_sched *s, int final)
@@ -198,13 +229,27 @@ static void show_progress(progress *p, const jobs_run *r, ms_engine *e, ms_sched
             snprintf(etas, sizeof etas, "?");
         else
             snprintf(etas, sizeof etas, "%dm%02ds", (int)(eta / 60), (int)eta % 60);
-        char bar[21];
-        int fill = p->total ? (int)(20 * done / p->total) : 20;
-        for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '.';
-        bar[20] = 0;
-        fprintf(stderr, "\rjobs [%s] %llu/%llu (%llu errors)  %.2f tok/s  ETA %s  batch %d/%d  %s read/token   %s", bar,
-                (unsigned long long)done, (unsigned long long)p->total, (unsigned long long)r->errors, tps, etas,
-                st.running, p->max_batch, ms_size_fmt((uint64_t)per_tok, a, sizeof a), final ? "\n" : "");
+        /* The line fits the terminal: the bar narrows first, then the least useful parts go. */
+        int cols = ms_progress_cols(2), bw = cols >= 100 ? 20 : 10;
+        char bar[21], text[512], part[5][64];
+        int fill = p->total ? (int)(bw * done / p->total) : bw;
+        for (int i = 0; i < bw; i++) bar[i] = i < fill ? '#' : '.';
+        bar[bw] = 0;
+        int n = snprintf(text, sizeof text, "jobs [%s] %llu/%llu", bar, (unsigned long long)done,
+                         (unsigned long long)p->total);
+        snprintf(part[0], sizeof part[0], "  %.2f tok/s", tps);
+        snprintf(part[1], sizeof part[1], "  ETA %s", etas);
+        snprintf(part[2], sizeof part[2], " (%llu errors)", (unsigned long long)r->errors);
+        snprintf(part[3], sizeof part[3], "  batch %d/%d", st.running, p->max_batch);
+        snprintf(part[4], sizeof part[4], "  %s read/token", ms_size_fmt((uint64_t)per_tok, a, sizeof a));
+        int take[5] = {0}, len = n;
+        for (int i = 0; i < 5; i++)
+            if (len + (int)strlen(part[i]) <= cols - 1) len += (int)strlen(part[i]), take[i] = 1;
+        static const int order[5] = {2, 0, 1, 3, 4}; /* shown in this order: errors right after the counts */
+        for (int k = 0; k < 5; k++)
+            if (take[order[k]]) n += snprintf(text + n, sizeof text - (size_t)n, "%s", part[order[k]]);
+        ms_progress_line_draw(&p->line, stderr, cols, text);
+        if (final) ms_progress_line_end(&p->line, stderr);
     }
 }
 
@@ -370,6 +415,8 @@ static int open_engine(const jobs_opts *o, int todo, int64_t longest, int64_t ma
     else
         eo.fit_seqs = cap_batch;
     if (!(e = ms_engine_open(&eo))) rc = ms_cli_fail_err("jobs");
+    else if (o->json_progress && !o->e.quiet && ms_model_plan(ms_engine_model(e)))
+        json_line(json_pack("{s:o}", "plan", ms_plan_json(ms_model_plan(ms_engine_model(e)))));
     *out = e;
     return rc;
 }
@@ -489,7 +536,7 @@ static int jobs_main(const jobs_opts *o)
         sj.user = j;
         ms_sched_add(s, &sj);
     }
-    progress pg = {ms_cli_now(), 0, total, 0, 0, isatty(2) && !o->e.quiet && !o->json_progress};
+    progress pg = {ms_cli_now(), 0, total, 0, 0, isatty(2) && !o->e.quiet && !o->json_progress, 0, {0, 0}};
     {
         ms_engine_stats es;
         ms_engine_get_stats(e, &es);
@@ -500,7 +547,7 @@ static int jobs_main(const jobs_opts *o)
     while (ms_sched_pending(s)) {
         if (got_signal) break;
         if (ms_sched_step(s) != 0) {
-            if (pg.tty) fputc('\n', stderr);
+            ms_progress_line_end(&pg.line, stderr);
             if (got_signal)
                 rc = ms_cli_fail(cmd, MS_EXIT_INTERRUPTED, "interrupted (signal %d): %s", (int)got_signal, ms_err_msg());
             else
@@ -519,13 +566,18 @@ static int jobs_main(const jobs_opts *o)
         goto out;
     }
 finish:
-    if (!o->e.quiet)
+    if (!o->e.quiet && o->json_progress) {
+        ms_engine_stats es;
+        if (e) ms_engine_get_stats(e, &es);
+        json_line(json_pack("{s:{s:I,s:s,s:I,s:i,s:I,s:I}}", "summary", "answered", (json_int_t)run.answered, "output",
+                            o->output, "errors", (json_int_t)run.errors, "skipped", skipped, "draft_tokens",
+                            (json_int_t)(e ? es.drafted : 0), "accepted_draft_tokens", (json_int_t)(e ? es.accepted : 0)));
+    } else if (!o->e.quiet) {
         fprintf(stderr, "moestream jobs: %llu lines answered in %s (%llu with errors), %d skipped as already there\n",
                 (unsigned long long)run.answered, o->output, (unsigned long long)run.errors, skipped);
-    if (!o->e.quiet && e) {
         ms_engine_stats es;
-        ms_engine_get_stats(e, &es);
-        if (es.drafted)
+        if (e) ms_engine_get_stats(e, &es);
+        if (e && es.drafted)
             fprintf(stderr,
                     "moestream jobs: speculation: %llu draft tokens, %llu accepted, %.2f tokens per decoding pass\n",
                     (unsigned long long)es.drafted, (unsigned long long)es.accepted,
@@ -599,6 +651,7 @@ int ms_cli_jobs(int argc, char **argv)
         }
     }
     if (optind != argc) return ms_cli_fail(cmd, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    if (o.json_progress) ms_log_set_sink(json_log, NULL);
     if (!o.e.model || !o.input || !o.output)
         return ms_cli_fail(cmd, MS_EXIT_USAGE, "--model, --input and --output are required (see moestream jobs --help)");
     int rc = ms_cli_eopt_check(&o.e, cmd);

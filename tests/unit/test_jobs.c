@@ -633,6 +633,64 @@ static void check_usage(void)
     free(err);
 }
 
+/* --json-progress: every stderr line is one JSON object: the plan, progress, logs, the summary,
+ * and a failure with its exit code. */
+static void check_json_progress(void)
+{
+    const char *in = make_input("in-jp.jsonl");
+    const char *out = ms_t_path(tmp, "jp.out");
+    char *err = NULL;
+    int st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --max-batch 4 --json-progress", bin, dir, in, out);
+    int lines = 0, objects = 0, plan = 0, summary = 0, final = 0;
+    for (char *l = err ? strtok(err, "\n") : NULL; l; l = strtok(NULL, "\n")) {
+        lines++;
+        json_t *o = json_loads(l, 0, NULL);
+        if (json_is_object(o)) objects++;
+        plan += json_object_get(o, "plan") && json_integer_value(json_object_get(json_object_get(o, "plan"), "prefill_chunk")) > 0;
+        summary += json_object_get(o, "summary") != NULL;
+        final += json_is_true(json_object_get(o, "final"));
+        json_decref(o);
+    }
+    T_CHECK(st == 0 && lines > 3 && objects == lines && plan == 1 && summary == 1 && final == 1,
+            "--json-progress: %d stderr lines, %d JSON objects, plan %d, summary %d, final %d", lines, objects, plan,
+            summary, final);
+    free(err);
+    err = NULL;
+    st = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --json-progress", bin, dir, in, out);
+    json_t *o = err ? json_loads(err, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+    T_CHECK(st == 2 && json_integer_value(json_object_get(o, "exit_code")) == 2 &&
+                !strcmp(json_string_value(json_object_get(o, "level")) ? json_string_value(json_object_get(o, "level")) : "",
+                        "error") &&
+                strstr(json_string_value(json_object_get(o, "message")) ? json_string_value(json_object_get(o, "message")) : "",
+                       "--resume"),
+            "a failure with --json-progress is a JSON object with its exit code: %s", err ? err : "");
+    json_decref(o);
+    free(err);
+}
+
+/* On a terminal the progress line fits its width (here 40 columns, through script(1)). */
+static void check_tty_width(void)
+{
+    if (ms_t_run("script --version >/dev/null 2>&1", NULL) != 0) {
+        ms_t_skip("SKIP: script(1) is not installed (bsdutils): the terminal line is not checked");
+        return;
+    }
+    const char *in = make_input("in-tty.jsonl");
+    const char *out = ms_t_path(tmp, "tty.out");
+    char *shown = NULL;
+    int st = ms_t_runf(&shown, NULL, "script -qec \"stty cols 40; %s jobs --model %s --input %s --output %s --max-batch 1\" /dev/null",
+                       bin, dir, in, out);
+    int drawn = 0, widest = 0;
+    for (char *l = shown ? strtok(shown, "\r\n") : NULL; l; l = strtok(NULL, "\r\n")) {
+        if (strncmp(l, "jobs [", 6)) continue;
+        drawn++;
+        int w = (int)strcspn(l, "\033");
+        if (w > widest) widest = w;
+    }
+    T_CHECK(st == 0 && drawn >= 1 && widest <= 39, "the jobs line at 40 columns: %d redraws, widest %d", drawn, widest);
+    free(shown);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -649,6 +707,8 @@ int main(void)
     check_shape();
     check_duplicates();
     check_usage();
+    check_json_progress();
+    check_tty_width();
     check_resume(SIGKILL);
     check_resume(SIGTERM);
     check_output_guard();

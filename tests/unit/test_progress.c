@@ -122,6 +122,29 @@ static void test_bar(void)
             "a task cut short ends its line (bytes shown as sizes); an empty one too: '%s'", out);
 }
 
+/* The redrawn line: cut to the width, a shorter line clears what is left of the longer one, and
+ * after the terminal narrowed the old line is cleared from the row it starts on. */
+static void test_line(void)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    ms_progress_line l = {0, 0};
+    ms_progress_line_draw(&l, f, 80, "jobs 1/10  12.00 tok/s");
+    ms_progress_line_draw(&l, f, 80, "jobs 2/10  9.00 tok/s");
+    ms_progress_line_draw(&l, f, 10, "jobs 3/10  8.00 tok/s");
+    ms_progress_line_draw(&l, f, 10, "jobs 4/10");
+    ms_progress_line_end(&l, f);
+    ms_progress_line_end(&l, f); /* nothing open: nothing */
+    fclose(f);
+    const char *want = "\rjobs 1/10  12.00 tok/s"
+                       "\rjobs 2/10  9.00 tok/s\033[K"      /* one byte shorter: cleared */
+                       "\r\033[2A\r\033[Jjobs 3/10"         /* 22 bytes at 10 columns: 3 rows, up 2 */
+                       "\rjobs 4/10\n";
+    T_CHECK(buf && !strcmp(buf, want), "the line's redraws: '%s'", buf ? buf : "");
+    free(buf);
+}
+
 /* ms_progress_use_stderr with fd 2 on a pseudo-terminal: the bar, unless --quiet. */
 static void test_use_stderr(void)
 {
@@ -154,7 +177,9 @@ int main(void)
 {
     test_events();
     test_threads();
+    setenv("COLUMNS", "80", 1); /* stderr is a pipe here: the bar's width comes from $COLUMNS */
     test_bar();
+    test_line();
     test_use_stderr();
     return ms_t_done();
 }
