@@ -77,6 +77,74 @@ static int get_stop(ms_jobspec *j, json_t *body)
     return 0;
 }
 
+/* "logit_bias": {"<token id>": bias} with ids in the vocabulary and biases in [-100, 100]. */
+static int get_logit_bias(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim)
+{
+    json_t *v = json_object_get(body, "logit_bias");
+    if (!v || json_is_null(v)) return 0;
+    j->err_param = "logit_bias";
+    if (!json_is_object(v)) return bad(j, "invalid_request", "\"logit_bias\" must be an object {\"token id\": bias}");
+    j->logit_bias = ms_malloc(sizeof *j->logit_bias * (json_object_size(v) + 1));
+    const char *key;
+    json_t *b;
+    json_object_foreach(v, key, b)
+    {
+        char *end;
+        long long id = strtoll(key, &end, 10);
+        if (!*key || *end || id < 0 || id >= lim->vocab)
+            return bad(j, "invalid_request", "\"logit_bias\" key '%.40s' is not a token id of the vocabulary (0..%lld)", key,
+                       (long long)lim->vocab - 1);
+        double d = json_number_value(b);
+        if (!json_is_number(b) || !(d >= -100 && d <= 100))
+            return bad(j, "invalid_request", "\"logit_bias\" of token %lld must be a number in [-100, 100]", id);
+        j->logit_bias[j->n_logit_bias].id = (int32_t)id;
+        j->logit_bias[j->n_logit_bias++].bias = (float)d;
+    }
+    j->err_param = NULL;
+    return 0;
+}
+
+/* Log-probabilities: a chat's "logprobs": bool and "top_logprobs": 0..20 (which needs logprobs);
+ * a completion's "logprobs": 0..20 (the alternatives; the token's own always comes). */
+static int get_logprobs(ms_jobspec *j, json_t *body)
+{
+    json_t *v = json_object_get(body, "logprobs"), *t = json_object_get(body, "top_logprobs");
+    int has_v = v && !json_is_null(v), has_t = t && !json_is_null(t);
+    if (j->kind == MS_JOB_CHAT) {
+        if (has_v && !json_is_boolean(v))
+            return j->err_param = "logprobs", bad(j, "invalid_request", "\"logprobs\" must be true or false");
+        j->logprobs = json_is_true(v);
+        if (has_t) {
+            long long k = 0;
+            if (get_int(j, body, "top_logprobs", 0, MS_MAX_TOP_LOGPROBS, &k) != 0) return -1;
+            if (!j->logprobs && k > 0)
+                return j->err_param = "top_logprobs", bad(j, "invalid_request", "\"top_logprobs\" needs \"logprobs\": true");
+            j->top_logprobs = (int)k;
+        }
+        return 0;
+    }
+    if (has_t) return j->err_param = "top_logprobs", bad(j, "invalid_request", "\"top_logprobs\" is a chat field: a completion gives \"logprobs\": N");
+    if (!has_v) return 0;
+    long long k = 0;
+    if (get_int(j, body, "logprobs", 0, MS_MAX_TOP_LOGPROBS, &k) != 0) return -1;
+    j->logprobs = 1;
+    j->top_logprobs = (int)k;
+    return 0;
+}
+
+/* Sampling beyond temperature and top_p: top_k, min_p, the penalties, logit_bias. */
+static int get_sampling(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim)
+{
+    long long k = 0;
+    if (get_int(j, body, "top_k", -1, INT32_MAX, &k) != 0) return -1;
+    j->top_k = k > 0 ? (int)k : 0;
+    if (get_num(j, body, "min_p", 0, 1, 0, &j->min_p) != 0 ||
+        get_num(j, body, "presence_penalty", -2, 2, 0, &j->presence_penalty) != 0 ||
+        get_num(j, body, "frequency_penalty", -2, 2, 0, &j->frequency_penalty) != 0)
+        return -1;
+    return get_logit_bias(j, body, lim) != 0 || get_logprobs(j, body) != 0 ? -1 : 0;
+}
+
 static int get_prompt(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim)
 {
     j->err_param = "prompt";
@@ -147,8 +215,11 @@ static void parse_body(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim
     const char *mt_name = has_mc ? "max_completion_tokens" : "max_tokens";
     if (get_int(j, body, mt_name, LLONG_MIN, LLONG_MAX, &mt) != 0 || get_int(j, body, "seed", LLONG_MIN, LLONG_MAX, &seed) != 0 ||
         get_num(j, body, "temperature", 0, 1e6, 0, &j->temperature) != 0 || get_num(j, body, "top_p", 0, 1, 1, &j->top_p) != 0 ||
-        get_stop(j, body) != 0)
+        get_stop(j, body) != 0 || get_sampling(j, body, lim) != 0)
         return;
+    long long n = 1;
+    if (get_int(j, body, "n", 1, 128, &n) != 0) return;
+    j->n = (int)n;
     if (mt < 1) {
         j->err_param = mt_name;
         bad(j, "invalid_max_tokens", "\"%s\" must be at least 1, got %lld", mt_name, mt);
@@ -161,6 +232,9 @@ static void parse_body(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim
         bad(j, "invalid_prompt", "the prompt is empty (no tokens)");
         return;
     }
+    /* A chat without a limit runs to its end of turn, or to the end of the context. */
+    if (j->kind == MS_JOB_CHAT && !has_mt && !has_mc && (int64_t)j->n_prompt < lim->max_context)
+        j->max_tokens = lim->max_context - (int64_t)j->n_prompt;
     if ((int64_t)j->n_prompt > lim->max_context || j->max_tokens > lim->max_context - (int64_t)j->n_prompt)
         j->err_param = j->kind == MS_JOB_CHAT ? "messages" : "prompt",
         bad(j, "context_length_exceeded", "%zu prompt tokens + max_tokens %lld exceed the context of %lld tokens (--max-context)",
@@ -262,8 +336,35 @@ void ms_jobspec_clear(ms_jobspec *j)
     free(j->prompt);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->stop);
+    free(j->logit_bias);
     free(j->err_msg);
     memset(j, 0, sizeof *j);
+}
+
+void ms_jobspec_sched_job(const ms_jobspec *j, const int32_t *chat_stop, int n_chat_stop, ms_sched_job *sj)
+{
+    memset(sj, 0, sizeof *sj);
+    sj->prompt = j->prompt;
+    sj->n_prompt = j->n_prompt;
+    sj->temperature = j->temperature;
+    sj->top_p = j->top_p;
+    sj->seed = j->seed;
+    sj->max_tokens = j->max_tokens;
+    sj->stop_at_eos = 1;
+    if (j->kind == MS_JOB_CHAT && n_chat_stop > 0) { /* the end of the assistant's turn */
+        sj->stop_ids = chat_stop;
+        sj->n_stop_ids = n_chat_stop;
+    }
+    sj->stop = (const char *const *)j->stop;
+    sj->n_stop = j->n_stop;
+    sj->top_k = j->top_k;
+    sj->min_p = j->min_p;
+    sj->presence_penalty = j->presence_penalty;
+    sj->frequency_penalty = j->frequency_penalty;
+    sj->logit_bias = j->logit_bias;
+    sj->n_logit_bias = j->n_logit_bias;
+    sj->logprobs = j->logprobs;
+    sj->top_logprobs = j->top_logprobs;
 }
 
 static char *uuid_str(const char *prefix)
@@ -339,10 +440,76 @@ const char *ms_jobfile_finish(const ms_chat_answer *a, const char *finish)
     return a && a->call_name && finish && !strcmp(finish, "stop") ? "tool_calls" : finish;
 }
 
+/* One token's name and bytes (tok NULL: "token_id:N" and no bytes). */
+static void token_text(const ms_tok *tok, int32_t id, json_t **name, json_t **bytes, size_t *n_bytes)
+{
+    char *t = NULL;
+    size_t tl = 0;
+    *bytes = json_array();
+    if (tok && ms_tok_decode(tok, &id, 1, &t, &tl) == 0) {
+        *name = ms_jtext(t, tl);
+        for (size_t i = 0; i < tl; i++) json_array_append_new(*bytes, json_integer((unsigned char)t[i]));
+    } else {
+        char b[32];
+        snprintf(b, sizeof b, "token_id:%d", id);
+        *name = json_string(b);
+        tl = 0;
+    }
+    free(t);
+    if (n_bytes) *n_bytes = tl;
+}
+
+static json_t *lp_entry(const ms_tok *tok, int32_t id, float logprob)
+{
+    json_t *name, *bytes;
+    token_text(tok, id, &name, &bytes, NULL);
+    return json_pack("{s:o,s:f,s:o,s:i}", "token", name, "logprob", (double)logprob, "bytes", bytes, "token_id", id);
+}
+
+json_t *ms_jobfile_logprobs_json(int chat, const ms_tok *tok, const int32_t *ids, const ms_token_logprob *lp, size_t n,
+                                 int top, size_t *offset)
+{
+    if (chat) {
+        json_t *content = json_array();
+        for (size_t i = 0; i < n; i++) {
+            json_t *e = lp_entry(tok, ids[i], lp[i].logprob), *alts = json_array();
+            for (int k = 0; k < lp[i].n_top && k < top; k++)
+                json_array_append_new(alts, lp_entry(tok, lp[i].top_id[k], lp[i].top_logprob[k]));
+            json_object_set_new(e, "top_logprobs", alts);
+            json_array_append_new(content, e);
+        }
+        return json_pack("{s:o,s:n}", "content", content, "refusal");
+    }
+    json_t *tokens = json_array(), *lps = json_array(), *tops = top > 0 ? json_array() : json_null(), *offs = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *name, *bytes;
+        size_t nb = 0;
+        token_text(tok, ids[i], &name, &bytes, &nb);
+        json_decref(bytes);
+        json_array_append_new(tokens, name);
+        json_array_append_new(lps, json_real((double)lp[i].logprob));
+        json_array_append_new(offs, json_integer((json_int_t)*offset));
+        *offset += nb;
+        if (top > 0) {
+            json_t *d = json_object();
+            for (int k = 0; k < lp[i].n_top && k < top; k++) {
+                json_t *an, *ab;
+                token_text(tok, lp[i].top_id[k], &an, &ab, NULL);
+                json_decref(ab);
+                if (!json_object_get(d, json_string_value(an))) /* two ids may decode alike: the likelier stays */
+                    json_object_set_new(d, json_string_value(an), json_real((double)lp[i].top_logprob[k]));
+                json_decref(an);
+            }
+            json_array_append_new(tops, d);
+        }
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops, "text_offset", offs);
+}
+
 /* a: the chat's answer split by its format, or NULL (a completion, or a format that does not
  * split: r's text is the content) */
 static char *result_line(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
-                         const ms_chat_answer *a, size_t *len)
+                         const ms_chat_answer *a, const ms_tok *tok, size_t *len)
 {
     if (!r->finish) {
         char msg[1200];
@@ -360,7 +527,11 @@ static char *result_line(const ms_jobspec *j, const char *model, int64_t created
         json_object_set_new(choice, "message", ms_jobfile_message_json(ans));
     else /* a model without a tokenizer answers ids only: the text is empty, as in serve */
         json_object_set_new(choice, "text", ms_jtext(ans->content ? ans->content : "", ans->content ? ans->content_len : 0));
-    json_object_set_new(choice, "logprobs", json_null()); /* OpenAI always sends the key */
+    size_t off = 0;
+    json_object_set_new(choice, "logprobs", /* OpenAI always sends the key */
+                        r->logprobs ? ms_jobfile_logprobs_json(chat, tok, r->tokens, r->logprobs, r->n_tokens,
+                                                               j->top_logprobs, &off)
+                                    : json_null());
     json_object_set_new(choice, "finish_reason", json_string(ms_jobfile_finish(a, r->finish)));
     json_object_set_new(choice, "token_ids", ids);
     char *bid = uuid_str(chat ? "chatcmpl-" : "cmpl-"), *rid = uuid_str("");
@@ -378,7 +549,13 @@ static char *result_line(const ms_jobspec *j, const char *model, int64_t created
 char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
                         size_t *len)
 {
-    return result_line(j, model, created, r, NULL, len);
+    return result_line(j, model, created, r, NULL, NULL, len);
+}
+
+char *ms_jobline_result_tok(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
+                            const ms_tok *tok, size_t *len)
+{
+    return result_line(j, model, created, r, NULL, tok, len);
 }
 
 int ms_jobfile_chat_answer(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, ms_chat_answer *a)
@@ -393,8 +570,8 @@ char *ms_jobline_result_chat(const ms_jobspec *j, const char *model, int64_t cre
 {
     ms_chat_answer a;
     if (!r->finish || j->kind != MS_JOB_CHAT || ms_jobfile_chat_answer(lim, r->tokens, r->n_tokens, &a) != 0)
-        return ms_jobline_result(j, model, created, r, len);
-    char *line = result_line(j, model, created, r, &a, len);
+        return ms_jobline_result_tok(j, model, created, r, lim->tok, len);
+    char *line = result_line(j, model, created, r, &a, lim->tok, len);
     ms_chat_answer_clear(&a);
     return line;
 }

@@ -24,11 +24,18 @@ typedef struct {
     char *model;               /* body.model, or NULL */
     int32_t *prompt;           /* [n_prompt] ids: the prompt's, or the chat rendered (ms_chat) */
     size_t n_prompt;
-    int64_t max_tokens;        /* default 16 */
+    int64_t max_tokens;        /* completions: default 16; chats: default the rest of the context */
     float temperature, top_p;  /* defaults 0 (greedy) and 1 */
     uint64_t seed;             /* default 0 */
     char **stop;               /* [n_stop] non-empty stop strings */
     int n_stop;
+    int top_k;                 /* 0 = off (as -1) */
+    float min_p;               /* 0 = off */
+    float presence_penalty, frequency_penalty; /* [-2, 2], 0 = off */
+    ms_logit_bias *logit_bias; /* [n_logit_bias] "logit_bias": {"id": bias in [-100, 100]} */
+    int n_logit_bias;
+    int logprobs, top_logprobs; /* chat "logprobs": true + "top_logprobs": N; completions "logprobs": N */
+    int n;                     /* choices ("n", default 1; serve only, jobs refuses n > 1) */
     /* A bad line: answered with an error line, never run. */
     const char *err_code;      /* static string, e.g. "invalid_json"; NULL when good */
     char *err_msg;             /* "line N: ..." */
@@ -59,6 +66,10 @@ json_t *ms_jobfile_json_load(const char *text, size_t len, json_error_t *je);
 struct json_t;
 void ms_jobspec_parse_body(struct json_t *body, ms_job_kind kind, const ms_jobfile_limits *lim, ms_jobspec *j);
 void ms_jobspec_clear(ms_jobspec *j); /* frees the members; accepts a zeroed spec */
+/* The scheduler job of a good spec (borrowing j's prompt, stops and bias): sampling, limits, eos,
+ * and for a chat the ids that end the assistant's turn (chat_stop[n_chat_stop]). The caller sets
+ * user, stream and keep_logits. */
+void ms_jobspec_sched_job(const ms_jobspec *j, const int32_t *chat_stop, int n_chat_stop, ms_sched_job *sj);
 
 /* The output line of a finished job (malloc'ed, one line ending in '\n', *len bytes):
  * {"id": "batch_req_<uuid>", "custom_id", "request_hash" (j->request_hash, when set: which input
@@ -69,12 +80,23 @@ void ms_jobspec_clear(ms_jobspec *j); /* frees the members; accepts a zeroed spe
  * "runtime_error"). */
 char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
                         size_t *len);
+/* The same with logprobs (when r has them) named through tok (NULL: by id). */
+char *ms_jobline_result_tok(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
+                            const ms_tok *tok, size_t *len);
 /* The same for a chat whose family format separates an answer (lim->chat->answer): the message's
  * content is the answer without markers, its reasoning (harmony's analysis channel) is
  * "reasoning_content", a tool call it ends with is "tool_calls" (finish_reason "tool_calls").
  * Completions and other formats: ms_jobline_result. */
 char *ms_jobline_result_chat(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
                              const ms_jobfile_limits *lim, size_t *len);
+/* The "logprobs" of a choice for generated ids[n] with their log-probabilities lp[n] (tok NULL:
+ * no tokenizer, tokens are named "token_id:N"). A chat's: {"content": [{"token", "logprob",
+ * "bytes", "token_id", "top_logprobs": [{"token", "logprob", "bytes", "token_id"}...]}...],
+ * "refusal": null}; a completion's: {"tokens", "token_logprobs", "top_logprobs" ([{token:
+ * logprob}...], null without alternatives), "text_offset" (from *offset, which advances by the
+ * tokens' bytes)}. Never NULL; the caller owns it. */
+struct json_t *ms_jobfile_logprobs_json(int chat, const ms_tok *tok, const int32_t *ids, const ms_token_logprob *lp,
+                                        size_t n, int top, size_t *offset);
 /* The answer of a chat's generated ids in lim's format, into *a (ms_chat_answer_clear it). 0
  * when the format separates one (lim->chat->answer), 1 when it does not (use the decoded text;
  * *a zeroed), -1 with ms_err set. */

@@ -518,20 +518,8 @@ static int jobs_main(const jobs_opts *o)
     for (int i = 0; i < n_specs; i++) {
         ms_jobspec *j = &specs[i];
         if (j->line < 0 || j->err_code) continue;
-        ms_sched_job sj = {0};
-        sj.prompt = j->prompt;
-        sj.n_prompt = j->n_prompt;
-        sj.temperature = j->temperature;
-        sj.top_p = j->top_p;
-        sj.seed = j->seed;
-        sj.max_tokens = j->max_tokens;
-        sj.stop_at_eos = 1;
-        if (j->kind == MS_JOB_CHAT && n_stops > 0) { /* the end of the assistant's turn */
-            sj.stop_ids = stops;
-            sj.n_stop_ids = n_stops;
-        }
-        sj.stop = (const char *const *)j->stop;
-        sj.n_stop = j->n_stop;
+        ms_sched_job sj;
+        ms_jobspec_sched_job(j, stops, n_stops, &sj);
         sj.keep_logits = o->dump != NULL;
         sj.user = j;
         ms_sched_add(s, &sj);

@@ -564,7 +564,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         {"json", no_argument, 0, 'j'},
         {"dump-logits", required_argument, 0, 'd'},
         {"allow-special", no_argument, 0, 'a'},
-        {"raw", no_argument, 0, 'W'},
+        {"raw", no_argument, 0, 0x7277},
         {"stop-at-eos", no_argument, 0, 'e'},
         {"help", no_argument, 0, 'h'},
         {"trace", required_argument, 0, 'R'},
@@ -587,7 +587,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'd': o->dump = optarg; break;
         case 'j': o->json = 1; break;
         case 'a': o->allow_special = 1; break;
-        case 'W': o->raw = 1; break;
+        case 0x7277: o->raw = 1; break; /* --raw */
         case 'e': o->stop_eos = 1; break;
         case 'R': o->trace = optarg; break;
         case 'Y': o->plan_only = 1; break;

@@ -1,5 +1,6 @@
 /* ms_engine: opens a model with its experts' workers and steps sets of sequences through
  * batched forward passes, sampling each with its own RNG. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,7 @@ struct ms_eseq {
     size_t n_prompt, fed;     /* prompt tokens, and how many went through the model */
     int32_t *gen;             /* = toks + n_prompt: generated tokens */
     size_t n_gen;
+    ms_token_logprob *lp;     /* [max_tokens + 1] with p.logprobs: each generated token's, or NULL */
     float *last;              /* [V] logits of the last computed row */
     int has_last;
     const char *finish;       /* NULL while running */
@@ -212,7 +214,13 @@ ms_eseq *ms_engine_seq_new(ms_engine *e, const int32_t *prompt, size_t n, const 
     ms_eseq *s = ms_calloc(1, sizeof *s);
     s->e = e;
     s->p = *p;
-    ms_sampler_init(&s->sp, p->temperature, p->top_p > 0 ? p->top_p : 1.0f, p->seed);
+    MS_ASSERT(p->top_logprobs >= 0 && p->top_logprobs <= MS_MAX_TOP_LOGPROBS);
+    ms_sample_params sp = {p->temperature, p->top_p > 0 ? p->top_p : 1.0f, p->top_k, p->min_p, p->presence_penalty,
+                           p->frequency_penalty, p->logit_bias, p->n_logit_bias};
+    ms_sampler_setup(&s->sp, &sp, p->seed);
+    s->p.logit_bias = NULL; /* the sampler holds its copy */
+    s->p.n_logit_bias = 0;
+    if (p->logprobs) s->lp = ms_calloc((size_t)p->max_tokens + 1, sizeof *s->lp);
     s->toks = ms_malloc(sizeof(int32_t) * (n + (size_t)p->max_tokens + 1));
     s->prompt = s->toks;
     memcpy(s->prompt, prompt, sizeof(int32_t) * n);
@@ -234,6 +242,8 @@ void ms_engine_seq_free(ms_eseq *s)
 {
     if (!s) return;
     ms_seq_free(s->seq);
+    ms_sampler_free(&s->sp);
+    free(s->lp);
     free(s->toks);
     free(s->vids);
     ms_drafter_free(s->dr);
@@ -255,9 +265,46 @@ const int32_t *ms_engine_seq_tokens(const ms_eseq *s, size_t *n)
     return s->gen;
 }
 
+const ms_token_logprob *ms_engine_seq_logprobs(const ms_eseq *s, size_t *n)
+{
+    *n = s->lp ? s->n_gen : 0;
+    return s->lp;
+}
+
+/* log_softmax of row at the token, and the k most probable ids (in double, then float). */
+static void logprob_of(const float *row, int64_t V, int32_t tok, int k, ms_token_logprob *out)
+{
+    double mx = row[ms_argmax(row, V)], sum = 0.0;
+    for (int64_t i = 0; i < V; i++) sum += exp((double)row[i] - mx);
+    double lse = mx + log(sum);
+    out->logprob = (float)((double)row[tok] - lse);
+    out->n_top = 0;
+    for (int64_t i = 0; i < V && k > 0; i++) { /* insertion into the sorted top k; ties keep the lower id first */
+        int n = out->n_top;
+        if (n == k && !(row[i] > row[out->top_id[n - 1]])) continue;
+        int at = n < k ? n : k - 1;
+        while (at > 0 && row[i] > row[out->top_id[at - 1]]) {
+            if (at < k) out->top_id[at] = out->top_id[at - 1];
+            at--;
+        }
+        out->top_id[at] = (int32_t)i;
+        if (n < k) out->n_top++;
+    }
+    for (int i = 0; i < out->n_top; i++) out->top_logprob[i] = (float)((double)row[out->top_id[i]] - lse);
+}
+
+/* The next token from a logits row: sampled, and its log-probabilities kept when asked for. */
+static int32_t pick(ms_eseq *s, const float *row)
+{
+    int32_t t = ms_sampler_pick(&s->sp, row, s->e->V);
+    if (s->lp) logprob_of(row, s->e->V, t, s->p.top_logprobs, &s->lp[s->n_gen]);
+    return t;
+}
+
 /* One generated token: keep it, report it, and see whether the sequence ends with it. */
 static void emit(ms_eseq *s, int32_t next)
 {
+    ms_sampler_accept(&s->sp, next);
     s->gen[s->n_gen++] = next;
     if (s->p.on_token) s->p.on_token(s->p.ctx, s, next);
     if ((int64_t)s->n_gen >= s->p.max_tokens)
@@ -277,7 +324,7 @@ static int finish_prefill(ms_eseq *s, const float *rows, int64_t n_rows)
     memcpy(s->last, rows + (n_rows - 1) * V, sizeof(float) * (size_t)V);
     s->has_last = 1;
     if (s->fed < s->n_prompt) return 0; /* more prompt to run */
-    emit(s, ms_sampler_pick(&s->sp, s->last, V));
+    emit(s, pick(s, s->last));
     return 0;
 }
 
@@ -320,7 +367,7 @@ static int finish_decode(ms_eseq *s, const float *rows)
             rc = -1;
             break;
         }
-        int32_t next = ms_sampler_pick(&s->sp, row, V);
+        int32_t next = pick(s, row);
         emit(s, next);
         if (i < k && next != s->vids[1 + i]) break; /* the draft was wrong: next is the right token */
     }

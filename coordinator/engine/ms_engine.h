@@ -8,6 +8,7 @@
 
 #include "ms_family.h"
 #include "ms_model.h"
+#include "ms_sample.h"
 #include "ms_remote.h"
 #include "ms_tok.h"
 
@@ -78,7 +79,25 @@ typedef struct {
     int (*on_logits)(void *ctx, ms_eseq *s, const float *rows, int64_t n);
     void *ctx;
     int no_speculate;          /* 1: this sequence never drafts (whatever the engine's setting) */
+    /* More sampling (ms_sample_params; zero = off): top_k, min_p, penalties, logit_bias (copied). */
+    int top_k;
+    float min_p, presence_penalty, frequency_penalty;
+    const ms_logit_bias *logit_bias;
+    int n_logit_bias;
+    /* 1: keep the log-probability of each generated token under the model (log_softmax of its
+     * logits row, before bias, penalties or temperature) and of the top_logprobs (0..
+     * MS_MAX_TOP_LOGPROBS) most probable tokens there (ms_engine_seq_logprobs). */
+    int logprobs, top_logprobs;
 } ms_gen_params;
+
+#define MS_MAX_TOP_LOGPROBS 20
+/* One generated token's log-probabilities. */
+typedef struct {
+    float logprob;                           /* of the generated token */
+    int n_top;                               /* alternatives below (the logprobs asked for) */
+    int32_t top_id[MS_MAX_TOP_LOGPROBS];     /* most probable first; ties: lower id first */
+    float top_logprob[MS_MAX_TOP_LOGPROBS];
+} ms_token_logprob;
 
 /* A new sequence that will prefill prompt[n] (copied; n >= 1, ids checked against the
  * vocabulary) and then generate. Its model state is its own. NULL with ms_err
@@ -98,6 +117,9 @@ size_t ms_engine_seq_prompt_len(const ms_eseq *s);
  * further token of the step is generated or reported (a speculative pass stops where
  * non-speculative decoding would). */
 void ms_engine_seq_stop(ms_eseq *s);
+/* With logprobs: one entry per generated token, in order (borrowed, as the tokens), or
+ * NULL otherwise. */
+const ms_token_logprob *ms_engine_seq_logprobs(const ms_eseq *s, size_t *n);
 /* Logits of the sequence's last computed row (float[V]), or NULL before its first pass. */
 const float *ms_engine_seq_last_logits(const ms_eseq *s);
 

@@ -1,6 +1,7 @@
-/* ms_sample: greedy and temperature/top-p sampling with xoshiro256** seeded by splitmix64. */
+/* ms_sample: greedy and temperature/top-k/top-p/min-p sampling with xoshiro256** seeded by splitmix64. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ms_err.h"
 #include "ms_sample.h"
@@ -27,12 +28,84 @@ static uint64_t next_u64(uint64_t *s)
     return r;
 }
 
-void ms_sampler_init(ms_sampler *s, float temperature, float top_p, uint64_t seed)
+static int bias_cmp(const void *a, const void *b)
 {
-    s->temperature = temperature;
-    s->top_p = top_p;
+    const ms_logit_bias *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+void ms_sampler_setup(ms_sampler *s, const ms_sample_params *p, uint64_t seed)
+{
+    memset(s, 0, sizeof *s);
+    s->p = *p;
+    if (!(s->p.top_p > 0.0f)) s->p.top_p = 1.0f;
+    s->p.bias = NULL;
+    s->p.n_bias = 0;
+    if (p->n_bias > 0) {
+        ms_logit_bias *b = ms_malloc(sizeof *b * (size_t)p->n_bias);
+        memcpy(b, p->bias, sizeof *b * (size_t)p->n_bias);
+        qsort(b, (size_t)p->n_bias, sizeof *b, bias_cmp);
+        s->p.bias = b;
+        s->p.n_bias = p->n_bias;
+    }
     uint64_t x = seed;
     for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+}
+
+void ms_sampler_init(ms_sampler *s, float temperature, float top_p, uint64_t seed)
+{
+    ms_sample_params p = {0};
+    p.temperature = temperature;
+    p.top_p = top_p;
+    ms_sampler_setup(s, &p, seed);
+}
+
+void ms_sampler_free(ms_sampler *s)
+{
+    if (!s) return;
+    free((void *)s->p.bias);
+    free(s->seen);
+    free(s->seen_count);
+    s->p.bias = NULL;
+    s->seen = s->seen_count = NULL;
+    s->n_seen = s->cap_seen = 0;
+}
+
+void ms_sampler_copy(ms_sampler *dst, const ms_sampler *src)
+{
+    *dst = *src;
+    ms_sample_params p = src->p;
+    ms_sampler_setup(dst, &p, 0);
+    memcpy(dst->rng, src->rng, sizeof dst->rng);
+    if (src->n_seen) {
+        dst->cap_seen = dst->n_seen = src->n_seen;
+        dst->seen = ms_malloc(sizeof(int32_t) * src->n_seen);
+        dst->seen_count = ms_malloc(sizeof(int32_t) * src->n_seen);
+        memcpy(dst->seen, src->seen, sizeof(int32_t) * src->n_seen);
+        memcpy(dst->seen_count, src->seen_count, sizeof(int32_t) * src->n_seen);
+    }
+}
+
+int ms_sampler_adjusts(const ms_sampler *s)
+{
+    return s->p.n_bias > 0 || s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f;
+}
+
+void ms_sampler_accept(ms_sampler *s, int32_t id)
+{
+    if (s->p.presence_penalty == 0.0f && s->p.frequency_penalty == 0.0f) return; /* nothing reads the counts */
+    for (size_t i = 0; i < s->n_seen; i++)
+        if (s->seen[i] == id) {
+            s->seen_count[i]++;
+            return;
+        }
+    if (s->n_seen == s->cap_seen) {
+        s->cap_seen = s->cap_seen ? 2 * s->cap_seen : 16;
+        s->seen = ms_realloc(s->seen, sizeof(int32_t) * s->cap_seen);
+        s->seen_count = ms_realloc(s->seen_count, sizeof(int32_t) * s->cap_seen);
+    }
+    s->seen[s->n_seen] = id;
+    s->seen_count[s->n_seen++] = 1;
 }
 
 int32_t ms_argmax(const float *logits, int64_t n)
@@ -55,28 +128,58 @@ static int cand_cmp(const void *a, const void *b)
     return x->id < y->id ? -1 : (x->id > y->id);
 }
 
+/* The logits with bias and penalties, into a new buffer (in float, as the logits are). */
+static float *adjusted(const ms_sampler *s, const float *logits, int64_t n)
+{
+    float *a = ms_malloc(sizeof(float) * (size_t)n);
+    memcpy(a, logits, sizeof(float) * (size_t)n);
+    for (int i = 0; i < s->p.n_bias; i++)
+        if (s->p.bias[i].id >= 0 && s->p.bias[i].id < n) a[s->p.bias[i].id] += s->p.bias[i].bias;
+    for (size_t i = 0; i < s->n_seen; i++)
+        if (s->seen[i] < n)
+            a[s->seen[i]] -= (float)s->seen_count[i] * s->p.frequency_penalty + s->p.presence_penalty;
+    return a;
+}
+
 int32_t ms_sampler_pick(ms_sampler *s, const float *logits, int64_t n)
 {
-    if (s->temperature <= 0.0f) return ms_argmax(logits, n);
+    float *adj = ms_sampler_adjusts(s) ? adjusted(s, logits, n) : NULL;
+    const float *l = adj ? adj : logits;
+    if (s->p.temperature <= 0.0f) {
+        int32_t best = ms_argmax(l, n);
+        free(adj);
+        return best;
+    }
     cand *c = ms_malloc(sizeof(cand) * (size_t)n);
-    double mx = logits[ms_argmax(logits, n)], sum = 0.0;
+    double mx = l[ms_argmax(l, n)], sum = 0.0;
     for (int64_t i = 0; i < n; i++) {
-        c[i].p = exp(((double)logits[i] - mx) / (double)s->temperature);
+        c[i].p = exp(((double)l[i] - mx) / (double)s->p.temperature);
         c[i].id = (int32_t)i;
         sum += c[i].p;
     }
     qsort(c, (size_t)n, sizeof *c, cand_cmp);
-    /* Keep the smallest prefix whose mass reaches top_p. */
     int64_t keep = n;
-    if (s->top_p < 1.0f) {
+    if (s->p.top_k > 0 && s->p.top_k < keep) { /* top-k first; top-p then cuts its renormalised mass */
+        keep = s->p.top_k;
+        sum = 0.0;
+        for (int64_t i = 0; i < keep; i++) sum += c[i].p;
+    }
+    /* Keep the smallest prefix whose mass reaches top_p. */
+    if (s->p.top_p < 1.0f) {
         double cum = 0.0;
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = 0; i < keep; i++) {
             cum += c[i].p / sum;
-            if (cum >= (double)s->top_p) {
+            if (cum >= (double)s->p.top_p) {
                 keep = i + 1;
                 break;
             }
         }
+    }
+    if (s->p.min_p > 0.0f) { /* c[0] is the most probable: p_i >= min_p * p_max */
+        double floor_p = (double)s->p.min_p * c[0].p;
+        int64_t k = 1;
+        while (k < keep && c[k].p >= floor_p) k++;
+        keep = k;
     }
     double kept = 0.0;
     for (int64_t i = 0; i < keep; i++) kept += c[i].p;
@@ -91,5 +194,6 @@ int32_t ms_sampler_pick(ms_sampler *s, const float *logits, int64_t n)
         }
     }
     free(c);
+    free(adj);
     return pick;
 }

@@ -117,12 +117,16 @@ void ms_sched_job_copy(ms_sched_job *dst, const ms_sched_job *in)
     const char **st = ms_calloc((size_t)in->n_stop + 1, sizeof *st);
     for (int i = 0; i < in->n_stop; i++) st[i] = ms_strdup(in->stop[i]);
     dst->stop = st;
+    ms_logit_bias *b = ms_malloc(sizeof *b * (size_t)(in->n_logit_bias + 1));
+    if (in->n_logit_bias) memcpy(b, in->logit_bias, sizeof *b * (size_t)in->n_logit_bias);
+    dst->logit_bias = b;
 }
 
 void ms_sched_job_clear(ms_sched_job *j)
 {
     free((void *)j->prompt);
     free((void *)j->stop_ids);
+    free((void *)j->logit_bias);
     for (int i = 0; i < j->n_stop; i++) free((void *)j->stop[i]);
     free((void *)j->stop);
     memset(j, 0, sizeof *j);
@@ -232,8 +236,11 @@ static void send_delta(ms_sched *s, sjob *j, const char *text, size_t len)
     ms_sched_delta d = {0};
     d.user = j->j.user;
     if (ng > j->sent_tokens) {
+        size_t nl;
+        const ms_token_logprob *lp = ms_engine_seq_logprobs(j->seq, &nl);
         d.tokens = gen + j->sent_tokens;
         d.n_tokens = ng - j->sent_tokens;
+        d.logprobs = lp ? lp + j->sent_tokens : NULL;
     }
     if (text && len > j->sent_bytes) {
         d.text = text + j->sent_bytes;
@@ -272,6 +279,14 @@ static int admit(ms_sched *s, sjob *j)
     p.on_token = on_token;
     p.on_logits = on_logits;
     p.ctx = j;
+    p.top_k = j->j.top_k;
+    p.min_p = j->j.min_p;
+    p.presence_penalty = j->j.presence_penalty;
+    p.frequency_penalty = j->j.frequency_penalty;
+    p.logit_bias = j->j.logit_bias;
+    p.n_logit_bias = j->j.n_logit_bias;
+    p.logprobs = j->j.logprobs;
+    p.top_logprobs = j->j.top_logprobs;
     j->seq = ms_engine_seq_new(s->e, j->j.prompt, j->j.n_prompt, &p);
     if (j->seq) {
         s->run[s->n_run++] = j;
@@ -311,6 +326,8 @@ static int report(ms_sched *s, sjob *j)
     r.text_len = len;
     r.logits = j->rows;
     r.n_rows = j->n_rows;
+    size_t nl;
+    r.logprobs = ms_engine_seq_logprobs(j->seq, &nl);
     if (j->j.stream && s->stream) send_delta(s, j, text, len);
     s->st.finished++;
     s->st.tokens += ng;

@@ -27,6 +27,12 @@ typedef struct {
     int stream;                  /* hand the tokens and final text to the stream callback after every
                                     step that generated some (ms_sched_set_stream) */
     void *user;                  /* returned in the result; also the job's handle for ms_sched_cancel */
+    /* More sampling and log-probabilities, as ms_gen_params (zero = off; logit_bias copied). */
+    int top_k;
+    float min_p, presence_penalty, frequency_penalty;
+    const ms_logit_bias *logit_bias;
+    int n_logit_bias;
+    int logprobs, top_logprobs;
 } ms_sched_job;
 
 /* What a job produced, handed to the done callback (everything borrowed for the call). */
@@ -42,6 +48,7 @@ typedef struct {
     const float *logits;         /* keep_logits: [n_rows][V]: every prompt row, then one per fed
                                     generated token (as `run --dump-logits`) */
     int64_t n_rows;
+    const ms_token_logprob *logprobs; /* [n_tokens] when the job asked for them, else NULL */
     int error_code;              /* failed: the exit class and message of the step that failed */
     const char *error;
 } ms_sched_result;
@@ -59,6 +66,7 @@ typedef struct {
     void *user;
     const int32_t *tokens;       /* [n_tokens] ids new since the last delta (a final stop id included) */
     size_t n_tokens;
+    const ms_token_logprob *logprobs; /* [n_tokens] theirs when the job asked, else NULL */
     const char *text;            /* [text_len] new text bytes; NULL without a tokenizer */
     size_t text_len;
 } ms_sched_delta;

@@ -19,6 +19,7 @@ struct ms_sreqh {
     int in_sched, released, ended;
     int32_t *tok;                /* news not taken yet */
     size_t n_tok, cap_tok;
+    ms_token_logprob *lp;        /* [cap_tok] with tok, when the job asked for logprobs */
     char *text;
     size_t n_text, cap_text;
     size_t n_generated;          /* tokens seen so far (metrics) */
@@ -56,6 +57,7 @@ static void unref(ms_sreqh *h)
     if (--h->refs > 0) return;
     ms_sched_job_clear(&h->job);
     free(h->tok);
+    free(h->lp);
     free(h->text);
     pthread_cond_destroy(&h->cv);
     free(h);
@@ -94,8 +96,13 @@ static void on_delta(void *ctx, const ms_sched_delta *d)
     if (h->n_tok + d->n_tokens > h->cap_tok) {
         h->cap_tok = (h->n_tok + d->n_tokens) * 2 + 16;
         h->tok = ms_realloc(h->tok, sizeof *h->tok * h->cap_tok);
+        if (d->logprobs) h->lp = ms_realloc(h->lp, sizeof *h->lp * h->cap_tok);
     }
     if (d->n_tokens) memcpy(h->tok + h->n_tok, d->tokens, sizeof *h->tok * d->n_tokens);
+    if (d->n_tokens && d->logprobs) {
+        if (!h->lp) h->lp = ms_malloc(sizeof *h->lp * h->cap_tok);
+        memcpy(h->lp + h->n_tok, d->logprobs, sizeof *h->lp * d->n_tokens);
+    }
     h->n_tok += d->n_tokens;
     if (d->text_len) {
         if (h->n_text + d->text_len > h->cap_text) {
@@ -345,6 +352,7 @@ ms_sreqh *ms_sengine_submit(ms_sengine *s, const ms_sched_job *j, double deadlin
 void ms_sreq_news_clear(ms_sreq_news *n)
 {
     free(n->tokens);
+    free(n->logprobs);
     free(n->text);
     memset(n, 0, sizeof *n);
 }
@@ -367,6 +375,8 @@ int ms_sreqh_wait(ms_sreqh *h, double timeout_s, ms_sreq_news *n)
     if (h->n_tok) {
         n->tokens = h->tok;
         n->n_tokens = h->n_tok;
+        n->logprobs = h->lp;
+        h->lp = NULL;
         h->tok = NULL;
         h->n_tok = h->cap_tok = 0;
     }

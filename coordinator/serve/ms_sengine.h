@@ -30,6 +30,7 @@ ms_sreqh *ms_sengine_submit(ms_sengine *s, const ms_sched_job *j, double deadlin
 typedef struct {
     int32_t *tokens;             /* [n_tokens] new ids (malloc'ed or NULL) */
     size_t n_tokens;
+    ms_token_logprob *logprobs;  /* [n_tokens] theirs when the job asked (malloc'ed), else NULL */
     char *text;                  /* [text_len] new raw text bytes (malloc'ed or NULL) */
     size_t text_len;
     int done;                    /* the generation ended: the fields below are set */

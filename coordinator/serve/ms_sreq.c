@@ -13,10 +13,14 @@
 #include "ms_wire.h"
 
 static const char *const completion_fields[] = {"model", "prompt", "max_tokens", "temperature", "top_p", "seed",
-                                                "stop", "stream", "stream_options", "n", "user", NULL};
+                                                "stop", "stream", "stream_options", "n", "user", "logprobs",
+                                                "presence_penalty", "frequency_penalty", "logit_bias", "top_k",
+                                                "min_p", NULL};
 static const char *const chat_fields[] = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature",
                                           "top_p", "seed", "stop", "stream", "stream_options", "n", "user",
-                                          "reasoning_effort", "tools", "tool_choice", "chat_template_kwargs", NULL};
+                                          "reasoning_effort", "tools", "tool_choice", "chat_template_kwargs",
+                                          "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
+                                          "logit_bias", "top_k", "min_p", NULL};
 
 static int refuse(ms_sreq *r, int status, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int refuse(ms_sreq *r, int status, const char *code, const char *fmt, ...)
@@ -43,12 +47,6 @@ static const struct {
     neu_kind kind;
     const char *neutral; /* for the message */
 } neutral_fields[] = {
-    {"frequency_penalty", 2, NEU_ZERO, "0"},
-    {"presence_penalty", 2, NEU_ZERO, "0"},
-    {"logit_bias", 2, NEU_EMPTY, "{}"},
-    {"logprobs", 1, NEU_FALSE, "false"},
-    {"logprobs", 0, NEU_ZERO, "0"},
-    {"top_logprobs", 1, NEU_ZERO, "0"},
     {"response_format", 1, NEU_TEXT_FORMAT, "{\"type\": \"text\"}"},
     {"echo", 0, NEU_FALSE, "false"},
     {"best_of", 0, NEU_ONE, "1"},
@@ -246,14 +244,15 @@ static json_t *head(const ms_sreq_ident *id, const char *object)
 }
 
 char *ms_sreq_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
-                         size_t text_len, const char *finish, size_t prompt_tokens, size_t *len)
+                         size_t text_len, const char *finish, size_t prompt_tokens, json_t *logprobs, size_t *len)
 {
     ms_chat_answer plain = {(char *)text, text_len, NULL, 0, NULL, NULL, 0}; /* borrowed: never cleared */
-    return ms_sreq_chat_completion(r, id, tok, n_tok, &plain, finish, prompt_tokens, len);
+    return ms_sreq_chat_completion(r, id, tok, n_tok, &plain, finish, prompt_tokens, logprobs, len);
 }
 
 char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok,
-                              const ms_chat_answer *a, const char *finish, size_t prompt_tokens, size_t *len)
+                              const ms_chat_answer *a, const char *finish, size_t prompt_tokens, json_t *logprobs,
+                              size_t *len)
 {
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(0));
@@ -262,7 +261,7 @@ char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const i
     } else { /* a model without a tokenizer: "" as in the streamed chunks */
         json_object_set_new(c, "text", ms_jtext(a->content ? a->content : "", a->content ? a->content_len : 0));
     }
-    json_object_set_new(c, "logprobs", json_null());
+    json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
     json_object_set_new(c, "finish_reason", json_string(ms_jobfile_finish(a, finish)));
     json_object_set_new(c, "token_ids", ids_of(tok, n_tok));
     json_t *o = head(id, r->chat ? "chat.completion" : "text_completion");
@@ -272,13 +271,14 @@ char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const i
 }
 
 char *ms_sreq_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
-                    size_t text_len, const char *finish, int first, size_t *len)
+                    size_t text_len, const char *finish, int first, json_t *logprobs, size_t *len)
 {
-    return ms_sreq_chat_chunk(r, id, tok, n_tok, text, text_len, NULL, 0, finish, first, len);
+    return ms_sreq_chat_chunk(r, id, tok, n_tok, text, text_len, NULL, 0, finish, first, logprobs, len);
 }
 
 char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
-                         size_t text_len, const char *reasoning, size_t rlen, const char *finish, int first, size_t *len)
+                         size_t text_len, const char *reasoning, size_t rlen, const char *finish, int first,
+                         json_t *logprobs, size_t *len)
 {
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(0));
@@ -295,7 +295,7 @@ char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_
     } else {
         json_object_set_new(c, "text", t);
     }
-    json_object_set_new(c, "logprobs", json_null());
+    json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
     json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
     json_object_set_new(c, "token_ids", ids_of(tok, n_tok));
     json_t *o = head(id, r->chat ? "chat.completion.chunk" : "text_completion");

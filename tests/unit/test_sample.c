@@ -237,8 +237,53 @@ static void test_seeds(void)
     T_CHECK(again, "re-initialising with the same seed replays the picks");
 }
 
+/* top_k, min_p, bias and penalties by their definitions (ms_sample.h), and the copy. */
+static void test_more(void)
+{
+    const float l[6] = {2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -0.5f};
+    ms_sample_params p = {0};
+    p.temperature = 1.0f;
+    p.top_k = 2;
+    ms_sampler s;
+    ms_sampler_setup(&s, &p, 5);
+    int seen[6] = {0};
+    for (int k = 0; k < 4000; k++) seen[ms_sampler_pick(&s, l, 6)]++;
+    T_CHECK(seen[0] && seen[1] && !seen[2] && !seen[3] && !seen[4] && !seen[5], "top_k 2 draws only the two best");
+    /* p_i / p_max = exp(l_i - 2): 1, 0.61, 0.37, ...: min_p 0.5 keeps the first two */
+    ms_sampler_free(&s);
+    p.top_k = 0;
+    p.min_p = 0.5f;
+    ms_sampler_setup(&s, &p, 5);
+    memset(seen, 0, sizeof seen);
+    for (int k = 0; k < 4000; k++) seen[ms_sampler_pick(&s, l, 6)]++;
+    T_CHECK(seen[0] && seen[1] && !seen[2] && !seen[5], "min_p 0.5 keeps p >= 0.5 p_max");
+    ms_sampler_free(&s);
+    /* greedy with a bias and a frequency penalty: 0 wins, is penalised below 1, then 1 wins */
+    ms_logit_bias b[1] = {{3, 1.6f}}; /* 0.5 + 1.6 = 2.1: token 3 first */
+    ms_sample_params g = {0};
+    g.frequency_penalty = 0.3f;
+    g.bias = b;
+    g.n_bias = 1;
+    ms_sampler_setup(&s, &g, 1);
+    b[0].bias = 0; /* the sampler copied the bias */
+    T_CHECK(ms_sampler_adjusts(&s), "a bias adjusts the logits");
+    int32_t t1 = ms_sampler_pick(&s, l, 6);
+    ms_sampler_accept(&s, t1);
+    int32_t t2 = ms_sampler_pick(&s, l, 6); /* 2.1 - 0.3 = 1.8 < 2.0 */
+    ms_sampler_accept(&s, t2);
+    ms_sampler c;
+    ms_sampler_copy(&c, &s);
+    int32_t t3 = ms_sampler_pick(&s, l, 6), t3c = ms_sampler_pick(&c, l, 6); /* 2.0 - 0.3 = 1.7 < 1.8 */
+    T_CHECK(t1 == 3 && t2 == 0 && t3 == 3 && t3c == 3, "bias and frequency penalty, greedy: %d %d %d (copy %d)", t1, t2,
+            t3, t3c);
+    ms_sampler_free(&s);
+    ms_sampler_free(&c);
+    ms_sampler_free(&c); /* twice: a freed sampler is empty */
+}
+
 int main(void)
 {
+    test_more();
     test_expected_is_sane();
     test_greedy();
     test_distributions();

@@ -1,0 +1,291 @@
+/* ms_scompl: serve's completion endpoints: a request body to a submitted job, then the answer
+ * whole (watching the client) or streamed as SSE events. */
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_clock.h"
+#include "ms_err.h"
+#include "ms_sconn.h"
+#include "ms_shttp_int.h"
+#include "ms_sreq.h"
+
+/* A streamed answer (owned by its MHD response; outlives the conn). */
+typedef struct {
+    ms_shttp *h;
+    ms_sreqh *req;
+    ms_sreq r;
+    ms_sreq_ident id;
+    int fd, first, finished, gone;
+    int ep, code;                /* for /metrics: 200 finished, 504 deadline, 500 error, 499 client gone */
+    double probed;               /* when a ping comment last went to a client that sent FIN */
+    char *out;                   /* every SSE byte so far (MHD may ask for a position again) */
+    size_t n;
+    char *pend;                  /* text bytes held back (an unfinished UTF-8 character) */
+    size_t pend_n;
+    char *rpend;                 /* the same for reasoning text (a format with channels) */
+    size_t rpend_n;
+    ms_chat_stream cs;           /* where the format routes the next token (chat.route) */
+    int32_t *toks;               /* [n_toks] a routed chat's generated ids, for what answer finds at the end */
+    size_t n_toks;
+    size_t content_sent;         /* bytes routed to the content */
+    size_t lp_offset;            /* a completion's logprobs: text_offset of the next token */
+    size_t prompt_tokens, completion_tokens;
+    double t0;
+    char addr[80], path[128], end[40];
+} stream;
+
+/* ---- streamed answers ---- */
+
+static void out_add(stream *st, char *bytes, size_t len)
+{
+    char *p = ms_realloc(st->out, st->n + len + 1);
+    st->out = p;
+    memcpy(st->out + st->n, bytes, len);
+    st->n += len;
+    free(bytes);
+}
+
+static void out_str(stream *st, const char *s) { out_add(st, ms_strdup(s), strlen(s)); }
+
+/* Turn news into SSE events. */
+static void pend_add(char **p, size_t *n, const char *bytes, size_t len)
+{
+    if (!len) return;
+    *p = ms_realloc(*p, *n + len);
+    memcpy(*p + *n, bytes, len);
+    *n += len;
+}
+
+static void stream_news(stream *st, ms_sreq_news *nw)
+{
+    size_t len;
+    const ms_jobfile_limits *lim = &st->h->o.lim;
+    if (st->r.chat && lim->tok && lim->chat && lim->chat->route) {
+        /* a format with channels: each token's text to the content, the reasoning or nowhere */
+        st->toks = ms_realloc(st->toks, sizeof *st->toks * (st->n_toks + nw->n_tokens + 1));
+        if (nw->n_tokens) memcpy(st->toks + st->n_toks, nw->tokens, sizeof *st->toks * nw->n_tokens);
+        st->n_toks += nw->n_tokens;
+        for (size_t i = 0; i < nw->n_tokens; i++) {
+            int to = lim->chat->route(lim->tok, &st->cs, nw->tokens[i]);
+            char *txt = NULL;
+            size_t tl = 0;
+            if (to != MS_CHAT_TO_NONE && ms_tok_decode(lim->tok, &nw->tokens[i], 1, &txt, &tl) == 0) {
+                if (to == MS_CHAT_TO_CONTENT) pend_add(&st->pend, &st->pend_n, txt, tl), st->content_sent += tl;
+                else pend_add(&st->rpend, &st->rpend_n, txt, tl);
+            }
+            free(txt);
+        }
+    } else {
+        pend_add(&st->pend, &st->pend_n, nw->text, nw->text_len);
+    }
+    size_t ready = nw->done ? st->pend_n : ms_sreq_utf8_ready(st->pend, st->pend_n);
+    size_t rready = nw->done ? st->rpend_n : ms_sreq_utf8_ready(st->rpend, st->rpend_n);
+    int has_text = lim->tok != NULL;
+    if (nw->n_tokens || ready || rready) {
+        json_t *lp = nw->logprobs ? ms_jobfile_logprobs_json(st->r.chat, lim->tok, nw->tokens, nw->logprobs, nw->n_tokens,
+                                                             st->r.spec.top_logprobs, &st->lp_offset)
+                                  : NULL;
+        char *ev = ms_sreq_chat_chunk(&st->r, &st->id, nw->tokens, nw->n_tokens, has_text ? st->pend : NULL, ready,
+                                      st->rpend, rready, NULL, st->first, lp, &len);
+        out_add(st, ev, len);
+        st->first = 0;
+        memmove(st->pend, st->pend + ready, st->pend_n - ready);
+        st->pend_n -= ready;
+        if (rready) memmove(st->rpend, st->rpend + rready, st->rpend_n - rready);
+        st->rpend_n -= rready;
+    }
+    if (!nw->done) return;
+    st->prompt_tokens = nw->prompt_tokens;
+    st->completion_tokens = nw->completion_tokens;
+    if (nw->finish) {
+        /* what the answer holds that routing could not send: a tool call it ends with (its
+         * arguments were routed nowhere), or content from output with no message at all */
+        ms_chat_answer a = {0};
+        int split = st->toks && ms_jobfile_chat_answer(lim, st->toks, st->n_toks, &a) == 0;
+        int call = split && a.call_name && !strcmp(nw->finish, "stop");
+        int late = split && !st->content_sent && a.content_len;
+        char *ev = call   ? ms_sreq_tool_chunk(&st->r, &st->id, &a, st->first, &len)
+                   : late ? ms_sreq_chat_chunk(&st->r, &st->id, NULL, 0, a.content, a.content_len, NULL, 0, nw->finish,
+                                               st->first, NULL, &len)
+                          : ms_sreq_chunk(&st->r, &st->id, NULL, 0, has_text ? "" : NULL, 0, nw->finish, st->first, NULL,
+                                          &len);
+        ms_chat_answer_clear(&a);
+        out_add(st, ev, len);
+        if (st->r.include_usage) {
+            ev = ms_sreq_usage_chunk(&st->r, &st->id, nw->prompt_tokens, nw->completion_tokens, &len);
+            out_add(st, ev, len);
+        }
+        snprintf(st->end, sizeof st->end, "stream finish=%s", call ? "tool_calls" : nw->finish);
+        st->code = 200;
+    } else {
+        /* the status line went out already: the error is an event of its own */
+        char *e = ms_sreq_error_json(nw->timed_out ? 504 : 500, nw->timed_out ? "deadline_exceeded" : "engine_error", nw->error, NULL, &len);
+        out_str(st, "data: ");
+        e[len - 1] = 0; /* its newline */
+        out_add(st, e, len - 1);
+        out_str(st, "\n\n");
+        snprintf(st->end, sizeof st->end, "stream %s", nw->timed_out ? "deadline" : "error");
+        st->code = nw->timed_out ? 504 : 500;
+    }
+    out_str(st, "data: [DONE]\n\n");
+    st->finished = 1;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    stream *st = cls;
+    while (pos >= st->n) {
+        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        ms_sreq_news nw = {0};
+        if (ms_sconn_peer_reset(st->fd)) {
+            st->gone = 1;
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (ms_sconn_peer_eof(st->fd) && ms_now() - st->probed >= PROBE_S) {
+            /* a FIN: half-closed, or gone. An SSE comment (ignored by clients) is written: once
+             * the client has gone, the write after it fails and the stream ends. */
+            st->probed = ms_now();
+            out_str(st, ": ping\n\n");
+            break;
+        }
+        if (ms_sreqh_wait(st->req, POLL_S, &nw)) stream_news(st, &nw);
+        ms_sreq_news_clear(&nw);
+    }
+    size_t k = st->n - pos < max ? st->n - (size_t)pos : max;
+    memcpy(buf, st->out + pos, k);
+    return (ssize_t)k;
+}
+
+static void stream_free(void *cls)
+{
+    stream *st = cls;
+    if (!st->finished) {
+        st->gone = 1;
+        snprintf(st->end, sizeof st->end, "stream client_gone (cancelled)");
+        st->code = 499;
+    }
+    /* counted at its end, by how it ended (the status line said 200 long before) */
+    ms_smetrics_request(st->h->m, ms_shttp_ep_names[st->ep], st->code ? st->code : 499);
+    ms_sreqh_release(st->req); /* cancels a generation still running */
+    ms_shttp_access_log(st->addr, "POST", st->path, 200, st->prompt_tokens, st->completion_tokens, st->t0, st->end);
+    ms_sreq_clear(&st->r);
+    free(st->out);
+    free(st->pend);
+    free(st->rpend);
+    free(st->toks);
+    ms_shttp_active_add(st->h, -1);
+    free(st);
+}
+
+/* ---- completions ---- */
+
+enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
+{
+    ms_shttp *h = c->h;
+    ms_sreq r;
+    if (ms_sreq_parse(c->body ? c->body : "", c->n, c->ep == EP_CHAT, &h->o.lim, &r) != 0) {
+        size_t el;
+        char *eb = ms_sreq_error_json(r.status, r.code, r.message, r.param, &el);
+        enum MHD_Result res = ms_shttp_reply(mc, c, r.status, "application/json", eb, el, NULL, NULL);
+        ms_sreq_clear(&r);
+        return res;
+    }
+    ms_sched_job j;
+    ms_jobspec_sched_job(&r.spec, h->o.chat_stop, h->o.n_chat_stop, &j);
+    int status = 0;
+    ms_sreqh *req = ms_sengine_submit(h->s, &j, h->o.request_timeout, &status);
+    if (!req) {
+        ms_sreq_clear(&r);
+        if (status == 429)
+            return ms_shttp_reply_error(mc, c, 429, "queue_full", "the queue is full: retry later", MHD_HTTP_HEADER_RETRY_AFTER, "1");
+        return ms_shttp_reply_error(mc, c, 503, "unavailable", "the server is shutting down or its engine failed", NULL, NULL);
+    }
+    ms_sreq_ident id;
+    ms_sreq_ident_new(&r, h->o.model_name, &id);
+    if (r.stream) {
+        stream *st = ms_calloc(1, sizeof *st);
+        st->h = h;
+        st->req = req;
+        st->r = r;
+        st->id = id;
+        st->id.model = st->r.spec.model ? st->r.spec.model : h->o.model_name;
+        st->fd = c->fd;
+        st->first = 1;
+        st->t0 = c->t0;
+        snprintf(st->addr, sizeof st->addr, "%s", c->addr);
+        snprintf(st->path, sizeof st->path, "%s", c->path);
+        st->ep = c->ep;
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free);
+        if (!resp) {
+            ms_shttp_active_add(h, 1);
+            stream_free(st);
+            return MHD_NO;
+        }
+        ms_shttp_active_add(h, 1); /* until stream_free */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        c->streamed = 1;
+        c->status = 200;
+        enum MHD_Result res = MHD_queue_response(mc, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        return res;
+    }
+    /* whole answer: gather the news until the end, watching the client */
+    int32_t *tok = NULL;
+    ms_token_logprob *lps = NULL; /* [n_tok] when asked for */
+    char *text = NULL;
+    size_t n_tok = 0, n_text = 0;
+    ms_sreq_news nw = {0};
+    enum MHD_Result res = MHD_NO;
+    double probed = 0;
+    for (;;) {
+        if (ms_shttp_client_gone(c, &probed)) { /* looked at every round: news may come at every step */
+            c->status = 499; /* nginx's "client closed request", for the log only */
+            goto out;
+        }
+        if (ms_sreqh_wait(req, POLL_S, &nw)) {
+            tok = ms_realloc(tok, sizeof *tok * (n_tok + nw.n_tokens + 1));
+            if (nw.n_tokens) memcpy(tok + n_tok, nw.tokens, sizeof *tok * nw.n_tokens);
+            if (nw.logprobs) {
+                lps = ms_realloc(lps, sizeof *lps * (n_tok + nw.n_tokens));
+                memcpy(lps + n_tok, nw.logprobs, sizeof *lps * nw.n_tokens);
+            }
+            n_tok += nw.n_tokens;
+            text = ms_realloc(text, n_text + nw.text_len + 1);
+            if (nw.text_len) memcpy(text + n_text, nw.text, nw.text_len);
+            n_text += nw.text_len;
+            if (nw.done) break;
+        }
+    }
+    c->prompt_tokens = nw.prompt_tokens;
+    c->completion_tokens = nw.completion_tokens;
+    if (nw.finish) {
+        size_t len;
+        char *b;
+        ms_chat_answer a = {0};
+        size_t off = 0;
+        json_t *lp = lps ? ms_jobfile_logprobs_json(r.chat, h->o.lim.tok, tok, lps, n_tok, r.spec.top_logprobs, &off) : NULL;
+        if (r.chat && ms_jobfile_chat_answer(&h->o.lim, tok, n_tok, &a) == 0) /* harmony: channels, tool calls */
+            b = ms_sreq_chat_completion(&r, &id, tok, n_tok, &a, nw.finish, nw.prompt_tokens, lp, &len);
+        else
+            b = ms_sreq_completion(&r, &id, tok, n_tok, h->o.lim.tok ? text : NULL, n_text, nw.finish, nw.prompt_tokens,
+                                   lp, &len);
+        ms_chat_answer_clear(&a);
+        res = ms_shttp_reply(mc, c, 200, "application/json", b, len, NULL, NULL);
+    } else if (nw.timed_out) {
+        res = ms_shttp_reply_error(mc, c, 504, "deadline_exceeded", nw.error, NULL, NULL);
+    } else {
+        res = ms_shttp_reply_error(mc, c, 500, "engine_error", nw.error, NULL, NULL);
+    }
+out:
+    ms_sreqh_release(req); /* cancels it when the client left */
+    ms_sreq_news_clear(&nw);
+    free(tok);
+    free(lps);
+    free(text);
+    ms_sreq_clear(&r);
+    return res;
+}
+

@@ -1,0 +1,269 @@
+/* test_serve_api: what OpenAI clients ask of serve beyond plain generation, checked against the
+ * model's own logits (`run --dump-logits`): logprobs = log_softmax of the rows, penalties and
+ * logit_bias as docs/API.md defines them, top_k/min_p cuts, the same in jobs. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_stest.h"
+#include "ms_synth.h"
+#include "ms_test.h"
+
+static char dir[1100], tmp[1024], bin[1100];
+static ms_st_server srv;
+
+/* `run` on ids (comma-separated) for n tokens: the logits rows (float[*n_rows][*V], malloc'ed). */
+static float *rows_of(const char *ids, int n, int64_t *V, int64_t *n_rows)
+{
+    char f[1200];
+    static int k;
+    snprintf(f, sizeof f, "%s/rows-%d.f32", tmp, k++);
+    int st = ms_t_runf(NULL, NULL, "%s run --model %s --ids %s -n %d --dump-logits %s --quiet > /dev/null", bin, dir, ids, n, f);
+    size_t len = 0;
+    char *b = st == 0 ? ms_t_read_file(f, &len) : NULL;
+    *V = 512; /* the tiny preset's vocabulary */
+    *n_rows = (int64_t)(len / sizeof(float) / (size_t)*V);
+    T_CHECK(b && len % (sizeof(float) * 512) == 0, "run --dump-logits on %s: exit %d, %zu bytes", ids, st, len);
+    return (float *)b;
+}
+
+static double log_softmax(const float *row, int64_t V, int32_t id)
+{
+    double mx = -INFINITY, s = 0.0;
+    for (int64_t i = 0; i < V; i++) mx = fmax(mx, (double)row[i]);
+    for (int64_t i = 0; i < V; i++) s += exp((double)row[i] - mx);
+    return (double)row[id] - mx - log(s);
+}
+
+/* ids of a JSON array as "a,b,c" appended to buf. */
+static void ids_str(json_t *a, size_t n, char *buf, size_t cap)
+{
+    for (size_t i = 0; i < n && i < json_array_size(a); i++)
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%lld", *buf ? "," : "", (long long)json_integer_value(json_array_get(a, i)));
+}
+
+static json_t *post(const char *path, const char *body)
+{
+    char *out = NULL;
+    int st = ms_st_http(&srv, NULL, path, body, &out, NULL);
+    json_t *o = out ? json_loads(out, JSON_ALLOW_NUL, NULL) : NULL;
+    T_CHECK(st == 200 && o, "%s %s: %d %.300s", path, body, st, out ? out : "");
+    free(out);
+    return o;
+}
+
+static json_t *choice0(json_t *o) { return json_array_get(json_object_get(o, "choices"), 0); }
+
+/* Completions: token_logprobs are log_softmax of the row each token came from; top_logprobs hold
+ * the most probable values. */
+static void check_completion_logprobs(void)
+{
+    json_t *o = post("/v1/completions", "{\"prompt\":[5,9,13],\"max_tokens\":6,\"logprobs\":3}");
+    json_t *c = choice0(o), *lp = json_object_get(c, "logprobs"), *ids = json_object_get(c, "token_ids");
+    size_t n = json_array_size(ids);
+    int64_t V, nr;
+    float *rows = rows_of("5,9,13", 6, &V, &nr);
+    int ok = n >= 1 && rows && json_array_size(json_object_get(lp, "token_logprobs")) == n &&
+             json_array_size(json_object_get(lp, "tokens")) == n && json_array_size(json_object_get(lp, "text_offset")) == n;
+    double worst = 0;
+    for (size_t k = 0; ok && k < n && (int64_t)(2 + k) < nr; k++) {
+        const float *row = rows + (2 + k) * V;
+        int32_t id = (int32_t)json_integer_value(json_array_get(ids, k));
+        double want = log_softmax(row, V, id);
+        double got = json_number_value(json_array_get(json_object_get(lp, "token_logprobs"), k));
+        worst = fmax(worst, fabs(got - want));
+        /* the best alternative is the row's maximum */
+        double best = -INFINITY, mx = -INFINITY;
+        const char *key;
+        json_t *v;
+        json_object_foreach(json_array_get(json_object_get(lp, "top_logprobs"), k), key, v) best = fmax(best, json_number_value(v));
+        for (int64_t i = 0; i < V; i++) mx = fmax(mx, log_softmax(row, V, (int32_t)i));
+        ok &= fabs(best - mx) < 1e-5 && json_object_size(json_array_get(json_object_get(lp, "top_logprobs"), k)) >= 1;
+    }
+    T_CHECK(ok && worst < 1e-5, "completion logprobs = log_softmax of the dumped rows (worst %.2g over %zu tokens)", worst, n);
+    free(rows);
+    json_decref(o);
+}
+
+/* Chat: every entry's token_id is the generated id, its logprob the row's log_softmax, and the
+ * top_logprobs the 4 most probable ids of the row in order (ties: lower id first). */
+static void check_chat_logprobs(void)
+{
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"}],\"max_tokens\":5,\"logprobs\":true,"
+                       "\"top_logprobs\":4}";
+    ms_t_write_file(ms_t_path(tmp, "chat.json"), body);
+    char *tk = NULL;
+    int st = ms_t_runf(&tk, NULL, "%s tokenize --model %s --chat %s/chat.json --json", bin, dir, tmp);
+    json_t *t = tk ? json_loads(tk, 0, NULL) : NULL;
+    free(tk);
+    char ids[4096] = "";
+    size_t np = json_array_size(json_object_get(t, "ids"));
+    ids_str(json_object_get(t, "ids"), np, ids, sizeof ids);
+    T_CHECK(st == 0 && np > 0, "tokenize --chat: %zu ids", np);
+    json_t *o = post("/v1/chat/completions", body);
+    json_t *c = choice0(o), *content = json_object_get(json_object_get(c, "logprobs"), "content");
+    json_t *gen = json_object_get(c, "token_ids");
+    size_t n = json_array_size(gen);
+    int64_t V, nr;
+    float *rows = rows_of(ids, 5, &V, &nr);
+    int ok = n >= 1 && rows && json_array_size(content) == n, order_ok = 1;
+    double worst = 0;
+    for (size_t k = 0; ok && k < n && (int64_t)(np - 1 + k) < nr; k++) {
+        const float *row = rows + (np - 1 + k) * V;
+        json_t *e = json_array_get(content, k);
+        int32_t id = (int32_t)json_integer_value(json_array_get(gen, k));
+        ok &= json_integer_value(json_object_get(e, "token_id")) == id && json_is_string(json_object_get(e, "token")) &&
+              json_is_array(json_object_get(e, "bytes"));
+        worst = fmax(worst, fabs(json_number_value(json_object_get(e, "logprob")) - log_softmax(row, V, id)));
+        json_t *top = json_object_get(e, "top_logprobs");
+        ok &= json_array_size(top) == 4;
+        int used[512] = {0};
+        for (size_t r = 0; r < json_array_size(top); r++) { /* the r-th best of the row, found here */
+            int32_t best = -1;
+            for (int32_t i = 0; i < V; i++)
+                if (!used[i] && (best < 0 || row[i] > row[best])) best = i;
+            used[best] = 1;
+            json_t *a = json_array_get(top, r);
+            order_ok &= json_integer_value(json_object_get(a, "token_id")) == best;
+            worst = fmax(worst, fabs(json_number_value(json_object_get(a, "logprob")) - log_softmax(row, V, best)));
+        }
+    }
+    T_CHECK(ok && order_ok && worst < 1e-5,
+            "chat logprobs: ids, log_softmax of the rows and the 4 most probable in order (worst %.2g, %zu tokens)", worst, n);
+    free(rows);
+    json_decref(o);
+    json_decref(t);
+}
+
+/* Penalties and bias, greedy: each generated token is the argmax of its row (fed the tokens
+ * generated before it) + bias - count * frequency_penalty - (count > 0) * presence_penalty, in
+ * float as docs/API.md states. Deterministic, different from the plain answer, and jobs gives
+ * the same ids. */
+static void check_penalties(void)
+{
+    const char *bodies[2] = {"{\"prompt\":[5,9,13],\"max_tokens\":12,\"frequency_penalty\":1.5,\"presence_penalty\":0.7,"
+                             "\"logit_bias\":{\"7\":3.0,\"300\":-2.5}}",
+                             "{\"prompt\":[5,9,13],\"max_tokens\":32,\"presence_penalty\":2}"};
+    const char *plains[2] = {"{\"prompt\":[5,9,13],\"max_tokens\":12}", "{\"prompt\":[5,9,13],\"max_tokens\":32}"};
+    const size_t lens[2] = {12, 32}; /* the plain answer repeats a token within 32 (presence then matters) */
+    const float fps[2] = {1.5f, 0.0f}, pps[2] = {0.7f, 2.0f};
+    const char *body = bodies[0];
+    json_t *o1 = NULL, *g = NULL;
+    size_t n = 0;
+    for (int t = 0; t < 2; t++) {
+        const float fp = fps[t], pp = pps[t];
+        json_t *a = post("/v1/completions", bodies[t]), *b = post("/v1/completions", bodies[t]);
+        json_t *plain = post("/v1/completions", plains[t]);
+        json_t *ga = json_object_get(choice0(a), "token_ids");
+        n = json_array_size(ga);
+        T_CHECK(n == lens[t] && json_equal(ga, json_object_get(choice0(b), "token_ids")), "penalised answers are deterministic (%d)", t);
+        T_CHECK(!json_equal(ga, json_object_get(choice0(plain), "token_ids")), "the penalties change the answer (%d)", t);
+        json_decref(plain);
+        char ids[512] = "5,9,13";
+        ids_str(ga, n - 1, ids, sizeof ids);
+        int64_t V, nr;
+        float *rows = rows_of(ids, 1, &V, &nr); /* teacher-forced: the rows the penalised tokens came from */
+        int ok = rows && nr == (int64_t)(3 + n - 1), count[512] = {0};
+        for (size_t k = 0; ok && k < n; k++) {
+            const float *row = rows + (2 + k) * V;
+            int32_t best = 0;
+            float bv = -INFINITY;
+            for (int32_t i = 0; i < V; i++) {
+                float x = row[i] + (t == 0 && i == 7 ? 3.0f : t == 0 && i == 300 ? -2.5f : 0.0f);
+                if (count[i]) x -= (float)count[i] * fp + pp;
+                if (x > bv) bv = x, best = i;
+            }
+            int32_t got = (int32_t)json_integer_value(json_array_get(ga, k));
+            ok &= got == best;
+            count[got]++;
+        }
+        T_CHECK(ok, "every penalised token is the argmax of its adjusted row (%d)", t);
+        free(rows);
+        json_decref(b);
+        if (t == 0) o1 = a, g = ga;
+        else json_decref(a);
+    }
+    n = json_array_size(g);
+    /* jobs reads the same body with the same code */
+    ms_t_write_file(ms_t_path(tmp, "pen.jsonl"), "");
+    char line[600];
+    snprintf(line, sizeof line, "%s\n", body);
+    ms_t_write_file(ms_t_path(tmp, "pen.jsonl"), line);
+    char *out = NULL;
+    int st = ms_t_runf(&out, NULL, "%s jobs --model %s --input %s/pen.jsonl --output - --quiet", bin, dir, tmp);
+    json_t *jl = out ? json_loads(out, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+    json_t *jc = json_array_get(json_object_get(json_object_get(json_object_get(jl, "response"), "body"), "choices"), 0);
+    T_CHECK(st == 0 && json_equal(json_object_get(jc, "token_ids"), g), "jobs: the same penalised ids (%d)", st);
+    free(out);
+    json_decref(jl);
+    /* a bias of +100 makes one token certain */
+    json_t *b = post("/v1/completions", "{\"prompt\":[5,9,13],\"max_tokens\":4,\"logit_bias\":{\"42\":100}}");
+    json_t *bi = json_object_get(choice0(b), "token_ids");
+    int all = json_array_size(bi) == 4;
+    for (size_t i = 0; i < json_array_size(bi); i++) all &= json_integer_value(json_array_get(bi, i)) == 42;
+    T_CHECK(all, "logit_bias 100 on one id: every token is that id");
+    json_decref(b);
+    json_decref(o1);
+}
+
+/* top_k and min_p, sampled: every token is among the row's k best / has p >= min_p * p_max;
+ * top_k 1 is greedy. */
+static void check_cuts(void)
+{
+    json_t *greedy = post("/v1/completions", "{\"prompt\":[5,9,13],\"max_tokens\":8}");
+    json_t *k1 = post("/v1/completions", "{\"prompt\":[5,9,13],\"max_tokens\":8,\"temperature\":1.5,\"seed\":3,\"top_k\":1}");
+    T_CHECK(json_equal(json_object_get(choice0(greedy), "token_ids"), json_object_get(choice0(k1), "token_ids")),
+            "top_k 1 at temperature 1.5 is greedy");
+    const char *bodies[2] = {"{\"prompt\":[5,9,13],\"max_tokens\":10,\"temperature\":2,\"seed\":11,\"top_k\":3}",
+                             "{\"prompt\":[5,9,13],\"max_tokens\":10,\"temperature\":2,\"seed\":11,\"min_p\":0.6}"};
+    for (int t = 0; t < 2; t++) {
+        json_t *o = post("/v1/completions", bodies[t]);
+        json_t *g = json_object_get(choice0(o), "token_ids");
+        size_t n = json_array_size(g);
+        char ids[512] = "5,9,13";
+        ids_str(g, n - 1, ids, sizeof ids);
+        int64_t V, nr;
+        float *rows = rows_of(ids, 1, &V, &nr);
+        int ok = rows && n == 10 && nr == (int64_t)(3 + n - 1);
+        for (size_t k = 0; ok && k < n; k++) {
+            const float *row = rows + (2 + k) * V;
+            int32_t id = (int32_t)json_integer_value(json_array_get(g, k));
+            int above = 0;
+            float mx = -INFINITY;
+            for (int64_t i = 0; i < V; i++) above += row[i] > row[id], mx = fmaxf(mx, row[i]);
+            if (t == 0) ok &= above < 3;
+            else ok &= exp(((double)row[id] - (double)mx) / 2.0) >= 0.6 * (1 - 1e-6); /* p / p_max at temperature 2 */
+        }
+        T_CHECK(ok, "%s: every sampled token within the cut", t ? "min_p 0.6" : "top_k 3");
+        free(rows);
+        json_decref(o);
+    }
+    json_decref(greedy);
+    json_decref(k1);
+}
+
+int main(void)
+{
+    ms_log_set_level(0);
+    if (ms_t_run("curl --version >/dev/null 2>&1", NULL) != 0) {
+        ms_t_skip("SKIP: curl is not installed (deploy/install-deps.sh installs it)");
+        return ms_t_done();
+    }
+    snprintf(tmp, sizeof tmp, "%s", ms_t_tmpdir("serve-api"));
+    snprintf(dir, sizeof dir, "%.1024s/m", tmp);
+    snprintf(bin, sizeof bin, "%s", ms_t_bin("moestream"));
+    ms_synth_shape sh;
+    ms_synth_preset("tiny", &sh);
+    T_CHECK(ms_synth_write(dir, &sh, 11) == 0, "synth tiny: %s", ms_err_msg());
+    if (ms_st_start(&srv, tmp, dir, "--max-batch 4") == 0) {
+        check_completion_logprobs();
+        check_chat_logprobs();
+        check_penalties();
+        check_cuts();
+        T_CHECK(ms_st_stop(&srv) == 0, "SIGTERM: exit 0");
+    }
+    return ms_t_done();
+}
