@@ -218,7 +218,13 @@ static void parse_body(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim
         get_stop(j, body) != 0 || get_sampling(j, body, lim) != 0)
         return;
     long long n = 1;
-    if (get_int(j, body, "n", 1, 128, &n) != 0) return;
+    if (get_int(j, body, "n", 1, LLONG_MAX, &n) != 0) return;
+    if (n > (lim->max_n > 1 ? lim->max_n : 1)) {
+        j->err_param = "n";
+        bad(j, "invalid_request", "\"n\" is %lld: at most %d choices here (%s)", n, lim->max_n > 1 ? lim->max_n : 1,
+            lim->max_n > 1 ? "the batch holds them all: --max-batch" : "one choice per line: give each its own line and seed");
+        return;
+    }
     j->n = (int)n;
     if (mt < 1) {
         j->err_param = mt_name;

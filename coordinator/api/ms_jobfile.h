@@ -50,6 +50,7 @@ typedef struct {
     const ms_chatfmt *chat;    /* the model family's chat format (chats need it and tok) */
     const char *chat_date;     /* the date chat prompts carry (--date), or NULL: today */
     int render_only;           /* 1: a chat may be rendered without the generation prompt (tokenize --chat) */
+    int max_n;                 /* the largest "n" (choices) a request may ask for (serve: its batch); 0 = 1 */
 } ms_jobfile_limits;
 
 /* Parse one line (len bytes, without its newline). Always fills *j: a bad line gets err_code and

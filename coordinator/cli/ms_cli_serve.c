@@ -168,7 +168,7 @@ static int serve_main(const serve_opts *o)
     ho.model_name = name;
     ho.max_body = (size_t)o->max_body;
     const ms_chatfmt *chat = ms_engine_family(e)->chat;
-    ho.lim = (ms_jobfile_limits){tok, ms_engine_info(e)->vocab, o->max_context, chat, o->date};
+    ho.lim = (ms_jobfile_limits){tok, ms_engine_info(e)->vocab, o->max_context, chat, o->date, 0, batch};
     ho.n_chat_stop = tok && chat ? chat->stop_ids(tok, ho.chat_stop, MS_CHAT_MAX_STOPS) : 0;
     ho.request_timeout = o->request_timeout;
     ho.read_timeout = o->read_timeout;

@@ -196,6 +196,8 @@ ms_tok *ms_engine_tok(ms_engine *e) { return e->tok; }
 int64_t ms_engine_pass_rows(const ms_engine *e) { return ms_model_chunk(e->m); }
 int ms_engine_max_seqs(const ms_engine *e) { return ms_model_max_seqs(e->m); }
 
+static ms_eseq *seq_alloc(ms_engine *e, const int32_t *prompt, size_t n, const ms_gen_params *p);
+
 ms_eseq *ms_engine_seq_new(ms_engine *e, const int32_t *prompt, size_t n, const ms_gen_params *p)
 {
     if (n == 0) {
@@ -210,6 +212,14 @@ ms_eseq *ms_engine_seq_new(ms_engine *e, const int32_t *prompt, size_t n, const 
             ms_err_set_code(MS_EXIT_INPUT);
             return NULL;
         }
+    ms_eseq *s = seq_alloc(e, prompt, n, p);
+    s->seq = ms_seq_new(e->m);
+    return s;
+}
+
+/* Everything of a new sequence but its model state. */
+static ms_eseq *seq_alloc(ms_engine *e, const int32_t *prompt, size_t n, const ms_gen_params *p)
+{
     MS_ASSERT(p->max_tokens >= 0);
     ms_eseq *s = ms_calloc(1, sizeof *s);
     s->e = e;
@@ -233,9 +243,28 @@ ms_eseq *ms_engine_seq_new(ms_engine *e, const int32_t *prompt, size_t n, const 
         s->backoff = 1;
     }
     s->last = ms_malloc(sizeof(float) * (size_t)e->V);
-    s->seq = ms_seq_new(e->m);
     if (p->max_tokens == 0) s->finish = "length";
     return s;
+}
+
+static int32_t pick(ms_eseq *s, const float *row);
+static void emit(ms_eseq *s, int32_t next);
+
+ms_eseq *ms_engine_seq_fork(const ms_eseq *s, const ms_gen_params *p)
+{
+    MS_ASSERT(s->fed == s->n_prompt && s->n_gen == 1 && s->has_last && p->max_tokens == s->p.max_tokens);
+    ms_engine *e = s->e;
+    ms_eseq *c = seq_alloc(e, s->prompt, s->n_prompt, p);
+    c->seq = ms_seq_clone(s->seq);
+    c->fed = s->n_prompt;
+    memcpy(c->last, s->last, sizeof(float) * (size_t)e->V);
+    c->has_last = 1;
+    if (c->p.on_logits && c->p.on_logits(c->p.ctx, c, c->last, 1) != 0) {
+        ms_engine_seq_free(c);
+        return NULL;
+    }
+    emit(c, pick(c, c->last));
+    return c;
 }
 
 void ms_engine_seq_free(ms_eseq *s)

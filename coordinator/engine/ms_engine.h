@@ -104,6 +104,13 @@ typedef struct {
  * set (MS_EXIT_INPUT) on a bad prompt. */
 ms_eseq *ms_engine_seq_new(ms_engine *e, const int32_t *prompt, size_t n, const ms_gen_params *p);
 void ms_engine_seq_free(ms_eseq *s); /* accepts NULL; any time between steps */
+/* Another choice of the same prompt: a new sequence in s's state right after its prompt (s has
+ * run its whole prompt and generated exactly one token, not fed yet), with its own parameters
+ * p (the same prompt and max_tokens; its seed, callbacks and context its own). Its first token
+ * is picked now from the prompt's last logits (on_logits gets that row, on_token the token),
+ * so its tokens and logits are those of a sequence made by ms_engine_seq_new with p, without
+ * running the prompt again. */
+ms_eseq *ms_engine_seq_fork(const ms_eseq *s, const ms_gen_params *p);
 
 int ms_engine_seq_done(const ms_eseq *s);
 /* "length" (max_tokens reached), "stop" (eos), or NULL while running. */

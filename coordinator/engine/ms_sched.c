@@ -20,6 +20,7 @@ typedef struct sjob {
     int64_t n_rows, cap_rows;
     size_t sent_tokens, sent_bytes; /* stream: what the deltas carried so far (kept over a re-run,
                                        which gives the same tokens) */
+    int choice;                  /* of the job's choices; a job not yet forked has j.n_choices > 1 */
 } sjob;
 
 /* A FIFO of jobs. */
@@ -96,9 +97,19 @@ void ms_sched_free(ms_sched *s)
     free(s);
 }
 
+/* Batch places j takes: its own, and those of the choices it will fork. */
+static int places(const sjob *j) { return j->j.n_choices > 1 ? j->j.n_choices : 1; }
+
+static int running_places(const ms_sched *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->n_run; i++) n += places(s->run[i]);
+    return n;
+}
+
 void ms_sched_add(ms_sched *s, const ms_sched_job *in)
 {
-    MS_ASSERT(in->max_tokens >= 1 && in->n_prompt >= 1);
+    MS_ASSERT(in->max_tokens >= 1 && in->n_prompt >= 1 && in->n_choices <= s->max_batch);
     sjob *j = ms_calloc(1, sizeof *j);
     j->s = s;
     ms_sched_job_copy(&j->j, in);
@@ -148,7 +159,7 @@ static int fifo_remove(fifo *f, const void *user)
     return 0;
 }
 
-int ms_sched_cancel(ms_sched *s, const void *user)
+static int cancel_one(ms_sched *s, const void *user)
 {
     int found = fifo_remove(&s->wait, user) || fifo_remove(&s->solo, user);
     for (int i = 0; i < s->n_run && !found; i++) {
@@ -158,6 +169,13 @@ int ms_sched_cancel(ms_sched *s, const void *user)
         s->n_run--;
         found = 1;
     }
+    return found;
+}
+
+int ms_sched_cancel(ms_sched *s, const void *user)
+{
+    int found = 0;
+    while (cancel_one(s, user)) found = 1; /* every choice */
     if (found) s->st.cancelled++;
     return found;
 }
@@ -235,6 +253,7 @@ static void send_delta(ms_sched *s, sjob *j, const char *text, size_t len)
     const int32_t *gen = ms_engine_seq_tokens(j->seq, &ng);
     ms_sched_delta d = {0};
     d.user = j->j.user;
+    d.choice = j->choice;
     if (ng > j->sent_tokens) {
         size_t nl;
         const ms_token_logprob *lp = ms_engine_seq_logprobs(j->seq, &nl);
@@ -266,8 +285,7 @@ static void stream_progress(ms_sched *s, sjob *j)
     free(text);
 }
 
-/* Start j's sequence; a prompt the engine refuses is reported as the job's error. */
-static int admit(ms_sched *s, sjob *j)
+static void params_of(sjob *j, ms_gen_params *out)
 {
     ms_gen_params p = {0};
     p.temperature = j->j.temperature;
@@ -287,21 +305,53 @@ static int admit(ms_sched *s, sjob *j)
     p.n_logit_bias = j->j.n_logit_bias;
     p.logprobs = j->j.logprobs;
     p.top_logprobs = j->j.top_logprobs;
+    *out = p;
+}
+
+/* Start j's sequence; a prompt the engine refuses is reported as the job's error (each choice's). */
+static int admit(ms_sched *s, sjob *j)
+{
+    ms_gen_params p;
+    params_of(j, &p);
     j->seq = ms_engine_seq_new(s->e, j->j.prompt, j->j.n_prompt, &p);
     if (j->seq) {
         s->run[s->n_run++] = j;
         return 0;
     }
-    ms_sched_result r = {0};
-    r.user = j->j.user;
-    r.prompt_tokens = j->j.n_prompt;
-    r.error_code = ms_err_code();
-    r.error = ms_err_msg();
-    s->st.failed++;
-    s->st.finished++;
-    int rc = s->done(s->ctx, &r);
+    int rc = 0;
+    for (int c = 0; c < places(j) && rc == 0; c++) {
+        ms_sched_result r = {0};
+        r.user = j->j.user;
+        r.choice = j->choice + c;
+        r.prompt_tokens = j->j.n_prompt;
+        r.error_code = ms_err_code();
+        r.error = ms_err_msg();
+        s->st.failed++;
+        s->st.finished++;
+        rc = s->done(s->ctx, &r);
+    }
     job_free(j);
     return rc;
+}
+
+/* A job whose prompt has just run (its first token picked): its other choices start from a
+ * clone of its state, each with its own seed, and join the batch (their places were kept). */
+static int fork_choices(ms_sched *s, sjob *j)
+{
+    int n = j->j.n_choices;
+    j->j.n_choices = 1; /* forked: a re-run of this choice alone is one choice */
+    for (int c = 1; c < n; c++) {
+        sjob *k = ms_calloc(1, sizeof *k);
+        k->s = s;
+        ms_sched_job_copy(&k->j, &j->j);
+        k->j.seed = j->j.seed + (uint64_t)c;
+        k->choice = c;
+        ms_gen_params p;
+        params_of(k, &p);
+        s->run[s->n_run++] = k; /* before the fork: its first token is reported through k */
+        if (!(k->seq = ms_engine_seq_fork(j->seq, &p))) return -1;
+    }
+    return 0;
 }
 
 /* Report a finished job and free it. */
@@ -312,6 +362,7 @@ static int report(ms_sched *s, sjob *j)
     const int32_t *gen = ms_engine_seq_tokens(j->seq, &ng);
     const char *fin = ms_engine_seq_finish_reason(j->seq);
     r.user = j->j.user;
+    r.choice = j->choice;
     r.prompt_tokens = j->j.n_prompt;
     r.tokens = gen;
     r.n_tokens = ng;
@@ -352,6 +403,7 @@ static int isolate(ms_sched *s)
         if (j->alone) {
             ms_sched_result r = {0};
             r.user = j->j.user;
+            r.choice = j->choice;
             r.prompt_tokens = j->j.n_prompt;
             r.error_code = code;
             r.error = msg;
@@ -380,7 +432,7 @@ int ms_sched_step(ms_sched *s)
     if (s->solo.n) {
         if (s->n_run == 0 && admit(s, fifo_pop(&s->solo)) != 0) return -1;
     } else {
-        while (s->n_run < s->max_batch && s->wait.n)
+        while (s->wait.n && running_places(s) + places(s->wait.v[s->wait.head]) <= s->max_batch)
             if (admit(s, fifo_pop(&s->wait)) != 0) return -1;
     }
     if (s->n_run == 0) return 0;
@@ -392,7 +444,13 @@ int ms_sched_step(ms_sched *s)
         if (ms_err_code() != MS_EXIT_WORKER) return -1;
         return isolate(s);
     }
-    /* Report the finished jobs in batch order; the rest keep their order. */
+    /* Choices fork from a prompt that has just run; then report the finished jobs in batch
+     * order; the rest keep their order. */
+    for (int i = 0, n = s->n_run; i < n; i++) {
+        size_t ng;
+        ms_engine_seq_tokens(s->run[i]->seq, &ng);
+        if (s->run[i]->j.n_choices > 1 && ng == 1 && fork_choices(s, s->run[i]) != 0) return -1;
+    }
     int k = 0, rc = 0;
     for (int i = 0; i < s->n_run; i++) {
         sjob *j = s->run[i];

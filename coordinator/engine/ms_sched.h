@@ -33,6 +33,10 @@ typedef struct {
     const ms_logit_bias *logit_bias;
     int n_logit_bias;
     int logprobs, top_logprobs;
+    /* Choices of the prompt (0 or 1: one; at most max_batch): choice i samples with seed + i and is
+     * reported on its own (ms_sched_result.choice), all sharing one prefill: the prompt runs once
+     * and the others continue from a clone of its state. Admitted when the batch has room for all. */
+    int n_choices;
 } ms_sched_job;
 
 /* What a job produced, handed to the done callback (everything borrowed for the call). */
@@ -49,11 +53,12 @@ typedef struct {
                                     generated token (as `run --dump-logits`) */
     int64_t n_rows;
     const ms_token_logprob *logprobs; /* [n_tokens] when the job asked for them, else NULL */
+    int choice;                  /* which of the job's n_choices this is (0..) */
     int error_code;              /* failed: the exit class and message of the step that failed */
     const char *error;
 } ms_sched_result;
 
-/* Called once per job, in completion order. A non-zero return (with ms_err set) makes
+/* Called once per job and choice, in completion order. A non-zero return (with ms_err set) makes
  * ms_sched_step fail. */
 typedef int (*ms_sched_done_fn)(void *ctx, const ms_sched_result *r);
 
@@ -67,6 +72,7 @@ typedef struct {
     const int32_t *tokens;       /* [n_tokens] ids new since the last delta (a final stop id included) */
     size_t n_tokens;
     const ms_token_logprob *logprobs; /* [n_tokens] theirs when the job asked, else NULL */
+    int choice;                  /* as ms_sched_result.choice */
     const char *text;            /* [text_len] new text bytes; NULL without a tokenizer */
     size_t text_len;
 } ms_sched_delta;

@@ -11,17 +11,9 @@
 #include "ms_shttp_int.h"
 #include "ms_sreq.h"
 
-/* A streamed answer (owned by its MHD response; outlives the conn). */
+/* One choice of a streamed answer: what it holds back and where its format routes. */
 typedef struct {
-    ms_shttp *h;
-    ms_sreqh *req;
-    ms_sreq r;
-    ms_sreq_ident id;
-    int fd, first, finished, gone;
-    int ep, code;                /* for /metrics: 200 finished, 504 deadline, 500 error, 499 client gone */
-    double probed;               /* when a ping comment last went to a client that sent FIN */
-    char *out;                   /* every SSE byte so far (MHD may ask for a position again) */
-    size_t n;
+    int first;                   /* no chunk sent yet (the chat delta then carries the role) */
     char *pend;                  /* text bytes held back (an unfinished UTF-8 character) */
     size_t pend_n;
     char *rpend;                 /* the same for reasoning text (a format with channels) */
@@ -31,7 +23,22 @@ typedef struct {
     size_t n_toks;
     size_t content_sent;         /* bytes routed to the content */
     size_t lp_offset;            /* a completion's logprobs: text_offset of the next token */
-    size_t prompt_tokens, completion_tokens;
+} stream_choice;
+
+/* A streamed answer (owned by its MHD response; outlives the conn). */
+typedef struct {
+    ms_shttp *h;
+    ms_sreqh *req;
+    ms_sreq r;
+    ms_sreq_ident id;
+    int fd, finished, gone;
+    int ep, code;                /* for /metrics: 200 finished, 504 deadline, 500 error, 499 client gone */
+    double probed;               /* when a ping comment last went to a client that sent FIN */
+    char *out;                   /* every SSE byte so far (MHD may ask for a position again) */
+    size_t n;
+    stream_choice *ch;           /* [r.spec.n] */
+    int failed;                  /* a choice ended with an error (sent as an event) */
+    size_t prompt_tokens, completion_tokens; /* completion: over every choice */
     double t0;
     char addr[80], path[128], end[40];
 } stream;
@@ -62,65 +69,63 @@ static void stream_news(stream *st, ms_sreq_news *nw)
 {
     size_t len;
     const ms_jobfile_limits *lim = &st->h->o.lim;
+    stream_choice *c = &st->ch[nw->choice];
+    int k = nw->choice;
     if (st->r.chat && lim->tok && lim->chat && lim->chat->route) {
         /* a format with channels: each token's text to the content, the reasoning or nowhere */
-        st->toks = ms_realloc(st->toks, sizeof *st->toks * (st->n_toks + nw->n_tokens + 1));
-        if (nw->n_tokens) memcpy(st->toks + st->n_toks, nw->tokens, sizeof *st->toks * nw->n_tokens);
-        st->n_toks += nw->n_tokens;
+        c->toks = ms_realloc(c->toks, sizeof *c->toks * (c->n_toks + nw->n_tokens + 1));
+        if (nw->n_tokens) memcpy(c->toks + c->n_toks, nw->tokens, sizeof *c->toks * nw->n_tokens);
+        c->n_toks += nw->n_tokens;
         for (size_t i = 0; i < nw->n_tokens; i++) {
-            int to = lim->chat->route(lim->tok, &st->cs, nw->tokens[i]);
+            int to = lim->chat->route(lim->tok, &c->cs, nw->tokens[i]);
             char *txt = NULL;
             size_t tl = 0;
             if (to != MS_CHAT_TO_NONE && ms_tok_decode(lim->tok, &nw->tokens[i], 1, &txt, &tl) == 0) {
-                if (to == MS_CHAT_TO_CONTENT) pend_add(&st->pend, &st->pend_n, txt, tl), st->content_sent += tl;
-                else pend_add(&st->rpend, &st->rpend_n, txt, tl);
+                if (to == MS_CHAT_TO_CONTENT) pend_add(&c->pend, &c->pend_n, txt, tl), c->content_sent += tl;
+                else pend_add(&c->rpend, &c->rpend_n, txt, tl);
             }
             free(txt);
         }
     } else {
-        pend_add(&st->pend, &st->pend_n, nw->text, nw->text_len);
+        pend_add(&c->pend, &c->pend_n, nw->text, nw->text_len);
     }
-    size_t ready = nw->done ? st->pend_n : ms_sreq_utf8_ready(st->pend, st->pend_n);
-    size_t rready = nw->done ? st->rpend_n : ms_sreq_utf8_ready(st->rpend, st->rpend_n);
+    size_t ready = nw->done ? c->pend_n : ms_sreq_utf8_ready(c->pend, c->pend_n);
+    size_t rready = nw->done ? c->rpend_n : ms_sreq_utf8_ready(c->rpend, c->rpend_n);
     int has_text = lim->tok != NULL;
     if (nw->n_tokens || ready || rready) {
         json_t *lp = nw->logprobs ? ms_jobfile_logprobs_json(st->r.chat, lim->tok, nw->tokens, nw->logprobs, nw->n_tokens,
-                                                             st->r.spec.top_logprobs, &st->lp_offset)
+                                                             st->r.spec.top_logprobs, &c->lp_offset)
                                   : NULL;
-        char *ev = ms_sreq_chat_chunk(&st->r, &st->id, nw->tokens, nw->n_tokens, has_text ? st->pend : NULL, ready,
-                                      st->rpend, rready, NULL, st->first, lp, &len);
+        char *ev = ms_sreq_chat_chunk(&st->r, &st->id, k, nw->tokens, nw->n_tokens, has_text ? c->pend : NULL, ready,
+                                      c->rpend, rready, NULL, c->first, lp, &len);
         out_add(st, ev, len);
-        st->first = 0;
-        memmove(st->pend, st->pend + ready, st->pend_n - ready);
-        st->pend_n -= ready;
-        if (rready) memmove(st->rpend, st->rpend + rready, st->rpend_n - rready);
-        st->rpend_n -= rready;
+        c->first = 0;
+        memmove(c->pend, c->pend + ready, c->pend_n - ready);
+        c->pend_n -= ready;
+        if (rready) memmove(c->rpend, c->rpend + rready, c->rpend_n - rready);
+        c->rpend_n -= rready;
     }
     if (!nw->done) return;
     st->prompt_tokens = nw->prompt_tokens;
-    st->completion_tokens = nw->completion_tokens;
-    if (nw->finish) {
+    st->completion_tokens += nw->completion_tokens;
+    if (nw->finish && !st->failed) {
         /* what the answer holds that routing could not send: a tool call it ends with (its
          * arguments were routed nowhere), or content from output with no message at all */
         ms_chat_answer a = {0};
-        int split = st->toks && ms_jobfile_chat_answer(lim, st->toks, st->n_toks, &a) == 0;
+        int split = c->toks && ms_jobfile_chat_answer(lim, c->toks, c->n_toks, &a) == 0;
         int call = split && a.call_name && !strcmp(nw->finish, "stop");
-        int late = split && !st->content_sent && a.content_len;
-        char *ev = call   ? ms_sreq_tool_chunk(&st->r, &st->id, &a, st->first, &len)
-                   : late ? ms_sreq_chat_chunk(&st->r, &st->id, NULL, 0, a.content, a.content_len, NULL, 0, nw->finish,
-                                               st->first, NULL, &len)
-                          : ms_sreq_chunk(&st->r, &st->id, NULL, 0, has_text ? "" : NULL, 0, nw->finish, st->first, NULL,
-                                          &len);
+        int late = split && !c->content_sent && a.content_len;
+        char *ev = call   ? ms_sreq_tool_chunk(&st->r, &st->id, k, &a, c->first, &len)
+                   : late ? ms_sreq_chat_chunk(&st->r, &st->id, k, NULL, 0, a.content, a.content_len, NULL, 0, nw->finish,
+                                               c->first, NULL, &len)
+                          : ms_sreq_chunk(&st->r, &st->id, k, NULL, 0, has_text ? "" : NULL, 0, nw->finish, c->first,
+                                          NULL, &len);
         ms_chat_answer_clear(&a);
         out_add(st, ev, len);
-        if (st->r.include_usage) {
-            ev = ms_sreq_usage_chunk(&st->r, &st->id, nw->prompt_tokens, nw->completion_tokens, &len);
-            out_add(st, ev, len);
-        }
         snprintf(st->end, sizeof st->end, "stream finish=%s", call ? "tool_calls" : nw->finish);
         st->code = 200;
-    } else {
-        /* the status line went out already: the error is an event of its own */
+    } else if (!st->failed) {
+        /* the status line went out already: the error is an event of its own (once) */
         char *e = ms_sreq_error_json(nw->timed_out ? 504 : 500, nw->timed_out ? "deadline_exceeded" : "engine_error", nw->error, NULL, &len);
         out_str(st, "data: ");
         e[len - 1] = 0; /* its newline */
@@ -128,6 +133,12 @@ static void stream_news(stream *st, ms_sreq_news *nw)
         out_str(st, "\n\n");
         snprintf(st->end, sizeof st->end, "stream %s", nw->timed_out ? "deadline" : "error");
         st->code = nw->timed_out ? 504 : 500;
+        st->failed = 1;
+    }
+    if (!nw->all_done) return;
+    if (!st->failed && st->r.include_usage) {
+        char *ev = ms_sreq_usage_chunk(&st->r, &st->id, st->prompt_tokens, st->completion_tokens, &len);
+        out_add(st, ev, len);
     }
     out_str(st, "data: [DONE]\n\n");
     st->finished = 1;
@@ -172,9 +183,12 @@ static void stream_free(void *cls)
     ms_shttp_access_log(st->addr, "POST", st->path, 200, st->prompt_tokens, st->completion_tokens, st->t0, st->end);
     ms_sreq_clear(&st->r);
     free(st->out);
-    free(st->pend);
-    free(st->rpend);
-    free(st->toks);
+    for (int i = 0; i < (st->r.spec.n > 1 ? st->r.spec.n : 1); i++) {
+        free(st->ch[i].pend);
+        free(st->ch[i].rpend);
+        free(st->ch[i].toks);
+    }
+    free(st->ch);
     ms_shttp_active_add(st->h, -1);
     free(st);
 }
@@ -194,6 +208,8 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
     }
     ms_sched_job j;
     ms_jobspec_sched_job(&r.spec, h->o.chat_stop, h->o.n_chat_stop, &j);
+    int n_choices = r.spec.n > 1 ? r.spec.n : 1;
+    j.n_choices = n_choices;
     int status = 0;
     ms_sreqh *req = ms_sengine_submit(h->s, &j, h->o.request_timeout, &status);
     if (!req) {
@@ -212,7 +228,8 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         st->id = id;
         st->id.model = st->r.spec.model ? st->r.spec.model : h->o.model_name;
         st->fd = c->fd;
-        st->first = 1;
+        st->ch = ms_calloc((size_t)n_choices, sizeof *st->ch);
+        for (int i = 0; i < n_choices; i++) st->ch[i].first = 1;
         st->t0 = c->t0;
         snprintf(st->addr, sizeof st->addr, "%s", c->addr);
         snprintf(st->path, sizeof st->path, "%s", c->path);
@@ -232,60 +249,84 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         MHD_destroy_response(resp);
         return res;
     }
-    /* whole answer: gather the news until the end, watching the client */
-    int32_t *tok = NULL;
-    ms_token_logprob *lps = NULL; /* [n_tok] when asked for */
-    char *text = NULL;
-    size_t n_tok = 0, n_text = 0;
+    /* whole answer: gather each choice's news until the end, watching the client */
+    typedef struct {
+        int32_t *tok;
+        ms_token_logprob *lps; /* [n_tok] when asked for */
+        char *text;
+        size_t n_tok, n_text;
+        const char *finish;
+    } whole;
+    whole *w = ms_calloc((size_t)n_choices, sizeof *w);
     ms_sreq_news nw = {0};
     enum MHD_Result res = MHD_NO;
     double probed = 0;
+    const char *failed = NULL; /* a choice that ended without finishing: its news */
+    int timed_out = 0;
+    char error[512] = "";
+    size_t prompt_tokens = 0, completion_tokens = 0;
     for (;;) {
         if (ms_shttp_client_gone(c, &probed)) { /* looked at every round: news may come at every step */
             c->status = 499; /* nginx's "client closed request", for the log only */
             goto out;
         }
         if (ms_sreqh_wait(req, POLL_S, &nw)) {
-            tok = ms_realloc(tok, sizeof *tok * (n_tok + nw.n_tokens + 1));
-            if (nw.n_tokens) memcpy(tok + n_tok, nw.tokens, sizeof *tok * nw.n_tokens);
+            whole *x = &w[nw.choice];
+            x->tok = ms_realloc(x->tok, sizeof *x->tok * (x->n_tok + nw.n_tokens + 1));
+            if (nw.n_tokens) memcpy(x->tok + x->n_tok, nw.tokens, sizeof *x->tok * nw.n_tokens);
             if (nw.logprobs) {
-                lps = ms_realloc(lps, sizeof *lps * (n_tok + nw.n_tokens));
-                memcpy(lps + n_tok, nw.logprobs, sizeof *lps * nw.n_tokens);
+                x->lps = ms_realloc(x->lps, sizeof *x->lps * (x->n_tok + nw.n_tokens));
+                memcpy(x->lps + x->n_tok, nw.logprobs, sizeof *x->lps * nw.n_tokens);
             }
-            n_tok += nw.n_tokens;
-            text = ms_realloc(text, n_text + nw.text_len + 1);
-            if (nw.text_len) memcpy(text + n_text, nw.text, nw.text_len);
-            n_text += nw.text_len;
-            if (nw.done) break;
+            x->n_tok += nw.n_tokens;
+            x->text = ms_realloc(x->text, x->n_text + nw.text_len + 1);
+            if (nw.text_len) memcpy(x->text + x->n_text, nw.text, nw.text_len);
+            x->n_text += nw.text_len;
+            if (nw.done) {
+                x->finish = nw.finish;
+                prompt_tokens = nw.prompt_tokens;
+                completion_tokens += nw.completion_tokens;
+                if (!nw.finish && !failed) {
+                    failed = "failed";
+                    timed_out = nw.timed_out;
+                    snprintf(error, sizeof error, "%s", nw.error);
+                }
+            }
+            if (nw.all_done) break;
         }
     }
-    c->prompt_tokens = nw.prompt_tokens;
-    c->completion_tokens = nw.completion_tokens;
-    if (nw.finish) {
+    c->prompt_tokens = prompt_tokens;
+    c->completion_tokens = completion_tokens;
+    if (!failed) {
+        json_t *choices = json_array();
+        for (int k = 0; k < n_choices; k++) {
+            whole *x = &w[k];
+            ms_chat_answer a = {0}, plain = {h->o.lim.tok ? x->text : NULL, x->n_text, NULL, 0, NULL, NULL, 0};
+            size_t off = 0;
+            json_t *lp = x->lps ? ms_jobfile_logprobs_json(r.chat, h->o.lim.tok, x->tok, x->lps, x->n_tok,
+                                                           r.spec.top_logprobs, &off)
+                                : NULL;
+            int split = r.chat && ms_jobfile_chat_answer(&h->o.lim, x->tok, x->n_tok, &a) == 0; /* harmony: channels, tool calls */
+            json_array_append_new(choices, ms_sreq_choice(&r, k, x->tok, x->n_tok, split ? &a : &plain, x->finish, lp));
+            ms_chat_answer_clear(&a);
+        }
         size_t len;
-        char *b;
-        ms_chat_answer a = {0};
-        size_t off = 0;
-        json_t *lp = lps ? ms_jobfile_logprobs_json(r.chat, h->o.lim.tok, tok, lps, n_tok, r.spec.top_logprobs, &off) : NULL;
-        if (r.chat && ms_jobfile_chat_answer(&h->o.lim, tok, n_tok, &a) == 0) /* harmony: channels, tool calls */
-            b = ms_sreq_chat_completion(&r, &id, tok, n_tok, &a, nw.finish, nw.prompt_tokens, lp, &len);
-        else
-            b = ms_sreq_completion(&r, &id, tok, n_tok, h->o.lim.tok ? text : NULL, n_text, nw.finish, nw.prompt_tokens,
-                                   lp, &len);
-        ms_chat_answer_clear(&a);
+        char *b = ms_sreq_completion_choices(&r, &id, choices, prompt_tokens, completion_tokens, &len);
         res = ms_shttp_reply(mc, c, 200, "application/json", b, len, NULL, NULL);
-    } else if (nw.timed_out) {
-        res = ms_shttp_reply_error(mc, c, 504, "deadline_exceeded", nw.error, NULL, NULL);
+    } else if (timed_out) {
+        res = ms_shttp_reply_error(mc, c, 504, "deadline_exceeded", error, NULL, NULL);
     } else {
-        res = ms_shttp_reply_error(mc, c, 500, "engine_error", nw.error, NULL, NULL);
+        res = ms_shttp_reply_error(mc, c, 500, "engine_error", error, NULL, NULL);
     }
 out:
     ms_sreqh_release(req); /* cancels it when the client left */
     ms_sreq_news_clear(&nw);
-    free(tok);
-    free(lps);
-    free(text);
+    for (int k = 0; k < n_choices; k++) {
+        free(w[k].tok);
+        free(w[k].lps);
+        free(w[k].text);
+    }
+    free(w);
     ms_sreq_clear(&r);
     return res;
 }
-

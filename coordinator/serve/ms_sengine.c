@@ -11,21 +11,30 @@
 #include "ms_err.h"
 #include "ms_sengine.h"
 
+/* What one choice of a request got and the HTTP side has not taken yet. */
+typedef struct {
+    int32_t *tok;                /* news not taken yet */
+    size_t n_tok, cap_tok;
+    ms_token_logprob *lp;        /* [cap_tok] with tok, when the job asked for logprobs */
+    char *text;
+    size_t n_text, cap_text;
+    int done, told;              /* it ended; its end was handed over */
+    char finish[8];
+    size_t completion_tokens;
+} choice_buf;
+
 struct ms_sreqh {
     ms_sengine *s;
     ms_sched_job job;            /* until the engine thread adds it: owned prompt and stops */
     double t_submit, t_last, deadline;
     int refs;                    /* the HTTP side and the engine side */
     int in_sched, released, ended;
-    int32_t *tok;                /* news not taken yet */
-    size_t n_tok, cap_tok;
-    ms_token_logprob *lp;        /* [cap_tok] with tok, when the job asked for logprobs */
-    char *text;
-    size_t n_text, cap_text;
+    int n_choices, n_done;       /* choices asked for, and reported by the scheduler */
+    choice_buf *ch;              /* [n_choices] */
     size_t n_generated;          /* tokens seen so far (metrics) */
-    int done, timed_out;
-    char finish[8], error[512];
-    size_t prompt_tokens, completion_tokens;
+    int done, timed_out;         /* done: every choice ended (or the request was cancelled) */
+    char error[512];             /* the first failure's message */
+    size_t prompt_tokens;
     pthread_cond_t cv;
     ms_sreqh *next;              /* in the hand-over queue */
 };
@@ -56,9 +65,12 @@ static void unref(ms_sreqh *h)
 {
     if (--h->refs > 0) return;
     ms_sched_job_clear(&h->job);
-    free(h->tok);
-    free(h->lp);
-    free(h->text);
+    for (int c = 0; c < h->n_choices; c++) {
+        free(h->ch[c].tok);
+        free(h->ch[c].lp);
+        free(h->ch[c].text);
+    }
+    free(h->ch);
     pthread_cond_destroy(&h->cv);
     free(h);
 }
@@ -93,24 +105,25 @@ static void on_delta(void *ctx, const ms_sched_delta *d)
         h->n_generated += d->n_tokens;
     }
     pthread_mutex_lock(&s->mu);
-    if (h->n_tok + d->n_tokens > h->cap_tok) {
-        h->cap_tok = (h->n_tok + d->n_tokens) * 2 + 16;
-        h->tok = ms_realloc(h->tok, sizeof *h->tok * h->cap_tok);
-        if (d->logprobs) h->lp = ms_realloc(h->lp, sizeof *h->lp * h->cap_tok);
+    choice_buf *c = &h->ch[d->choice];
+    if (c->n_tok + d->n_tokens > c->cap_tok) {
+        c->cap_tok = (c->n_tok + d->n_tokens) * 2 + 16;
+        c->tok = ms_realloc(c->tok, sizeof *c->tok * c->cap_tok);
+        if (d->logprobs) c->lp = ms_realloc(c->lp, sizeof *c->lp * c->cap_tok);
     }
-    if (d->n_tokens) memcpy(h->tok + h->n_tok, d->tokens, sizeof *h->tok * d->n_tokens);
+    if (d->n_tokens) memcpy(c->tok + c->n_tok, d->tokens, sizeof *c->tok * d->n_tokens);
     if (d->n_tokens && d->logprobs) {
-        if (!h->lp) h->lp = ms_malloc(sizeof *h->lp * h->cap_tok);
-        memcpy(h->lp + h->n_tok, d->logprobs, sizeof *h->lp * d->n_tokens);
+        if (!c->lp) c->lp = ms_malloc(sizeof *c->lp * c->cap_tok);
+        memcpy(c->lp + c->n_tok, d->logprobs, sizeof *c->lp * d->n_tokens);
     }
-    h->n_tok += d->n_tokens;
+    c->n_tok += d->n_tokens;
     if (d->text_len) {
-        if (h->n_text + d->text_len > h->cap_text) {
-            h->cap_text = (h->n_text + d->text_len) * 2 + 64;
-            h->text = ms_realloc(h->text, h->cap_text);
+        if (c->n_text + d->text_len > c->cap_text) {
+            c->cap_text = (c->n_text + d->text_len) * 2 + 64;
+            c->text = ms_realloc(c->text, c->cap_text);
         }
-        memcpy(h->text + h->n_text, d->text, d->text_len);
-        h->n_text += d->text_len;
+        memcpy(c->text + c->n_text, d->text, d->text_len);
+        c->n_text += d->text_len;
     }
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&s->mu);
@@ -122,12 +135,18 @@ static int on_done(void *ctx, const ms_sched_result *r)
     ms_sreqh *h = r->user;
     if (r->finish) ms_smetrics_tokens(s->m, r->prompt_tokens, r->n_tokens);
     pthread_mutex_lock(&s->mu);
-    snprintf(h->finish, sizeof h->finish, "%s", r->finish ? r->finish : "");
-    if (!r->finish) snprintf(h->error, sizeof h->error, "%s", r->error ? r->error : "generation failed");
+    choice_buf *c = &h->ch[r->choice];
+    snprintf(c->finish, sizeof c->finish, "%s", r->finish ? r->finish : "");
+    if (!r->finish && !h->error[0]) snprintf(h->error, sizeof h->error, "%s", r->error ? r->error : "generation failed");
+    c->done = 1;
+    c->completion_tokens = r->n_tokens;
     h->prompt_tokens = r->prompt_tokens;
-    h->completion_tokens = r->n_tokens;
-    h->in_sched = 0;
-    end(s, h);
+    if (++h->n_done == h->n_choices) {
+        h->in_sched = 0;
+        end(s, h);
+    } else {
+        pthread_cond_broadcast(&h->cv);
+    }
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -237,7 +256,6 @@ static void *engine_main(void *arg)
             while (s->n_live) {
                 ms_sreqh *h = s->live[0];
                 snprintf(h->error, sizeof h->error, "the engine failed: %s", ms_err_msg());
-                h->finish[0] = 0;
                 end(s, h);
             }
             ms_sched_free(s->sched);
@@ -337,6 +355,8 @@ ms_sreqh *ms_sengine_submit(ms_sengine *s, const ms_sched_job *j, double deadlin
     ms_sched_job_copy(&h->job, j);
     h->job.user = h;
     h->job.stream = 1;
+    h->n_choices = j->n_choices > 1 ? j->n_choices : 1;
+    h->ch = ms_calloc((size_t)h->n_choices, sizeof *h->ch);
     if (s->in_tail)
         s->in_tail->next = h;
     else
@@ -357,46 +377,63 @@ void ms_sreq_news_clear(ms_sreq_news *n)
     memset(n, 0, sizeof *n);
 }
 
+/* The choice with something to hand over (new tokens or text, or its end), or -1 (under mu). */
+static int pending_choice(const ms_sreqh *h)
+{
+    for (int c = 0; c < h->n_choices; c++)
+        if (h->ch[c].n_tok || h->ch[c].n_text || ((h->ch[c].done || h->done) && !h->ch[c].told)) return c;
+    return -1;
+}
+
 int ms_sreqh_wait(ms_sreqh *h, double timeout_s, ms_sreq_news *n)
 {
     ms_sengine *s = h->s;
     ms_sreq_news_clear(n);
     pthread_mutex_lock(&s->mu);
-    if (!h->n_tok && !h->n_text && !h->done) {
+    int k = pending_choice(h);
+    if (k < 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         double t = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + timeout_s;
         ts.tv_sec = (time_t)t;
         ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-        while (!h->n_tok && !h->n_text && !h->done)
+        while ((k = pending_choice(h)) < 0)
             if (pthread_cond_timedwait(&h->cv, &s->mu, &ts) == ETIMEDOUT) break;
     }
-    int news = h->n_tok || h->n_text || h->done;
-    if (h->n_tok) {
-        n->tokens = h->tok;
-        n->n_tokens = h->n_tok;
-        n->logprobs = h->lp;
-        h->lp = NULL;
-        h->tok = NULL;
-        h->n_tok = h->cap_tok = 0;
-    }
-    if (h->n_text) {
-        n->text = h->text;
-        n->text_len = h->n_text;
-        h->text = NULL;
-        h->n_text = h->cap_text = 0;
-    }
-    /* the end is told once everything before it was taken */
-    if (h->done) {
-        n->done = 1;
-        n->finish = !strcmp(h->finish, "stop") ? "stop" : !strcmp(h->finish, "length") ? "length" : NULL;
-        n->timed_out = h->timed_out;
-        snprintf(n->error, sizeof n->error, "%s", h->error);
-        n->prompt_tokens = h->prompt_tokens;
-        n->completion_tokens = h->completion_tokens;
+    if (k >= 0) {
+        choice_buf *c = &h->ch[k];
+        n->choice = k;
+        if (c->n_tok) {
+            n->tokens = c->tok;
+            n->n_tokens = c->n_tok;
+            n->logprobs = c->lp;
+            c->lp = NULL;
+            c->tok = NULL;
+            c->n_tok = c->cap_tok = 0;
+        }
+        if (c->n_text) {
+            n->text = c->text;
+            n->text_len = c->n_text;
+            c->text = NULL;
+            c->n_text = c->cap_text = 0;
+        }
+        /* a choice's end is told once everything before it was taken; a request that ended
+         * early (cancelled, timed out, failed) ends its choices not done with its error */
+        if (c->done || h->done) {
+            c->told = 1;
+            n->done = 1;
+            n->finish = !c->done ? NULL : !strcmp(c->finish, "stop") ? "stop" : !strcmp(c->finish, "length") ? "length" : NULL;
+            n->timed_out = h->timed_out;
+            snprintf(n->error, sizeof n->error, "%s", h->error[0] ? h->error : "the request ended before this choice");
+            n->prompt_tokens = h->prompt_tokens;
+            n->completion_tokens = c->completion_tokens;
+            n->all_done = pending_choice(h) < 0 && h->done;
+            if (n->all_done)
+                for (int i = 0; i < h->n_choices; i++) n->all_done &= h->ch[i].told;
+        }
     }
     pthread_mutex_unlock(&s->mu);
-    return news;
+    return k >= 0;
 }
 
 void ms_sreqh_release(ms_sreqh *h)

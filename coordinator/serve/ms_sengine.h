@@ -33,16 +33,19 @@ typedef struct {
     ms_token_logprob *logprobs;  /* [n_tokens] theirs when the job asked (malloc'ed), else NULL */
     char *text;                  /* [text_len] new raw text bytes (malloc'ed or NULL) */
     size_t text_len;
-    int done;                    /* the generation ended: the fields below are set */
+    int choice;                  /* whose news (0 .. n_choices - 1): one choice's at a time */
+    int done;                    /* this choice's generation ended: the fields below are set */
+    int all_done;                /* every choice's ended: the request's last news */
     const char *finish;          /* "stop", "length", or NULL: failed (error) or timed out */
     int timed_out;
     char error[512];
-    size_t prompt_tokens, completion_tokens;
+    size_t prompt_tokens, completion_tokens; /* the prompt's, and this choice's */
 } ms_sreq_news;
 void ms_sreq_news_clear(ms_sreq_news *n);
 
-/* Wait up to timeout_s for news (new tokens or the end) and take it into *n (cleared first).
- * Returns 1 if there is news (n->done set once, at the end), 0 on a timeout. */
+/* Wait up to timeout_s for news of one choice (new tokens or its end) and take it into *n
+ * (cleared first). Returns 1 if there is news (n->done set once per choice, at its end;
+ * n->all_done on the last), 0 on a timeout. */
 int ms_sreqh_wait(ms_sreqh *h, double timeout_s, ms_sreq_news *n);
 /* The HTTP side is done with h (after the end, or because the client left): a generation
  * still running is cancelled at the next step and its memory freed. */

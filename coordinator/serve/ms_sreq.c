@@ -119,9 +119,6 @@ static int check_fields(ms_sreq *r, json_t *body)
             return -1;
         }
     }
-    v = json_object_get(body, "n");
-    if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1))
-        return refuse(r, 400, "unsupported_n", "\"n\" must be 1: one choice per request");
     v = json_object_get(body, "stream");
     if (v && !json_is_null(v) && !json_is_boolean(v)) return refuse(r, 400, "invalid_request", "\"stream\" must be a boolean");
     r->stream = json_is_true(v);
@@ -250,12 +247,11 @@ char *ms_sreq_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_
     return ms_sreq_chat_completion(r, id, tok, n_tok, &plain, finish, prompt_tokens, logprobs, len);
 }
 
-char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok,
-                              const ms_chat_answer *a, const char *finish, size_t prompt_tokens, json_t *logprobs,
-                              size_t *len)
+json_t *ms_sreq_choice(const ms_sreq *r, int index, const int32_t *tok, size_t n_tok, const ms_chat_answer *a,
+                       const char *finish, json_t *logprobs)
 {
     json_t *c = json_object();
-    json_object_set_new(c, "index", json_integer(0));
+    json_object_set_new(c, "index", json_integer(index));
     if (r->chat) {
         json_object_set_new(c, "message", ms_jobfile_message_json(a));
     } else { /* a model without a tokenizer: "" as in the streamed chunks */
@@ -264,24 +260,38 @@ char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const i
     json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
     json_object_set_new(c, "finish_reason", json_string(ms_jobfile_finish(a, finish)));
     json_object_set_new(c, "token_ids", ids_of(tok, n_tok));
+    return c;
+}
+
+char *ms_sreq_completion_choices(const ms_sreq *r, const ms_sreq_ident *id, json_t *choices, size_t prompt_tokens,
+                                 size_t completion_tokens, size_t *len)
+{
     json_t *o = head(id, r->chat ? "chat.completion" : "text_completion");
-    json_object_set_new(o, "choices", json_pack("[o]", c));
-    json_object_set_new(o, "usage", usage_of(prompt_tokens, n_tok));
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", usage_of(prompt_tokens, completion_tokens));
     return dump(o, "", "\n", len);
 }
 
-char *ms_sreq_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
-                    size_t text_len, const char *finish, int first, json_t *logprobs, size_t *len)
+char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok,
+                              const ms_chat_answer *a, const char *finish, size_t prompt_tokens, json_t *logprobs,
+                              size_t *len)
 {
-    return ms_sreq_chat_chunk(r, id, tok, n_tok, text, text_len, NULL, 0, finish, first, logprobs, len);
+    json_t *c = ms_sreq_choice(r, 0, tok, n_tok, a, finish, logprobs);
+    return ms_sreq_completion_choices(r, id, json_pack("[o]", c), prompt_tokens, n_tok, len);
 }
 
-char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
-                         size_t text_len, const char *reasoning, size_t rlen, const char *finish, int first,
-                         json_t *logprobs, size_t *len)
+char *ms_sreq_chunk(const ms_sreq *r, const ms_sreq_ident *id, int index, const int32_t *tok, size_t n_tok,
+                    const char *text, size_t text_len, const char *finish, int first, json_t *logprobs, size_t *len)
+{
+    return ms_sreq_chat_chunk(r, id, index, tok, n_tok, text, text_len, NULL, 0, finish, first, logprobs, len);
+}
+
+char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, int index, const int32_t *tok, size_t n_tok,
+                         const char *text, size_t text_len, const char *reasoning, size_t rlen, const char *finish,
+                         int first, json_t *logprobs, size_t *len)
 {
     json_t *c = json_object();
-    json_object_set_new(c, "index", json_integer(0));
+    json_object_set_new(c, "index", json_integer(index));
     json_t *t = text ? ms_jtext(text, text_len) : json_string("");
     if (r->chat) {
         json_t *d = json_object();
@@ -304,12 +314,13 @@ char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_
     return dump(o, "data: ", "\n\n", len);
 }
 
-char *ms_sreq_tool_chunk(const ms_sreq *r, const ms_sreq_ident *id, const ms_chat_answer *a, int first, size_t *len)
+char *ms_sreq_tool_chunk(const ms_sreq *r, const ms_sreq_ident *id, int index, const ms_chat_answer *a, int first,
+                         size_t *len)
 {
     json_t *d = json_object();
     if (first) json_object_set_new(d, "role", json_string("assistant"));
     json_object_set_new(d, "tool_calls", ms_jobfile_tool_calls_json(a, 1));
-    json_t *c = json_pack("{s:i,s:o,s:n,s:s,s:[]}", "index", 0, "delta", d, "logprobs", "finish_reason", "tool_calls",
+    json_t *c = json_pack("{s:i,s:o,s:n,s:s,s:[]}", "index", index, "delta", d, "logprobs", "finish_reason", "tool_calls",
                           "token_ids");
     json_t *o = head(id, "chat.completion.chunk");
     json_object_set_new(o, "choices", json_pack("[o]", c));

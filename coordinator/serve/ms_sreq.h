@@ -51,24 +51,32 @@ void ms_sreq_ident_new(const ms_sreq *r, const char *default_model, ms_sreq_iden
  * U+FFFD). malloc'ed, *len bytes. */
 char *ms_sreq_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
                          size_t text_len, const char *finish, size_t prompt_tokens, json_t *logprobs, size_t *len);
+/* One choice object (index, text or message, logprobs (taken; NULL: null), finish_reason,
+ * token_ids) of an answer, and the answer of several (choices taken; usage: the prompt once,
+ * completion_tokens over every choice). */
+json_t *ms_sreq_choice(const ms_sreq *r, int index, const int32_t *tok, size_t n_tok, const ms_chat_answer *a,
+                       const char *finish, json_t *logprobs);
+char *ms_sreq_completion_choices(const ms_sreq *r, const ms_sreq_ident *id, json_t *choices, size_t prompt_tokens,
+                                 size_t completion_tokens, size_t *len);
 /* The same for a chat whose format separated the answer: its message as ms_jobfile_message_json
  * makes it (content, reasoning_content, tool_calls), finish_reason by ms_jobfile_finish. */
 char *ms_sreq_chat_completion(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok,
                               const ms_chat_answer *a, const char *finish, size_t prompt_tokens, json_t *logprobs,
                               size_t *len);
-/* One SSE event "data: {chunk}\n\n" with the new tokens and text (finish NULL while running;
- * first: the chat delta carries the role). usage: the last event of include_usage (empty
+/* One SSE event "data: {chunk}\n\n" with choice index's new tokens and text (finish NULL while
+ * running; first: the chat delta carries the role). usage: the last event of include_usage (empty
  * choices, usage set; tok/text ignored). malloc'ed, *len bytes. */
 /* A chat chunk whose delta carries reasoning text (harmony's analysis) as "reasoning_content"
  * beside its content (either may be empty). */
-char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
-                         size_t text_len, const char *reasoning, size_t rlen, const char *finish, int first,
-                         json_t *logprobs, size_t *len);
-char *ms_sreq_chunk(const ms_sreq *r, const ms_sreq_ident *id, const int32_t *tok, size_t n_tok, const char *text,
-                    size_t text_len, const char *finish, int first, json_t *logprobs, size_t *len);
+char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, int index, const int32_t *tok, size_t n_tok,
+                         const char *text, size_t text_len, const char *reasoning, size_t rlen, const char *finish,
+                         int first, json_t *logprobs, size_t *len);
+char *ms_sreq_chunk(const ms_sreq *r, const ms_sreq_ident *id, int index, const int32_t *tok, size_t n_tok,
+                    const char *text, size_t text_len, const char *finish, int first, json_t *logprobs, size_t *len);
 /* The last chunk of a streamed answer that ends with a tool call: "delta": {"tool_calls": [...]}
  * (each with "index"), finish_reason "tool_calls". */
-char *ms_sreq_tool_chunk(const ms_sreq *r, const ms_sreq_ident *id, const ms_chat_answer *a, int first, size_t *len);
+char *ms_sreq_tool_chunk(const ms_sreq *r, const ms_sreq_ident *id, int index, const ms_chat_answer *a, int first,
+                         size_t *len);
 char *ms_sreq_usage_chunk(const ms_sreq *r, const ms_sreq_ident *id, size_t prompt_tokens, size_t completion_tokens,
                           size_t *len);
 

@@ -89,8 +89,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     check_json(ms_sreq_completion(&r, &id, r.spec.prompt, r.spec.n_prompt, text, n, "stop", r.spec.n_prompt, NULL, &k), k, 0);
     size_t ready = ms_sreq_utf8_ready(text, n);
     FUZZ_CHECK(ready <= n && n - ready < 4);
-    check_json(ms_sreq_chunk(&r, &id, r.spec.prompt, r.spec.n_prompt, text, ready, NULL, 1, NULL, &k), k, 1);
-    check_json(ms_sreq_chunk(&r, &id, NULL, 0, "", 0, "length", 0, NULL, &k), k, 1);
+    check_json(ms_sreq_chunk(&r, &id, 0, r.spec.prompt, r.spec.n_prompt, text, ready, NULL, 1, NULL, &k), k, 1);
+    check_json(ms_sreq_chunk(&r, &id, 0, NULL, 0, "", 0, "length", 0, NULL, &k), k, 1);
     check_json(ms_sreq_usage_chunk(&r, &id, r.spec.n_prompt, 3, &k), k, 1);
     ms_sreq_clear(&r);
     return 0;

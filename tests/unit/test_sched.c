@@ -259,6 +259,63 @@ static void check_isolation(const record *ref)
     ms_engine_free(e);
 }
 
+/* Choices: one job with n_choices 3 gives each choice the tokens of a solo job with seed + i,
+ * and runs its prompt once (the engine's rows: the prompt once, then each choice's decoding). */
+static record choice_rec[3];
+static int keep_choice(void *ctx, const ms_sched_result *r)
+{
+    (void)ctx;
+    MS_ASSERT(r->choice >= 0 && r->choice < 3);
+    return keep(choice_rec + r->choice, &(ms_sched_result){.user = (void *)0, .tokens = r->tokens, .n_tokens = r->n_tokens,
+                                                          .finish = r->finish, .text = r->text, .text_len = r->text_len});
+}
+
+static void check_choices(void)
+{
+    ms_sched_job j;
+    int32_t ids[16];
+    record solo[3];
+    for (int c = 0; c < 3; c++) {
+        ms_engine *e = open_engine(1);
+        if (!e) return;
+        job_of(1, &j, ids);
+        j.keep_logits = 0;
+        j.seed += (uint64_t)c;
+        ms_sched *s = ms_sched_new(e, 1, keep, &solo[c]);
+        memset(&solo[c], 0, sizeof solo[c]);
+        ms_sched_add(s, &j);
+        while (ms_sched_pending(s))
+            if (ms_sched_step(s) != 0) break;
+        ms_sched_free(s);
+        ms_engine_free(e);
+    }
+    ms_engine *e = open_engine(4);
+    if (!e) return;
+    memset(choice_rec, 0, sizeof choice_rec);
+    job_of(1, &j, ids);
+    j.keep_logits = 0;
+    j.n_choices = 3;
+    ms_sched *s = ms_sched_new(e, 4, keep_choice, NULL);
+    ms_sched_add(s, &j);
+    while (ms_sched_pending(s))
+        if (ms_sched_step(s) != 0) break;
+    ms_sched_free(s);
+    ms_engine_stats es;
+    ms_engine_get_stats(e, &es);
+    int ok = 1, differ = 0;
+    for (int c = 0; c < 3; c++) {
+        ok &= choice_rec[c].reported == 1 && choice_rec[c].n_tok == solo[c].n_tok &&
+              !memcmp(choice_rec[c].tok, solo[c].tok, sizeof(int32_t) * solo[c].n_tok);
+        differ |= c > 0 && memcmp(solo[c].tok, solo[0].tok, sizeof(int32_t) * solo[0].n_tok);
+    }
+    T_CHECK(ok && differ, "3 choices: each equals the solo job with seed + i (and they differ)");
+    uint64_t want = j.n_prompt + 3 * (uint64_t)(j.max_tokens - 1);
+    T_CHECK(es.pass_rows == want, "the prompt ran once: %llu rows (prompt %zu once + 3 x %lld decoding; not shared: %llu)",
+            (unsigned long long)es.pass_rows, j.n_prompt, (long long)j.max_tokens - 1,
+            (unsigned long long)(3 * j.n_prompt + 3 * (uint64_t)(j.max_tokens - 1)));
+    ms_engine_free(e);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -380,6 +437,7 @@ int main(void)
 
     check_cancel(ref);
     check_isolation(ref);
+    check_choices();
     for (int i = 0; i < NJOB; i++) free(ref[i].rows);
     return ms_t_done();
 }

@@ -315,7 +315,7 @@ static void check_errors(void)
         {"/v1/completions", "{\"prompt\":\"x\",\"frobnicate\":1}", "unsupported_field", 400, "frobnicate"},
         {"/v1/completions", "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "invalid_request", 400, "stop"},
         {"/v1/completions", "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "invalid_request", 400, "temperature"},
-        {"/v1/completions", "{\"prompt\":\"x\",\"n\":2}", "unsupported_n", 400},
+        {"/v1/completions", "{\"prompt\":\"x\",\"n\":9}", "invalid_request", 400, "n"},
         {"/v1/completions", "{\"prompt\":[1,99999]}", "invalid_prompt", 400},
         {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":0}", "invalid_max_tokens", 400},
         {"/v1/completions", "{\"prompt\":[1,2],\"max_tokens\":200}", "context_length_exceeded", 400},
@@ -600,7 +600,7 @@ static void check_tool_chunk(void)
     ms_sreq_ident id = {"chatcmpl-x", "m", 1};
     ms_chat_answer a = {ms_strdup(""), 0, NULL, 0, ms_strdup("f"), ms_strdup("{}"), 2};
     size_t len;
-    char *ev = ms_sreq_tool_chunk(&r, &id, &a, 0, &len);
+    char *ev = ms_sreq_tool_chunk(&r, &id, 0, &a, 0, &len);
     json_t *o = strncmp(ev, "data: ", 6) ? NULL : json_loadb(ev + 6, len - 6, 0, NULL);
     json_t *c = json_array_get(json_object_get(o, "choices"), 0);
     json_t *tc = json_array_get(json_object_get(json_object_get(c, "delta"), "tool_calls"), 0);

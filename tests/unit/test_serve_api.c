@@ -245,6 +245,74 @@ static void check_cuts(void)
     json_decref(k1);
 }
 
+/* n: three choices sharing one prefill, each equal to a solo request with seed + i; streamed,
+ * the chunks of each index add up to the same; n above --max-batch refused. */
+static void check_n(void)
+{
+    json_t *o = post("/v1/completions", "{\"prompt\":[5,9,13],\"max_tokens\":8,\"temperature\":0.9,\"seed\":5,\"n\":3,"
+                                       "\"logprobs\":1}");
+    json_t *ch = json_object_get(o, "choices");
+    int ok = json_array_size(ch) == 3;
+    size_t total = 0;
+    json_t *solo_ids[3] = {0};
+    for (int i = 0; i < 3 && ok; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"prompt\":[5,9,13],\"max_tokens\":8,\"temperature\":0.9,\"seed\":%d,\"logprobs\":1}", 5 + i);
+        json_t *solo = post("/v1/completions", body);
+        json_t *c = json_array_get(ch, (size_t)i), *sc = choice0(solo);
+        solo_ids[i] = json_incref(json_object_get(sc, "token_ids"));
+        ok &= json_integer_value(json_object_get(c, "index")) == i && json_equal(json_object_get(c, "token_ids"), solo_ids[i]) &&
+              json_equal(json_object_get(c, "text"), json_object_get(sc, "text")) &&
+              json_equal(json_object_get(c, "logprobs"), json_object_get(sc, "logprobs"));
+        total += json_array_size(json_object_get(c, "token_ids"));
+        json_decref(solo);
+    }
+    T_CHECK(ok, "n 3: each choice (ids, text, logprobs) equals the solo request with seed 5 + its index");
+    T_CHECK(!json_equal(solo_ids[0], solo_ids[1]) || !json_equal(solo_ids[1], solo_ids[2]), "the choices differ (seeds)");
+    json_t *u = json_object_get(o, "usage");
+    T_CHECK(json_integer_value(json_object_get(u, "prompt_tokens")) == 3 &&
+                json_integer_value(json_object_get(u, "completion_tokens")) == (json_int_t)total,
+            "usage: the prompt once, the completions of every choice (%zu)", total);
+    json_decref(o);
+    /* streamed: per index, the chunks concatenate to the choice */
+    char *sse = NULL;
+    int st = ms_st_http(&srv, NULL, "/v1/completions",
+                        "{\"prompt\":[5,9,13],\"max_tokens\":8,\"temperature\":0.9,\"seed\":5,\"n\":3,\"stream\":true}", &sse, NULL);
+    json_t *got[3] = {json_array(), json_array(), json_array()};
+    int finishes = 0, done = 0, bad_idx = 0;
+    for (char *l = sse ? strtok(sse, "\n") : NULL; l; l = strtok(NULL, "\n")) {
+        if (!strcmp(l, "data: [DONE]")) {
+            done++;
+            continue;
+        }
+        if (strncmp(l, "data: ", 6)) continue;
+        json_t *e = json_loads(l + 6, 0, NULL);
+        json_t *c = json_array_get(json_object_get(e, "choices"), 0);
+        json_int_t k = json_integer_value(json_object_get(c, "index"));
+        if (k < 0 || k > 2) {
+            bad_idx++;
+        } else {
+            json_array_extend(got[k], json_object_get(c, "token_ids"));
+            finishes += json_is_string(json_object_get(c, "finish_reason"));
+        }
+        json_decref(e);
+    }
+    int same = 1;
+    for (int i = 0; i < 3; i++) same &= solo_ids[i] && json_equal(got[i], solo_ids[i]);
+    T_CHECK(st == 200 && same && finishes == 3 && done == 1 && !bad_idx,
+            "n 3 streamed: each index's chunks give its choice, one finish each, one [DONE]");
+    for (int i = 0; i < 3; i++) {
+        json_decref(got[i]);
+        json_decref(solo_ids[i]);
+    }
+    free(sse);
+    char *out = NULL;
+    st = ms_st_http(&srv, NULL, "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":5}", &out, NULL);
+    T_CHECK(st == 400 && out && strstr(out, "\"param\":\"n\"") && strstr(out, "--max-batch"),
+            "n above --max-batch: 400 naming n: %s", out ? out : "");
+    free(out);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -263,6 +331,7 @@ int main(void)
         check_chat_logprobs();
         check_penalties();
         check_cuts();
+        check_n();
         T_CHECK(ms_st_stop(&srv) == 0, "SIGTERM: exit 0");
     }
     return ms_t_done();
