@@ -442,7 +442,19 @@ fail:
 /* ------------------------------------------------------------------------------------------ */
 /* Decoding. */
 
+static int decode(const ms_tok *t, const int32_t *ids, size_t n, int skip_special, char **text, size_t *len);
+
 int ms_tok_decode(const ms_tok *t, const int32_t *ids, size_t n, char **text, size_t *len)
+{
+    return decode(t, ids, n, 0, text, len);
+}
+
+int ms_tok_decode_text(const ms_tok *t, const int32_t *ids, size_t n, int skip_special, char **text, size_t *len)
+{
+    return decode(t, ids, n, skip_special, text, len);
+}
+
+static int decode(const ms_tok *t, const int32_t *ids, size_t n, int skip_special, char **text, size_t *len)
 {
     *text = NULL;
     *len = 0;
@@ -452,7 +464,7 @@ int ms_tok_decode(const ms_tok *t, const int32_t *ids, size_t n, char **text, si
         if (id >= 0 && id < t->n_ranks) {
             total += t->tok_len[id];
         } else if (id >= t->n_ranks && id < t->n_vocab && t->spec_by_id[id - t->n_ranks] >= 0) {
-            total += t->spec[t->spec_by_id[id - t->n_ranks]].len;
+            if (!skip_special) total += t->spec[t->spec_by_id[id - t->n_ranks]].len;
         } else {
             return tok_fail(MS_EXIT_INPUT,
                             "tokenizer: token id %d at position %zu is out of range (vocabulary has %d ids%s)",
@@ -466,7 +478,7 @@ int ms_tok_decode(const ms_tok *t, const int32_t *ids, size_t n, char **text, si
         if (id < t->n_ranks) {
             memcpy(buf + o, t->pool + t->tok_off[id], t->tok_len[id]);
             o += t->tok_len[id];
-        } else {
+        } else if (!skip_special) {
             const tok_special *sp = &t->spec[t->spec_by_id[id - t->n_ranks]];
             memcpy(buf + o, sp->content, sp->len);
             o += sp->len;

@@ -26,6 +26,8 @@ int ms_tok_encode(const ms_tok *t, const char *text, size_t len, int allow_speci
  * *text is malloc'ed and NUL-terminated, *len excludes the NUL. Returns -1 with ms_err set if
  * an id is out of range. */
 int ms_tok_decode(const ms_tok *t, const int32_t *ids, size_t n, char **text, size_t *len);
+/* The same with skip_special = 1 leaving special ids out (the text a reader is shown). */
+int ms_tok_decode_text(const ms_tok *t, const int32_t *ids, size_t n, int skip_special, char **text, size_t *len);
 
 /* Number of ids (ranks + specials; one more than the largest id). */
 int ms_tok_n_vocab(const ms_tok *t);

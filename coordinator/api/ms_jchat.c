@@ -7,6 +7,7 @@
 #include "ms_err.h"
 #include "ms_jchat.h"
 #include "ms_pyjson.h"
+#include "ms_sbuf.h"
 
 static int no(char *why, size_t n, const char **param, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -48,8 +49,26 @@ static int message(ms_jchat *c, const json_t *o, size_t i, char *why, size_t n, 
     const json_t *th = present(o, "thinking"), *rc = present(o, "reasoning_content"), *calls = present(o, "tool_calls");
     if (!json_is_object(o) || !json_is_string(role))
         return no(why, n, param, "messages", "message %zu needs a \"role\" string", i);
-    if (content && !json_is_string(content))
-        return no(why, n, param, "messages", "message %zu: \"content\" must be a string", i);
+    const char *text = content ? json_string_value(content) : NULL;
+    size_t text_len = content ? json_string_length(content) : 0;
+    if (content && json_is_array(content)) { /* parts: the text ones joined by newlines, as vLLM does */
+        ms_sbuf b = {0};
+        for (size_t k = 0; k < json_array_size(content); k++) {
+            const json_t *p = json_array_get(content, k), *ty = json_object_get(p, "type"), *t = json_object_get(p, "text");
+            if (!json_is_string(ty) || strcmp(json_string_value(ty), "text") || !json_is_string(t)) {
+                ms_sbuf_free(&b);
+                return no(why, n, param, "messages",
+                          "message %zu: content part %zu must be {\"type\": \"text\", \"text\": \"...\"} (this server reads "
+                          "text only)", i, k);
+            }
+            if (k) ms_sbuf_adds(&b, "\n");
+            ms_sbuf_add(&b, json_string_value(t), json_string_length(t));
+        }
+        c->owned = ms_realloc(c->owned, sizeof *c->owned * (size_t)(c->n_owned + 1));
+        text = c->owned[c->n_owned++] = ms_sbuf_take(&b, &text_len);
+    } else if (content && !json_is_string(content)) {
+        return no(why, n, param, "messages", "message %zu: \"content\" must be a string or an array of text parts", i);
+    }
     if ((th && !json_is_string(th)) || (rc && !json_is_string(rc)))
         return no(why, n, param, "messages", "message %zu: \"%s\" must be a string", i, th ? "thinking" : "reasoning_content");
     if (th && rc) return no(why, n, param, "messages", "message %zu: give \"thinking\" or \"reasoning_content\", not both", i);
@@ -59,8 +78,7 @@ static int message(ms_jchat *c, const json_t *o, size_t i, char *why, size_t n, 
         return no(why, n, param, "messages", "message %zu needs \"content\" (a string)%s", i,
                   strcmp(json_string_value(role), "assistant") ? "" : " or \"tool_calls\"");
     ms_chat_msg *m = &c->msgs[c->n];
-    *m = (ms_chat_msg){json_string_value(role), content ? json_string_value(content) : NULL,
-                       content ? json_string_length(content) : 0};
+    *m = (ms_chat_msg){json_string_value(role), text, text_len};
     if (th || rc) m->thinking = json_string_value(th ? th : rc), m->thinking_len = json_string_length(th ? th : rc);
     if (calls && json_array_size(calls)) {
         const json_t *f = json_object_get(json_array_get(calls, 0), "function"), *name = json_object_get(f, "name");

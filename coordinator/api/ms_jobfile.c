@@ -217,6 +217,13 @@ static void parse_body(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim
         get_num(j, body, "temperature", 0, 1e6, 0, &j->temperature) != 0 || get_num(j, body, "top_p", 0, 1, 1, &j->top_p) != 0 ||
         get_stop(j, body) != 0 || get_sampling(j, body, lim) != 0)
         return;
+    json_t *sk = json_object_get(body, "skip_special_tokens");
+    if (sk && !json_is_null(sk) && !json_is_boolean(sk)) {
+        j->err_param = "skip_special_tokens";
+        bad(j, "invalid_request", "\"skip_special_tokens\" must be true or false");
+        return;
+    }
+    j->keep_special = json_is_false(sk);
     long long n = 1;
     if (get_int(j, body, "n", 1, LLONG_MAX, &n) != 0) return;
     if (n > (lim->max_n > 1 ? lim->max_n : 1)) {
@@ -371,6 +378,7 @@ void ms_jobspec_sched_job(const ms_jobspec *j, const int32_t *chat_stop, int n_c
     sj->n_logit_bias = j->n_logit_bias;
     sj->logprobs = j->logprobs;
     sj->top_logprobs = j->top_logprobs;
+    sj->keep_special = j->keep_special;
 }
 
 static char *uuid_str(const char *prefix)

@@ -36,6 +36,7 @@ typedef struct {
     int n_logit_bias;
     int logprobs, top_logprobs; /* chat "logprobs": true + "top_logprobs": N; completions "logprobs": N */
     int n;                     /* choices ("n", default 1; serve only, jobs refuses n > 1) */
+    int keep_special;          /* "skip_special_tokens": false (vLLM's field): special tokens stay in the text */
     /* A bad line: answered with an error line, never run. */
     const char *err_code;      /* static string, e.g. "invalid_json"; NULL when good */
     char *err_msg;             /* "line N: ..." */

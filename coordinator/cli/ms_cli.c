@@ -189,10 +189,11 @@ int ms_cli_tokenize(int argc, char **argv)
 
 static void detokenize_usage(FILE *f)
 {
-    fputs("usage: moestream detokenize --tokenizer DIR (--ids 1,2,3 | --file PATH) [--json]\n"
+    fputs("usage: moestream detokenize --tokenizer DIR (--ids 1,2,3 | --file PATH) [--skip-special] [--json]\n"
           "\n"
           "Prints the text of the ids (raw bytes) and a newline, or {\"text\": ...} with --json (bytes that are not\n"
-          "valid UTF-8 become U+FFFD there). --file holds ids separated by commas or whitespace.\n",
+          "valid UTF-8 become U+FFFD there). --file holds ids separated by commas or whitespace.\n"
+          "--skip-special leaves special tokens out (the text run, jobs and serve show for generated ids).\n",
           f);
 }
 
@@ -200,9 +201,10 @@ int ms_cli_detokenize(int argc, char **argv)
 {
     static const struct option opts[] = {{"tokenizer", required_argument, 0, 't'}, {"ids", required_argument, 0, 'i'},
                                          {"file", required_argument, 0, 'f'},      {"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
+                                         {"help", no_argument, 0, 'h'},            {"skip-special", no_argument, 0, 's'},
+                                         {0, 0, 0, 0}};
     const char *dir = NULL, *idstr = NULL, *file = NULL;
-    int js = 0, c;
+    int js = 0, skip = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -210,6 +212,7 @@ int ms_cli_detokenize(int argc, char **argv)
         case 'i': idstr = optarg; break;
         case 'f': file = optarg; break;
         case 'j': js = 1; break;
+        case 's': skip = 1; break;
         case 'h': detokenize_usage(stdout); return MS_EXIT_OK;
         default: detokenize_usage(stderr); return MS_EXIT_USAGE;
         }
@@ -234,7 +237,7 @@ int ms_cli_detokenize(int argc, char **argv)
     char *text = NULL;
     size_t len = 0;
     int rc = MS_EXIT_OK;
-    if (ms_tok_decode(tok, ids, n, &text, &len) != 0) {
+    if (ms_tok_decode_text(tok, ids, n, skip, &text, &len) != 0) {
         ms_err_set_code(MS_EXIT_INPUT);
         rc = ms_cli_fail_err("detokenize");
     } else if (js) {

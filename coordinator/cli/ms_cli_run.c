@@ -32,7 +32,7 @@ typedef struct {
     long long n, seed, plan_seqs;
     const char *family;        /* demo --family */
     float temperature, top_p;
-    int json, allow_special, stop_eos, plan_only, raw;
+    int json, allow_special, stop_eos, plan_only, raw, special;
 } run_opts;
 
 static void run_usage(FILE *f, int demo)
@@ -47,7 +47,7 @@ static void run_usage(FILE *f, int demo)
               f);
     fputs("usage: moestream run --model DIR (--prompt TEXT | --prompt-file PATH | --ids 1,2,3 | --ids-file PATH)\n"
           "                     [-n N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
-          "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet] [--raw]\n"
+          "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet] [--raw] [--special]\n"
           "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
           "                     [--prefill-chunk N] [--lru-cache] [--trunk-pack DIR|none]\n"
           "                     [--plan-only [--plan-seqs N]]\n"
@@ -61,7 +61,8 @@ static void run_usage(FILE *f, int demo)
           "Without --json the prompt is printed, then the generated text as it comes, then a report on\n"
           "stderr; --quiet prints only the generated text (no prompt, report or progress). The text is\n"
           "valid UTF-8 (bytes that do not form a character show as U+FFFD) unless --raw, which prints\n"
-          "the tokens' bytes as they are. Without a tokenizer the generated ids are printed.\n"
+          "the tokens' bytes as they are. Special tokens (<|im_end|>, ...) are left out of the text\n"
+          "(printed and --json's) unless --special. Without a tokenizer the generated ids are printed.\n"
           "--json prints one JSON object: prompt_ids, generated_ids, text (with a tokenizer), stats.\n"
           "--dump-logits writes little-endian f32 rows of vocab_size values: every prompt position,\n"
           "then each generated position whose logits were computed (prompt + N - 1 rows).\n"
@@ -138,14 +139,15 @@ static void print_token(void *ctx, ms_eseq *s, int32_t token)
         if (!r->o->e.quiet && r->tok) { /* the prompt, then its continuation */
             char *text = NULL;
             size_t len = 0;
-            if (ms_tok_decode(r->tok, r->prompt, r->n_prompt, &text, &len) == 0) print_text(r, text, len);
+            if (ms_tok_decode_text(r->tok, r->prompt, r->n_prompt, !r->o->special, &text, &len) == 0)
+                print_text(r, text, len);
             free(text);
         }
     }
     if (r->tok) {
         char *piece = NULL;
         size_t plen = 0;
-        if (ms_tok_decode(r->tok, &token, 1, &piece, &plen) == 0) print_text(r, piece, plen);
+        if (ms_tok_decode_text(r->tok, &token, 1, !r->o->special, &piece, &plen) == 0) print_text(r, piece, plen);
         free(piece);
     } else {
         printf("%s%d", ng > 1 ? " " : "", token);
@@ -227,7 +229,7 @@ typedef struct {
  * page faults and CPU time tell what a budget costs besides reads (docs/PERFORMANCE.md). */
 static struct rusage ru_dec[2];
 
-static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int32_t *gen,
+static void print_json(ms_engine *e, int special, const int32_t *prompt, size_t np, const int32_t *gen,
                        size_t ng, const ms_engine_stats *es, const ms_model_stats *after_prefill, double t_load,
                        double t_prefill, double t_decode, double wall, const run_cpu *cpu)
 {
@@ -319,7 +321,7 @@ static void print_json(ms_engine *e, const int32_t *prompt, size_t np, const int
     if (tok) {
         char *text = NULL;
         size_t len = 0;
-        if (ms_tok_decode(tok, gen, ng, &text, &len) == 0) json_object_set_new(out, "text", ms_jtext(text, len));
+        if (ms_tok_decode_text(tok, gen, ng, !special, &text, &len) == 0) json_object_set_new(out, "text", ms_jtext(text, len));
         free(text);
     }
     json_dumpf(out, stdout, JSON_COMPACT);
@@ -534,7 +536,7 @@ static int generate(const run_opts *o, const char *cmd)
     double wall = ms_cli_now() - t0;
     cpu.end = cpu_now();
     if (o->json) {
-        print_json(e, prompt, np, gen, ng, &es, &after_prefill, t_load, t_prefill, t_decode, wall, &cpu);
+        print_json(e, o->special, prompt, np, gen, ng, &es, &after_prefill, t_load, t_prefill, t_decode, wall, &cpu);
     } else {
         char tail[12];
         fwrite(tail, 1, ms_utf8_stream_end(&rctx.utf8, tail), stdout);
@@ -565,6 +567,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         {"dump-logits", required_argument, 0, 'd'},
         {"allow-special", no_argument, 0, 'a'},
         {"raw", no_argument, 0, 0x7277},
+        {"special", no_argument, 0, 0x7370},
         {"stop-at-eos", no_argument, 0, 'e'},
         {"help", no_argument, 0, 'h'},
         {"trace", required_argument, 0, 'R'},
@@ -587,7 +590,8 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'd': o->dump = optarg; break;
         case 'j': o->json = 1; break;
         case 'a': o->allow_special = 1; break;
-        case 0x7277: o->raw = 1; break; /* --raw */
+        case 0x7277: o->raw = 1; break;     /* --raw */
+        case 0x7370: o->special = 1; break; /* --special */
         case 'e': o->stop_eos = 1; break;
         case 'R': o->trace = optarg; break;
         case 'Y': o->plan_only = 1; break;

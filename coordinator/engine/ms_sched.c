@@ -190,7 +190,7 @@ static char *job_text(sjob *j, size_t n_tok, size_t *len)
     const int32_t *gen = ms_engine_seq_tokens(j->seq, &ng);
     char *text = NULL;
     *len = 0;
-    if (!tok || ms_tok_decode(tok, gen, n_tok < ng ? n_tok : ng, &text, len) != 0) return NULL;
+    if (!tok || ms_tok_decode_text(tok, gen, n_tok < ng ? n_tok : ng, !j->j.keep_special, &text, len) != 0) return NULL;
     return text;
 }
 
@@ -212,11 +212,11 @@ static void on_token(void *ctx, ms_eseq *seq, int32_t token)
     for (int i = 0; i < j->j.n_stop; i++)
         if (strlen(j->j.stop[i]) > maxl) maxl = strlen(j->j.stop[i]);
     char *text = NULL;
-    if (ms_tok_decode(tok, &token, 1, &text, &one) != 0) return;
+    if (ms_tok_decode_text(tok, &token, 1, !j->j.keep_special, &text, &one) != 0) return;
     free(text);
     j->text_bytes += one;
     size_t from = ng > maxl ? ng - maxl : 0;
-    if (ms_tok_decode(tok, gen + from, ng - from, &text, &len) != 0) return;
+    if (ms_tok_decode_text(tok, gen + from, ng - from, !j->j.keep_special, &text, &len) != 0) return;
     size_t best = len + 1;
     for (int i = 0; i < j->j.n_stop; i++) {
         const char *hit = memmem(text, len, j->j.stop[i], strlen(j->j.stop[i]));

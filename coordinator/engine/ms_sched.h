@@ -37,6 +37,7 @@ typedef struct {
      * reported on its own (ms_sched_result.choice), all sharing one prefill: the prompt runs once
      * and the others continue from a clone of its state. Admitted when the batch has room for all. */
     int n_choices;
+    int keep_special;            /* 1: special tokens' text in the result text (default: left out) */
 } ms_sched_job;
 
 /* What a job produced, handed to the done callback (everything borrowed for the call). */
@@ -46,8 +47,9 @@ typedef struct {
     const int32_t *tokens;       /* [n_tokens] every generated id, a final stop id included */
     size_t n_tokens;
     const char *finish;          /* "stop" (eos, a stop id or a stop string) or "length"; NULL: failed */
-    const char *text;            /* the generated text without a final stop id, cut before the first
-                                    stop string; NULL when the engine has no tokenizer */
+    const char *text;            /* the generated text without a final stop id (and without special
+                                    tokens unless keep_special), cut before the first stop string;
+                                    NULL when the engine has no tokenizer */
     size_t text_len;
     const float *logits;         /* keep_logits: [n_rows][V]: every prompt row, then one per fed
                                     generated token (as `run --dump-logits`) */

@@ -63,14 +63,16 @@ int ms_k3_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t *
     ids_buf b = {0};
     for (int i = 0; i < n; i++) {
         const char *role = msgs[i].role, *marker;
-        if (!strcmp(role, "system"))
+        /* Kimi's template gives every role but user and assistant the system marker, with the
+         * role's own name: OpenAI's developer (the newer name of system) is one of those. */
+        if (!strcmp(role, "system") || !strcmp(role, "developer"))
             marker = "<|im_system|>";
         else if (!strcmp(role, "user"))
             marker = "<|im_user|>";
         else if (!strcmp(role, "assistant"))
             marker = "<|im_assistant|>";
         else {
-            ms_err_set("message %d: unknown role '%s' (known: system, user, assistant)", i, role);
+            ms_err_set("message %d: unknown role '%s' (known: system, developer, user, assistant)", i, role);
             ms_err_set_code(MS_EXIT_INPUT);
             goto fail;
         }

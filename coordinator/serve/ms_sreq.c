@@ -15,12 +15,12 @@
 static const char *const completion_fields[] = {"model", "prompt", "max_tokens", "temperature", "top_p", "seed",
                                                 "stop", "stream", "stream_options", "n", "user", "logprobs",
                                                 "presence_penalty", "frequency_penalty", "logit_bias", "top_k",
-                                                "min_p", NULL};
+                                                "min_p", "skip_special_tokens", NULL};
 static const char *const chat_fields[] = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature",
                                           "top_p", "seed", "stop", "stream", "stream_options", "n", "user",
                                           "reasoning_effort", "tools", "tool_choice", "chat_template_kwargs",
                                           "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
-                                          "logit_bias", "top_k", "min_p", NULL};
+                                          "logit_bias", "top_k", "min_p", "skip_special_tokens", NULL};
 
 static int refuse(ms_sreq *r, int status, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int refuse(ms_sreq *r, int status, const char *code, const char *fmt, ...)

@@ -135,7 +135,7 @@ static void test_synth_run(void)
         for (size_t i = 0; i < json_array_size(g); i++)
             snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%lld", i ? "," : "",
                      (long long)json_integer_value(json_array_get(g, i)));
-        snprintf(a, sizeof a, "detokenize --tokenizer %s --ids %s --json", dir, ids);
+        snprintf(a, sizeof a, "detokenize --tokenizer %s --ids %s --json --skip-special", dir, ids);
         json_t *dj = run_json(a, &st);
         T_CHECK(dj && json_equal(json_object_get(dj, "text"), json_object_get(j, "text")),
                 "run's text equals detokenize of generated_ids");
@@ -206,7 +206,7 @@ static void test_demo(void)
     free(err);
     int s2 = ms_t_runf(&plain, NULL, "%s demo --model %s/m -n 24 2>/dev/null", bin, d);
     int s3 = ms_t_runf(&raw, NULL, "%s demo --model %s/m -n 24 --quiet --raw", bin, d);
-    int s4 = ms_t_runf(&detok, NULL, "%s detokenize --tokenizer %s/m --ids %s", bin, d, ids);
+    int s4 = ms_t_runf(&detok, NULL, "%s detokenize --tokenizer %s/m --ids %s --skip-special", bin, d, ids);
     T_CHECK(text && quiet && s1 == 0 && strlen(quiet) == strlen(text) + 1 && !strncmp(quiet, text, strlen(text)) &&
                 quiet[strlen(text)] == '\n',
             "demo --quiet prints the generated text (valid UTF-8, as --json's text) and a newline: '%s'",

@@ -52,6 +52,17 @@ static void check_tok(const char *dir, const char *what)
             n_special);
     free(got);
 
+    /* developer (OpenAI's newer name of system): the template's system marker with its own name */
+    ms_chat_msg dev[2] = {{"developer", "Be terse.", 9}, {"user", "hi", 2}};
+    rc = ms_k3_chat_encode(t, dev, 2, &got, &ng);
+    const char *dev_text = "<|im_system|>developer<|im_middle|>Be terse.<|im_end|><|im_user|>user<|im_middle|>hi<|im_end|>"
+                           "<|im_assistant|>assistant<|im_middle|>";
+    T_CHECK(ms_tok_encode(t, dev_text, strlen(dev_text), 1, &want, &nw) == 0, "%s: developer template encodes", what);
+    T_CHECK(rc == 0 && ng == nw && !memcmp(got, want, sizeof(int32_t) * ng), "%s: a developer message renders as %s", what,
+            "<|im_system|>developer<|im_middle|>...");
+    free(got);
+    free(want);
+
     /* errors */
     ms_chat_msg bad[2] = {{"user", "a", 1}, {"tool", "b", 1}};
     rc = ms_k3_chat_encode(t, bad, 2, &got, &ng);

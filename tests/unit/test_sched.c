@@ -368,7 +368,7 @@ int main(void)
         if (i % 3 != 1 || ref[i].n_tok < 2) continue;
         char *txt = NULL;
         size_t len = 0;
-        if (ms_tok_decode(tok, &ref[i].tok[ref[i].n_tok - 1], 1, &txt, &len) == 0 && len > 0 && len < 60 &&
+        if (ms_tok_decode_text(tok, &ref[i].tok[ref[i].n_tok - 1], 1, 1, &txt, &len) == 0 && len > 0 && len < 60 &&
             !memchr(txt, 0, len))
             memcpy(stop_str[i], txt, len);
         free(txt);
@@ -384,7 +384,7 @@ int main(void)
                 while (ref[i].tok[at] != stop_id_store[i]) at++;
                 char *want = NULL;
                 size_t wl = 0;
-                ms_tok_decode(tok, ref[i].tok, at, &want, &wl);
+                ms_tok_decode_text(tok, ref[i].tok, at, 1, &want, &wl); /* the text a reader sees: no special tokens */
                 T_CHECK(got[i].n_tok == at + 1 && !memcmp(got[i].tok, ref[i].tok, sizeof(int32_t) * (at + 1)) &&
                             !strcmp(got[i].finish, "stop") && got[i].text_len == wl && !memcmp(got[i].text, want, wl),
                         "job %d stops at stop id %d after %zu tokens, text without it", i, stop_id_store[i], at + 1);
@@ -398,7 +398,7 @@ int main(void)
                 for (m = 1; m <= ref[i].n_tok; m++) {
                     free(txt);
                     txt = NULL;
-                    ms_tok_decode(tok, ref[i].tok, m, &txt, &len);
+                    ms_tok_decode_text(tok, ref[i].tok, m, 1, &txt, &len);
                     if (memmem(txt, len, stop_str[i], strlen(stop_str[i]))) break;
                 }
                 size_t cut = txt ? (size_t)((char *)memmem(txt, len, stop_str[i], strlen(stop_str[i])) - txt) : 0;

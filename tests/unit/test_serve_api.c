@@ -313,6 +313,52 @@ static void check_n(void)
     free(out);
 }
 
+/* What chat clients send and get: content as text parts, a developer message, no max_tokens (to
+ * the end of turn or context), special tokens out of the text unless skip_special_tokens false. */
+static void check_chat_shapes(void)
+{
+    json_t *a = post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+                                             "\"Hello\"},{\"type\":\"text\",\"text\":\"there\"}]}],\"max_tokens\":6}");
+    json_t *b = post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\\nthere\"}],\"max_tokens\":6}");
+    T_CHECK(json_equal(json_object_get(choice0(a), "token_ids"), json_object_get(choice0(b), "token_ids")) &&
+                json_integer_value(json_object_get(json_object_get(a, "usage"), "prompt_tokens")) ==
+                    json_integer_value(json_object_get(json_object_get(b, "usage"), "prompt_tokens")),
+            "content parts are the texts joined by newlines");
+    json_decref(a);
+    json_decref(b);
+    char *out = NULL;
+    int st = ms_st_http(&srv, NULL, "/v1/chat/completions",
+                        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+                        &out, NULL);
+    T_CHECK(st == 400 && out && strstr(out, "\"param\":\"messages\"") && strstr(out, "text"), "an image part: 400 naming messages");
+    free(out);
+    json_t *d = post("/v1/chat/completions", "{\"messages\":[{\"role\":\"developer\",\"content\":\"Be terse.\"},"
+                                             "{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2}");
+    T_CHECK(json_array_size(json_object_get(choice0(d), "token_ids")) >= 1, "a developer message is taken");
+    json_decref(d);
+    /* no max_tokens: the chat runs until the end of turn or the context (--max-context 256 here) */
+    json_t *u = post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":1,\"seed\":2}");
+    const char *fin = json_string_value(json_object_get(choice0(u), "finish_reason"));
+    json_int_t pt = json_integer_value(json_object_get(json_object_get(u, "usage"), "prompt_tokens")),
+               ct = json_integer_value(json_object_get(json_object_get(u, "usage"), "completion_tokens"));
+    T_CHECK(fin && ((!strcmp(fin, "length") && pt + ct == 256) || (!strcmp(fin, "stop") && pt + ct <= 256)) && ct > 16,
+            "a chat without max_tokens: %lld tokens, finish %s (the end of turn or the context, not 16)", (long long)ct,
+            fin ? fin : "-");
+    json_decref(u);
+    /* special tokens: forced by a bias, out of the text, in it with skip_special_tokens false */
+    json_t *s1 = post("/v1/completions", "{\"prompt\":[5,9,13],\"max_tokens\":3,\"logit_bias\":{\"511\":100}}");
+    json_t *s2 = post("/v1/completions", "{\"prompt\":[5,9,13],\"max_tokens\":3,\"logit_bias\":{\"511\":100},"
+                                         "\"skip_special_tokens\":false}");
+    char *tk = NULL;
+    ms_t_runf(&tk, NULL, "%s detokenize --tokenizer %s --ids 511,511,511", bin, dir);
+    const char *t1 = json_string_value(json_object_get(choice0(s1), "text")), *t2 = json_string_value(json_object_get(choice0(s2), "text"));
+    T_CHECK(t1 && t2 && tk && !strcmp(t1, "") && strlen(tk) > 1 && !strncmp(t2, tk, strlen(tk) - 1) && strlen(t2) == strlen(tk) - 1,
+            "special tokens out of the text ('%s'), in it with skip_special_tokens false ('%s')", t1 ? t1 : "-", t2 ? t2 : "-");
+    free(tk);
+    json_decref(s1);
+    json_decref(s2);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -326,12 +372,13 @@ int main(void)
     ms_synth_shape sh;
     ms_synth_preset("tiny", &sh);
     T_CHECK(ms_synth_write(dir, &sh, 11) == 0, "synth tiny: %s", ms_err_msg());
-    if (ms_st_start(&srv, tmp, dir, "--max-batch 4") == 0) {
+    if (ms_st_start(&srv, tmp, dir, "--max-batch 4 --max-context 256") == 0) {
         check_completion_logprobs();
         check_chat_logprobs();
         check_penalties();
         check_cuts();
         check_n();
+        check_chat_shapes();
         T_CHECK(ms_st_stop(&srv) == 0, "SIGTERM: exit 0");
     }
     return ms_t_done();
