@@ -194,7 +194,7 @@ static int serve_main(const serve_opts *o)
             goto out;
         }
     }
-    ms_log(1, "serve: signal %d: not accepting connections any more, finishing the requests taken (a second "
+    ms_log(1, "serve: signal %d: draining: new requests get 503, finishing the requests taken (a second "
               "signal stops at once)",
            sig);
     ms_shttp_quiesce(h);

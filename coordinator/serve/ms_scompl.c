@@ -105,9 +105,8 @@ static void stream_news(stream *st, ms_sreq_news *nw)
         if (rready) memmove(c->rpend, c->rpend + rready, c->rpend_n - rready);
         c->rpend_n -= rready;
     }
+    st->completion_tokens += nw->n_tokens; /* what it used, also when it ends early (log, usage) */
     if (!nw->done) return;
-    st->prompt_tokens = nw->prompt_tokens;
-    st->completion_tokens += nw->completion_tokens;
     if (nw->finish && !st->failed) {
         /* what the answer holds that routing could not send: a tool call it ends with (its
          * arguments were routed nowhere), or content from output with no message at all */
@@ -229,6 +228,7 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         st->id.model = st->r.spec.model ? st->r.spec.model : h->o.model_name;
         st->fd = c->fd;
         st->ch = ms_calloc((size_t)n_choices, sizeof *st->ch);
+        st->prompt_tokens = r.spec.n_prompt;
         for (int i = 0; i < n_choices; i++) st->ch[i].first = 1;
         st->t0 = c->t0;
         snprintf(st->addr, sizeof st->addr, "%s", c->addr);
@@ -264,7 +264,9 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
     const char *failed = NULL; /* a choice that ended without finishing: its news */
     int timed_out = 0;
     char error[512] = "";
-    size_t prompt_tokens = 0, completion_tokens = 0;
+    size_t prompt_tokens = r.spec.n_prompt, completion_tokens = 0;
+    c->prompt_tokens = prompt_tokens;
+    c->completion_tokens = 0;
     for (;;) {
         if (ms_shttp_client_gone(c, &probed)) { /* looked at every round: news may come at every step */
             c->status = 499; /* nginx's "client closed request", for the log only */
@@ -279,12 +281,12 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
                 memcpy(x->lps + x->n_tok, nw.logprobs, sizeof *x->lps * nw.n_tokens);
             }
             x->n_tok += nw.n_tokens;
+            c->completion_tokens += nw.n_tokens; /* what it used, also when it ends early (log) */
             x->text = ms_realloc(x->text, x->n_text + nw.text_len + 1);
             if (nw.text_len) memcpy(x->text + x->n_text, nw.text, nw.text_len);
             x->n_text += nw.text_len;
             if (nw.done) {
                 x->finish = nw.finish;
-                prompt_tokens = nw.prompt_tokens;
                 completion_tokens += nw.completion_tokens;
                 if (!nw.finish && !failed) {
                     failed = "failed";
@@ -295,8 +297,6 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
             if (nw.all_done) break;
         }
     }
-    c->prompt_tokens = prompt_tokens;
-    c->completion_tokens = completion_tokens;
     if (!failed) {
         json_t *choices = json_array();
         for (int k = 0; k < n_choices; k++) {

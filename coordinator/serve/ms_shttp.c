@@ -52,8 +52,14 @@ int ms_shttp_client_gone(conn *c, double *probed)
 void ms_shttp_access_log(const char *addr, const char *method, const char *path, int status, size_t pt, size_t ct,
                          double t0, const char *note)
 {
-    ms_log(1, "serve: %s \"%s %s\" %d prompt_tokens=%zu completion_tokens=%zu %.3fs%s%s", addr, method, path, status, pt, ct,
-           ms_now() - t0, note && *note ? " " : "", note ? note : "");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char when[40];
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    ms_log(1, "serve: %s.%03ldZ %s \"%s %s\" %d prompt_tokens=%zu completion_tokens=%zu %.3fs%s%s", when,
+           ts.tv_nsec / 1000000, addr, method, path, status, pt, ct, ms_now() - t0, note && *note ? " " : "", note ? note : "");
 }
 
 /* Queue an answer of body[len] (malloc'ed, consumed). */
@@ -451,13 +457,12 @@ const char *ms_shttp_url(const ms_shttp *h) { return h->url; }
 
 void ms_shttp_quiesce(ms_shttp *h)
 {
+    /* The listener stays open: load balancers and orchestrators probing /health see 503
+     * "draining" (not a refused connection, which looks like a crash), new requests get 503
+     * with Connection: close, and the requests taken finish. */
     pthread_mutex_lock(&h->mu);
-    int was = h->quiesced;
     h->quiesced = 1;
     pthread_mutex_unlock(&h->mu);
-    if (was || !h->d) return;
-    MHD_socket fd = MHD_quiesce_daemon(h->d);
-    if (fd != MHD_INVALID_SOCKET) close(fd); /* new connections are refused from now on */
 }
 
 int ms_shttp_wait_idle(ms_shttp *h, double limit_s)

@@ -32,7 +32,8 @@ typedef struct {
 ms_shttp *ms_shttp_start(const ms_shttp_opts *o, ms_sengine *s, ms_smetrics *m);
 /* The address served, "http://HOST:PORT" (the real port when 0 was asked). */
 const char *ms_shttp_url(const ms_shttp *h);
-/* Stop accepting connections; requests on open connections get 503 from now on. */
+/* Draining: /health answers 503 {"status": "draining"} and new requests 503 (Connection: close)
+ * from now on; the listener stays open and the requests taken run to their end. */
 void ms_shttp_quiesce(ms_shttp *h);
 /* Wait up to limit_s until no request is being answered. Returns 1 when idle. */
 int ms_shttp_wait_idle(ms_shttp *h, double limit_s);

@@ -455,7 +455,7 @@ static void check_disconnect(void)
     T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
 }
 
-/* SIGTERM while a stream runs: it finishes whole, new connections are refused, exit 0. */
+/* SIGTERM while a stream runs: it finishes whole, probes see 503 draining, new requests 503, exit 0. */
 static void check_drain(void)
 {
     if (start_server(noeos, "--max-batch 2 --max-context 8000") != 0) return;
@@ -469,8 +469,14 @@ static void check_drain(void)
     for (int i = 0; i < 100 && !ms_t_file_has(ms_t_path(tmp, "drain.out"), "data: {"); i++) ms_t_sleep_ms(20);
     kill(srv.pid, SIGTERM);
     ms_t_sleep_ms(100);
-    int st = http("/health", NULL, NULL, NULL);
-    T_CHECK(st < 0 || st == 503, "after SIGTERM new connections are refused (curl status %d)", st);
+    char *hb = NULL, *cb = NULL;
+    int st = http("/health", NULL, NULL, &hb);
+    T_CHECK(st == 503 && hb && strstr(hb, "\"status\":\"draining\""), "draining: /health answers 503 draining (%d %s)", st,
+            hb ? hb : "");
+    st = http("/v1/completions", "{\"prompt\":[1],\"max_tokens\":1}", NULL, &cb);
+    T_CHECK(st == 503 && cb && strstr(cb, "unavailable"), "draining: a new request gets 503 unavailable (%d)", st);
+    free(hb);
+    free(cb);
     double t0 = ms_now();
     while (!ms_t_worker_reaped(&srv) && ms_now() - t0 < 240) ms_t_sleep_ms(20); /* one SIGTERM only */
     int rc = srv.status;
@@ -505,6 +511,13 @@ static void check_deadline(void)
     double c200 = metric("moestream_requests_total{endpoint=\"completions\",code=\"200\"}");
     T_CHECK(c504 == 2 && c200 <= 0, "/metrics counts both as code 504, the stream too (504: %g, 200: %g)", c504, c200);
     T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
+    /* the access log: a UTC timestamp, and the tokens a request cut short used */
+    char *log = ms_t_read_file(srv.log, NULL);
+    const char *l = log ? strstr(log, "\" 504 prompt_tokens=2 completion_tokens=") : NULL;
+    const char *ts = log ? strstr(log, "serve: 20") : NULL;
+    T_CHECK(l && atoi(l + strlen("\" 504 prompt_tokens=2 completion_tokens=")) > 0 && ts && ts[17] == 'T' && strchr(ts, 'Z'),
+            "the 504's log line has a timestamp and the tokens it generated: %.200s", l ? l : log ? log : "");
+    free(log);
 }
 
 static void check_usage(void)
