@@ -34,6 +34,7 @@ struct ms_sched {
     int max_batch;
     ms_sched_done_fn done;
     ms_sched_stream_fn stream;
+    ms_sched_admit_fn on_admit;
     void *ctx;
     int64_t V;
     fifo wait;                   /* not started */
@@ -144,6 +145,7 @@ void ms_sched_job_clear(ms_sched_job *j)
 }
 
 void ms_sched_set_stream(ms_sched *s, ms_sched_stream_fn fn) { s->stream = fn; }
+void ms_sched_set_admit(ms_sched *s, ms_sched_admit_fn fn) { s->on_admit = fn; }
 
 /* Remove j from f if there; 1 if it was. */
 static int fifo_remove(fifo *f, const void *user)
@@ -316,6 +318,7 @@ static int admit(ms_sched *s, sjob *j)
     j->seq = ms_engine_seq_new(s->e, j->j.prompt, j->j.n_prompt, &p);
     if (j->seq) {
         s->run[s->n_run++] = j;
+        if (s->on_admit && !j->alone) s->on_admit(s->ctx, j->j.user);
         return 0;
     }
     int rc = 0;

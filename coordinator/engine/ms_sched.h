@@ -87,6 +87,9 @@ void ms_sched_free(ms_sched *s); /* frees jobs not finished; accepts NULL */
 
 /* The callback of jobs added with stream = 1 (called with the done callback's ctx). */
 void ms_sched_set_stream(ms_sched *s, ms_sched_stream_fn fn);
+/* Called (with the done callback's ctx) when a job's prompt starts to run: it left the queue. */
+typedef void (*ms_sched_admit_fn)(void *ctx, void *user);
+void ms_sched_set_admit(ms_sched *s, ms_sched_admit_fn fn);
 
 /* Queue a job (first in, first admitted). */
 void ms_sched_add(ms_sched *s, const ms_sched_job *j);

@@ -177,7 +177,7 @@ static void stream_free(void *cls)
         st->code = 499;
     }
     /* counted at its end, by how it ended (the status line said 200 long before) */
-    ms_smetrics_request(st->h->m, ms_shttp_ep_names[st->ep], st->code ? st->code : 499);
+    ms_smetrics_request(st->h->m, ms_shttp_ep_names[st->ep], st->code ? st->code : 499, ms_now() - st->t0);
     ms_sreqh_release(st->req); /* cancels a generation still running */
     ms_shttp_access_log(st->addr, "POST", st->path, 200, st->prompt_tokens, st->completion_tokens, st->t0, st->end);
     ms_sreq_clear(&st->r);

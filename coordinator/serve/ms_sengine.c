@@ -129,6 +129,13 @@ static void on_delta(void *ctx, const ms_sched_delta *d)
     pthread_mutex_unlock(&s->mu);
 }
 
+static void on_admit(void *ctx, void *user)
+{
+    ms_sengine *s = ctx;
+    ms_sreqh *h = user;
+    ms_smetrics_queue_wait(s->m, ms_now() - h->t_submit);
+}
+
 static int on_done(void *ctx, const ms_sched_result *r)
 {
     ms_sengine *s = ctx;
@@ -261,6 +268,7 @@ static void *engine_main(void *arg)
             ms_sched_free(s->sched);
             s->sched = ms_sched_new(s->e, s->max_batch, on_done, s);
             ms_sched_set_stream(s->sched, on_delta);
+            ms_sched_set_admit(s->sched, on_admit);
         }
     }
     pthread_mutex_unlock(&s->mu);
@@ -276,6 +284,7 @@ ms_sengine *ms_sengine_start(ms_engine *e, int max_batch, int max_queue, ms_smet
     s->max_queue = max_queue;
     s->sched = ms_sched_new(e, max_batch, on_done, s);
     ms_sched_set_stream(s->sched, on_delta);
+    ms_sched_set_admit(s->sched, on_admit);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
     if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
@@ -471,5 +480,17 @@ void ms_sengine_figures(ms_sengine *s, ms_smetrics_engine *f)
     f->bytes_read = s->es.model.bytes_read_experts + s->es.model.bytes_read_trunk;
     f->cache_requests = s->es.model.expert_requests;
     f->cache_hits = s->es.model.expert_cache_hits;
+    f->bytes_read_trunk = s->es.model.bytes_read_trunk;
+    f->bytes_read_experts = s->es.model.bytes_read_experts;
+    f->cache_capacity = s->es.model.expert_cache_capacity;
+    f->cache_used = s->es.model.expert_cache_bytes;
+    f->cache_evictions = s->es.model.expert_cache_evictions;
+    f->workers = s->es.workers;
+    f->workers_up = s->es.remote.workers_up;
+    f->worker_requests = s->es.remote.requests;
+    f->worker_resends = s->es.remote.resends;
+    f->worker_failovers = s->es.remote.failovers;
+    f->drafted = s->es.drafted;
+    f->accepted = s->es.accepted;
     pthread_mutex_unlock(&s->mu);
 }

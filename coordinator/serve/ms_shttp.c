@@ -255,7 +255,8 @@ static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum
     (void)mc;
     if (!c) return;
     ms_sconn_idle(h->g, c->sock); /* the next request on this connection has its own deadline */
-    if (c->status && !c->streamed) ms_smetrics_request(h->m, ms_shttp_ep_names[c->ep], c->status); /* streams: stream_free */
+    if (c->status && !c->streamed) /* streams: stream_free */
+        ms_smetrics_request(h->m, ms_shttp_ep_names[c->ep], c->status, ms_now() - c->t0);
     if (!c->streamed)
         ms_shttp_access_log(c->addr, c->method, c->path, c->status ? c->status : 500, c->prompt_tokens, c->completion_tokens, c->t0,
                    why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? NULL : c->status == 499 ? "client_gone (cancelled)" : "aborted");

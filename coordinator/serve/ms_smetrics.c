@@ -5,8 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "ms_err.h"
+#include "ms_proc.h"
 #include "ms_smetrics.h"
 
 #define N_SEC_BUCKETS 14
@@ -30,13 +33,17 @@ struct ms_smetrics {
     pthread_mutex_t mu;
     uint64_t requests[N_ENDPOINTS][N_CODES + 1]; /* the last: any other status */
     uint64_t prompt_tokens, generated_tokens, generations;
-    histo ttft, inter, batch;
+    histo ttft, inter, batch, duration, wait;
+    double start;                /* when serve started (Unix seconds) */
 };
 
 ms_smetrics *ms_smetrics_new(void)
 {
     ms_smetrics *m = ms_calloc(1, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    m->start = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
     return m;
 }
 
@@ -47,8 +54,11 @@ void ms_smetrics_free(ms_smetrics *m)
     free(m);
 }
 
-void ms_smetrics_request(ms_smetrics *m, const char *endpoint, int status)
+static void histo_add(ms_smetrics *m, histo *h, const double *bounds, int nb, double v);
+
+void ms_smetrics_request(ms_smetrics *m, const char *endpoint, int status, double seconds)
 {
+    histo_add(m, &m->duration, sec_bounds, N_SEC_BUCKETS, seconds);
     int e = N_ENDPOINTS - 1, c = N_CODES;
     for (int i = 0; i < N_ENDPOINTS; i++)
         if (!strcmp(endpoint, endpoints[i])) e = i;
@@ -85,6 +95,7 @@ static void histo_add(ms_smetrics *m, histo *h, const double *bounds, int nb, do
 
 void ms_smetrics_ttft(ms_smetrics *m, double s) { histo_add(m, &m->ttft, sec_bounds, N_SEC_BUCKETS, s); }
 void ms_smetrics_inter_token(ms_smetrics *m, double s) { histo_add(m, &m->inter, sec_bounds, N_SEC_BUCKETS, s); }
+void ms_smetrics_queue_wait(ms_smetrics *m, double s) { histo_add(m, &m->wait, sec_bounds, N_SEC_BUCKETS, s); }
 void ms_smetrics_step(ms_smetrics *m, int batch) { histo_add(m, &m->batch, batch_bounds, N_BATCH_BUCKETS, batch); }
 
 /* A growing text buffer. */
@@ -150,7 +161,55 @@ char *ms_smetrics_render(ms_smetrics *m, const ms_smetrics_engine *e, size_t *le
               sec_bounds, N_SEC_BUCKETS);
     put_histo(&b, "moestream_step_batch_size", "Sequences advanced by one batched step.", &m->batch, batch_bounds,
               N_BATCH_BUCKETS);
+    put_histo(&b, "moestream_request_duration_seconds", "Seconds from a request's arrival to its answer's last byte.",
+              &m->duration, sec_bounds, N_SEC_BUCKETS);
+    put_histo(&b, "moestream_queue_wait_seconds", "Seconds a generation waited for a place in the batch.", &m->wait,
+              sec_bounds, N_SEC_BUCKETS);
+    double start = m->start;
     pthread_mutex_unlock(&m->mu);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+                 (double)ru.ru_stime.tv_usec * 1e-6;
+    put(&b,
+        "# HELP process_resident_memory_bytes Resident memory of the serve process.\n"
+        "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %llu\n"
+        "# HELP process_cpu_seconds_total User and system CPU time of the serve process.\n"
+        "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.3f\n"
+        "# HELP process_start_time_seconds When serve started, in seconds since the Unix epoch.\n"
+        "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.3f\n"
+        "# HELP moestream_build_info The build serving (always 1).\n"
+        "# TYPE moestream_build_info gauge\nmoestream_build_info{version=\"%s\"} 1\n",
+        (unsigned long long)ms_proc_rss(), cpu, start, MS_VERSION);
+    put(&b,
+        "# HELP moestream_bytes_read_trunk_total Trunk bytes read from storage by forward passes.\n"
+        "# TYPE moestream_bytes_read_trunk_total counter\nmoestream_bytes_read_trunk_total %llu\n"
+        "# HELP moestream_bytes_read_experts_total Routed-expert bytes read from storage by forward passes.\n"
+        "# TYPE moestream_bytes_read_experts_total counter\nmoestream_bytes_read_experts_total %llu\n"
+        "# HELP moestream_expert_cache_capacity_bytes Bytes the expert cache may hold (the plan).\n"
+        "# TYPE moestream_expert_cache_capacity_bytes gauge\nmoestream_expert_cache_capacity_bytes %llu\n"
+        "# HELP moestream_expert_cache_used_bytes Bytes the expert cache holds now.\n"
+        "# TYPE moestream_expert_cache_used_bytes gauge\nmoestream_expert_cache_used_bytes %llu\n"
+        "# HELP moestream_expert_cache_evictions_total Experts evicted from the cache.\n"
+        "# TYPE moestream_expert_cache_evictions_total counter\nmoestream_expert_cache_evictions_total %llu\n"
+        "# HELP moestream_workers Expert workers listed (0: experts run in this process).\n"
+        "# TYPE moestream_workers gauge\nmoestream_workers %d\n"
+        "# HELP moestream_workers_up Expert workers answering.\n"
+        "# TYPE moestream_workers_up gauge\nmoestream_workers_up %d\n"
+        "# HELP moestream_worker_requests_total Requests sent to expert workers.\n"
+        "# TYPE moestream_worker_requests_total counter\nmoestream_worker_requests_total %llu\n"
+        "# HELP moestream_worker_resends_total Requests sent again (a lost or late answer).\n"
+        "# TYPE moestream_worker_resends_total counter\nmoestream_worker_resends_total %llu\n"
+        "# HELP moestream_worker_failovers_total Requests moved to another replica after a worker failed.\n"
+        "# TYPE moestream_worker_failovers_total counter\nmoestream_worker_failovers_total %llu\n"
+        "# HELP moestream_draft_tokens_total Speculative draft tokens verified.\n"
+        "# TYPE moestream_draft_tokens_total counter\nmoestream_draft_tokens_total %llu\n"
+        "# HELP moestream_accepted_draft_tokens_total Draft tokens the model confirmed.\n"
+        "# TYPE moestream_accepted_draft_tokens_total counter\nmoestream_accepted_draft_tokens_total %llu\n",
+        (unsigned long long)e->bytes_read_trunk, (unsigned long long)e->bytes_read_experts,
+        (unsigned long long)e->cache_capacity, (unsigned long long)e->cache_used, (unsigned long long)e->cache_evictions,
+        e->workers, e->workers_up, (unsigned long long)e->worker_requests, (unsigned long long)e->worker_resends,
+        (unsigned long long)e->worker_failovers, (unsigned long long)e->drafted, (unsigned long long)e->accepted);
     double hit = e->cache_requests ? (double)e->cache_hits / (double)e->cache_requests : 0.0;
     put(&b,
         "# HELP moestream_queue_depth Requests waiting for a place in the batch.\n"

@@ -16,6 +16,11 @@ typedef struct {
     uint64_t bytes_read;          /* expert + trunk bytes read by forward passes */
     uint64_t cache_requests, cache_hits;
     uint64_t cancelled;           /* sequences dropped (disconnects, deadlines) */
+    uint64_t bytes_read_trunk, bytes_read_experts; /* bytes_read split */
+    uint64_t cache_capacity, cache_used, cache_evictions; /* the expert cache: bytes, bytes, experts */
+    int workers, workers_up;      /* expert workers listed, and those answering */
+    uint64_t worker_requests, worker_resends, worker_failovers;
+    uint64_t drafted, accepted;   /* speculative decoding: draft tokens verified, confirmed */
 } ms_smetrics_engine;
 
 /* All functions are thread-safe. */
@@ -23,8 +28,10 @@ ms_smetrics *ms_smetrics_new(void);
 void ms_smetrics_free(ms_smetrics *m); /* accepts NULL */
 
 /* One answered HTTP request: its endpoint label ("completions", "chat_completions", "models",
- * "health", "metrics", "other") and status code. */
-void ms_smetrics_request(ms_smetrics *m, const char *endpoint, int status);
+ * "health", "metrics", "other"), status code and seconds from arrival to its last byte. */
+void ms_smetrics_request(ms_smetrics *m, const char *endpoint, int status, double seconds);
+/* Seconds a generation waited (queued) before its prompt started to run. */
+void ms_smetrics_queue_wait(ms_smetrics *m, double seconds);
 /* One finished generation: prompt and generated tokens. */
 void ms_smetrics_tokens(ms_smetrics *m, uint64_t prompt, uint64_t generated);
 /* Seconds from a request's arrival to its first token; between two of its tokens. */
@@ -33,7 +40,8 @@ void ms_smetrics_inter_token(ms_smetrics *m, double seconds);
 /* The batch size of one step (histogram). */
 void ms_smetrics_step(ms_smetrics *m, int batch);
 
-/* The Prometheus text exposition (malloc'ed, *len bytes). */
+/* The Prometheus text exposition (malloc'ed, *len bytes), with the process's own figures (RSS,
+ * CPU seconds, start time) and the build (moestream_build_info). */
 char *ms_smetrics_render(ms_smetrics *m, const ms_smetrics_engine *e, size_t *len);
 
 #endif

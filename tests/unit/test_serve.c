@@ -400,6 +400,25 @@ static void check_metrics(void)
     if (p) one = atof(p + strlen("moestream_step_batch_size_bucket{le=\"1\"} "));
     free(out);
     T_CHECK(one >= 0 && all > one, "some steps carried more than one request (%g of %g steps had one)", one, all);
+    /* the process, the build, the split of bytes read, the cache, latency and queue wait */
+    double trunk = metric("moestream_bytes_read_trunk_total"), experts = metric("moestream_bytes_read_experts_total");
+    T_CHECK(trunk >= 0 && experts > 0 && trunk + experts == metric("moestream_bytes_read_total"),
+            "bytes read split trunk %g + experts %g = the total", trunk, experts);
+    T_CHECK(metric("process_resident_memory_bytes") > 1e6 && metric("process_cpu_seconds_total") > 0 &&
+                metric("process_start_time_seconds") > 1.7e9,
+            "process RSS, CPU seconds and start time");
+    T_CHECK(metric("moestream_expert_cache_capacity_bytes") > 0 && metric("moestream_expert_cache_used_bytes") > 0 &&
+                metric("moestream_expert_cache_used_bytes") <= metric("moestream_expert_cache_capacity_bytes") &&
+                metric("moestream_expert_cache_evictions_total") >= 0,
+            "expert cache capacity, use and evictions");
+    T_CHECK(metric("moestream_request_duration_seconds_count") >= NREQ && metric("moestream_queue_wait_seconds_count") >= NREQ &&
+                metric("moestream_workers") == 0 && metric("moestream_draft_tokens_total") >= 0,
+            "request durations and queue waits counted (%g, %g)", metric("moestream_request_duration_seconds_count"),
+            metric("moestream_queue_wait_seconds_count"));
+    char *o2 = NULL;
+    http("/metrics", NULL, NULL, &o2);
+    T_CHECK(o2 && strstr(o2, "moestream_build_info{version=\"" MS_VERSION "\"} 1"), "build info names the version");
+    free(o2);
 }
 
 /* A batch of 1 and no queue: a second request while one runs gets 429 + Retry-After; a client
