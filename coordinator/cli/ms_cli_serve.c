@@ -23,7 +23,7 @@
 
 typedef struct {
     ms_cli_eopts e;
-    const char *listen, *key_file, *model_name, *date;
+    const char *listen, *key_file, *model_name, *date, *cors;
     long long max_batch, max_queue, max_context, max_connections, max_per_ip;
     uint64_t max_body;
     float request_timeout, read_timeout;
@@ -34,7 +34,7 @@ static void serve_usage(FILE *f)
     fputs("usage: moestream serve --model DIR [--listen HOST:PORT] [--api-key-file FILE] [--max-batch N]\n"
           "                       [--max-queue N] [--max-context N] [--max-body SIZE] [--request-timeout SEC]\n"
           "                       [--read-timeout SEC] [--max-connections N] [--max-connections-per-ip N]\n"
-          "                       [--model-name NAME] [--date YYYY-MM-DD] [--ram-budget SIZE] [--quiet]\n"
+          "                       [--model-name NAME] [--date YYYY-MM-DD] [--cors ORIGINS] [--ram-budget SIZE] [--quiet]\n"
           "                       [--threads N] [--buffered-io] [--io-depth N] [--prefill-chunk N] [--lru-cache]\n"
           "                       [--trunk-pack DIR|none]\n"
           "                       [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
@@ -62,11 +62,13 @@ static void serve_usage(FILE *f)
           "  --max-connections-per-ip N  from one client address (default: half of --max-connections;\n"
           "                         raise it behind a reverse proxy, whose address every client shares)\n"
           "  --model-name NAME      the model's name in /v1/models and answers (default: DIR's last part)\n"
+          "  --cors ORIGINS         let browser pages from these origins call the API: '*' or a comma-separated\n"
+          "                         list (https://app.example,http://localhost:5173); answers OPTIONS preflights\n"
           "  --insecure             also allows plain tcp to workers listed without a key\n"
           "Each request speculates on its own.\n" MS_CLI_EOPT_SPEC_HELP
-          "Other options as for run. SIGTERM or Ctrl-C stops accepting connections, finishes the requests\n"
-          "already taken, and exits 0; a second one cancels them at the next step and exits 130. Access\n"
-          "log lines go to stderr (no prompt text).\n",
+          "Other options as for run. SIGTERM or Ctrl-C drains: /health says 503 draining, new requests get\n"
+          "503, the requests already taken finish, and serve exits 0; a second one cancels them at the next\n"
+          "step and exits 130. Access log lines go to stderr (no prompt text).\n",
           f);
 }
 
@@ -174,6 +176,7 @@ static int serve_main(const serve_opts *o)
     ho.read_timeout = o->read_timeout;
     ho.max_connections = o->max_connections > 0 ? (int)o->max_connections : (int)(batch + o->max_queue + 64);
     ho.max_per_ip = o->max_per_ip > 0 ? (int)o->max_per_ip : (ho.max_connections + 1) / 2;
+    ho.cors = o->cors;
     if (!(h = ms_shttp_start(&ho, s, m))) {
         rc = ms_cli_fail_err(cmd);
         goto out;
@@ -247,6 +250,7 @@ int ms_cli_serve(int argc, char **argv)
         {"read-timeout", required_argument, 0, 0x7274},
         {"max-connections", required_argument, 0, 0x6d63},
         {"max-connections-per-ip", required_argument, 0, 0x6d70},
+        {"cors", required_argument, 0, 0x636f},
         {"help", no_argument, 0, 'h'},
     };
     enum { N_OWN = sizeof own / sizeof own[0] };
@@ -287,6 +291,13 @@ int ms_cli_serve(int argc, char **argv)
             break;
         case 0x6d63: bad = ms_opt_int("--max-connections", optarg, 1, 1 << 20, &o.max_connections); break;
         case 0x6d70: bad = ms_opt_int("--max-connections-per-ip", optarg, 1, 1 << 20, &o.max_per_ip); break;
+        case 0x636f: /* --cors */
+            if (!*optarg || strchr(optarg, ' ') || (strchr(optarg, '*') && strcmp(optarg, "*")))
+                return ms_cli_fail(cmd, MS_EXIT_USAGE,
+                                   "--cors takes '*' or origins separated by commas without spaces "
+                                   "(https://app.example,http://localhost:5173), got '%s'", optarg);
+            o.cors = optarg;
+            break;
         case 'h': serve_usage(stdout); return MS_EXIT_OK;
         default: {
             int code = MS_EXIT_USAGE, took = ms_cli_eopt_take(&o.e, cmd, c, optarg, &code);

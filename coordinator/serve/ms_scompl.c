@@ -242,6 +242,7 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         }
         ms_shttp_active_add(h, 1); /* until stream_free */
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        ms_shttp_cors(h, mc, resp);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         c->streamed = 1;
         c->status = 200;

@@ -73,6 +73,7 @@ enum MHD_Result ms_shttp_reply(struct MHD_Connection *mc, conn *c, int status, c
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (hname) MHD_add_response_header(resp, hname, hval);
+    ms_shttp_cors(c->h, mc, resp);
     pthread_mutex_lock(&c->h->mu);
     int closing = c->h->quiesced;
     pthread_mutex_unlock(&c->h->mu);
@@ -89,6 +90,53 @@ enum MHD_Result ms_shttp_reply_error(struct MHD_Connection *mc, conn *c, int sta
     size_t len;
     char *b = ms_sreq_error_json(status, code, msg, NULL, &len);
     return ms_shttp_reply(mc, c, status, "application/json", b, len, hname, hval);
+}
+
+/* The request's Origin if --cors allows it ("*": any), else NULL. */
+static const char *allowed_origin(const ms_shttp *h, struct MHD_Connection *mc)
+{
+    if (!h->o.cors) return NULL;
+    const char *o = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Origin");
+    if (!o || !*o) return NULL;
+    if (!strcmp(h->o.cors, "*")) return o;
+    size_t n = strlen(o);
+    for (const char *p = h->o.cors; *p;) {
+        size_t k = strcspn(p, ",");
+        if (k == n && !strncmp(p, o, n)) return o;
+        p += k + (p[k] == ',');
+    }
+    return NULL;
+}
+
+void ms_shttp_cors(const ms_shttp *h, struct MHD_Connection *mc, struct MHD_Response *resp)
+{
+    const char *o = allowed_origin(h, mc);
+    if (!o) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", !strcmp(h->o.cors, "*") ? "*" : o);
+    MHD_add_response_header(resp, "Vary", "Origin");
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers", "Retry-After");
+}
+
+/* OPTIONS: a browser's preflight. Allowed (an origin --cors names): 204 with the methods and
+ * headers it may send; without --cors or from another origin: 405. No API key is asked: a
+ * preflight never carries one. */
+static enum MHD_Result preflight(struct MHD_Connection *mc, conn *c)
+{
+    if (!allowed_origin(c->h, mc))
+        return ms_shttp_reply_error(mc, c, 405, "method_not_allowed",
+                                    c->h->o.cors ? "OPTIONS from an origin that --cors does not allow"
+                                                 : "OPTIONS: serve answers browsers' preflights with --cors ORIGINS only",
+                                    MHD_HTTP_HEADER_ALLOW, "GET, POST");
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    ms_shttp_cors(c->h, mc, resp);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    c->status = 204;
+    enum MHD_Result r = MHD_queue_response(mc, MHD_HTTP_NO_CONTENT, resp);
+    MHD_destroy_response(resp);
+    return r;
 }
 
 /* The Bearer check, in time independent of where the key differs. */
@@ -225,6 +273,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *
         return MHD_YES;
     }
     ms_sconn_busy(h->g, c->sock); /* the whole request is in: no read deadline while it is answered */
+    if (!strcmp(method, "OPTIONS")) return preflight(mc, c);
     if (c->ep == EP_HEALTH && !strcmp(method, "GET")) return health(mc, c);
     if (!authorized(h, mc))
         return ms_shttp_reply_error(mc, c, 401, "invalid_api_key", "a valid \"Authorization: Bearer KEY\" header is required",

@@ -24,6 +24,8 @@ typedef struct {
     double read_timeout;         /* seconds a connection has to deliver a whole request (ms_sconn); 0: 10 */
     int max_connections;         /* open at once; beyond: 503 (a few), then closed by the server; 0: 256 */
     int max_per_ip;              /* open at once from one client address (0: no limit) */
+    const char *cors;            /* --cors: "*" or comma-separated origins allowed to call from a
+                                    browser (Access-Control-Allow-* headers, OPTIONS preflights); NULL: none */
 } ms_shttp_opts;
 
 /* Bind and start serving (one thread per connection; the soft limit on open files is raised

@@ -59,6 +59,9 @@ enum MHD_Result ms_shttp_reply(struct MHD_Connection *mc, conn *c, int status, c
 enum MHD_Result ms_shttp_reply_error(struct MHD_Connection *mc, conn *c, int status, const char *code, const char *msg,
                                      const char *hname, const char *hval);
 
+/* The CORS headers of an answer to a browser's request (an Origin header that --cors allows). */
+void ms_shttp_cors(const ms_shttp *h, struct MHD_Connection *mc, struct MHD_Response *resp);
+
 /* POST /v1/completions and /v1/chat/completions (ms_scompl): parse, submit, answer whole or streamed. */
 enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c);
 

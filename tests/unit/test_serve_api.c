@@ -359,6 +359,43 @@ static void check_chat_shapes(void)
     json_decref(s2);
 }
 
+/* --cors: preflights answered for the allowed origin only, and its answers (whole and streamed)
+ * carry Access-Control-Allow-Origin; without --cors (the first server) nothing of it. */
+static void check_cors(int on)
+{
+    const char *pre = "-X OPTIONS -H 'Origin: http://app.example' -H 'Access-Control-Request-Method: POST' "
+                      "-H 'Access-Control-Request-Headers: authorization,content-type'";
+    char *h = NULL;
+    int st = ms_st_http(&srv, pre, "/v1/chat/completions", NULL, NULL, &h);
+    if (!on) {
+        T_CHECK(st == 405 && h && !strcasestr(h, "access-control-allow-origin"), "no --cors: a preflight gets 405 (%d)", st);
+        free(h);
+        h = NULL;
+        st = ms_st_http(&srv, "-H 'Origin: http://app.example'", "/v1/models", NULL, NULL, &h);
+        T_CHECK(st == 200 && h && !strcasestr(h, "access-control"), "no --cors: no CORS headers");
+        free(h);
+        return;
+    }
+    T_CHECK(st == 204 && h && strcasestr(h, "access-control-allow-origin: http://app.example") &&
+                strcasestr(h, "access-control-allow-methods: GET, POST, OPTIONS") && strcasestr(h, "authorization"),
+            "--cors: the allowed origin's preflight: 204 with the headers (%d): %s", st, h ? h : "");
+    free(h);
+    h = NULL;
+    st = ms_st_http(&srv, "-H 'Origin: http://app.example'", "/v1/completions", "{\"prompt\":[1,2],\"max_tokens\":2}", NULL, &h);
+    T_CHECK(st == 200 && h && strcasestr(h, "access-control-allow-origin: http://app.example") && strcasestr(h, "vary: origin"),
+            "--cors: an answer to the allowed origin carries Access-Control-Allow-Origin");
+    free(h);
+    h = NULL;
+    st = ms_st_http(&srv, "-H 'Origin: http://app.example'", "/v1/completions", "{\"prompt\":[1,2],\"max_tokens\":2,\"stream\":true}",
+                    NULL, &h);
+    T_CHECK(st == 200 && h && strcasestr(h, "access-control-allow-origin: http://app.example"), "--cors: a stream too");
+    free(h);
+    h = NULL;
+    st = ms_st_http(&srv, "-X OPTIONS -H 'Origin: http://evil.example'", "/v1/completions", NULL, NULL, &h);
+    T_CHECK(st == 405 && h && !strcasestr(h, "access-control-allow-origin"), "--cors: another origin's preflight: 405");
+    free(h);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -379,6 +416,11 @@ int main(void)
         check_cuts();
         check_n();
         check_chat_shapes();
+        check_cors(0);
+        T_CHECK(ms_st_stop(&srv) == 0, "SIGTERM: exit 0");
+    }
+    if (ms_st_start(&srv, tmp, dir, "--cors http://app.example,http://localhost:5173") == 0) {
+        check_cors(1);
         T_CHECK(ms_st_stop(&srv) == 0, "SIGTERM: exit 0");
     }
     return ms_t_done();
