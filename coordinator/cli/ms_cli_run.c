@@ -541,6 +541,7 @@ static int generate(const run_opts *o, const char *cmd)
         char tail[12];
         fwrite(tail, 1, ms_utf8_stream_end(&rctx.utf8, tail), stdout);
         if (ng) fputc('\n', stdout);
+        fflush(stdout); /* the text's line ends before the report on stderr starts */
     }
     if (!o->e.quiet) print_report(cmd, np, ng, &es, t_load, t_prefill, t_decode, wall, &after_prefill, &cpu);
 out:

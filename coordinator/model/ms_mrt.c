@@ -11,6 +11,7 @@
 #include "ms_file.h"
 #include "ms_mrt.h"
 #include "ms_proc.h"
+#include "ms_progress.h"
 
 #define CHUNK_MAX (16ull << 20) /* trunk ring chunk: big reads run at the disk's full speed */
 #define RING_SLOTS 8
@@ -302,13 +303,18 @@ int ms_mrt_setup(ms_model *m)
         ms_io_submit(m->io, &reqs[i]);
     }
     int bad = 0;
+    /* A large pinned trunk takes a while to read (GBs from an SSD): show it, as prefill is shown. */
+    int shown = m->plan.pinned_bytes >= ((uint64_t)256 << 20);
+    if (shown) ms_progress_begin("loading the pinned trunk", m->plan.pinned_bytes, MS_PROGRESS_BYTES);
     for (int i = 0; i < m->plan.n_pinned; i++) {
         if (ms_io_wait(m->io, &reqs[i]) != 0 && !bad) {
             bad = 1;
             ms_err_wrap("reading tensor %s", m->refs[refidx[i]].name);
         }
         sched[i]->data = reqs[i].data;
+        if (shown) ms_progress_add(reqs[i].len);
     }
+    if (shown) ms_progress_end();
     free(reqs);
     if (bad) goto out;
     ms_io_stats ios;
