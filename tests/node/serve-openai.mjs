@@ -54,6 +54,21 @@ const retrieved = (await client.models.retrieve('m')).id;
 const neutral = await status(() => client.chat.completions.create({
   model: 'm', messages: [{ role: 'user', content: 'x' }], max_tokens: 2, logprobs: false, presence_penalty: 0,
   frequency_penalty: 0, response_format: { type: 'text' } }));
+/* logprobs, n and penalties as the client sends them */
+const lpa = await client.completions.create({ model: 'm', prompt: [5, 9, 13], max_tokens: 4, logprobs: 2 });
+const logprobs = { ids: lpa.choices[0].token_ids, token_logprobs: lpa.choices[0].logprobs.token_logprobs };
+const chatLp = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }], max_tokens: 3,
+  logprobs: true, top_logprobs: 2 });
+const chatLogprobs = { n: chatLp.choices[0].token_ids.length, content: chatLp.choices[0].logprobs.content.map(
+  (e) => ({ token_id: e.token_id, logprob: e.logprob, top: e.top_logprobs.length })) };
+const nBody = { model: 'm', prompt: [5, 9, 13], max_tokens: 6, temperature: 0.9, seed: 5 };
+const n3 = (await client.completions.create({ ...nBody, n: 3 })).choices.map((c) => ({ index: c.index, ids: c.token_ids }));
+const solo = [];
+for (const seed of [5, 6, 7]) solo.push((await client.completions.create({ ...nBody, seed })).choices[0].token_ids);
+const penBody = { model: 'm', messages: [{ role: 'user', content: 'x' }], max_tokens: 8, presence_penalty: 1.5,
+  frequency_penalty: 0.5, logit_bias: { 7: 2 } };
+const pen = [];
+for (let i = 0; i < 2; i++) pen.push((await client.chat.completions.create(penBody)).choices[0].token_ids);
 const after = await whole(reqs[0]);
 process.stdout.write(JSON.stringify({ seq, conc, stream: str, wrong_key: wrongKey, bad_field: badField, models, retrieved,
-  neutral, after }) + '\n');
+  neutral, logprobs, chat_logprobs: chatLogprobs, n3, solo, pen, after }) + '\n');

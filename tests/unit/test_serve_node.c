@@ -3,6 +3,7 @@
  * key gives 401 and a mistyped field 400, the server still serving. Skips visibly without node,
  * npm or the npm registry. */
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -106,13 +107,13 @@ int main(void)
     json_dump_file(list, ms_t_path(tmp, "reqs.json"), 0);
     json_decref(list);
 
-    char log[1100], key[1100];
-    snprintf(log, sizeof log, "%s/serve.log", tmp);
+    char logf[1100], key[1100];
+    snprintf(logf, sizeof logf, "%s/serve.log", tmp);
     snprintf(key, sizeof key, "%s/key", tmp);
     const char *argv[] = {bin, "serve", "--model", dir, "--listen", "127.0.0.1:0", "--ram-budget", "2G", "--max-batch",
                           "4", "--max-context", "256", "--api-key-file", key, NULL};
     ms_t_worker srv;
-    ms_t_worker_opts wo = {log, NULL, NULL, 60};
+    ms_t_worker_opts wo = {logf, NULL, NULL, 60};
     int st = ms_t_worker_start(&srv, argv, &wo);
     T_CHECK(st == 0, "serve starts (%d)", st);
     if (st != 0) return ms_t_done();
@@ -146,6 +147,44 @@ int main(void)
     T_CHECK(rid && !strcmp(rid, "m"), "models.retrieve('m') works");
     T_CHECK(r && json_integer_value(json_object_get(r, "neutral")) == 200,
             "a chat with logprobs false, penalties 0 and response_format text (client defaults) is accepted");
+    /* logprobs: log_softmax of the rows `run --dump-logits` writes for the same ids */
+    json_t *lp = json_object_get(r, "logprobs"), *lids = json_object_get(lp, "ids");
+    char idl[256] = "5,9,13", dump[1200];
+    for (size_t i = 0; i + 1 < json_array_size(lids); i++)
+        snprintf(idl + strlen(idl), sizeof idl - strlen(idl), ",%lld", (long long)json_integer_value(json_array_get(lids, i)));
+    snprintf(dump, sizeof dump, "%s/lp.f32", tmp);
+    int dst = ms_t_runf(NULL, NULL, "%s run --model %s --ids %s -n 1 --dump-logits %s --quiet >/dev/null", bin, dir, idl, dump);
+    size_t dl = 0;
+    float *rows = dst == 0 ? (float *)ms_t_read_file(dump, &dl) : NULL;
+    int64_t V = sh.vocab;
+    double worst = 0;
+    int lp_ok = rows && json_array_size(lids) >= 1 && json_array_size(json_object_get(lp, "token_logprobs")) == json_array_size(lids);
+    for (size_t k = 0; lp_ok && k < json_array_size(lids); k++) {
+        const float *row = rows + (2 + k) * V;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t i = 0; i < V; i++) mx = fmax(mx, row[i]);
+        for (int64_t i = 0; i < V; i++) sum += exp((double)row[i] - mx);
+        double want = (double)row[json_integer_value(json_array_get(lids, k))] - mx - log(sum);
+        worst = fmax(worst, fabs(json_number_value(json_array_get(json_object_get(lp, "token_logprobs"), k)) - want));
+    }
+    T_CHECK(lp_ok && worst < 1e-5, "openai client: completion logprobs = log_softmax of the dumped rows (worst %.2g)", worst);
+    free(rows);
+    json_t *cl = json_object_get(r, "chat_logprobs"), *cc = json_object_get(cl, "content");
+    int cl_ok = json_array_size(cc) == (size_t)json_integer_value(json_object_get(cl, "n")) && json_array_size(cc) > 0;
+    for (size_t k = 0; cl_ok && k < json_array_size(cc); k++)
+        cl_ok = json_integer_value(json_object_get(json_array_get(cc, k), "top")) == 2 &&
+                json_number_value(json_object_get(json_array_get(cc, k), "logprob")) <= 0;
+    T_CHECK(cl_ok, "openai client: chat logprobs, one entry per token with 2 alternatives");
+    json_t *n3 = json_object_get(r, "n3"), *solo = json_object_get(r, "solo");
+    int n_ok = json_array_size(n3) == 3 && json_array_size(solo) == 3;
+    for (size_t i = 0; n_ok && i < 3; i++)
+        n_ok = json_integer_value(json_object_get(json_array_get(n3, i), "index")) == (json_int_t)i &&
+               json_equal(json_object_get(json_array_get(n3, i), "ids"), json_array_get(solo, i));
+    T_CHECK(n_ok, "openai client: n 3 gives three choices equal to solo requests with seeds 5, 6, 7");
+    json_t *pen = json_object_get(r, "pen");
+    T_CHECK(json_array_size(pen) == 2 && json_array_size(json_array_get(pen, 0)) > 0 &&
+                json_equal(json_array_get(pen, 0), json_array_get(pen, 1)),
+            "openai client: penalties and logit_bias accepted, the same answer twice");
     T_CHECK(r && json_equal(json_object_get(json_object_get(r, "after"), "ids"), ref_ids[0]), "still serving afterwards");
     json_decref(r);
     free(out);
