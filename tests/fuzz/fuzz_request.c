@@ -19,6 +19,12 @@ static void check_spec(const ms_jobspec *j, int64_t vocab)
     FUZZ_CHECK(isfinite(j->temperature) && j->temperature >= 0);
     FUZZ_CHECK(isfinite(j->top_p) && j->top_p > 0 && j->top_p <= 1);
     for (int i = 0; i < j->n_stop; i++) FUZZ_CHECK(j->stop[i] && j->stop[i][0]);
+    FUZZ_CHECK(j->n_stop <= 4 && j->top_k >= 0 && j->min_p >= 0 && j->min_p <= 1);
+    FUZZ_CHECK(fabsf(j->presence_penalty) <= 2 && fabsf(j->frequency_penalty) <= 2);
+    for (int i = 0; i < j->n_logit_bias; i++)
+        FUZZ_CHECK(j->logit_bias[i].id >= 0 && j->logit_bias[i].id < vocab && fabsf(j->logit_bias[i].bias) <= 100);
+    FUZZ_CHECK(j->top_logprobs >= 0 && j->top_logprobs <= MS_MAX_TOP_LOGPROBS && (j->logprobs || !j->top_logprobs));
+    FUZZ_CHECK(j->n >= 1);
 }
 
 /* An answer object must be one valid JSON value (text with any bytes becomes valid UTF-8). */
@@ -38,6 +44,9 @@ static void check_json(char *s, size_t len, int sse)
     json_decref(v);
     free(s);
 }
+
+/* Names logprobs through the tokenizer or as "token_id:N" (the input's length decides). */
+static int i_tok_mode(const uint8_t *data) { return data[0] / 3 % 2 == 0; }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 {
@@ -87,6 +96,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     ms_sreq_ident_new(&r, "fuzz-model", &id);
     size_t k = 0;
     check_json(ms_sreq_completion(&r, &id, r.spec.prompt, r.spec.n_prompt, text, n, "stop", r.spec.n_prompt, NULL, &k), k, 0);
+    /* logprobs of the prompt's ids as if generated: their names through the tokenizer and raw */
+    ms_token_logprob *lp = ms_calloc(r.spec.n_prompt, sizeof *lp);
+    for (size_t i = 0; i < r.spec.n_prompt; i++) {
+        lp[i].logprob = -(float)i;
+        lp[i].n_top = r.spec.top_logprobs;
+        for (int t = 0; t < lp[i].n_top; t++) lp[i].top_id[t] = r.spec.prompt[(i + (size_t)t) % r.spec.n_prompt];
+    }
+    size_t off = 0;
+    json_t *lj = ms_jobfile_logprobs_json(r.chat, (i_tok_mode(data) ? tok : NULL), r.spec.prompt, lp, r.spec.n_prompt,
+                                          r.spec.top_logprobs, &off);
+    check_json(ms_sreq_completion(&r, &id, r.spec.prompt, r.spec.n_prompt, text, n, "stop", r.spec.n_prompt, lj, &k), k, 0);
+    free(lp);
     size_t ready = ms_sreq_utf8_ready(text, n);
     FUZZ_CHECK(ready <= n && n - ready < 4);
     check_json(ms_sreq_chunk(&r, &id, 0, r.spec.prompt, r.spec.n_prompt, text, ready, NULL, 1, NULL, &k), k, 1);

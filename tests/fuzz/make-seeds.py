@@ -276,7 +276,10 @@ for i, s in enumerate([
         b'\x02{"messages":[{"role":"assistant","content":[{"type":"text","text":"hi \\u00e9"}]}]}',
         b'\x02{"messages":[]}',
         # found by the harness: a JSON error message quoting bytes that are not UTF-8
-        b'\x02{"messages":[{"role":"assistant","contknt":[{"t":"text","text":"hi \\u0\xd0\xa49"}]}]}']):
+        b'\x02{"messages":[{"role":"assistant","contknt":[{"t":"text","text":"hi \\u0\xd0\xa49"}]}]}',
+        b'\x01{"prompt":[1,2,3],"max_tokens":4,"logprobs":3,"presence_penalty":0.5,"frequency_penalty":-1,"logit_bias":{"7":3,"2":-100},"top_k":5,"min_p":0.1}',
+        b'\x02{"messages":[{"role":"developer","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"logprobs":true,"top_logprobs":20,"skip_special_tokens":false,"n":1}',
+        b'\x00{"prompt":[4],"logprobs":1,"logit_bias":{"x":1},"n":2}']):
     put("fuzz_request", s, "req%d" % i)
 
 # fuzz_chat: every harmony case of the fixture as a request body (messages, tools, the template's
