@@ -36,7 +36,8 @@ typedef struct {
     double probed;               /* when a ping comment last went to a client that sent FIN */
     char *out;                   /* every SSE byte so far (MHD may ask for a position again) */
     size_t n;
-    stream_choice *ch;           /* [r.spec.n] */
+    stream_choice *ch;           /* [n_choices] */
+    int n_choices;
     int failed;                  /* a choice ended with an error (sent as an event) */
     size_t prompt_tokens, completion_tokens; /* completion: over every choice */
     double t0;
@@ -100,7 +101,7 @@ static void stream_news(stream *st, ms_sreq_news *nw)
                                       c->rpend, rready, NULL, c->first, lp, &len);
         out_add(st, ev, len);
         c->first = 0;
-        memmove(c->pend, c->pend + ready, c->pend_n - ready);
+        if (ready) memmove(c->pend, c->pend + ready, c->pend_n - ready);
         c->pend_n -= ready;
         if (rready) memmove(c->rpend, c->rpend + rready, c->rpend_n - rready);
         c->rpend_n -= rready;
@@ -182,7 +183,7 @@ static void stream_free(void *cls)
     ms_shttp_access_log(st->addr, "POST", st->path, 200, st->prompt_tokens, st->completion_tokens, st->t0, st->end);
     ms_sreq_clear(&st->r);
     free(st->out);
-    for (int i = 0; i < (st->r.spec.n > 1 ? st->r.spec.n : 1); i++) {
+    for (int i = 0; i < st->n_choices; i++) {
         free(st->ch[i].pend);
         free(st->ch[i].rpend);
         free(st->ch[i].toks);
@@ -228,6 +229,7 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         st->id.model = st->r.spec.model ? st->r.spec.model : h->o.model_name;
         st->fd = c->fd;
         st->ch = ms_calloc((size_t)n_choices, sizeof *st->ch);
+        st->n_choices = n_choices;
         st->prompt_tokens = r.spec.n_prompt;
         for (int i = 0; i < n_choices; i++) st->ch[i].first = 1;
         st->t0 = c->t0;
