@@ -53,3 +53,11 @@ void ms_sbuf_free(ms_sbuf *b)
     free(b->s);
     *b = (ms_sbuf){0};
 }
+
+int ms_reader_take(ms_reader *r, void *dst, size_t len)
+{
+    if (len > r->n - r->at) return -1;
+    if (len) memcpy(dst, r->p + r->at, len);
+    r->at += len;
+    return 0;
+}

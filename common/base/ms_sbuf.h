@@ -1,4 +1,4 @@
-/* ms_sbuf: a growable byte string (always NUL-terminated) for text built piece by piece. */
+/* ms_sbuf: a growable byte string (always NUL-terminated) for text or bytes built piece by piece, and a reader of such bytes. */
 #ifndef MS_SBUF_H
 #define MS_SBUF_H
 
@@ -18,5 +18,13 @@ void ms_sbuf_addf(ms_sbuf *b, const char *fmt, ...) __attribute__((format(printf
 /* The text (never NULL: "" when nothing was added), now the caller's to free; the buffer is empty again. */
 char *ms_sbuf_take(ms_sbuf *b, size_t *len);
 void ms_sbuf_free(ms_sbuf *b);
+
+/* A cursor over n borrowed bytes, read in order. */
+typedef struct {
+    const char *p;
+    size_t n, at;
+} ms_reader;
+/* The next len bytes into dst: 0, or -1 (nothing read) when fewer are left. */
+int ms_reader_take(ms_reader *r, void *dst, size_t len);
 
 #endif

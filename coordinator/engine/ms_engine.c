@@ -198,23 +198,50 @@ int ms_engine_max_seqs(const ms_engine *e) { return ms_model_max_seqs(e->m); }
 
 static ms_eseq *seq_alloc(ms_engine *e, const int32_t *prompt, size_t n, const ms_gen_params *p);
 
+static int check_prompt(ms_engine *e, const int32_t *prompt, size_t n);
+
 ms_eseq *ms_engine_seq_new(ms_engine *e, const int32_t *prompt, size_t n, const ms_gen_params *p)
+{
+    if (check_prompt(e, prompt, n) != 0) return NULL;
+    ms_eseq *s = seq_alloc(e, prompt, n, p);
+    s->seq = ms_seq_new(e->m);
+    return s;
+}
+
+ms_eseq *ms_engine_seq_continue(ms_engine *e, ms_seq *state, const int32_t *prompt, size_t n, const ms_gen_params *p)
+{
+    if (check_prompt(e, prompt, n) != 0) {
+        ms_seq_free(state);
+        return NULL;
+    }
+    ms_eseq *s = seq_alloc(e, prompt, n, p);
+    s->seq = state;
+    return s;
+}
+
+ms_seq *ms_engine_seq_take_state(ms_eseq *s)
+{
+    ms_seq *st = s->seq;
+    s->seq = NULL;
+    s->finish = s->finish ? s->finish : "stop";
+    return st;
+}
+
+static int check_prompt(ms_engine *e, const int32_t *prompt, size_t n)
 {
     if (n == 0) {
         ms_err_set("the prompt is empty (no tokens)");
         ms_err_set_code(MS_EXIT_INPUT);
-        return NULL;
+        return -1;
     }
     for (size_t i = 0; i < n; i++)
         if (prompt[i] < 0 || prompt[i] >= e->V) {
             ms_err_set("prompt token id %d (position %zu) is outside the model's vocabulary (%lld ids)", prompt[i], i,
                        (long long)e->V);
             ms_err_set_code(MS_EXIT_INPUT);
-            return NULL;
+            return -1;
         }
-    ms_eseq *s = seq_alloc(e, prompt, n, p);
-    s->seq = ms_seq_new(e->m);
-    return s;
+    return 0;
 }
 
 /* Everything of a new sequence but its model state. */

@@ -111,6 +111,15 @@ void ms_engine_seq_free(ms_eseq *s); /* accepts NULL; any time between steps */
  * so its tokens and logits are those of a sequence made by ms_engine_seq_new with p, without
  * running the prompt again. */
 ms_eseq *ms_engine_seq_fork(const ms_eseq *s, const ms_gen_params *p);
+/* A sequence that continues a model state: state (taken; settled, e.g. from ms_seq_load or
+ * ms_engine_seq_take_state) already holds the tokens before prompt[n] (n >= 1, copied, ids
+ * checked), which it prefills and then generates from, as ms_engine_seq_new would after those
+ * tokens. NULL with ms_err set (MS_EXIT_INPUT) on a bad prompt (state then freed). */
+ms_eseq *ms_engine_seq_continue(ms_engine *e, ms_seq *state, const int32_t *prompt, size_t n, const ms_gen_params *p);
+/* The model state of a sequence between steps (settled), taken out: it holds every token fed
+ * so far (the prompt and the generated tokens but the last, which was never fed). s keeps
+ * nothing to run with: free it. */
+ms_seq *ms_engine_seq_take_state(ms_eseq *s);
 
 int ms_engine_seq_done(const ms_eseq *s);
 /* "length" (max_tokens reached), "stop" (eos), or NULL while running. */

@@ -172,6 +172,52 @@ static ms_seq *k_seq_clone(const ms_seq *base)
     return &d->base;
 }
 
+/* Saved state: per layer, the first position kept and how many (a full layer: all of them; a
+ * sliding one: the last `window`, all attention can still read), then their keys and values
+ * in position order, so that a run with another ring size (speculation) places them itself. */
+static void k_seq_save(const ms_seq *base, ms_sbuf *out)
+{
+    const go_seq *s = (const go_seq *)base;
+    const ms_gptoss_cfg *c = &go(base->m)->cfg;
+    size_t row = sizeof(float) * (size_t)c->n_kv * (size_t)c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        const go_kv *kv = &s->kv[l];
+        int64_t first = kv->ring && base->pos > c->window ? base->pos - c->window : 0, count = base->pos - first;
+        ms_sbuf_add(out, (const char *)&first, sizeof first);
+        ms_sbuf_add(out, (const char *)&count, sizeof count);
+        for (int pass = 0; pass < 2; pass++)
+            for (int64_t p = first; p < base->pos; p++) {
+                int64_t at = kv->ring ? p % kv->ring : p;
+                ms_sbuf_add(out, (const char *)((pass ? kv->v : kv->k) + at * (int64_t)(row / sizeof(float))), row);
+            }
+    }
+}
+
+static int k_seq_load(ms_seq *base, ms_reader *in)
+{
+    go_seq *s = (go_seq *)base;
+    const ms_gptoss_cfg *c = &go(base->m)->cfg;
+    int64_t width = (int64_t)c->n_kv * c->head_dim;
+    size_t row = sizeof(float) * (size_t)width;
+    for (int l = 0; l < c->n_layers; l++) {
+        go_kv *kv = &s->kv[l];
+        int64_t first, count;
+        if (ms_reader_take(in, &first, sizeof first) != 0 || ms_reader_take(in, &count, sizeof count) != 0) goto bad;
+        int64_t want = kv->ring && base->pos > c->window ? base->pos - c->window : 0;
+        if (first != want || count != base->pos - first || (size_t)count * row * 2 > in->n - in->at) goto bad;
+        if (base->pos > 0) go_kv_reserve(kv, base->pos - 1, width);
+        for (int pass = 0; pass < 2; pass++)
+            for (int64_t p = first; p < base->pos; p++) {
+                int64_t at = kv->ring ? p % kv->ring : p;
+                if (ms_reader_take(in, (pass ? kv->v : kv->k) + at * width, row) != 0) goto bad;
+            }
+    }
+    return 0;
+bad:
+    ms_err_set("the sequence state does not fit this model (layer sizes differ, or it was cut short)");
+    return -1;
+}
+
 /* Rejected rows: positions past the kept ones are never read again and are overwritten next; a
  * ring has room for a whole speculative pass, so nothing it still needs was overwritten. */
 static void k_seq_keep(ms_seq *s, int64_t keep)
@@ -196,6 +242,8 @@ static const ms_model_ops go_ops = {
     .seq_free = k_seq_free,
     .seq_keep = k_seq_keep,
     .seq_clone = k_seq_clone,
+    .seq_save = k_seq_save,
+    .seq_load = k_seq_load,
     .work_floats = k_work_floats,
     .state_bytes = k_state_bytes,
     .fixed_bytes = k_fixed_bytes,

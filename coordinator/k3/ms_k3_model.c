@@ -244,6 +244,59 @@ static ms_seq *k3_seq_clone(const ms_seq *base)
     return &d->base;
 }
 
+/* Saved state: per layer in order, an MLA layer's positions (int64) then its latents and rope
+ * keys, a KDA layer's recurrent state S and its convolutions' history. */
+static void k3_seq_save(const ms_seq *base, ms_sbuf *out)
+{
+    const k3_seq *s = (const k3_seq *)base;
+    const ms_k3_cfg *c = &k3c(base->m)->cfg;
+    size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim, H = (size_t)(c->conv_k - 1);
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->is_mla[i]) {
+            const ms_mla_cache *kc = &s->ls[i].mla;
+            ms_sbuf_add(out, (const char *)&kc->n, sizeof kc->n);
+            ms_sbuf_add(out, (const char *)kc->lat, sizeof(float) * (size_t)kc->n * (size_t)c->kv_lora);
+            if (c->qk_rope > 0) ms_sbuf_add(out, (const char *)kc->rope, sizeof(float) * (size_t)kc->n * (size_t)c->qk_rope);
+        } else {
+            const ms_kda_state *st = &s->ls[i].kda;
+            ms_sbuf_add(out, (const char *)st->S, sizeof(float) * P * (size_t)c->kda_head_dim);
+            ms_sbuf_add(out, (const char *)st->hq, sizeof(float) * P * H);
+            ms_sbuf_add(out, (const char *)st->hk, sizeof(float) * P * H);
+            ms_sbuf_add(out, (const char *)st->hv, sizeof(float) * P * H);
+        }
+    }
+}
+
+static int k3_seq_load(ms_seq *base, ms_reader *in)
+{
+    k3_seq *s = k3s(base);
+    const ms_k3_cfg *c = &k3(base->m)->cfg;
+    size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim, H = (size_t)(c->conv_k - 1);
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->is_mla[i]) {
+            ms_mla_cache *kc = &s->ls[i].mla;
+            int64_t n;
+            if (ms_reader_take(in, &n, sizeof n) != 0 || n != base->pos || (size_t)n * (size_t)c->kv_lora * 4 > in->n - in->at)
+                goto bad;
+            ms_mla_cache_reserve(kc, c, n > 0 ? n : 1);
+            if (ms_reader_take(in, kc->lat, sizeof(float) * (size_t)n * (size_t)c->kv_lora) != 0 ||
+                (c->qk_rope > 0 && ms_reader_take(in, kc->rope, sizeof(float) * (size_t)n * (size_t)c->qk_rope) != 0))
+                goto bad;
+            kc->n = n;
+        } else {
+            ms_kda_state *st = &s->ls[i].kda;
+            if (ms_reader_take(in, st->S, sizeof(float) * P * (size_t)c->kda_head_dim) != 0 ||
+                ms_reader_take(in, st->hq, sizeof(float) * P * H) != 0 || ms_reader_take(in, st->hk, sizeof(float) * P * H) != 0 ||
+                ms_reader_take(in, st->hv, sizeof(float) * P * H) != 0)
+                goto bad;
+        }
+    }
+    return 0;
+bad:
+    ms_err_set("the sequence state does not fit this model (layer sizes differ, or it was cut short)");
+    return -1;
+}
+
 /* Before a speculative pass of T rows: every KDA layer remembers its state and records. */
 static void spec_begin(k3_seq *s, int64_t T)
 {
@@ -370,6 +423,8 @@ static const ms_model_ops k3_ops = {
     .seq_free = k3_seq_free,
     .seq_keep = k3_seq_keep,
     .seq_clone = k3_seq_clone,
+    .seq_save = k3_seq_save,
+    .seq_load = k3_seq_load,
     .work_floats = k3_work_floats,
     .state_bytes = k3_state_bytes,
     .fixed_bytes = k3_fixed_bytes,

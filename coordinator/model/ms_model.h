@@ -6,6 +6,7 @@
 
 #include "ms_expert.h"
 #include "ms_plan.h"
+#include "ms_sbuf.h"
 #include "ms_pool.h"
 #include "ms_st.h"
 
@@ -143,6 +144,14 @@ int64_t ms_seq_pos(const ms_seq *s);
  * either gives the same logits bit for bit as continuing the other, the snapshot that prefix
  * reuse restores. */
 ms_seq *ms_seq_clone(const ms_seq *s);
+/* The state of settled s as bytes (appended to out: the position, then the family's states and
+ * caches, little-endian floats), and a new sequence of m from such bytes, in exactly that
+ * state: continuing it gives the logits continuing s gives, bit for bit, whatever either run's
+ * speculation or budget. load: NULL with ms_err set (MS_EXIT_INPUT) when the bytes are not a
+ * state of this model's shape (truncated, or another model's sizes). The file around them
+ * (version, model fingerprint, checksum) is ms_seqfile's. */
+void ms_seq_save(const ms_seq *s, ms_sbuf *out);
+ms_seq *ms_seq_load(ms_model *m, const void *bytes, size_t n);
 
 /* Optional observer of routing: called once per MoE layer and call with ids[T][k]. */
 typedef void (*ms_route_fn)(void *ctx, int layer, int64_t T, int k, const int32_t *ids);

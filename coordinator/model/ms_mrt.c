@@ -545,6 +545,32 @@ ms_seq *ms_seq_clone(const ms_seq *s)
     return s->m->ops->seq_clone(s);
 }
 
+void ms_seq_save(const ms_seq *s, ms_sbuf *out)
+{
+    MS_ASSERT(s->spec_rows == 0); /* a settled sequence */
+    ms_sbuf_add(out, (const char *)&s->pos, sizeof s->pos);
+    s->m->ops->seq_save(s, out);
+}
+
+ms_seq *ms_seq_load(ms_model *m, const void *bytes, size_t n)
+{
+    ms_reader r = {bytes, n, 0};
+    int64_t pos;
+    ms_seq *s = NULL;
+    if (ms_reader_take(&r, &pos, sizeof pos) != 0 || pos < 0) goto bad;
+    s = ms_seq_new(m);
+    s->pos = pos;
+    if (m->ops->seq_load(s, &r) != 0) goto fail;
+    if (r.at != r.n) goto bad;
+    return s;
+bad:
+    ms_err_set("the sequence state does not fit this model (%zu bytes, read %zu): another model's, or cut short", n, r.at);
+fail:
+    ms_err_set_code(MS_EXIT_INPUT);
+    ms_seq_free(s);
+    return NULL;
+}
+
 int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
 {
     MS_ASSERT(n >= 0 && n <= MS_MODEL_MAX_SEQS);

@@ -26,6 +26,12 @@ typedef struct {
     void (*seq_free)(ms_seq *s);
     void (*seq_keep)(ms_seq *s, int64_t keep);
     ms_seq *(*seq_clone)(const ms_seq *s);
+    /* The state of settled s (pos set) as bytes appended to out, and back into a new sequence d
+     * (from seq_new, d->pos set): what continuing needs, independent of this run's options
+     * (speculation window, capacity). load: 0, or -1 with ms_err set when the bytes do not fit
+     * the model (a size that differs), leaving d to be freed. */
+    void (*seq_save)(const ms_seq *s, ms_sbuf *out);
+    int (*seq_load)(ms_seq *d, ms_reader *in);
     /* Scratch floats of one pass of R rows asking for out_rows logits rows: the one size the
      * pass's arena and the planner use. */
     size_t (*work_floats)(const ms_model *m, int64_t R, int64_t out_rows);

@@ -176,6 +176,14 @@ int ms_t_write_file(const char *path, const char *text)
     return (fclose(f) == 0 && !bad) ? 0 : -1;
 }
 
+int ms_t_write_file_n(const char *path, const void *bytes, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int bad = fwrite(bytes, 1, n, f) != n;
+    return (fclose(f) == 0 && !bad) ? 0 : -1;
+}
+
 int ms_t_file_has(const char *path, const char *needle)
 {
     char *text = ms_t_read_file(path, NULL);

@@ -61,6 +61,8 @@ int ms_t_runf(char **out, char **err, const char *fmt, ...) __attribute__((forma
 char *ms_t_read_file(const char *path, size_t *len);
 /* Write text (NUL-terminated) to path, replacing it; 0, or -1 if it cannot be written. */
 int ms_t_write_file(const char *path, const char *text);
+/* The same for n bytes. */
+int ms_t_write_file_n(const char *path, const void *bytes, size_t n);
 /* 1 if the file exists and holds needle. */
 int ms_t_file_has(const char *path, const char *needle);
 
