@@ -16,6 +16,7 @@ static void usage(FILE *f)
           "  demo        write a small synthetic checkpoint and generate from it\n"
           "  jobs        run a JSON Lines file of jobs, batched together, resumable\n"
           "  serve       serve an OpenAI-compatible HTTP API, requests batched together\n"
+          "  chat        a conversation on the terminal that goes on from its own state (no re-prefill)\n"
           "  tokenize    text -> token ids\n"
           "  detokenize  token ids -> text\n"
           "  synth       write a random checkpoint in a family's released layout (Kimi K3, gpt-oss)\n"
@@ -52,6 +53,7 @@ static int dispatch(int argc, char **argv)
     if (!strcmp(cmd, "demo")) return ms_cli_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "jobs")) return ms_cli_jobs(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return ms_cli_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat")) return ms_cli_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return ms_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return ms_cli_detokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return ms_cli_synth(argc - 1, argv + 1);

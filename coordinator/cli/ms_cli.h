@@ -8,6 +8,7 @@
 /* Each command takes argv after the command name (argv[0] = command name) and returns a
  * process exit code (ms_err.h); it prints its own errors. */
 int ms_cli_run(int argc, char **argv);
+int ms_cli_chat(int argc, char **argv);
 int ms_cli_demo(int argc, char **argv);
 int ms_cli_jobs(int argc, char **argv);  /* ms_cli_jobs.c: a file of jobs, batched, resumable */
 int ms_cli_serve(int argc, char **argv); /* ms_cli_serve.c: the OpenAI-compatible HTTP server */

@@ -128,7 +128,8 @@ static int tool_call(pieces *p, const ms_chat_msg *m, int n, int i)
     return 0;
 }
 
-static int build(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces *p)
+/* follow = 1: the messages only (a conversation going on: no system or developer message). */
+static int build_from(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces *p, int follow)
 {
     memset(p, 0, sizeof *p);
     if (n < 1) {
@@ -159,15 +160,15 @@ static int build(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces *p)
     char *ns = NULL;
     size_t nsl = 0;
     if (tools && !(ns = ms_gptoss_tools_namespace(tools, &nsl))) return -1;
-    system_message(p, o, date, effort, tools != NULL);
+    if (!follow) system_message(p, o, date, effort, tools != NULL);
     int first = 0;
     const char *dev = "";
     size_t devl = 0;
-    if (!strcmp(m[0].role, "system") || !strcmp(m[0].role, "developer")) {
+    if (!follow && (!strcmp(m[0].role, "system") || !strcmp(m[0].role, "developer"))) {
         first = 1;
         if (m[0].content) dev = m[0].content, devl = m[0].len;
     }
-    if (devl || tools) { /* an empty instruction and no tools: no developer message, as the template */
+    if (!follow && (devl || tools)) { /* an empty instruction and no tools: no developer message, as the template */
         mark(p, "<|start|>");
         text(p, "developer");
         mark(p, "<|message|>");
@@ -239,6 +240,8 @@ static int build(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces *p)
     return 0;
 }
 
+static int build(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces *p) { return build_from(m, n, o, p, 0); }
+
 static void pieces_free(pieces *p)
 {
     free(p->buf);
@@ -260,11 +263,48 @@ int ms_gptoss_chat_render(const ms_chat_msg *msgs, int n, const ms_chat_opts *o,
     return 0;
 }
 
+static int encode_pieces(const ms_tok *t, pieces *p, int rc, int32_t **ids, size_t *n_ids);
+
 int ms_gptoss_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
                           size_t *n_ids)
 {
     pieces p;
     int rc = build(msgs, n, o, &p);
+    return encode_pieces(t, &p, rc, ids, n_ids);
+}
+
+/* After an answer: <|return|> is written <|end|> in a conversation's history (as the template
+ * writes earlier final answers), <|call|> stays, a cut answer gets its <|end|>; then the
+ * messages and the generation prompt. */
+static int follow(const ms_tok *t, int32_t last, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
+                  size_t *n_ids)
+{
+    int32_t ret = ms_tok_special_id(t, "<|return|>"), call = ms_tok_special_id(t, "<|call|>"),
+            end = ms_tok_special_id(t, "<|end|>");
+    if (end < 0) {
+        ms_err_set("the tokenizer has no <|end|>, which the harmony format needs");
+        return ms_err_set_code(MS_EXIT_INPUT);
+    }
+    pieces p;
+    int32_t *rest = NULL;
+    size_t nr = 0;
+    if (encode_pieces(t, &p, build_from(msgs, n, o, &p, 1), &rest, &nr) != 0) return -1;
+    int32_t head[2];
+    size_t k = 0;
+    if (last == ret || last == end) head[k++] = end;
+    else if (last == call) head[k++] = call;
+    else head[k++] = last, head[k++] = end;
+    *ids = ms_malloc(sizeof(int32_t) * (nr + k));
+    memcpy(*ids, head, sizeof(int32_t) * k);
+    memcpy(*ids + k, rest, sizeof(int32_t) * nr);
+    *n_ids = nr + k;
+    free(rest);
+    return 0;
+}
+
+static int encode_pieces(const ms_tok *t, pieces *pp, int rc, int32_t **ids, size_t *n_ids)
+{
+    pieces p = *pp;
     int32_t *out = NULL;
     size_t no = 0, cap = 0;
     for (int i = 0; i < p.n && rc == 0; i++) {
@@ -435,4 +475,5 @@ int ms_gptoss_chat_route(const ms_tok *t, ms_chat_stream *s, int32_t id)
                                                      : MS_CHAT_TO_NONE;
 }
 
-const ms_chatfmt ms_gptoss_chat = {"harmony", ms_gptoss_chat_encode, stops, ms_gptoss_chat_answer, ms_gptoss_chat_route};
+const ms_chatfmt ms_gptoss_chat = {"harmony", ms_gptoss_chat_encode, stops, ms_gptoss_chat_answer, ms_gptoss_chat_route,
+                                   follow};

@@ -128,4 +128,26 @@ static int stops(const ms_tok *t, int32_t *ids, int max)
     return 1;
 }
 
-const ms_chatfmt ms_k3_chat = {"kimi", encode_fmt, stops, NULL, NULL};
+/* The answer ends with <|im_end|> (generated, or added when it was cut), then the messages are
+ * rendered as encode renders them: no preamble, each message on its own. */
+static int follow(const ms_tok *t, int32_t last, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
+                  size_t *n_ids)
+{
+    int32_t end = ms_k3_chat_end_id(t), *rest = NULL;
+    size_t nr = 0;
+    if (end < 0) {
+        ms_err_set("the tokenizer has no <|im_end|>, which the kimi chat format needs");
+        return ms_err_set_code(MS_EXIT_INPUT);
+    }
+    if (encode_fmt(t, msgs, n, o, &rest, &nr) != 0) return -1;
+    size_t k = last == end ? 1 : 2;
+    *ids = ms_malloc(sizeof(int32_t) * (nr + k));
+    if (k == 2) (*ids)[0] = last;
+    (*ids)[k - 1] = end;
+    memcpy(*ids + k, rest, sizeof(int32_t) * nr);
+    *n_ids = nr + k;
+    free(rest);
+    return 0;
+}
+
+const ms_chatfmt ms_k3_chat = {"kimi", encode_fmt, stops, NULL, NULL, follow};

@@ -95,6 +95,12 @@ typedef struct {
      * message, which answer takes whole as content) the caller sends when the generation ends:
      * when nothing was routed to the content, answer's content is. NULL: everything is content. */
     int (*route)(const ms_tok *t, ms_chat_stream *s, int32_t id);
+    /* A conversation going on from its own tokens (moestream chat): the ids to feed after an
+     * answer whose last generated id `last` was not fed (a stop id, or any id when the answer
+     * was cut): what closes that answer in this format, then msgs[n] (user turns), then the
+     * generation prompt. *ids malloc'ed; 0, or -1 with ms_err set (MS_EXIT_INPUT). */
+    int (*follow)(const ms_tok *t, int32_t last, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
+                  size_t *n_ids);
 } ms_chatfmt;
 
 #define MS_CHAT_MAX_STOPS 4

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""chat_pty.py: `moestream chat` on a pseudo-terminal, as a person uses it: the prompt, an answer
+streamed as it is generated, Ctrl-C stopping it without leaving (the conversation goes on, /stats
+counts the stopped answer), a message over two lines (a trailing backslash), Ctrl-D leaving with
+exit 0. The model is the sparse `small` synthetic checkpoint: zero weights, so every answer runs to
+--max-tokens (long enough to be stopped).
+usage: chat_pty.py MOESTREAM"""
+import os
+import pty
+import re
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ms = sys.argv[1]
+tmp = tempfile.mkdtemp(prefix="moestream-chat-pty-")
+failed = 0
+
+
+def check(ok, what):
+    global failed
+    print(("ok   " if ok else "FAIL ") + what)
+    failed += not ok
+
+
+def read_until(fd, pattern, limit, buf):
+    """Read the terminal until pattern (a regex over everything read so far) matches or limit s."""
+    end = time.time() + limit
+    while time.time() < end:
+        if re.search(pattern, buf[0], re.S):
+            return True
+        r, _, _ = select.select([fd], [], [], 0.1)
+        if r:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                return bool(re.search(pattern, buf[0], re.S))
+            if not data:
+                break
+            buf[0] += data.decode("utf-8", errors="replace")
+    return bool(re.search(pattern, buf[0], re.S))
+
+
+def send(fd, data):
+    """Type at a prompt just shown: libedit sets up the terminal as it shows it, and input typed
+    before may be flushed, so wait a moment first, as a person does."""
+    time.sleep(0.3)
+    os.write(fd, data)
+
+
+try:
+    model = os.path.join(tmp, "small")
+    subprocess.run([ms, "synth", "--out", model, "--preset", "small", "--sparse"], check=True, capture_output=True)
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(ms, [ms, "chat", "--model", model, "--max-tokens", "100000", "--max-context", "150000", "--quiet"])
+    buf = [""]
+    check(read_until(fd, r"> $", 60, buf), "the prompt shows")
+    send(fd, b"Hello\r")
+    mark = len(buf[0])
+    # the answer streams: bytes arrive while it is being generated (it would take minutes whole)
+    t0 = time.time()
+    streamed = read_until(fd, r"Hello\r?\n.{40}", 30, buf)
+    check(streamed and time.time() - t0 < 25, "the answer streams as it is generated")
+    os.write(fd, b"\x03")
+    check(read_until(fd, r"\[stopped\]\r?\n> $", 30, buf), "Ctrl-C stops the answer, and the prompt comes back")
+    send(fd, b"/stats\r")
+    check(read_until(fd, r"tokens in the context.*\n> $", 30, buf), "/stats after the stop: the session goes on")
+    m = re.search(r"(\d+) generated", buf[0])
+    check(m is not None and 0 < int(m.group(1)) < 100000, "the stopped answer kept what it said (%s tokens)" % (m.group(1) if m else "?"))
+    send(fd, b"line one\\\r")
+    check(read_until(fd, r"\.\.\. $", 20, buf), "a trailing backslash asks for more (the ... prompt)")
+    send(fd, b"line two\r")
+    time.sleep(0.5)
+    os.write(fd, b"\x03")
+    check(read_until(fd, r"\[stopped\]\r?\n> $", 30, buf), "the two-line message is answered, and stopped again")
+    send(fd, b"\x04")
+    end = time.time() + 20
+    status, again = None, False
+    while time.time() < end:
+        p, st = os.waitpid(pid, os.WNOHANG)
+        if p:
+            status = st
+            break
+        read_until(fd, r"$^", 0.2, buf)
+        if time.time() > end - 15 and not again:
+            again = True
+            os.write(fd, b"\x04")  # pressed again, as a person would if the first was lost
+    check(status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0,
+          "Ctrl-D leaves with exit 0 (status %s)" % (None if status is None else
+                                                       os.WEXITSTATUS(status) if os.WIFEXITED(status) else "signal %d" % os.WTERMSIG(status)))
+    if failed:
+        print("--- the terminal showed:\n" + buf[0][-3000:])
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+sys.exit(1 if failed else 0)
