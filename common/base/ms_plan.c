@@ -23,16 +23,16 @@ uint64_t ms_plan_default_budget(int percent)
 static uint64_t fixed_for(const ms_plan_in *in, int64_t chunk, uint64_t margin)
 {
     return in->baseline + in->state + in->work_fixed + in->work_per_token * (uint64_t)chunk + in->expert_fixed +
-           margin;
+           in->state_cache + margin;
 }
 
 /* The refusal: every fixed cost that is not zero, then the minimum budget. */
 static void refuse(const ms_plan_in *in, int64_t chunk, uint64_t margin, uint64_t ring, uint64_t need)
 {
     const char *what[] = {"baseline",    "sequence state", "work buffers", "expert read buffers",
-                          "minimum expert cache", "trunk ring",     "slack"};
+                          "minimum expert cache", "trunk ring",     "prefix cache", "slack"};
     uint64_t v[] = {in->baseline,     in->state, in->work_fixed + in->work_per_token * (uint64_t)chunk,
-                    in->expert_fixed, in->min_cache, ring, margin};
+                    in->expert_fixed, in->min_cache, ring, in->state_cache, margin};
     char costs[512], a[32], b[32];
     size_t at = 0;
     costs[0] = 0;
@@ -114,14 +114,15 @@ uint64_t ms_plan_local_budget(const ms_plan *p, int n)
 
 void ms_plan_log(const ms_plan *p)
 {
-    char a[32], b[32], c[32], d[32], e[32], g[32], h[32];
+    char a[32], b[32], c[32], d[32], e[32], g[32], h[32], i[32];
     ms_log(1,
            "plan: budget %s: fixed %s (baseline %s, sequence state %s, work %s for %lld-token prefill chunks, "
-           "expert read buffers %s, slack %s)",
+           "expert read buffers %s, slack %s%s%s)",
            ms_size_fmt(p->in.budget, a, sizeof a), ms_size_fmt(p->fixed, b, sizeof b),
            ms_size_fmt(p->in.baseline, c, sizeof c), ms_size_fmt(p->in.state, d, sizeof d),
            ms_size_fmt(p->in.work_fixed + p->in.work_per_token * (uint64_t)p->chunk, e, sizeof e), (long long)p->chunk,
-           ms_size_fmt(p->in.expert_fixed, g, sizeof g), ms_size_fmt(p->margin, h, sizeof h));
+           ms_size_fmt(p->in.expert_fixed, g, sizeof g), ms_size_fmt(p->margin, h, sizeof h),
+           p->in.state_cache ? ", prefix cache " : "", p->in.state_cache ? ms_size_fmt(p->in.state_cache, i, sizeof i) : "");
     ms_log(1, "plan: trunk %d of %d matrices pinned (%s), %s streamed%s%s", p->n_pinned, p->in.n_trunk,
            ms_size_fmt(p->pinned_bytes, a, sizeof a), ms_size_fmt(p->streamed_bytes, b, sizeof b),
            p->streaming ? " through a ring of " : "", p->streaming ? ms_size_fmt(p->in.ring, c, sizeof c) : "");
@@ -131,7 +132,7 @@ void ms_plan_log(const ms_plan *p)
 
 json_t *ms_plan_json(const ms_plan *p)
 {
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:I,s:I,s:b,s:I,s:I,s:I}", "budget_bytes",
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:I,s:I,s:b,s:I,s:I,s:I,s:I}", "budget_bytes",
                      (json_int_t)p->in.budget, "fixed_bytes", (json_int_t)p->fixed, "baseline_bytes",
                      (json_int_t)p->in.baseline, "state_bytes", (json_int_t)p->in.state, "work_bytes",
                      (json_int_t)(p->in.work_fixed + p->in.work_per_token * (uint64_t)p->chunk),
@@ -140,5 +141,6 @@ json_t *ms_plan_json(const ms_plan *p)
                      "trunk_matrices", p->in.n_trunk, "trunk_pinned_bytes", (json_int_t)p->pinned_bytes,
                      "trunk_streamed_bytes", (json_int_t)p->streamed_bytes, "streaming", p->streaming,
                      "ring_bytes", (json_int_t)(p->streaming ? p->in.ring : 0), "expert_cache_bytes",
-                     (json_int_t)p->cache, "expert_cache_slots", (json_int_t)p->cache_slots);
+                     (json_int_t)p->cache, "expert_cache_slots", (json_int_t)p->cache_slots, "prefix_cache_bytes",
+                     (json_int_t)p->in.state_cache);
 }

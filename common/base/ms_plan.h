@@ -24,6 +24,7 @@ typedef struct {
     const uint64_t *trunk;     /* [n_trunk] bytes of each trunk matrix, in forward order */
     int n_trunk;
     uint64_t ring;             /* trunk ring buffers, needed when any trunk matrix streams */
+    uint64_t state_cache;      /* saved sequence states kept in RAM (a prefix cache), 0: none */
 } ms_plan_in;
 
 /* The plan. */
@@ -31,7 +32,7 @@ typedef struct {
     ms_plan_in in;             /* copy of the inputs (trunk pointer borrowed) */
     int64_t chunk;             /* prefill chunk in tokens */
     uint64_t margin;           /* slack for the allocator, thread stacks, small buffers (ms_plan_slack) */
-    uint64_t fixed;            /* baseline + state + work + expert_fixed + margin (+ ring if streaming) */
+    uint64_t fixed;            /* baseline + state + work + expert_fixed + state_cache + margin (+ ring if streaming) */
     int n_pinned;              /* the first n_pinned trunk matrices stay resident */
     uint64_t pinned_bytes, streamed_bytes;
     int streaming;             /* 1 if the ring is used */

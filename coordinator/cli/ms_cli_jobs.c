@@ -16,6 +16,7 @@
 #include "ms_families.h"
 #include "ms_cli.h"
 #include "ms_cli_eopt.h"
+#include "ms_cli_pcache.h"
 #include "ms_engine.h"
 #include "ms_err.h"
 #include "ms_jobfile.h"
@@ -35,6 +36,7 @@ typedef struct {
     long long max_batch, max_context;
     const char *date;           /* --date: chat prompts carry this date (harmony) */
     int resume, json_progress;
+    ms_cli_pcopts pc;           /* the prefix cache */
 } jobs_opts;
 
 static void jobs_usage(FILE *f)
@@ -46,6 +48,7 @@ static void jobs_usage(FILE *f)
           "                      [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                      [--curve-secret FILE] [--insecure] [--worker-timeout SEC] [--dump-logits DIR]\n"
           "                      [--speculate auto|off|N] [--draft-file PATH]\n"
+          "                      " MS_CLI_PC_USAGE "\n"
           "\n"
           "Runs every job of FILE (JSON Lines, OpenAI Batch API shape; - reads standard input) and appends\n"
           "one result line per job to the output (- writes them to standard output), in completion order. A line is\n"
@@ -68,6 +71,9 @@ static void jobs_usage(FILE *f)
           "\"error\", \"message\", \"exit_code\"}) and the summary ({\"summary\": ...}). --dump-logits DIR writes each job's\n"
           "logits rows to DIR/line-N.f32 as `run --dump-logits` does (tests). Other options as for run;\n"
           "each job speculates on its own (--speculate, --draft-file: every job drafts the file's ids).\n"
+          MS_CLI_PC_HELP
+          "With it, the longest beginnings that jobs share (16 tokens or more: a system prompt) are prefilled once,\n"
+          "before the jobs, and every job starts from them.\n"
           "Ctrl-C or SIGTERM finishes the current step, keeps every finished result and exits 130.\n"
           "Exit 0 when every line was answered (error lines included).\n",
           f);
@@ -409,6 +415,7 @@ static int open_engine(const jobs_opts *o, int todo, int64_t longest, int64_t ma
     eo.run.all_logits = o->dump != NULL;
     eo.run.prompt_tokens = max_prompt;
     eo.run.max_positions = longest;
+    eo.run.state_cache = o->pc.ram;
     int cap_batch = todo < MS_MODEL_MAX_SEQS ? todo : MS_MODEL_MAX_SEQS;
     if (o->max_batch > 0)
         eo.max_seqs = (int)(o->max_batch < cap_batch ? o->max_batch : cap_batch);
@@ -418,6 +425,71 @@ static int open_engine(const jobs_opts *o, int todo, int64_t longest, int64_t ma
     else if (o->json_progress && !o->e.quiet && ms_model_plan(ms_engine_model(e)))
         json_line(json_pack("{s:o}", "plan", ms_plan_json(ms_model_plan(ms_engine_model(e)))));
     *out = e;
+    return rc;
+}
+
+/* Jobs whose prompts begin alike (a shared system prompt): each longest prefix two of them share
+ * (16 tokens or more) is prefilled once, before the jobs run, into the prefix cache, so that
+ * they all start from it (shorter prefixes first: a longer one starts from a shorter's state). */
+static const ms_jobspec *sort_specs;
+static int by_prompt(const void *a, const void *b)
+{
+    const ms_jobspec *x = &sort_specs[*(const int *)a], *y = &sort_specs[*(const int *)b];
+    size_t n = x->n_prompt < y->n_prompt ? x->n_prompt : y->n_prompt;
+    for (size_t i = 0; i < n; i++)
+        if (x->prompt[i] != y->prompt[i]) return x->prompt[i] < y->prompt[i] ? -1 : 1;
+    return (x->n_prompt > y->n_prompt) - (x->n_prompt < y->n_prompt);
+}
+
+typedef struct {
+    const int32_t *ids;
+    size_t n;
+} prefix;
+static int by_len(const void *a, const void *b)
+{
+    const prefix *x = a, *y = b;
+    return (x->n > y->n) - (x->n < y->n);
+}
+
+static int warm_shared(ms_engine *e, ms_pcache *pc, const ms_jobspec *specs, int n_specs)
+{
+    int *ix = ms_malloc(sizeof(int) * (size_t)(n_specs + 1)), n = 0;
+    for (int i = 0; i < n_specs; i++)
+        if (specs[i].line >= 0 && !specs[i].err_code) ix[n++] = i;
+    sort_specs = specs;
+    qsort(ix, (size_t)n, sizeof *ix, by_prompt);
+    prefix *pf = ms_malloc(sizeof *pf * (size_t)(n + 1));
+    int np = 0;
+    for (int k = 0; k + 1 < n; k++) {
+        const ms_jobspec *a = &specs[ix[k]], *b = &specs[ix[k + 1]];
+        size_t l = 0, m = a->n_prompt < b->n_prompt ? a->n_prompt : b->n_prompt;
+        while (l < m && a->prompt[l] == b->prompt[l]) l++;
+        if (l == m) l--; /* a prompt that is all of another: its last token still runs */
+        if (l >= 16 && !(np && pf[np - 1].n == l && !memcmp(pf[np - 1].ids, a->prompt, sizeof(int32_t) * l)))
+            pf[np++] = (prefix){a->prompt, l};
+    }
+    qsort(pf, (size_t)np, sizeof *pf, by_len);
+    int rc = 0;
+    for (int k = 0; k < np && rc == 0; k++) {
+        size_t have = 0;
+        ms_seq *st = ms_pcache_take(pc, pf[k].ids, pf[k].n, &have);
+        ms_gen_params p = {0};
+        p.max_tokens = 1;
+        ms_eseq *q = st ? ms_engine_seq_continue(e, st, pf[k].ids + have, pf[k].n - have, &p)
+                        : ms_engine_seq_new(e, pf[k].ids, pf[k].n, &p);
+        while (q && !ms_engine_seq_done(q) && rc == 0)
+            if (ms_engine_step(e, &q, 1) != 0) rc = ms_cli_fail_err("jobs");
+        if (q && rc == 0) {
+            ms_seq *full = ms_engine_seq_take_state(q);
+            ms_pcache_put(pc, pf[k].ids, pf[k].n, full);
+            ms_seq_free(full);
+        }
+        if (!q) rc = ms_cli_fail_err("jobs");
+        ms_engine_seq_free(q);
+    }
+    if (np) ms_log(1, "jobs: %d shared prompt beginnings prefilled once, into the prefix cache", np);
+    free(pf);
+    free(ix);
     return rc;
 }
 
@@ -431,6 +503,7 @@ static int jobs_main(const jobs_opts *o)
     ms_tok *tok = NULL;
     ms_engine *e = NULL;
     ms_sched *s = NULL;
+    ms_pcache *pc = NULL;
     jobs_run run = {.o = o, .fd = -1};
     /* Everything is read and checked before the model opens: the plan needs the longest job. */
     const ms_family *fam = ms_families_detect(o->e.model);
@@ -513,6 +586,18 @@ static int jobs_main(const jobs_opts *o)
     int batch = ms_engine_max_seqs(e);
     ms_log(1, "jobs: %d jobs to run, up to %d together", todo, batch);
     s = ms_sched_new(e, batch, on_done, &run);
+    {
+        int pcode = 0;
+        pc = ms_cli_pc_open(&o->pc, e, o->e.model, cmd, &pcode);
+        if (pcode) {
+            rc = pcode;
+            goto out;
+        }
+        if (pc) {
+            ms_sched_set_pcache(s, pc, 256);
+            if ((rc = warm_shared(e, pc, specs, n_specs)) != 0) goto out;
+        }
+    }
     int32_t stops[MS_CHAT_MAX_STOPS];
     int n_stops = ms_engine_tok(e) && fam->chat ? fam->chat->stop_ids(ms_engine_tok(e), stops, MS_CHAT_MAX_STOPS) : 0;
     for (int i = 0; i < n_specs; i++) {
@@ -557,14 +642,28 @@ finish:
     if (!o->e.quiet && o->json_progress) {
         ms_engine_stats es;
         if (e) ms_engine_get_stats(e, &es);
-        json_line(json_pack("{s:{s:I,s:s,s:I,s:i,s:I,s:I}}", "summary", "answered", (json_int_t)run.answered, "output",
-                            o->output, "errors", (json_int_t)run.errors, "skipped", skipped, "draft_tokens",
-                            (json_int_t)(e ? es.drafted : 0), "accepted_draft_tokens", (json_int_t)(e ? es.accepted : 0)));
+        json_t *sum = json_pack("{s:I,s:s,s:I,s:i,s:I,s:I}", "answered", (json_int_t)run.answered, "output",
+                                o->output, "errors", (json_int_t)run.errors, "skipped", skipped, "draft_tokens",
+                                (json_int_t)(e ? es.drafted : 0), "accepted_draft_tokens", (json_int_t)(e ? es.accepted : 0));
+        if (pc) {
+            ms_pcache_stats ps;
+            ms_pcache_get_stats(pc, &ps);
+            json_object_set_new(sum, "prefix_cache", json_pack("{s:I,s:I,s:I,s:I}", "lookups", (json_int_t)ps.lookups, "hits",
+                                                               (json_int_t)ps.hits, "tokens_reused",
+                                                               (json_int_t)ps.tokens_reused, "state_bytes_restored",
+                                                               (json_int_t)ps.bytes_restored));
+        }
+        json_line(json_pack("{s:o}", "summary", sum));
     } else if (!o->e.quiet) {
         fprintf(stderr, "moestream jobs: %llu lines answered in %s (%llu with errors), %d skipped as already there\n",
                 (unsigned long long)run.answered, o->output, (unsigned long long)run.errors, skipped);
         ms_engine_stats es;
         if (e) ms_engine_get_stats(e, &es);
+        if (pc) {
+            char line[512];
+            ms_cli_pc_summary(pc, line, sizeof line);
+            fprintf(stderr, "moestream jobs: %s\n", line);
+        }
         if (e && es.drafted)
             fprintf(stderr,
                     "moestream jobs: speculation: %llu draft tokens, %llu accepted, %.2f tokens per decoding pass\n",
@@ -578,6 +677,7 @@ out:
         if (bad && rc == MS_EXIT_OK) rc = ms_cli_fail(cmd, MS_EXIT_IO, "cannot write %s: %s", o->output, strerror(errno));
     }
     ms_sched_free(s);
+    ms_pcache_free(pc);
     ms_engine_free(e);
     for (int i = 0; i < n_specs; i++) ms_jobspec_clear(&specs[i]);
     free(specs);
@@ -604,6 +704,7 @@ int ms_cli_jobs(int argc, char **argv)
         {"json-progress", no_argument, 0, 'J'},
         {"dump-logits", required_argument, 0, 'd'},
         {"help", no_argument, 0, 'h'},
+        MS_CLI_PC_OPTIONS,
     };
     enum { N_OWN = sizeof own / sizeof own[0] };
     struct option opts[N_OWN + MS_CLI_EOPT_COUNT + 1];
@@ -631,7 +732,10 @@ int ms_cli_jobs(int argc, char **argv)
             break;
         case 'h': jobs_usage(stdout); return MS_EXIT_OK;
         default: {
-            int code = MS_EXIT_USAGE, took = ms_cli_eopt_take(&o.e, cmd, c, optarg, &code);
+            int code = MS_EXIT_USAGE, pt = ms_cli_pc_take(&o.pc, cmd, c, optarg, &code);
+            if (pt > 0) break;
+            if (pt < 0) return code;
+            int took = ms_cli_eopt_take(&o.e, cmd, c, optarg, &code);
             if (took > 0) break;
             if (took == 0) jobs_usage(stderr);
             return code;

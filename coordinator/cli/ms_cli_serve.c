@@ -11,6 +11,7 @@
 #include "ms_cli.h"
 #include "ms_clock.h"
 #include "ms_cli_eopt.h"
+#include "ms_cli_pcache.h"
 #include "ms_engine.h"
 #include "ms_err.h"
 #include "ms_opt.h"
@@ -27,6 +28,7 @@ typedef struct {
     long long max_batch, max_queue, max_context, max_connections, max_per_ip;
     uint64_t max_body;
     float request_timeout, read_timeout;
+    ms_cli_pcopts pc;           /* the prefix cache */
 } serve_opts;
 
 static void serve_usage(FILE *f)
@@ -40,6 +42,7 @@ static void serve_usage(FILE *f)
           "                       [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                       [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "                       [--speculate auto|off|N] [--draft-file PATH]\n"
+          "                       " MS_CLI_PC_USAGE "\n"
           "\n"
           "Serves an OpenAI-compatible HTTP API (see docs/API.md): POST /v1/completions and\n"
           "/v1/chat/completions (\"stream\": true for Server-Sent Events), GET /v1/models, /health and\n"
@@ -65,7 +68,8 @@ static void serve_usage(FILE *f)
           "  --cors ORIGINS         let browser pages from these origins call the API: '*' or a comma-separated\n"
           "                         list (https://app.example,http://localhost:5173); answers OPTIONS preflights\n"
           "  --insecure             also allows plain tcp to workers listed without a key\n"
-          "Each request speculates on its own.\n" MS_CLI_EOPT_SPEC_HELP
+          "Each request speculates on its own.\n" MS_CLI_EOPT_SPEC_HELP MS_CLI_PC_HELP
+          "A chat that goes on from an earlier request then prefills only what is new.\n"
           "Other options as for run. SIGTERM or Ctrl-C drains: /health says 503 draining, new requests get\n"
           "503, the requests already taken finish, and serve exits 0; a second one cancels them at the next\n"
           "step and exits 130. Access log lines go to stderr (no prompt text).\n",
@@ -112,6 +116,7 @@ static int serve_main(const serve_opts *o)
     ms_engine *e = NULL;
     ms_smetrics *m = NULL;
     ms_sengine *s = NULL;
+    ms_pcache *pc = NULL;
     ms_shttp *h = NULL;
     if (!ms_shttp_is_loopback(o->listen)) {
         if (ms_err_code() == MS_EXIT_USAGE) return ms_cli_fail_err(cmd);
@@ -135,6 +140,7 @@ static int serve_main(const serve_opts *o)
     ms_cli_eopt_engine(&o->e, &eo);
     eo.run.prompt_tokens = o->max_context;
     eo.run.max_positions = o->max_context + 1;
+    eo.run.state_cache = o->pc.ram;
     if (o->max_batch > 0)
         eo.max_seqs = (int)o->max_batch;
     else
@@ -149,7 +155,15 @@ static int serve_main(const serve_opts *o)
     }
     int batch = ms_engine_max_seqs(e);
     m = ms_smetrics_new();
-    if (!(s = ms_sengine_start(e, batch, (int)o->max_queue, m))) {
+    {
+        int pcode = 0;
+        pc = ms_cli_pc_open(&o->pc, e, o->e.model, cmd, &pcode);
+        if (pcode) {
+            rc = pcode;
+            goto out;
+        }
+    }
+    if (!(s = ms_sengine_start(e, batch, (int)o->max_queue, m, pc))) {
         rc = ms_cli_fail_err(cmd);
         goto out;
     }
@@ -228,6 +242,7 @@ static int serve_main(const serve_opts *o)
 out:
     ms_shttp_stop(h);
     ms_sengine_free(s);
+    ms_pcache_free(pc);
     ms_smetrics_free(m);
     ms_engine_free(e);
     ms_tok_free(tok);
@@ -252,6 +267,7 @@ int ms_cli_serve(int argc, char **argv)
         {"max-connections-per-ip", required_argument, 0, 0x6d70},
         {"cors", required_argument, 0, 0x636f},
         {"help", no_argument, 0, 'h'},
+        MS_CLI_PC_OPTIONS,
     };
     enum { N_OWN = sizeof own / sizeof own[0] };
     struct option opts[N_OWN + MS_CLI_EOPT_COUNT + 1];
@@ -300,7 +316,10 @@ int ms_cli_serve(int argc, char **argv)
             break;
         case 'h': serve_usage(stdout); return MS_EXIT_OK;
         default: {
-            int code = MS_EXIT_USAGE, took = ms_cli_eopt_take(&o.e, cmd, c, optarg, &code);
+            int code = MS_EXIT_USAGE, pt = ms_cli_pc_take(&o.pc, cmd, c, optarg, &code);
+            if (pt > 0) break;
+            if (pt < 0) return code;
+            int took = ms_cli_eopt_take(&o.e, cmd, c, optarg, &code);
             if (took > 0) break;
             if (took == 0) serve_usage(stderr);
             return code;

@@ -227,6 +227,8 @@ ms_seq *ms_engine_seq_take_state(ms_eseq *s)
     return st;
 }
 
+const ms_seq *ms_engine_seq_state(const ms_eseq *s) { return s->seq; }
+
 static int check_prompt(ms_engine *e, const int32_t *prompt, size_t n)
 {
     if (n == 0) {

@@ -120,6 +120,8 @@ ms_eseq *ms_engine_seq_continue(ms_engine *e, ms_seq *state, const int32_t *prom
  * so far (the prompt and the generated tokens but the last, which was never fed). s keeps
  * nothing to run with: free it. */
 ms_seq *ms_engine_seq_take_state(ms_eseq *s);
+/* The model state of a sequence between steps (borrowed; settled while it prefills). */
+const ms_seq *ms_engine_seq_state(const ms_eseq *s);
 
 int ms_engine_seq_done(const ms_eseq *s);
 /* "length" (max_tokens reached), "stop" (eos), or NULL while running. */

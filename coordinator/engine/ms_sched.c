@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_pcache.h"
 #include "ms_sched.h"
 
 typedef struct sjob {
@@ -21,6 +22,8 @@ typedef struct sjob {
     size_t sent_tokens, sent_bytes; /* stream: what the deltas carried so far (kept over a re-run,
                                        which gives the same tokens) */
     int choice;                  /* of the job's choices; a job not yet forked has j.n_choices > 1 */
+    size_t skip;                 /* prompt tokens restored from the prefix cache (not prefilled) */
+    size_t kept;                 /* prompt tokens whose state went into the prefix cache */
 } sjob;
 
 /* A FIFO of jobs. */
@@ -35,6 +38,8 @@ struct ms_sched {
     ms_sched_done_fn done;
     ms_sched_stream_fn stream;
     ms_sched_admit_fn on_admit;
+    ms_pcache *pc;
+    size_t pc_every;
     void *ctx;
     int64_t V;
     fifo wait;                   /* not started */
@@ -146,6 +151,11 @@ void ms_sched_job_clear(ms_sched_job *j)
 
 void ms_sched_set_stream(ms_sched *s, ms_sched_stream_fn fn) { s->stream = fn; }
 void ms_sched_set_admit(ms_sched *s, ms_sched_admit_fn fn) { s->on_admit = fn; }
+void ms_sched_set_pcache(ms_sched *s, ms_pcache *c, size_t every)
+{
+    s->pc = c;
+    s->pc_every = every;
+}
 
 /* Remove j from f if there; 1 if it was. */
 static int fifo_remove(fifo *f, const void *user)
@@ -315,7 +325,12 @@ static int admit(ms_sched *s, sjob *j)
 {
     ms_gen_params p;
     params_of(j, &p);
-    j->seq = ms_engine_seq_new(s->e, j->j.prompt, j->j.n_prompt, &p);
+    ms_seq *st = NULL;
+    j->skip = j->kept = 0;
+    if (s->pc && !j->j.keep_logits) st = ms_pcache_take(s->pc, j->j.prompt, j->j.n_prompt, &j->skip);
+    if (st) j->kept = j->skip;
+    j->seq = st ? ms_engine_seq_continue(s->e, st, j->j.prompt + j->skip, j->j.n_prompt - j->skip, &p)
+                : ms_engine_seq_new(s->e, j->j.prompt, j->j.n_prompt, &p);
     if (j->seq) {
         s->run[s->n_run++] = j;
         if (s->on_admit && !j->alone) s->on_admit(s->ctx, j->j.user);
@@ -446,6 +461,18 @@ int ms_sched_step(ms_sched *s)
     if (ms_engine_step(s->e, seqs, s->n_run) != 0) {
         if (ms_err_code() != MS_EXIT_WORKER) return -1;
         return isolate(s);
+    }
+    /* Prompts' states into the prefix cache, as they are prefilled: at every pc_every tokens and
+     * at the prompt's end (the state then holds exactly the prompt: its first token is not fed). */
+    for (int i = 0; s->pc && i < s->n_run; i++) {
+        sjob *j = s->run[i];
+        if (j->j.keep_logits) continue;
+        size_t fed = j->skip + ms_engine_seq_prefilled(j->seq);
+        int end = fed == j->j.n_prompt, mark = s->pc_every && fed >= j->kept + s->pc_every;
+        if (fed > j->kept && (end || mark)) {
+            ms_pcache_put(s->pc, j->j.prompt, fed, ms_engine_seq_state(j->seq));
+            j->kept = fed;
+        }
     }
     /* Choices fork from a prompt that has just run; then report the finished jobs in batch
      * order; the rest keep their order. */

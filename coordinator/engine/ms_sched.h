@@ -87,6 +87,12 @@ void ms_sched_free(ms_sched *s); /* frees jobs not finished; accepts NULL */
 
 /* The callback of jobs added with stream = 1 (called with the done callback's ctx). */
 void ms_sched_set_stream(ms_sched *s, ms_sched_stream_fn fn);
+/* A prefix cache (borrowed; NULL: none): a job starts from the state of the longest cached
+ * prefix of its prompt (its tokens and logits are the same: the state is bit for bit the one a
+ * prefill leaves), and the states of prompts are kept as they are prefilled: at every `every`
+ * tokens (0: not) and at each prompt's end. Jobs that keep their logits rows do not use it. */
+struct ms_pcache;
+void ms_sched_set_pcache(ms_sched *s, struct ms_pcache *c, size_t every);
 /* Called (with the done callback's ctx) when a job's prompt starts to run: it left the queue. */
 typedef void (*ms_sched_admit_fn)(void *ctx, void *user);
 void ms_sched_set_admit(ms_sched *s, ms_sched_admit_fn fn);

@@ -167,3 +167,42 @@ out:
     free(b);
     return rc;
 }
+
+int ms_seqfile_peek(const char *path, ms_seqfile_info *info)
+{
+    memset(info, 0, sizeof *info);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ms_err_set("cannot open the state file %s: %s", path, strerror(errno));
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    char head[16];
+    uint32_t ver, hl;
+    char *h = NULL;
+    json_t *j = NULL;
+    int rc = -1;
+    if (fread(head, 1, 16, f) != 16 || memcmp(head, MAGIC, 8)) goto bad;
+    memcpy(&ver, head + 8, 4);
+    memcpy(&hl, head + 12, 4);
+    if (ver != MS_SEQFILE_VERSION || hl > (1u << 30)) goto bad;
+    h = ms_malloc(hl + 1);
+    if (fread(h, 1, hl, f) != hl || !(j = json_loadb(h, hl, 0, NULL))) goto bad;
+    const char *fam = json_string_value(json_object_get(j, "family"));
+    const char *fp = json_string_value(json_object_get(j, "fingerprint"));
+    if (!fam || !fp || strlen(fam) >= sizeof info->family || strlen(fp) != 16 ||
+        ids_of(json_object_get(j, "tokens"), &info->tokens, &info->n_tokens) != 0 ||
+        ids_of(json_object_get(j, "pending"), &info->pending, &info->n_pending) != 0)
+        goto bad;
+    snprintf(info->family, sizeof info->family, "%s", fam);
+    snprintf(info->fingerprint, sizeof info->fingerprint, "%s", fp);
+    rc = 0;
+    goto out;
+bad:
+    ms_seqfile_info_clear(info);
+    refuse(path, "its header is not readable%s%s", "", "");
+out:
+    json_decref(j);
+    free(h);
+    fclose(f);
+    return rc;
+}

@@ -34,4 +34,9 @@ int ms_seqfile_write(const char *path, const ms_seqfile_info *info, const ms_seq
 int ms_seqfile_read(const char *path, ms_model *m, const char *family, const char *fingerprint, ms_seqfile_info *info,
                     ms_seq **s);
 
+/* The header of path alone (family, fingerprint, tokens, pending; the state is not read nor
+ * checked: ms_seqfile_read does that). 0, or -1 with ms_err set. For indexing a directory of
+ * states. */
+int ms_seqfile_peek(const char *path, ms_seqfile_info *info);
+
 #endif

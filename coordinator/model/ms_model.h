@@ -90,6 +90,8 @@ typedef struct {
     int plan_only;           /* 1: open, bind and plan (ms_model_plan), then stop: nothing is read
                                 or reserved for passes, so the model cannot run a forward pass
                                 (what a budget would do, e.g. one larger than this machine's RAM) */
+    uint64_t state_cache;    /* bytes of saved sequence states kept in RAM (a prefix cache): the
+                                plan reserves them among the fixed costs; 0: none */
     const char *trunk_pack;  /* directory of a trunk pack (moestream pack-trunk) to stream the
                                 trunk from; NULL: <model dir>.trunk-pack when it exists; "none":
                                 never. A pack of another model or with a corrupt block is refused

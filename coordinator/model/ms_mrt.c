@@ -275,6 +275,7 @@ int ms_mrt_setup(ms_model *m)
     in.trunk = sizes;
     in.n_trunk = ns;
     in.ring = ms_wstream_ring_bytes(items, ns, chunk_bytes, RING_SLOTS);
+    in.state_cache = m->opts.state_cache;
     int rc = -1;
     if (plan_window(m, &in) != 0) goto out;
     m->plan.in.trunk = NULL; /* sizes is freed below */

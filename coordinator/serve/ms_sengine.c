@@ -9,6 +9,7 @@
 
 #include "ms_clock.h"
 #include "ms_err.h"
+#include "ms_pcache.h"
 #include "ms_sengine.h"
 
 /* What one choice of a request got and the HTTP side has not taken yet. */
@@ -42,6 +43,7 @@ struct ms_sreqh {
 struct ms_sengine {
     ms_engine *e;
     ms_sched *sched;
+    ms_pcache *pc;
     ms_smetrics *m;
     int max_batch, max_queue;
     pthread_t thread;
@@ -57,6 +59,7 @@ struct ms_sengine {
     int finished;                /* the engine thread has ended (under mu) */
     ms_sched_stats st;           /* copied after every step (figures) */
     ms_engine_stats es;
+    ms_pcache_stats ps;
 };
 
 
@@ -250,10 +253,13 @@ static void *engine_main(void *arg)
         ms_sched_get_stats(s->sched, &st);
         ms_engine_stats es;
         ms_engine_get_stats(s->e, &es); /* the engine is this thread's alone */
+        ms_pcache_stats ps = {0};
+        if (s->pc) ms_pcache_get_stats(s->pc, &ps); /* so is the prefix cache */
         if (rc == 0) ms_smetrics_step(s->m, st.last_batch);
         pthread_mutex_lock(&s->mu);
         s->st = st;
         s->es = es;
+        s->ps = ps;
         if (rc != 0) {
             /* the engine cannot go on: every request ends with the error, new ones get 503 */
             ms_log(0, "serve: the engine failed: %s", ms_err_msg());
@@ -269,22 +275,25 @@ static void *engine_main(void *arg)
             s->sched = ms_sched_new(s->e, s->max_batch, on_done, s);
             ms_sched_set_stream(s->sched, on_delta);
             ms_sched_set_admit(s->sched, on_admit);
+            ms_sched_set_pcache(s->sched, s->pc, 256);
         }
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
 
-ms_sengine *ms_sengine_start(ms_engine *e, int max_batch, int max_queue, ms_smetrics *m)
+ms_sengine *ms_sengine_start(ms_engine *e, int max_batch, int max_queue, ms_smetrics *m, ms_pcache *pc)
 {
     ms_sengine *s = ms_calloc(1, sizeof *s);
     s->e = e;
+    s->pc = pc;
     s->m = m;
     s->max_batch = max_batch;
     s->max_queue = max_queue;
     s->sched = ms_sched_new(e, max_batch, on_done, s);
     ms_sched_set_stream(s->sched, on_delta);
     ms_sched_set_admit(s->sched, on_admit);
+    ms_sched_set_pcache(s->sched, pc, 256);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
     if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
@@ -492,5 +501,13 @@ void ms_sengine_figures(ms_sengine *s, ms_smetrics_engine *f)
     f->worker_failovers = s->es.remote.failovers;
     f->drafted = s->es.drafted;
     f->accepted = s->es.accepted;
+    if (s->pc) {
+        f->prefix_on = 1;
+        f->prefix_lookups = s->ps.lookups;
+        f->prefix_hits = s->ps.hits;
+        f->prefix_tokens = s->ps.tokens_reused;
+        f->prefix_bytes_ram = s->ps.bytes_ram;
+        f->prefix_bytes_disk = s->ps.bytes_disk;
+    }
     pthread_mutex_unlock(&s->mu);
 }

@@ -17,7 +17,9 @@ typedef struct ms_sreqh ms_sreqh;
 /* Start the thread over e (borrowed; used only by that thread from now on) with at most
  * max_batch sequences decoding and max_queue more waiting. m (borrowed) receives TTFT,
  * per-token, batch and token figures. NULL with ms_err set if the thread cannot start. */
-ms_sengine *ms_sengine_start(ms_engine *e, int max_batch, int max_queue, ms_smetrics *m);
+struct ms_pcache;
+/* pc (borrowed; NULL: none): the prefix cache the scheduler starts prompts from and keeps states in. */
+ms_sengine *ms_sengine_start(ms_engine *e, int max_batch, int max_queue, ms_smetrics *m, struct ms_pcache *pc);
 /* Drain (below) if not done, then free. Accepts NULL. */
 void ms_sengine_free(ms_sengine *s);
 

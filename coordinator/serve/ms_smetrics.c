@@ -232,6 +232,19 @@ char *ms_smetrics_render(ms_smetrics *m, const ms_smetrics_engine *e, size_t *le
         "# TYPE moestream_expert_cache_hit_ratio gauge\nmoestream_expert_cache_hit_ratio %.6f\n",
         e->queue_depth, e->batch_size, e->max_batch, (unsigned long long)e->steps, (unsigned long long)e->cancelled,
         (unsigned long long)e->bytes_read, (unsigned long long)e->cache_requests, (unsigned long long)e->cache_hits, hit);
+    if (e->prefix_on)
+        put(&b,
+            "# HELP moestream_prefix_cache_lookups_total Prompts looked up in the prefix cache.\n"
+            "# TYPE moestream_prefix_cache_lookups_total counter\nmoestream_prefix_cache_lookups_total %llu\n"
+            "# HELP moestream_prefix_cache_hits_total Prompts that started from a kept state.\n"
+            "# TYPE moestream_prefix_cache_hits_total counter\nmoestream_prefix_cache_hits_total %llu\n"
+            "# HELP moestream_prefix_cache_tokens_reused_total Prompt tokens not prefilled thanks to kept states.\n"
+            "# TYPE moestream_prefix_cache_tokens_reused_total counter\nmoestream_prefix_cache_tokens_reused_total %llu\n"
+            "# HELP moestream_prefix_cache_bytes Bytes of kept states, in RAM and on disk.\n"
+            "# TYPE moestream_prefix_cache_bytes gauge\nmoestream_prefix_cache_bytes{where=\"ram\"} %llu\n"
+            "moestream_prefix_cache_bytes{where=\"disk\"} %llu\n",
+            (unsigned long long)e->prefix_lookups, (unsigned long long)e->prefix_hits, (unsigned long long)e->prefix_tokens,
+            (unsigned long long)e->prefix_bytes_ram, (unsigned long long)e->prefix_bytes_disk);
     *len = b.n;
     return b.p;
 }

@@ -21,6 +21,9 @@ typedef struct {
     int workers, workers_up;      /* expert workers listed, and those answering */
     uint64_t worker_requests, worker_resends, worker_failovers;
     uint64_t drafted, accepted;   /* speculative decoding: draft tokens verified, confirmed */
+    int prefix_on;                /* a prefix cache is used: */
+    uint64_t prefix_lookups, prefix_hits, prefix_tokens; /* prompts looked up, found, tokens not prefilled */
+    uint64_t prefix_bytes_ram, prefix_bytes_disk;        /* states kept */
 } ms_smetrics_engine;
 
 /* All functions are thread-safe. */

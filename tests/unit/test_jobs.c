@@ -668,6 +668,44 @@ static void check_json_progress(void)
     free(err);
 }
 
+/* --prefix-cache: jobs sharing a system prompt give the same results, and start from its state
+ * (prefilled once); the summary says so. */
+static void check_prefix_cache(void)
+{
+    const char *in = ms_t_path(tmp, "in-shared.jsonl");
+    char lines[8192] = "";
+    for (int i = 0; i < 6; i++)
+        snprintf(lines + strlen(lines), sizeof lines - strlen(lines),
+                 "{\"custom_id\":\"s%d\",\"url\":\"/v1/chat/completions\",\"body\":{\"messages\":[{\"role\":\"system\","
+                 "\"content\":\"You are a careful assistant who answers in full sentences and checks every fact twice.\"},"
+                 "{\"role\":\"user\",\"content\":\"Question %d?\"}],\"max_tokens\":6}}\n", i, i);
+    ms_t_write_file(in, lines);
+    char *a = NULL, *b = NULL, *err = NULL;
+    int s1 = ms_t_runf(&a, NULL, "%s jobs --model %s --input %s --output - --quiet", bin, dir, in);
+    int s2 = ms_t_runf(&b, &err, "%s jobs --model %s --input %s --output - --prefix-cache 16M --json-progress", bin, dir, in);
+    json_t *ra = json_object(), *rb = json_object();
+    for (int k = 0; k < 2; k++)
+        for (char *l = strtok(k ? b : a, "\n"); l; l = strtok(NULL, "\n")) {
+            json_t *o = json_loads(l, 0, NULL);
+            json_t *c = json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"), "choices"), 0);
+            const char *id = json_string_value(json_object_get(o, "custom_id"));
+            if (id) json_object_set(k ? rb : ra, id, json_object_get(c, "token_ids"));
+            json_decref(o);
+        }
+    T_CHECK(s1 == 0 && s2 == 0 && json_object_size(ra) == 6 && json_equal(ra, rb),
+            "6 jobs sharing a system prompt: the same results with --prefix-cache");
+    const char *sum = err ? strstr(err, "\"prefix_cache\"") : NULL;
+    json_t *pc = sum ? json_loads(strchr(sum, '{'), JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+    T_CHECK(pc && json_integer_value(json_object_get(pc, "hits")) >= 6 && json_integer_value(json_object_get(pc, "tokens_reused")) > 6 * 16,
+            "every job started from the shared beginning's state (summary: %s)", sum ? sum : "-");
+    json_decref(pc);
+    json_decref(ra);
+    json_decref(rb);
+    free(a);
+    free(b);
+    free(err);
+}
+
 /* On a terminal the progress line fits its width (here 40 columns, through script(1)). */
 static void check_tty_width(void)
 {
@@ -709,6 +747,7 @@ int main(void)
     check_usage();
     check_json_progress();
     check_tty_width();
+    check_prefix_cache();
     check_resume(SIGKILL);
     check_resume(SIGTERM);
     check_output_guard();

@@ -14,6 +14,7 @@
 
 static char dir[1100], tmp[1024], bin[1100];
 static ms_st_server srv;
+static json_t *plain_ids[5]; /* converse()'s answers without a prefix cache */
 
 /* `run` on ids (comma-separated) for n tokens: the logits rows (float[*n_rows][*V], malloc'ed). */
 static float *rows_of(const char *ids, int n, int64_t *V, int64_t *n_rows)
@@ -396,6 +397,43 @@ static void check_cors(int on)
     free(h);
 }
 
+/* Two conversations, interleaved, each turn sending the history (its answers as the client got
+ * them): the token_ids of the 5 answers into ids[5]. */
+static void converse(json_t **ids)
+{
+    const char *who[5] = {"A", "B", "A", "B", "A"};
+    json_t *hist[2] = {json_array(), json_array()};
+    for (int t = 0; t < 5; t++) {
+        json_t *h = hist[who[t][0] - 'A'];
+        char q[64];
+        snprintf(q, sizeof q, "Conversation %s, question %d: tell me more.", who[t], t);
+        json_array_append_new(h, json_pack("{s:s,s:s}", "role", "user", "content", q));
+        json_t *body = json_pack("{s:O,s:i}", "messages", h, "max_tokens", 6);
+        char *bs = json_dumps(body, JSON_COMPACT);
+        json_t *o = post("/v1/chat/completions", bs);
+        json_t *msg = json_object_get(choice0(o), "message");
+        ids[t] = json_incref(json_object_get(choice0(o), "token_ids"));
+        json_array_append_new(h, json_pack("{s:s,s:O}", "role", "assistant", "content", json_object_get(msg, "content")));
+        free(bs);
+        json_decref(body);
+        json_decref(o);
+    }
+    json_decref(hist[0]);
+    json_decref(hist[1]);
+}
+
+static double metric_of(const char *name)
+{
+    char *out = NULL;
+    ms_st_http(&srv, NULL, "/metrics", NULL, &out, NULL);
+    char key[256];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = out ? strstr(out, key) : NULL;
+    double v = p ? atof(p + strlen(key)) : -1;
+    free(out);
+    return v;
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -417,11 +455,27 @@ int main(void)
         check_n();
         check_chat_shapes();
         check_cors(0);
+        converse(plain_ids);
         T_CHECK(ms_st_stop(&srv) == 0, "SIGTERM: exit 0");
     }
     if (ms_st_start(&srv, tmp, dir, "--cors http://app.example,http://localhost:5173") == 0) {
         check_cors(1);
         T_CHECK(ms_st_stop(&srv) == 0, "SIGTERM: exit 0");
     }
+    /* the prefix cache: the same answers, and later turns start from kept states */
+    char extra[1400];
+    snprintf(extra, sizeof extra, "--max-batch 4 --max-context 256 --prefix-cache 64M --state-cache %s/states", tmp);
+    if (ms_st_start(&srv, tmp, dir, extra) == 0) {
+        json_t *cached[5] = {0};
+        converse(cached);
+        int same = 1;
+        for (int t = 0; t < 5; t++) same &= plain_ids[t] && cached[t] && json_equal(plain_ids[t], cached[t]);
+        T_CHECK(same, "interleaved conversations: the same answers with the prefix cache as without");
+        double hits = metric_of("moestream_prefix_cache_hits_total"), reused = metric_of("moestream_prefix_cache_tokens_reused_total");
+        T_CHECK(hits >= 3 && reused > 30, "later turns started from kept states (%g hits, %g tokens not prefilled)", hits, reused);
+        T_CHECK(ms_st_stop(&srv) == 0, "SIGTERM: exit 0");
+        for (int t = 0; t < 5; t++) json_decref(cached[t]);
+    }
+    for (int t = 0; t < 5; t++) json_decref(plain_ids[t]);
     return ms_t_done();
 }

@@ -1,0 +1,37 @@
+/* ms_cli_pcache: the prefix-cache options of jobs and serve (--prefix-cache, --state-cache,
+ * --state-cache-size) and the cache they open. */
+#ifndef MS_CLI_PCACHE_H
+#define MS_CLI_PCACHE_H
+
+#include <getopt.h>
+#include <stdint.h>
+
+#include "ms_engine.h"
+#include "ms_pcache.h"
+
+typedef struct {
+    uint64_t ram;        /* --prefix-cache SIZE: states kept in RAM (the plan reserves them); 0: off */
+    const char *dir;     /* --state-cache DIR: where states leave RAM for (and are found at the next run) */
+    uint64_t disk;       /* --state-cache-size SIZE (default 10G) */
+} ms_cli_pcopts;
+
+#define MS_CLI_PC_COUNT 3
+#define MS_CLI_PC_OPTIONS                                                                     \
+    {"prefix-cache", required_argument, 0, 0x7063}, {"state-cache", required_argument, 0, 0x7064}, \
+        {"state-cache-size", required_argument, 0, 0x7065}
+#define MS_CLI_PC_USAGE "[--prefix-cache SIZE] [--state-cache DIR [--state-cache-size SIZE]]"
+#define MS_CLI_PC_HELP                                                                                               \
+    "--prefix-cache SIZE keeps the states of prompts (at their end and every 256 tokens) in SIZE of RAM, planned\n"   \
+    "with the budget: a prompt that begins as a kept one starts from its state and prefills only the rest (the\n"     \
+    "same tokens and logits). --state-cache DIR spills states that leave RAM to DIR (up to --state-cache-size,\n"    \
+    "default 10G, least recently used first) and finds them again at the next run (it identifies the model by\n"     \
+    "hashing its bytes once). Off by default.\n"
+
+/* Take getopt's c if it is one of these: 1, 0 if not, -1 after printing a bad value (*code set). */
+int ms_cli_pc_take(ms_cli_pcopts *o, const char *cmd, int c, const char *arg, int *code);
+/* The cache for e (NULL when off). *code: 0, or the exit code after printing why it cannot open. */
+ms_pcache *ms_cli_pc_open(const ms_cli_pcopts *o, ms_engine *e, const char *model_dir, const char *cmd, int *code);
+/* One line about what the cache did ("prefix cache: ..."), into buf. */
+void ms_cli_pc_summary(const ms_pcache *c, char *buf, size_t n);
+
+#endif

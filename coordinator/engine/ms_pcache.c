@@ -1,0 +1,232 @@
+/* ms_pcache: prefix states in RAM (serialized) and in a directory, LRU, longest-prefix lookup. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ms_err.h"
+#include "ms_pcache.h"
+#include "ms_sbuf.h"
+#include "ms_seqfile.h"
+
+typedef struct {
+    int32_t *ids;          /* [n] the tokens the state holds */
+    size_t n;
+    char *bytes;           /* ms_seq_save's bytes while in RAM, else NULL */
+    size_t nbytes;         /* their size (in RAM or in the file) */
+    char *path;            /* its file when spilled, else NULL */
+    uint64_t used;         /* the clock when last put or taken */
+} entry;
+
+struct ms_pcache {
+    ms_model *m;
+    uint64_t ram_max, disk_max;
+    char *dir, family[32], fingerprint[17];
+    entry *e;
+    size_t n, cap;
+    uint64_t clock;
+    ms_pcache_stats st;
+};
+
+static void entry_drop(ms_pcache *c, size_t i, int unlink_file)
+{
+    entry *x = &c->e[i];
+    if (x->bytes) c->st.bytes_ram -= x->nbytes, c->st.entries_ram--;
+    if (x->path) {
+        c->st.bytes_disk -= x->nbytes, c->st.entries_disk--;
+        if (unlink_file) unlink(x->path);
+    }
+    free(x->ids);
+    free(x->bytes);
+    free(x->path);
+    c->e[i] = c->e[--c->n];
+}
+
+/* The least recently used entry in RAM (ram = 1) or on disk, or -1. */
+static long lru(const ms_pcache *c, int ram)
+{
+    long best = -1;
+    for (size_t i = 0; i < c->n; i++)
+        if ((ram ? c->e[i].bytes != NULL : c->e[i].path != NULL) && (best < 0 || c->e[i].used < c->e[best].used))
+            best = (long)i;
+    return best;
+}
+
+static void fit_disk(ms_pcache *c)
+{
+    long i;
+    while (c->st.bytes_disk > c->disk_max && (i = lru(c, 0)) >= 0) {
+        entry_drop(c, (size_t)i, 1);
+        c->st.evictions++;
+    }
+}
+
+/* Move entry i out of RAM: into a file when there is a directory with room, else drop it. */
+static void spill(ms_pcache *c, size_t i)
+{
+    entry *x = &c->e[i];
+    ms_seq *s = c->dir && x->nbytes <= c->disk_max ? ms_seq_load(c->m, x->bytes, x->nbytes) : NULL;
+    if (s) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%016llx-%zu.state", c->dir, (unsigned long long)XXH3_64bits(x->ids, sizeof(int32_t) * x->n),
+                 x->n);
+        ms_seqfile_info info = {0};
+        snprintf(info.family, sizeof info.family, "%s", c->family);
+        snprintf(info.fingerprint, sizeof info.fingerprint, "%s", c->fingerprint);
+        info.tokens = x->ids;
+        info.n_tokens = x->n;
+        int ok = ms_seqfile_write(p, &info, s) == 0;
+        ms_seq_free(s);
+        if (ok) {
+            free(x->bytes);
+            x->bytes = NULL;
+            c->st.bytes_ram -= x->nbytes, c->st.entries_ram--;
+            x->path = ms_strdup(p);
+            c->st.bytes_disk += x->nbytes, c->st.entries_disk++;
+            c->st.spills++;
+            fit_disk(c);
+            return;
+        }
+        ms_log(1, "prefix cache: %s", ms_err_msg()); /* the state is dropped; serving goes on */
+    }
+    entry_drop(c, i, 1);
+    c->st.evictions++;
+}
+
+static void fit_ram(ms_pcache *c)
+{
+    long i;
+    while (c->st.bytes_ram > c->ram_max && (i = lru(c, 1)) >= 0) spill(c, (size_t)i);
+}
+
+static entry *add(ms_pcache *c, const int32_t *ids, size_t n)
+{
+    if (c->n == c->cap) c->e = ms_realloc(c->e, sizeof *c->e * (c->cap = c->cap * 2 + 16));
+    entry *x = &c->e[c->n++];
+    memset(x, 0, sizeof *x);
+    x->ids = ms_malloc(sizeof(int32_t) * (n + 1));
+    memcpy(x->ids, ids, sizeof(int32_t) * n);
+    x->n = n;
+    x->used = ++c->clock;
+    return x;
+}
+
+/* State files of this model already in dir (a previous run's): indexed by their headers. */
+static void index_dir(ms_pcache *c)
+{
+    DIR *d = opendir(c->dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l < 7 || strcmp(de->d_name + l - 6, ".state")) continue;
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", c->dir, de->d_name);
+        ms_seqfile_info info;
+        struct stat sb;
+        if (stat(p, &sb) != 0 || ms_seqfile_peek(p, &info) != 0) continue;
+        if (!strcmp(info.family, c->family) && !strcmp(info.fingerprint, c->fingerprint) && info.n_tokens > 0) {
+            entry *x = add(c, info.tokens, info.n_tokens);
+            x->path = ms_strdup(p);
+            x->nbytes = (size_t)sb.st_size;
+            x->used = 0; /* older than anything of this run */
+            c->st.bytes_disk += x->nbytes, c->st.entries_disk++;
+        }
+        ms_seqfile_info_clear(&info);
+    }
+    if (d) closedir(d);
+    fit_disk(c);
+}
+
+ms_pcache *ms_pcache_new(ms_model *m, uint64_t ram_bytes, const char *dir, uint64_t disk_bytes, const char *family,
+                         const char *fingerprint)
+{
+    if (dir && mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        ms_err_set("cannot make the state cache directory %s: %s", dir, strerror(errno));
+        ms_err_set_code(MS_EXIT_IO);
+        return NULL;
+    }
+    struct stat sb;
+    if (dir && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(dir, W_OK) != 0)) {
+        ms_err_set("the state cache %s is not a writable directory", dir);
+        ms_err_set_code(MS_EXIT_IO);
+        return NULL;
+    }
+    ms_pcache *c = ms_calloc(1, sizeof *c);
+    c->m = m;
+    c->ram_max = ram_bytes;
+    c->disk_max = dir ? disk_bytes : 0;
+    c->dir = dir ? ms_strdup(dir) : NULL;
+    snprintf(c->family, sizeof c->family, "%s", family);
+    snprintf(c->fingerprint, sizeof c->fingerprint, "%s", fingerprint ? fingerprint : "");
+    if (c->dir) index_dir(c);
+    return c;
+}
+
+void ms_pcache_free(ms_pcache *c)
+{
+    if (!c) return;
+    while (c->n) entry_drop(c, c->n - 1, 0);
+    free(c->e);
+    free(c->dir);
+    free(c);
+}
+
+ms_seq *ms_pcache_take(ms_pcache *c, const int32_t *ids, size_t n, size_t *len)
+{
+    c->st.lookups++;
+    for (;;) {
+        long best = -1;
+        for (size_t i = 0; i < c->n; i++)
+            if (c->e[i].n < n && (best < 0 || c->e[i].n > c->e[best].n) && !memcmp(c->e[i].ids, ids, sizeof(int32_t) * c->e[i].n))
+                best = (long)i;
+        if (best < 0) return NULL;
+        entry *x = &c->e[best];
+        ms_seq *s = NULL;
+        if (x->bytes) {
+            s = ms_seq_load(c->m, x->bytes, x->nbytes);
+        } else {
+            ms_seqfile_info info;
+            if (ms_seqfile_read(x->path, c->m, c->family, c->fingerprint, &info, &s) == 0 &&
+                (info.n_tokens != x->n || memcmp(info.tokens, x->ids, sizeof(int32_t) * x->n))) {
+                ms_seq_free(s);
+                s = NULL;
+            }
+            ms_seqfile_info_clear(&info);
+        }
+        if (!s) { /* refused (a corrupt file): never used, dropped */
+            ms_log(1, "prefix cache: dropped a state: %s", ms_err_msg());
+            entry_drop(c, (size_t)best, 1);
+            c->st.evictions++;
+            continue;
+        }
+        x->used = ++c->clock;
+        *len = x->n;
+        c->st.hits++;
+        c->st.tokens_reused += x->n;
+        c->st.bytes_restored += x->nbytes;
+        return s;
+    }
+}
+
+void ms_pcache_put(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s)
+{
+    MS_ASSERT((size_t)ms_seq_pos(s) == n && n > 0);
+    for (size_t i = 0; i < c->n; i++)
+        if (c->e[i].n == n && !memcmp(c->e[i].ids, ids, sizeof(int32_t) * n)) {
+            c->e[i].used = ++c->clock; /* the same state: kept where it is */
+            return;
+        }
+    ms_sbuf b = {0};
+    ms_seq_save(s, &b);
+    entry *x = add(c, ids, n);
+    x->nbytes = b.n;
+    x->bytes = ms_sbuf_take(&b, NULL);
+    c->st.bytes_ram += x->nbytes, c->st.entries_ram++;
+    fit_ram(c);
+}
+
+void ms_pcache_get_stats(const ms_pcache *c, ms_pcache_stats *st) { *st = c->st; }
