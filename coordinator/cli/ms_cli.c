@@ -15,6 +15,7 @@
 #include <zmq.h>
 
 #include "ms_cli.h"
+#include "ms_utf8.h"
 #include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_families.h"
@@ -38,6 +39,17 @@ int ms_cli_fail(const char *cmd, int code, const char *fmt, ...)
 }
 
 int ms_cli_fail_err(const char *cmd) { return ms_cli_fail(cmd, ms_err_code(), "%s", ms_err_msg()); }
+
+void ms_cli_put_text(int raw, ms_utf8_stream *st, const char *bytes, size_t len)
+{
+    if (raw) {
+        fwrite(bytes, 1, len, stdout);
+        return;
+    }
+    char *out = ms_malloc(3 * (len + 4));
+    fwrite(out, 1, ms_utf8_stream_put(st, bytes, len, out), stdout);
+    free(out);
+}
 
 void ms_cli_set_output(int quiet)
 {

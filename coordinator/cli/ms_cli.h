@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ms_utf8.h"
+
 /* Each command takes argv after the command name (argv[0] = command name) and returns a
  * process exit code (ms_err.h); it prints its own errors. */
 int ms_cli_run(int argc, char **argv);
@@ -27,6 +29,9 @@ int ms_cli_fail_err(const char *cmd);
 /* Set the log level from --quiet (errors only) and install the progress bar (ms_progress) when
  * stderr is a terminal and not quiet. Every command calls it once its options are parsed. */
 void ms_cli_set_output(int quiet);
+/* Generated text to stdout as it comes: the bytes as they are (raw), else valid UTF-8 through st
+ * (a character split across tokens waits for its end; a broken one shows as U+FFFD). */
+void ms_cli_put_text(int raw, ms_utf8_stream *st, const char *bytes, size_t len);
 
 /* Parse "1,2,3" (commas and/or whitespace) into a malloc'ed array; an empty item ("1,,3", a
  * leading or trailing comma) is refused. Returns 0 or -1 with ms_err set (MS_EXIT_USAGE) naming

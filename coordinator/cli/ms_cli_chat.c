@@ -99,16 +99,7 @@ static void chat_usage(FILE *f)
 
 /* ---- printing the answer ---- */
 
-static void out_text(chat *c, const char *s, size_t n)
-{
-    if (c->o->raw) {
-        fwrite(s, 1, n, stdout);
-        return;
-    }
-    char *v = ms_malloc(3 * (n + 4));
-    fwrite(v, 1, ms_utf8_stream_put(&c->utf8, s, n, v), stdout);
-    free(v);
-}
+static void out_text(chat *c, const char *s, size_t n) { ms_cli_put_text(c->o->raw, &c->utf8, s, n); }
 
 static void on_token(void *ctx, ms_eseq *s, int32_t id)
 {

@@ -115,18 +115,7 @@ typedef struct {
     ms_utf8_stream utf8;       /* the text so far ends inside a character (not with --raw) */
 } run_ctx;
 
-/* Bytes of the generated text to stdout: raw with --raw, else valid UTF-8 (a character split
- * across tokens waits for its end; a broken one shows as U+FFFD). */
-static void print_text(run_ctx *r, const char *bytes, size_t len)
-{
-    if (r->o->raw) {
-        fwrite(bytes, 1, len, stdout);
-        return;
-    }
-    char *out = ms_malloc(3 * (len + 4));
-    fwrite(out, 1, ms_utf8_stream_put(&r->utf8, bytes, len, out), stdout);
-    free(out);
-}
+static void print_text(run_ctx *r, const char *bytes, size_t len) { ms_cli_put_text(r->o->raw, &r->utf8, bytes, len); }
 
 static void print_token(void *ctx, ms_eseq *s, int32_t token)
 {
