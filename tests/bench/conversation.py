@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """conversation.py BIN MODEL OUT BUDGET...: the measurements of conversation.sh (results.json in OUT)."""
-import http.client, json, os, platform, re, subprocess, sys, time
+import http.client, json, os, platform, re, subprocess, sys, threading, time
 
 bin_, model, out = sys.argv[1:4]
 budgets = sys.argv[4:]
@@ -12,19 +12,26 @@ def drop():
         f.write("3\n")
 
 
+def cache_size(budget):
+    """The prefix cache's share: an eighth of the budget, at most 256 MiB."""
+    n = int(subprocess.run(["numfmt", "--from=iec", budget], capture_output=True, text=True).stdout)
+    return str(min(n // 8, 256 << 20))
+
+
 def start_serve(budget, cache):
     log = open(os.path.join(out, "serve-%s-%d.log" % (budget, cache)), "w")
     args = [bin_, "serve", "--model", model, "--listen", "127.0.0.1:0", "--ram-budget", budget, "--max-batch", "1",
             "--max-context", "2048"]
     if cache:
-        args += ["--prefix-cache", "256M"]
+        args += ["--prefix-cache", cache_size(budget)]
     p = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     for line in p.stderr:
         log.write(line)
         m = re.search(r"listening on http://127.0.0.1:(\d+)", line)
         if m:
+            threading.Thread(target=lambda: [log.write(l) for l in p.stderr], daemon=True).start() # the access log
             return p, int(m.group(1)), log
-    raise SystemExit("serve did not start")
+    raise SystemExit("serve did not start (%s)" % budget)
 
 
 def metric(port, name):
@@ -108,7 +115,7 @@ for b in budgets:
         drop()
         args = [bin_, "jobs", "--model", model, "--input", inp, "--output", o, "--ram-budget", b, "--json-progress"]
         if cache:
-            args += ["--prefix-cache", "256M"]
+            args += ["--prefix-cache", cache_size(b)]
         t0 = time.time()
         r = subprocess.run(args, capture_output=True, text=True)
         wall = time.time() - t0

@@ -25,7 +25,7 @@ done
 bench_build
 bin=$root/build/moestream
 if [ -n "$synth" ]; then
-  [ -f "$model/config.json" ] || "$bin" synth --preset "$synth" --out "$model"
+  [ -f "$model/config.json" ] || { mkdir -p "$(dirname "$model")"; "$bin" synth --preset "$synth" --out "$model"; }
 else
   bench_slice "$bin" "$model"
 fi
@@ -39,7 +39,7 @@ out, model, budgets = sys.argv[1], sys.argv[2], sys.argv[3].split()
 r = json.load(open(out + "/results.json"))
 L = ["## Conversations and shared prompts (prefix cache)", "",
      "`tests/bench/conversation.sh --model %s --budgets \"%s\"` on %s (%s). The page cache is dropped before every "
-     "turn and run; `serve` and `jobs` at `--ram-budget B`, with `--prefix-cache 256M` or without. A conversation of "
+     "turn and run; `serve` and `jobs` at `--ram-budget B`, with `--prefix-cache` (an eighth of the budget, at most 256 MiB) or without. A conversation of "
      "4 turns (about 40 new tokens a turn, answers of 16 tokens, each request carrying the history); 16 jobs sharing a "
      "%d-token system prompt." % (model, " ".join(budgets), r["machine"], r["model"], r["system_tokens"]), ""]
 L.append("| budget | turn | prompt tokens | TTFT without | TTFT with | x | GB read without | GB read with | same answer |")
