@@ -128,17 +128,16 @@ static int from_jcfg(ms_jcfg *j, ms_k3_cfg *cfg)
         ms_jcfg_missing_name(&sc[1], "full_attn_layers", NULL, label, sizeof label);
         ms_jcfg_missing(j, "%s", label);
     } else {
+        /* Empty is allowed: a model of KDA layers only (a one-layer slice of the release). */
         nfa = ms_jcfg_index_list(j, v, label, N, &fa);
-        if (nfa == 0)
-            ms_jcfg_problem(j, "%s is empty (it must list the one-based MLA layers)", label);
-        else if (nfa > 0 && N > 0 && nfa >= N)
+        if (nfa > 0 && N > 0 && nfa >= N)
             ms_jcfg_problem(j, "%s lists %d layers: every one of the %d layers would be MLA", label, nfa, N);
     }
     v = ms_jcfg_find(&sc[1], "kda_layers", NULL, label, sizeof label);
     if (v) {
         int *kl = NULL;
         int nk = ms_jcfg_index_list(j, v, label, N, &kl);
-        if (nk >= 0 && nfa > 0 && N > 0) {
+        if (nk >= 0 && nfa >= 0 && N > 0) {
             /* kda_layers must be exactly the complement of full_attn_layers. */
             unsigned char *mark = ms_calloc((size_t)N + 1, 1);
             for (int i = 0; i < nfa; i++) mark[fa[i]] = 1;

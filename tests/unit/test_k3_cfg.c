@@ -182,8 +182,20 @@ static void test_inline(void)
     expect_fail(j, "zero-based entry", "full_attn_layers", "one-based", NULL);
     json_object_set_new(j, "full_attn_layers", json_pack("[i,i,i]", 4, 8, 14));
     expect_fail(j, "beyond N", "14", "1..13", NULL);
+    /* An empty map is a model of KDA layers only (`synth --preset k3-slice --layers 1`). */
     json_object_set_new(j, "full_attn_layers", json_array());
-    expect_fail(j, "empty layer map", "full_attn_layers", "empty", NULL);
+    {
+        ms_k3_cfg c;
+        int rc = parse_j(j, &c);
+        T_CHECK(rc == 0, "an empty full_attn_layers (all KDA) loads: %s", ms_err_msg());
+        int mla = 0;
+        for (int l = 0; rc == 0 && l < c.n_layers; l++) mla += c.is_mla[l] != 0;
+        T_CHECK(rc == 0 && mla == 0, "all KDA: %d MLA layers", mla);
+        if (rc == 0) ms_k3_cfg_free(&c);
+    }
+    json_object_set_new(j, "kda_layers", json_pack("[i,i,i]", 1, 2, 3));
+    expect_fail(j, "all KDA but kda_layers short", "layer 4", "neither", NULL);
+    json_object_del(j, "kda_layers");
     json_t *all = json_array();
     for (int i = 1; i <= 13; i++) json_array_append_new(all, json_integer(i));
     json_object_set_new(j, "full_attn_layers", all);
