@@ -3,6 +3,7 @@
 #define MS_ERR_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 /* Exit codes of every moestream command (documented in README.md). */
 enum {

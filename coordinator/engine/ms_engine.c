@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ms_clock.h"
+#include "ms_dcost.h"
 #include "ms_draft.h"
 #include "ms_engine.h"
 #include "ms_err.h"
@@ -31,6 +33,7 @@ struct ms_engine {
     int32_t *draft_ids;          /* [n_draft_ids] --draft-file, or NULL (n-gram lookup) */
     size_t n_draft_ids;
     uint64_t drafted, accepted, decode_passes, decode_tokens;
+    ms_dcost cost;               /* auto: decoding-pass time against rows */
 };
 
 struct ms_eseq {
@@ -57,6 +60,8 @@ struct ms_eseq {
     int n_draft;              /* drafts in the current pass */
     int k_cur;                /* auto: drafts to ask for next */
     int pause, backoff;       /* auto: passes left without drafting; the next pause's length */
+    int probe;                /* auto: after the pause, one draft to see whether drafts land now */
+    double acc_w, miss_w;     /* auto: drafts right, and passes with a wrong one (decayed counts) */
     int stopped;              /* ms_engine_seq_stop was called */
 };
 
@@ -394,6 +399,8 @@ static int finish_prefill(ms_eseq *s, const float *rows, int64_t n_rows)
 static void adapt(ms_eseq *s, int k, int acc)
 {
     int W = s->e->spec_window;
+    s->acc_w = 0.9 * s->acc_w + acc;
+    s->miss_w = 0.9 * s->miss_w + (acc < k);
     if (acc == k) {
         s->k_cur = 2 * s->k_cur < W ? 2 * s->k_cur : W;
         s->backoff = 1;
@@ -445,9 +452,32 @@ static int finish_decode(ms_eseq *s, const float *rows)
     return rc;
 }
 
+/* auto, once the pass times fit (ms_dcost): the draft count that pays best for this sequence's
+ * acceptance so far, at most kmax; none starts a pause (1, 4, 16, .. 256 passes, as after a
+ * miss) that ends with a one-draft probe, so a text that turns repetitive is noticed. Without a
+ * fit yet: k_cur, the acceptance-only rule of adapt. */
+static int64_t auto_drafts(ms_eseq *s, int64_t kmax, int64_t n_base)
+{
+    double a, b;
+    if (s->probe) {
+        s->probe = 0;
+        return 1;
+    }
+    if (ms_dcost_fit(&s->e->cost, &a, &b) != 0) return s->k_cur;
+    double p = (s->acc_w + 1) / (s->acc_w + s->miss_w + 2);
+    int k = ms_dcost_best_k(p, a, b, n_base, (int)(kmax < s->e->spec_window ? kmax : s->e->spec_window));
+    if (k == 0) {
+        s->pause = s->backoff;
+        s->backoff = 4 * s->backoff < 256 ? 4 * s->backoff : 256;
+        s->probe = 1;
+    }
+    return k;
+}
+
 /* Drafts for a decoding sequence's next pass, at most room - 1 of them (room: rows left in the
- * pass) and never more than the tokens it still generates need. Sets n_draft and vids. */
-static int propose(ms_eseq *s, int64_t room)
+ * pass) and never more than the tokens it still generates need; n_base: the pass's rows before
+ * drafts (for auto's cost). Sets n_draft and vids. */
+static int propose(ms_eseq *s, int64_t room, int64_t n_base)
 {
     s->n_draft = 0;
     if (!s->dr) return 0;
@@ -455,10 +485,11 @@ static int propose(ms_eseq *s, int64_t room)
         s->pause--;
         return 0;
     }
-    int64_t max = s->e->spec_auto ? s->k_cur : s->e->spec_window;
     int64_t left = s->p.max_tokens - (int64_t)s->n_gen - 1; /* a pass yields at most drafts + 1 tokens */
-    if (max > left) max = left;
-    if (max > room - 1) max = room - 1;
+    int64_t max = left < room - 1 ? left : room - 1;
+    if (max <= 0) return 0;
+    int64_t want = s->e->spec_auto ? auto_drafts(s, max, n_base) : s->e->spec_window;
+    if (want < max) max = want;
     if (max <= 0) return 0;
     s->vids[0] = s->gen[s->n_gen - 1];
     s->n_draft = ms_drafter_propose(s->dr, s->toks, s->n_prompt + s->n_gen, s->n_prompt, s->vids + 1, (int)max);
@@ -487,7 +518,11 @@ static int run_pass(ms_engine *e, ms_eseq *const *set, int n)
         it[i] = (ms_batch_item){s->seq, ids, s->take, all, s->rows, spec};
         rows += s->take;
     }
+    int decoding = 1;
+    for (int i = 0; i < n; i++) decoding &= set[i]->fed >= set[i]->n_prompt;
+    double t0 = ms_now();
     if (ms_model_forward_batch(e->m, it, n) != 0) goto out;
+    if (decoding && e->spec_auto) ms_dcost_add(&e->cost, rows, ms_now() - t0);
     e->passes++;
     e->pass_rows += (uint64_t)rows;
     for (int i = 0; i < n; i++) {
@@ -516,6 +551,7 @@ int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
      * decoding sequence's own row would not fit (a second pass would stream the trunk again). */
     int n_dec = 0, drafts = e->spec_window;
     for (int i = 0; i < n; i++) n_dec += !seqs[i]->finish && seqs[i]->fed >= seqs[i]->n_prompt;
+    const int64_t n_base = n_dec < cap ? n_dec : cap; /* a pass's rows before drafts */
     /* Decoding sequences first (one row each, plus their drafts), then prompt chunks in the
      * rows left; a pass that is full runs and the next one starts. */
     for (int round = 0; round < 2 && rc == 0; round++)
@@ -536,7 +572,7 @@ int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
             if (!prefill) {
                 int64_t room = cap - rows - --n_dec; /* rows this one may take */
                 if (room > 1 + drafts) room = 1 + drafts;
-                want += propose(s, room);
+                want += propose(s, room, n_base);
                 drafts -= (int)(want - 1);
             }
             s->take = want < cap - rows ? want : cap - rows;
