@@ -16,7 +16,8 @@ static void cpu_init_once(void)
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    best = avx2 && __builtin_cpu_supports("avx512f") ? MS_SIMD_AVX512 : avx2 ? MS_SIMD_AVX2 : MS_SIMD_SCALAR;
+    int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    best = avx512 ? MS_SIMD_AVX512 : avx2 ? MS_SIMD_AVX2 : MS_SIMD_SCALAR;
 #else
     best = MS_SIMD_SCALAR;
 #endif

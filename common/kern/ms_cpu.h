@@ -7,7 +7,8 @@ enum { MS_SIMD_SCALAR = 0, MS_SIMD_AVX2 = 1, MS_SIMD_AVX512 = 2 };
 
 /* Detect CPU features once (idempotent, thread-safe after the first call returns). The
  * environment may narrow the path: MS_NO_SIMD set to anything but 0 starts on the scalar path;
- * MS_SIMD=scalar|avx2|avx512 caps it (MS_SIMD=avx2 runs the AVX2 path on an AVX-512 machine). */
+ * MS_SIMD=scalar|avx2|avx512 caps it (MS_SIMD=avx2 runs the AVX2 path on an AVX-512 machine).
+ * The AVX-512 path needs AVX512F and AVX512BW (every AVX-512 server CPU since Skylake-SP). */
 void ms_cpu_init(void);
 /* 1 if the CPU supports AVX2 and FMA. */
 int ms_cpu_simd_available(void);

@@ -69,6 +69,10 @@ static inline void finish(const tile *tl, int k, int t, float a[16], int64_t n16
 }
 
 #if MS_KERN_X86
+/* A weight vector loaded once and kept in a register for all the FMAs that use it: without this
+ * the compiler folds the load into every FMA, and the tiles become bound by loads. */
+#define MS_IN_REG(v) __asm__("" : "+v"(v))
+
 /* ---- AVX2: a dot's 16 lanes are two ymm (lanes 0-7, 8-15) ---- */
 
 MS_AVX2 static inline void dec_f32_avx2(const void *w, const uint8_t *s, int64_t i, __m256 *lo, __m256 *hi)
@@ -125,6 +129,8 @@ MS_AVX2 static inline float tree_avx2(__m256 lo, __m256 hi)
             {                                                                                                          \
                 __m256 wl, wh;                                                                                         \
                 DEC(w[k], sc[k], i, &wl, &wh);                                                                         \
+                MS_IN_REG(wl);                                                                                         \
+                MS_IN_REG(wh);                                                                                         \
                 _Pragma("GCC unroll 6") for (int t = 0; t < TB; t++)                                                  \
                 {                                                                                                      \
                     lo[k][t] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(tl->x[t] + i), lo[k][t]);                          \
@@ -173,7 +179,7 @@ static const tile_fn avx2_tiles[3][4][6] = {
 };
 
 /* ---- AVX-512: a dot's 16 lanes are one zmm ---- */
-#define MS_AVX512 __attribute__((target("avx512f,avx2,fma")))
+#define MS_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
 
 MS_AVX512 static inline __m512 dec_f32_512(const void *w, const uint8_t *s, int64_t i)
 {
@@ -184,24 +190,25 @@ MS_AVX512 static inline __m512 dec_f32_512(const void *w, const uint8_t *s, int6
 MS_AVX512 static inline __m512 dec_bf16_512(const void *w, const uint8_t *s, int64_t i)
 {
     (void)s;
-    __m256i v = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+    /* word 2j + 1 of the result takes bf16 j, word 2j is zeroed: one vpermw */
+    const __m512i idx = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0, 6, 0, 5, 0, 4, 0, 3, 0,
+                                         2, 0, 1, 0, 0, 0);
+    __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+    return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx, v));
 }
 
-/* 16 E2M1 elements: lane j takes nibble j of the 8 bytes (j < 8 from the first word), looked up
- * in the scale's 8 magnitudes (repeated for the sign half), the sign restored by the XOR trick
- * of ms_mx_tab_f. */
+/* 16 E2M1 elements in the order 0, 8, 1, 9, .., 7, 15 (the "paired" layout): the 8 bytes
+ * broadcast to every 64-bit lane, lane m shifted right by 4m, so dword 2m starts at nibble m and
+ * dword 2m + 1 at nibble m + 8; vpermps reads the low 4 bits of each as the index into the
+ * scale's 16 values. Two instructions for 16 weights; the token rows are read in the same
+ * order (ms_gemm_prep_x) and the tree pairs the lanes back (tree_512p). */
 MS_AVX512 static inline __m512 dec_mx_512(const void *w, const uint8_t *s, int64_t i)
 {
-    const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-    __m512i tab = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)ms_mx_tab_f[s[i >> 5]]));
-    uint32_t a, b;
-    memcpy(&a, (const uint8_t *)w + (i >> 1), 4);
-    memcpy(&b, (const uint8_t *)w + (i >> 1) + 4, 4);
-    __m512i words = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32((int)a)), _mm256_set1_epi32((int)b), 1);
-    __m512i idx = _mm512_srlv_epi32(words, sh);
-    __m512i v = _mm512_xor_si512(_mm512_permutexvar_epi32(idx, tab), _mm512_slli_epi32(idx, 28));
-    return _mm512_castsi512_ps(v);
+    const __m512i sh = _mm512_setr_epi64(0, 4, 8, 12, 16, 20, 24, 28);
+    uint64_t q;
+    memcpy(&q, (const uint8_t *)w + (i >> 1), 8);
+    __m512i idx = _mm512_srlv_epi64(_mm512_set1_epi64((long long)q), sh);
+    return _mm512_permutexvar_ps(idx, _mm512_load_ps(ms_mx_tab16[s[i >> 5]]));
 }
 
 /* The tree of ms_gemm_dot over the 16 lanes of v, in registers (lanes 0-7 plus 8-15 first). */
@@ -211,8 +218,19 @@ MS_AVX512 static inline float tree_512(__m512 v)
     return tree_avx2(_mm512_castps512_ps256(v), hi);
 }
 
+/* The same tree over lanes in the paired layout (lane j at position 2j, lane j + 8 at 2j + 1):
+ * s8[j] = a[j] + a[j + 8] is a pair sum, s4[j] = s8[j] + s8[j + 4] adds the 256-bit halves,
+ * then (s4[0] + s4[2]) + (s4[1] + s4[3]) as in tree16. */
+MS_AVX512 static inline float tree_512p(__m512 v)
+{
+    __m512 u = _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
+    __m256 w = _mm256_add_ps(_mm512_castps512_ps256(u), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1)));
+    __m128 z = _mm_add_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps(w, 1));
+    return _mm_cvtss_f32(_mm_add_ss(z, _mm_movehl_ps(z, z)));
+}
+
 /* One tile kernel per (decoder, R, TB): R TB zmm accumulators (<= 24 of 32). */
-#define MS_TILE_512(NAME, DEC, R, TB)                                                                                  \
+#define MS_TILE_512(NAME, DEC, TREE, R, TB)                                                                                  \
     MS_AVX512 static void NAME(const tile *tl)                                                                         \
     {                                                                                                                  \
         __m512 acc[R][TB];                                                                                             \
@@ -229,6 +247,7 @@ MS_AVX512 static inline float tree_512(__m512 v)
             _Pragma("GCC unroll 6") for (int k = 0; k < R; k++)                                                       \
             {                                                                                                          \
                 __m512 wv = DEC(w[k], sc[k], i);                                                                       \
+                MS_IN_REG(wv);                                                                                         \
                 _Pragma("GCC unroll 6") for (int t = 0; t < TB; t++)                                                  \
                     acc[k][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(tl->x[t] + i), acc[k][t]);                        \
             }                                                                                                          \
@@ -236,7 +255,7 @@ MS_AVX512 static inline float tree_512(__m512 v)
         for (int k = 0; k < R; k++)                                                                                    \
             for (int t = 0; t < TB; t++) {                                                                             \
                 if (n16 == tl->cols) { /* no tail: the tree in registers */                                            \
-                    tl->y[t][tl->r + k] = tree_512(acc[k][t]);                                                         \
+                    tl->y[t][tl->r + k] = TREE(acc[k][t]);                                                         \
                     continue;                                                                                          \
                 }                                                                                                      \
                 float a[16];                                                                                           \
@@ -247,28 +266,28 @@ MS_AVX512 static inline float tree_512(__m512 v)
 
 /* Tiles of up to four rows and six tokens (24 accumulators, the six x vectors in registers,
  * one weight vector): each decoded weight vector serves six FMAs, each x vector four. */
-#define MS_TILES_512(T, DEC)                                                                                           \
-    MS_TILE_512(t_##T##_z_1_1, DEC, 1, 1)                                                                              \
-    MS_TILE_512(t_##T##_z_1_2, DEC, 1, 2)                                                                              \
-    MS_TILE_512(t_##T##_z_1_3, DEC, 1, 3)                                                                              \
-    MS_TILE_512(t_##T##_z_1_4, DEC, 1, 4)                                                                              \
-    MS_TILE_512(t_##T##_z_1_5, DEC, 1, 5)                                                                              \
-    MS_TILE_512(t_##T##_z_1_6, DEC, 1, 6)                                                                              \
-    MS_TILE_512(t_##T##_z_2_1, DEC, 2, 1)                                                                              \
-    MS_TILE_512(t_##T##_z_2_2, DEC, 2, 2)                                                                              \
-    MS_TILE_512(t_##T##_z_2_3, DEC, 2, 3)                                                                              \
-    MS_TILE_512(t_##T##_z_2_4, DEC, 2, 4)                                                                              \
-    MS_TILE_512(t_##T##_z_2_5, DEC, 2, 5)                                                                              \
-    MS_TILE_512(t_##T##_z_2_6, DEC, 2, 6)                                                                              \
-    MS_TILE_512(t_##T##_z_4_1, DEC, 4, 1)                                                                              \
-    MS_TILE_512(t_##T##_z_4_2, DEC, 4, 2)                                                                              \
-    MS_TILE_512(t_##T##_z_4_3, DEC, 4, 3)                                                                              \
-    MS_TILE_512(t_##T##_z_4_4, DEC, 4, 4)                                                                              \
-    MS_TILE_512(t_##T##_z_4_5, DEC, 4, 5)                                                                              \
-    MS_TILE_512(t_##T##_z_4_6, DEC, 4, 6)
-MS_TILES_512(f32, dec_f32_512)
-MS_TILES_512(bf16, dec_bf16_512)
-MS_TILES_512(mx, dec_mx_512)
+#define MS_TILES_512(T, DEC, TREE)                                                                                           \
+    MS_TILE_512(t_##T##_z_1_1, DEC, TREE, 1, 1)                                                                              \
+    MS_TILE_512(t_##T##_z_1_2, DEC, TREE, 1, 2)                                                                              \
+    MS_TILE_512(t_##T##_z_1_3, DEC, TREE, 1, 3)                                                                              \
+    MS_TILE_512(t_##T##_z_1_4, DEC, TREE, 1, 4)                                                                              \
+    MS_TILE_512(t_##T##_z_1_5, DEC, TREE, 1, 5)                                                                              \
+    MS_TILE_512(t_##T##_z_1_6, DEC, TREE, 1, 6)                                                                              \
+    MS_TILE_512(t_##T##_z_2_1, DEC, TREE, 2, 1)                                                                              \
+    MS_TILE_512(t_##T##_z_2_2, DEC, TREE, 2, 2)                                                                              \
+    MS_TILE_512(t_##T##_z_2_3, DEC, TREE, 2, 3)                                                                              \
+    MS_TILE_512(t_##T##_z_2_4, DEC, TREE, 2, 4)                                                                              \
+    MS_TILE_512(t_##T##_z_2_5, DEC, TREE, 2, 5)                                                                              \
+    MS_TILE_512(t_##T##_z_2_6, DEC, TREE, 2, 6)                                                                              \
+    MS_TILE_512(t_##T##_z_4_1, DEC, TREE, 4, 1)                                                                              \
+    MS_TILE_512(t_##T##_z_4_2, DEC, TREE, 4, 2)                                                                              \
+    MS_TILE_512(t_##T##_z_4_3, DEC, TREE, 4, 3)                                                                              \
+    MS_TILE_512(t_##T##_z_4_4, DEC, TREE, 4, 4)                                                                              \
+    MS_TILE_512(t_##T##_z_4_5, DEC, TREE, 4, 5)                                                                              \
+    MS_TILE_512(t_##T##_z_4_6, DEC, TREE, 4, 6)
+MS_TILES_512(f32, dec_f32_512, tree_512)
+MS_TILES_512(bf16, dec_bf16_512, tree_512)
+MS_TILES_512(mx, dec_mx_512, tree_512p) /* no tails: cols % 32 == 0 */
 
 static const tile_fn z_tiles[3][4][6] = {
 #define ROW(T)                                                                                                         \
@@ -309,16 +328,297 @@ static void rows_tiled(const ms_mat *W, const float *X, int64_t T, float *Y, int
         r += R;
     }
 }
+
+/* ---- Panels: each weight decoded once per step, for many tokens ----
+ *
+ * Tiles decode a weight vector once per group of up to 6 tokens and read both operands from L2.
+ * For T >= panel_min(type) a panel of up to 8 rows instead goes through the columns in blocks of
+ * MS_PANEL_KB: each block of its rows is decoded once into float (wd, L1), then every token
+ * runs over it, the 16 lanes of each (row, token) carried from block to block in st. A lane
+ * still takes element i in increasing i, so every output is the same canonical dot as on the
+ * tiles and the scalar path; only where the partial lanes wait between blocks changes. */
+enum { MS_PANEL_KB = 512, MS_PANEL_TG = 14 /* token groups a pass over a panel: 42 tokens on AVX-512 */ };
+
+/* From how many tokens panels beat tiles (measured with `moestream bench`): at once for F32
+ * rows, which panels read in place; for BF16 and MXFP4 rows once decoding a block to memory is
+ * shared by enough tokens (below that the tiles, which decode in registers, win). */
+static inline int panel_min(ms_wtype type) { return type == MS_WT_F32 ? 4 : type == MS_WT_BF16 ? 24 : 32; }
+/* Tokens a micro tile takes (a group of the interleaved layout of ms_gemm_prep_x). */
+static inline int panel_tb(int level) { return level == MS_SIMD_AVX512 ? 3 : 2; }
+
+typedef struct {
+    const float *w;    /* row k of the micro tile's segment at w + k * ws (kw floats) */
+    int64_t ws;
+    const float *x;    /* the group's interleaved token rows from this block's first chunk */
+    float *s[3];       /* [TB] lanes: row k of the micro tile at s[t] + 16 k */
+    float *y[3];       /* [TB] outputs: row k of the micro tile at y[t][k] */
+    int64_t kw;
+    int first;         /* first block: the lanes start at +0 */
+    int fin;           /* 0: store the lanes in s; 1: the last block, the tree into y; 2: the same, paired lanes */
+} pmic;
+
+/* AVX-512 micro tile: R rows x TB tokens, R TB zmm lanes (<= 24). */
+#define MS_PMIC_512(NAME, R, TB)                                                                                       \
+    MS_AVX512 static void NAME(const pmic *m)                                                                          \
+    {                                                                                                                  \
+        __m512 acc[R][TB];                                                                                             \
+        _Pragma("GCC unroll 8") for (int k = 0; k < R; k++)                                                           \
+            _Pragma("GCC unroll 3") for (int t = 0; t < TB; t++)                                                      \
+                acc[k][t] = m->first ? _mm512_setzero_ps() : _mm512_loadu_ps(m->s[t] + 16 * k);                       \
+        for (int64_t i = 0; i < m->kw; i += 16) {                                                                      \
+            __m512 xv[TB];                                                                                             \
+            _Pragma("GCC unroll 3") for (int t = 0; t < TB; t++) xv[t] = _mm512_loadu_ps(m->x + i * TB + 16 * t);     \
+            _Pragma("GCC unroll 8") for (int k = 0; k < R; k++)                                                       \
+            {                                                                                                          \
+                __m512 wv = _mm512_loadu_ps(m->w + k * m->ws + i);                                                              \
+                MS_IN_REG(wv);                                                                                         \
+                _Pragma("GCC unroll 3") for (int t = 0; t < TB; t++) acc[k][t] = _mm512_fmadd_ps(wv, xv[t], acc[k][t]); \
+            }                                                                                                          \
+        }                                                                                                              \
+        if (m->fin == 1)                                                                                               \
+            _Pragma("GCC unroll 8") for (int k = 0; k < R; k++)                                                       \
+                _Pragma("GCC unroll 3") for (int t = 0; t < TB; t++) m->y[t][k] = tree_512(acc[k][t]);                \
+        else if (m->fin == 2)                                                                                          \
+            _Pragma("GCC unroll 8") for (int k = 0; k < R; k++)                                                       \
+                _Pragma("GCC unroll 3") for (int t = 0; t < TB; t++) m->y[t][k] = tree_512p(acc[k][t]);               \
+        else                                                                                                           \
+            _Pragma("GCC unroll 8") for (int k = 0; k < R; k++)                                                       \
+                _Pragma("GCC unroll 3") for (int t = 0; t < TB; t++) _mm512_storeu_ps(m->s[t] + 16 * k, acc[k][t]);   \
+    }
+MS_PMIC_512(pm_z_1_1, 1, 1)
+MS_PMIC_512(pm_z_1_2, 1, 2)
+MS_PMIC_512(pm_z_1_3, 1, 3)
+MS_PMIC_512(pm_z_2_1, 2, 1)
+MS_PMIC_512(pm_z_2_2, 2, 2)
+MS_PMIC_512(pm_z_2_3, 2, 3)
+MS_PMIC_512(pm_z_4_1, 4, 1)
+MS_PMIC_512(pm_z_4_2, 4, 2)
+MS_PMIC_512(pm_z_4_3, 4, 3)
+MS_PMIC_512(pm_z_8_1, 8, 1)
+MS_PMIC_512(pm_z_8_2, 8, 2)
+MS_PMIC_512(pm_z_8_3, 8, 3)
+
+/* AVX2 micro tile: R rows x TB tokens, 2 R TB ymm lanes (<= 12). */
+#define MS_PMIC_AVX2(NAME, R, TB)                                                                                      \
+    MS_AVX2 static void NAME(const pmic *m)                                                                            \
+    {                                                                                                                  \
+        __m256 lo[R][TB], hi[R][TB];                                                                                   \
+        _Pragma("GCC unroll 3") for (int k = 0; k < R; k++)                                                           \
+            _Pragma("GCC unroll 2") for (int t = 0; t < TB; t++)                                                      \
+            {                                                                                                          \
+                lo[k][t] = m->first ? _mm256_setzero_ps() : _mm256_loadu_ps(m->s[t] + 16 * k);                        \
+                hi[k][t] = m->first ? _mm256_setzero_ps() : _mm256_loadu_ps(m->s[t] + 16 * k + 8);                    \
+            }                                                                                                          \
+        for (int64_t i = 0; i < m->kw; i += 16) {                                                                      \
+            _Pragma("GCC unroll 3") for (int k = 0; k < R; k++)                                                       \
+            {                                                                                                          \
+                __m256 wl = _mm256_loadu_ps(m->w + k * m->ws + i), wh = _mm256_loadu_ps(m->w + k * m->ws + i + 8);                       \
+                MS_IN_REG(wl);                                                                                         \
+                MS_IN_REG(wh);                                                                                         \
+                _Pragma("GCC unroll 2") for (int t = 0; t < TB; t++)                                                  \
+                {                                                                                                      \
+                    lo[k][t] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(m->x + i * TB + 16 * t), lo[k][t]);                \
+                    hi[k][t] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(m->x + i * TB + 16 * t + 8), hi[k][t]);            \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        _Pragma("GCC unroll 3") for (int k = 0; k < R; k++)                                                           \
+            _Pragma("GCC unroll 2") for (int t = 0; t < TB; t++)                                                      \
+            {                                                                                                          \
+                if (m->fin) {                                                                                          \
+                    m->y[t][k] = tree_avx2(lo[k][t], hi[k][t]);                                                        \
+                    continue;                                                                                          \
+                }                                                                                                      \
+                _mm256_storeu_ps(m->s[t] + 16 * k, lo[k][t]);                                                          \
+                _mm256_storeu_ps(m->s[t] + 16 * k + 8, hi[k][t]);                                                      \
+            }                                                                                                          \
+    }
+MS_PMIC_AVX2(pm_a2_1_1, 1, 1)
+MS_PMIC_AVX2(pm_a2_1_2, 1, 2)
+MS_PMIC_AVX2(pm_a2_2_1, 2, 1)
+MS_PMIC_AVX2(pm_a2_2_2, 2, 2)
+MS_PMIC_AVX2(pm_a2_3_1, 3, 1)
+MS_PMIC_AVX2(pm_a2_3_2, 3, 2)
+
+typedef void (*pmic_fn)(const pmic *);
+/* [R - 1][TB - 1] */
+static const pmic_fn z_pmic[8][3] = {{pm_z_1_1, pm_z_1_2, pm_z_1_3}, {pm_z_2_1, pm_z_2_2, pm_z_2_3}, {0}, {pm_z_4_1, pm_z_4_2, pm_z_4_3},
+                                     {0}, {0}, {0}, {pm_z_8_1, pm_z_8_2, pm_z_8_3}};
+static const pmic_fn a2_pmic[3][2] = {{pm_a2_1_1, pm_a2_1_2}, {pm_a2_2_1, pm_a2_2_2}, {pm_a2_3_1, pm_a2_3_2}};
+
+/* Columns [c0, c0 + n) of row r (n % 16 == 0; for MXFP4 c0, n % 32 == 0) as float in the path's
+ * layout: natural, or paired for AVX-512 MXFP4. */
+MS_AVX512 static void seg_512(const ms_mat *W, int64_t r, int64_t c0, int64_t n, float *out)
+{
+    const void *w = row_ptr(W, r);
+    const uint8_t *sc = W->scales ? W->scales + r * (W->cols / 32) : NULL;
+    for (int64_t i = 0; i < n; i += 16)
+        _mm512_store_ps(out + i, W->type == MS_WT_BF16 ? dec_bf16_512(w, sc, c0 + i) : dec_mx_512(w, sc, c0 + i));
+}
+
+MS_AVX2 static void seg_avx2(const ms_mat *W, int64_t r, int64_t c0, int64_t n, float *out)
+{
+    const void *w = row_ptr(W, r);
+    const uint8_t *sc = W->scales ? W->scales + r * (W->cols / 32) : NULL;
+    for (int64_t i = 0; i < n; i += 16) {
+        __m256 lo, hi;
+        if (W->type == MS_WT_BF16)
+            dec_bf16_avx2(w, sc, c0 + i, &lo, &hi);
+        else
+            dec_mx_avx2(w, sc, c0 + i, &lo, &hi);
+        _mm256_store_ps(out + i, lo);
+        _mm256_store_ps(out + i + 8, hi);
+    }
+}
+
+
+/* Ask for columns [c0, c0 + n) of rows [r, r + nr) to be brought into L2 (the next block a
+ * panel decodes), so reading the weights overlaps the FMAs of this block. */
+static void prefetch_rows(const ms_mat *W, int64_t r, int nr, int64_t c0, int64_t n)
+{
+    int64_t b0, nb; /* bytes of a row segment */
+    switch (W->type) {
+    case MS_WT_F32: b0 = c0 * 4, nb = n * 4; break;
+    case MS_WT_BF16: b0 = c0 * 2, nb = n * 2; break;
+    default: b0 = c0 / 2, nb = n / 2; break;
+    }
+    for (int k = 0; k < nr; k++) {
+        const char *p = (const char *)row_ptr(W, r + k) + b0;
+        for (int64_t o = 0; o < nb; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+    }
+}
+
+static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int64_t ldy, int64_t r0, int64_t r1,
+                       int level)
+{
+    const int z = level == MS_SIMD_AVX512, RP = z ? 8 : 3, TB = panel_tb(level), TS = MS_PANEL_TG * TB;
+    const int paired = z && W->type == MS_WT_MXFP4;
+    const int64_t cols = W->cols, n16 = cols & ~(int64_t)15, nch = (cols + 15) / 16;
+    _Alignas(64) float wd[8 * MS_PANEL_KB];      /* [RP][MS_PANEL_KB] decoded row segments */
+    _Alignas(64) float st[MS_PANEL_TG * 3 * 8 * 16]; /* [TS][RP][16] lanes */
+    for (int64_t rp = r0; rp < r1; rp += RP) {
+        int nr = r1 - rp < RP ? (int)(r1 - rp) : RP;
+        for (int64_t ts = 0; ts < T; ts += TS) {
+            int nt = T - ts < TS ? (int)(T - ts) : TS;
+            for (int64_t kb = 0; kb < n16; kb += MS_PANEL_KB) {
+                pmic m;
+                m.kw = n16 - kb < MS_PANEL_KB ? n16 - kb : MS_PANEL_KB;
+                m.first = kb == 0;
+                m.fin = kb + m.kw < cols ? 0 : paired ? 2 : 1; /* the last block, and no tail */
+                if (kb + MS_PANEL_KB < n16) {
+                    int64_t nk = n16 - kb - MS_PANEL_KB < MS_PANEL_KB ? n16 - kb - MS_PANEL_KB : MS_PANEL_KB;
+                    prefetch_rows(W, rp, nr, kb + MS_PANEL_KB, nk);
+                } else if (ts + TS >= T && rp + RP < r1) {
+                    int nn = r1 - rp - RP < RP ? (int)(r1 - rp - RP) : RP;
+                    prefetch_rows(W, rp + RP, nn, 0, n16 < MS_PANEL_KB ? n16 : MS_PANEL_KB);
+                }
+                const float *w0 = wd; /* row k of the panel's segment at w0 + k * m.ws */
+                m.ws = MS_PANEL_KB;
+                if (W->type == MS_WT_F32) {
+                    w0 = (const float *)W->data + rp * cols + kb;
+                    m.ws = cols;
+                } else {
+                    for (int k = 0; k < nr; k++) {
+                        if (z)
+                            seg_512(W, rp + k, kb, m.kw, wd + k * MS_PANEL_KB);
+                        else
+                            seg_avx2(W, rp + k, kb, m.kw, wd + k * MS_PANEL_KB);
+                    }
+                }
+                for (int t = 0; t < nt; t += TB) {
+                    int tb = nt - t < TB ? nt - t : TB;
+                    m.x = X + (ts + t) * nch * 16 + kb * tb; /* group (ts + t) / TB, chunk kb / 16 */
+                    for (int k0 = 0; k0 < nr;) {
+                        int R = z ? (nr - k0 >= 8 ? 8 : nr - k0 >= 4 ? 4 : nr - k0 >= 2 ? 2 : 1) : (nr - k0 >= 3 ? 3 : nr - k0);
+                        m.w = w0 + k0 * m.ws;
+                        for (int j = 0; j < tb; j++) {
+                            m.s[j] = st + ((t + j) * RP + k0) * 16;
+                            m.y[j] = Y + (ts + t + j) * ldy + rp + k0;
+                        }
+                        pmic_fn f = z ? z_pmic[R - 1][tb - 1] : a2_pmic[R - 1][tb - 1];
+                        MS_ASSERT(f);
+                        f(&m);
+                        k0 += R;
+                    }
+                }
+            }
+            /* The tails (F32 / BF16 rows not a multiple of 16) and their trees. */
+            if (n16 == cols) continue; /* the micro tiles wrote the trees (MXFP4 always) */
+            for (int t = 0; t < nt; t++)
+                for (int k = 0; k < nr; k++) {
+                    float *a = st + (t * RP + k) * 16;
+                    float *y = Y + (ts + t) * ldy + rp + k;
+                    if (n16 == 0) memset(a, 0, 16 * sizeof(float));
+                    const void *w = row_ptr(W, rp + k);
+                    int64_t g0 = (ts + t) / TB * TB, tb = T - g0 < TB ? T - g0 : TB;
+                    const float *x = X + g0 * nch * 16 + n16 * tb + (ts + t - g0) * 16; /* the tail chunk */
+                    for (int64_t i = n16; i < cols; i++) a[i & 15] = fmaf(elem(W->type, w, i), x[i - n16], a[i & 15]);
+                    *y = tree16(a);
+                }
+        }
+    }
+}
 #endif /* MS_KERN_X86 */
 
 void ms_gemm_rows(const ms_mat *W, const float *X, int64_t T, float *Y, int64_t ldy, int64_t r0, int64_t r1, int level)
 {
 #if MS_KERN_X86
     if (level >= MS_SIMD_AVX2) {
-        rows_tiled(W, X, T, Y, ldy, r0, r1, level);
+        if (T >= panel_min(W->type))
+            rows_panel(W, X, T, Y, ldy, r0, r1, level);
+        else
+            rows_tiled(W, X, T, Y, ldy, r0, r1, level);
         return;
     }
 #endif
     (void)level;
     rows_scalar(W, X, T, Y, ldy, r0, r1);
+}
+
+const float *ms_gemm_prep_x(const ms_mat *W, const float *X, int64_t T, int level, float **owned)
+{
+    *owned = NULL;
+    const int paired = level == MS_SIMD_AVX512 && W->type == MS_WT_MXFP4;
+#if MS_KERN_X86
+    const int panels = level >= MS_SIMD_AVX2 && T >= panel_min(W->type);
+#else
+    const int panels = 0;
+#endif
+    if (T == 0 || (!paired && !panels)) return X;
+    const int64_t cols = W->cols, nch = (cols + 15) / 16;
+    if (!panels) { /* tiles read rows in place: only the pairing (cols % 32 == 0) */
+        float *p = ms_malloc((size_t)(T * cols) * sizeof(float));
+        for (int64_t b = 0; b < T * cols; b += 16)
+            for (int m = 0; m < 8; m++) {
+                p[b + 2 * m] = X[b + m];
+                p[b + 2 * m + 1] = X[b + m + 8];
+            }
+        *owned = p;
+        return p;
+    }
+#if MS_KERN_X86
+    /* Panels: tokens in groups of TB; a group's rows interleaved by chunks of 16 columns (chunk
+     * c of each token in turn), the last chunk zero-padded, so a micro tile reads one stream. */
+    const int TB = panel_tb(level);
+    float *p = ms_calloc((size_t)(T * nch * 16), sizeof(float));
+    for (int64_t t = 0; t < T; t++) {
+        int64_t g0 = t / TB * TB, tb = T - g0 < TB ? T - g0 : TB;
+        float *dst = p + g0 * nch * 16 + (t - g0) * 16;
+        const float *src = X + t * cols;
+        if (!paired) {
+            for (int64_t c = 0; c < cols; c += 16)
+                memcpy(dst + (c >> 4) * tb * 16, src + c, sizeof(float) * (size_t)(cols - c < 16 ? cols - c : 16));
+            continue;
+        }
+        for (int64_t c = 0; c < cols; c++) {
+            int pos = (int)(c & 15);
+            if (paired) pos = pos < 8 ? 2 * pos : 2 * (pos - 8) + 1;
+            dst[(c >> 4) * tb * 16 + pos] = src[c];
+        }
+    }
+    *owned = p;
+    return p;
+#else
+    return X;
+#endif
 }

@@ -29,6 +29,8 @@ static float mx_scale[256];
  * m << 28 lets the kernel restore the value and add the sign bit with one XOR by
  * (nibble << 28); see mx_decode8_f. Rows are 32 bytes so one row is one ymm load. */
 _Alignas(32) uint32_t ms_mx_tab_f[256][8];
+/* ms_mx_tab16[s][n] = e2m1_tab[n] * mx_scale[s]: the scalar formula itself, one zmm a scale. */
+_Alignas(64) float ms_mx_tab16[256][16];
 
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 
@@ -46,6 +48,7 @@ static void kern_init_once(void)
             MS_ASSERT((db & 0xffffffffu) == 0);
             ms_mx_tab_f[s][m] = fb ^ (m << 28);
         }
+        for (int n = 0; n < 16; n++) ms_mx_tab16[s][n] = e2m1_tab[n] * mx_scale[s];
     }
     ms_cpu_init();
 }
@@ -357,8 +360,12 @@ static void matmul_packed(ms_mat_packed *pk, int64_t rows, int64_t cols, const f
 {
     MS_ASSERT(pk->n_blocks == (rows + pk->rows_per_block - 1) / pk->rows_per_block);
     ms_kern_init();
-    pk_ctx c = {pk, rows, cols, X, T, Y, ms_cpu_level()};
+    int level = ms_cpu_level();
+    float *xp;
+    ms_mat shape = {MS_WT_BF16, rows, cols, NULL, NULL, NULL, NULL};
+    pk_ctx c = {pk, rows, cols, ms_gemm_prep_x(&shape, X, T, level, &xp), T, Y, level};
     ms_pool_for(pool, pk->n_blocks, 1, pk_task, &c);
+    free(xp);
 }
 
 /* Decode a coded chunk of `rows` rows into dst (uint16_t[rows][cols]); 0 or -1 (bad_block set). */
@@ -490,12 +497,15 @@ void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *po
         return;
     }
     ms_kern_init();
-    mm_ctx c = {W, X, T, Y, ms_cpu_level()};
+    int level = ms_cpu_level();
+    float *xp;
+    mm_ctx c = {W, ms_gemm_prep_x(W, X, T, level, &xp), T, Y, level};
     int64_t nblocks = (W->rows + MS_RB - 1) / MS_RB;
     int64_t block_work = MS_RB * W->cols * T;
     int64_t grain = (MS_MIN_CHUNK_WORK + block_work - 1) / block_work;
     if (grain < 4) grain = 4; /* at least 16 rows per chunk */
     ms_pool_for(pool, nblocks, grain, mm_chunk, &c);
+    free(xp);
 }
 
 void ms_matvec(const ms_mat *W, const float *x, float *y, ms_pool *pool)

@@ -20,6 +20,9 @@
 /* The SIMD MXFP4 table (ms_kern.c): for scale byte s and magnitude m = nibble & 7, the bits of
  * (float)(E2M1(m) * 2^(s-127)) XOR (m << 28); a row is 32 bytes (one ymm). */
 extern _Alignas(32) uint32_t ms_mx_tab_f[256][8];
+/* The AVX-512 MXFP4 table: ms_mx_tab16[s][n] = the value of nibble n (sign included) at scale
+ * byte s, the product the scalar decode computes; a row is 64 bytes (one zmm). */
+extern _Alignas(64) float ms_mx_tab16[256][16];
 
 #if MS_KERN_X86
 /* 8 floats of elements 0..7 of the packed word w (8 nibbles, element k in bits 4k..4k+3):
@@ -35,8 +38,14 @@ MS_AVX2 static inline __m256 ms_mx_decode8_f(__m256i tab, uint32_t w)
 /* Row r of W decoded to float on the scalar path (the reference decode). */
 void ms_kern_row_scalar(const ms_mat *W, int64_t r, float *out);
 
-/* Y[t * ldy + r] = the canonical FP32 dot of row r and X[t] (X: [T][cols]) for r in [r0, r1), on
- * the given path (MS_SIMD_*; the caller has checked the CPU runs it). ms_gemm.c. */
+/* The token rows in the layout the given path reads for W's type: X itself, or (AVX-512 MXFP4,
+ * whose decode yields each 16 elements in the order 0, 8, 1, 9, .., 7, 15) a copy in that order
+ * in *owned (malloc'ed, the caller frees; NULL when X is returned). X: float[T][W->cols]. */
+const float *ms_gemm_prep_x(const ms_mat *W, const float *X, int64_t T, int level, float **owned);
+
+/* Y[t * ldy + r] = the canonical FP32 dot of row r and X[t] (X: [T][cols], prepared by
+ * ms_gemm_prep_x for this path) for r in [r0, r1), on the given path (MS_SIMD_*; the caller
+ * has checked the CPU runs it). ms_gemm.c. */
 void ms_gemm_rows(const ms_mat *W, const float *X, int64_t T, float *Y, int64_t ldy, int64_t r0, int64_t r1, int level);
 
 #endif

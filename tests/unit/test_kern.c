@@ -548,14 +548,25 @@ static void test_matmul(void)
     check_matmul(MS_WT_BF16, 130, 1029, 2, pools);
     check_matmul(MS_WT_MXFP4, 7, 32, 2, pools);
     check_matmul(MS_WT_MXFP4, 130, 3584, 2, pools);
-    /* every tile shape and remainder: T = 1 (GEMV tiles), 2..8, 13, 16 (AVX2 3-token and AVX-512
-     * 6-token tiles with every remainder) */
+    /* every tile shape and remainder: T = 1 (GEMV tiles), 2..16 (AVX2 3-token and AVX-512
+     * 6-token tiles with every remainder; F32 rows: panels from 4) */
     static const int Ts[] = {1, 2, 3, 4, 6, 7, 8, 13, 16};
     for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
         g_T = Ts[k];
         check_matmul(MS_WT_F32, 7, 37, 2, pools);
         check_matmul(MS_WT_BF16, 9, 1029, 2, pools);
         check_matmul(MS_WT_MXFP4, 11, 96, 2, pools);
+    }
+    /* panels (F32 from 4 tokens, BF16 from 24, MXFP4 from 32): rows in panels of 8 (AVX-512) or 3
+     * (AVX2) with every remainder, columns in blocks of 512 with the lanes carried over, tokens
+     * in passes of 42 (AVX-512) or 28 (AVX2): 65 and 70 take a second and a third */
+    static const int Tp[] = {24, 32, 65, 70};
+    for (size_t k = 0; k < sizeof Tp / sizeof Tp[0]; k++) {
+        g_T = Tp[k];
+        check_matmul(MS_WT_F32, 19, 1029, 2, pools);
+        check_matmul(MS_WT_BF16, 13, 1100, 2, pools);
+        check_matmul(MS_WT_MXFP4, 21, 3584, 2, pools);
+        check_matmul(MS_WT_MXFP4, 5, 96, 1, pools);
     }
     g_T = 5;
     for (int i = 1; i < 4; i++) ms_pool_free(pools[i]);
