@@ -149,12 +149,22 @@ static void stop_workers(ms_pool *p)
     p->n_started = 0;
 }
 
+int ms_pool_cpus(void)
+{
+    /* The CPUs this process may run on (taskset, a cgroup's cpuset), not all the machine has. */
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int c = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (c <= 0) {
+        long o = sysconf(_SC_NPROCESSORS_ONLN);
+        c = o > 0 ? (int)(o > 1024 ? 1024 : o) : 1;
+    }
+    return c > 1024 ? 1024 : c;
+}
+
 ms_pool *ms_pool_new(int n_threads)
 {
-    if (n_threads <= 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = c > 0 ? (int)(c > 1024 ? 1024 : c) : 1;
-    }
+    if (n_threads <= 0) n_threads = ms_pool_cpus();
     ms_pool *p = ms_calloc(1, sizeof *p);
     p->n_threads = n_threads;
     p->threads = ms_calloc((size_t)n_threads, sizeof *p->threads);

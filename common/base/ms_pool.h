@@ -9,8 +9,11 @@ typedef struct ms_pool ms_pool;
 /* Body of a parallel loop: process indices [begin, end). */
 typedef void (*ms_pool_fn)(void *ctx, int64_t begin, int64_t end);
 
+/* The CPUs this process may run on: its affinity mask (taskset, a cgroup cpuset), else the
+ * online CPUs; at most 1024. */
+int ms_pool_cpus(void);
 /* Create a pool that runs loops on n_threads threads in total (the caller's thread counts
- * as one, so n_threads = 1 starts no thread). n_threads <= 0 means one per online CPU.
+ * as one, so n_threads = 1 starts no thread). n_threads <= 0 means ms_pool_cpus().
  * Returns NULL (ms_err set) if a thread cannot be created. */
 ms_pool *ms_pool_new(int n_threads);
 /* Stop and join the threads. Accepts NULL. */

@@ -1,5 +1,6 @@
 /* test_pool: ms_pool_for visits every index exactly once in contiguous chunks, for any split. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -101,11 +102,29 @@ int main(void)
         ms_pool_free(p);
     }
 
-    /* Default size: one thread per online CPU. */
+    /* Default size: one thread per CPU the process may use, not per CPU the machine has. */
     ms_pool *p = ms_pool_new(0);
-    T_CHECK(p && ms_pool_size(p) == (int)sysconf(_SC_NPROCESSORS_ONLN), "ms_pool_new(0) size %d",
-            ms_pool_size(p));
+    T_CHECK(p && ms_pool_size(p) == ms_pool_cpus() && ms_pool_cpus() <= (int)sysconf(_SC_NPROCESSORS_ONLN),
+            "ms_pool_new(0) size %d, %d CPUs allowed", ms_pool_size(p), ms_pool_cpus());
     ms_pool_free(p);
+    {
+        cpu_set_t all, one;
+        if (sched_getaffinity(0, sizeof all, &all) == 0 && CPU_COUNT(&all) > 1) {
+            int first = 0;
+            while (!CPU_ISSET(first, &all)) first++;
+            CPU_ZERO(&one);
+            CPU_SET(first, &one);
+            T_CHECK(sched_setaffinity(0, sizeof one, &one) == 0, "sched_setaffinity");
+            p = ms_pool_new(0);
+            T_CHECK(ms_pool_cpus() == 1 && p && ms_pool_size(p) == 1,
+                    "pinned to one CPU (as under taskset -c %d): the default pool has %d threads", first,
+                    p ? ms_pool_size(p) : -1);
+            ms_pool_free(p);
+            sched_setaffinity(0, sizeof all, &all);
+        } else {
+            ms_t_skip("one CPU allowed: the affinity check needs two");
+        }
+    }
 
     /* Repeated use: many small loops must neither deadlock nor lose work. */
     p = ms_pool_new(3);
