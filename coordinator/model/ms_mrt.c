@@ -9,6 +9,7 @@
 #include "ms_err.h"
 #include "ms_ident.h"
 #include "ms_file.h"
+#include "ms_mpin.h"
 #include "ms_mrt.h"
 #include "ms_proc.h"
 #include "ms_progress.h"
@@ -248,6 +249,9 @@ int ms_mrt_setup(ms_model *m)
             items[i].pk_file = npaths;
             items[i].pk_path = ms_tpack_path(m->tpack);
             items[i].pk_in_kernel = in_kernel;
+            /* Decoded in the kernel, a pinned matrix stays packed too (ms_mpin): the plan
+             * counts what it holds, so the budget pins more of the trunk. */
+            if (items[i].pk && in_kernel) sizes[i] = ms_mpin_bytes(items[i].pk);
         }
     }
 
@@ -295,14 +299,18 @@ int ms_mrt_setup(ms_model *m)
 
     /* Read the pinned prefix: aligned buffers, reads in flight together. */
     ms_io_req *reqs = ms_calloc((size_t)(m->plan.n_pinned + 1), sizeof *reqs);
+    int packed_pins = 0;
     for (int i = 0; i < m->plan.n_pinned; i++) {
         const ms_wref *r = &m->refs[refidx[i]];
-        reqs[i].file = r->file;
-        reqs[i].off = r->off;
-        reqs[i].len = (size_t)r->bytes;
-        reqs[i].buf = ms_mrt_own(m, ms_io_alloc(ms_io_span(r->off, (size_t)r->bytes)));
+        const ms_tpack_tensor *pk = in_kernel ? items[i].pk : NULL;
+        packed_pins += pk != NULL;
+        reqs[i].file = pk ? npaths : r->file;
+        reqs[i].off = pk ? pk->data_off : r->off;
+        reqs[i].len = (size_t)(pk ? pk->data_bytes : r->bytes);
+        reqs[i].buf = ms_mrt_own(m, ms_io_alloc(ms_io_span(reqs[i].off, reqs[i].len)));
         ms_io_submit(m->io, &reqs[i]);
     }
+    if (packed_pins) m->mpin = ms_mpin_new(packed_pins, ms_tpack_path(m->tpack));
     int bad = 0;
     /* A large pinned trunk takes a while to read (GBs from an SSD): show it, as prefill is shown. */
     int shown = m->plan.pinned_bytes >= ((uint64_t)256 << 20);
@@ -312,7 +320,10 @@ int ms_mrt_setup(ms_model *m)
             bad = 1;
             ms_err_wrap("reading tensor %s", m->refs[refidx[i]].name);
         }
-        sched[i]->data = reqs[i].data;
+        if (m->mpin && items[i].pk)
+            ms_mpin_add(m->mpin, sched[i], items[i].pk, reqs[i].data, m->refs[refidx[i]].name);
+        else
+            sched[i]->data = reqs[i].data;
         if (shown) ms_progress_add(reqs[i].len);
     }
     if (shown) ms_progress_end();
@@ -382,6 +393,8 @@ void ms_mrt_release(ms_model *m)
         for (int i = 0; i <= m->src.n_paths; i++) free(m->io_paths[i]);
     free(m->io_paths);
     m->io_paths = NULL;
+    ms_mpin_free(m->mpin); /* borrows the pack's index */
+    m->mpin = NULL;
     ms_tpack_close(m->tpack);
     m->tpack = NULL;
 }
@@ -441,7 +454,7 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
     }
 }
 
-int ms_mrt_stream_check(ms_model *m) { return ms_wstream_check(m->ws); }
+int ms_mrt_stream_check(ms_model *m) { return ms_wstream_check(m->ws) != 0 || ms_mpin_check(m->mpin) != 0 ? -1 : 0; }
 
 int64_t ms_mrt_nonfinite_row(const float *x, int64_t R, int64_t W)
 {

@@ -69,6 +69,7 @@ struct ms_model {
     int embed_ref;             /* index of the embedding in refs, or -1 */
     ms_wstream *ws;            /* streamer of the unpinned trunk, or NULL */
     ms_tpack *tpack;           /* the trunk pack in use, or NULL */
+    struct ms_mpin *mpin;      /* the pinned matrices kept packed (decoded in the kernel), or NULL */
     char **io_paths;           /* [n_paths + 1] the shards and the pack, as opened in iof */
     ms_xstore *xs;             /* routed experts on disk, or NULL */
     ms_xloc *xlocs;            /* [N][Ne] expert locations while binding */

@@ -59,6 +59,17 @@ static result run(const char *dir, const char *pack, uint64_t budget, int64_t V)
     return r;
 }
 
+/* Trunk matrices the plan pins at a budget (plan only, nothing run). */
+static int plan_pins(const char *dir, const char *pack, uint64_t budget)
+{
+    ms_run_opts o = {.n_threads = 2, .ram_budget = budget, .max_positions = 64, .prompt_tokens = NT, .baseline = 1,
+                     .max_chunk = 8, .trunk_pack = pack, .plan_only = 1};
+    ms_model *m = ms_k3_model_open(dir, &o);
+    int n = m && ms_model_plan(m) ? ms_model_plan(m)->n_pinned : -1;
+    ms_model_free(m);
+    return n;
+}
+
 /* The smallest budget the planner accepts with these options, from its refusal of 1 byte. */
 static uint64_t min_budget(const char *dir, const char *pack)
 {
@@ -103,6 +114,37 @@ static void check_same(const char *what, const char *dir, const char *pack, int6
             "%s: streamed matrices came from the pack, compressed (%llu bytes read for %llu)", what,
             (unsigned long long)sp.st.trunk_pack_read, (unsigned long long)sp.st.trunk_pack_decoded);
     T_CHECK(sn.st.trunk_pack_read == 0, "%s: 'none' reads no pack", what);
+    /* Pinned matrices stay packed when the kernel decodes: the plan holds fewer bytes for the
+     * whole trunk, and a budget between the two pins more matrices with the pack. */
+    int kernel = !getenv("MS_TPACK_DECODE");
+    result nb = run(dir, "none", 16ull << 30, V);
+    T_CHECK(nb.logits && big.plan.n_pinned == big.plan.in.n_trunk && nb.plan.n_pinned == nb.plan.in.n_trunk,
+            "%s: an unlimited budget pins every trunk matrix (%d, %d of %d)", what, big.plan.n_pinned, nb.plan.n_pinned,
+            nb.plan.in.n_trunk);
+    T_CHECK(kernel ? big.plan.pinned_bytes < nb.plan.pinned_bytes : big.plan.pinned_bytes == nb.plan.pinned_bytes,
+            "%s: the pinned trunk holds %llu bytes with the pack, %llu without (%s)", what,
+            (unsigned long long)big.plan.pinned_bytes, (unsigned long long)nb.plan.pinned_bytes,
+            kernel ? "packed in memory" : "decoded by the readers: raw");
+    if (kernel && nb.plan.pinned_bytes >= (8u << 20)) {
+        /* budgets from the smallest up by eighths of the raw trunk: the pack never pins fewer
+         * matrices, somewhere more; where it pins more the logits are still the same. (Only
+         * where the trunk is MBs: below that the plan's chunk and ring steps outweigh it.) */
+        int more = 0, fewer = 0, same = 1;
+        for (int k = 0; k <= 8; k++) {
+            uint64_t B = (mb > mb_none ? mb : mb_none) + nb.plan.pinned_bytes / 8 * (uint64_t)k;
+            int a = plan_pins(dir, pack, B), b = plan_pins(dir, "none", B);
+            fewer += a < b;
+            if (a > b && !more++) {
+                result ra = run(dir, pack, B, V);
+                same = ra.logits && !memcmp(ra.logits, ref.logits, bytes);
+                free(ra.logits);
+            }
+        }
+        T_CHECK(fewer == 0 && more > 0 && same,
+                "%s: the packed pinned trunk pins more at %d of 9 budgets, fewer at %d; same logits there: %d", what, more,
+                fewer, same);
+    }
+    free(nb.logits);
     printf("%s: smallest budget %llu (%llu without the pack); pack bytes read %llu for %llu BF16 bytes\n", what,
            (unsigned long long)mb, (unsigned long long)mb_none, (unsigned long long)sp.st.trunk_pack_read,
            (unsigned long long)sp.st.trunk_pack_decoded);
@@ -158,6 +200,13 @@ static void test_synth(void)
         ms_t_flip_byte(bpath, t->data_off + ms_tpack_block_start(t, b) + 50, 0x20);
     }
     ms_tpack_close(p);
+    /* pinned and kept packed (an unlimited budget pins all): the corrupt block is found by the
+     * kernel in the pass, and the pass fails naming it */
+    result cp = run(dir, bad, 16ull << 30, sh.vocab);
+    T_CHECK(!cp.logits && cp.code == MS_EXIT_MODEL && strstr(cp.err, bpath) && strstr(cp.err, "block") &&
+                strstr(cp.err, "checksum") && strstr(cp.err, "pinned tensor"),
+            "pinned packed: a corrupt block is refused (class 3) naming pack, tensor and block: %s", cp.err);
+    free(cp.logits);
     for (int mode = 0; mode < 2; mode++) {
         if (mode) setenv("MS_TPACK_DECODE", "reader", 1);
         uint64_t mb = min_budget(dir, bad);
