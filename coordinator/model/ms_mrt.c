@@ -233,6 +233,7 @@ int ms_mrt_setup(ms_model *m)
     ms_mat **sched = NULL;
     int ns = ms_mrt_schedule(m, &sched);
     uint64_t *sizes = ms_malloc(sizeof(uint64_t) * (size_t)ns);
+    uint64_t *packed_sizes = ms_malloc(sizeof(uint64_t) * (size_t)ns); /* what each holds pinned packed */
     uint64_t trunk_total = 0;
     ms_wstream_item *items = ms_malloc(sizeof *items * (size_t)ns);
     int *refidx = ms_malloc(sizeof(int) * (size_t)ns);
@@ -240,7 +241,7 @@ int ms_mrt_setup(ms_model *m)
         refidx[i] = ref_of(m, sched[i]);
         MS_ASSERT(refidx[i] >= 0 && is_trunk(m, refidx[i]));
         const ms_wref *r = &m->refs[refidx[i]];
-        sizes[i] = r->bytes;
+        sizes[i] = packed_sizes[i] = r->bytes;
         trunk_total += r->bytes;
         items[i] = (ms_wstream_item){sched[i], r->name, r->file, r->off, r->bytes / (uint64_t)sched[i]->rows,
                                      sched[i]->rows, NULL, 0, NULL};
@@ -249,9 +250,7 @@ int ms_mrt_setup(ms_model *m)
             items[i].pk_file = npaths;
             items[i].pk_path = ms_tpack_path(m->tpack);
             items[i].pk_in_kernel = in_kernel;
-            /* Decoded in the kernel, a pinned matrix stays packed too (ms_mpin): the plan
-             * counts what it holds, so the budget pins more of the trunk. */
-            if (items[i].pk && in_kernel) sizes[i] = ms_mpin_bytes(items[i].pk);
+            if (items[i].pk && in_kernel) packed_sizes[i] = ms_mpin_bytes(items[i].pk);
         }
     }
 
@@ -282,6 +281,16 @@ int ms_mrt_setup(ms_model *m)
     in.state_cache = m->opts.state_cache;
     int rc = -1;
     if (plan_window(m, &in) != 0) goto out;
+    /* When the raw trunk does not fit, pinned matrices stay packed (ms_mpin, decoded in the
+     * kernel like the streamed ones): the plan counts what they hold, so the budget pins more
+     * and streams less. When it fits, they are kept raw: decoding them every pass would cost
+     * compute and save no reads. */
+    int pin_packed = 0;
+    if (m->plan.streaming && m->tpack && in_kernel) {
+        in.trunk = packed_sizes;
+        if (plan_window(m, &in) != 0) goto out;
+        pin_packed = 1;
+    }
     m->plan.in.trunk = NULL; /* sizes is freed below */
     m->planned = 1;
     if (m->opts.plan_only) {
@@ -302,7 +311,7 @@ int ms_mrt_setup(ms_model *m)
     int packed_pins = 0;
     for (int i = 0; i < m->plan.n_pinned; i++) {
         const ms_wref *r = &m->refs[refidx[i]];
-        const ms_tpack_tensor *pk = in_kernel ? items[i].pk : NULL;
+        const ms_tpack_tensor *pk = pin_packed ? items[i].pk : NULL;
         packed_pins += pk != NULL;
         reqs[i].file = pk ? npaths : r->file;
         reqs[i].off = pk ? pk->data_off : r->off;
@@ -374,6 +383,7 @@ int ms_mrt_setup(ms_model *m)
 out:
     free(sched);
     free(sizes);
+    free(packed_sizes);
     free(items);
     free(refidx);
     return rc;
@@ -454,7 +464,7 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
     }
 }
 
-int ms_mrt_stream_check(ms_model *m) { return ms_wstream_check(m->ws) != 0 || ms_mpin_check(m->mpin) != 0 ? -1 : 0; }
+int ms_mrt_stream_check(ms_model *m) { return ms_mpin_check(m->mpin) != 0 || ms_wstream_check(m->ws) != 0 ? -1 : 0; }
 
 int64_t ms_mrt_nonfinite_row(const float *x, int64_t R, int64_t W)
 {

@@ -121,10 +121,9 @@ static void check_same(const char *what, const char *dir, const char *pack, int6
     T_CHECK(nb.logits && big.plan.n_pinned == big.plan.in.n_trunk && nb.plan.n_pinned == nb.plan.in.n_trunk,
             "%s: an unlimited budget pins every trunk matrix (%d, %d of %d)", what, big.plan.n_pinned, nb.plan.n_pinned,
             nb.plan.in.n_trunk);
-    T_CHECK(kernel ? big.plan.pinned_bytes < nb.plan.pinned_bytes : big.plan.pinned_bytes == nb.plan.pinned_bytes,
-            "%s: the pinned trunk holds %llu bytes with the pack, %llu without (%s)", what,
-            (unsigned long long)big.plan.pinned_bytes, (unsigned long long)nb.plan.pinned_bytes,
-            kernel ? "packed in memory" : "decoded by the readers: raw");
+    T_CHECK(big.plan.pinned_bytes == nb.plan.pinned_bytes,
+            "%s: where the raw trunk fits, it is pinned raw with a pack too (%llu, %llu bytes)", what,
+            (unsigned long long)big.plan.pinned_bytes, (unsigned long long)nb.plan.pinned_bytes);
     if (kernel && nb.plan.pinned_bytes >= (8u << 20)) {
         /* budgets from the smallest up by eighths of the raw trunk: the pack never pins fewer
          * matrices, somewhere more; where it pins more the logits are still the same. (Only
@@ -200,13 +199,20 @@ static void test_synth(void)
         ms_t_flip_byte(bpath, t->data_off + ms_tpack_block_start(t, b) + 50, 0x20);
     }
     ms_tpack_close(p);
-    /* pinned and kept packed (an unlimited budget pins all): the corrupt block is found by the
-     * kernel in the pass, and the pass fails naming it */
-    result cp = run(dir, bad, 16ull << 30, sh.vocab);
+    /* pinned and kept packed (the smallest budget streams, so the pins stay packed; the first
+     * matrix of a pass is pinned): the kernel finds the corrupt block and the pass fails naming it */
+    uint64_t mbb = min_budget(dir, bad);
+    int np = plan_pins(dir, bad, mbb);
+    T_CHECK(np > 0, "the smallest budget pins %d matrices (packed)", np);
+    result cp = run(dir, bad, mbb, sh.vocab);
     T_CHECK(!cp.logits && cp.code == MS_EXIT_MODEL && strstr(cp.err, bpath) && strstr(cp.err, "block") &&
                 strstr(cp.err, "checksum") && strstr(cp.err, "pinned tensor"),
             "pinned packed: a corrupt block is refused (class 3) naming pack, tensor and block: %s", cp.err);
     free(cp.logits);
+    /* an unlimited budget holds the raw trunk: the pins are raw, the pack is not read */
+    result cu = run(dir, bad, 16ull << 30, sh.vocab);
+    T_CHECK(cu.logits && cu.st.trunk_pack_read == 0, "unlimited budget: raw pins, the (corrupt) pack unused: %s", cu.err);
+    free(cu.logits);
     for (int mode = 0; mode < 2; mode++) {
         if (mode) setenv("MS_TPACK_DECODE", "reader", 1);
         uint64_t mb = min_budget(dir, bad);
