@@ -284,9 +284,11 @@ int ms_mrt_setup(ms_model *m)
     /* When the raw trunk does not fit, pinned matrices stay packed (ms_mpin, decoded in the
      * kernel like the streamed ones): the plan counts what they hold, so the budget pins more
      * and streams less. When it fits, they are kept raw: decoding them every pass would cost
-     * compute and save no reads. */
+     * compute and save no reads. MS_TPACK_PINS=raw keeps them raw anyway (few cores, a fast
+     * disk: decoding every pinned byte each pass can cost more than the reads it saves). */
     int pin_packed = 0;
-    if (m->plan.streaming && m->tpack && in_kernel) {
+    const char *pins = getenv("MS_TPACK_PINS");
+    if (m->plan.streaming && m->tpack && in_kernel && !(pins && !strcmp(pins, "raw"))) {
         in.trunk = packed_sizes;
         if (plan_window(m, &in) != 0) goto out;
         pin_packed = 1;
