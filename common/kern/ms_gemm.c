@@ -332,17 +332,23 @@ static void rows_tiled(const ms_mat *W, const float *X, int64_t T, float *Y, int
 /* ---- Panels: each weight decoded once per step, for many tokens ----
  *
  * Tiles decode a weight vector once per group of up to 6 tokens and read both operands from L2.
- * For T >= panel_min(type) a panel of up to 8 rows instead goes through the columns in blocks of
+ * For T >= panel_min(type, path) a panel of up to 8 rows instead goes through the columns in blocks of
  * MS_PANEL_KB: each block of its rows is decoded once into float (wd, L1), then every token
  * runs over it, the 16 lanes of each (row, token) carried from block to block in st. A lane
  * still takes element i in increasing i, so every output is the same canonical dot as on the
  * tiles and the scalar path; only where the partial lanes wait between blocks changes. */
 enum { MS_PANEL_KB = 512, MS_PANEL_TG = 14 /* token groups a pass over a panel: 42 tokens on AVX-512 */ };
 
-/* From how many tokens panels beat tiles (measured with `moestream bench`): at once for F32
- * rows, which panels read in place; for BF16 and MXFP4 rows once decoding a block to memory is
- * shared by enough tokens (below that the tiles, which decode in registers, win). */
-static inline int panel_min(ms_wtype type) { return type == MS_WT_F32 ? 4 : type == MS_WT_BF16 ? 24 : 32; }
+/* From how many tokens panels beat tiles (measured with `moestream bench` on this project's
+ * Xeon, both paths): at once for F32 rows, which panels read in place; for BF16 and MXFP4 rows
+ * once decoding a block to memory is shared by enough tokens. The AVX-512 tiles (4 x 6, the
+ * decode in registers) hold out to 24-32 tokens, the AVX2 ones (2 x 3) only to 8. */
+static inline int panel_min(ms_wtype type, int level)
+{
+    if (type == MS_WT_F32) return 4;
+    if (level != MS_SIMD_AVX512) return 8;
+    return type == MS_WT_BF16 ? 24 : 32;
+}
 /* Tokens a micro tile takes (a group of the interleaved layout of ms_gemm_prep_x). */
 static inline int panel_tb(int level) { return level == MS_SIMD_AVX512 ? 3 : 2; }
 
@@ -564,7 +570,7 @@ void ms_gemm_rows(const ms_mat *W, const float *X, int64_t T, float *Y, int64_t 
 {
 #if MS_KERN_X86
     if (level >= MS_SIMD_AVX2) {
-        if (T >= panel_min(W->type))
+        if (T >= panel_min(W->type, level))
             rows_panel(W, X, T, Y, ldy, r0, r1, level);
         else
             rows_tiled(W, X, T, Y, ldy, r0, r1, level);
@@ -580,7 +586,7 @@ const float *ms_gemm_prep_x(const ms_mat *W, const float *X, int64_t T, int leve
     *owned = NULL;
     const int paired = level == MS_SIMD_AVX512 && W->type == MS_WT_MXFP4;
 #if MS_KERN_X86
-    const int panels = level >= MS_SIMD_AVX2 && T >= panel_min(W->type);
+    const int panels = level >= MS_SIMD_AVX2 && T >= panel_min(W->type, level);
 #else
     const int panels = 0;
 #endif
