@@ -93,11 +93,18 @@ if os.path.exists(f"{out}/tn-avx2.json"):
             f"{d[t]['gflops']:.1f} GF/s ({100*d[t]['gflops']/p2:.0f}%)" if t in d else "" for t in Ts) + " |")
     L.append("")
 L.append("How (ms_kern.h, ms_gemm.c): the weight matmuls accumulate in FP32 with fused multiply-adds in one "
-         "canonical order, 16 lanes a dot product then a fixed tree, the same on the scalar, AVX2 and AVX-512 paths; "
-         "AVX-512 tiles of 4 rows x 6 tokens keep 24 dot products in registers (each decoded weight vector serves 6 "
-         "FMAs, each token's vector 4), AVX2 tiles of 2 x 3 keep 6 (12 registers), and one-token steps take 4 rows "
-         "at a time. At T = 1 a step is bound by reading the weights (BF16 near the bandwidth, MXFP4 by its "
-         "decoding); the many-row steps are bound by the tiles' data movement, short of the 60% target.\n")
+         "canonical order, 16 lanes a dot product then a fixed tree, the same on the scalar, AVX2 and AVX-512 paths. "
+         "Few tokens run in register tiles: AVX-512 4 rows x 6 tokens (24 dot products in registers, each decoded "
+         "weight vector loaded once and serving 6 FMAs), AVX2 2 x 3, one-token steps 4 rows at a time. Many tokens "
+         "(F32 from 4; BF16 and MXFP4 from 8 on AVX2, 24 and 32 on AVX-512, where the tiles lose) run in panels: "
+         "a block of up to 8 rows x 512 columns decoded once into L1 as float, every token run over it in 8 x 3 "
+         "micro tiles, the token rows interleaved in groups of 3 so a micro tile reads one stream, the lanes "
+         "carried in memory from block to block. AVX-512 decodes 16 MXFP4 weights in two instructions (a 64-bit "
+         "shift pairs nibbles m and m + 8 in each lane, vpermps looks up the scale's 16 values; the token rows are "
+         "read in the same paired order and the tree pairs the lanes back) and 16 BF16 weights in one vpermw. "
+         "At T = 1 a step is bound by reading the weights (BF16 and MXFP4 near the bandwidth); many-token steps "
+         "reach about half the FMA peak: the x operands come from L2, a panel's decode and lane traffic take the "
+         "rest, short of the 60% target.\n")
 text = "\n".join(L) + "\n"
 print(text)
 sys.path.insert(0, "tests/bench")

@@ -75,7 +75,7 @@ g = json.load(open(sys.argv[1]))["generated_ids"]
 open(sys.argv[2], "w").write(",".join(map(str, g)) + "\n")
 open(sys.argv[3], "w").write(",".join(str((x + 1) % int(sys.argv[4])) for x in g) + "\n")
 PY
-  for n in $ns; do run "$b-right-$n" "$b" "$ids" --speculate "$n" --draft-file "$out/$b-right.txt"; done
+  for n in $ns auto; do run "$b-right-$n" "$b" "$ids" --speculate "$n" --draft-file "$out/$b-right.txt"; done
   for n in $ns auto; do run "$b-wrong-$n" "$b" "$ids" --speculate "$n" --draft-file "$out/$b-wrong.txt"; done
   run "$b-repoff" "$b" "$rep" --speculate off
   for n in $ns auto; do run "$b-ngram-$n" "$b" "$rep" --speculate "$n"; done
@@ -107,7 +107,7 @@ L.append("|---|---|---|---|---|---|---|---|---|")
 for b in budgets:
     base = load(f"{b}-off"); rbase = load(f"{b}-repoff")
     rows = [("none", "off", f"{b}-off", f"{b}-off", base)]
-    rows += [("all right", n, f"{b}-right-{n}", f"{b}-off", base) for n in ns]
+    rows += [("all right", n, f"{b}-right-{n}", f"{b}-off", base) for n in ns + ["auto"]]
     rows += [("all wrong", n, f"{b}-wrong-{n}", f"{b}-off", base) for n in ns + ["auto"]]
     rows += [("n-gram", "off", f"{b}-repoff", f"{b}-repoff", rbase)]
     rows += [("n-gram", n, f"{b}-ngram-{n}", f"{b}-repoff", rbase) for n in ns + ["auto"]]
