@@ -391,18 +391,18 @@ static int finish_prefill(ms_eseq *s, const float *rows, int64_t n_rows)
     return 0;
 }
 
-/* auto: after a pass that verified k drafts of which acc were right. A full acceptance doubles
- * the window, a partial one sets it just past what was right, a complete miss halves it; at
+/* auto: after a pass that verified k drafts of which acc were right. A full acceptance
+ * quadruples the window (a short answer has few passes to ramp up in), a partial one sets it just past what was right, a complete miss halves it; at
  * zero, drafting pauses for a number of passes that grows fourfold with each consecutive miss
  * (1, 4, 16, ... 256), then one draft probes again. A wrong row is not free (its routed
  * experts are read too), so drafts that never land cost one row at passes 1, 3, 8, 25, 90, ... */
 static void adapt(ms_eseq *s, int k, int acc)
 {
     int W = s->e->spec_window;
-    s->acc_w = 0.9 * s->acc_w + acc;
-    s->miss_w = 0.9 * s->miss_w + (acc < k);
+    s->acc_w = 0.98 * s->acc_w + acc;
+    s->miss_w = 0.98 * s->miss_w + (acc < k);
     if (acc == k) {
-        s->k_cur = 2 * s->k_cur < W ? 2 * s->k_cur : W;
+        s->k_cur = 4 * s->k_cur < W ? 4 * s->k_cur : W;
         s->backoff = 1;
     } else if (acc > 0) {
         s->k_cur = acc + 1 < W ? acc + 1 : W;
@@ -464,7 +464,7 @@ static int64_t auto_drafts(ms_eseq *s, int64_t kmax, int64_t n_base)
         return 1;
     }
     if (ms_dcost_fit(&s->e->cost, &a, &b) != 0) return s->k_cur;
-    double p = (s->acc_w + 1) / (s->acc_w + s->miss_w + 2);
+    double p = (s->acc_w + 0.5) / (s->acc_w + s->miss_w + 1); /* a light prior: ten right drafts give 0.95 */
     int k = ms_dcost_best_k(p, a, b, n_base, (int)(kmax < s->e->spec_window ? kmax : s->e->spec_window));
     if (k == 0) {
         s->pause = s->backoff;
