@@ -391,18 +391,11 @@ typedef struct {
             _Pragma("GCC unroll 8") for (int k = 0; k < R; k++)                                                       \
                 _Pragma("GCC unroll 3") for (int t = 0; t < TB; t++) _mm512_storeu_ps(m->s[t] + 16 * k, acc[k][t]);   \
     }
-MS_PMIC_512(pm_z_1_1, 1, 1)
-MS_PMIC_512(pm_z_1_2, 1, 2)
-MS_PMIC_512(pm_z_1_3, 1, 3)
-MS_PMIC_512(pm_z_2_1, 2, 1)
-MS_PMIC_512(pm_z_2_2, 2, 2)
-MS_PMIC_512(pm_z_2_3, 2, 3)
-MS_PMIC_512(pm_z_4_1, 4, 1)
-MS_PMIC_512(pm_z_4_2, 4, 2)
-MS_PMIC_512(pm_z_4_3, 4, 3)
-MS_PMIC_512(pm_z_8_1, 8, 1)
-MS_PMIC_512(pm_z_8_2, 8, 2)
-MS_PMIC_512(pm_z_8_3, 8, 3)
+#define MS_PMIC_512_ROWS(R) MS_PMIC_512(pm_z_##R##_1, R, 1) MS_PMIC_512(pm_z_##R##_2, R, 2) MS_PMIC_512(pm_z_##R##_3, R, 3)
+MS_PMIC_512_ROWS(1)
+MS_PMIC_512_ROWS(2)
+MS_PMIC_512_ROWS(4)
+MS_PMIC_512_ROWS(8)
 
 /* AVX2 micro tile: R rows x TB tokens, 2 R TB ymm lanes (<= 12). */
 #define MS_PMIC_AVX2(NAME, R, TB)                                                                                      \
@@ -439,12 +432,10 @@ MS_PMIC_512(pm_z_8_3, 8, 3)
                 _mm256_storeu_ps(m->s[t] + 16 * k + 8, hi[k][t]);                                                      \
             }                                                                                                          \
     }
-MS_PMIC_AVX2(pm_a2_1_1, 1, 1)
-MS_PMIC_AVX2(pm_a2_1_2, 1, 2)
-MS_PMIC_AVX2(pm_a2_2_1, 2, 1)
-MS_PMIC_AVX2(pm_a2_2_2, 2, 2)
-MS_PMIC_AVX2(pm_a2_3_1, 3, 1)
-MS_PMIC_AVX2(pm_a2_3_2, 3, 2)
+#define MS_PMIC_AVX2_ROWS(R) MS_PMIC_AVX2(pm_a2_##R##_1, R, 1) MS_PMIC_AVX2(pm_a2_##R##_2, R, 2)
+MS_PMIC_AVX2_ROWS(1)
+MS_PMIC_AVX2_ROWS(2)
+MS_PMIC_AVX2_ROWS(3)
 
 typedef void (*pmic_fn)(const pmic *);
 /* [R - 1][TB - 1] */

@@ -101,7 +101,7 @@ L.append(f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores; mo
          f"generated greedily. Each run: page cache dropped, then run inside a memory cgroup equal to `--ram-budget`. "
          f"Load (`uptime`) before: `{up[0]}`; after: `{up[1]}` (the machine is shared: re-run on an idle one for "
          f"final figures).\n")
-L.append("Command: `sudo MS_BENCH_DIR=/work/bench bash tests/bench/speculate.sh`\n")
+L.append("Command: `sudo bash tests/bench/speculate.sh --budgets \"" + " ".join(budgets) + "\"` (the model: " + os.path.basename(model) + ")\n")
 L.append("| budget | drafts | --speculate | decode s/token | tokens/s vs off | tokens per pass | drafted / accepted | GB read / token | logits = off |")
 L.append("|---|---|---|---|---|---|---|---|---|")
 for b in budgets:
