@@ -469,22 +469,6 @@ MS_AVX2 static void seg_avx2(const ms_mat *W, int64_t r, int64_t c0, int64_t n, 
 }
 
 
-/* Ask for columns [c0, c0 + n) of rows [r, r + nr) to be brought into L2 (the next block a
- * panel decodes), so reading the weights overlaps the FMAs of this block. */
-static void prefetch_rows(const ms_mat *W, int64_t r, int nr, int64_t c0, int64_t n)
-{
-    int64_t b0, nb; /* bytes of a row segment */
-    switch (W->type) {
-    case MS_WT_F32: b0 = c0 * 4, nb = n * 4; break;
-    case MS_WT_BF16: b0 = c0 * 2, nb = n * 2; break;
-    default: b0 = c0 / 2, nb = n / 2; break;
-    }
-    for (int k = 0; k < nr; k++) {
-        const char *p = (const char *)row_ptr(W, r + k) + b0;
-        for (int64_t o = 0; o < nb; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
-    }
-}
-
 static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int64_t ldy, int64_t r0, int64_t r1,
                        int level)
 {
@@ -502,13 +486,6 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
                 m.kw = n16 - kb < MS_PANEL_KB ? n16 - kb : MS_PANEL_KB;
                 m.first = kb == 0;
                 m.fin = kb + m.kw < cols ? 0 : paired ? 2 : 1; /* the last block, and no tail */
-                if (kb + MS_PANEL_KB < n16) {
-                    int64_t nk = n16 - kb - MS_PANEL_KB < MS_PANEL_KB ? n16 - kb - MS_PANEL_KB : MS_PANEL_KB;
-                    prefetch_rows(W, rp, nr, kb + MS_PANEL_KB, nk);
-                } else if (ts + TS >= T && rp + RP < r1) {
-                    int nn = r1 - rp - RP < RP ? (int)(r1 - rp - RP) : RP;
-                    prefetch_rows(W, rp + RP, nn, 0, n16 < MS_PANEL_KB ? n16 : MS_PANEL_KB);
-                }
                 const float *w0 = wd; /* row k of the panel's segment at w0 + k * m.ws */
                 m.ws = MS_PANEL_KB;
                 if (W->type == MS_WT_F32) {
