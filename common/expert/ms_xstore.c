@@ -1,5 +1,7 @@
 /* ms_xstore: routed experts read from SSD on demand into a byte-bounded, policy-managed cache. */
+#include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -343,9 +345,11 @@ typedef struct {
     char bad_msg[512];
 } xs_call;
 
-/* Compute distinct expert d from the slot buf: gather its rows (at most c->gather at a time),
- * run the expert, scatter. */
-static void compute_one(ms_xstore *s, xs_call *c, int d, const uint8_t *buf)
+/* Compute distinct expert d from the slot buf: gather its rows (at most `gather` at a time,
+ * through zin/zout of [gather][L] floats), run the expert with `pool` (NULL: on this thread),
+ * scatter. Returns 0, or -1 with ms_err set (this thread's) when an output is not finite. */
+static int compute_into(ms_xstore *s, xs_call *c, int d, const uint8_t *buf, int64_t gather, float *zin,
+                        float *zout, ms_pool *pool)
 {
     int64_t L = s->o.fmt.latent;
     size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->g->dexp[d];
@@ -355,21 +359,95 @@ static void compute_one(ms_xstore *s, xs_call *c, int d, const uint8_t *buf)
     for (int i = 0; i < s->np; i++) part[i] = buf + off[i];
     int64_t m = c->g->start[d + 1] - c->g->start[d];
     int64_t t0 = c->g->start[d];
-    for (int64_t a = 0; a < m; a += c->gather) {
-        int64_t mm = m - a < c->gather ? m - a : c->gather;
+    int bad = 0;
+    for (int64_t a = 0; a < m; a += gather) {
+        int64_t mm = m - a < gather ? m - a : gather;
         for (int64_t r = 0; r < mm; r++)
-            memcpy(c->zin + r * L, c->z + (int64_t)c->item_row[ms_xgroup_item(c->g, t0 + a + r)] * L,
+            memcpy(zin + r * L, c->z + (int64_t)c->item_row[ms_xgroup_item(c->g, t0 + a + r)] * L,
                    sizeof(float) * (size_t)L);
-        ms_expert_run(&s->o.fmt, part, c->zin, mm, c->zout, s->pool);
+        ms_expert_run(&s->o.fmt, part, zin, mm, zout, pool);
         /* A NaN or Inf output (bad weights in the file) stops the run instead of spoiling it. */
-        if (!c->bad && ms_expert_check_finite(NULL, MS_EXIT_RUNTIME, c->layer, c->g->dexp[d], c->zin, c->zout, mm, L)) {
-            c->bad = 1;
-            snprintf(c->bad_msg, sizeof c->bad_msg, "%s", ms_err_msg());
-        }
+        if (!bad && ms_expert_check_finite(NULL, MS_EXIT_RUNTIME, c->layer, c->g->dexp[d], zin, zout, mm, L))
+            bad = 1;
         for (int64_t r = 0; r < mm; r++)
-            memcpy(c->out + ms_xgroup_item(c->g, t0 + a + r) * L, c->zout + r * L, sizeof(float) * (size_t)L);
+            memcpy(c->out + ms_xgroup_item(c->g, t0 + a + r) * L, zout + r * L, sizeof(float) * (size_t)L);
     }
     c->done[d] = 1;
+    return bad ? -1 : 0;
+}
+
+/* On the caller's thread, each matmul split over the pool. */
+static void compute_one(ms_xstore *s, xs_call *c, int d, const uint8_t *buf)
+{
+    if (compute_into(s, c, d, buf, c->gather, c->zin, c->zout, s->pool) != 0 && !c->bad) {
+        c->bad = 1;
+        snprintf(c->bad_msg, sizeof c->bad_msg, "%s", ms_err_msg());
+    }
+}
+
+/* Hits of at most XS_PAR_ROWS rows run whole experts one per thread when there are enough of
+ * them: such an expert is a few small matmuls (a decode step's, one row each), too short to
+ * split over the pool without its hand-overs costing more than the work. Where an expert is
+ * computed never changes a bit (every output element is one canonical dot). */
+#define XS_PAR_ROWS 4
+
+typedef struct {
+    ms_xstore *s;
+    xs_call *c;
+    const int *list;    /* [n] distinct-expert indices to compute */
+    int n;
+    atomic_int next;    /* the next index of list to claim */
+    pthread_mutex_t mu; /* guards bad_d, bad_msg */
+    int bad_d;          /* lowest list index whose output was not finite, or INT_MAX */
+    char bad_msg[512];
+} xs_par;
+
+static void par_task(void *ctx, int64_t b, int64_t e)
+{
+    (void)b, (void)e; /* one chunk per thread; experts are claimed one by one for balance */
+    xs_par *p = ctx;
+    int64_t L = p->s->o.fmt.latent;
+    float *zin = ms_malloc(sizeof(float) * (size_t)(2 * XS_PAR_ROWS * L)); /* [XS_PAR_ROWS][L] */
+    float *zout = zin + XS_PAR_ROWS * L;                                   /* [XS_PAR_ROWS][L] */
+    for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->n;) {
+        int d = p->list[i];
+        size_t key = (size_t)p->c->layer * (size_t)p->s->o.n_experts + (size_t)p->c->g->dexp[d];
+        if (compute_into(p->s, p->c, d, p->s->key_buf[key], XS_PAR_ROWS, zin, zout, NULL) != 0) {
+            pthread_mutex_lock(&p->mu);
+            if (i < p->bad_d) {
+                p->bad_d = i;
+                snprintf(p->bad_msg, sizeof p->bad_msg, "%s", ms_err_msg());
+            }
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    free(zin);
+}
+
+/* Every hit of the call not computed yet (a hit evicted by an early miss already was). */
+static void compute_hits(ms_xstore *s, xs_call *c)
+{
+    int nt = ms_pool_size(s->pool);
+    int *list = ms_malloc(sizeof(int) * (size_t)(c->g->nd + 1)); /* [nd] small hits */
+    int n = 0;
+    for (int d = 0; d < c->g->nd; d++)
+        if (c->hit[d] && !c->done[d] && c->g->start[d + 1] - c->g->start[d] <= XS_PAR_ROWS) list[n++] = d;
+    if (nt > 1 && n >= 2 * nt) {
+        xs_par p = {.s = s, .c = c, .list = list, .n = n, .bad_d = INT_MAX};
+        atomic_init(&p.next, 0);
+        pthread_mutex_init(&p.mu, NULL);
+        ms_pool_for(s->pool, nt, 1, par_task, &p);
+        pthread_mutex_destroy(&p.mu);
+        if (p.bad_d != INT_MAX && !c->bad) {
+            c->bad = 1;
+            snprintf(c->bad_msg, sizeof c->bad_msg, "%s", p.bad_msg);
+        }
+    }
+    free(list);
+    for (int d = 0; d < c->g->nd; d++) {
+        size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->g->dexp[d];
+        if (c->hit[d] && !c->done[d]) compute_one(s, c, d, s->key_buf[key]);
+    }
 }
 
 typedef struct {
@@ -510,10 +588,7 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
         submit_miss(s, &c, miss[next++].d, &s->pend[(head + n_pend) % depth]);
         n_pend++;
     }
-    for (int d = 0; d < g->nd; d++) {
-        size_t key = (size_t)layer * (size_t)NE + (size_t)g->dexp[d];
-        if (c.hit[d] && !c.done[d]) compute_one(s, &c, d, s->key_buf[key]);
-    }
+    compute_hits(s, &c);
     while (n_pend > 0) {
         xs_pend *p = &s->pend[head];
         int bad = wait_pend(s, p), code = MS_EXIT_IO;

@@ -8,6 +8,7 @@
 #include "ms_expert.h"
 #include "ms_io.h"
 #include "ms_ops.h"
+#include "ms_pool.h"
 #include "ms_st.h"
 #include "ms_test.h"
 #include "ms_xfam_k3.h"
@@ -172,6 +173,7 @@ typedef struct {
     uint64_t cache_slots; /* cache_bytes = cache_slots * slot - cache_minus */
     uint64_t cache_minus;
     int depth, direct, lru, mode;
+    int threads; /* the store's pool (1: none): hits then run whole experts one per thread */
 } cfg;
 
 static ms_expert_table *ref_table;
@@ -218,9 +220,11 @@ static int run_cfg(const cfg *c, int *direct_ran)
     uint64_t slot = xslot(LAT, INTER), E = xbytes(LAT, INTER);
     ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER),
                         .cache_bytes = c->cache_slots * slot - c->cache_minus, .depth = c->depth, .lru = c->lru};
-    ms_xstore *s = ms_xstore_new(&o, files, NULL);
+    ms_pool *pool = c->threads > 1 ? ms_pool_new(c->threads) : NULL;
+    ms_xstore *s = ms_xstore_new(&o, files, pool);
     T_CHECK(s != NULL, "store: %s", ms_err_msg());
     if (!s) {
+        ms_pool_free(pool);
         ms_io_files_close(files);
         return 0;
     }
@@ -269,9 +273,9 @@ static int run_cfg(const cfg *c, int *direct_ran)
         }
     }
     char what[160];
-    snprintf(what, sizeof what, "cache %llu slots%s, depth %d, %s, %s, %s", (unsigned long long)c->cache_slots,
+    snprintf(what, sizeof what, "cache %llu slots%s, depth %d, %s, %s, %s, %d thread(s)", (unsigned long long)c->cache_slots,
              c->cache_minus ? " - 1 byte" : "", c->depth, c->direct ? "direct" : "buffered",
-             c->lru ? "LRU" : "WLFU", c->mode == 0 ? "file A" : c->mode == 1 ? "file B" : "A/B mixed");
+             c->lru ? "LRU" : "WLFU", c->mode == 0 ? "file A" : c->mode == 1 ? "file B" : "A/B mixed", c->threads);
     T_CHECK(n_calls == N_CALLS, "%s: %llu calls", what, (unsigned long long)n_calls);
     T_CHECK(bad_bits == 0, "%s: %d calls differ from the table", what, bad_bits);
     T_CHECK(bad_stats == 0, "%s: %d calls with inconsistent counters", what, bad_stats);
@@ -283,6 +287,7 @@ static int run_cfg(const cfg *c, int *direct_ran)
     if (c->cache_slots > 0 && c->cache_slots < NK) T_CHECK(now.evictions > 0, "%s: small cache never evicts", what);
     T_CHECK(now.io_wait_seconds >= 0 && now.read_busy_seconds >= 0, "%s: timers", what);
     ms_xstore_free(s);
+    ms_pool_free(pool);
     ms_io_files_close(files);
     return 1;
 }
@@ -657,6 +662,39 @@ static void test_nonfinite(void)
         T_CHECK(ifs[i].compute(ifs[i].ctx, layer, 2, z, 2, ok_ids, out) == 0, "non-finite %s: good experts: %s",
                 what[i], ms_err_msg());
     }
+    /* Hits computed one expert per thread (a pool, every expert cached): the same error,
+     * naming the bad expert, and the good ones' outputs unchanged. */
+    ms_pool *pool = ms_pool_new(2);
+    ms_xstore_opts o2 = o;
+    o2.cache_bytes = NK * xslot(LAT, INTER);
+    ms_xstore *s2 = st && files ? ms_xstore_new(&o2, files, pool) : NULL;
+    for (int k2 = 0; s2 && k2 < NK; k2++) {
+        ms_st *two[2] = {st, st};
+        ms_xloc loc;
+        make_loc(two, k2, 0, &loc);
+        ms_xstore_set(s2, k2 / NE, k2 % NE, &loc);
+    }
+    int32_t ids6[6] = {2, 7, 4, 3, expert, 6}, ok6[6] = {2, 7, 4, 3, 8, 6}; /* 3 rows, k = 2 */
+    float z3[3 * LAT], o_store[6 * LAT], o_tab[6 * LAT];
+    for (int i = 0; i < 3 * LAT; i++) z3[i] = (float)(i % 5) / 5.0f - 0.3f;
+    ms_experts e2 = s2 ? ms_xstore_iface(s2) : ms_expert_table_iface(tab), et = ms_expert_table_iface(tab);
+    for (int pass = 0; s2 && pass < 2; pass++) { /* pass 0 reads them all, pass 1 is all hits */
+        ms_err_clear();
+        int rc = e2.compute(e2.ctx, layer, 3, z3, 2, ids6, o_store);
+        T_CHECK(rc != 0 && ms_err_code() == MS_EXIT_RUNTIME && has(ms_err_msg(), want),
+                "non-finite, pooled store, pass %d: %d %s", pass, ms_err_code(), ms_err_msg());
+    }
+    if (s2) {
+        ms_xstore_stats xs;
+        ms_xstore_get_stats(s2, &xs);
+        T_CHECK(xs.hits >= 6, "non-finite, pooled store: the second pass was not served from the cache");
+        T_CHECK(e2.compute(e2.ctx, layer, 3, z3, 2, ok6, o_store) == 0 && et.compute(et.ctx, layer, 3, z3, 2, ok6, o_tab) == 0 &&
+                    !memcmp(o_store, o_tab, sizeof o_tab),
+                "non-finite, pooled store: good experts differ from the table: %s", ms_err_msg());
+    }
+    ms_xstore_free(s2);
+    ms_pool_free(pool);
+
     ms_expert_table_free(tab);
     ms_xstore_free(s);
     ms_io_files_close(files);
@@ -733,7 +771,8 @@ int main(void)
             for (int direct = 0; direct <= 1; direct++)
                 for (int twice = 0; twice < 2; twice++, n_run++) {
                     int pair = (int)((n_run + ci) % 6);
-                    cfg c = {caches[ci][0], caches[ci][1], depth, direct, pair / 3, pair % 3};
+                    /* the second run of each has a pool of 2 or 3 threads: the same bits */
+                    cfg c = {caches[ci][0], caches[ci][1], depth, direct, pair / 3, pair % 3, twice ? 2 + n_run % 2 : 1};
                     int dr = 0;
                     run_cfg(&c, &dr);
                     if (direct) {
