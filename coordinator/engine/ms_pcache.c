@@ -1,4 +1,4 @@
-/* ms_pcache: prefix states in RAM (serialized) and in a directory, LRU, longest-prefix lookup. */
+/* ms_pcache: prefix states in RAM (serialized) and in a directory, LRU, longest-prefix lookup (ms_ptrie). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 
 #include "ms_err.h"
 #include "ms_pcache.h"
+#include "ms_ptrie.h"
 #include "ms_sbuf.h"
 #include "ms_seqfile.h"
 
@@ -20,21 +21,24 @@ typedef struct {
     size_t nbytes;         /* their size (in RAM or in the file) */
     char *path;            /* its file when spilled, else NULL */
     uint64_t used;         /* the clock when last put or taken */
+    size_t at;             /* its index in the cache's e */
 } entry;
 
 struct ms_pcache {
     ms_model *m;
     uint64_t ram_max, disk_max;
     char *dir, family[32], fingerprint[17];
-    entry *e;
+    entry **e;             /* [n] every entry (owned), in no order */
     size_t n, cap;
+    ms_ptrie *tree;        /* ids -> entry: the longest kept prefix of a prompt in one walk */
     uint64_t clock;
     ms_pcache_stats st;
 };
 
-static void entry_drop(ms_pcache *c, size_t i, int unlink_file)
+static void entry_drop(ms_pcache *c, entry *x, int unlink_file)
 {
-    entry *x = &c->e[i];
+    void *was = ms_ptrie_del(c->tree, x->ids, x->n);
+    MS_ASSERT(was == x);
     if (x->bytes) c->st.bytes_ram -= x->nbytes, c->st.entries_ram--;
     if (x->path) {
         c->st.bytes_disk -= x->nbytes, c->st.entries_disk--;
@@ -43,32 +47,36 @@ static void entry_drop(ms_pcache *c, size_t i, int unlink_file)
     free(x->ids);
     free(x->bytes);
     free(x->path);
+    size_t i = x->at;
+    free(x);
     c->e[i] = c->e[--c->n];
+    c->e[i]->at = i;
 }
 
-/* The least recently used entry in RAM (ram = 1) or on disk, or -1. */
-static long lru(const ms_pcache *c, int ram)
+/* The least recently used entry in RAM (ram = 1) or on disk, or NULL. A scan: it runs once per
+ * eviction, which also writes or frees a whole state. */
+static entry *lru(const ms_pcache *c, int ram)
 {
-    long best = -1;
-    for (size_t i = 0; i < c->n; i++)
-        if ((ram ? c->e[i].bytes != NULL : c->e[i].path != NULL) && (best < 0 || c->e[i].used < c->e[best].used))
-            best = (long)i;
+    entry *best = NULL;
+    for (size_t i = 0; i < c->n; i++) {
+        entry *x = c->e[i];
+        if ((ram ? x->bytes != NULL : x->path != NULL) && (!best || x->used < best->used)) best = x;
+    }
     return best;
 }
 
 static void fit_disk(ms_pcache *c)
 {
-    long i;
-    while (c->st.bytes_disk > c->disk_max && (i = lru(c, 0)) >= 0) {
-        entry_drop(c, (size_t)i, 1);
+    entry *x;
+    while (c->st.bytes_disk > c->disk_max && (x = lru(c, 0))) {
+        entry_drop(c, x, 1);
         c->st.evictions++;
     }
 }
 
-/* Move entry i out of RAM: into a file when there is a directory with room, else drop it. */
-static void spill(ms_pcache *c, size_t i)
+/* Move x out of RAM: into a file when there is a directory with room, else drop it. */
+static void spill(ms_pcache *c, entry *x)
 {
-    entry *x = &c->e[i];
     ms_seq *s = c->dir && x->nbytes <= c->disk_max ? ms_seq_load(c->m, x->bytes, x->nbytes) : NULL;
     if (s) {
         char p[4200];
@@ -93,25 +101,29 @@ static void spill(ms_pcache *c, size_t i)
         }
         ms_log(1, "prefix cache: %s", ms_err_msg()); /* the state is dropped; serving goes on */
     }
-    entry_drop(c, i, 1);
+    entry_drop(c, x, 1);
     c->st.evictions++;
 }
 
 static void fit_ram(ms_pcache *c)
 {
-    long i;
-    while (c->st.bytes_ram > c->ram_max && (i = lru(c, 1)) >= 0) spill(c, (size_t)i);
+    entry *x;
+    while (c->st.bytes_ram > c->ram_max && (x = lru(c, 1))) spill(c, x);
 }
 
+/* A new entry for ids[n] (not kept yet). */
 static entry *add(ms_pcache *c, const int32_t *ids, size_t n)
 {
     if (c->n == c->cap) c->e = ms_realloc(c->e, sizeof *c->e * (c->cap = c->cap * 2 + 16));
-    entry *x = &c->e[c->n++];
-    memset(x, 0, sizeof *x);
+    entry *x = ms_calloc(1, sizeof *x);
+    x->at = c->n;
+    c->e[c->n++] = x;
     x->ids = ms_malloc(sizeof(int32_t) * (n + 1));
     memcpy(x->ids, ids, sizeof(int32_t) * n);
     x->n = n;
     x->used = ++c->clock;
+    void *was = ms_ptrie_put(c->tree, ids, n, x);
+    MS_ASSERT(was == NULL);
     return x;
 }
 
@@ -128,7 +140,8 @@ static void index_dir(ms_pcache *c)
         ms_seqfile_info info;
         struct stat sb;
         if (stat(p, &sb) != 0 || ms_seqfile_peek(p, &info) != 0) continue;
-        if (!strcmp(info.family, c->family) && !strcmp(info.fingerprint, c->fingerprint) && info.n_tokens > 0) {
+        if (!strcmp(info.family, c->family) && !strcmp(info.fingerprint, c->fingerprint) && info.n_tokens > 0 &&
+            !ms_ptrie_get(c->tree, info.tokens, info.n_tokens)) {
             entry *x = add(c, info.tokens, info.n_tokens);
             x->path = ms_strdup(p);
             x->nbytes = (size_t)sb.st_size;
@@ -157,6 +170,7 @@ ms_pcache *ms_pcache_new(ms_model *m, uint64_t ram_bytes, const char *dir, uint6
     }
     ms_pcache *c = ms_calloc(1, sizeof *c);
     c->m = m;
+    c->tree = ms_ptrie_new();
     c->ram_max = ram_bytes;
     c->disk_max = dir ? disk_bytes : 0;
     c->dir = dir ? ms_strdup(dir) : NULL;
@@ -169,8 +183,9 @@ ms_pcache *ms_pcache_new(ms_model *m, uint64_t ram_bytes, const char *dir, uint6
 void ms_pcache_free(ms_pcache *c)
 {
     if (!c) return;
-    while (c->n) entry_drop(c, c->n - 1, 0);
+    while (c->n) entry_drop(c, c->e[c->n - 1], 0);
     free(c->e);
+    ms_ptrie_free(c->tree);
     free(c->dir);
     free(c);
 }
@@ -179,12 +194,9 @@ ms_seq *ms_pcache_take(ms_pcache *c, const int32_t *ids, size_t n, size_t *len)
 {
     c->st.lookups++;
     for (;;) {
-        long best = -1;
-        for (size_t i = 0; i < c->n; i++)
-            if (c->e[i].n < n && (best < 0 || c->e[i].n > c->e[best].n) && !memcmp(c->e[i].ids, ids, sizeof(int32_t) * c->e[i].n))
-                best = (long)i;
-        if (best < 0) return NULL;
-        entry *x = &c->e[best];
+        size_t got;
+        entry *x = n ? ms_ptrie_longest(c->tree, ids, n, n - 1, &got) : NULL;
+        if (!x) return NULL;
         ms_seq *s = NULL;
         if (x->bytes) {
             s = ms_seq_load(c->m, x->bytes, x->nbytes);
@@ -199,7 +211,7 @@ ms_seq *ms_pcache_take(ms_pcache *c, const int32_t *ids, size_t n, size_t *len)
         }
         if (!s) { /* refused (a corrupt file): never used, dropped */
             ms_log(1, "prefix cache: dropped a state: %s", ms_err_msg());
-            entry_drop(c, (size_t)best, 1);
+            entry_drop(c, x, 1);
             c->st.evictions++;
             continue;
         }
@@ -215,11 +227,11 @@ ms_seq *ms_pcache_take(ms_pcache *c, const int32_t *ids, size_t n, size_t *len)
 void ms_pcache_put(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s)
 {
     MS_ASSERT((size_t)ms_seq_pos(s) == n && n > 0);
-    for (size_t i = 0; i < c->n; i++)
-        if (c->e[i].n == n && !memcmp(c->e[i].ids, ids, sizeof(int32_t) * n)) {
-            c->e[i].used = ++c->clock; /* the same state: kept where it is */
-            return;
-        }
+    entry *old = ms_ptrie_get(c->tree, ids, n);
+    if (old) {
+        old->used = ++c->clock; /* the same state: kept where it is */
+        return;
+    }
     ms_sbuf b = {0};
     ms_seq_save(s, &b);
     entry *x = add(c, ids, n);
