@@ -17,6 +17,7 @@
 #include "ms_cli.h"
 #include "ms_cli_eopt.h"
 #include "ms_cli_pcache.h"
+#include "ms_cli_shared.h"
 #include "ms_engine.h"
 #include "ms_err.h"
 #include "ms_jobfile.h"
@@ -36,6 +37,7 @@ typedef struct {
     long long max_batch, max_context;
     const char *date;           /* --date: chat prompts carry this date (harmony) */
     int resume, json_progress;
+    int no_share;               /* --no-shared-prefill */
     ms_cli_pcopts pc;           /* the prefix cache */
 } jobs_opts;
 
@@ -47,7 +49,7 @@ static void jobs_usage(FILE *f)
           "                      [--trunk-pack DIR|none]\n"
           "                      [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                      [--curve-secret FILE] [--insecure] [--worker-timeout SEC] [--dump-logits DIR]\n"
-          "                      [--speculate auto|off|N] [--draft-file PATH]\n"
+          "                      [--speculate auto|off|N] [--draft-file PATH] [--no-shared-prefill]\n"
           "                      " MS_CLI_PC_USAGE "\n"
           "\n"
           "Runs every job of FILE (JSON Lines, OpenAI Batch API shape; - reads standard input) and appends\n"
@@ -71,9 +73,12 @@ static void jobs_usage(FILE *f)
           "\"error\", \"message\", \"exit_code\"}) and the summary ({\"summary\": ...}). --dump-logits DIR writes each job's\n"
           "logits rows to DIR/line-N.f32 as `run --dump-logits` does (tests). Other options as for run;\n"
           "each job speculates on its own (--speculate, --draft-file: every job drafts the file's ids).\n"
+          "The longest beginnings that jobs share (16 tokens or more: a system prompt; up to 8, those that spare\n"
+          "the most tokens) are prefilled once, before the jobs, and every job starts from them (the same tokens\n"
+          "and logits); their states are kept in RAM the plan reserves for them, beside --prefix-cache's. A budget\n"
+          "without room for them runs without (said on stderr). --no-shared-prefill: each job prefills its whole\n"
+          "prompt.\n"
           MS_CLI_PC_HELP
-          "With it, the longest beginnings that jobs share (16 tokens or more: a system prompt) are prefilled once,\n"
-          "before the jobs, and every job starts from them.\n"
           "Ctrl-C or SIGTERM finishes the current step, keeps every finished result and exits 130.\n"
           "Exit 0 when every line was answered (error lines included).\n",
           f);
@@ -400,8 +405,10 @@ static int check_duplicates(ms_jobspec *specs, int n)
     return rc;
 }
 
-/* Open the engine for todo jobs of at most longest positions (prompt + max_tokens + 1). */
-static int open_engine(const jobs_opts *o, int todo, int64_t longest, int64_t max_prompt, ms_engine **out)
+/* Open the engine for todo jobs of at most longest positions (prompt + max_tokens + 1), with room
+ * for n_shared kept states of at most shared_len positions. */
+static int open_engine(const jobs_opts *o, int todo, int64_t longest, int64_t max_prompt, int n_shared,
+                       int64_t shared_len, ms_engine **out)
 {
     ms_engine *e = NULL;
     int rc = MS_EXIT_OK;
@@ -416,80 +423,24 @@ static int open_engine(const jobs_opts *o, int todo, int64_t longest, int64_t ma
     eo.run.prompt_tokens = max_prompt;
     eo.run.max_positions = longest;
     eo.run.state_cache = o->pc.ram;
+    eo.run.state_cache_seqs = n_shared;
+    eo.run.state_cache_positions = shared_len;
     int cap_batch = todo < MS_MODEL_MAX_SEQS ? todo : MS_MODEL_MAX_SEQS;
     if (o->max_batch > 0)
         eo.max_seqs = (int)(o->max_batch < cap_batch ? o->max_batch : cap_batch);
     else
         eo.fit_seqs = cap_batch;
-    if (!(e = ms_engine_open(&eo))) rc = ms_cli_fail_err("jobs");
+    if (!(e = ms_engine_open(&eo)) && n_shared > 0 && ms_err_code() == MS_EXIT_BUDGET) {
+        /* Sharing is an optimisation: a budget too small for it runs without (the same answers). */
+        ms_log(1, "jobs: no room in the budget to keep %d shared prompt beginning%s (%s); each job prefills its whole prompt",
+               n_shared, n_shared > 1 ? "s" : "", ms_err_msg());
+        eo.run.state_cache_seqs = 0;
+        e = ms_engine_open(&eo);
+    }
+    if (!e) rc = ms_cli_fail_err("jobs");
     else if (o->json_progress && !o->e.quiet && ms_model_plan(ms_engine_model(e)))
         json_line(json_pack("{s:o}", "plan", ms_plan_json(ms_model_plan(ms_engine_model(e)))));
     *out = e;
-    return rc;
-}
-
-/* Jobs whose prompts begin alike (a shared system prompt): each longest prefix two of them share
- * (16 tokens or more) is prefilled once, before the jobs run, into the prefix cache, so that
- * they all start from it (shorter prefixes first: a longer one starts from a shorter's state). */
-static const ms_jobspec *sort_specs;
-static int by_prompt(const void *a, const void *b)
-{
-    const ms_jobspec *x = &sort_specs[*(const int *)a], *y = &sort_specs[*(const int *)b];
-    size_t n = x->n_prompt < y->n_prompt ? x->n_prompt : y->n_prompt;
-    for (size_t i = 0; i < n; i++)
-        if (x->prompt[i] != y->prompt[i]) return x->prompt[i] < y->prompt[i] ? -1 : 1;
-    return (x->n_prompt > y->n_prompt) - (x->n_prompt < y->n_prompt);
-}
-
-typedef struct {
-    const int32_t *ids;
-    size_t n;
-} prefix;
-static int by_len(const void *a, const void *b)
-{
-    const prefix *x = a, *y = b;
-    return (x->n > y->n) - (x->n < y->n);
-}
-
-static int warm_shared(ms_engine *e, ms_pcache *pc, const ms_jobspec *specs, int n_specs)
-{
-    int *ix = ms_malloc(sizeof(int) * (size_t)(n_specs + 1)), n = 0;
-    for (int i = 0; i < n_specs; i++)
-        if (specs[i].line >= 0 && !specs[i].err_code) ix[n++] = i;
-    sort_specs = specs;
-    qsort(ix, (size_t)n, sizeof *ix, by_prompt);
-    prefix *pf = ms_malloc(sizeof *pf * (size_t)(n + 1));
-    int np = 0;
-    for (int k = 0; k + 1 < n; k++) {
-        const ms_jobspec *a = &specs[ix[k]], *b = &specs[ix[k + 1]];
-        size_t l = 0, m = a->n_prompt < b->n_prompt ? a->n_prompt : b->n_prompt;
-        while (l < m && a->prompt[l] == b->prompt[l]) l++;
-        if (l == m) l--; /* a prompt that is all of another: its last token still runs */
-        if (l >= 16 && !(np && pf[np - 1].n == l && !memcmp(pf[np - 1].ids, a->prompt, sizeof(int32_t) * l)))
-            pf[np++] = (prefix){a->prompt, l};
-    }
-    qsort(pf, (size_t)np, sizeof *pf, by_len);
-    int rc = 0;
-    for (int k = 0; k < np && rc == 0; k++) {
-        size_t have = 0;
-        ms_seq *st = ms_pcache_take(pc, pf[k].ids, pf[k].n, &have);
-        ms_gen_params p = {0};
-        p.max_tokens = 1;
-        ms_eseq *q = st ? ms_engine_seq_continue(e, st, pf[k].ids + have, pf[k].n - have, &p)
-                        : ms_engine_seq_new(e, pf[k].ids, pf[k].n, &p);
-        while (q && !ms_engine_seq_done(q) && rc == 0)
-            if (ms_engine_step(e, &q, 1) != 0) rc = ms_cli_fail_err("jobs");
-        if (q && rc == 0) {
-            ms_seq *full = ms_engine_seq_take_state(q);
-            ms_pcache_put(pc, pf[k].ids, pf[k].n, full);
-            ms_seq_free(full);
-        }
-        if (!q) rc = ms_cli_fail_err("jobs");
-        ms_engine_seq_free(q);
-    }
-    if (np) ms_log(1, "jobs: %d shared prompt beginnings prefilled once, into the prefix cache", np);
-    free(pf);
-    free(ix);
     return rc;
 }
 
@@ -504,6 +455,8 @@ static int jobs_main(const jobs_opts *o)
     ms_engine *e = NULL;
     ms_sched *s = NULL;
     ms_pcache *pc = NULL;
+    ms_cli_prefix *shared = NULL; /* [n_shared] the jobs' shared prompt beginnings */
+    int n_shared = 0;
     jobs_run run = {.o = o, .fd = -1};
     /* Everything is read and checked before the model opens: the plan needs the longest job. */
     const ms_family *fam = ms_families_detect(o->e.model);
@@ -566,7 +519,12 @@ static int jobs_main(const jobs_opts *o)
     }
     if (skipped) ms_log(1, "jobs: %d jobs already in %s are skipped", skipped, o->output);
     uint64_t total = (uint64_t)(n_specs - skipped);
-    if (todo > 0 && (rc = open_engine(o, todo, longest, max_prompt, &e)) != 0) goto out;
+    /* Shared beginnings (without --no-shared-prefill, and not for --dump-logits, whose jobs run
+     * every prompt row themselves). */
+    if (!o->no_share && !o->dump) n_shared = ms_cli_shared_find(specs, n_specs, &shared);
+    if (todo > 0 &&
+        (rc = open_engine(o, todo, longest, max_prompt, n_shared, n_shared ? (int64_t)shared[n_shared - 1].n : 0, &e)) != 0)
+        goto out;
     run.lim.tok = e ? ms_engine_tok(e) : NULL; /* the parse's tokenizer is freed: answers use the engine's */
     for (int i = 0; i < n_specs; i++) {
         ms_jobspec *j = &specs[i];
@@ -588,14 +546,19 @@ static int jobs_main(const jobs_opts *o)
     s = ms_sched_new(e, batch, on_done, &run);
     {
         int pcode = 0;
-        pc = ms_cli_pc_open(&o->pc, e, o->e.model, cmd, &pcode);
+        /* The plan's room for kept states beyond --prefix-cache: the shared beginnings' (none when
+         * the budget had no room for them). */
+        const ms_plan *plan = ms_model_plan(ms_engine_model(e));
+        uint64_t room = plan && plan->in.state_cache > o->pc.ram ? plan->in.state_cache - o->pc.ram : 0;
+        if (!room) n_shared = 0;
+        pc = ms_cli_pc_open(&o->pc, room, e, o->e.model, cmd, &pcode);
         if (pcode) {
             rc = pcode;
             goto out;
         }
         if (pc) {
             ms_sched_set_pcache(s, pc, 256);
-            if ((rc = warm_shared(e, pc, specs, n_specs)) != 0) goto out;
+            if ((rc = ms_cli_shared_warm(e, pc, shared, n_shared)) != 0) goto out;
         }
     }
     int32_t stops[MS_CHAT_MAX_STOPS];
@@ -679,6 +642,7 @@ out:
     ms_sched_free(s);
     ms_pcache_free(pc);
     ms_engine_free(e);
+    free(shared); /* its ids point into specs */
     for (int i = 0; i < n_specs; i++) ms_jobspec_clear(&specs[i]);
     free(specs);
     for (size_t i = 0; i < n_done; i++) {
@@ -702,6 +666,7 @@ int ms_cli_jobs(int argc, char **argv)
         {"max-context", required_argument, 0, 'X'},
         {"date", required_argument, 0, 0x6461},
         {"json-progress", no_argument, 0, 'J'},
+        {"no-shared-prefill", no_argument, 0, 'S'},
         {"dump-logits", required_argument, 0, 'd'},
         {"help", no_argument, 0, 'h'},
         MS_CLI_PC_OPTIONS,
@@ -719,6 +684,7 @@ int ms_cli_jobs(int argc, char **argv)
         case 'o': o.output = optarg; break;
         case 'r': o.resume = 1; break;
         case 'J': o.json_progress = 1; break;
+        case 'S': o.no_share = 1; break;
         case 0x6461: /* --date */
             if (ms_opt_date("--date", optarg) != 0) return ms_cli_fail_err(cmd);
             o.date = optarg;

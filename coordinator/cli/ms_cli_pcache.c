@@ -24,16 +24,17 @@ int ms_cli_pc_take(ms_cli_pcopts *o, const char *cmd, int c, const char *arg, in
     return 1;
 }
 
-ms_pcache *ms_cli_pc_open(const ms_cli_pcopts *o, ms_engine *e, const char *model_dir, const char *cmd, int *code)
+ms_pcache *ms_cli_pc_open(const ms_cli_pcopts *o, uint64_t pinned_room, ms_engine *e, const char *model_dir,
+                          const char *cmd, int *code)
 {
     *code = 0;
-    if (!o->ram && !o->dir) return NULL;
+    if (!o->ram && !o->dir && !pinned_room) return NULL;
     char fp[17] = "";
     if (o->dir && ms_ident_model(model_dir, fp) != 0) { /* files outlive the run: they must say whose they are */
         *code = ms_cli_fail_err(cmd);
         return NULL;
     }
-    ms_pcache *c = ms_pcache_new(ms_engine_model(e), o->ram, o->dir, o->disk ? o->disk : 10ull << 30,
+    ms_pcache *c = ms_pcache_new(ms_engine_model(e), o->ram + pinned_room, o->dir, o->disk ? o->disk : 10ull << 30,
                                  ms_engine_family(e)->name, fp);
     if (!c) *code = ms_cli_fail_err(cmd);
     return c;

@@ -29,8 +29,11 @@ typedef struct {
 
 /* Take getopt's c if it is one of these: 1, 0 if not, -1 after printing a bad value (*code set). */
 int ms_cli_pc_take(ms_cli_pcopts *o, const char *cmd, int c, const char *arg, int *code);
-/* The cache for e (NULL when off). *code: 0, or the exit code after printing why it cannot open. */
-ms_pcache *ms_cli_pc_open(const ms_cli_pcopts *o, ms_engine *e, const char *model_dir, const char *cmd, int *code);
+/* The cache for e (NULL when off): --prefix-cache's RAM plus pinned_room (planned for states kept
+ * pinned: jobs' shared beginnings; 0 for none). *code: 0, or the exit code after printing why it
+ * cannot open. */
+ms_pcache *ms_cli_pc_open(const ms_cli_pcopts *o, uint64_t pinned_room, ms_engine *e, const char *model_dir,
+                          const char *cmd, int *code);
 /* One line about what the cache did ("prefix cache: ..."), into buf. */
 void ms_cli_pc_summary(const ms_pcache *c, char *buf, size_t n);
 

@@ -157,7 +157,7 @@ static int serve_main(const serve_opts *o)
     m = ms_smetrics_new();
     {
         int pcode = 0;
-        pc = ms_cli_pc_open(&o->pc, e, o->e.model, cmd, &pcode);
+        pc = ms_cli_pc_open(&o->pc, 0, e, o->e.model, cmd, &pcode);
         if (pcode) {
             rc = pcode;
             goto out;

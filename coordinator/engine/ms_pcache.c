@@ -22,11 +22,13 @@ typedef struct {
     char *path;            /* its file when spilled, else NULL */
     uint64_t used;         /* the clock when last put or taken */
     size_t at;             /* its index in the cache's e */
+    int pinned;            /* 1: never evicted or spilled (ms_pcache_put_pinned) */
 } entry;
 
 struct ms_pcache {
     ms_model *m;
-    uint64_t ram_max, disk_max;
+    uint64_t ram_max, disk_max; /* ram_max: pinned states included */
+    uint64_t pinned_bytes;      /* RAM held by pinned states */
     char *dir, family[32], fingerprint[17];
     entry **e;             /* [n] every entry (owned), in no order */
     size_t n, cap;
@@ -40,6 +42,7 @@ static void entry_drop(ms_pcache *c, entry *x, int unlink_file)
     void *was = ms_ptrie_del(c->tree, x->ids, x->n);
     MS_ASSERT(was == x);
     if (x->bytes) c->st.bytes_ram -= x->nbytes, c->st.entries_ram--;
+    if (x->pinned) c->pinned_bytes -= x->nbytes;
     if (x->path) {
         c->st.bytes_disk -= x->nbytes, c->st.entries_disk--;
         if (unlink_file) unlink(x->path);
@@ -60,7 +63,7 @@ static entry *lru(const ms_pcache *c, int ram)
     entry *best = NULL;
     for (size_t i = 0; i < c->n; i++) {
         entry *x = c->e[i];
-        if ((ram ? x->bytes != NULL : x->path != NULL) && (!best || x->used < best->used)) best = x;
+        if (!x->pinned && (ram ? x->bytes != NULL : x->path != NULL) && (!best || x->used < best->used)) best = x;
     }
     return best;
 }
@@ -224,21 +227,35 @@ ms_seq *ms_pcache_take(ms_pcache *c, const int32_t *ids, size_t n, size_t *len)
     }
 }
 
-void ms_pcache_put(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s)
+static void put(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s, int pinned)
 {
     MS_ASSERT((size_t)ms_seq_pos(s) == n && n > 0);
     entry *old = ms_ptrie_get(c->tree, ids, n);
     if (old) {
         old->used = ++c->clock; /* the same state: kept where it is */
-        return;
+        if (pinned && !old->pinned) entry_drop(c, old, 1); /* kept again below, in RAM and pinned */
+        else return;
     }
+    /* Nowhere to keep an unpinned state: not even serialized. */
+    if (!pinned && c->ram_max <= c->pinned_bytes && !c->dir) return;
     ms_sbuf b = {0};
     ms_seq_save(s, &b);
+    if (pinned && c->pinned_bytes + b.n > c->ram_max) {
+        ms_log(1, "prefix cache: a %zu-token state of %zu bytes does not fit the %llu bytes planned for kept states",
+               n, b.n, (unsigned long long)(c->ram_max - c->pinned_bytes));
+        ms_sbuf_free(&b);
+        return;
+    }
     entry *x = add(c, ids, n);
     x->nbytes = b.n;
     x->bytes = ms_sbuf_take(&b, NULL);
+    x->pinned = pinned;
+    if (pinned) c->pinned_bytes += x->nbytes;
     c->st.bytes_ram += x->nbytes, c->st.entries_ram++;
     fit_ram(c);
 }
+
+void ms_pcache_put(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s) { put(c, ids, n, s, 0); }
+void ms_pcache_put_pinned(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s) { put(c, ids, n, s, 1); }
 
 void ms_pcache_get_stats(const ms_pcache *c, ms_pcache_stats *st) { *st = c->st; }

@@ -24,8 +24,13 @@ void ms_pcache_free(ms_pcache *c); /* accepts NULL; files in dir stay */
  * NULL when none is cached. A spilled state that is refused (corrupt) is dropped and the next
  * longest tried. */
 ms_seq *ms_pcache_take(ms_pcache *c, const int32_t *ids, size_t n, size_t *len);
-/* Keep a copy of s (settled) as the state of ids[n] (n = its position). Evicts what it must. */
+/* Keep a copy of s (settled) as the state of ids[n] (n = its position). Evicts what it must
+ * (least recently used first, never a pinned state); a state that cannot fit is not kept. */
 void ms_pcache_put(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s);
+/* The same, pinned: kept in RAM until ms_pcache_free, never evicted or spilled (jobs' shared
+ * prompt beginnings, with room planned for them in ram_bytes). One that does not fit beside the
+ * pinned ones is not kept (logged). */
+void ms_pcache_put_pinned(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s);
 
 typedef struct {
     uint64_t lookups, hits;        /* ms_pcache_take calls, and those that found a prefix */

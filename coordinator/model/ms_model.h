@@ -92,6 +92,11 @@ typedef struct {
                                 (what a budget would do, e.g. one larger than this machine's RAM) */
     uint64_t state_cache;    /* bytes of saved sequence states kept in RAM (a prefix cache): the
                                 plan reserves them among the fixed costs; 0: none */
+    int state_cache_seqs;    /* and room for this many more saved states (jobs' shared prompt
+                                beginnings), each of state_cache_positions positions: the plan
+                                adds what the family's state of that length takes (ms_model_plan's
+                                in.state_cache is the total) */
+    int64_t state_cache_positions;
     const char *trunk_pack;  /* directory of a trunk pack (moestream pack-trunk) to stream the
                                 trunk from; NULL: <model dir>.trunk-pack when it exists; "none":
                                 never. A pack of another model or with a corrupt block is refused
@@ -154,6 +159,9 @@ ms_seq *ms_seq_clone(const ms_seq *s);
  * (version, model fingerprint, checksum) is ms_seqfile's. */
 void ms_seq_save(const ms_seq *s, ms_sbuf *out);
 ms_seq *ms_seq_load(ms_model *m, const void *bytes, size_t n);
+/* ms_seq_save's bytes are at most the family's state of that many positions (without
+ * speculation's room) plus this: the position and the families' per-layer counts. */
+#define MS_SEQ_SAVE_SLACK 4096
 
 /* Optional observer of routing: called once per MoE layer and call with ids[T][k]. */
 typedef void (*ms_route_fn)(void *ctx, int layer, int64_t T, int k, const int32_t *ids);

@@ -279,6 +279,9 @@ int ms_mrt_setup(ms_model *m)
     in.n_trunk = ns;
     in.ring = ms_wstream_ring_bytes(items, ns, chunk_bytes, RING_SLOTS);
     in.state_cache = m->opts.state_cache;
+    if (m->opts.state_cache_seqs > 0) /* + the saved form's own few bytes (position, counts) */
+        in.state_cache += (uint64_t)m->opts.state_cache_seqs *
+                          (m->ops->state_bytes(m, m->opts.state_cache_positions, 0) + MS_SEQ_SAVE_SLACK);
     int rc = -1;
     if (plan_window(m, &in) != 0) goto out;
     /* When the raw trunk does not fit, pinned matrices stay packed (ms_mpin, decoded in the

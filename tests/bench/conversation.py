@@ -113,9 +113,11 @@ for b in budgets:
         if os.path.exists(o):
             os.unlink(o)
         drop()
+        # with: jobs as it runs by default (the shared beginning prefilled once, its state kept in the
+        # room the plan reserves for it); without: --no-shared-prefill (every job prefills its whole prompt)
         args = [bin_, "jobs", "--model", model, "--input", inp, "--output", o, "--ram-budget", b, "--json-progress"]
-        if cache:
-            args += ["--prefix-cache", cache_size(b)]
+        if not cache:
+            args += ["--no-shared-prefill"]
         t0 = time.time()
         r = subprocess.run(args, capture_output=True, text=True)
         wall = time.time() - t0

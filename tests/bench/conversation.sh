@@ -3,7 +3,8 @@
 # shared prompts"). A 4-turn conversation through `serve` (turns of about 40 tokens, answers of 16;
 # each request sends the history, as clients do): time to first token and bytes read per turn
 # with --prefix-cache and without; a `jobs` file of 16 jobs sharing a 200-token system prompt:
-# wall time and bytes read with and without. The page cache is dropped before every turn and run,
+# wall time and bytes read as jobs runs by default (the shared beginning prefilled once and kept)
+# and with --no-shared-prefill. The page cache is dropped before every turn and run,
 # and every answer must be the same with the cache as without.
 # Default model: the 3-layer k3-slice (about 41 GB of disk, written once) at 1G and 8G. Another
 # model and budgets: --model DIR --budgets "LIST" [--synth PRESET] (the section names them).
@@ -49,7 +50,9 @@ for b in budgets:
         L.append("| %s | %d | %d | %.2f s | %.2f s | %.1fx | %.3f | %.3f | %s |" % (
             b, t["turn"], t["prompt_tokens"], t["ttft_off"], t["ttft_on"], t["ttft_off"] / max(t["ttft_on"], 1e-9),
             t["gb_off"], t["gb_on"], "yes" if t["same"] else "NO"))
-L += ["", "| budget | jobs | wall without | wall with | x | GB read without | GB read with | same results |", "|---|---|---|---|---|---|---|---|"]
+L += ["", "Jobs: *with* is `jobs` as it runs by default (the shared beginning prefilled once, its state kept in room the plan "
+      "reserves for it), *without* is `jobs --no-shared-prefill` (every job prefills its whole prompt).", "",
+      "| budget | jobs | wall without | wall with | x | GB read without | GB read with | same results |", "|---|---|---|---|---|---|---|---|"]
 for b in budgets:
     j = r["jobs"][b]
     L.append("| %s | 16 | %.1f s | %.1f s | %.2fx | %.3f | %.3f | %s |" % (b, j["wall_off"], j["wall_on"],

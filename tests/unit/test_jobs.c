@@ -668,8 +668,31 @@ static void check_json_progress(void)
     free(err);
 }
 
-/* --prefix-cache: jobs sharing a system prompt give the same results, and start from its state
- * (prefilled once); the summary says so. */
+/* Token ids by custom_id of a jobs output. */
+static json_t *ids_by_id(char *out)
+{
+    json_t *r = json_object();
+    for (char *l = out ? strtok(out, "\n") : NULL; l; l = strtok(NULL, "\n")) {
+        json_t *o = json_loads(l, 0, NULL);
+        json_t *c = json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"), "choices"), 0);
+        const char *id = json_string_value(json_object_get(o, "custom_id"));
+        if (id) json_object_set(r, id, json_object_get(c, "token_ids"));
+        json_decref(o);
+    }
+    return r;
+}
+
+/* The summary's prefix_cache object in a --json-progress stderr, or NULL. */
+static json_t *pc_summary(const char *err)
+{
+    const char *sum = err ? strstr(err, "\"prefix_cache\"") : NULL;
+    return sum ? json_loads(strchr(sum, '{'), JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+}
+
+/* Jobs sharing a system prompt: by default its beginning is prefilled once and kept in room the
+ * plan reserves, and every job starts from it; the results are those of --no-shared-prefill (each
+ * job prefills its whole prompt), with --prefix-cache too. A budget with no room for the kept
+ * state runs without it and says so. */
 static void check_prefix_cache(void)
 {
     const char *in = ms_t_path(tmp, "in-shared.jsonl");
@@ -680,30 +703,43 @@ static void check_prefix_cache(void)
                  "\"content\":\"You are a careful assistant who answers in full sentences and checks every fact twice.\"},"
                  "{\"role\":\"user\",\"content\":\"Question %d?\"}],\"max_tokens\":6}}\n", i, i);
     ms_t_write_file(in, lines);
-    char *a = NULL, *b = NULL, *err = NULL;
-    int s1 = ms_t_runf(&a, NULL, "%s jobs --model %s --input %s --output - --quiet", bin, dir, in);
-    int s2 = ms_t_runf(&b, &err, "%s jobs --model %s --input %s --output - --prefix-cache 16M --json-progress", bin, dir, in);
-    json_t *ra = json_object(), *rb = json_object();
-    for (int k = 0; k < 2; k++)
-        for (char *l = strtok(k ? b : a, "\n"); l; l = strtok(NULL, "\n")) {
-            json_t *o = json_loads(l, 0, NULL);
-            json_t *c = json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"), "choices"), 0);
-            const char *id = json_string_value(json_object_get(o, "custom_id"));
-            if (id) json_object_set(k ? rb : ra, id, json_object_get(c, "token_ids"));
-            json_decref(o);
-        }
-    T_CHECK(s1 == 0 && s2 == 0 && json_object_size(ra) == 6 && json_equal(ra, rb),
-            "6 jobs sharing a system prompt: the same results with --prefix-cache");
-    const char *sum = err ? strstr(err, "\"prefix_cache\"") : NULL;
-    json_t *pc = sum ? json_loads(strchr(sum, '{'), JSON_DISABLE_EOF_CHECK, NULL) : NULL;
-    T_CHECK(pc && json_integer_value(json_object_get(pc, "hits")) >= 6 && json_integer_value(json_object_get(pc, "tokens_reused")) > 6 * 16,
-            "every job started from the shared beginning's state (summary: %s)", sum ? sum : "-");
-    json_decref(pc);
-    json_decref(ra);
-    json_decref(rb);
-    free(a);
-    free(b);
-    free(err);
+    char *a = NULL, *b = NULL, *c = NULL, *err_a = NULL, *err_b = NULL, *err_c = NULL;
+    int s1 = ms_t_runf(&a, &err_a, "%s jobs --model %s --input %s --output - --no-shared-prefill --json-progress", bin, dir, in);
+    int s2 = ms_t_runf(&b, &err_b, "%s jobs --model %s --input %s --output - --json-progress", bin, dir, in);
+    int s3 = ms_t_runf(&c, &err_c, "%s jobs --model %s --input %s --output - --prefix-cache 16M --json-progress", bin, dir, in);
+    json_t *ra = ids_by_id(a), *rb = ids_by_id(b), *rc = ids_by_id(c);
+    T_CHECK(s1 == 0 && s2 == 0 && s3 == 0 && json_object_size(ra) == 6 && json_equal(ra, rb) && json_equal(ra, rc),
+            "6 jobs sharing a system prompt: the same results shared (by default, and with --prefix-cache) as not");
+    json_t *pa = pc_summary(err_a), *pb = pc_summary(err_b), *pcc = pc_summary(err_c);
+    T_CHECK(!pa, "--no-shared-prefill: no prefix cache at all (summary: %s)", err_a ? err_a : "-");
+    for (int k = 0; k < 2; k++) {
+        json_t *p = k ? pcc : pb;
+        T_CHECK(p && json_integer_value(json_object_get(p, "hits")) >= 6 &&
+                    json_integer_value(json_object_get(p, "tokens_reused")) > 6 * 16,
+                "%s: every job started from the shared beginning's state", k ? "--prefix-cache 16M" : "by default");
+    }
+    /* The plan reserves the kept state's room (and --prefix-cache's on top of it). */
+    json_t *plan_a = err_a ? json_loads(err_a, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+    json_t *plan_b = err_b ? json_loads(err_b, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+    json_t *plan_c = err_c ? json_loads(err_c, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+    json_int_t ka = json_integer_value(json_object_get(json_object_get(plan_a, "plan"), "prefix_cache_bytes"));
+    json_int_t kb = json_integer_value(json_object_get(json_object_get(plan_b, "plan"), "prefix_cache_bytes"));
+    json_int_t kc = json_integer_value(json_object_get(json_object_get(plan_c, "plan"), "prefix_cache_bytes"));
+    T_CHECK(plan_a && plan_b && plan_c && ka == 0 && kb > 0 && kc == kb + (16 << 20),
+            "planned prefix-cache bytes: %lld unshared, %lld shared, %lld shared + 16M", (long long)ka, (long long)kb,
+            (long long)kc);
+    json_t *refs[] = {plan_a, plan_b, plan_c, pa, pb, pcc};
+    for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) json_decref(refs[i]);
+    /* No room: said, then the plan without the kept state (here refused as well: 1 byte). */
+    char *e1 = NULL;
+    int s4 = ms_t_runf(NULL, &e1, "%s jobs --model %s --input %s --output - --ram-budget 1", bin, dir, in);
+    T_CHECK(s4 == MS_EXIT_BUDGET && e1 && strstr(e1, "no room in the budget to keep 1 shared prompt beginning") &&
+                strstr(e1, "the minimum that would work"),
+            "a budget without room for the shared state: said, then planned without it (exit %d): %s", s4, e1 ? e1 : "-");
+    free(e1);
+    json_decref(ra), json_decref(rb), json_decref(rc);
+    char *bufs[] = {a, b, c, err_a, err_b, err_c};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
 
 /* On a terminal the progress line fits its width (here 40 columns, through script(1)). */

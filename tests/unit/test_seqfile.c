@@ -10,19 +10,31 @@
 #include "ms_err.h"
 #include "ms_families.h"
 #include "ms_gptoss_model.h"
+#include "ms_sbuf.h"
 #include "ms_seqfile.h"
 #include "ms_synth.h"
 #include "ms_test.h"
 
 #define N 44 /* tokens: crosses the tiny gpt-oss's 32-token window */
 
-static ms_model *open_model(const char *dir, int spec)
+static ms_model *open_model_at(const char *dir, int spec, int64_t positions)
 {
-    ms_run_opts o = {.n_threads = 2, .ram_budget = 4ull << 30, .baseline = 1, .max_positions = 64, .prompt_tokens = 16,
+    ms_run_opts o = {.n_threads = 2, .ram_budget = 4ull << 30, .baseline = 1, .max_positions = positions, .prompt_tokens = 16,
                      .all_logits = 1, .spec_window = spec};
     ms_model *m = ms_families_open(dir, &o);
     T_CHECK(m != NULL, "%s opens (spec %d): %s", dir, spec, m ? "" : ms_err_msg());
     return m;
+}
+static ms_model *open_model(const char *dir, int spec) { return open_model_at(dir, spec, 64); }
+
+/* What the planner reserves for a kept state of n positions (jobs' shared beginnings): the
+ * family's state of n positions without speculation's room, + MS_SEQ_SAVE_SLACK. */
+static uint64_t planned_for(const char *dir, int64_t n)
+{
+    ms_model *m = open_model_at(dir, 0, n);
+    uint64_t b = m ? ms_model_get_info(m)->state_bytes + MS_SEQ_SAVE_SLACK : 0;
+    ms_model_free(m);
+    return b;
 }
 
 /* ids[0..n) in chunks of `chunk` rows, every row's logits into out (may be NULL). */
@@ -57,6 +69,12 @@ static void check_family(const char *dir, const char *family)
         int at = splits[k];
         ms_seq *a = ms_seq_new(m);
         int ok = feed(m, a, ids, at, 7, NULL) == 0; /* mid-chunk: 7-row passes */
+        ms_sbuf saved = {0};
+        ms_seq_save(a, &saved);
+        uint64_t room = planned_for(dir, at);
+        T_CHECK(saved.n <= room && room <= saved.n + MS_SEQ_SAVE_SLACK + saved.n / 8, "%s: a state of %d tokens saves to %zu bytes, %llu planned",
+                family, at, saved.n, (unsigned long long)room);
+        ms_sbuf_free(&saved);
         ms_seqfile_info info = {0};
         snprintf(info.family, sizeof info.family, "%s", family);
         snprintf(info.fingerprint, sizeof info.fingerprint, "0123456789abcdef");
