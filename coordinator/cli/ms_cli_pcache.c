@@ -34,9 +34,10 @@ ms_pcache *ms_cli_pc_open(const ms_cli_pcopts *o, uint64_t pinned_room, ms_engin
         *code = ms_cli_fail_err(cmd);
         return NULL;
     }
-    ms_pcache *c = ms_pcache_new(ms_engine_model(e), o->ram + pinned_room, o->dir, o->disk ? o->disk : 10ull << 30,
+    ms_pcache *c = ms_pcache_new(ms_engine_model(e), o->ram, o->dir, o->disk ? o->disk : 10ull << 30,
                                  ms_engine_family(e)->name, fp);
     if (!c) *code = ms_cli_fail_err(cmd);
+    else ms_pcache_set_pin_room(c, pinned_room);
     return c;
 }
 

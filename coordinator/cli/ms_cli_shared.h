@@ -24,8 +24,8 @@ typedef struct {
 } ms_cli_prefix;
 
 /* The shared beginnings of specs[n_specs] still to run (line >= 0, no error): *out malloc'ed
- * (the caller frees it; its ids point into specs), shortest first; their count (0: *out may
- * still be set). */
+ * (the caller frees it; its ids point into specs), shortest first (then by ids); their count
+ * (0: *out may still be set). */
 int ms_cli_shared_find(const ms_jobspec *specs, int n_specs, ms_cli_prefix **out);
 /* Prefill each of pf[n] once (from the state of a shorter one when kept) and keep its state
  * pinned in pc. 0, or the exit code after printing the failure. */

@@ -27,8 +27,9 @@ typedef struct {
 
 struct ms_pcache {
     ms_model *m;
-    uint64_t ram_max, disk_max; /* ram_max: pinned states included */
-    uint64_t pinned_bytes;      /* RAM held by pinned states */
+    uint64_t ram_max, disk_max; /* the states that come and go (LRU) */
+    uint64_t pin_max;           /* room for pinned states, beside ram_max */
+    uint64_t pinned_bytes;      /* RAM held by pinned states (<= pin_max) */
     char *dir, family[32], fingerprint[17];
     entry **e;             /* [n] every entry (owned), in no order */
     size_t n, cap;
@@ -52,8 +53,10 @@ static void entry_drop(ms_pcache *c, entry *x, int unlink_file)
     free(x->path);
     size_t i = x->at;
     free(x);
-    c->e[i] = c->e[--c->n];
-    c->e[i]->at = i;
+    if (i != --c->n) { /* the last entry takes its place */
+        c->e[i] = c->e[c->n];
+        c->e[i]->at = i;
+    }
 }
 
 /* The least recently used entry in RAM (ram = 1) or on disk, or NULL. A scan: it runs once per
@@ -111,7 +114,7 @@ static void spill(ms_pcache *c, entry *x)
 static void fit_ram(ms_pcache *c)
 {
     entry *x;
-    while (c->st.bytes_ram > c->ram_max && (x = lru(c, 1))) spill(c, x);
+    while (c->st.bytes_ram - c->pinned_bytes > c->ram_max && (x = lru(c, 1))) spill(c, x);
 }
 
 /* A new entry for ids[n] (not kept yet). */
@@ -237,12 +240,12 @@ static void put(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s, int
         else return;
     }
     /* Nowhere to keep an unpinned state: not even serialized. */
-    if (!pinned && c->ram_max <= c->pinned_bytes && !c->dir) return;
+    if (!pinned && !c->ram_max && !c->dir) return;
     ms_sbuf b = {0};
     ms_seq_save(s, &b);
-    if (pinned && c->pinned_bytes + b.n > c->ram_max) {
+    if (pinned && c->pinned_bytes + b.n > c->pin_max) {
         ms_log(1, "prefix cache: a %zu-token state of %zu bytes does not fit the %llu bytes planned for kept states",
-               n, b.n, (unsigned long long)(c->ram_max - c->pinned_bytes));
+               n, b.n, (unsigned long long)(c->pin_max - c->pinned_bytes));
         ms_sbuf_free(&b);
         return;
     }
@@ -257,5 +260,7 @@ static void put(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s, int
 
 void ms_pcache_put(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s) { put(c, ids, n, s, 0); }
 void ms_pcache_put_pinned(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s) { put(c, ids, n, s, 1); }
+
+void ms_pcache_set_pin_room(ms_pcache *c, uint64_t bytes) { c->pin_max = bytes; }
 
 void ms_pcache_get_stats(const ms_pcache *c, ms_pcache_stats *st) { *st = c->st; }

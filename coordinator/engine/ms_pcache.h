@@ -28,9 +28,11 @@ ms_seq *ms_pcache_take(ms_pcache *c, const int32_t *ids, size_t n, size_t *len);
  * (least recently used first, never a pinned state); a state that cannot fit is not kept. */
 void ms_pcache_put(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s);
 /* The same, pinned: kept in RAM until ms_pcache_free, never evicted or spilled (jobs' shared
- * prompt beginnings, with room planned for them in ram_bytes). One that does not fit beside the
- * pinned ones is not kept (logged). */
+ * prompt beginnings), in the room ms_pcache_set_pin_room gives, beside ram_bytes. One that does
+ * not fit beside the pinned ones is not kept (logged). */
 void ms_pcache_put_pinned(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s);
+/* Room for pinned states (0 by default; planned apart from ram_bytes). */
+void ms_pcache_set_pin_room(ms_pcache *c, uint64_t bytes);
 
 typedef struct {
     uint64_t lookups, hits;        /* ms_pcache_take calls, and those that found a prefix */

@@ -119,6 +119,40 @@ int main(void)
     ms_seq_free(s);
     ms_pcache_free(c);
 
+    /* Pinned states (jobs' shared beginnings): kept in their own room whatever comes and goes;
+     * one more than the room holds is not kept; unpinned ones never push a pinned one out. */
+    c = ms_pcache_new(m, one * 3 / 2 + 4096, NULL, 0, "kimi-k3", "0123456789abcdef"); /* one unpinned state */
+    ms_pcache_set_pin_room(c, 2 * one + 8192);                                         /* two pinned */
+    const size_t pins[3] = {12, 22, 27}, others[3] = {10, 20, 30};
+    for (int i = 0; i < 3; i++) {
+        s = state_of(pins[i]);
+        ms_pcache_put_pinned(c, ids, pins[i], s); /* the third does not fit the room */
+        ms_seq_free(s);
+    }
+    for (int i = 0; i < 3; i++) {
+        s = state_of(others[i]);
+        ms_pcache_put(c, ids, others[i], s);
+        ms_seq_free(s);
+    }
+    ms_pcache_get_stats(c, &st);
+    size_t l12 = 0, l22 = 0, l27 = 0;
+    ms_seq *a12 = ms_pcache_take(c, ids, 13, &l12), *a22 = ms_pcache_take(c, ids, 23, &l22), *a27 = ms_pcache_take(c, ids, 28, &l27);
+    T_CHECK(a12 && l12 == 12 && continues(a12, 12) && a22 && l22 == 22 && continues(a22, 22),
+            "pinned states stay while unpinned ones come and go (%zu, %zu)", l12, l22);
+    T_CHECK(a27 && l27 == 22, "a pinned state beyond its room is not kept (the longest kept: %zu)", l27);
+    T_CHECK(st.entries_ram == 3 && st.evictions == 2, "pins + one unpinned in RAM (%llu), the other two evicted (%llu)",
+            (unsigned long long)st.entries_ram, (unsigned long long)st.evictions);
+    ms_seq_free(a12), ms_seq_free(a22), ms_seq_free(a27);
+    ms_pcache_free(c);
+    c = ms_pcache_new(m, 0, NULL, 0, "kimi-k3", "0123456789abcdef"); /* no room but pins': nothing else kept */
+    ms_pcache_set_pin_room(c, one + 4096);
+    s = state_of(10);
+    ms_pcache_put(c, ids, 10, s);
+    ms_pcache_get_stats(c, &st);
+    T_CHECK(st.entries_ram == 0 && st.evictions == 0, "without room an unpinned state is not even kept for a moment");
+    ms_seq_free(s);
+    ms_pcache_free(c);
+
     /* a new cache on the directory finds what the last one left; a corrupt file is dropped */
     c = ms_pcache_new(m, 0, sd, 64ull << 20, "kimi-k3", "0123456789abcdef");
     ms_pcache_get_stats(c, &st);
