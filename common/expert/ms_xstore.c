@@ -385,16 +385,19 @@ static void compute_one(ms_xstore *s, xs_call *c, int d, const uint8_t *buf)
     }
 }
 
-/* Hits of at most XS_PAR_ROWS rows run whole experts one per thread when there are enough of
- * them: such an expert is a few small matmuls (a decode step's, one row each), too short to
- * split over the pool without its hand-overs costing more than the work. Where an expert is
- * computed never changes a bit (every output element is one canonical dot). */
+/* Experts of at most XS_PAR_ROWS rows run whole, one per thread, when there are enough of them
+ * (hits, and misses whose reads have arrived): such an expert is a few small matmuls (a decode
+ * step's, one row each), too short to split over the pool without its hand-overs costing more
+ * than the work. Where an expert is computed never changes a bit (every output element is one
+ * canonical dot). */
 #define XS_PAR_ROWS 4
+#define XS_MAX_THREADS_GROUP 64 /* a group of arrived misses is at most 2 x this */
 
 typedef struct {
     ms_xstore *s;
     xs_call *c;
     const int *list;    /* [n] distinct-expert indices to compute */
+    const uint8_t *const *buf; /* [n] the slot each one is in */
     int n;
     atomic_int next;    /* the next index of list to claim */
     pthread_mutex_t mu; /* guards bad_d, bad_msg */
@@ -410,9 +413,7 @@ static void par_task(void *ctx, int64_t b, int64_t e)
     float *zin = ms_malloc(sizeof(float) * (size_t)(2 * XS_PAR_ROWS * L)); /* [XS_PAR_ROWS][L] */
     float *zout = zin + XS_PAR_ROWS * L;                                   /* [XS_PAR_ROWS][L] */
     for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->n;) {
-        int d = p->list[i];
-        size_t key = (size_t)p->c->layer * (size_t)p->s->o.n_experts + (size_t)p->c->g->dexp[d];
-        if (compute_into(p->s, p->c, d, p->s->key_buf[key], XS_PAR_ROWS, zin, zout, NULL) != 0) {
+        if (compute_into(p->s, p->c, p->list[i], p->buf[i], XS_PAR_ROWS, zin, zout, NULL) != 0) {
             pthread_mutex_lock(&p->mu);
             if (i < p->bad_d) {
                 p->bad_d = i;
@@ -424,26 +425,37 @@ static void par_task(void *ctx, int64_t b, int64_t e)
     free(zin);
 }
 
+/* list[n] (each of at most XS_PAR_ROWS rows, in slots buf[n]) one per thread of the pool. */
+static void compute_par(ms_xstore *s, xs_call *c, const int *list, const uint8_t *const *buf, int n)
+{
+    xs_par p = {.s = s, .c = c, .list = list, .buf = buf, .n = n, .bad_d = INT_MAX};
+    atomic_init(&p.next, 0);
+    pthread_mutex_init(&p.mu, NULL);
+    ms_pool_for(s->pool, ms_pool_size(s->pool), 1, par_task, &p);
+    pthread_mutex_destroy(&p.mu);
+    if (p.bad_d != INT_MAX && !c->bad) {
+        c->bad = 1;
+        snprintf(c->bad_msg, sizeof c->bad_msg, "%s", p.bad_msg);
+    }
+}
+
+static int small_group(const xs_call *c, int d) { return c->g->start[d + 1] - c->g->start[d] <= XS_PAR_ROWS; }
+
 /* Every hit of the call not computed yet (a hit evicted by an early miss already was). */
 static void compute_hits(ms_xstore *s, xs_call *c)
 {
     int nt = ms_pool_size(s->pool);
-    int *list = ms_malloc(sizeof(int) * (size_t)(c->g->nd + 1)); /* [nd] small hits */
+    int *list = ms_malloc(sizeof(int) * (size_t)(c->g->nd + 1));                   /* [nd] small hits */
+    const uint8_t **buf = ms_malloc(sizeof *buf * (size_t)(c->g->nd + 1));         /* [nd] their slots */
     int n = 0;
     for (int d = 0; d < c->g->nd; d++)
-        if (c->hit[d] && !c->done[d] && c->g->start[d + 1] - c->g->start[d] <= XS_PAR_ROWS) list[n++] = d;
-    if (nt > 1 && n >= 2 * nt) {
-        xs_par p = {.s = s, .c = c, .list = list, .n = n, .bad_d = INT_MAX};
-        atomic_init(&p.next, 0);
-        pthread_mutex_init(&p.mu, NULL);
-        ms_pool_for(s->pool, nt, 1, par_task, &p);
-        pthread_mutex_destroy(&p.mu);
-        if (p.bad_d != INT_MAX && !c->bad) {
-            c->bad = 1;
-            snprintf(c->bad_msg, sizeof c->bad_msg, "%s", p.bad_msg);
+        if (c->hit[d] && !c->done[d] && small_group(c, d)) {
+            buf[n] = s->key_buf[(size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->g->dexp[d]];
+            list[n++] = d;
         }
-    }
+    if (nt > 1 && n >= 2 * nt) compute_par(s, c, list, buf, n);
     free(list);
+    free(buf);
     for (int d = 0; d < c->g->nd; d++) {
         size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->g->dexp[d];
         if (c->hit[d] && !c->done[d]) compute_one(s, c, d, s->key_buf[key]);
@@ -589,32 +601,45 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
         n_pend++;
     }
     compute_hits(s, &c);
+    /* Misses in arrival order: the oldest reads in flight, up to two per thread, are taken as a
+     * group when each has at most XS_PAR_ROWS rows and computed one per thread while the rest
+     * stay in flight; otherwise the oldest alone, each of its matmuls split over the pool. */
+    int nt = ms_pool_size(s->pool);
+    int gl[2 * XS_MAX_THREADS_GROUP];
+    const uint8_t *gb[2 * XS_MAX_THREADS_GROUP];
     while (n_pend > 0) {
-        xs_pend *p = &s->pend[head];
-        int bad = wait_pend(s, p), code = MS_EXIT_IO;
+        int G = nt > 1 ? (n_pend < 2 * nt ? n_pend : 2 * nt) : 1;
+        if (G > 2 * XS_MAX_THREADS_GROUP) G = 2 * XS_MAX_THREADS_GROUP;
+        for (int i = 0; i < G && G > 1; i++)
+            if (!small_group(&c, s->pend[(head + i) % depth].d)) G = 1;
+        int bad = -1, code = MS_EXIT_IO, waited = 0;
         char msg[768];
-        if (bad >= 0) {
-            snprintf(msg, sizeof msg, "layer %d expert %d: cannot read %s: %s", layer, g->dexp[p->d],
-                     ms_io_files_path(s->files, p->req[bad].file), p->req[bad].err);
-        } else if (s->loc[p->key].has_xxh3) {
-            /* Packs carry a checksum: bytes that do not match are never computed or cached. */
-            uint64_t got = slot_xxh3(s, p->key, p->buf), want = s->loc[p->key].xxh3;
-            if (got != want) {
-                const ms_xloc *l = &s->loc[p->key];
-                snprintf(msg, sizeof msg,
-                         "layer %d expert %d: checksum mismatch in %s at byte %llu "
-                         "(xxh3 %016llx expected, %016llx read)",
-                         layer, g->dexp[p->d], ms_io_files_path(s->files, l->file[0]), (unsigned long long)l->off[0],
-                         (unsigned long long)want, (unsigned long long)got);
-                bad = 0;
-                code = MS_EXIT_MODEL;
+        for (; waited < G && bad < 0; waited++) {
+            xs_pend *p = &s->pend[(head + waited) % depth];
+            bad = wait_pend(s, p);
+            if (bad >= 0) {
+                snprintf(msg, sizeof msg, "layer %d expert %d: cannot read %s: %s", layer, g->dexp[p->d],
+                         ms_io_files_path(s->files, p->req[bad].file), p->req[bad].err);
+            } else if (s->loc[p->key].has_xxh3) {
+                /* Packs carry a checksum: bytes that do not match are never computed or cached. */
+                uint64_t got = slot_xxh3(s, p->key, p->buf), want = s->loc[p->key].xxh3;
+                if (got != want) {
+                    const ms_xloc *l = &s->loc[p->key];
+                    snprintf(msg, sizeof msg,
+                             "layer %d expert %d: checksum mismatch in %s at byte %llu "
+                             "(xxh3 %016llx expected, %016llx read)",
+                             layer, g->dexp[p->d], ms_io_files_path(s->files, l->file[0]), (unsigned long long)l->off[0],
+                             (unsigned long long)want, (unsigned long long)got);
+                    bad = 0;
+                    code = MS_EXIT_MODEL;
+                }
             }
         }
         if (bad >= 0) {
             /* Drain every read of this call; none of their bytes may be trusted or kept. */
             for (int i = 0; i < n_pend; i++) {
                 xs_pend *q = &s->pend[(head + i) % depth];
-                if (i > 0) wait_pend(s, q);
+                if (i >= waited) wait_pend(s, q);
                 ms_cpolicy_remove(s->pol, q->key);
                 buf_put(s, q->buf);
             }
@@ -623,15 +648,26 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
             rc = -1;
             break;
         }
-        s->st.bytes_read += s->E;
-        compute_one(s, &c, p->d, p->buf);
-        if (ms_cpolicy_contains(s->pol, p->key))
-            s->key_buf[p->key] = p->buf; /* the policy keeps it: the buffer becomes its slot */
-        else
-            buf_put(s, p->buf);
-        head = (head + 1) % depth;
-        n_pend--;
-        if (next < n_miss) {
+        if (G > 1) {
+            for (int i = 0; i < G; i++) {
+                gl[i] = s->pend[(head + i) % depth].d;
+                gb[i] = s->pend[(head + i) % depth].buf;
+            }
+            compute_par(s, &c, gl, gb, G);
+        } else {
+            compute_one(s, &c, s->pend[head].d, s->pend[head].buf);
+        }
+        for (int i = 0; i < G; i++) {
+            xs_pend *p = &s->pend[head];
+            s->st.bytes_read += s->E;
+            if (ms_cpolicy_contains(s->pol, p->key))
+                s->key_buf[p->key] = p->buf; /* the policy keeps it: the buffer becomes its slot */
+            else
+                buf_put(s, p->buf);
+            head = (head + 1) % depth;
+            n_pend--;
+        }
+        for (int i = 0; i < G && next < n_miss; i++) {
             submit_miss(s, &c, miss[next++].d, &s->pend[(head + n_pend) % depth]);
             n_pend++;
         }

@@ -79,7 +79,8 @@ ms_experts ms_xstore_iface(ms_xstore *s);
  * distinct expert is looked up once; hits are computed at once (with a pool and at least two
  * hits per thread of at most 4 rows each, as in decode steps, whole experts run one per
  * thread, each a few matmuls too short to split well; larger ones split each matmul over the
- * pool; the bits are the same either way), misses are read in file-offset
+ * pool; the bits are the same either way; arrived misses likewise, up to two per thread at a
+ * time, while the later reads stay in flight), misses are read in file-offset
  * order with up to `depth` reads in flight, and each is computed as soon as it arrives (reads
  * overlap compute); an expert that the policy keeps is read straight into its cache slot,
  * others into a staging buffer. Returns 0, or -1 with ms_err set naming the expert, and

@@ -537,16 +537,19 @@ static void test_checksums(void)
         free(all);
     }
     const int BAD = NE + 4; /* layer 1 expert 4: an even key, so scattered in file B */
-    for (int mode = 0; mode <= 1; mode++) {
+    for (int run = 0; run < 4; run++) { /* each file mode without a pool, then with one of 2 threads */
+        int mode = run & 1;
+        ms_pool *pool = run >> 1 ? ms_pool_new(2) : NULL;
         const char *paths[2] = {tpath("a.safetensors"), tpath("b.safetensors")};
         const char *fname = mode ? "b.safetensors" : "a.safetensors";
         ms_io_files *files = ms_io_files_open(paths, 2, mode);
         ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER),
                             .cache_bytes = 4 * xslot(LAT, INTER), .depth = 3};
-        ms_xstore *s = ms_xstore_new(&o, files, NULL);
+        ms_xstore *s = ms_xstore_new(&o, files, pool);
         T_CHECK(s != NULL, "store: %s", ms_err_msg());
         if (!s) {
             ms_io_files_close(files);
+            ms_pool_free(pool);
             continue;
         }
         for (int key = 0; key < NK; key++) {
@@ -611,6 +614,7 @@ static void test_checksums(void)
         T_CHECK(n_good > 0 && n_bad > 0, "mode %d: %d calls with and %d without the corrupt expert", mode, n_bad,
                 n_good);
         ms_xstore_free(s);
+        ms_pool_free(pool);
         ms_io_files_close(files);
     }
 }
