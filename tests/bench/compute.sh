@@ -17,13 +17,13 @@
 # `moestream synth --preset k3-slice --layers 1`), --batch N the batched runs' size (default 8);
 # such a run has its own section, "Compute-bound steps: DIR's name".
 #
-# --jobs N and --tokens N set the jobs file (defaults above).
+# --jobs N and --tokens N set the jobs file (defaults above); --rounds N the rounds (default 3).
 #
 # usage: tests/bench/compute.sh [--bin BINARY] [--old BINARY] [--threads N] [--doc FILE] [--model DIR] [--batch N]
-#                               [--jobs N] [--tokens N]
+#                               [--jobs N] [--tokens N] [--rounds N]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bin= old= threads=$(nproc) doc=docs/PERFORMANCE.md model= batch=8 njobs= ntok=
+bin= old= threads=$(nproc) doc=docs/PERFORMANCE.md model= batch=8 njobs= ntok= rounds=3
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$(realpath "$2"); shift 2 ;;
@@ -34,7 +34,8 @@ while [ $# -gt 0 ]; do
     --batch) batch=$2; shift 2 ;;
     --jobs) njobs=$2; shift 2 ;;
     --tokens) ntok=$2; shift 2 ;;
-    *) echo "usage: $0 [--bin BINARY] [--old BINARY] [--threads N] [--doc FILE] [--model DIR] [--batch N] [--jobs N] [--tokens N]" >&2; exit 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    *) echo "usage: $0 [--bin BINARY] [--old BINARY] [--threads N] [--doc FILE] [--model DIR] [--batch N] [--jobs N] [--tokens N] [--rounds N]" >&2; exit 2 ;;
   esac
 done
 . tests/bench/lib.sh
@@ -75,21 +76,22 @@ measure() { # TAG BINARY REP
   done
   "$b" run --model "$model" --ids "$ids64" -n 64 --temperature 0 --threads "$threads" --buffered-io --json --quiet > "$out/$tag-run-$r.json"
 }
-# Three rounds, the binaries alternating within each; the tables give each figure's median.
-for r in 1 2 3; do
+# Rounds, the binaries alternating within each; the tables give each figure's median.
+for r in $(seq "$rounds"); do
   measure new "$bin" $r
   [ -z "$old" ] || measure old "$old" $r
 done
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo "?")
-python3 - "$out" "$doc" "$commit" "$threads" "${old:+yes}" "$batch" "$section" "$what" "${model_arg:-}" "$model" "$njobs" "$ntok" <<'PY'
+python3 - "$out" "$doc" "$commit" "$threads" "${old:+yes}" "$batch" "$section" "$what" "${model_arg:-}" "$model" "$njobs" "$ntok" "$rounds" <<'PY'
 import json, os, subprocess, sys, datetime
 out, path, commit, threads, has_old = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "yes"
 B, section, what = int(sys.argv[6]), sys.argv[7], sys.argv[8]
 def sh(c): return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
+R = range(1, int(sys.argv[13]) + 1)
 def median(v): return sorted(v)[len(v) // 2]
 def jobs(tag, mb):
     rates, ids = [], []
-    for r in (1, 2, 3):
+    for r in R:
         t0, t1 = map(float, open(f"{out}/{tag}-b{mb}-{r}.time").read().split())
         lines = [json.loads(l) for l in open(f"{out}/{tag}-b{mb}-{r}.jsonl")]
         toks = {l["custom_id"]: l["response"]["body"]["choices"][0]["token_ids"] for l in lines}
@@ -97,7 +99,7 @@ def jobs(tag, mb):
         ids.append(toks)
     return median(rates), ids[0] if all(i == ids[0] for i in ids) else None
 def run(tag):
-    rs = [json.load(open(f"{out}/{tag}-run-{r}.json")) for r in (1, 2, 3)]
+    rs = [json.load(open(f"{out}/{tag}-run-{r}.json")) for r in R]
     same = all(x["generated_ids"] == rs[0]["generated_ids"] for x in rs)
     return (median([x["stats"]["prefill_tokens_per_second"] for x in rs]),
             median([x["stats"]["decode_tokens_per_second"] for x in rs]), rs[0]["generated_ids"] if same else None)
@@ -118,11 +120,11 @@ L = ["## " + section + "\n",
      f"Measured {datetime.date.today()} at commit `{commit}` on {cpu}, "
      f"{threads} threads. Command: `bash tests/bench/compute.sh" + (" --old OLD_BINARY" if has_old else "") +
      (f" --model {sys.argv[9]}" if sys.argv[9] else "") +
-     (f" --batch {B}" if B != 8 else "") + "`. "
+     (f" --batch {B}" if B != 8 else "") + (f" --rounds {len(R)}" if len(R) != 3 else "") + "`. "
      f"{what} in RAM, warm page cache, no budget: the kernels set the pace. "
      f"Jobs: {njobs} jobs of 8-token prompts and {ntok} generated tokens; run: a 64-token prompt then 64 tokens. "
      "Every run reads through the page cache (`--buffered-io`, warmed first): the weights come from RAM. "
-     "Three rounds, the binaries alternating; each figure is the median of three runs (the ids of all three must agree).\n",
+     f"{len(R)} rounds, the binaries alternating; each figure is the median of {len(R)} runs (the ids of all of them must agree).\n",
      f"| binary | jobs tokens/s, batch 1 | batch {B} | batch {B} / batch 1 | batch {B} ids = batch 1's | prefill tokens/s (64) | decode tokens/s | prefill / decode |",
      "|---|---|---|---|---|---|---|---|"]
 for tag in (["new", "old"] if has_old else ["new"]):
