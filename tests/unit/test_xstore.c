@@ -613,9 +613,7 @@ static void test_checksums(void)
         T_CHECK(st.hits > 0 && st.cache_bytes_used <= o.cache_bytes, "mode %d: cache after checksum failures", mode);
         T_CHECK(n_good > 0 && n_bad > 0, "mode %d: %d calls with and %d without the corrupt expert", mode, n_bad,
                 n_good);
-        ms_xstore_free(s);
-        ms_pool_free(pool);
-        ms_io_files_close(files);
+        ms_xstore_free(s), ms_pool_free(pool), ms_io_files_close(files);
     }
 }
 
@@ -698,7 +696,6 @@ static void test_nonfinite(void)
     }
     ms_xstore_free(s2);
     ms_pool_free(pool);
-
     ms_expert_table_free(tab);
     ms_xstore_free(s);
     ms_io_files_close(files);
