@@ -128,17 +128,21 @@ L.append(f"**Pack size**: {nt} BF16 trunk matrices, {raw/2**30:.2f} GiB of BF16 
 L.append("**Codec** (`moestream pack-trunk --bench --mib 256`: 256 MiB of each, 64 KiB blocks, the best of 5 decodes "
          "on one core, checksums verified):\n")
 L.append("```\n" + "\n".join(codec) + "\n```\n")
-L.append("| budget | trunk pack | runs | decode s/token (each run) | median | CPU s per run (user+sys, each) | GB read / decode token | streamed trunk: pack bytes / BF16 bytes | I/O wait | peak RSS | cgroup peak | load at start (last run) |")
-L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+L.append("| budget | trunk pack | runs | load s (each run) | trunk pinned (matrices, bytes held) | decode s/token (each run) | median | CPU s per run (user+sys, each) | GB read / decode token | streamed trunk: pack bytes / BF16 bytes | I/O wait | peak RSS | cgroup peak | load at start (last run) |")
+L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 med = {}
 for b in budgets:
     for p in modes:
         rs = runs.get((b, p), [])
-        if not rs: L.append(f"| {b} | {label[p]} | 0 | failed | | | | | | | | |"); continue
+        if not rs: L.append(f"| {b} | {label[p]} | 0 | failed | | | | | | | | | | |"); continue
         d = [x[0]["decode_seconds_per_token"] for x in rs]
         med[(b, p)] = statistics.median(d)
         s, cg, ld, _ = rs[-1]
-        L.append(f"| {b} | {label[p]} | {len(rs)} | {', '.join(f'{x:.2f}' for x in d)} | "
+        pl = s["plan"]
+        loads = ", ".join(f"{x[0]['load_seconds']:.1f}" for x in rs)
+        L.append(f"| {b} | {label[p]} | {len(rs)} | {loads} | "
+                 f"{pl['trunk_pinned']} of {pl['trunk_matrices']}, {pl['trunk_pinned_bytes']/2**30:.2f} GiB | "
+                 f"{', '.join(f'{x:.2f}' for x in d)} | "
                  f"**{med[(b, p)]:.2f}** | {', '.join(f'{x[3]:.0f}' for x in rs)} | {s['decode_bytes_read_per_token']/1e9:.2f} | "
                  f"{(s.get('trunk_pack_bytes_read', 0) / s['trunk_pack_bytes_decoded']) if s.get('trunk_pack_bytes_decoded') else 0:.3f} | "
                  f"{100*s['io_wait_share']:.0f}% | {s['peak_rss_bytes']/2**30:.2f} GiB | "
@@ -149,7 +153,9 @@ for b in budgets:
         if p != "none" and (b, "none") in med and (b, p) in med:
             d = 100 * (1 - med[(b, p)] / med[(b, 'none')])
             L.append(f"At {b}, pack {label[p][5:]}: decode s/token **{abs(d):.1f}% {'lower' if d >= 0 else 'higher'}** "
-                     f"than without the pack (medians of {reps} alternating runs each; target: at least 15% at 1G).")
+                     f"than without the pack (medians of {reps} alternating runs each; target: at least 15% at 1G); "
+                     f"load {statistics.median(x[0]['load_seconds'] for x in runs[(b, p)]):.1f} s against "
+                     f"{statistics.median(x[0]['load_seconds'] for x in runs[(b, 'none')]):.1f} s.")
 L.append(f"Logits of every run (`--dump-logits`, prompt and generated positions): "
          f"**{'bit-identical' if same else 'DIFFERENT'}** with and without the pack.\n")
 L.append("What the figures mean, and what to expect on the released checkpoint and on an idle machine: "
