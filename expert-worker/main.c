@@ -9,6 +9,7 @@
 
 #include "ms_err.h"
 #include "ms_opt.h"
+#include "ms_pool.h"
 #include "ms_proc.h"
 #include "ms_progress.h"
 #include "ms_size.h"
@@ -28,7 +29,7 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fputs("usage: moestream-worker (--model DIR | --pack DIR) --listen ENDPOINT [--ram-budget SIZE]\n"
-          "                        [--experts SPEC] [--threads N] [--io-depth N] [--buffered-io]\n"
+          "                        [--experts SPEC] [--threads N] [--pin-threads] [--io-depth N] [--buffered-io]\n"
           "                        [--curve-secret FILE --allow FILE | --insecure] [--quiet | --verbose]\n"
           "\n"
           "Serves routed-expert computations to moestream coordinators over ZeroMQ.\n"
@@ -41,6 +42,9 @@ static void usage(FILE *f)
           "  --ram-budget SIZE    peak resident memory of this worker (default 90% of MemAvailable);\n"
           "                       bytes, K/M/G/T or KiB..TiB = powers of 1024, KB/MB/GB/TB = powers of 1000\n"
           "  --threads N          compute threads (default 0 = one per CPU)\n"
+          "  --pin-threads        bind each compute thread but the first to its own CPU (physical cores first,\n"
+          "                       socket by socket); with one worker per socket, start each under\n"
+          "                       'numactl --cpunodebind=N --membind=N'\n"
           "  --io-depth N         expert reads in flight (default 8)\n"
           "  --buffered-io        read through the page cache instead of O_DIRECT\n"
           "  --curve-secret FILE  this worker's CURVE secret key (Z85, one line); clients need its public key\n"
@@ -65,7 +69,7 @@ static int worker_main(int argc, char **argv)
                                          {"allow", required_argument, 0, 'A'},   {"buffered-io", no_argument, 0, 'U'},
                                          {"insecure", no_argument, 0, 'I'},      {"quiet", no_argument, 0, 'q'},
                                          {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
-                                         {"version", no_argument, 0, 'V'},
+                                         {"version", no_argument, 0, 'V'},       {"pin-threads", no_argument, 0, 'P'},
                                          {0, 0, 0, 0}};
     ms_wload_opts lo = {0};
     const char *listen = NULL, *secret = NULL, *allow = NULL;
@@ -83,6 +87,7 @@ static int worker_main(int argc, char **argv)
         case 'I': insecure = 1; break;
         case 'q': quiet = 1; break;
         case 'v': verbose = 1; break;
+        case 'P': ms_pool_set_pinning(1); break;
         case 'B':
             if (ms_opt_size("--ram-budget", optarg, &lo.ram_budget) != 0) return ms_opt_fail_err(WHO);
             break;

@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,6 +26,7 @@
 struct ms_pool {
     int n_threads;      /* total, the caller's thread included */
     int n_started;      /* workers actually running */
+    int n_pinned;       /* workers bound to one CPU */
     pthread_t *threads; /* [n_threads - 1] */
 
     pthread_mutex_t call_mu; /* serialises concurrent callers of ms_pool_for */
@@ -162,6 +164,87 @@ int ms_pool_cpus(void)
     return c > 1024 ? 1024 : c;
 }
 
+static atomic_int g_pin;
+
+void ms_pool_set_pinning(int on) { atomic_store(&g_pin, !!on); }
+int ms_pool_pinning(void) { return atomic_load(&g_pin); }
+
+/* Sort key of ms_pool_cpu_order: (SMT rank on its core, package, core, cpu). */
+typedef struct {
+    int rank, package, core, cpu;
+} cpu_key;
+
+static int key_cmp(const void *a, const void *b)
+{
+    const cpu_key *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    if (x->package != y->package) return x->package < y->package ? -1 : 1;
+    if (x->core != y->core) return x->core < y->core ? -1 : 1;
+    return (x->cpu > y->cpu) - (x->cpu < y->cpu);
+}
+
+void ms_pool_cpu_order(const ms_pool_cpuinfo *in, int n, int *out)
+{
+    MS_ASSERT(n >= 0 && (n == 0 || (in && out)));
+    cpu_key *k = ms_malloc(sizeof *k * (size_t)(n > 0 ? n : 1));
+    for (int i = 0; i < n; i++) {
+        /* rank: how many hardware threads of the same core have a lower cpu number */
+        int r = 0;
+        for (int j = 0; j < n; j++)
+            r += in[j].package == in[i].package && in[j].core == in[i].core && in[j].cpu < in[i].cpu;
+        k[i] = (cpu_key){r, in[i].package, in[i].core, in[i].cpu};
+    }
+    qsort(k, (size_t)n, sizeof *k, key_cmp);
+    for (int i = 0; i < n; i++) out[i] = k[i].cpu;
+    free(k);
+}
+
+static int sysfs_int(int cpu, const char *what, int dflt)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s", cpu, what);
+    FILE *f = fopen(path, "r");
+    int v;
+    if (!f) return dflt;
+    if (fscanf(f, "%d", &v) != 1) v = dflt;
+    fclose(f);
+    return v;
+}
+
+int ms_pool_machine_order(int *out, int max)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+    ms_pool_cpuinfo *in = ms_malloc(sizeof *in * CPU_SETSIZE);
+    int n = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) in[n++] = (ms_pool_cpuinfo){c, sysfs_int(c, "physical_package_id", 0), sysfs_int(c, "core_id", c)};
+    int *all = ms_malloc(sizeof *all * (size_t)(n > 0 ? n : 1));
+    ms_pool_cpu_order(in, n, all);
+    if (n > max) n = max;
+    memcpy(out, all, sizeof *out * (size_t)n);
+    free(all);
+    free(in);
+    return n;
+}
+
+int ms_pool_pinned(const ms_pool *p) { return p ? p->n_pinned : 0; }
+
+/* Bind worker k of p to the k-th CPU of the machine order (k >= 1; k = 0 is the caller). */
+static void pin_workers(ms_pool *p)
+{
+    int *order = ms_malloc(sizeof *order * CPU_SETSIZE);
+    int n = ms_pool_machine_order(order, CPU_SETSIZE);
+    for (int i = 0; n > 1 && i < p->n_started; i++) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(order[(i + 1) % n], &one);
+        p->n_pinned += pthread_setaffinity_np(p->threads[i], sizeof one, &one) == 0;
+    }
+    free(order);
+}
+
 ms_pool *ms_pool_new(int n_threads)
 {
     if (n_threads <= 0) n_threads = ms_pool_cpus();
@@ -188,6 +271,7 @@ ms_pool *ms_pool_new(int n_threads)
         }
         p->n_started++;
     }
+    if (ms_pool_pinning()) pin_workers(p);
     return p;
 }
 

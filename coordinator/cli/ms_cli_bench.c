@@ -18,7 +18,8 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: moestream bench [--threads N] [--seconds S] [--bw-bytes SIZE] [--rows LIST] [--path NAME] [--json]\n"
+    fputs("usage: moestream bench [--threads N] [--pin-threads] [--seconds S] [--bw-bytes SIZE] [--rows LIST]\n"
+          "                       [--path NAME] [--json]\n"
           "\n"
           "Measures what this machine can do and how close the weight kernels come to it:\n"
           "  - the FMA peak of every instruction set it has (FP32 AVX2, FP32 AVX-512, FP64 AVX2: 2 flops a\n"
@@ -30,6 +31,7 @@ static void usage(FILE *f)
           "    (several copies cycled, more than the caches hold).\n"
           "\n"
           "  --threads N      threads (default: one per CPU)\n"
+          "  --pin-threads    bind each thread but the caller's to its own CPU (as run --pin-threads)\n"
           "  --seconds S      time per measurement, the best run kept (default 0.4)\n"
           "  --bw-bytes SIZE  bandwidth buffer (default 1G)\n"
           "  --rows LIST      row counts T (default 1,2,4,8,16,32,64)\n"
@@ -132,7 +134,8 @@ int ms_cli_bench(int argc, char **argv)
     static const struct option opts[] = {{"threads", required_argument, 0, 't'}, {"seconds", required_argument, 0, 's'},
                                          {"bw-bytes", required_argument, 0, 'b'}, {"rows", required_argument, 0, 'r'},
                                          {"path", required_argument, 0, 'P'},     {"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+                                         {"pin-threads", no_argument, 0, 'p'},    {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     long long threads = 0;
     float seconds = 0.4f;
     uint64_t bw_bytes = 1ull << 30;
@@ -160,6 +163,7 @@ int ms_cli_bench(int argc, char **argv)
             if (path == -2) return ms_cli_fail("bench", MS_EXIT_USAGE, "--path must be scalar, avx2 or avx512");
             break;
         case 'j': js = 1; break;
+        case 'p': ms_pool_set_pinning(1); break;
         case 'h': usage(stdout); return MS_EXIT_OK;
         default: usage(stderr); return MS_EXIT_USAGE;
         }
@@ -182,7 +186,7 @@ int ms_cli_bench(int argc, char **argv)
         free(Ts);
         return ms_cli_fail_err("bench");
     }
-    int nth = ms_pool_size(pool);
+    int nth = ms_pool_size(pool), pinned = ms_pool_pinned(pool);
     json_t *out = json_object(), *peaks = json_object(), *rows = json_array();
     double peak = 0;
     for (int i = 0; i < MS_KB_N; i++) {
@@ -190,7 +194,9 @@ int ms_cli_bench(int argc, char **argv)
         double g = ms_kbench_fma_peak(pool, (ms_kb_isa)i, seconds);
         json_object_set_new(peaks, ms_kbench_name((ms_kb_isa)i), json_real(g));
         if (i != MS_KB_F64_AVX2 && g > peak) peak = g;
-        if (!js) printf("FMA peak %-12s %8.1f GFLOP/s (%d threads)\n", ms_kbench_name((ms_kb_isa)i), g, nth);
+        if (!js)
+            printf("FMA peak %-12s %8.1f GFLOP/s (%d threads%s)\n", ms_kbench_name((ms_kb_isa)i), g, nth,
+                   pinned ? ", pinned" : "");
     }
     double bw = ms_kbench_read_bw(pool, (size_t)bw_bytes, seconds);
     if (bw < 0) {
@@ -276,6 +282,7 @@ int ms_cli_bench(int argc, char **argv)
     ms_pool_free(pool);
     free(Ts);
     json_object_set_new(out, "threads", json_integer(nth));
+    json_object_set_new(out, "threads_pinned", json_integer(pinned));
     json_object_set_new(out, "kernel_path", json_string(ms_cpu_level_name(ms_cpu_level())));
     json_object_set_new(out, "fma_peak_gflops", peaks);
     json_object_set_new(out, "fp32_peak_gflops", json_real(peak));

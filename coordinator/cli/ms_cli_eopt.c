@@ -5,8 +5,9 @@
 #include "ms_cli_eopt.h"
 #include "ms_err.h"
 #include "ms_opt.h"
+#include "ms_pool.h"
 
-enum { MS_CLI_OPT_SPECULATE = 1001, MS_CLI_OPT_DRAFT }; /* long-only options */
+enum { MS_CLI_OPT_SPECULATE = 1001, MS_CLI_OPT_DRAFT, MS_CLI_OPT_PIN }; /* long-only options */
 
 static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"model", required_argument, 0, 'm'},         {"ram-budget", required_argument, 0, 'B'},
@@ -18,6 +19,7 @@ static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"worker-timeout", required_argument, 0, 'O'}, {"quiet", no_argument, 0, 'q'},
     {"trunk-pack", required_argument, 0, 0x7470},
     {"speculate", required_argument, 0, MS_CLI_OPT_SPECULATE}, {"draft-file", required_argument, 0, MS_CLI_OPT_DRAFT},
+    {"pin-threads", no_argument, 0, MS_CLI_OPT_PIN},
 };
 
 void ms_cli_eopt_table(const struct option *own, int n_own, struct option *out)
@@ -40,6 +42,7 @@ int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, i
     case 'U': o->buffered = 1; break;
     case 'L': o->lru = 1; break;
     case 'q': o->quiet = 1; break;
+    case MS_CLI_OPT_PIN: o->pin = 1; break;
     case 'B': bad = ms_opt_size("--ram-budget", arg, &o->budget); break;
     case 'T': bad = ms_opt_threads(arg, &o->threads); break;
     case 'D': bad = ms_opt_io_depth(arg, &o->io_depth); break;
@@ -90,6 +93,7 @@ void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo)
 {
     eo->model_dir = o->model;
     eo->run.n_threads = (int)o->threads;
+    ms_pool_set_pinning(o->pin); /* process-wide: read when the engine's pools are made */
     eo->run.ram_budget = o->budget;
     eo->run.buffered = o->buffered;
     eo->run.io_depth = (int)o->io_depth;

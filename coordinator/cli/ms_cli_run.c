@@ -49,7 +49,7 @@ static void run_usage(FILE *f, int demo)
           "                     [-n N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet] [--raw] [--special]\n"
           "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
-          "                     [--prefill-chunk N] [--lru-cache] [--trunk-pack DIR|none]\n"
+          "                     [--prefill-chunk N] [--lru-cache] [--trunk-pack DIR|none] [--pin-threads]\n"
           "                     [--plan-only [--plan-seqs N]]\n"
           "                     [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                     [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
@@ -66,7 +66,9 @@ static void run_usage(FILE *f, int demo)
           "--json prints one JSON object: prompt_ids, generated_ids, text (with a tokenizer), stats.\n"
           "--dump-logits writes little-endian f32 rows of vocab_size values: every prompt position,\n"
           "then each generated position whose logits were computed (prompt + N - 1 rows).\n"
-          "--threads 0 (default) uses one thread per CPU; results do not depend on it.\n"
+          "--threads 0 (default) uses one thread per CPU; results do not depend on it. --pin-threads binds\n"
+          "each compute thread but the caller's to its own CPU (every core's first hardware thread before\n"
+          "its siblings, socket by socket); off by default, as a bound thread cannot leave a busy CPU.\n"
           "--ram-budget SIZE (K/M/G/T = powers of 1024; default: the memory available now) bounds the\n"
           "peak resident memory of the run; routed experts are read from disk on demand into a cache,\n"
           "trunk matrices that do not fit stream from disk; the answer is the same at every budget.\n"
@@ -235,6 +237,7 @@ static void print_json(ms_engine *e, int special, const int32_t *prompt, size_t 
                               "prefill_tokens_per_second", pre_tps, "decode_tokens_per_second", dec_tps,
                               "prompt_tokens", (json_int_t)np, "generated_tokens", (json_int_t)ng, "threads",
                               (json_int_t)es->threads, "peak_rss_bytes", (json_int_t)es->peak_rss_all);
+    json_object_set_new(stats, "threads_pinned", json_integer(es->threads_pinned));
     json_object_set_new(stats, "peak_rss_coordinator_bytes", json_integer((json_int_t)es->peak_rss_self));
     json_object_set_new(stats, "bytes_read_experts", json_integer((json_int_t)ms->bytes_read_experts));
     json_object_set_new(stats, "bytes_read_trunk", json_integer((json_int_t)ms->bytes_read_trunk));

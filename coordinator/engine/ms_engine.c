@@ -591,6 +591,7 @@ void ms_engine_get_stats(ms_engine *e, ms_engine_stats *st)
     st->peak_rss_self = ms_proc_peak_rss();
     st->peak_rss_all = st->peak_rss_self + ms_local_peak_rss(e->local);
     st->threads = ms_pool_size(ms_model_pool(e->m));
+    st->threads_pinned = ms_pool_pinned(ms_model_pool(e->m));
     st->passes = e->passes;
     st->pass_rows = e->pass_rows;
     st->spec_window = e->spec_window;

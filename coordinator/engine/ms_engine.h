@@ -157,7 +157,7 @@ typedef struct {
     ms_model_stats model;
     uint64_t peak_rss_self;          /* this process (VmHWM) */
     uint64_t peak_rss_all;           /* this process and the local workers it started */
-    int threads;
+    int threads, threads_pinned;     /* compute threads; those bound to one CPU (--pin-threads) */
     int workers;                     /* 0 when experts run in this process */
     ms_remote_stats remote;          /* the workers' traffic (when workers > 0) */
     uint64_t passes, pass_rows;      /* forward passes run and the rows they carried */

@@ -73,8 +73,103 @@ static void sum_fn(void *vctx, int64_t b, int64_t e)
     for (int64_t i = b; i < e; i++) atomic_fetch_add(s, i);
 }
 
+/* ms_pool_cpu_order on a made-up machine: 2 packages x 3 cores x 2 hardware threads, numbered
+ * as Linux usually does (cpu c and c + 6 are siblings), listed in a scrambled order. */
+static void check_order(void)
+{
+    ms_pool_cpuinfo in[12];
+    int n = 0;
+    static const int perm[12] = {7, 2, 11, 0, 5, 9, 3, 10, 1, 6, 4, 8};
+    for (int i = 0; i < 12; i++) {
+        int c = perm[i], hw = c % 6;
+        in[n++] = (ms_pool_cpuinfo){c, hw / 3, hw % 3 + 10 * (hw / 3)}; /* core ids need not be dense */
+    }
+    int out[12];
+    ms_pool_cpu_order(in, n, out);
+    static const int want[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    int same = 1;
+    for (int i = 0; i < 12; i++) same &= out[i] == want[i];
+    T_CHECK(same, "order: first threads of package 0's cores, then package 1's, then the siblings; got %d %d %d %d "
+            "%d %d %d %d ...", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]);
+
+    /* Siblings numbered next to each other (cpu 2k and 2k + 1 share a core): every core's first
+     * thread before any second one. */
+    for (int c = 0; c < 8; c++) in[c] = (ms_pool_cpuinfo){7 - c, 0, (7 - c) / 2};
+    ms_pool_cpu_order(in, 8, out);
+    static const int want2[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    same = 1;
+    for (int i = 0; i < 8; i++) same &= out[i] == want2[i];
+    T_CHECK(same, "adjacent siblings: got %d %d %d %d %d %d %d %d", out[0], out[1], out[2], out[3], out[4], out[5],
+            out[6], out[7]);
+    ms_pool_cpu_order(NULL, 0, NULL); /* nothing to order */
+}
+
+/* Each chunk's thread: its own CPU mask (a pinned worker's has one CPU) and whether it is the caller. */
+typedef struct {
+    pthread_t caller;
+    atomic_int arrived;
+    int n;
+    int ncpu[64], cpu[64], on_caller[64];
+} pin_ctx;
+
+static void pin_fn(void *vctx, int64_t b, int64_t e)
+{
+    pin_ctx *c = vctx;
+    (void)e;
+    atomic_fetch_add(&c->arrived, 1);
+    while (atomic_load(&c->arrived) < c->n) sched_yield(); /* one chunk per thread */
+    cpu_set_t m;
+    CPU_ZERO(&m);
+    pthread_getaffinity_np(pthread_self(), sizeof m, &m);
+    c->ncpu[b] = CPU_COUNT(&m);
+    c->cpu[b] = -1;
+    for (int k = 0; k < CPU_SETSIZE; k++)
+        if (CPU_ISSET(k, &m)) {
+            c->cpu[b] = k;
+            break;
+        }
+    c->on_caller[b] = pthread_equal(pthread_self(), c->caller);
+}
+
+static void check_pinning(void)
+{
+    int order[64];
+    int n = ms_pool_machine_order(order, 64);
+    T_CHECK(n == (ms_pool_cpus() < 64 ? ms_pool_cpus() : 64), "machine order: %d CPUs, %d allowed", n, ms_pool_cpus());
+    if (n < 2) {
+        ms_t_skip("one CPU allowed: pinning needs two");
+        return;
+    }
+    T_CHECK(!ms_pool_pinning(), "pinning is off by default");
+    ms_pool_set_pinning(1);
+    ms_pool *p = ms_pool_new(n);
+    ms_pool_set_pinning(0);
+    T_CHECK(p && ms_pool_pinned(p) == n - 1, "pinned pool of %d: %d workers bound", n, p ? ms_pool_pinned(p) : -1);
+    if (!p) return;
+    pin_ctx c = {.caller = pthread_self(), .n = n};
+    atomic_init(&c.arrived, 0);
+    ms_pool_for(p, n, 1, pin_fn, &c);
+    int bound = 0, caller_free = 0, seen[64] = {0};
+    for (int i = 0; i < n; i++) {
+        if (c.on_caller[i]) {
+            caller_free = c.ncpu[i] == n; /* the caller keeps the process's mask */
+            continue;
+        }
+        for (int k = 1; k < n; k++) /* a worker: one CPU of order[1..n-1], each once */
+            if (c.ncpu[i] == 1 && c.cpu[i] == order[k] && !seen[k]++) bound++;
+    }
+    T_CHECK(bound == n - 1 && caller_free, "workers bound to CPUs order[1..%d] (%d of %d), the caller unbound (%d)",
+            n - 1, bound, n - 1, caller_free);
+    ms_pool_free(p);
+    p = ms_pool_new(n); /* off again: nothing bound */
+    T_CHECK(p && ms_pool_pinned(p) == 0, "unpinned pool: %d bound", p ? ms_pool_pinned(p) : -1);
+    ms_pool_free(p);
+}
+
 int main(void)
 {
+    check_order();
+    check_pinning();
     static const int64_t ns[] = {0, 1, 2, 3, 7, 16, 100, 1000, 12345};
     static const int64_t grains[] = {0, 1, 3, 16, 1000, 100000};
     static const int threads[] = {1, 2, 3, 4, 8};
