@@ -39,12 +39,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 . tests/bench/lib.sh
-if [ -z "$bin" ]; then
-  bench_build
-  bin=$PWD/build/moestream
-fi
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+bench_bin_out
 if [ -z "$model" ]; then
   "$bin" synth --preset small --out "$out/small" > /dev/null
   model=$out/small section="Compute-bound steps" what="The \`small\` synthetic K3 model (about 650 MB)"

@@ -3,7 +3,8 @@
 # FMA peak of each instruction set, the memory read bandwidth, and every weight kernel (f32,
 # bf16, bf16 from trunk-pack blocks, mxfp4) at a Kimi K3 and a gpt-oss shape for T = 1..64 rows,
 # as GFLOP/s and GB/s and their ratios to the widest FP32 peak and to the bandwidth.
-# Writes docs/PERFORMANCE.md (section "Kernels against the machine's limits") and prints it.
+# Writes docs/PERFORMANCE.md (section "Kernels against the machine's limits: CPU MODEL NAME", one
+# section per kind of machine, as machines differ) and prints it.
 # Run it on an idle machine: it measures the machine, and anything else running lowers it.
 #
 # usage: tests/bench/kernels.sh [--bin BINARY] [--seconds S] [--doc FILE]
@@ -19,12 +20,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 . tests/bench/lib.sh
-if [ -z "$bin" ]; then
-  bench_build
-  bin=$PWD/build/moestream
-fi
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+bench_bin_out
 uptime > "$out/uptime-before.txt"
 "$bin" bench --threads 1 --seconds "$seconds" --json > "$out/t1.json"
 "$bin" bench --threads "$(nproc)" --seconds "$seconds" --json > "$out/tn.json"
@@ -43,7 +39,8 @@ def sh(c): return subprocess.run(c, shell=True, capture_output=True, text=True).
 cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
 flags = sh("grep -o -w 'avx2\\|avx512f\\|fma' /proc/cpuinfo | sort -u | tr '\\n' ' '")
 load = open(f"{out}/uptime-before.txt").read().split("load average:")[-1].strip()
-L = ["## Kernels against the machine's limits\n",
+title = f"## Kernels against the machine's limits: {cpu}"
+L = [title + "\n",
      f"Measured {datetime.date.today()} at commit `{commit}` on {cpu} ({os.cpu_count()} CPUs; {flags.strip()}), "
      f"load average before: {load}. Command: `bash tests/bench/kernels.sh` (`moestream bench --json` with 1 "
      f"thread and with {tn['threads']}). Kernel path: {tn['kernel_path']}.\n",
@@ -109,5 +106,5 @@ text = "\n".join(L) + "\n"
 print(text)
 sys.path.insert(0, "tests/bench")
 from docsection import put_section
-put_section(path, "## Kernels against the machine's limits", text)
+put_section(path, title, text)
 PY

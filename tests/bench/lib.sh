@@ -21,3 +21,14 @@ bench_slice() {
 
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 to_bytes() { numfmt --from=iec "$1"; }
+
+# The binary and a scratch directory: $bin as given, or (when empty) the release build's
+# build/moestream, built now; $out a new directory removed when the script exits.
+bench_bin_out() {
+  if [ -z "$bin" ]; then
+    bench_build
+    bin=$PWD/build/moestream
+  fi
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+}

@@ -8,36 +8,39 @@
 #     --max-batch 8 (generated tokens/s over the whole run).
 # Configurations alternate within each round; each figure is the median of the rounds. The
 # token ids of every run must agree (the thread count never changes a result).
+# --model DIR runs that model instead of `small` (e.g. the real-width dense layer of K3,
+# `moestream synth --preset k3-slice --layers 1`), with 16 generated tokens a run and 16 jobs of
+# 16, in its own section "Threads: DIR's name".
 # Writes docs/PERFORMANCE.md (section "Threads") and prints it. Run it on an idle machine.
 #
-# usage: tests/bench/threads.sh [--bin BINARY] [--rounds N] [--doc FILE]
+# usage: tests/bench/threads.sh [--bin BINARY] [--rounds N] [--doc FILE] [--model DIR]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bin= rounds=3 doc=docs/PERFORMANCE.md
+bin= rounds=3 doc=docs/PERFORMANCE.md model=
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=$(realpath "$2"); shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --doc) doc=$2; shift 2 ;;
-    *) echo "usage: $0 [--bin BINARY] [--rounds N] [--doc FILE]" >&2; exit 2 ;;
+    --model) model=$(realpath "$2"); shift 2 ;;
+    *) echo "usage: $0 [--bin BINARY] [--rounds N] [--doc FILE] [--model DIR]" >&2; exit 2 ;;
   esac
 done
 . tests/bench/lib.sh
-if [ -z "$bin" ]; then
-  bench_build
-  bin=$PWD/build/moestream
-fi
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+bench_bin_out
 n=$(nproc)
-"$bin" synth --preset small --out "$out/small" > /dev/null
-model=$out/small
-python3 - "$out/jobs.jsonl" <<'PY'
+if [ -z "$model" ]; then
+  "$bin" synth --preset small --out "$out/small" > /dev/null
+  model=$out/small name=small njobs=32 ntok=32 ngen=64
+else
+  name=$(basename "$model") njobs=16 ntok=16 ngen=16
+fi
+python3 - "$out/jobs.jsonl" "$njobs" "$ntok" <<'PY'
 import json, sys
 with open(sys.argv[1], "w") as f:
-    for i in range(32):
+    for i in range(int(sys.argv[2])):
         f.write(json.dumps({"custom_id": f"j{i}", "method": "POST", "url": "/v1/completions",
-                            "body": {"prompt": [(7 * i + 3 * k) % 500 + 1 for k in range(8)], "max_tokens": 32}}) + "\n")
+                            "body": {"prompt": [(7 * i + 3 * k) % 500 + 1 for k in range(8)], "max_tokens": int(sys.argv[3])}}) + "\n")
 PY
 ids64=$(python3 -c "print(','.join(str((11 * k) % 500 + 1) for k in range(64)))")
 uptime > "$out/uptime-before.txt"
@@ -49,7 +52,7 @@ for r in $(seq "$rounds"); do
     pin=()
     [ "$c" != "$t" ] && pin=(--pin-threads)
     "$bin" bench --threads "$t" "${pin[@]}" --seconds 0.3 --rows 1,16 --bw-bytes 512M --json > "$out/bench-$c-$r.json"
-    "$bin" run --model "$model" --ids "$ids64" -n 64 --temperature 0 --threads "$t" "${pin[@]}" --buffered-io --json \
+    "$bin" run --model "$model" --ids "$ids64" -n "$ngen" --temperature 0 --threads "$t" "${pin[@]}" --buffered-io --json \
       --quiet > "$out/run-$c-$r.json"
     t0=$(date +%s.%N)
     "$bin" jobs --model "$model" --input "$out/jobs.jsonl" --output "$out/jobs-$c-$r.jsonl" --max-batch 8 \
@@ -61,9 +64,12 @@ done
 uptime > "$out/uptime-after.txt"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo "?")
 
-python3 - "$out" "$doc" "$commit" "$rounds" "$configs" <<'PY'
+python3 - "$out" "$doc" "$commit" "$rounds" "$configs" "$name" "$njobs" "$ntok" "$ngen" <<'PY'
 import json, os, subprocess, sys, datetime, statistics
 out, doc, commit, rounds, configs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split()
+name, njobs, ntok, ngen = sys.argv[6], int(sys.argv[7]), int(sys.argv[8]), int(sys.argv[9])
+title = "## Threads" if name == "small" else f"## Threads: {name}"
+what = ("the `small` synthetic K3 model" if name == "small" else f"`{name}`")
 def sh(c): return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
 def load(f): return open(f"{out}/{f}").read().split("load average:")[-1].strip()
 cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
@@ -92,14 +98,14 @@ for c in configs:
         "mx1": med([kern(b, "mxfp4", 1) for b in B]), "mx16": med([kern(b, "mxfp4", 16) for b in B]),
         "pre": med([x["stats"]["prefill_tokens_per_second"] for x in R]),
         "dec": med([x["stats"]["decode_tokens_per_second"] for x in R]), "jobs": med(J)}
-L = ["## Threads\n",
+L = [title + "\n",
      f"Measured {datetime.date.today()} at commit `{commit}` on {cpu} ({os.cpu_count()} CPUs; threads per core, "
      f"sockets, NUMA nodes: {', '.join(topo)}), load average before: {load('uptime-before.txt')}, after: "
-     f"{load('uptime-after.txt')}. Command: `bash tests/bench/threads.sh --rounds {rounds}`: the configurations "
+     f"{load('uptime-after.txt')}. Command: `bash tests/bench/threads.sh --rounds {rounds}{'' if name == 'small' else ' --model ' + name}`: the configurations "
      f"alternate within each round; each figure is the median of {rounds}. Kernels: `moestream bench` at a K3 shape "
-     f"(bf16: the attention projection 8192 x 7168; mxfp4: an expert's up 3072 x 3584). Model: the `small` synthetic "
-     f"K3 model in RAM (warm page cache, `--buffered-io`): `run` with a 64-token prompt then 64 tokens, `jobs` with "
-     f"32 jobs of 32 tokens at `--max-batch 8`.\n",
+     f"(bf16: the attention projection 8192 x 7168; mxfp4: an expert's up 3072 x 3584). Model: {what} in RAM (warm "
+     f"page cache, `--buffered-io`): `run` with a 64-token prompt then {ngen} tokens, `jobs` with {njobs} jobs of "
+     f"{ntok} tokens at `--max-batch 8`.\n",
      "| threads | bound to CPUs | FP32 FMA peak | read GB/s | bf16 T=1 | bf16 T=16 | mxfp4 T=1 | mxfp4 T=16 | prefill tokens/s | decode tokens/s | jobs tokens/s (batch 8) |",
      "|---|---|---|---|---|---|---|---|---|---|---|"]
 for c in configs:
@@ -118,5 +124,5 @@ text = "\n".join(L) + "\n"
 print(text)
 sys.path.insert(0, "tests/bench")
 from docsection import put_section
-put_section(doc, "## Threads", text)
+put_section(doc, title, text)
 PY
