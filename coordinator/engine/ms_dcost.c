@@ -43,6 +43,14 @@ double ms_dcost_expected(double p, int k)
     return e;
 }
 
+int ms_dcost_probe_gap(double a, double b)
+{
+    MS_ASSERT(a >= 0 && b >= 0);
+    if (!(a + b > 0)) return 1;
+    double g = ceil(b / (a + b) / MS_DCOST_PROBE_SHARE - 1e-9);
+    return g < 1 ? 1 : g > 256 ? 256 : (int)g;
+}
+
 int ms_dcost_best_k(double p, double a, double b, int64_t n_base, int kmax)
 {
     MS_ASSERT(n_base >= 1 && kmax >= 0);

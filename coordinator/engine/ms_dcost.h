@@ -33,4 +33,12 @@ double ms_dcost_expected(double p, int k);
  * drafts; a draft must gain at least 1% to be worth its risk. */
 int ms_dcost_best_k(double p, double a, double b, int64_t n_base, int kmax);
 
+/* The fewest passes between one-draft probes while drafts do not pay, so that a wrong probe
+ * (one row more: b / (a + b) of a pass) costs at most MS_DCOST_PROBE_SHARE of the passes it is
+ * spread over: ceil(b / (a + b) / share), from 1 to 256. Where a pass's fixed cost dominates
+ * (the trunk streamed at a small budget) a probe is nearly free and comes often; where each
+ * row pays its own reads (the trunk pinned) a probe costs a pass and comes rarely. */
+#define MS_DCOST_PROBE_SHARE 0.02
+int ms_dcost_probe_gap(double a, double b);
+
 #endif

@@ -251,6 +251,17 @@ static int check_prompt(ms_engine *e, const int32_t *prompt, size_t n)
     return 0;
 }
 
+/* auto's opening window, before any pass has been timed. Where the plan streams the trunk, a
+ * pass costs its streamed bytes whatever its rows, so a wrong draft costs little next to a pass
+ * and the whole window opens (a ramp would cost whole passes); else 2: right drafts reach the
+ * window of 8 on the next pass (x4), wrong ones pause at once (/4). */
+static int auto_opening(const ms_engine *e)
+{
+    const ms_plan *p = ms_model_plan(e->m);
+    if (p && p->streaming) return e->spec_window;
+    return e->spec_window < 2 ? e->spec_window : 2;
+}
+
 /* Everything of a new sequence but its model state. */
 static ms_eseq *seq_alloc(ms_engine *e, const int32_t *prompt, size_t n, const ms_gen_params *p)
 {
@@ -273,7 +284,7 @@ static ms_eseq *seq_alloc(ms_engine *e, const int32_t *prompt, size_t n, const m
     if (e->spec_window > 0 && !p->no_speculate) {
         s->dr = e->draft_ids ? ms_draft_list_new(e->draft_ids, e->n_draft_ids) : ms_draft_ngram_new(1, 8);
         s->vids = ms_malloc(sizeof(int32_t) * (size_t)(1 + e->spec_window));
-        s->k_cur = e->spec_auto ? 1 : e->spec_window;
+        s->k_cur = e->spec_auto ? auto_opening(e) : e->spec_window;
         s->backoff = 1;
     }
     s->last = ms_malloc(sizeof(float) * (size_t)e->V);
@@ -392,10 +403,15 @@ static int finish_prefill(ms_eseq *s, const float *rows, int64_t n_rows)
 }
 
 /* auto: after a pass that verified k drafts of which acc were right. A full acceptance
- * quadruples the window (a short answer has few passes to ramp up in), a partial one sets it just past what was right, a complete miss halves it; at
- * zero, drafting pauses for a number of passes that grows fourfold with each consecutive miss
- * (1, 4, 16, ... 256), then one draft probes again. A wrong row is not free (its routed
- * experts are read too), so drafts that never land cost one row at passes 1, 3, 8, 25, 90, ... */
+ * quadruples the window (a short answer has few passes to ramp up in), a partial one sets it
+ * just past what was right, a complete miss quarters it; at zero, drafting pauses for a number of
+ * passes that grows fourfold with each consecutive miss (1, 4, 16, ... 256), and at least the
+ * probe gap the measured pass cost gives (ms_dcost_probe_gap: a wrong row costs a whole pass
+ * where the trunk is pinned, little where it streams), then one draft probes again. Drafts that
+ * never land cost two rows at pass 1, then one at passes 3, 8, 25, 90, ... where rows are
+ * cheap, or about every 50 passes where a row costs a pass. */
+static int probe_gap(const ms_engine *e);
+
 static void adapt(ms_eseq *s, int k, int acc)
 {
     int W = s->e->spec_window;
@@ -407,8 +423,9 @@ static void adapt(ms_eseq *s, int k, int acc)
     } else if (acc > 0) {
         s->k_cur = acc + 1 < W ? acc + 1 : W;
         s->backoff = 1;
-    } else if ((s->k_cur /= 2) == 0) {
-        s->pause = s->backoff;
+    } else if ((s->k_cur /= 4) == 0) {
+        int g = probe_gap(s->e);
+        s->pause = s->backoff > g ? s->backoff : g;
         s->backoff = 4 * s->backoff < 256 ? 4 * s->backoff : 256;
         s->k_cur = 1;
     }
@@ -452,6 +469,13 @@ static int finish_decode(ms_eseq *s, const float *rows)
     return rc;
 }
 
+/* auto: passes between probes by their measured cost (ms_dcost_probe_gap); 1 before the fit. */
+static int probe_gap(const ms_engine *e)
+{
+    double a, b;
+    return ms_dcost_fit(&e->cost, &a, &b) == 0 ? ms_dcost_probe_gap(a, b) : 1;
+}
+
 /* auto, once the pass times fit (ms_dcost): the draft count that pays best for this sequence's
  * acceptance so far, at most kmax; none starts a pause (1, 4, 16, .. 256 passes, as after a
  * miss) that ends with a one-draft probe, so a text that turns repetitive is noticed. Without a
@@ -467,7 +491,8 @@ static int64_t auto_drafts(ms_eseq *s, int64_t kmax, int64_t n_base)
     double p = (s->acc_w + 0.5) / (s->acc_w + s->miss_w + 1); /* a light prior: ten right drafts give 0.95 */
     int k = ms_dcost_best_k(p, a, b, n_base, (int)(kmax < s->e->spec_window ? kmax : s->e->spec_window));
     if (k == 0) {
-        s->pause = s->backoff;
+        int g = ms_dcost_probe_gap(a, b);
+        s->pause = s->backoff > g ? s->backoff : g;
         s->backoff = 4 * s->backoff < 256 ? 4 * s->backoff : 256;
         s->probe = 1;
     }

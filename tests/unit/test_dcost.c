@@ -70,9 +70,27 @@ static void test_best_k(void)
     T_CHECK(bad == 0, "the chosen count is within 1%% of the best (%d cases not)", bad);
 }
 
+/* The probe gap: a wrong probe (b / (a + b) of a pass) at most 2% of the passes between probes. */
+static void test_probe_gap(void)
+{
+    static const double ab[][2] = {{0, 1}, {13, 1}, {1, 1}, {0.6, 0.0}, {5, 0.001}, {0, 0}, {0.3, 0.7}, {49, 1}};
+    for (size_t i = 0; i < sizeof ab / sizeof ab[0]; i++) {
+        double a = ab[i][0], b = ab[i][1];
+        int g = ms_dcost_probe_gap(a, b);
+        double share = a + b > 0 ? b / (a + b) : 0; /* one probe's cost in passes */
+        /* the smallest gap in 1..256 whose share is within 2% (256 when none is) */
+        int want = 1;
+        while (want < 256 && share / want > 0.02 + 1e-12) want++;
+        T_CHECK(g == want, "a %.3f b %.3f: probe gap %d, want %d", a, b, g, want);
+    }
+    T_CHECK(ms_dcost_probe_gap(0, 1) == 50 && ms_dcost_probe_gap(13, 1) == 4 && ms_dcost_probe_gap(1, 0) == 1,
+            "pinned trunk: a probe every 50 passes; streamed (a = 13 b): every 4; free rows: every pass");
+}
+
 int main(void)
 {
     test_fit();
     test_best_k();
+    test_probe_gap();
     return ms_t_done();
 }
