@@ -396,6 +396,48 @@ static void check_one_pass(uint64_t budget)
     free(ref.rows);
 }
 
+/* auto's opening window with right drafts: the first decoding pass verifies the whole window
+ * where the plan streams the trunk (budget: the smallest of window 4, which streams it; auto
+ * takes the window that fits), 2 drafts where the trunk is resident (no budget: window 8). */
+static void check_auto_opening(uint64_t streaming_budget)
+{
+    int pi = 0, k = 0;
+    eopts off = {dir, 0, NULL, 0, 0, 1};
+    record ref;
+    if (run_set(&off, 1, &pi, &k, &ref, NULL) != 0) return;
+    const char *drafts = write_drafts("right-open.txt", ref.tok, NGEN);
+    for (int streaming = 0; streaming < 2; streaming++) {
+        eopts x = {dir, MS_SPEC_AUTO, drafts, streaming ? streaming_budget : 0, 0, 1};
+        ms_engine *e = open_e(&x);
+        const ms_plan *pl = e ? ms_model_plan(ms_engine_model(e)) : NULL;
+        ms_engine_stats st;
+        if (e) ms_engine_get_stats(e, &st);
+        T_CHECK(e && pl && pl->streaming == streaming && st.spec_window >= (streaming ? 4 : 8),
+                "auto, %s: plan %s, window %d: %s", streaming ? "smallest budget of window 4" : "no budget", pl && pl->streaming ? "streams" : "resident",
+                e ? st.spec_window : -1, e ? "" : ms_err_msg());
+        if (e && pl) {
+            int32_t ids[MAXV + 32];
+            size_t np = prompt_of(pi, ids, ms_engine_info(e)->vocab);
+            record got = {.V = ms_engine_info(e)->vocab};
+            ms_gen_params p = params_of(k, &got);
+            ms_eseq *s = ms_engine_seq_new(e, ids, np, &p);
+            int ok = s != NULL;
+            while (ok && ms_engine_seq_prefilled(s) < np) ok = ms_engine_step(e, &s, 1) == 0;
+            size_t n0 = 0, n1 = 0;
+            if (ok) ms_engine_seq_tokens(s, &n0);
+            ok = ok && ms_engine_step(e, &s, 1) == 0;
+            if (ok) ms_engine_seq_tokens(s, &n1);
+            size_t want = streaming ? 1 + (size_t)st.spec_window : 1 + 2;
+            T_CHECK(ok && n1 - n0 == want, "auto, %s: the first decoding pass gives %zu tokens (want %zu)",
+                    streaming ? "trunk streamed" : "trunk resident", n1 - n0, want);
+            ms_engine_seq_free(s);
+            free(got.rows);
+        }
+        ms_engine_free(e);
+    }
+    free(ref.rows);
+}
+
 /* The scheduler: a stop id in the middle of an accepted window ends the job at that token. */
 typedef struct {
     int32_t tok[NGEN];
@@ -505,6 +547,7 @@ int main(void)
     T_CHECK(b4 > 0 && b1 > 0, "minimum budgets of window 4 named");
     if (b4) check_batch("4 sequences at the smallest budget of window 4", b4, 0, 4);
     if (b1) check_one_pass(b1);
+    if (b1) check_auto_opening(b1);
     check_window_fit();
     check_sched();
     return ms_t_done();
