@@ -75,6 +75,17 @@ if big and one:
     L.append(f"Issue 18's targets: BF16 and MXFP4 at T >= 16 at least 60% of the FP32 peak (best here: {b['kernel']} "
              f"at T={b['T']}, {100*b['peak_ratio']:.0f}%); at T = 1 at least 80% of the read bandwidth (worst here: "
              f"{o['kernel']} {o['shape']}, {100*o['bw_ratio']:.0f}%).\n")
+def rng_text(d):
+    def rng(kern, pred, key):
+        v = [100 * r[key] for r in d["kernels"] if r["kernel"] == kern and pred(r["T"])]
+        return f"{min(v):.0f}-{max(v):.0f}%" if v else "-"
+    one, many = (lambda t: t == 1), (lambda t: t >= 16)
+    return (f"Here, at T = 1 (a GEMV: each weight read once, bound by the bandwidth where the decode keeps up) BF16 "
+            f"reads at {rng('bf16', one, 'bw_ratio')} of the read bandwidth and MXFP4 at {rng('mxfp4', one, 'bw_ratio')} "
+            f"(below the bandwidth, its decode, two shuffles and a table load per 16 weights, bounds the step); at "
+            f"T >= 16 BF16 reaches {rng('bf16', many, 'peak_ratio')} of the FMA peak and MXFP4 "
+            f"{rng('mxfp4', many, 'peak_ratio')}: the x operands come from L2, a panel's decode and lane traffic take "
+            f"the rest (issue 18's target: 60%).")
 if os.path.exists(f"{out}/tn-avx2.json"):
     a2 = json.load(open(f"{out}/tn-avx2.json"))
     p2 = a2["fma_peak_gflops"]["fp32-avx2"]
@@ -99,9 +110,7 @@ L.append("How (ms_kern.h, ms_gemm.c): the weight matmuls accumulate in FP32 with
          "carried in memory from block to block. AVX-512 decodes 16 MXFP4 weights in two instructions (a 64-bit "
          "shift pairs nibbles m and m + 8 in each lane, vpermps looks up the scale's 16 values; the token rows are "
          "read in the same paired order and the tree pairs the lanes back) and 16 BF16 weights in one vpermw. "
-         "At T = 1 a step is bound by reading the weights (BF16 and MXFP4 near the bandwidth); many-token steps "
-         "reach about half the FMA peak: the x operands come from L2, a panel's decode and lane traffic take the "
-         "rest, short of the 60% target.\n")
+         + rng_text(tn) + "\n")
 text = "\n".join(L) + "\n"
 print(text)
 sys.path.insert(0, "tests/bench")

@@ -75,7 +75,7 @@ def load(f): return open(f"{out}/{f}").read().split("load average:")[-1].strip()
 cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
 topo = sh("lscpu | sed -n 's/^Thread(s) per core: *//p;s/^Socket(s): *//p;s/^NUMA node(s): *//p' | tr '\\n' ' '").split()
 med = lambda xs: statistics.median(xs)
-rows, ids, ok = {}, None, True
+rows, ids, ok, spread = {}, None, True, {}
 for c in configs:
     B = [json.load(open(f"{out}/bench-{c}-{r}.json")) for r in range(1, rounds + 1)]
     R = [json.load(open(f"{out}/run-{c}-{r}.json")) for r in range(1, rounds + 1)]
@@ -91,6 +91,9 @@ for c in configs:
         ok = ok and sig == ids
     def kern(b, k, T):
         return next(x["gflops"] for x in b["kernels"] if x["kernel"] == k and x["T"] == T and x["shape"].startswith("k3"))
+    spread[c] = max(max(v) / min(v) for v in (
+        [b["fp32_peak_gflops"] for b in B], [kern(b, "bf16", 16) for b in B], [kern(b, "mxfp4", 16) for b in B],
+        [x["stats"]["prefill_tokens_per_second"] for x in R], [x["stats"]["decode_tokens_per_second"] for x in R], J))
     rows[c] = {
         "threads": B[0]["threads"], "pinned": B[0]["threads_pinned"], "run_pinned": R[0]["stats"]["threads_pinned"],
         "peak": med([b["fp32_peak_gflops"] for b in B]), "bw": med([b["read_bandwidth_gbs"] for b in B]),
@@ -119,7 +122,10 @@ L.append(f"From 1 to {b['threads']} threads: FMA peak {b['peak'] / a['peak']:.2f
          f"bf16 T=16 {b['bf16'] / a['bf16']:.2f}x, mxfp4 T=16 {b['mx16'] / a['mx16']:.2f}x, prefill {b['pre'] / a['pre']:.2f}x, "
          f"decode {b['dec'] / a['dec']:.2f}x, jobs {b['jobs'] / a['jobs']:.2f}x. Bound to their CPUs against not: "
          f"prefill {p['pre'] / b['pre']:.2f}x, decode {p['dec'] / b['dec']:.2f}x, jobs {p['jobs'] / b['jobs']:.2f}x. "
-         f"Token ids of every run {'the same' if ok else 'DIFFERENT'} for every configuration.\n")
+         f"Token ids of every run {'the same' if ok else 'DIFFERENT'} for every configuration. The spread between "
+         f"rounds (the largest max / min of a column's {rounds} runs): "
+         + ", ".join(f"{rows[c]['threads']} threads{' bound' if c.endswith('p') else ''} {spread[c]:.2f}x" for c in configs)
+         + ".\n")
 text = "\n".join(L) + "\n"
 print(text)
 sys.path.insert(0, "tests/bench")
