@@ -355,6 +355,20 @@ static void check_window_fit(void)
     ms_engine_free(e);
 }
 
+/* A sequence of e on prompt pattern pi with the parameters of set k, prefilled (its whole
+ * prompt fed); *ok is 0 when that failed. got takes its logits rows. */
+static ms_eseq *seq_prefilled(ms_engine *e, int pi, int k, record *got, int *ok)
+{
+    int32_t ids[MAXV + 32];
+    size_t np = prompt_of(pi, ids, ms_engine_info(e)->vocab);
+    *got = (record){.V = ms_engine_info(e)->vocab};
+    ms_gen_params p = params_of(k, got);
+    ms_eseq *s = ms_engine_seq_new(e, ids, np, &p);
+    *ok = s != NULL;
+    while (*ok && ms_engine_seq_prefilled(s) < np) *ok = ms_engine_step(e, &s, 1) == 0;
+    return s;
+}
+
 /* At the smallest budget of window 4 the trunk streams: a decoding pass verifying 4 drafts
  * streams it once, like a pass of one row. */
 static void check_one_pass(uint64_t budget)
@@ -369,14 +383,9 @@ static void check_one_pass(uint64_t budget)
     const ms_plan *pl = e ? ms_model_plan(ms_engine_model(e)) : NULL;
     T_CHECK(!e || (pl && pl->streaming), "the trunk streams");
     if (e && pl) {
-        int32_t ids[MAXV + 32];
-        size_t np = prompt_of(pi, ids, ms_engine_info(e)->vocab);
-        record got = {.V = ms_engine_info(e)->vocab};
-        ms_gen_params p = params_of(k, &got);
-        ms_eseq *s = ms_engine_seq_new(e, ids, np, &p);
-        int ok = s != NULL;
-        while (ok && ms_engine_seq_prefilled(s) < np)
-            ok = ms_engine_step(e, &s, 1) == 0;
+        record got;
+        int ok;
+        ms_eseq *s = seq_prefilled(e, pi, k, &got, &ok);
         ms_engine_stats a, b;
         ms_engine_get_stats(e, &a);
         size_t n0, n1;
@@ -413,16 +422,12 @@ static void check_auto_opening(uint64_t streaming_budget)
         ms_engine_stats st;
         if (e) ms_engine_get_stats(e, &st);
         T_CHECK(e && pl && pl->streaming == streaming && st.spec_window >= (streaming ? 4 : 8),
-                "auto, %s: plan %s, window %d: %s", streaming ? "smallest budget of window 4" : "no budget", pl && pl->streaming ? "streams" : "resident",
-                e ? st.spec_window : -1, e ? "" : ms_err_msg());
+                "auto, %s: plan %s, window %d: %s", streaming ? "smallest budget of window 4" : "no budget",
+                pl && pl->streaming ? "streams" : "resident", e ? st.spec_window : -1, e ? "" : ms_err_msg());
         if (e && pl) {
-            int32_t ids[MAXV + 32];
-            size_t np = prompt_of(pi, ids, ms_engine_info(e)->vocab);
-            record got = {.V = ms_engine_info(e)->vocab};
-            ms_gen_params p = params_of(k, &got);
-            ms_eseq *s = ms_engine_seq_new(e, ids, np, &p);
-            int ok = s != NULL;
-            while (ok && ms_engine_seq_prefilled(s) < np) ok = ms_engine_step(e, &s, 1) == 0;
+            record got;
+            int ok;
+            ms_eseq *s = seq_prefilled(e, pi, k, &got, &ok);
             size_t n0 = 0, n1 = 0;
             if (ok) ms_engine_seq_tokens(s, &n0);
             ok = ok && ms_engine_step(e, &s, 1) == 0;
