@@ -402,15 +402,21 @@ static int finish_prefill(ms_eseq *s, const float *rows, int64_t n_rows)
     return 0;
 }
 
+/* auto: passes between probes by their measured cost (ms_dcost_probe_gap); 1 before the fit. */
+static int probe_gap(const ms_engine *e)
+{
+    double a, b;
+    return ms_dcost_fit(&e->cost, &a, &b) == 0 ? ms_dcost_probe_gap(a, b) : 1;
+}
+
 /* auto: after a pass that verified k drafts of which acc were right. A full acceptance
  * quadruples the window (a short answer has few passes to ramp up in), a partial one sets it
  * just past what was right, a complete miss quarters it; at zero, drafting pauses for a number of
  * passes that grows fourfold with each consecutive miss (1, 4, 16, ... 256), and at least the
  * probe gap the measured pass cost gives (ms_dcost_probe_gap: a wrong row costs a whole pass
  * where the trunk is pinned, little where it streams), then one draft probes again. Drafts that
- * never land cost two rows at pass 1, then one at passes 3, 8, 25, 90, ... where rows are
- * cheap, or about every 50 passes where a row costs a pass. */
-static int probe_gap(const ms_engine *e);
+ * never land cost the opening window's rows at pass 1 (auto_opening), then one row at passes
+ * 3, 8, 25, 90, ... where rows are cheap, or about every 50 passes where a row costs a pass. */
 
 static void adapt(ms_eseq *s, int k, int acc)
 {
@@ -467,13 +473,6 @@ static int finish_decode(ms_eseq *s, const float *rows)
     e->accepted += (uint64_t)(kept - 1);
     if (e->spec_auto && k > 0 && rc == 0) adapt(s, k, (int)(kept - 1));
     return rc;
-}
-
-/* auto: passes between probes by their measured cost (ms_dcost_probe_gap); 1 before the fit. */
-static int probe_gap(const ms_engine *e)
-{
-    double a, b;
-    return ms_dcost_fit(&e->cost, &a, &b) == 0 ? ms_dcost_probe_gap(a, b) : 1;
 }
 
 /* auto, once the pass times fit (ms_dcost): the draft count that pays best for this sequence's
