@@ -68,6 +68,35 @@ static inline void finish(const tile *tl, int k, int t, float a[16], int64_t n16
     tl->y[t][tl->r + k] = tree16(a);
 }
 
+/* Software prefetch for the tiles. A tile reads its R rows side by side, each a slow stream
+ * (one 64-byte line every 8 steps for MXFP4), and the hardware prefetchers keep too few lines in
+ * flight for such streams: from memory a one-token MXFP4 tile ran at half its in-cache speed.
+ * So each step that enters a new line of row k also asks for the line MS_PF_AHEAD bytes further
+ * on: in the same row, or past its end in the row the next tile of rows reads at that place
+ * (rows are contiguous; none past the matrix). At the start of a tile, the next tile's MXFP4
+ * scales. Prefetches change no result. */
+enum { MS_PF_AHEAD = 1024 };
+
+static inline __attribute__((always_inline)) void pf_row(const ms_mat *W, const uint8_t *w, int64_t rk, int R, int64_t off, int64_t rb)
+{
+    off += MS_PF_AHEAD;
+    if (off < rb)
+        __builtin_prefetch(w + off);
+    else if (rk + R < W->rows)
+        __builtin_prefetch(w + (int64_t)R * rb + (off - rb));
+}
+
+static inline __attribute__((always_inline)) void pf_scales(const ms_mat *W, int64_t r, int R)
+{
+    if (!W->scales || r + 2 * (int64_t)R > W->rows) return;
+    int64_t n = (int64_t)R * (W->cols / 32);
+    const uint8_t *s = W->scales + (r + R) * (W->cols / 32);
+    for (int64_t b = 0; b < n; b += 64) __builtin_prefetch(s + b);
+}
+
+/* Bytes of a row of `cols` elements: EB2 is twice an element's bytes (8 F32, 4 BF16, 1 MXFP4). */
+#define MS_ROW_BYTES(cols, EB2) ((cols) * (EB2) / 2)
+
 #if MS_KERN_X86
 /* A weight vector loaded once and kept in a register for all the FMAs that use it: without this
  * the compiler folds the load into every FMA, and the tiles become bound by loads. */
@@ -111,12 +140,14 @@ MS_AVX2 static inline float tree_avx2(__m256 lo, __m256 hi)
 }
 
 /* One tile kernel per (decoder, R, TB): the accumulators stay in registers (2 R TB ymm <= 14). */
-#define MS_TILE_AVX2(NAME, DEC, R, TB)                                                                                 \
+#define MS_TILE_AVX2(NAME, DEC, EB2, R, TB)                                                                            \
     MS_AVX2 static void NAME(const tile *tl)                                                                           \
     {                                                                                                                  \
         __m256 lo[R][TB], hi[R][TB];                                                                                   \
         const void *w[R];                                                                                              \
         const uint8_t *sc[R];                                                                                          \
+        const int64_t rb = MS_ROW_BYTES(tl->cols, EB2);                                                                \
+        pf_scales(tl->W, tl->r, R);                                                                                    \
         _Pragma("GCC unroll 6") for (int k = 0; k < R; k++)                                                           \
         {                                                                                                              \
             w[k] = row_ptr(tl->W, tl->r + k);                                                                          \
@@ -125,6 +156,10 @@ MS_AVX2 static inline float tree_avx2(__m256 lo, __m256 hi)
         }                                                                                                              \
         int64_t n16 = tl->cols & ~(int64_t)15;                                                                         \
         for (int64_t i = 0; i < n16; i += 16) {                                                                        \
+            if (!(i & (128 / (EB2) - 1))) {                                                                            \
+                _Pragma("GCC unroll 6") for (int k = 0; k < R; k++)                                                   \
+                    pf_row(tl->W, (const uint8_t *)w[k], tl->r + k, R, MS_ROW_BYTES(i, EB2), rb);                      \
+            }                                                                                                          \
             _Pragma("GCC unroll 6") for (int k = 0; k < R; k++)                                                       \
             {                                                                                                          \
                 __m256 wl, wh;                                                                                         \
@@ -154,17 +189,17 @@ MS_AVX2 static inline float tree_avx2(__m256 lo, __m256 hi)
 /* Tiles of up to two rows and three tokens (12 accumulators, 2 weight registers, x from L1):
  * each decoded weight vector serves three FMAs pairs; four rows for one token (a GEMV: eight
  * independent chains). The sizes were chosen by `moestream bench` on this project's machines. */
-#define MS_TILES_AVX2(T, DEC)                                                                                          \
-    MS_TILE_AVX2(t_##T##_a2_1_1, DEC, 1, 1)                                                                            \
-    MS_TILE_AVX2(t_##T##_a2_1_2, DEC, 1, 2)                                                                            \
-    MS_TILE_AVX2(t_##T##_a2_1_3, DEC, 1, 3)                                                                            \
-    MS_TILE_AVX2(t_##T##_a2_2_1, DEC, 2, 1)                                                                            \
-    MS_TILE_AVX2(t_##T##_a2_2_2, DEC, 2, 2)                                                                            \
-    MS_TILE_AVX2(t_##T##_a2_2_3, DEC, 2, 3)                                                                            \
-    MS_TILE_AVX2(t_##T##_a2_4_1, DEC, 4, 1)
-MS_TILES_AVX2(f32, dec_f32_avx2)
-MS_TILES_AVX2(bf16, dec_bf16_avx2)
-MS_TILES_AVX2(mx, dec_mx_avx2)
+#define MS_TILES_AVX2(T, DEC, EB2)                                                                                          \
+    MS_TILE_AVX2(t_##T##_a2_1_1, DEC, EB2, 1, 1)                                                                            \
+    MS_TILE_AVX2(t_##T##_a2_1_2, DEC, EB2, 1, 2)                                                                            \
+    MS_TILE_AVX2(t_##T##_a2_1_3, DEC, EB2, 1, 3)                                                                            \
+    MS_TILE_AVX2(t_##T##_a2_2_1, DEC, EB2, 2, 1)                                                                            \
+    MS_TILE_AVX2(t_##T##_a2_2_2, DEC, EB2, 2, 2)                                                                            \
+    MS_TILE_AVX2(t_##T##_a2_2_3, DEC, EB2, 2, 3)                                                                            \
+    MS_TILE_AVX2(t_##T##_a2_4_1, DEC, EB2, 4, 1)
+MS_TILES_AVX2(f32, dec_f32_avx2, 8)
+MS_TILES_AVX2(bf16, dec_bf16_avx2, 4)
+MS_TILES_AVX2(mx, dec_mx_avx2, 1)
 
 typedef void (*tile_fn)(const tile *);
 /* [type][R - 1][TB - 1] (R = 1, 2, 4) */
@@ -230,12 +265,14 @@ MS_AVX512 static inline float tree_512p(__m512 v)
 }
 
 /* One tile kernel per (decoder, R, TB): R TB zmm accumulators (<= 24 of 32). */
-#define MS_TILE_512(NAME, DEC, TREE, R, TB)                                                                                  \
+#define MS_TILE_512(NAME, DEC, TREE, EB2, R, TB)                                                                       \
     MS_AVX512 static void NAME(const tile *tl)                                                                         \
     {                                                                                                                  \
         __m512 acc[R][TB];                                                                                             \
         const void *w[R];                                                                                              \
         const uint8_t *sc[R];                                                                                          \
+        const int64_t rb = MS_ROW_BYTES(tl->cols, EB2);                                                                \
+        pf_scales(tl->W, tl->r, R);                                                                                    \
         _Pragma("GCC unroll 6") for (int k = 0; k < R; k++)                                                           \
         {                                                                                                              \
             w[k] = row_ptr(tl->W, tl->r + k);                                                                          \
@@ -244,6 +281,10 @@ MS_AVX512 static inline float tree_512p(__m512 v)
         }                                                                                                              \
         int64_t n16 = tl->cols & ~(int64_t)15;                                                                         \
         for (int64_t i = 0; i < n16; i += 16) {                                                                        \
+            if (!(i & (128 / (EB2) - 1))) {                                                                            \
+                _Pragma("GCC unroll 6") for (int k = 0; k < R; k++)                                                   \
+                    pf_row(tl->W, (const uint8_t *)w[k], tl->r + k, R, MS_ROW_BYTES(i, EB2), rb);                      \
+            }                                                                                                          \
             _Pragma("GCC unroll 6") for (int k = 0; k < R; k++)                                                       \
             {                                                                                                          \
                 __m512 wv = DEC(w[k], sc[k], i);                                                                       \
@@ -266,28 +307,28 @@ MS_AVX512 static inline float tree_512p(__m512 v)
 
 /* Tiles of up to four rows and six tokens (24 accumulators, the six x vectors in registers,
  * one weight vector): each decoded weight vector serves six FMAs, each x vector four. */
-#define MS_TILES_512(T, DEC, TREE)                                                                                           \
-    MS_TILE_512(t_##T##_z_1_1, DEC, TREE, 1, 1)                                                                              \
-    MS_TILE_512(t_##T##_z_1_2, DEC, TREE, 1, 2)                                                                              \
-    MS_TILE_512(t_##T##_z_1_3, DEC, TREE, 1, 3)                                                                              \
-    MS_TILE_512(t_##T##_z_1_4, DEC, TREE, 1, 4)                                                                              \
-    MS_TILE_512(t_##T##_z_1_5, DEC, TREE, 1, 5)                                                                              \
-    MS_TILE_512(t_##T##_z_1_6, DEC, TREE, 1, 6)                                                                              \
-    MS_TILE_512(t_##T##_z_2_1, DEC, TREE, 2, 1)                                                                              \
-    MS_TILE_512(t_##T##_z_2_2, DEC, TREE, 2, 2)                                                                              \
-    MS_TILE_512(t_##T##_z_2_3, DEC, TREE, 2, 3)                                                                              \
-    MS_TILE_512(t_##T##_z_2_4, DEC, TREE, 2, 4)                                                                              \
-    MS_TILE_512(t_##T##_z_2_5, DEC, TREE, 2, 5)                                                                              \
-    MS_TILE_512(t_##T##_z_2_6, DEC, TREE, 2, 6)                                                                              \
-    MS_TILE_512(t_##T##_z_4_1, DEC, TREE, 4, 1)                                                                              \
-    MS_TILE_512(t_##T##_z_4_2, DEC, TREE, 4, 2)                                                                              \
-    MS_TILE_512(t_##T##_z_4_3, DEC, TREE, 4, 3)                                                                              \
-    MS_TILE_512(t_##T##_z_4_4, DEC, TREE, 4, 4)                                                                              \
-    MS_TILE_512(t_##T##_z_4_5, DEC, TREE, 4, 5)                                                                              \
-    MS_TILE_512(t_##T##_z_4_6, DEC, TREE, 4, 6)
-MS_TILES_512(f32, dec_f32_512, tree_512)
-MS_TILES_512(bf16, dec_bf16_512, tree_512)
-MS_TILES_512(mx, dec_mx_512, tree_512p) /* no tails: cols % 32 == 0 */
+#define MS_TILES_512(T, DEC, TREE, EB2)                                                                                           \
+    MS_TILE_512(t_##T##_z_1_1, DEC, TREE, EB2, 1, 1)                                                                              \
+    MS_TILE_512(t_##T##_z_1_2, DEC, TREE, EB2, 1, 2)                                                                              \
+    MS_TILE_512(t_##T##_z_1_3, DEC, TREE, EB2, 1, 3)                                                                              \
+    MS_TILE_512(t_##T##_z_1_4, DEC, TREE, EB2, 1, 4)                                                                              \
+    MS_TILE_512(t_##T##_z_1_5, DEC, TREE, EB2, 1, 5)                                                                              \
+    MS_TILE_512(t_##T##_z_1_6, DEC, TREE, EB2, 1, 6)                                                                              \
+    MS_TILE_512(t_##T##_z_2_1, DEC, TREE, EB2, 2, 1)                                                                              \
+    MS_TILE_512(t_##T##_z_2_2, DEC, TREE, EB2, 2, 2)                                                                              \
+    MS_TILE_512(t_##T##_z_2_3, DEC, TREE, EB2, 2, 3)                                                                              \
+    MS_TILE_512(t_##T##_z_2_4, DEC, TREE, EB2, 2, 4)                                                                              \
+    MS_TILE_512(t_##T##_z_2_5, DEC, TREE, EB2, 2, 5)                                                                              \
+    MS_TILE_512(t_##T##_z_2_6, DEC, TREE, EB2, 2, 6)                                                                              \
+    MS_TILE_512(t_##T##_z_4_1, DEC, TREE, EB2, 4, 1)                                                                              \
+    MS_TILE_512(t_##T##_z_4_2, DEC, TREE, EB2, 4, 2)                                                                              \
+    MS_TILE_512(t_##T##_z_4_3, DEC, TREE, EB2, 4, 3)                                                                              \
+    MS_TILE_512(t_##T##_z_4_4, DEC, TREE, EB2, 4, 4)                                                                              \
+    MS_TILE_512(t_##T##_z_4_5, DEC, TREE, EB2, 4, 5)                                                                              \
+    MS_TILE_512(t_##T##_z_4_6, DEC, TREE, EB2, 4, 6)
+MS_TILES_512(f32, dec_f32_512, tree_512, 8)
+MS_TILES_512(bf16, dec_bf16_512, tree_512, 4)
+MS_TILES_512(mx, dec_mx_512, tree_512p, 1) /* no tails: cols % 32 == 0 */
 
 static const tile_fn z_tiles[3][4][6] = {
 #define ROW(T)                                                                                                         \
