@@ -24,8 +24,9 @@ const char *ms_kbench_name(ms_kb_isa isa); /* "fp32-avx2", ... */
 double ms_kbench_fma_peak(ms_pool *pool, ms_kb_isa isa, double seconds);
 
 /* GB/s (1e9) of reading a buffer of `bytes` (much larger than the caches) on every thread of
- * pool, each its own slice (first touched by that thread), for about `seconds`: a STREAM-like
- * read. Returns -1 with ms_err set when the buffer cannot be allocated. */
+ * pool, each its own slices (first touched by that thread), for about `seconds`: a STREAM-like
+ * read, the best of passes of 64 MiB that go round the buffer. Returns -1 with ms_err set when
+ * the buffer cannot be allocated. */
 double ms_kbench_read_bw(ms_pool *pool, size_t bytes, double seconds);
 
 #endif
