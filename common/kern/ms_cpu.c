@@ -9,6 +9,7 @@
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 static int best;       /* what the CPU runs */
 static int cap;        /* what MS_SIMD allows */
+static int amd;        /* the vendor is AMD */
 static atomic_int level;
 
 static void cpu_init_once(void)
@@ -18,6 +19,7 @@ static void cpu_init_once(void)
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
     best = avx512 ? MS_SIMD_AVX512 : avx2 ? MS_SIMD_AVX2 : MS_SIMD_SCALAR;
+    amd = __builtin_cpu_is("amd");
 #else
     best = MS_SIMD_SCALAR;
 #endif
@@ -69,6 +71,12 @@ int ms_cpu_level(void)
 {
     ms_cpu_init();
     return atomic_load_explicit(&level, memory_order_relaxed);
+}
+
+int ms_cpu_is_amd(void)
+{
+    ms_cpu_init();
+    return amd;
 }
 
 const char *ms_cpu_level_name(int l) { return l == MS_SIMD_AVX512 ? "avx512" : l == MS_SIMD_AVX2 ? "avx2" : "scalar"; }

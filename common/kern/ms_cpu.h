@@ -22,5 +22,8 @@ int ms_cpu_set_level(int level);
 int ms_cpu_simd_enabled(void); /* 1 unless on the scalar path */
 int ms_cpu_level(void);        /* the path kernels run now (MS_SIMD_*) */
 const char *ms_cpu_level_name(int level); /* "scalar", "avx2", "avx512" */
+/* 1 on an AMD CPU: where tile and panel kernels cross over differs by vendor (ms_gemm.c), never
+ * what they compute. */
+int ms_cpu_is_amd(void);
 
 #endif

@@ -380,14 +380,18 @@ static void rows_tiled(const ms_mat *W, const float *X, int64_t T, float *Y, int
  * tiles and the scalar path; only where the partial lanes wait between blocks changes. */
 enum { MS_PANEL_KB = 512, MS_PANEL_TG = 14 /* token groups a pass over a panel: 42 tokens on AVX-512 */ };
 
-/* From how many tokens panels beat tiles (measured with `moestream bench` on this project's
- * Xeon, both paths): at once for F32 rows, which panels read in place; for BF16 and MXFP4 rows
- * once decoding a block to memory is shared by enough tokens. The AVX-512 tiles (4 x 6, the
- * decode in registers) hold out to 24-32 tokens, the AVX2 ones (2 x 3) only to 8. */
+/* From how many tokens panels beat tiles (measured with `moestream bench` and one thread, both
+ * paths): at once for F32 rows, which panels read in place; for BF16 and MXFP4 rows once decoding
+ * a block to memory is shared by enough tokens. The AVX2 tiles (2 x 3) lose from 8-16 tokens on
+ * both machines measured. The AVX-512 tiles (4 x 6, the decode in registers) held out to 24-32
+ * tokens on this project's Xeon; on Zen 5 (AMD EPYC), with the tiles' prefetch, MXFP4 tiles beat
+ * panels through 64 tokens (185 against 147 GFLOP/s at 64) and lose from 128, BF16 tiles win
+ * at 32 and tie at 64. */
 static inline int panel_min(ms_wtype type, int level)
 {
     if (type == MS_WT_F32) return 4;
     if (level != MS_SIMD_AVX512) return 8;
+    if (ms_cpu_is_amd()) return type == MS_WT_BF16 ? 64 : 96;
     return type == MS_WT_BF16 ? 24 : 32;
 }
 /* Tokens a micro tile takes (a group of the interleaved layout of ms_gemm_prep_x). */

@@ -557,10 +557,11 @@ static void test_matmul(void)
         check_matmul(MS_WT_BF16, 9, 1029, 2, pools);
         check_matmul(MS_WT_MXFP4, 11, 96, 2, pools);
     }
-    /* panels (F32 from 4 tokens; BF16 and MXFP4 from 8 on AVX2, from 24 and 32 on AVX-512): rows in panels of 8 (AVX-512) or 3
-     * (AVX2) with every remainder, columns in blocks of 512 with the lanes carried over, tokens
-     * in passes of 42 (AVX-512) or 28 (AVX2): 65 and 70 take a second and a third */
-    static const int Tp[] = {24, 32, 65, 70};
+    /* panels (F32 from 4 tokens; BF16 and MXFP4 from 8 on AVX2; on AVX-512 from 24 and 32 on
+     * Intel, 64 and 96 on AMD): rows in panels of 8 (AVX-512) or 3 (AVX2) with every remainder,
+     * columns in blocks of 512 with the lanes carried over, tokens in passes of 42 (AVX-512) or 28
+     * (AVX2): 65 and 70 take a second and a third, 100 and 130 panels on every machine */
+    static const int Tp[] = {24, 32, 65, 70, 100, 130};
     for (size_t k = 0; k < sizeof Tp / sizeof Tp[0]; k++) {
         g_T = Tp[k];
         check_matmul(MS_WT_F32, 19, 1029, 2, pools);
