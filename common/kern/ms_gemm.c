@@ -73,8 +73,8 @@ static inline void finish(const tile *tl, int k, int t, float a[16], int64_t n16
  * flight for such streams: from memory a one-token MXFP4 tile ran at half its in-cache speed.
  * So each step that enters a new line of row k also asks for the line MS_PF_AHEAD bytes further
  * on: in the same row, or past its end in the row the next tile of rows reads at that place
- * (rows are contiguous; none past the matrix). At the start of a tile, the next tile's MXFP4
- * scales. Prefetches change no result. */
+ * (rows are contiguous; never past that row, so never past the matrix). At the start of a
+ * tile, the next tile's MXFP4 scales. Prefetches change no result. */
 enum { MS_PF_AHEAD = 1024 };
 
 static inline __attribute__((always_inline)) void pf_row(const ms_mat *W, const uint8_t *w, int64_t rk, int R, int64_t off, int64_t rb)
@@ -82,7 +82,7 @@ static inline __attribute__((always_inline)) void pf_row(const ms_mat *W, const 
     off += MS_PF_AHEAD;
     if (off < rb)
         __builtin_prefetch(w + off);
-    else if (rk + R < W->rows)
+    else if (off - rb < rb && rk + R < W->rows) /* inside row rk + R (rows shorter than 1 KiB: none) */
         __builtin_prefetch(w + (int64_t)R * rb + (off - rb));
 }
 
