@@ -29,6 +29,9 @@ int main(void)
     T_CHECK(isfinite(bw) && bw > 0, "read bandwidth over 32 MiB: %.1f GB/s", bw);
     double none = ms_kbench_read_bw(NULL, (size_t)1 << 62, 0.01);
     T_CHECK(none == -1 && strstr(ms_err_msg(), "cannot allocate"), "an impossible buffer is an error: %s", ms_err_msg());
+    double tiny = ms_kbench_read_bw(pool, 16u << 10, 0.01); /* 8 KiB a thread: under the 16 KiB a slice needs */
+    T_CHECK(tiny == -1 && strstr(ms_err_msg(), "too small"), "a buffer too small for the threads is an error: %s",
+            ms_err_msg());
     ms_pool_free(pool);
     /* the command's usage errors (its runs are benchmarks) */
     char cmd[1200];
