@@ -27,10 +27,11 @@
  * n_slots + depth buffers ever exist: cached keys + reads pending in this call never exceed
  * that (resident keys <= n_slots, pending reads <= depth); they are allocated lazily.
  *
- * Background growth (grow_bg): the policy's capacity starts at 0 and is raised by one slot
- * for every buffer the grower thread has allocated and faulted in (adopted at the start of
- * a call), so the same accounting holds with n_slots = the slots adopted so far, and a read
- * never needs a buffer that does not exist yet.
+ * Background growth (grow_bg): the policy's capacity starts at the slots ms_xstore_new
+ * faulted in itself (up to grow_sync_bytes) and is raised by one slot for every buffer the
+ * grower thread has allocated and faulted in (adopted at the start of a call), so the same
+ * accounting holds with n_slots = the slots adopted so far, and a read never needs a buffer
+ * that does not exist yet.
  *
  * Slot layout (fixed by the expert's ms_xloc, so a hit finds its parts again):
  *   contiguous expert: one read of span(off[0], E); the parts follow each other from
@@ -116,7 +117,7 @@ static void *grow_main(void *arg)
     ms_xstore *s = arg;
     struct sched_param sp = {0};
     pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp); /* best effort */
-    for (size_t i = 0; i < s->n_slots; i++) {
+    for (size_t i = s->n_grown; i < s->n_slots; i++) { /* after the slots ms_xstore_new faulted in */
         pthread_mutex_lock(&s->gmu);
         int stop = s->stop;
         pthread_mutex_unlock(&s->gmu);
@@ -230,6 +231,19 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
     if (o->grow_bg && s->n_slots > 0) {
         ms_cpolicy_set_slots(s->pol, 0);
         s->ready = ms_calloc(s->n_slots, sizeof *s->ready);
+        /* The head of the cache, faulted in here (at load, not in a step) and adopted at once:
+         * a cache of at most grow_sync_bytes is whole from the start, so what it holds never
+         * depends on the grower's pace. */
+        size_t k = (size_t)(o->grow_sync_bytes / s->slot_bytes);
+        if (k > s->n_slots) k = s->n_slots;
+        for (size_t i = 0; i < k; i++) {
+            uint8_t *b = ms_io_alloc((size_t)s->slot_bytes);
+            prefault(b, (size_t)s->slot_bytes);
+            s->ready[s->n_ready++] = b;
+        }
+        adopt(s, 1);
+    }
+    if (o->grow_bg && s->n_grown < s->n_slots) {
         if (pthread_create(&s->grower, NULL, grow_main, s) != 0) {
             ms_err_set("expert store: cannot start the cache's grower thread");
             ms_xstore_free(s);

@@ -33,6 +33,9 @@ typedef struct {
                                  * thread at idle priority, and the cache holds at most the slots
                                  * it has handed over (it starts empty and grows to cache_bytes);
                                  * 0: slots are allocated on first use by the read that needs one */
+    uint64_t grow_sync_bytes;   /* with grow_bg: the first slots, up to this many bytes, are faulted
+                                 * in by ms_xstore_new itself and held from the start (a cache this
+                                 * small is whole at once, whatever the grower's pace); 0: none */
 } ms_xstore_opts;
 
 typedef struct ms_xstore ms_xstore;

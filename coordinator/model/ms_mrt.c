@@ -16,6 +16,7 @@
 
 #define CHUNK_MAX (16ull << 20) /* trunk ring chunk: big reads run at the disk's full speed */
 #define RING_SLOTS 8
+#define MRT_CACHE_SYNC (32ull << 20) /* expert cache bytes faulted in at load (ms_xstore grow_sync_bytes) */
 
 /* Is ref r used by ms_matmul through a stream (everything but the embedding)? */
 static int is_trunk(const ms_model *m, int r) { return r != m->embed_ref; }
@@ -358,7 +359,8 @@ int ms_mrt_setup(ms_model *m)
 
     /* Routed experts on disk. */
     /* grow_bg: the cache is faulted in off the critical path (a larger budget never puts more
-     * first-touch faults into a decode step, docs/PERFORMANCE.md "Memory ladder") */
+     * first-touch faults into a decode step, docs/PERFORMANCE.md "Memory ladder"); its first
+     * MRT_CACHE_SYNC bytes at load, so a small cache holds the same experts on every run */
     ms_xstore_opts xo = {.n_layers = c->n_layers,
                          .n_experts = c->n_experts,
                          .fmt = xf,
@@ -366,7 +368,8 @@ int ms_mrt_setup(ms_model *m)
                          .depth = depth,
                          .lru = m->opts.lru,
                          .gather_rows = 0,
-                         .grow_bg = 1};
+                         .grow_bg = 1,
+                         .grow_sync_bytes = MRT_CACHE_SYNC};
     int any = 0;
     for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_experts; i++) any |= m->xlocs[i].len[0] > 0;
     if (any && !have_xf) {

@@ -400,6 +400,17 @@ static void test_grow(void)
     s = ms_xstore_new(&o, files, NULL);
     T_CHECK(s != NULL, "store: %s", ms_err_msg());
     ms_xstore_free(s);
+    /* grow_sync_bytes: that head of the cache is held at creation, whatever the grower's pace;
+     * a cache no larger is whole at once. */
+    for (int whole = 0; whole < 2; whole++) {
+        o.grow_sync_bytes = whole ? o.cache_bytes : 3 * slot + slot / 2;
+        ms_xstore_stats g = {0};
+        if ((s = ms_xstore_new(&o, files, NULL))) ms_xstore_get_stats(s, &g);
+        T_CHECK(whole ? g.cache_bytes_grown == NK * slot : g.cache_bytes_grown >= 3 * slot,
+                "grow_sync_bytes %llu: %llu bytes held at creation", (unsigned long long)o.grow_sync_bytes,
+                (unsigned long long)g.cache_bytes_grown);
+        ms_xstore_free(s);
+    }
     ms_io_files_close(files);
 }
 
@@ -638,8 +649,7 @@ static void test_nonfinite(void)
         ms_xloc loc;
         make_loc(two, k2, 0, &loc);
         ms_xstore_set(s, k2 / NE, k2 % NE, &loc);
-        ms_expert_w w;
-        memset(&w, 0, sizeof w);
+        ms_expert_w w = {0};
         ms_mat *m[3] = {&w.w[MS_XROLE_GATE], &w.w[MS_XROLE_DOWN], &w.w[MS_XROLE_UP]}; /* w1, w2, w3 */
         for (int i = 0; i < 3; i++)
             *m[i] = (ms_mat){.type = MS_WT_MXFP4, .rows = i == 1 ? LAT : INTER, .cols = i == 1 ? INTER : LAT,
@@ -749,19 +759,14 @@ int main(void)
     /* The reference: the in-memory table over A's mapped bytes. */
     ref_table = ms_t_situ_table(NL, NE, LAT, 4.0f, 25.0f, NULL);
     for (int key = 0; key < NK; key++) {
-        ms_expert_w w;
-        memset(&w, 0, sizeof w);
+        ms_expert_w w = {0};
         ms_mat *m[3] = {&w.w[MS_XROLE_GATE], &w.w[MS_XROLE_DOWN], &w.w[MS_XROLE_UP]}; /* w1, w2, w3 */
-        for (int i = 0; i < 3; i++) {
-            m[i]->type = MS_WT_MXFP4;
-            m[i]->rows = i == 1 ? L : I;
-            m[i]->cols = i == 1 ? I : L;
-            m[i]->data = ms_t_st_bytes(sts[0], find_part(sts[0], key, 2 * i));
-            m[i]->scales = ms_t_st_bytes(sts[0], find_part(sts[0], key, 2 * i + 1));
-        }
+        for (int i = 0; i < 3; i++)
+            *m[i] = (ms_mat){.type = MS_WT_MXFP4, .rows = i == 1 ? L : I, .cols = i == 1 ? I : L,
+                             .data = ms_t_st_bytes(sts[0], find_part(sts[0], key, 2 * i)),
+                             .scales = ms_t_st_bytes(sts[0], find_part(sts[0], key, 2 * i + 1))};
         ms_expert_table_set(ref_table, key / NE, key % NE, &w);
     }
-
     int direct_ok = 0, direct_asked = 0;
     static const uint64_t caches[][2] = {{0, 0}, {1, 0}, {3, 0}, {3, 1}, {NK, 0}};
     /* Every cache size x depth x read mode; policy and file layout rotate so each of their six
@@ -776,10 +781,7 @@ int main(void)
                     cfg c = {caches[ci][0], caches[ci][1], depth, direct, pair / 3, pair % 3, twice ? 2 + n_run % 2 : 1};
                     int dr = 0;
                     run_cfg(&c, &dr);
-                    if (direct) {
-                        direct_asked++;
-                        direct_ok += dr;
-                    }
+                    if (direct) direct_asked++, direct_ok += dr;
                 }
     printf("O_DIRECT on %s: %s\n", tmp_root,
            direct_ok == direct_asked ? "used" : direct_ok ? "partly used" : "refused by the file system, buffered reads ran");
@@ -788,7 +790,6 @@ int main(void)
     test_errors();
     test_checksums();
     test_nonfinite();
-
     ms_expert_table_free(ref_table);
     ms_st_close(sts[0]);
     ms_st_close(sts[1]);
