@@ -77,7 +77,10 @@ static inline void finish(const tile *tl, int k, int t, float a[16], int64_t n16
  * tile, the next tile's MXFP4 scales. Prefetches change no result. */
 enum { MS_PF_AHEAD = 1024 };
 
-static inline __attribute__((always_inline)) void pf_row(const ms_mat *W, const uint8_t *w, int64_t rk, int R, int64_t off, int64_t rb)
+/* always_inline: GCC 12 took a function that only prefetches for a const one and dropped every
+ * call to it (no prefetch was emitted at all). Row rk starts at w; off is a byte offset in it. */
+static inline __attribute__((always_inline)) void pf_row(const ms_mat *W, const uint8_t *w, int64_t rk, int R,
+                                                         int64_t off, int64_t rb)
 {
     off += MS_PF_AHEAD;
     if (off < rb)
