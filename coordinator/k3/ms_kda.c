@@ -159,7 +159,7 @@ void ms_kda_forward_batch(const ms_k3_cfg *c, const ms_kda_w *w, ms_kda_state *c
     float *b = ms_arena_take(ar, (size_t)(R * Hk)); /* [R][Hk] */
     float *y = ms_arena_take(ar, RP);    /* [R][P] gated, normed output */
     float *tmp = ms_arena_take(ar, (size_t)P * 4); /* [4][P] conv outputs q, k, v and alpha */
-    /* The streaming schedule (ms_mload.c) follows this order of matmuls. */
+    /* The streaming schedule is traced from this order of matmuls (ms_mrt_schedule). */
     ms_matmul(&w->q, x, R, q, pool);
     ms_matmul(&w->k, x, R, k, pool);
     ms_matmul(&w->v, x, R, v, pool);

@@ -149,7 +149,7 @@ int ms_mla_forward_batch(const ms_k3_cfg *c, const ms_mla_w *w, ms_mla_cache *co
     float *q = ms_arena_take(ar, (size_t)(R * H * dq));         /* [R][H*dq] */
     float *ckv = ms_arena_take(ar, (size_t)(R * (Rkv + dr)));   /* [R][Rkv+dr] */
     float *o = ms_arena_take(ar, (size_t)(R * H * dv));         /* [R][H*dv] */
-    /* The streaming schedule (ms_mload.c) follows this order of matmuls: qa, qb, kva, kvb, g, o. */
+    /* Matmul order qa, qb, kva, kvb, g, o; the streaming schedule is traced from it (ms_mrt_schedule). */
     ms_matmul(&w->qa, x, R, qa, pool);
     for (int64_t t = 0; t < R; t++) ms_rmsnorm(qa + t * Rq, w->qa_norm, Rq, c->eps, qa + t * Rq);
     ms_matmul(&w->qb, qa, R, q, pool);
