@@ -28,6 +28,13 @@ typedef struct {
 typedef struct {
     int (*compute)(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids, float *out);
     void *ctx;
+    /* Optional (NULL: nothing to start early). begin(ctx, layer, n_rows, k, ids) starts the work
+     * of the compute call that follows with the same layer, n_rows, k and ids (the expert store
+     * issues its first reads) and returns at once, so the caller can do other work meanwhile
+     * (K3: the shared experts) while the disk reads. It reports nothing: compute checks and
+     * reports everything as without it, and a begin whose compute never comes, or comes with
+     * other ids, is undone by the next call. Outputs never depend on it. */
+    void (*begin)(void *ctx, int layer, int64_t n_rows, int k, const int32_t *ids);
 } ms_experts;
 
 /* Work items (row, expert) grouped by expert: the one grouping of the expert paths (the

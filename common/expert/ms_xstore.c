@@ -1,7 +1,5 @@
 /* ms_xstore: routed experts read from SSD on demand into a byte-bounded, policy-managed cache. */
-#include <limits.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +23,8 @@
  * differ only in what happens after the compute: a key the policy still keeps becomes the
  * owner of the buffer (no copy), any other buffer goes back to the free list. At most
  * n_slots + depth buffers ever exist: cached keys + reads pending in this call never exceed
- * that (resident keys <= n_slots, pending reads <= depth); they are allocated lazily.
+ * that (resident keys <= n_slots, pending reads <= depth); they are allocated lazily. A begun
+ * call's reads (ms_experts begin) are that call's first pending reads, issued early.
  *
  * Background growth (grow_bg): the policy's capacity starts at the slots ms_xstore_new
  * faulted in itself (up to grow_sync_bytes) and is raised by one slot for every buffer the
@@ -40,44 +39,9 @@
  *     bytes, regions back to back; part i starts at region_i + off[i] % MS_IO_ALIGN.
  */
 
-#define XS_PARTS MS_XFMT_MAX_PARTS /* array size; s->np parts are used */
+#include "ms_xstore_int.h"
 
-typedef struct {
-    uint32_t key;
-    int d;                     /* index of the expert among this call's distinct experts */
-    uint8_t *buf;              /* slot_bytes, aligned */
-    int n_req;
-    ms_io_req req[XS_PARTS];
-} xs_pend;
-
-struct ms_xstore {
-    ms_xstore_opts o;
-    ms_io_files *files;        /* borrowed */
-    ms_pool *pool;             /* borrowed, may be NULL */
-    ms_io *io;
-    ms_cpolicy *pol;
-    int np;                    /* parts of an expert (o.fmt.n_parts) */
-    uint64_t part_len[XS_PARTS];
-    uint64_t E, slot_bytes;
-    size_t n_keys, n_slots;
-    ms_xloc *loc;              /* [n_keys] */
-    uint8_t *loc_state;        /* [n_keys] 0 unset, 1 scattered, 2 contiguous */
-    uint8_t **key_buf;         /* [n_keys] buffer of a resident key with valid bytes, else NULL */
-    uint8_t **free_buf;        /* [cap] free buffers */
-    size_t n_free, n_alloc, cap;
-    xs_pend *pend;             /* [depth] ring of reads in flight / awaiting compute */
-    int32_t *dmap;             /* [n_experts] index among this call's distinct experts, -1 outside a call */
-    XXH3_state_t *xxh;         /* checksum of scattered experts (part by part) */
-    /* background growth (grow_bg) */
-    pthread_t grower;
-    int grower_on;             /* the thread exists and is not joined */
-    pthread_mutex_t gmu;       /* guards ready, n_ready, stop (never held for long) */
-    uint8_t **ready;           /* [n_slots] faulted-in buffers not yet adopted */
-    size_t n_ready, n_grown;   /* waiting for adoption; adopted (= the policy's capacity) */
-    int stop;
-    pthread_mutex_t mu;
-    ms_xstore_stats st;
-};
+static void early_drop(ms_xstore *s);
 
 /* Largest aligned span a read of len bytes can need (start at the last byte of a block). */
 static uint64_t worst_span(uint64_t len) { return (len + 2 * (uint64_t)MS_IO_ALIGN - 2) / MS_IO_ALIGN * MS_IO_ALIGN; }
@@ -269,7 +233,8 @@ void ms_xstore_free(ms_xstore *s)
         for (size_t i = 0; i < s->n_ready; i++) free(s->ready[i]);
     free(s->ready);
     pthread_mutex_destroy(&s->gmu);
-    ms_io_free(s->io); /* no read is in flight between calls, but be safe */
+    if (s->io) early_drop(s); /* a begun call whose compute never came */
+    ms_io_free(s->io);
     if (s->key_buf)
         for (size_t k = 0; k < s->n_keys; k++) free(s->key_buf[k]);
     for (size_t i = 0; i < s->n_free; i++) free(s->free_buf[i]);
@@ -308,7 +273,7 @@ void ms_xstore_set(ms_xstore *s, int layer, int expert, const ms_xloc *loc)
 }
 
 /* Offsets of the six parts within a slot holding the expert at loc (see the layout above). */
-static void slot_offsets(const ms_xstore *s, size_t key, uint64_t off[XS_PARTS])
+void xs_slot_offsets(const ms_xstore *s, size_t key, uint64_t off[XS_PARTS])
 {
     const ms_xloc *l = &s->loc[key];
     if (s->loc_state[key] == 2) {
@@ -344,138 +309,6 @@ static uint8_t *buf_get(ms_xstore *s)
 
 static void buf_put(ms_xstore *s, uint8_t *b) { s->free_buf[s->n_free++] = b; }
 
-/* State of one compute call. */
-typedef struct {
-    int layer;
-    const float *z;            /* [rows][L] */
-    const uint32_t *item_row;  /* [n] row of each item */
-    float *out;                /* [n][L] */
-    const ms_xgroup *g;        /* the items grouped by expert: group d is expert g->dexp[d] */
-    int64_t gather;            /* rows per expert computation */
-    uint8_t *hit;              /* [nd] 1 if the expert was a hit */
-    uint8_t *done;             /* [nd] 1 once its outputs are written */
-    float *zin, *zout;         /* [gather][L] gathered rows and their outputs */
-    int bad;                   /* 1 once an output was NaN or Inf (bad_msg says where) */
-    char bad_msg[512];
-} xs_call;
-
-/* Compute distinct expert d from the slot buf: gather its rows (at most `gather` at a time,
- * through zin/zout of [gather][L] floats), run the expert with `pool` (NULL: on this thread),
- * scatter. Returns 0, or -1 with ms_err set (this thread's) when an output is not finite. */
-static int compute_into(ms_xstore *s, xs_call *c, int d, const uint8_t *buf, int64_t gather, float *zin,
-                        float *zout, ms_pool *pool)
-{
-    int64_t L = s->o.fmt.latent;
-    size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->g->dexp[d];
-    uint64_t off[XS_PARTS];
-    slot_offsets(s, key, off);
-    const uint8_t *part[XS_PARTS];
-    for (int i = 0; i < s->np; i++) part[i] = buf + off[i];
-    int64_t m = c->g->start[d + 1] - c->g->start[d];
-    int64_t t0 = c->g->start[d];
-    int bad = 0;
-    for (int64_t a = 0; a < m; a += gather) {
-        int64_t mm = m - a < gather ? m - a : gather;
-        for (int64_t r = 0; r < mm; r++)
-            memcpy(zin + r * L, c->z + (int64_t)c->item_row[ms_xgroup_item(c->g, t0 + a + r)] * L,
-                   sizeof(float) * (size_t)L);
-        ms_expert_run(&s->o.fmt, part, zin, mm, zout, pool);
-        /* A NaN or Inf output (bad weights in the file) stops the run instead of spoiling it. */
-        if (!bad && ms_expert_check_finite(NULL, MS_EXIT_RUNTIME, c->layer, c->g->dexp[d], zin, zout, mm, L))
-            bad = 1;
-        for (int64_t r = 0; r < mm; r++)
-            memcpy(c->out + ms_xgroup_item(c->g, t0 + a + r) * L, zout + r * L, sizeof(float) * (size_t)L);
-    }
-    c->done[d] = 1;
-    return bad ? -1 : 0;
-}
-
-/* On the caller's thread, each matmul split over the pool. */
-static void compute_one(ms_xstore *s, xs_call *c, int d, const uint8_t *buf)
-{
-    if (compute_into(s, c, d, buf, c->gather, c->zin, c->zout, s->pool) != 0 && !c->bad) {
-        c->bad = 1;
-        snprintf(c->bad_msg, sizeof c->bad_msg, "%s", ms_err_msg());
-    }
-}
-
-/* Experts of at most XS_PAR_ROWS rows run whole, one per thread, when there are enough of them
- * (hits, and misses whose reads have arrived): such an expert is a few small matmuls (a decode
- * step's, one row each), too short to split over the pool without its hand-overs costing more
- * than the work. Where an expert is computed never changes a bit (every output element is one
- * canonical dot). */
-#define XS_PAR_ROWS 4
-#define XS_MAX_THREADS_GROUP 64 /* a group of arrived misses is at most 2 x this */
-
-typedef struct {
-    ms_xstore *s;
-    xs_call *c;
-    const int *list;    /* [n] distinct-expert indices to compute */
-    const uint8_t *const *buf; /* [n] the slot each one is in */
-    int n;
-    atomic_int next;    /* the next index of list to claim */
-    pthread_mutex_t mu; /* guards bad_d, bad_msg */
-    int bad_d;          /* lowest list index whose output was not finite, or INT_MAX */
-    char bad_msg[512];
-} xs_par;
-
-static void par_task(void *ctx, int64_t b, int64_t e)
-{
-    (void)b, (void)e; /* one chunk per thread; experts are claimed one by one for balance */
-    xs_par *p = ctx;
-    int64_t L = p->s->o.fmt.latent;
-    float *zin = ms_malloc(sizeof(float) * (size_t)(2 * XS_PAR_ROWS * L)); /* [XS_PAR_ROWS][L] */
-    float *zout = zin + XS_PAR_ROWS * L;                                   /* [XS_PAR_ROWS][L] */
-    for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->n;) {
-        if (compute_into(p->s, p->c, p->list[i], p->buf[i], XS_PAR_ROWS, zin, zout, NULL) != 0) {
-            pthread_mutex_lock(&p->mu);
-            if (i < p->bad_d) {
-                p->bad_d = i;
-                snprintf(p->bad_msg, sizeof p->bad_msg, "%s", ms_err_msg());
-            }
-            pthread_mutex_unlock(&p->mu);
-        }
-    }
-    free(zin);
-}
-
-/* list[n] (each of at most XS_PAR_ROWS rows, in slots buf[n]) one per thread of the pool. */
-static void compute_par(ms_xstore *s, xs_call *c, const int *list, const uint8_t *const *buf, int n)
-{
-    xs_par p = {.s = s, .c = c, .list = list, .buf = buf, .n = n, .bad_d = INT_MAX};
-    atomic_init(&p.next, 0);
-    pthread_mutex_init(&p.mu, NULL);
-    ms_pool_for(s->pool, ms_pool_size(s->pool), 1, par_task, &p);
-    pthread_mutex_destroy(&p.mu);
-    if (p.bad_d != INT_MAX && !c->bad) {
-        c->bad = 1;
-        snprintf(c->bad_msg, sizeof c->bad_msg, "%s", p.bad_msg);
-    }
-}
-
-static int small_group(const xs_call *c, int d) { return c->g->start[d + 1] - c->g->start[d] <= XS_PAR_ROWS; }
-
-/* Every hit of the call not computed yet (a hit evicted by an early miss already was). */
-static void compute_hits(ms_xstore *s, xs_call *c)
-{
-    int nt = ms_pool_size(s->pool);
-    int *list = ms_malloc(sizeof(int) * (size_t)(c->g->nd + 1));                   /* [nd] small hits */
-    const uint8_t **buf = ms_malloc(sizeof *buf * (size_t)(c->g->nd + 1));         /* [nd] their slots */
-    int n = 0;
-    for (int d = 0; d < c->g->nd; d++)
-        if (c->hit[d] && !c->done[d] && small_group(c, d)) {
-            buf[n] = s->key_buf[(size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->g->dexp[d]];
-            list[n++] = d;
-        }
-    if (nt > 1 && n >= 2 * nt) compute_par(s, c, list, buf, n);
-    free(list);
-    free(buf);
-    for (int d = 0; d < c->g->nd; d++) {
-        size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->g->dexp[d];
-        if (c->hit[d] && !c->done[d]) compute_one(s, c, d, s->key_buf[key]);
-    }
-}
-
 typedef struct {
     int file;
     uint64_t off;
@@ -490,8 +323,8 @@ static int miss_cmp(const void *a, const void *b)
     return x->d < y->d ? -1 : x->d > y->d;
 }
 
-/* One policy access for a missed expert, then its read(s) into a free buffer. */
-static void submit_miss(ms_xstore *s, xs_call *c, int d, xs_pend *p)
+/* The policy access of a missed expert (evicting a victim if it must). */
+static void miss_access(ms_xstore *s, xs_call *c, int d)
 {
     size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->g->dexp[d];
     uint32_t victim = UINT32_MAX;
@@ -506,17 +339,21 @@ static void submit_miss(ms_xstore *s, xs_call *c, int d, xs_pend *p)
         if (s->key_buf[victim]) {
             size_t vl = victim / (size_t)s->o.n_experts;
             int32_t vd = vl == (size_t)c->layer ? s->dmap[victim % (size_t)s->o.n_experts] : -1;
-            if (vd >= 0 && c->hit[vd] && !c->done[vd]) compute_one(s, c, vd, s->key_buf[victim]);
+            if (vd >= 0 && c->hit[vd] && !c->done[vd]) xs_compute_one(s, c, vd, s->key_buf[victim]);
             buf_put(s, s->key_buf[victim]);
             s->key_buf[victim] = NULL;
         }
     }
     uint64_t used = (uint64_t)ms_cpolicy_resident(s->pol) * s->slot_bytes;
     if (used > s->st.cache_bytes_peak) s->st.cache_bytes_peak = used;
+}
 
+/* The read(s) of expert `key` into a free buffer. */
+static void read_submit(ms_xstore *s, size_t key, xs_pend *p)
+{
     const ms_xloc *l = &s->loc[key];
     p->key = (uint32_t)key;
-    p->d = d;
+    p->d = -1;
     p->buf = buf_get(s);
     memset(p->req, 0, sizeof p->req);
     if (s->loc_state[key] == 2) {
@@ -539,11 +376,19 @@ static void submit_miss(ms_xstore *s, xs_call *c, int d, xs_pend *p)
     for (int i = 0; i < p->n_req; i++) ms_io_submit(s->io, &p->req[i]);
 }
 
+/* One policy access for a missed expert, then its read(s) into a free buffer. */
+static void submit_miss(ms_xstore *s, xs_call *c, int d, xs_pend *p)
+{
+    miss_access(s, c, d);
+    read_submit(s, (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->g->dexp[d], p);
+    p->d = d;
+}
+
 /* XXH3-64 of the expert held in buf (slot layout of key), over its six parts in canonical order. */
 static uint64_t slot_xxh3(ms_xstore *s, size_t key, const uint8_t *buf)
 {
     uint64_t off[XS_PARTS];
-    slot_offsets(s, key, off);
+    xs_slot_offsets(s, key, off);
     if (s->loc_state[key] == 2) return XXH3_64bits(buf + off[0], (size_t)s->E);
     XXH3_64bits_reset(s->xxh);
     for (int i = 0; i < s->np; i++) XXH3_64bits_update(s->xxh, buf + off[i], (size_t)s->part_len[i]);
@@ -559,6 +404,51 @@ static int wait_pend(ms_xstore *s, xs_pend *p)
         if (ms_io_wait(s->io, &p->req[i]) != 0 && bad < 0) bad = i;
     s->st.io_wait_seconds += ms_now() - t0;
     return bad;
+}
+
+/* The distinct experts of g in layer that the cache does not hold, sorted by file offset (the
+ * order their reads are issued in); returns how many. miss has room for g->nd. */
+static int sorted_misses(ms_xstore *s, int layer, const ms_xgroup *g, xs_miss *miss)
+{
+    int n = 0;
+    for (int d = 0; d < g->nd; d++) {
+        size_t key = (size_t)layer * (size_t)s->o.n_experts + (size_t)g->dexp[d];
+        if (ms_cpolicy_contains(s->pol, (uint32_t)key)) continue;
+        miss[n++] = (xs_miss){s->loc[key].file[0], s->loc[key].off[0], d};
+    }
+    qsort(miss, (size_t)n, sizeof *miss, miss_cmp);
+    return n;
+}
+
+/* Undo a begun call that its compute did not take over: wait for its reads (a buffer cannot be
+ * reused while the disk writes into it) and give the buffers back. The bytes were read. */
+static void early_drop(ms_xstore *s)
+{
+    for (int i = 0; i < s->early_n; i++) {
+        wait_pend(s, &s->pend[i]);
+        s->st.bytes_read += s->E;
+        buf_put(s, s->pend[i].buf);
+    }
+    s->early_n = 0;
+}
+
+/* The first window of a call's reads, issued before the call (ms_experts begin): the same
+ * misses, in the same order, that ms_xstore_compute_items would issue first, read into free
+ * buffers without touching the policy; the call then makes the policy accesses in its own order
+ * and takes the reads over, so what is cached, and every output, is what it would be without. */
+static void begin_items(ms_xstore *s, int layer, const ms_xgroup *g)
+{
+    pthread_mutex_lock(&s->mu);
+    early_drop(s);
+    xs_miss *miss = ms_malloc(sizeof(xs_miss) * (size_t)(g->nd + 1));
+    int n_miss = sorted_misses(s, layer, g, miss);
+    int w = n_miss < s->o.depth ? n_miss : s->o.depth;
+    for (int i = 0; i < w; i++)
+        read_submit(s, (size_t)layer * (size_t)s->o.n_experts + (size_t)g->dexp[miss[i].d], &s->pend[i]);
+    s->early_n = w;
+    s->early_layer = layer;
+    free(miss);
+    pthread_mutex_unlock(&s->mu);
 }
 
 int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint32_t *item_row, const ms_xgroup *g,
@@ -587,8 +477,6 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
     c.zin = ms_malloc(sizeof(float) * (size_t)(c.gather * L));
     c.zout = ms_malloc(sizeof(float) * (size_t)(c.gather * L));
     /* Hits first (accesses of hits never change residency), misses sorted by file offset. */
-    xs_miss *miss = ms_malloc(sizeof(xs_miss) * (size_t)g->nd);
-    int n_miss = 0;
     for (int d = 0; d < g->nd; d++) {
         size_t key = (size_t)layer * (size_t)NE + (size_t)g->dexp[d];
         if (ms_cpolicy_contains(s->pol, (uint32_t)key)) {
@@ -597,24 +485,31 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
             MS_ASSERT(r == MS_CPOLICY_HIT);
             c.hit[d] = 1;
             s->st.hits++;
-        } else {
-            const ms_xloc *l = &s->loc[key];
-            miss[n_miss].file = l->file[0];
-            miss[n_miss].off = l->off[0];
-            miss[n_miss].d = d;
-            n_miss++;
         }
     }
-    qsort(miss, (size_t)n_miss, sizeof *miss, miss_cmp);
+    xs_miss *miss = ms_malloc(sizeof(xs_miss) * (size_t)(g->nd + 1));
+    int n_miss = sorted_misses(s, layer, g, miss);
 
     /* A ring of up to depth misses read in flight; the first window is issued before the
-     * hits are computed so the disk works while they are. */
+     * hits are computed so the disk works while they are (or was, by begin_items: taken over
+     * when it read exactly this window). */
     int depth = s->o.depth, head = 0, n_pend = 0, next = 0, rc = 0;
+    int took = s->early_n > 0 && s->early_layer == layer && s->early_n <= n_miss;
+    for (int i = 0; took && i < s->early_n; i++)
+        took = s->pend[i].key == (uint32_t)((size_t)layer * (size_t)NE + (size_t)g->dexp[miss[i].d]);
+    if (took) {
+        for (; next < s->early_n; next++, n_pend++) {
+            miss_access(s, &c, miss[next].d);
+            s->pend[next].d = miss[next].d;
+        }
+        s->early_n = 0;
+    }
+    early_drop(s);
     while (next < n_miss && n_pend < depth) {
         submit_miss(s, &c, miss[next++].d, &s->pend[(head + n_pend) % depth]);
         n_pend++;
     }
-    compute_hits(s, &c);
+    xs_compute_hits(s, &c);
     /* Misses in arrival order: the oldest reads in flight, up to two per thread, are taken as a
      * group when each has at most XS_PAR_ROWS rows and computed one per thread while the rest
      * stay in flight; otherwise the oldest alone, each of its matmuls split over the pool. */
@@ -625,7 +520,7 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
         int G = nt > 1 ? (n_pend < 2 * nt ? n_pend : 2 * nt) : 1;
         if (G > 2 * XS_MAX_THREADS_GROUP) G = 2 * XS_MAX_THREADS_GROUP;
         for (int i = 0; i < G && G > 1; i++)
-            if (!small_group(&c, s->pend[(head + i) % depth].d)) G = 1;
+            if (!xs_small_group(&c, s->pend[(head + i) % depth].d)) G = 1;
         int bad = -1, code = MS_EXIT_IO, waited = 0;
         char msg[768];
         for (; waited < G && bad < 0; waited++) {
@@ -667,9 +562,9 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
                 gl[i] = s->pend[(head + i) % depth].d;
                 gb[i] = s->pend[(head + i) % depth].buf;
             }
-            compute_par(s, &c, gl, gb, G);
+            xs_compute_par(s, &c, gl, gb, G);
         } else {
-            compute_one(s, &c, s->pend[head].d, s->pend[head].buf);
+            xs_compute_one(s, &c, s->pend[head].d, s->pend[head].buf);
         }
         for (int i = 0; i < G; i++) {
             xs_pend *p = &s->pend[head];
@@ -725,9 +620,21 @@ static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int 
 }
 
 
+static void xs_begin(void *ctx, int layer, int64_t n_rows, int k, const int32_t *ids)
+{
+    ms_xstore *s = ctx;
+    if (layer < 0 || layer >= s->o.n_layers || n_rows < 0 || k < 1) return; /* compute will say so */
+    ms_xgroup g;
+    if (ms_xgroup_build(&g, n_rows * k, (const uint32_t *)ids, s->o.n_experts) != 0) return;
+    int ok = 1;
+    for (int d = 0; d < g.nd; d++) ok &= s->loc_state[(size_t)layer * (size_t)s->o.n_experts + (size_t)g.dexp[d]] != 0;
+    if (ok && g.nd > 0) begin_items(s, layer, &g);
+    ms_xgroup_free(&g);
+}
+
 ms_experts ms_xstore_iface(ms_xstore *s)
 {
-    ms_experts ex = {xs_compute, s};
+    ms_experts ex = {xs_compute, s, xs_begin};
     return ex;
 }
 

@@ -74,7 +74,9 @@ void ms_xstore_set(ms_xstore *s, int layer, int expert, const ms_xloc *loc);
 void ms_xstore_grow_wait(ms_xstore *s);
 
 /* The ms_experts interface: groups the call's (row, rank) items by expert (ms_xgroup_build)
- * and computes them with ms_xstore_compute_items. */
+ * and computes them with ms_xstore_compute_items. Its begin issues the reads of the call's
+ * first window of missed experts (up to `depth`, in file order, into free buffers, without
+ * touching the cache's policy), which the call then takes over. */
 ms_experts ms_xstore_iface(ms_xstore *s);
 
 /* Compute grouped items of one layer: item q (g->item order) is row item_row[q] of

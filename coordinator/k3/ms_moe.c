@@ -33,7 +33,11 @@ int ms_moe_forward_ws(const ms_k3_cfg *c, int layer, const ms_moe_w *w, const ms
     ms_matmul(&w->gate, x, T, logits, pool);
     for (int64_t t = 0; t < T; t++)
         ms_router_select(logits + t * Ne, w->bias, Ne, k, c->renorm, c->routed_scale, ids + t * k, wts + t * k);
+    /* The routed experts' reads start now, and the disk works while this thread computes the
+     * latent input and the shared experts (which do not depend on them). */
+    if (T > 0 && ex->begin) ex->begin(ex->ctx, layer, T, k, ids);
     ms_matmul(&w->down, x, T, z, pool);
+    ms_glu_mlp_ws(&w->sg, &w->su, &w->sd, c->situ_b1, c->situ_b2, x, T, sh, gw, pool);
     if (T > 0 && ex->compute(ex->ctx, layer, T, z, k, ids, eo) != 0) {
         ms_err_wrap("layer %d routed experts", layer);
         goto out;
@@ -48,7 +52,6 @@ int ms_moe_forward_ws(const ms_k3_cfg *c, int layer, const ms_moe_w *w, const ms
         if (c->latent_norm) ms_rmsnorm(a + t * L, w->norm, L, c->eps, a + t * L);
     }
     ms_matmul(&w->up, a, T, y, pool);
-    ms_glu_mlp_ws(&w->sg, &w->su, &w->sd, c->situ_b1, c->situ_b2, x, T, sh, gw, pool);
     for (int64_t i = 0; i < T * E; i++) y[i] += sh[i];
     if (ids_out) memcpy(ids_out, ids, sizeof(int32_t) * (size_t)(T * k));
     rc = 0;

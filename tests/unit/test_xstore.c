@@ -13,130 +13,11 @@
 #include "ms_test.h"
 #include "ms_xfam_k3.h"
 #include "ms_xstore.h"
+#include "ms_xtest.h"
 
 #include <xxhash.h>
 
-/* Tiny experts: w1, w3: [I, L], w2: [L, I], MXFP4. NE per layer > 8 so one call can miss
- * more experts than the deepest read queue. */
-#define NL 2
-#define NE 12
-#define LAT 64
-#define INTER 64
-#define NK (NL * NE)
 #define N_CALLS 24 /* random calls per store configuration */
-
-static const char *part_name[6] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
-                                   "w2.weight_scale",  "w3.weight_packed", "w3.weight_scale"};
-static char tmp_root[4096];
-
-/* The K3 expert format (MXFP4 w1 [I, L], w2 [L, I], w3 [I, L], SiTU-GLU 4, 25) at L, I. */
-static ms_xfmt fmt_of(int L, int I)
-{
-    ms_xfmt f;
-    MS_ASSERT(ms_xfam_k3_fmt(L, I, 4.0f, 25.0f, &f) == 0);
-    return f;
-}
-static uint64_t xbytes(int L, int I)
-{
-    ms_xfmt f = fmt_of(L, I);
-    return ms_xfmt_expert_bytes(&f);
-}
-static uint64_t xslot(int L, int I)
-{
-    ms_xfmt f = fmt_of(L, I);
-    return ms_xstore_slot_bytes(&f);
-}
-static uint8_t *part_bytes[NK][6]; /* the random bytes of each expert part */
-static uint64_t part_len[6];
-static int64_t part_shape[6][2];
-
-static ms_t_rng rng = {0x9e3779b97f4a7c15ull};
-static uint32_t rnd(void) { return (uint32_t)(ms_t_rng_u64(&rng) >> 11); }
-
-static const char *tpath(const char *name) { return ms_t_path(tmp_root, name); }
-
-static void tname(char *buf, size_t n, int l, int e, int part)
-{
-    snprintf(buf, n, "model.layers.%d.mlp.experts.%d.%s", l, e, part_name[part]);
-}
-
-/* A filler tensor of an odd size, so experts start at every kind of alignment. */
-static void add_filler(ms_st_writer *w, int *nf, int64_t bytes)
-{
-    char name[64];
-    snprintf(name, sizeof name, "filler.%d", (*nf)++);
-    uint8_t *b = malloc((size_t)bytes);
-    ms_t_fill_u8(&rng, b, bytes, 0, 255);
-    ms_st_writer_add_copy(w, name, MS_DT_U8, 1, &bytes, b);
-    free(b);
-}
-
-static void add_part(ms_st_writer *w, int key, int part)
-{
-    char name[128];
-    tname(name, sizeof name, key / NE, key % NE, part);
-    ms_st_writer_add_copy(w, name, MS_DT_U8, 2, part_shape[part], part_bytes[key][part]);
-}
-
-/* scattered = 0: every expert one canonical run (fillers only between experts).
- * scattered = 1: even keys have their parts in a shuffled order with fillers between. */
-static void write_file(const char *path, int scattered)
-{
-    ms_st_writer *w = ms_st_writer_new();
-    int nf = 0;
-    add_filler(w, &nf, 37);
-    for (int key = 0; key < NK; key++) {
-        if (scattered && key % 2 == 0) {
-            static const int order[6] = {4, 1, 5, 0, 3, 2};
-            for (int i = 0; i < 6; i++) {
-                add_part(w, key, order[i]);
-                add_filler(w, &nf, 1 + (int64_t)(rnd() % 5000));
-            }
-        } else {
-            for (int p = 0; p < 6; p++) add_part(w, key, p);
-            if (key % 3 == 1) add_filler(w, &nf, 1 + (int64_t)(rnd() % 3000));
-        }
-    }
-    int rc = ms_st_writer_write(w, path);
-    if (rc != 0) {
-        fprintf(stderr, "cannot write %s: %s\n", path, ms_err_msg());
-        exit(1);
-    }
-    ms_st_writer_free(w);
-}
-
-static const ms_st_tensor *find_part(const ms_st *st, int key, int part)
-{
-    char name[128];
-    tname(name, sizeof name, key / NE, key % NE, part);
-    const ms_st_tensor *t = ms_st_find(st, name);
-    if (!t) {
-        fprintf(stderr, "tensor %s missing\n", name);
-        exit(1);
-    }
-    return t;
-}
-
-/* Location of expert key: parts from file A (mode 0), file B (mode 1), or alternately
- * (mode 2: even parts from A, odd from B; both files hold the same bytes). */
-static void make_loc(ms_st *const sts[2], int key, int mode, ms_xloc *loc)
-{
-    memset(loc, 0, sizeof *loc); /* no checksum unless a test sets one */
-    for (int p = 0; p < 6; p++) {
-        int f = mode == 2 ? p % 2 : mode;
-        const ms_st_tensor *t = find_part(sts[f], key, p);
-        loc->file[p] = f;
-        loc->off[p] = t->offset;
-        loc->len[p] = t->nbytes;
-    }
-}
-
-static int loc_contiguous(const ms_xloc *l)
-{
-    for (int p = 1; p < 6; p++)
-        if (l->file[p] != l->file[0] || l->off[p] != l->off[p - 1] + l->len[p - 1]) return 0;
-    return 1;
-}
 
 static int has(const char *s, const char *n) { return strstr(s, n) != NULL; }
 
@@ -145,12 +26,12 @@ static int has(const char *s, const char *n) { return strstr(s, n) != NULL; }
 static void test_sizes(void)
 {
     /* spec §4.5: one K3 expert (L = 3584, I = 3072) is 17,547,264 bytes */
-    T_CHECK(xbytes(3584, 3072) == 17547264ull, "K3 expert bytes %llu",
-            (unsigned long long)xbytes(3584, 3072));
+    T_CHECK(xt_bytes(3584, 3072) == 17547264ull, "K3 expert bytes %llu",
+            (unsigned long long)xt_bytes(3584, 3072));
     int shapes[3][2] = {{3584, 3072}, {LAT, INTER}, {64, 32}};
     for (int i = 0; i < 3; i++) {
         int L = shapes[i][0], I = shapes[i][1];
-        uint64_t E = xbytes(L, I), slot = xslot(L, I);
+        uint64_t E = xt_bytes(L, I), slot = xt_slot(L, I);
         int ok = slot % MS_IO_ALIGN == 0;
         /* any start offset, one read or six reads, must fit a slot */
         for (uint64_t off = 0; off < MS_IO_ALIGN; off += 1 + off / 3) {
@@ -162,7 +43,7 @@ static void test_sizes(void)
         }
         T_CHECK(ok, "slot %llu too small for expert of %llu bytes (L %d I %d)", (unsigned long long)slot,
                 (unsigned long long)E, L, I);
-        ms_xfmt f = fmt_of(L, I);
+        ms_xfmt f = xt_fmt(L, I);
         T_CHECK(ms_xstore_fixed_bytes(&f, 8) == 8 * slot, "fixed bytes = depth slots");
     }
 }
@@ -183,23 +64,23 @@ static ms_st *sts[2];
  * drawn from a subset of the layer's experts so they repeat across rows. */
 static void random_routing(int *layer, int64_t *n_rows, int *k, int32_t *ids, float *z)
 {
-    *layer = (int)(rnd() % NL);
-    *n_rows = 1 + (int64_t)(rnd() % 9);
-    *k = 1 + (int)(rnd() % 4);
-    int pool_n = *k + (int)(rnd() % (unsigned)(NE - *k + 1));
-    int base = (int)(rnd() % NE);
+    *layer = (int)(xt_rnd() % NL);
+    *n_rows = 1 + (int64_t)(xt_rnd() % 9);
+    *k = 1 + (int)(xt_rnd() % 4);
+    int pool_n = *k + (int)(xt_rnd() % (unsigned)(NE - *k + 1));
+    int base = (int)(xt_rnd() % NE);
     for (int64_t r = 0; r < *n_rows; r++)
         for (int j = 0; j < *k; j++) {
             int32_t e;
             int dup;
             do {
-                e = (int32_t)((base + (int)(rnd() % (unsigned)pool_n)) % NE);
+                e = (int32_t)((base + (int)(xt_rnd() % (unsigned)pool_n)) % NE);
                 dup = 0;
                 for (int i = 0; i < j; i++) dup |= ids[r * *k + i] == e;
             } while (dup);
             ids[r * *k + j] = e;
         }
-    for (int64_t i = 0; i < *n_rows * LAT; i++) z[i] = (float)((int)(rnd() % 2001) - 1000) / 997.0f;
+    for (int64_t i = 0; i < *n_rows * LAT; i++) z[i] = (float)((int)(xt_rnd() % 2001) - 1000) / 997.0f;
 }
 
 static int distinct(const int32_t *ids, int64_t n)
@@ -212,13 +93,13 @@ static int distinct(const int32_t *ids, int64_t n)
 
 static int run_cfg(const cfg *c, int *direct_ran)
 {
-    const char *paths[2] = {tpath("a.safetensors"), tpath("b.safetensors")};
+    const char *paths[2] = {xt_path("a.safetensors"), xt_path("b.safetensors")};
     ms_io_files *files = ms_io_files_open(paths, 2, c->direct);
     T_CHECK(files != NULL, "open files: %s", ms_err_msg());
     if (!files) return 0;
     *direct_ran = ms_io_files_direct(files, 0) && ms_io_files_direct(files, 1);
-    uint64_t slot = xslot(LAT, INTER), E = xbytes(LAT, INTER);
-    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER),
+    uint64_t slot = xt_slot(LAT, INTER), E = xt_bytes(LAT, INTER);
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = xt_fmt(LAT, INTER),
                         .cache_bytes = c->cache_slots * slot - c->cache_minus, .depth = c->depth, .lru = c->lru};
     ms_pool *pool = c->threads > 1 ? ms_pool_new(c->threads) : NULL;
     ms_xstore *s = ms_xstore_new(&o, files, pool);
@@ -230,7 +111,7 @@ static int run_cfg(const cfg *c, int *direct_ran)
     }
     for (int key = 0; key < NK; key++) {
         ms_xloc loc;
-        make_loc(sts, key, c->mode, &loc);
+        xt_make_loc(sts, key, c->mode, &loc);
         ms_xstore_set(s, key / NE, key % NE, &loc);
     }
     ms_experts st_if = ms_xstore_iface(s), ref_if = ms_expert_table_iface(ref_table);
@@ -292,18 +173,92 @@ static int run_cfg(const cfg *c, int *direct_ran)
     return 1;
 }
 
+/* begin (the ms_experts hook: a call's first reads issued early) never changes an output or
+ * what is cached: a store given begin before each call, sometimes with other ids or twice, and
+ * one without, serve the same calls with the same bits and the same hits, misses and
+ * evictions; a begin never followed by its call is undone (by the next call, or at free). */
+static void test_begin(int threads)
+{
+    const char *paths[2] = {xt_path("a.safetensors"), xt_path("b.safetensors")};
+    ms_io_files *files = ms_io_files_open(paths, 2, 1);
+    ms_pool *pool = threads > 1 ? ms_pool_new(threads) : NULL;
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = xt_fmt(LAT, INTER),
+                        .cache_bytes = 3 * xt_slot(LAT, INTER), .depth = 2};
+    ms_xstore *sa = files ? ms_xstore_new(&o, files, pool) : NULL, *sb = files ? ms_xstore_new(&o, files, pool) : NULL;
+    T_CHECK(sa && sb, "stores: %s", ms_err_msg());
+    if (!sa || !sb) {
+        ms_xstore_free(sa);
+        ms_xstore_free(sb);
+        ms_pool_free(pool);
+        ms_io_files_close(files);
+        return;
+    }
+    for (int key = 0; key < NK; key++) {
+        ms_xloc loc;
+        xt_make_loc(sts, key, 2, &loc);
+        ms_xstore_set(sa, key / NE, key % NE, &loc);
+        ms_xstore_set(sb, key / NE, key % NE, &loc);
+    }
+    ms_experts a = ms_xstore_iface(sa), b = ms_xstore_iface(sb), ref = ms_expert_table_iface(ref_table);
+    T_CHECK(a.begin != NULL, "the expert store has no begin");
+    int32_t ids[9 * 4], other[9 * 4];
+    float z[9 * LAT], za[9 * LAT], want[9 * 4 * LAT], ga[9 * 4 * LAT], gb[9 * 4 * LAT];
+    int bad_bits = 0, bad_cache = 0, failed = 0, stale = 0;
+    for (int call = 0; call < 3 * N_CALLS && a.begin; call++) {
+        int layer, k, ol, ok;
+        int64_t n_rows, on;
+        random_routing(&ol, &on, &ok, other, za); /* another call's routing, for stale begins */
+        random_routing(&layer, &n_rows, &k, ids, z);
+        if (call % 7 == 3) {
+            a.begin(a.ctx, ol, on, ok, other);
+            stale++;
+        } else {
+            a.begin(a.ctx, layer, n_rows, k, ids);
+            if (call % 11 == 5) a.begin(a.ctx, layer, n_rows, k, ids);
+        }
+        int rc = a.compute(a.ctx, layer, n_rows, z, k, ids, ga) | b.compute(b.ctx, layer, n_rows, z, k, ids, gb) |
+                 ref.compute(ref.ctx, layer, n_rows, z, k, ids, want);
+        if (rc != 0) {
+            failed++;
+            break;
+        }
+        size_t nb = sizeof(float) * (size_t)(n_rows * k * LAT);
+        bad_bits += memcmp(ga, want, nb) != 0 || memcmp(gb, want, nb) != 0;
+        ms_xstore_stats x, y;
+        ms_xstore_get_stats(sa, &x);
+        ms_xstore_get_stats(sb, &y);
+        bad_cache += x.hits != y.hits || x.misses != y.misses || x.evictions != y.evictions ||
+                     x.cache_bytes_used != y.cache_bytes_used || x.bytes_read < y.bytes_read;
+    }
+    ms_xstore_stats x;
+    ms_xstore_get_stats(sa, &x);
+    T_CHECK(failed == 0, "%d thread(s): a call failed: %s", threads, ms_err_msg());
+    T_CHECK(bad_bits == 0, "%d thread(s): %d calls with begin differ from the table", threads, bad_bits);
+    T_CHECK(bad_cache == 0, "%d thread(s): %d calls where begin changed what is cached", threads, bad_cache);
+    T_CHECK(stale > 0 && x.misses > 0 && x.hits > 0, "%d thread(s): the calls neither hit nor missed", threads);
+    /* A begun call that never comes: free waits for its reads and frees their buffers (ASan). */
+    int layer, k;
+    int64_t n_rows;
+    random_routing(&layer, &n_rows, &k, ids, z);
+    if (a.begin) a.begin(a.ctx, layer, n_rows, k, ids);
+    ms_xstore_free(sa);
+    ms_xstore_free(sb);
+    ms_pool_free(pool);
+    ms_io_files_close(files);
+}
+
 /* Each (row, rank) on its own, T = 1, from the mapped bytes: grouping must not change a bit. */
 static void test_row_invariance(void)
 {
-    const char *paths[1] = {tpath("b.safetensors")};
+    const char *paths[1] = {xt_path("b.safetensors")};
     ms_io_files *files = ms_io_files_open(paths, 1, 1);
-    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER),
-                        .cache_bytes = 2 * xslot(LAT, INTER), .depth = 3};
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = xt_fmt(LAT, INTER),
+                        .cache_bytes = 2 * xt_slot(LAT, INTER), .depth = 3};
     ms_xstore *s = ms_xstore_new(&o, files, NULL);
     ms_st *one[2] = {sts[1], sts[1]};
     for (int key = 0; key < NK; key++) {
         ms_xloc loc;
-        make_loc(one, key, 0, &loc);
+        xt_make_loc(one, key, 0, &loc);
         ms_xstore_set(s, key / NE, key % NE, &loc);
     }
     ms_experts ex = ms_xstore_iface(s);
@@ -319,7 +274,7 @@ static void test_row_invariance(void)
             int key = layer * NE + ids[q];
             ms_mat w[6 / 2];
             for (int m = 0; m < 3; m++) {
-                const ms_st_tensor *tp = find_part(sts[1], key, 2 * m), *ts = find_part(sts[1], key, 2 * m + 1);
+                const ms_st_tensor *tp = xt_find_part(sts[1], key, 2 * m), *ts = xt_find_part(sts[1], key, 2 * m + 1);
                 memset(&w[m], 0, sizeof w[m]);
                 w[m].type = MS_WT_MXFP4;
                 w[m].rows = m == 1 ? LAT : INTER;
@@ -340,10 +295,10 @@ static void test_row_invariance(void)
  * in, computes the same bits meanwhile, and ends at its full size with pure hits. */
 static void test_grow(void)
 {
-    const char *paths[1] = {tpath("a.safetensors")};
+    const char *paths[1] = {xt_path("a.safetensors")};
     ms_io_files *files = ms_io_files_open(paths, 1, 1);
-    uint64_t slot = xslot(LAT, INTER);
-    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER), .cache_bytes = NK * slot,
+    uint64_t slot = xt_slot(LAT, INTER);
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = xt_fmt(LAT, INTER), .cache_bytes = NK * slot,
                         .depth = 2, .grow_bg = 1};
     ms_xstore *s = ms_xstore_new(&o, files, NULL);
     T_CHECK(s != NULL, "store: %s", ms_err_msg());
@@ -354,7 +309,7 @@ static void test_grow(void)
     ms_st *one[2] = {sts[0], sts[0]};
     for (int key = 0; key < NK; key++) {
         ms_xloc loc;
-        make_loc(one, key, 0, &loc);
+        xt_make_loc(one, key, 0, &loc);
         ms_xstore_set(s, key / NE, key % NE, &loc);
     }
     ms_experts st_if = ms_xstore_iface(s), ref_if = ms_expert_table_iface(ref_table);
@@ -421,12 +376,12 @@ static void test_errors(void)
     /* c.safetensors: file A cut in the middle of the expert that ends last in the file. */
     int last = 0;
     for (int key = 0; key < NK; key++)
-        if (find_part(sts[0], key, 5)->offset > find_part(sts[0], last, 5)->offset) last = key;
-    const ms_st_tensor *mid = find_part(sts[0], last, 2);
+        if (xt_find_part(sts[0], key, 5)->offset > xt_find_part(sts[0], last, 5)->offset) last = key;
+    const ms_st_tensor *mid = xt_find_part(sts[0], last, 2);
     size_t cut = (size_t)mid->offset + 100;
     size_t alen = 0;
-    char *abytes = ms_t_read_file(tpath("a.safetensors"), &alen);
-    FILE *f = fopen(tpath("c.safetensors"), "wb");
+    char *abytes = ms_t_read_file(xt_path("a.safetensors"), &alen);
+    FILE *f = fopen(xt_path("c.safetensors"), "wb");
     T_CHECK(abytes && f && fwrite(abytes, 1, cut, f) == cut, "write truncated copy");
     if (f) fclose(f);
     free(abytes);
@@ -436,16 +391,16 @@ static void test_errors(void)
      * is the first in order and the reads behind it are still in flight when it fails. */
     for (int v = 0; v < 4; v++) {
         int direct = v & 1, first = v >> 1;
-        const char *paths[2] = {tpath("c.safetensors"), tpath("a.safetensors")};
+        const char *paths[2] = {xt_path("c.safetensors"), xt_path("a.safetensors")};
         ms_io_files *files = ms_io_files_open(paths, 2, direct);
-        ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER),
-                            .cache_bytes = NK * xslot(LAT, INTER), .depth = 4};
+        ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = xt_fmt(LAT, INTER),
+                            .cache_bytes = NK * xt_slot(LAT, INTER), .depth = 4};
         ms_xstore *s = ms_xstore_new(&o, files, NULL);
         ms_st *one[2] = {sts[0], sts[0]};
         for (int key = 0; key < NK; key++) {
             ms_xloc loc;
-            make_loc(one, key, 0, &loc);
-            T_CHECK(loc_contiguous(&loc), "file A expert %d not contiguous", key);
+            xt_make_loc(one, key, 0, &loc);
+            T_CHECK(xt_contiguous(&loc), "file A expert %d not contiguous", key);
             if (first && key != last)
                 for (int p = 0; p < 6; p++) loc.file[p] = 1;
             if (key != NE + 3) ms_xstore_set(s, key / NE, key % NE, &loc); /* (1, 3) stays unset */
@@ -515,14 +470,14 @@ static void test_errors(void)
     }
 
     /* Bad options are refused with a message. */
-    const char *paths[1] = {tpath("a.safetensors")};
+    const char *paths[1] = {xt_path("a.safetensors")};
     ms_io_files *files = ms_io_files_open(paths, 1, 0);
-    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER), .depth = 2};
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = xt_fmt(LAT, INTER), .depth = 2};
     o.fmt.mat[1].rows = 48; /* w2 no longer [L, I] */
     ms_err_clear();
     T_CHECK(ms_xstore_new(&o, files, NULL) == NULL && has(ms_err_msg(), "matrices[1]"), "a bad format: %s",
             ms_err_msg());
-    o.fmt = fmt_of(LAT, INTER);
+    o.fmt = xt_fmt(LAT, INTER);
     o.depth = 0;
     ms_err_clear();
     T_CHECK(ms_xstore_new(&o, files, NULL) == NULL && has(ms_err_msg(), "depth 0"), "depth 0: %s", ms_err_msg());
@@ -538,11 +493,11 @@ static void test_checksums(void)
     uint64_t sums[NK];
     for (int key = 0; key < NK; key++) {
         uint64_t E = 0;
-        for (int p = 0; p < 6; p++) E += part_len[p];
+        for (int p = 0; p < 6; p++) E += xt_part_len[p];
         uint8_t *all = malloc(E), *q = all;
         for (int p = 0; p < 6; p++) {
-            memcpy(q, part_bytes[key][p], part_len[p]);
-            q += part_len[p];
+            memcpy(q, xt_part_bytes[key][p], xt_part_len[p]);
+            q += xt_part_len[p];
         }
         sums[key] = XXH3_64bits(all, E);
         free(all);
@@ -551,11 +506,11 @@ static void test_checksums(void)
     for (int run = 0; run < 4; run++) { /* each file mode without a pool, then with one of 2 threads */
         int mode = run & 1;
         ms_pool *pool = run >> 1 ? ms_pool_new(2) : NULL;
-        const char *paths[2] = {tpath("a.safetensors"), tpath("b.safetensors")};
+        const char *paths[2] = {xt_path("a.safetensors"), xt_path("b.safetensors")};
         const char *fname = mode ? "b.safetensors" : "a.safetensors";
         ms_io_files *files = ms_io_files_open(paths, 2, mode);
-        ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER),
-                            .cache_bytes = 4 * xslot(LAT, INTER), .depth = 3};
+        ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = xt_fmt(LAT, INTER),
+                            .cache_bytes = 4 * xt_slot(LAT, INTER), .depth = 3};
         ms_xstore *s = ms_xstore_new(&o, files, pool);
         T_CHECK(s != NULL, "store: %s", ms_err_msg());
         if (!s) {
@@ -565,7 +520,7 @@ static void test_checksums(void)
         }
         for (int key = 0; key < NK; key++) {
             ms_xloc loc;
-            make_loc(sts, key, mode, &loc);
+            xt_make_loc(sts, key, mode, &loc);
             loc.has_xxh3 = 1;
             loc.xxh3 = key == BAD ? sums[key] ^ 1 : sums[key];
             ms_xstore_set(s, key / NE, key % NE, &loc);
@@ -633,27 +588,27 @@ static void test_checksums(void)
 static void test_nonfinite(void)
 {
     const int layer = 1, expert = 5, key = layer * NE + expert;
-    uint8_t *saved = malloc(part_len[3]);
-    memcpy(saved, part_bytes[key][3], part_len[3]);
-    memset(part_bytes[key][3], 0xfe, part_len[3]); /* 2^127: w2 values overflow float */
-    write_file(tpath("nan.safetensors"), 0);
-    ms_st *st = ms_st_open_file(tpath("nan.safetensors"));
-    const char *paths[1] = {tpath("nan.safetensors")};
+    uint8_t *saved = malloc(xt_part_len[3]);
+    memcpy(saved, xt_part_bytes[key][3], xt_part_len[3]);
+    memset(xt_part_bytes[key][3], 0xfe, xt_part_len[3]); /* 2^127: w2 values overflow float */
+    xt_write_file(xt_path("nan.safetensors"), 0);
+    ms_st *st = ms_st_open_file(xt_path("nan.safetensors"));
+    const char *paths[1] = {xt_path("nan.safetensors")};
     ms_io_files *files = ms_io_files_open(paths, 1, 0);
-    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = fmt_of(LAT, INTER), .cache_bytes = 0, .depth = 2};
+    ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = xt_fmt(LAT, INTER), .cache_bytes = 0, .depth = 2};
     ms_xstore *s = st && files ? ms_xstore_new(&o, files, NULL) : NULL;
     T_CHECK(s != NULL, "non-finite: store: %s", ms_err_msg());
     ms_expert_table *tab = ms_t_situ_table(NL, NE, LAT, 4.0f, 25.0f, NULL);
     for (int k2 = 0; s && k2 < NK; k2++) {
         ms_st *two[2] = {st, st};
         ms_xloc loc;
-        make_loc(two, k2, 0, &loc);
+        xt_make_loc(two, k2, 0, &loc);
         ms_xstore_set(s, k2 / NE, k2 % NE, &loc);
         ms_expert_w w = {0};
         ms_mat *m[3] = {&w.w[MS_XROLE_GATE], &w.w[MS_XROLE_DOWN], &w.w[MS_XROLE_UP]}; /* w1, w2, w3 */
         for (int i = 0; i < 3; i++)
             *m[i] = (ms_mat){.type = MS_WT_MXFP4, .rows = i == 1 ? LAT : INTER, .cols = i == 1 ? INTER : LAT,
-                             .data = part_bytes[k2][2 * i], .scales = part_bytes[k2][2 * i + 1]};
+                             .data = xt_part_bytes[k2][2 * i], .scales = xt_part_bytes[k2][2 * i + 1]};
         ms_expert_table_set(tab, k2 / NE, k2 % NE, &w);
     }
     int32_t ids[4] = {2, 7, expert, 3}; /* two rows, k = 2; the bad expert is row 1, rank 0 */
@@ -678,12 +633,12 @@ static void test_nonfinite(void)
      * naming the bad expert, and the good ones' outputs unchanged. */
     ms_pool *pool = ms_pool_new(2);
     ms_xstore_opts o2 = o;
-    o2.cache_bytes = NK * xslot(LAT, INTER);
+    o2.cache_bytes = NK * xt_slot(LAT, INTER);
     ms_xstore *s2 = st && files ? ms_xstore_new(&o2, files, pool) : NULL;
     for (int k2 = 0; s2 && k2 < NK; k2++) {
         ms_st *two[2] = {st, st};
         ms_xloc loc;
-        make_loc(two, k2, 0, &loc);
+        xt_make_loc(two, k2, 0, &loc);
         ms_xstore_set(s2, k2 / NE, k2 % NE, &loc);
     }
     int32_t ids6[6] = {2, 7, 4, 3, expert, 6}, ok6[6] = {2, 7, 4, 3, 8, 6}; /* 3 rows, k = 2 */
@@ -710,29 +665,29 @@ static void test_nonfinite(void)
     ms_xstore_free(s);
     ms_io_files_close(files);
     ms_st_close(st);
-    memcpy(part_bytes[key][3], saved, part_len[3]);
+    memcpy(xt_part_bytes[key][3], saved, xt_part_len[3]);
     free(saved);
 }
 
 int main(void)
 {
-    snprintf(tmp_root, sizeof tmp_root, "%s", ms_t_tmpdir("xstore"));
+    snprintf(xt_root, sizeof xt_root, "%s", ms_t_tmpdir("xstore"));
     test_sizes();
 
     int64_t I = INTER, L = LAT;
     int64_t shp[6][2] = {{I, L / 2}, {I, L / 32}, {L, I / 2}, {L, I / 32}, {I, L / 2}, {I, L / 32}};
-    memcpy(part_shape, shp, sizeof shp);
-    for (int p = 0; p < 6; p++) part_len[p] = (uint64_t)(part_shape[p][0] * part_shape[p][1]);
+    memcpy(xt_part_shape, shp, sizeof shp);
+    for (int p = 0; p < 6; p++) xt_part_len[p] = (uint64_t)(xt_part_shape[p][0] * xt_part_shape[p][1]);
     for (int key = 0; key < NK; key++)
         for (int p = 0; p < 6; p++) {
-            part_bytes[key][p] = malloc(part_len[p]);
+            xt_part_bytes[key][p] = malloc(xt_part_len[p]);
             /* scales near 2^0 keep every value finite; packed nibbles are anything */
-            ms_t_fill_u8(&rng, part_bytes[key][p], (int64_t)part_len[p], p % 2 ? 120 : 0, p % 2 ? 129 : 255);
+            ms_t_fill_u8(&xt_rng, xt_part_bytes[key][p], (int64_t)xt_part_len[p], p % 2 ? 120 : 0, p % 2 ? 129 : 255);
         }
-    write_file(tpath("a.safetensors"), 0);
-    write_file(tpath("b.safetensors"), 1);
-    sts[0] = ms_st_open_file(tpath("a.safetensors"));
-    sts[1] = ms_st_open_file(tpath("b.safetensors"));
+    xt_write_file(xt_path("a.safetensors"), 0);
+    xt_write_file(xt_path("b.safetensors"), 1);
+    sts[0] = ms_st_open_file(xt_path("a.safetensors"));
+    sts[1] = ms_st_open_file(xt_path("b.safetensors"));
     T_CHECK(sts[0] && sts[1], "reopen: %s", ms_err_msg());
     if (!sts[0] || !sts[1]) return ms_t_done();
 
@@ -741,15 +696,15 @@ int main(void)
     for (int key = 0; key < NK; key++) {
         ms_xloc la, lb;
         ms_st *one0[2] = {sts[0], sts[0]}, *one1[2] = {sts[1], sts[1]};
-        make_loc(one0, key, 0, &la);
-        make_loc(one1, key, 0, &lb);
-        contig_a += loc_contiguous(&la);
-        contig_b += loc_contiguous(&lb);
+        xt_make_loc(one0, key, 0, &la);
+        xt_make_loc(one1, key, 0, &lb);
+        contig_a += xt_contiguous(&la);
+        contig_b += xt_contiguous(&lb);
         unaligned += la.off[0] % MS_IO_ALIGN != 0;
         for (int p = 0; p < 6; p++)
-            if (memcmp(ms_t_st_bytes(sts[0], find_part(sts[0], key, p)), ms_t_st_bytes(sts[1], find_part(sts[1], key, p)),
-                       part_len[p]) != 0 ||
-                memcmp(ms_t_st_bytes(sts[0], find_part(sts[0], key, p)), part_bytes[key][p], part_len[p]) != 0)
+            if (memcmp(ms_t_st_bytes(sts[0], xt_find_part(sts[0], key, p)), ms_t_st_bytes(sts[1], xt_find_part(sts[1], key, p)),
+                       xt_part_len[p]) != 0 ||
+                memcmp(ms_t_st_bytes(sts[0], xt_find_part(sts[0], key, p)), xt_part_bytes[key][p], xt_part_len[p]) != 0)
                 same = 0;
     }
     T_CHECK(same, "files hold different expert bytes");
@@ -763,8 +718,8 @@ int main(void)
         ms_mat *m[3] = {&w.w[MS_XROLE_GATE], &w.w[MS_XROLE_DOWN], &w.w[MS_XROLE_UP]}; /* w1, w2, w3 */
         for (int i = 0; i < 3; i++)
             *m[i] = (ms_mat){.type = MS_WT_MXFP4, .rows = i == 1 ? L : I, .cols = i == 1 ? I : L,
-                             .data = ms_t_st_bytes(sts[0], find_part(sts[0], key, 2 * i)),
-                             .scales = ms_t_st_bytes(sts[0], find_part(sts[0], key, 2 * i + 1))};
+                             .data = ms_t_st_bytes(sts[0], xt_find_part(sts[0], key, 2 * i)),
+                             .scales = ms_t_st_bytes(sts[0], xt_find_part(sts[0], key, 2 * i + 1))};
         ms_expert_table_set(ref_table, key / NE, key % NE, &w);
     }
     int direct_ok = 0, direct_asked = 0;
@@ -783,9 +738,11 @@ int main(void)
                     run_cfg(&c, &dr);
                     if (direct) direct_asked++, direct_ok += dr;
                 }
-    printf("O_DIRECT on %s: %s\n", tmp_root,
+    printf("O_DIRECT on %s: %s\n", xt_root,
            direct_ok == direct_asked ? "used" : direct_ok ? "partly used" : "refused by the file system, buffered reads ran");
     test_row_invariance();
+    test_begin(1);
+    test_begin(2);
     test_grow();
     test_errors();
     test_checksums();
@@ -794,6 +751,6 @@ int main(void)
     ms_st_close(sts[0]);
     ms_st_close(sts[1]);
     for (int key = 0; key < NK; key++)
-        for (int p = 0; p < 6; p++) free(part_bytes[key][p]);
+        for (int p = 0; p < 6; p++) free(xt_part_bytes[key][p]);
     return ms_t_done();
 }

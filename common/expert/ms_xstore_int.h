@@ -1,0 +1,89 @@
+/* ms_xstore_int: the expert store's state, shared by its files (ms_xstore.c: cache, reads,
+ * calls; ms_xstore_run.c: computing the experts of a call). Not for use outside the module. */
+#ifndef MS_XSTORE_INT_H
+#define MS_XSTORE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <xxhash.h>
+
+#include "ms_cpolicy.h"
+#include "ms_xstore.h"
+
+#define XS_PARTS MS_XFMT_MAX_PARTS /* array size; s->np parts are used */
+
+typedef struct {
+    uint32_t key;
+    int d;                     /* index of the expert among this call's distinct experts */
+    uint8_t *buf;              /* slot_bytes, aligned */
+    int n_req;
+    ms_io_req req[XS_PARTS];
+} xs_pend;
+
+struct ms_xstore {
+    ms_xstore_opts o;
+    ms_io_files *files;        /* borrowed */
+    ms_pool *pool;             /* borrowed, may be NULL */
+    ms_io *io;
+    ms_cpolicy *pol;
+    int np;                    /* parts of an expert (o.fmt.n_parts) */
+    uint64_t part_len[XS_PARTS];
+    uint64_t E, slot_bytes;
+    size_t n_keys, n_slots;
+    ms_xloc *loc;              /* [n_keys] */
+    uint8_t *loc_state;        /* [n_keys] 0 unset, 1 scattered, 2 contiguous */
+    uint8_t **key_buf;         /* [n_keys] buffer of a resident key with valid bytes, else NULL */
+    uint8_t **free_buf;        /* [cap] free buffers */
+    size_t n_free, n_alloc, cap;
+    xs_pend *pend;             /* [depth] ring of reads in flight / awaiting compute */
+    int early_n, early_layer;  /* a begun call's first reads, in pend[0 .. early_n) (0: none) */
+    int32_t *dmap;             /* [n_experts] index among this call's distinct experts, -1 outside a call */
+    XXH3_state_t *xxh;         /* checksum of scattered experts (part by part) */
+    /* background growth (grow_bg) */
+    pthread_t grower;
+    int grower_on;             /* the thread exists and is not joined */
+    pthread_mutex_t gmu;       /* guards ready, n_ready, stop (never held for long) */
+    uint8_t **ready;           /* [n_slots] faulted-in buffers not yet adopted */
+    size_t n_ready, n_grown;   /* waiting for adoption; adopted (= the policy's capacity) */
+    int stop;
+    pthread_mutex_t mu;
+    ms_xstore_stats st;
+};
+
+/* State of one compute call. */
+typedef struct {
+    int layer;
+    const float *z;            /* [rows][L] */
+    const uint32_t *item_row;  /* [n] row of each item */
+    float *out;                /* [n][L] */
+    const ms_xgroup *g;        /* the items grouped by expert: group d is expert g->dexp[d] */
+    int64_t gather;            /* rows per expert computation */
+    uint8_t *hit;              /* [nd] 1 if the expert was a hit */
+    uint8_t *done;             /* [nd] 1 once its outputs are written */
+    float *zin, *zout;         /* [gather][L] gathered rows and their outputs */
+    int bad;                   /* 1 once an output was NaN or Inf (bad_msg says where) */
+    char bad_msg[512];
+} xs_call;
+
+/* Offsets of the parts within a slot holding expert `key` (the slot layout in ms_xstore.c). */
+void xs_slot_offsets(const ms_xstore *s, size_t key, uint64_t off[XS_PARTS]);
+
+/* Experts of at most XS_PAR_ROWS rows run whole, one per thread, when there are enough of them
+ * (hits, and misses whose reads have arrived): such an expert is a few small matmuls (a decode
+ * step's, one row each), too short to split over the pool without its hand-overs costing more
+ * than the work. Where an expert is computed never changes a bit (every output element is one
+ * canonical dot). */
+#define XS_PAR_ROWS 4
+#define XS_MAX_THREADS_GROUP 64 /* a group of arrived misses is at most 2 x this */
+
+/* 1 if distinct expert d of the call has at most XS_PAR_ROWS rows. */
+int xs_small_group(const xs_call *c, int d);
+/* Distinct expert d of the call from the slot buf, on the caller's thread, each matmul split
+ * over the pool; a non-finite output sets c->bad. */
+void xs_compute_one(ms_xstore *s, xs_call *c, int d, const uint8_t *buf);
+/* list[n] (each of at most XS_PAR_ROWS rows, in slots buf[n]) one per thread of the pool. */
+void xs_compute_par(ms_xstore *s, xs_call *c, const int *list, const uint8_t *const *buf, int n);
+/* Every hit of the call not computed yet (a hit evicted by an early miss already was). */
+void xs_compute_hits(ms_xstore *s, xs_call *c);
+
+#endif

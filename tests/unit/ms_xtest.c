@@ -1,0 +1,123 @@
+/* ms_xtest: the expert-store tests' fixture: tiny K3 experts with random bytes, written into
+ * two safetensors files (one contiguous, one with scattered parts), and their locations. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_xfam_k3.h"
+#include "ms_xtest.h"
+
+static const char *xt_part_name[6] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
+                                      "w2.weight_scale",  "w3.weight_packed", "w3.weight_scale"};
+char xt_root[4096];
+
+/* The K3 expert format (MXFP4 w1 [I, L], w2 [L, I], w3 [I, L], SiTU-GLU 4, 25) at L, I. */
+ms_xfmt xt_fmt(int L, int I)
+{
+    ms_xfmt f;
+    MS_ASSERT(ms_xfam_k3_fmt(L, I, 4.0f, 25.0f, &f) == 0);
+    return f;
+}
+uint64_t xt_bytes(int L, int I)
+{
+    ms_xfmt f = xt_fmt(L, I);
+    return ms_xfmt_expert_bytes(&f);
+}
+uint64_t xt_slot(int L, int I)
+{
+    ms_xfmt f = xt_fmt(L, I);
+    return ms_xstore_slot_bytes(&f);
+}
+uint8_t *xt_part_bytes[NK][6];
+uint64_t xt_part_len[6];
+int64_t xt_part_shape[6][2];
+
+ms_t_rng xt_rng = {0x9e3779b97f4a7c15ull};
+uint32_t xt_rnd(void) { return (uint32_t)(ms_t_rng_u64(&xt_rng) >> 11); }
+
+const char *xt_path(const char *name) { return ms_t_path(xt_root, name); }
+
+static void xt_name(char *buf, size_t n, int l, int e, int part)
+{
+    snprintf(buf, n, "model.layers.%d.mlp.experts.%d.%s", l, e, xt_part_name[part]);
+}
+
+/* A filler tensor of an odd size, so experts start at every kind of alignment. */
+static void add_filler(ms_st_writer *w, int *nf, int64_t bytes)
+{
+    char name[64];
+    snprintf(name, sizeof name, "filler.%d", (*nf)++);
+    uint8_t *b = malloc((size_t)bytes);
+    ms_t_fill_u8(&xt_rng, b, bytes, 0, 255);
+    ms_st_writer_add_copy(w, name, MS_DT_U8, 1, &bytes, b);
+    free(b);
+}
+
+static void add_part(ms_st_writer *w, int key, int part)
+{
+    char name[128];
+    xt_name(name, sizeof name, key / NE, key % NE, part);
+    ms_st_writer_add_copy(w, name, MS_DT_U8, 2, xt_part_shape[part], xt_part_bytes[key][part]);
+}
+
+/* scattered = 0: every expert one canonical run (fillers only between experts).
+ * scattered = 1: even keys have their parts in a shuffled order with fillers between. */
+void xt_write_file(const char *path, int scattered)
+{
+    ms_st_writer *w = ms_st_writer_new();
+    int nf = 0;
+    add_filler(w, &nf, 37);
+    for (int key = 0; key < NK; key++) {
+        if (scattered && key % 2 == 0) {
+            static const int order[6] = {4, 1, 5, 0, 3, 2};
+            for (int i = 0; i < 6; i++) {
+                add_part(w, key, order[i]);
+                add_filler(w, &nf, 1 + (int64_t)(xt_rnd() % 5000));
+            }
+        } else {
+            for (int p = 0; p < 6; p++) add_part(w, key, p);
+            if (key % 3 == 1) add_filler(w, &nf, 1 + (int64_t)(xt_rnd() % 3000));
+        }
+    }
+    int rc = ms_st_writer_write(w, path);
+    if (rc != 0) {
+        fprintf(stderr, "cannot write %s: %s\n", path, ms_err_msg());
+        exit(1);
+    }
+    ms_st_writer_free(w);
+}
+
+const ms_st_tensor *xt_find_part(const ms_st *st, int key, int part)
+{
+    char name[128];
+    xt_name(name, sizeof name, key / NE, key % NE, part);
+    const ms_st_tensor *t = ms_st_find(st, name);
+    if (!t) {
+        fprintf(stderr, "tensor %s missing\n", name);
+        exit(1);
+    }
+    return t;
+}
+
+/* Location of expert key: parts from file A (mode 0), file B (mode 1), or alternately
+ * (mode 2: even parts from A, odd from B; both files hold the same bytes). */
+void xt_make_loc(ms_st *const sts[2], int key, int mode, ms_xloc *loc)
+{
+    memset(loc, 0, sizeof *loc); /* no checksum unless a test sets one */
+    for (int p = 0; p < 6; p++) {
+        int f = mode == 2 ? p % 2 : mode;
+        const ms_st_tensor *t = xt_find_part(sts[f], key, p);
+        loc->file[p] = f;
+        loc->off[p] = t->offset;
+        loc->len[p] = t->nbytes;
+    }
+}
+
+int xt_contiguous(const ms_xloc *l)
+{
+    for (int p = 1; p < 6; p++)
+        if (l->file[p] != l->file[0] || l->off[p] != l->off[p - 1] + l->len[p - 1]) return 0;
+    return 1;
+}
+
