@@ -132,15 +132,27 @@ Moestream__Envelope *wt_hello(void *s, const char *fp, int timeout_ms) { return 
 /* Group r's items by expert (stable), as the protocol requires. */
 void wt_creq_group(creq *r)
 {
-    for (size_t i = 1; i < r->n; i++)
-        for (size_t j = i; j > 0 && r->exp[j - 1] > r->exp[j]; j--) {
-            uint32_t t = r->exp[j];
-            r->exp[j] = r->exp[j - 1];
-            r->exp[j - 1] = t;
-            t = r->row[j];
-            r->row[j] = r->row[j - 1];
-            r->row[j - 1] = t;
-        }
+    /* A stable counting sort by expert (requests of 10^5 items: an insertion sort took minutes
+     * under AddressSanitizer). */
+    if (r->n < 2) return;
+    uint32_t emax = 0;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->exp[i] > emax) emax = r->exp[i];
+    size_t *start = calloc((size_t)emax + 2, sizeof *start);
+    uint32_t *row = malloc(sizeof *row * r->n), *exp = malloc(sizeof *exp * r->n);
+    MS_ASSERT(start && row && exp);
+    for (size_t i = 0; i < r->n; i++) start[r->exp[i] + 1]++;
+    for (uint32_t e = 0; e <= emax; e++) start[e + 1] += start[e];
+    for (size_t i = 0; i < r->n; i++) {
+        size_t q = start[r->exp[i]]++;
+        row[q] = r->row[i];
+        exp[q] = r->exp[i];
+    }
+    memcpy(r->row, row, sizeof *row * r->n);
+    memcpy(r->exp, exp, sizeof *exp * r->n);
+    free(start);
+    free(row);
+    free(exp);
 }
 
 /* Random request of `rows` rows on layer with experts drawn from [e0, e1], items grouped by expert. */
