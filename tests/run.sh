@@ -22,7 +22,7 @@ echo "== ctest under ASan + UBSan"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs")
 # Fuzz step: every libFuzzer harness of tests/fuzz, deterministic: its corpus and saved findings
 # replayed, then a fixed number of executions (tests/fuzz/runs.txt) with the fixed seed 1, so the
-# same commit gives the same result on every run (about 90 s on 2 cores, build excluded). A
+# same commit gives the same result on every run (about 2.5 min on 2 cores, build excluded). A
 # crash, leak or UB fails the run. Open-ended fuzzing with random seeds is a separate command
 # (tests/fuzz/run.sh --explore, docs/RELIABILITY.md).
 echo "== fuzz (clang, libFuzzer + ASan + UBSan, deterministic: corpus replay + seed 1)"
