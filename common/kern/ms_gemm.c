@@ -105,31 +105,45 @@ static inline __attribute__((always_inline)) void pf_scales(const ms_mat *W, int
  * the compiler folds the load into every FMA, and the tiles become bound by loads. */
 #define MS_IN_REG(v) __asm__("" : "+v"(v))
 
-/* ---- AVX2: a dot's 16 lanes are two ymm (lanes 0-7, 8-15) ---- */
+/* ---- AVX2: a dot's 16 lanes are two ymm (lanes 0-7, 8-15; MXFP4: the mod-4 layout of dec_mx_avx2) ---- */
 
-MS_AVX2 static inline void dec_f32_avx2(const void *w, const uint8_t *s, int64_t i, __m256 *lo, __m256 *hi)
+MS_AVX2 static inline void dec_f32_avx2(const void *w, const uint8_t *s, int64_t i, __m256 o[2])
 {
     (void)s;
-    *lo = _mm256_loadu_ps((const float *)w + i);
-    *hi = _mm256_loadu_ps((const float *)w + i + 8);
+    o[0] = _mm256_loadu_ps((const float *)w + i);
+    o[1] = _mm256_loadu_ps((const float *)w + i + 8);
 }
 
-MS_AVX2 static inline void dec_bf16_avx2(const void *w, const uint8_t *s, int64_t i, __m256 *lo, __m256 *hi)
+MS_AVX2 static inline void dec_bf16_avx2(const void *w, const uint8_t *s, int64_t i, __m256 o[2])
 {
     (void)s;
     __m256i v = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
-    *lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v)), 16));
-    *hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v, 1)), 16));
+    o[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v)), 16));
+    o[1] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v, 1)), 16));
 }
 
-MS_AVX2 static inline void dec_mx_avx2(const void *w, const uint8_t *s, int64_t i, __m256 *lo, __m256 *hi)
+/* 32 E2M1 elements (one scale group) in the "mod-4" layout: of each 16, o[0] holds elements 0, 4,
+ * 8, 12 then 1, 5, 9, 13, o[1] 2, 6, 10, 14 then 3, 7, 11, 15 (mx_pos); o[2], o[3] the same for
+ * the next 16. The group's 16 bytes are broadcast to both 128-bit lanes; lane 0 keeps the low
+ * nibbles (even elements), lane 1 the high ones (odd); two vpshufb look up the two upper bytes
+ * of each value (ms_mx_tab_b; the lower two are 0), two unpacks pair them into 16-bit halves
+ * of floats, and a shift or a mask makes the floats. Four shuffles for 32 weights, none of
+ * them across lanes, no variable shift, no vpermd (slow on Zen 1, AMD's AVX2-only EPYCs). The
+ * token rows are read in the same order (ms_gemm_prep_x); tree_avx2m sums the lanes in the
+ * canonical tree. */
+MS_AVX2 static inline void dec_mx_avx2(const void *w, const uint8_t *s, int64_t i, __m256 o[4])
 {
-    __m256i tab = _mm256_load_si256((const __m256i *)ms_mx_tab_f[s[i >> 5]]);
-    uint32_t a, b;
-    memcpy(&a, (const uint8_t *)w + (i >> 1), 4);
-    memcpy(&b, (const uint8_t *)w + (i >> 1) + 4, 4);
-    *lo = ms_mx_decode8_f(tab, a);
-    *hi = ms_mx_decode8_f(tab, b);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), hi16 = _mm256_set1_epi32((int)0xffff0000u);
+    const __m128i *tb = (const __m128i *)ms_mx_tab_b[s[i >> 5]];
+    const __m256i tl = _mm256_broadcastsi128_si256(_mm_load_si128(tb)), th = _mm256_broadcastsi128_si256(_mm_load_si128(tb + 1));
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)((const uint8_t *)w + (i >> 1))));
+    __m256i n = _mm256_blend_epi32(_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 0xf0);
+    __m256i l = _mm256_shuffle_epi8(tl, n), h = _mm256_shuffle_epi8(th, n);
+    __m256i u0 = _mm256_unpacklo_epi8(l, h), u1 = _mm256_unpackhi_epi8(l, h); /* elements 0-15, 16-31 */
+    o[0] = _mm256_castsi256_ps(_mm256_slli_epi32(u0, 16));
+    o[1] = _mm256_castsi256_ps(_mm256_and_si256(u0, hi16));
+    o[2] = _mm256_castsi256_ps(_mm256_slli_epi32(u1, 16));
+    o[3] = _mm256_castsi256_ps(_mm256_and_si256(u1, hi16));
 }
 
 /* The tree of ms_gemm_dot over lanes lo (0-7) and hi (8-15), in registers: s8 = lo + hi, s4 =
@@ -142,8 +156,24 @@ MS_AVX2 static inline float tree_avx2(__m256 lo, __m256 hi)
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
-/* One tile kernel per (decoder, R, TB): the accumulators stay in registers (2 R TB ymm <= 14). */
-#define MS_TILE_AVX2(NAME, DEC, EB2, R, TB)                                                                            \
+/* The same tree over lanes in the mod-4 layout of dec_mx_avx2 (a: lanes 0, 4, 8, 12, 1, 5, 9,
+ * 13; b: 2, 6, 10, 14, 3, 7, 11, 15): swapping 64-bit halves in each 128-bit lane and adding
+ * gives s8 (a[j] + a[j + 8]), swapping neighbours and adding gives s4 (s8[j] + s8[j + 4]) in
+ * positions 0 and 4, then (s4[0] + s4[2]) + (s4[1] + s4[3]) as in tree16. */
+MS_AVX2 static inline float tree_avx2m(__m256 a, __m256 b)
+{
+    a = _mm256_add_ps(a, _mm256_permute_ps(a, 0x4e));
+    b = _mm256_add_ps(b, _mm256_permute_ps(b, 0x4e));
+    a = _mm256_add_ps(a, _mm256_permute_ps(a, 0xb1));
+    b = _mm256_add_ps(b, _mm256_permute_ps(b, 0xb1));
+    __m256 c = _mm256_add_ps(a, b); /* c[0] = s4[0] + s4[2], c[4] = s4[1] + s4[3] */
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1)));
+}
+
+/* One tile kernel per (decoder, R, TB): the accumulators stay in registers (2 R TB ymm <= 14).
+ * A step decodes S x 16 columns (S = 2 for MXFP4: a scale group), wv[2j] and wv[2j + 1] the lo
+ * and hi of its j-th 16; each accumulator still takes its elements in increasing order. */
+#define MS_TILE_AVX2(NAME, DEC, TREE, EB2, S, R, TB)                                                                            \
     MS_AVX2 static void NAME(const tile *tl)                                                                           \
     {                                                                                                                  \
         __m256 lo[R][TB], hi[R][TB];                                                                                   \
@@ -158,28 +188,31 @@ MS_AVX2 static inline float tree_avx2(__m256 lo, __m256 hi)
             _Pragma("GCC unroll 6") for (int t = 0; t < TB; t++) lo[k][t] = hi[k][t] = _mm256_setzero_ps();           \
         }                                                                                                              \
         int64_t n16 = tl->cols & ~(int64_t)15;                                                                         \
-        for (int64_t i = 0; i < n16; i += 16) {                                                                        \
+        for (int64_t i = 0; i < n16; i += 16 * (S)) {                                                                  \
             if (!(i & (128 / (EB2) - 1))) {                                                                            \
                 _Pragma("GCC unroll 6") for (int k = 0; k < R; k++)                                                   \
                     pf_row(tl->W, (const uint8_t *)w[k], tl->r + k, R, MS_ROW_BYTES(i, EB2), rb);                      \
             }                                                                                                          \
             _Pragma("GCC unroll 6") for (int k = 0; k < R; k++)                                                       \
             {                                                                                                          \
-                __m256 wl, wh;                                                                                         \
-                DEC(w[k], sc[k], i, &wl, &wh);                                                                         \
-                MS_IN_REG(wl);                                                                                         \
-                MS_IN_REG(wh);                                                                                         \
-                _Pragma("GCC unroll 6") for (int t = 0; t < TB; t++)                                                  \
+                __m256 wv[2 * (S)];                                                                                    \
+                DEC(w[k], sc[k], i, wv);                                                                               \
+                _Pragma("GCC unroll 2") for (int j = 0; j < (S); j++)                                                 \
                 {                                                                                                      \
-                    lo[k][t] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(tl->x[t] + i), lo[k][t]);                          \
-                    hi[k][t] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(tl->x[t] + i + 8), hi[k][t]);                      \
+                    MS_IN_REG(wv[2 * j]);                                                                              \
+                    MS_IN_REG(wv[2 * j + 1]);                                                                          \
+                    _Pragma("GCC unroll 6") for (int t = 0; t < TB; t++)                                              \
+                    {                                                                                                  \
+                        lo[k][t] = _mm256_fmadd_ps(wv[2 * j], _mm256_loadu_ps(tl->x[t] + i + 16 * j), lo[k][t]);      \
+                        hi[k][t] = _mm256_fmadd_ps(wv[2 * j + 1], _mm256_loadu_ps(tl->x[t] + i + 16 * j + 8), hi[k][t]); \
+                    }                                                                                                  \
                 }                                                                                                      \
             }                                                                                                          \
         }                                                                                                              \
         for (int k = 0; k < R; k++)                                                                                    \
             for (int t = 0; t < TB; t++) {                                                                             \
                 if (n16 == tl->cols) { /* no tail: the tree in registers */                                            \
-                    tl->y[t][tl->r + k] = tree_avx2(lo[k][t], hi[k][t]);                                               \
+                    tl->y[t][tl->r + k] = TREE(lo[k][t], hi[k][t]);                                                    \
                     continue;                                                                                          \
                 }                                                                                                      \
                 float a[16];                                                                                           \
@@ -192,17 +225,17 @@ MS_AVX2 static inline float tree_avx2(__m256 lo, __m256 hi)
 /* Tiles of up to two rows and three tokens (12 accumulators, 2 weight registers, x from L1):
  * each decoded weight vector serves three FMAs pairs; four rows for one token (a GEMV: eight
  * independent chains). The sizes were chosen by `moestream bench` on this project's machines. */
-#define MS_TILES_AVX2(T, DEC, EB2)                                                                                          \
-    MS_TILE_AVX2(t_##T##_a2_1_1, DEC, EB2, 1, 1)                                                                            \
-    MS_TILE_AVX2(t_##T##_a2_1_2, DEC, EB2, 1, 2)                                                                            \
-    MS_TILE_AVX2(t_##T##_a2_1_3, DEC, EB2, 1, 3)                                                                            \
-    MS_TILE_AVX2(t_##T##_a2_2_1, DEC, EB2, 2, 1)                                                                            \
-    MS_TILE_AVX2(t_##T##_a2_2_2, DEC, EB2, 2, 2)                                                                            \
-    MS_TILE_AVX2(t_##T##_a2_2_3, DEC, EB2, 2, 3)                                                                            \
-    MS_TILE_AVX2(t_##T##_a2_4_1, DEC, EB2, 4, 1)
-MS_TILES_AVX2(f32, dec_f32_avx2, 8)
-MS_TILES_AVX2(bf16, dec_bf16_avx2, 4)
-MS_TILES_AVX2(mx, dec_mx_avx2, 1)
+#define MS_TILES_AVX2(T, DEC, TREE, EB2, S)                                                                                          \
+    MS_TILE_AVX2(t_##T##_a2_1_1, DEC, TREE, EB2, S, 1, 1)                                                                            \
+    MS_TILE_AVX2(t_##T##_a2_1_2, DEC, TREE, EB2, S, 1, 2)                                                                            \
+    MS_TILE_AVX2(t_##T##_a2_1_3, DEC, TREE, EB2, S, 1, 3)                                                                            \
+    MS_TILE_AVX2(t_##T##_a2_2_1, DEC, TREE, EB2, S, 2, 1)                                                                            \
+    MS_TILE_AVX2(t_##T##_a2_2_2, DEC, TREE, EB2, S, 2, 2)                                                                            \
+    MS_TILE_AVX2(t_##T##_a2_2_3, DEC, TREE, EB2, S, 2, 3)                                                                            \
+    MS_TILE_AVX2(t_##T##_a2_4_1, DEC, TREE, EB2, S, 4, 1)
+MS_TILES_AVX2(f32, dec_f32_avx2, tree_avx2, 8, 1)
+MS_TILES_AVX2(bf16, dec_bf16_avx2, tree_avx2, 4, 1)
+MS_TILES_AVX2(mx, dec_mx_avx2, tree_avx2m, 1, 2) /* no tails: cols % 32 == 0 */
 
 typedef void (*tile_fn)(const tile *);
 /* [type][R - 1][TB - 1] (R = 1, 2, 4) */
@@ -408,7 +441,7 @@ typedef struct {
     float *y[3];       /* [TB] outputs: row k of the micro tile at y[t][k] */
     int64_t kw;
     int first;         /* first block: the lanes start at +0 */
-    int fin;           /* 0: store the lanes in s; 1: the last block, the tree into y; 2: the same, paired lanes */
+    int fin;           /* 0: store the lanes in s; 1: the last block, the tree into y; 2: the same, MXFP4's lane layout */
 } pmic;
 
 /* AVX-512 micro tile: R rows x TB tokens, R TB zmm lanes (<= 24). */
@@ -473,7 +506,7 @@ MS_PMIC_512_ROWS(8)
             _Pragma("GCC unroll 2") for (int t = 0; t < TB; t++)                                                      \
             {                                                                                                          \
                 if (m->fin) {                                                                                          \
-                    m->y[t][k] = tree_avx2(lo[k][t], hi[k][t]);                                                        \
+                    m->y[t][k] = m->fin == 2 ? tree_avx2m(lo[k][t], hi[k][t]) : tree_avx2(lo[k][t], hi[k][t]);         \
                     continue;                                                                                          \
                 }                                                                                                      \
                 _mm256_storeu_ps(m->s[t] + 16 * k, lo[k][t]);                                                          \
@@ -492,7 +525,7 @@ static const pmic_fn z_pmic[8][3] = {{pm_z_1_1, pm_z_1_2, pm_z_1_3}, {pm_z_2_1, 
 static const pmic_fn a2_pmic[3][2] = {{pm_a2_1_1, pm_a2_1_2}, {pm_a2_2_1, pm_a2_2_2}, {pm_a2_3_1, pm_a2_3_2}};
 
 /* Columns [c0, c0 + n) of row r (n % 16 == 0; for MXFP4 c0, n % 32 == 0) as float in the path's
- * layout: natural, or paired for AVX-512 MXFP4. */
+ * layout: natural, or MXFP4's (paired on AVX-512, mod-4 on AVX2). */
 MS_AVX512 static void seg_512(const ms_mat *W, int64_t r, int64_t c0, int64_t n, float *out)
 {
     const void *w = row_ptr(W, r);
@@ -505,14 +538,21 @@ MS_AVX2 static void seg_avx2(const ms_mat *W, int64_t r, int64_t c0, int64_t n, 
 {
     const void *w = row_ptr(W, r);
     const uint8_t *sc = W->scales ? W->scales + r * (W->cols / 32) : NULL;
-    for (int64_t i = 0; i < n; i += 16) {
-        __m256 lo, hi;
-        if (W->type == MS_WT_BF16)
-            dec_bf16_avx2(w, sc, c0 + i, &lo, &hi);
-        else
-            dec_mx_avx2(w, sc, c0 + i, &lo, &hi);
-        _mm256_store_ps(out + i, lo);
-        _mm256_store_ps(out + i + 8, hi);
+    __m256 o[4];
+    if (W->type == MS_WT_BF16) {
+        for (int64_t i = 0; i < n; i += 16) {
+            dec_bf16_avx2(w, sc, c0 + i, o);
+            _mm256_store_ps(out + i, o[0]);
+            _mm256_store_ps(out + i + 8, o[1]);
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i += 32) {
+        dec_mx_avx2(w, sc, c0 + i, o);
+        _mm256_store_ps(out + i, o[0]);
+        _mm256_store_ps(out + i + 8, o[1]);
+        _mm256_store_ps(out + i + 16, o[2]);
+        _mm256_store_ps(out + i + 24, o[3]);
     }
 }
 
@@ -521,7 +561,7 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
                        int level)
 {
     const int z = level == MS_SIMD_AVX512, RP = z ? 8 : 3, TB = panel_tb(level), TS = MS_PANEL_TG * TB;
-    const int paired = z && W->type == MS_WT_MXFP4;
+    const int paired = W->type == MS_WT_MXFP4; /* the decode's lane layout: paired or mod-4 */
     const int64_t cols = W->cols, n16 = cols & ~(int64_t)15, nch = (cols + 15) / 16;
     _Alignas(64) float wd[8 * MS_PANEL_KB];      /* [RP][MS_PANEL_KB] decoded row segments */
     _Alignas(64) float st[MS_PANEL_TG * 3 * 8 * 16]; /* [TS][RP][16] lanes */
@@ -597,10 +637,18 @@ void ms_gemm_rows(const ms_mat *W, const float *X, int64_t T, float *Y, int64_t 
     rows_scalar(W, X, T, Y, ldy, r0, r1);
 }
 
+/* Where element e (0-15) of each 16 sits in MXFP4's lane layout on this path: AVX-512 pairs
+ * e and e + 8 (dec_mx_512), AVX2 groups them by e mod 4 (dec_mx_avx2). */
+static inline int mx_pos(int level, int e)
+{
+    if (level == MS_SIMD_AVX512) return e < 8 ? 2 * e : 2 * (e - 8) + 1;
+    return (e & 1) * 4 + (e >> 2) + (e & 2) * 4; /* the mod-4 layout of dec_mx_avx2 */
+}
+
 const float *ms_gemm_prep_x(const ms_mat *W, const float *X, int64_t T, int level, float **owned)
 {
     *owned = NULL;
-    const int paired = level == MS_SIMD_AVX512 && W->type == MS_WT_MXFP4;
+    const int paired = level >= MS_SIMD_AVX2 && W->type == MS_WT_MXFP4; /* the decode's lane layout */
 #if MS_KERN_X86
     const int panels = level >= MS_SIMD_AVX2 && T >= panel_min(W->type, level);
 #else
@@ -608,13 +656,12 @@ const float *ms_gemm_prep_x(const ms_mat *W, const float *X, int64_t T, int leve
 #endif
     if (T == 0 || (!paired && !panels)) return X;
     const int64_t cols = W->cols, nch = (cols + 15) / 16;
-    if (!panels) { /* tiles read rows in place: only the pairing (cols % 32 == 0) */
+    int pos[16];
+    for (int e = 0; e < 16; e++) pos[e] = paired ? mx_pos(level, e) : e;
+    if (!panels) { /* tiles read rows in place: only the lane layout (cols % 32 == 0) */
         float *p = ms_malloc((size_t)(T * cols) * sizeof(float));
         for (int64_t b = 0; b < T * cols; b += 16)
-            for (int m = 0; m < 8; m++) {
-                p[b + 2 * m] = X[b + m];
-                p[b + 2 * m + 1] = X[b + m + 8];
-            }
+            for (int e = 0; e < 16; e++) p[b + pos[e]] = X[b + e];
         *owned = p;
         return p;
     }
@@ -632,11 +679,7 @@ const float *ms_gemm_prep_x(const ms_mat *W, const float *X, int64_t T, int leve
                 memcpy(dst + (c >> 4) * tb * 16, src + c, sizeof(float) * (size_t)(cols - c < 16 ? cols - c : 16));
             continue;
         }
-        for (int64_t c = 0; c < cols; c++) {
-            int pos = (int)(c & 15);
-            if (paired) pos = pos < 8 ? 2 * pos : 2 * (pos - 8) + 1;
-            dst[(c >> 4) * tb * 16 + pos] = src[c];
-        }
+        for (int64_t c = 0; c < cols; c++) dst[(c >> 4) * tb * 16 + pos[c & 15]] = src[c];
     }
     *owned = p;
     return p;

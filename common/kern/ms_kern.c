@@ -31,6 +31,9 @@ static float mx_scale[256];
 _Alignas(32) uint32_t ms_mx_tab_f[256][8];
 /* ms_mx_tab16[s][n] = e2m1_tab[n] * mx_scale[s]: the scalar formula itself, one zmm a scale. */
 _Alignas(64) float ms_mx_tab16[256][16];
+/* ms_mx_tab_b[s][n] and [s][16 + n]: bits 16-23 and 24-31 of that float (its low 16 bits are 0:
+ * at most 2 significant bits), the two byte tables of the AVX2 decode's vpshufb. */
+_Alignas(32) uint8_t ms_mx_tab_b[256][32];
 
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 
@@ -48,7 +51,14 @@ static void kern_init_once(void)
             MS_ASSERT((db & 0xffffffffu) == 0);
             ms_mx_tab_f[s][m] = fb ^ (m << 28);
         }
-        for (int n = 0; n < 16; n++) ms_mx_tab16[s][n] = e2m1_tab[n] * mx_scale[s];
+        for (int n = 0; n < 16; n++) {
+            ms_mx_tab16[s][n] = e2m1_tab[n] * mx_scale[s];
+            uint32_t fb;
+            memcpy(&fb, &ms_mx_tab16[s][n], 4);
+            MS_ASSERT((fb & 0xffffu) == 0);
+            ms_mx_tab_b[s][n] = (uint8_t)(fb >> 16);
+            ms_mx_tab_b[s][16 + n] = (uint8_t)(fb >> 24);
+        }
     }
     ms_cpu_init();
 }

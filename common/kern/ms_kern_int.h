@@ -23,6 +23,9 @@ extern _Alignas(32) uint32_t ms_mx_tab_f[256][8];
 /* The AVX-512 MXFP4 table: ms_mx_tab16[s][n] = the value of nibble n (sign included) at scale
  * byte s, the product the scalar decode computes; a row is 64 bytes (one zmm). */
 extern _Alignas(64) float ms_mx_tab16[256][16];
+/* The AVX2 MXFP4 tables: ms_mx_tab_b[s][n] = bits 16-23 of ms_mx_tab16[s][n], [s][16 + n] bits
+ * 24-31 (the other bits are 0); a row is 32 bytes, two vpshufb tables. */
+extern _Alignas(32) uint8_t ms_mx_tab_b[256][32];
 
 #if MS_KERN_X86
 /* 8 floats of elements 0..7 of the packed word w (8 nibbles, element k in bits 4k..4k+3):
