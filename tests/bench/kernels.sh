@@ -3,8 +3,8 @@
 # FMA peak of each instruction set, the memory read bandwidth, and every weight kernel (f32,
 # bf16, bf16 from trunk-pack blocks, mxfp4) at a Kimi K3 and a gpt-oss shape for T = 1..64 rows,
 # as GFLOP/s and GB/s and their ratios to the widest FP32 peak and to the bandwidth.
-# Writes docs/PERFORMANCE.md (section "Kernels against the machine's limits: CPU MODEL NAME", one
-# section per kind of machine, as machines differ) and prints it.
+# Writes docs/PERFORMANCE.md (section "Kernels against the machine's limits: CPU MODEL NAME, WIDEST
+# INSTRUCTION SET", one section per kind of machine, as machines differ) and prints it.
 # Run it on an idle machine: it measures the machine, and anything else running lowers it.
 #
 # On a shared host the limits and the kernels drift from minute to minute (this project's VMs: a
@@ -67,7 +67,8 @@ def sh(c): return subprocess.run(c, shell=True, capture_output=True, text=True).
 cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
 flags = sh("grep -o -w 'avx2\\|avx512f\\|fma' /proc/cpuinfo | sort -u | tr '\\n' ' '")
 load = open(f"{out}/uptime-before.txt").read().split("load average:")[-1].strip()
-title = f"## Kernels against the machine's limits: {cpu}"
+widest = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "scalar"
+title = f"## Kernels against the machine's limits: {cpu}, {widest}" # one CPU name covers several kinds
 L = [title + "\n",
      f"Measured {datetime.date.today()} at commit `{commit}` on {cpu} ({os.cpu_count()} CPUs; {flags.strip()}), "
      f"load average before: {load}. Command: `bash tests/bench/kernels.sh` (`moestream bench --json` with 1 "
@@ -140,7 +141,10 @@ L.append("How (ms_kern.h, ms_gemm.c): the weight matmuls accumulate in FP32 with
          "micro tiles, the token rows interleaved in groups of 3 so a micro tile reads one stream, the lanes "
          "carried in memory from block to block. AVX-512 decodes 16 MXFP4 weights in two instructions (a 64-bit "
          "shift pairs nibbles m and m + 8 in each lane, vpermps looks up the scale's 16 values; the token rows are "
-         "read in the same paired order and the tree pairs the lanes back) and 16 BF16 weights in one vpermw. "
+         "read in the same paired order and the tree pairs the lanes back) and 16 BF16 weights in one vpermw; AVX2 "
+         "decodes a scale group of 32 MXFP4 weights with four in-lane shuffles (the 16 bytes in both 128-bit lanes, "
+         "low nibbles in one and high in the other, two vpshufb look up the upper two bytes of each float, two "
+         "unpacks pair them), in lanes grouped by element mod 4. "
          + rng_text(tn) + "\n")
 text = "\n".join(L) + "\n"
 print(text)
