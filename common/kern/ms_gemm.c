@@ -390,7 +390,9 @@ static void rows_tiled(const ms_mat *W, const float *X, int64_t T, float *Y, int
     for (int64_t r = r0; r < r1;) {
         int R = r1 - r >= rmax ? rmax : r1 - r >= 2 ? 2 : 1;
         for (int64_t t = 0; t < T;) {
-            int tb = T - t >= tbmax ? tbmax : (int)(T - t);
+            /* tokens spread evenly over the fewest groups (4 on AVX2: 2 + 2, not 3 + 1) */
+            int64_t groups = (T - t + tbmax - 1) / tbmax;
+            int tb = (int)((T - t + groups - 1) / groups);
             if (R == 4 && level == MS_SIMD_AVX2) tb = 1; /* (T == 1 here) */
             for (int k = 0; k < tb; k++) {
                 tl.x[k] = X + (t + k) * W->cols;
