@@ -16,7 +16,9 @@
  * s8[j] = a[j] + a[j + 8] (j < 8), s4[j] = s8[j] + s8[j + 4] (j < 4), y = (s4[0] + s4[2]) +
  * (s4[1] + s4[3]). The scalar path does exactly this with fmaf (ms_gemm_dot); the AVX2 path
  * keeps a dot's lanes in two ymm registers, the AVX-512 path in one zmm, and both finish the
- * tail (cols % 16) and the tree as the scalar path does. The lane count is 16 so that every
+ * tail (cols % 16) and the tree as the scalar path does. (Which register position holds which
+ * lane may differ: for MXFP4 the decodes yield lanes paired (AVX-512) or grouped by i % 4
+ * (AVX2), the token rows are permuted to match and the trees add the same lanes.) The lane count is 16 so that every
  * path holds whole lanes, and the order depends on nothing else: not on T or how rows and
  * tokens are tiled, the thread count, the instruction set, the budget, streamed or resident,
  * packed or raw rows, or which worker computes. (Before this contract the sums were in double:
