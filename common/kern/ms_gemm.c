@@ -480,7 +480,10 @@ MS_PMIC_512_ROWS(2)
 MS_PMIC_512_ROWS(4)
 MS_PMIC_512_ROWS(8)
 
-/* AVX2 micro tile: R rows x TB tokens, 2 R TB ymm lanes (<= 12). */
+/* AVX2 micro tile: R rows x TB tokens, 2 R TB ymm lanes (<= 12). Each 8-column half of a step
+ * holds the TB token vectors in registers and loads each row's weight vector once: R + TB loads
+ * for R TB FMAs. (Holding the weights and folding the tokens into the FMAs took R + R TB loads,
+ * and on Zen 1, one 256-bit load and one 256-bit FMA a cycle, bound the tile by its loads.) */
 #define MS_PMIC_AVX2(NAME, R, TB)                                                                                      \
     MS_AVX2 static void NAME(const pmic *m)                                                                            \
     {                                                                                                                  \
@@ -492,16 +495,28 @@ MS_PMIC_512_ROWS(8)
                 hi[k][t] = m->first ? _mm256_setzero_ps() : _mm256_loadu_ps(m->s[t] + 16 * k + 8);                    \
             }                                                                                                          \
         for (int64_t i = 0; i < m->kw; i += 16) {                                                                      \
+            __m256 xv[TB];                                                                                             \
+            _Pragma("GCC unroll 2") for (int t = 0; t < TB; t++)                                                      \
+            {                                                                                                          \
+                xv[t] = _mm256_loadu_ps(m->x + i * TB + 16 * t);                                                       \
+                MS_IN_REG(xv[t]);                                                                                      \
+            }                                                                                                          \
             _Pragma("GCC unroll 3") for (int k = 0; k < R; k++)                                                       \
             {                                                                                                          \
-                __m256 wl = _mm256_loadu_ps(m->w + k * m->ws + i), wh = _mm256_loadu_ps(m->w + k * m->ws + i + 8);                       \
+                __m256 wl = _mm256_loadu_ps(m->w + k * m->ws + i);                                                     \
                 MS_IN_REG(wl);                                                                                         \
+                _Pragma("GCC unroll 2") for (int t = 0; t < TB; t++) lo[k][t] = _mm256_fmadd_ps(wl, xv[t], lo[k][t]);  \
+            }                                                                                                          \
+            _Pragma("GCC unroll 2") for (int t = 0; t < TB; t++)                                                      \
+            {                                                                                                          \
+                xv[t] = _mm256_loadu_ps(m->x + i * TB + 16 * t + 8);                                                   \
+                MS_IN_REG(xv[t]);                                                                                      \
+            }                                                                                                          \
+            _Pragma("GCC unroll 3") for (int k = 0; k < R; k++)                                                       \
+            {                                                                                                          \
+                __m256 wh = _mm256_loadu_ps(m->w + k * m->ws + i + 8);                                                 \
                 MS_IN_REG(wh);                                                                                         \
-                _Pragma("GCC unroll 2") for (int t = 0; t < TB; t++)                                                  \
-                {                                                                                                      \
-                    lo[k][t] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(m->x + i * TB + 16 * t), lo[k][t]);                \
-                    hi[k][t] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(m->x + i * TB + 16 * t + 8), hi[k][t]);            \
-                }                                                                                                      \
+                _Pragma("GCC unroll 2") for (int t = 0; t < TB; t++) hi[k][t] = _mm256_fmadd_ps(wh, xv[t], hi[k][t]);  \
             }                                                                                                          \
         }                                                                                                              \
         _Pragma("GCC unroll 3") for (int k = 0; k < R; k++)                                                           \
