@@ -30,6 +30,23 @@ static inline float elem(ms_wtype ty, const void *w, int64_t c)
     return ty == MS_WT_F32 ? ((const float *)w)[c] : ms_bf16_to_f32(((const uint16_t *)w)[c]);
 }
 
+/* Where element e (0-15) of each 16 sits in the lanes of the given path's decode of type ty:
+ * in order, or for MXFP4 paired with e + 8 (AVX-512, dec_mx_512) or grouped by e mod 4 (AVX2,
+ * dec_mx_avx2), for BF16 on AVX2 in the half layout of dec_bf16_avx2. */
+static inline int lane_pos(ms_wtype ty, int level, int e)
+{
+    if (level < MS_SIMD_AVX2 || ty == MS_WT_F32) return e;
+    if (ty == MS_WT_BF16) return level == MS_SIMD_AVX512 ? e : (e & 3) + ((e & 4) << 1) + ((e & 8) >> 1);
+    if (level == MS_SIMD_AVX512) return e < 8 ? 2 * e : 2 * (e - 8) + 1;
+    return (e & 1) * 4 + (e >> 2) + (e & 2) * 4;
+}
+
+/* Lanes l[16] stored in the path's layout, back in order into a[16]. */
+static inline void lanes_unperm(ms_wtype ty, int level, const float *l, float a[16])
+{
+    for (int e = 0; e < 16; e++) a[e] = l[lane_pos(ty, level, e)];
+}
+
 /* Scalar path: decode each row once, then one canonical dot per token. */
 static void rows_scalar(const ms_mat *W, const float *X, int64_t T, float *Y, int64_t ldy, int64_t r0, int64_t r1)
 {
@@ -114,12 +131,16 @@ MS_AVX2 static inline void dec_f32_avx2(const void *w, const uint8_t *s, int64_t
     o[1] = _mm256_loadu_ps((const float *)w + i + 8);
 }
 
+/* 16 BF16 elements in the "half" layout: o[0] holds elements 0-3 then 8-11, o[1] 4-7 then 12-15
+ * (bf16_pos). Unpacking the 16 words with zeros below them makes the floats with two in-lane
+ * instructions, where widening in order took an extract, two zero-extends and two shifts:
+ * a one-token BF16 step on Zen 1 was bound by that decode, not by memory. */
 MS_AVX2 static inline void dec_bf16_avx2(const void *w, const uint8_t *s, int64_t i, __m256 o[2])
 {
     (void)s;
     __m256i v = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
-    o[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v)), 16));
-    o[1] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v, 1)), 16));
+    o[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), v));
+    o[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), v));
 }
 
 /* 32 E2M1 elements (one scale group) in the "mod-4" layout: of each 16, o[0] holds elements 0, 4,
@@ -152,6 +173,16 @@ MS_AVX2 static inline float tree_avx2(__m256 lo, __m256 hi)
 {
     __m256 s8 = _mm256_add_ps(lo, hi);
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 t = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+/* The same tree over lanes in the half layout of dec_bf16_avx2 (a: lanes 0-3, 8-11; b: 4-7,
+ * 12-15): s8[0..3] = a's halves added, s8[4..7] = b's, s4 = the two added, then as tree_avx2. */
+MS_AVX2 static inline float tree_avx2h(__m256 a, __m256 b)
+{
+    __m128 s4 = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)),
+                           _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1)));
     __m128 t = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
@@ -215,9 +246,10 @@ MS_AVX2 static inline float tree_avx2m(__m256 a, __m256 b)
                     tl->y[t][tl->r + k] = TREE(lo[k][t], hi[k][t]);                                                    \
                     continue;                                                                                          \
                 }                                                                                                      \
-                float a[16];                                                                                           \
-                _mm256_storeu_ps(a, lo[k][t]);                                                                         \
-                _mm256_storeu_ps(a + 8, hi[k][t]);                                                                     \
+                float l[16], a[16];                                                                                    \
+                _mm256_storeu_ps(l, lo[k][t]);                                                                         \
+                _mm256_storeu_ps(l + 8, hi[k][t]);                                                                     \
+                lanes_unperm(tl->W->type, MS_SIMD_AVX2, l, a);                                                         \
                 finish(tl, k, t, a, n16);                                                                              \
             }                                                                                                          \
     }
@@ -234,7 +266,7 @@ MS_AVX2 static inline float tree_avx2m(__m256 a, __m256 b)
     MS_TILE_AVX2(t_##T##_a2_2_3, DEC, TREE, EB2, S, 2, 3)                                                                            \
     MS_TILE_AVX2(t_##T##_a2_4_1, DEC, TREE, EB2, S, 4, 1)
 MS_TILES_AVX2(f32, dec_f32_avx2, tree_avx2, 8, 1)
-MS_TILES_AVX2(bf16, dec_bf16_avx2, tree_avx2, 4, 1)
+MS_TILES_AVX2(bf16, dec_bf16_avx2, tree_avx2h, 4, 1)
 MS_TILES_AVX2(mx, dec_mx_avx2, tree_avx2m, 1, 2) /* no tails: cols % 32 == 0 */
 
 typedef void (*tile_fn)(const tile *);
@@ -443,7 +475,8 @@ typedef struct {
     float *y[3];       /* [TB] outputs: row k of the micro tile at y[t][k] */
     int64_t kw;
     int first;         /* first block: the lanes start at +0 */
-    int fin;           /* 0: store the lanes in s; 1: the last block, the tree into y; 2: the same, MXFP4's lane layout */
+    int fin;           /* 0: store the lanes in s; the last block, the tree into y: 1 lanes in order,
+                          2 MXFP4's layout (paired or mod-4), 3 BF16's half layout (AVX2) */
 } pmic;
 
 /* AVX-512 micro tile: R rows x TB tokens, R TB zmm lanes (<= 24). */
@@ -523,7 +556,9 @@ MS_PMIC_512_ROWS(8)
             _Pragma("GCC unroll 2") for (int t = 0; t < TB; t++)                                                      \
             {                                                                                                          \
                 if (m->fin) {                                                                                          \
-                    m->y[t][k] = m->fin == 2 ? tree_avx2m(lo[k][t], hi[k][t]) : tree_avx2(lo[k][t], hi[k][t]);         \
+                    m->y[t][k] = m->fin == 2   ? tree_avx2m(lo[k][t], hi[k][t])                                          \
+                                 : m->fin == 3 ? tree_avx2h(lo[k][t], hi[k][t])                                          \
+                                               : tree_avx2(lo[k][t], hi[k][t]);                                          \
                     continue;                                                                                          \
                 }                                                                                                      \
                 _mm256_storeu_ps(m->s[t] + 16 * k, lo[k][t]);                                                          \
@@ -542,7 +577,7 @@ static const pmic_fn z_pmic[8][3] = {{pm_z_1_1, pm_z_1_2, pm_z_1_3}, {pm_z_2_1, 
 static const pmic_fn a2_pmic[3][2] = {{pm_a2_1_1, pm_a2_1_2}, {pm_a2_2_1, pm_a2_2_2}, {pm_a2_3_1, pm_a2_3_2}};
 
 /* Columns [c0, c0 + n) of row r (n % 16 == 0; for MXFP4 c0, n % 32 == 0) as float in the path's
- * layout: natural, or MXFP4's (paired on AVX-512, mod-4 on AVX2). */
+ * layout (lane_pos). */
 MS_AVX512 static void seg_512(const ms_mat *W, int64_t r, int64_t c0, int64_t n, float *out)
 {
     const void *w = row_ptr(W, r);
@@ -578,7 +613,8 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
                        int level)
 {
     const int z = level == MS_SIMD_AVX512, RP = z ? 8 : 3, TB = panel_tb(level), TS = MS_PANEL_TG * TB;
-    const int paired = W->type == MS_WT_MXFP4; /* the decode's lane layout: paired or mod-4 */
+    /* the tree for the decode's lane layout (lane_pos) */
+    const int tree = W->type == MS_WT_MXFP4 ? 2 : W->type == MS_WT_BF16 && !z ? 3 : 1;
     const int64_t cols = W->cols, n16 = cols & ~(int64_t)15, nch = (cols + 15) / 16;
     _Alignas(64) float wd[8 * MS_PANEL_KB];      /* [RP][MS_PANEL_KB] decoded row segments */
     _Alignas(64) float st[MS_PANEL_TG * 3 * 8 * 16]; /* [TS][RP][16] lanes */
@@ -590,7 +626,7 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
                 pmic m;
                 m.kw = n16 - kb < MS_PANEL_KB ? n16 - kb : MS_PANEL_KB;
                 m.first = kb == 0;
-                m.fin = kb + m.kw < cols ? 0 : paired ? 2 : 1; /* the last block, and no tail */
+                m.fin = kb + m.kw < cols ? 0 : tree; /* the last block, and no tail */
                 const float *w0 = wd; /* row k of the panel's segment at w0 + k * m.ws */
                 m.ws = MS_PANEL_KB;
                 if (W->type == MS_WT_F32) {
@@ -625,9 +661,9 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
             if (n16 == cols) continue; /* the micro tiles wrote the trees (MXFP4 always) */
             for (int t = 0; t < nt; t++)
                 for (int k = 0; k < nr; k++) {
-                    float *a = st + (t * RP + k) * 16;
+                    float a[16] = {0};
                     float *y = Y + (ts + t) * ldy + rp + k;
-                    if (n16 == 0) memset(a, 0, 16 * sizeof(float));
+                    if (n16) lanes_unperm(W->type, level, st + (t * RP + k) * 16, a);
                     const void *w = row_ptr(W, rp + k);
                     int64_t g0 = (ts + t) / TB * TB, tb = T - g0 < TB ? T - g0 : TB;
                     const float *x = X + g0 * nch * 16 + n16 * tb + (ts + t - g0) * 16; /* the tail chunk */
@@ -654,31 +690,27 @@ void ms_gemm_rows(const ms_mat *W, const float *X, int64_t T, float *Y, int64_t 
     rows_scalar(W, X, T, Y, ldy, r0, r1);
 }
 
-/* Where element e (0-15) of each 16 sits in MXFP4's lane layout on this path: AVX-512 pairs
- * e and e + 8 (dec_mx_512), AVX2 groups them by e mod 4 (dec_mx_avx2). */
-static inline int mx_pos(int level, int e)
-{
-    if (level == MS_SIMD_AVX512) return e < 8 ? 2 * e : 2 * (e - 8) + 1;
-    return (e & 1) * 4 + (e >> 2) + (e & 2) * 4; /* the mod-4 layout of dec_mx_avx2 */
-}
-
 const float *ms_gemm_prep_x(const ms_mat *W, const float *X, int64_t T, int level, float **owned)
 {
     *owned = NULL;
-    const int paired = level >= MS_SIMD_AVX2 && W->type == MS_WT_MXFP4; /* the decode's lane layout */
+    int pos[16], perm = 0; /* the decode's lane layout (lane_pos): the token rows follow it */
+    for (int e = 0; e < 16; e++) perm |= (pos[e] = lane_pos(W->type, level, e)) != e;
 #if MS_KERN_X86
     const int panels = level >= MS_SIMD_AVX2 && T >= panel_min(W->type, level);
 #else
     const int panels = 0;
 #endif
-    if (T == 0 || (!paired && !panels)) return X;
-    const int64_t cols = W->cols, nch = (cols + 15) / 16;
-    int pos[16];
-    for (int e = 0; e < 16; e++) pos[e] = paired ? mx_pos(level, e) : e;
-    if (!panels) { /* tiles read rows in place: only the lane layout (cols % 32 == 0) */
+    if (T == 0 || (!perm && !panels)) return X;
+    const int64_t cols = W->cols, n16 = cols & ~(int64_t)15, nch = (cols + 15) / 16;
+    if (!panels) { /* tiles read rows in place: only the lane layout (the tail stays in order) */
         float *p = ms_malloc((size_t)(T * cols) * sizeof(float));
-        for (int64_t b = 0; b < T * cols; b += 16)
-            for (int e = 0; e < 16; e++) p[b + pos[e]] = X[b + e];
+        for (int64_t t = 0; t < T; t++) {
+            const float *src = X + t * cols;
+            float *dst = p + t * cols;
+            for (int64_t c = 0; c < n16; c += 16)
+                for (int e = 0; e < 16; e++) dst[c + pos[e]] = src[c + e];
+            memcpy(dst + n16, src + n16, sizeof(float) * (size_t)(cols - n16));
+        }
         *owned = p;
         return p;
     }
@@ -691,12 +723,12 @@ const float *ms_gemm_prep_x(const ms_mat *W, const float *X, int64_t T, int leve
         int64_t g0 = t / TB * TB, tb = T - g0 < TB ? T - g0 : TB;
         float *dst = p + g0 * nch * 16 + (t - g0) * 16;
         const float *src = X + t * cols;
-        if (!paired) {
+        if (!perm) {
             for (int64_t c = 0; c < cols; c += 16)
                 memcpy(dst + (c >> 4) * tb * 16, src + c, sizeof(float) * (size_t)(cols - c < 16 ? cols - c : 16));
             continue;
         }
-        for (int64_t c = 0; c < cols; c++) dst[(c >> 4) * tb * 16 + pos[c & 15]] = src[c];
+        for (int64_t c = 0; c < cols; c++) dst[(c >> 4) * tb * 16 + (c < n16 ? pos[c & 15] : c & 15)] = src[c];
     }
     *owned = p;
     return p;

@@ -18,7 +18,8 @@
  * keeps a dot's lanes in two ymm registers, the AVX-512 path in one zmm, and both finish the
  * tail (cols % 16) and the tree as the scalar path does. (Which register position holds which
  * lane may differ: for MXFP4 the decodes yield lanes paired (AVX-512) or grouped by i % 4
- * (AVX2), the token rows are permuted to match and the trees add the same lanes.) The lane count is 16 so that every
+ * (AVX2), for BF16 on AVX2 lanes 0-3 and 8-11 in one register and 4-7 and 12-15 in the other;
+ * the token rows are permuted to match and the trees add the same lanes.) The lane count is 16 so that every
  * path holds whole lanes, and the order depends on nothing else: not on T or how rows and
  * tokens are tiled, the thread count, the instruction set, the budget, streamed or resident,
  * packed or raw rows, or which worker computes. (Before this contract the sums were in double:
