@@ -444,11 +444,18 @@ static void rows_tiled(const ms_mat *W, const float *X, int64_t T, float *Y, int
  *
  * Tiles decode a weight vector once per group of up to 6 tokens and read both operands from L2.
  * For T >= panel_min(type, path) a panel of up to 8 rows instead goes through the columns in blocks of
- * MS_PANEL_KB: each block of its rows is decoded once into float (wd, L1), then every token
+ * panel_kb(path) columns: each block of its rows is decoded once into float (wd), then every token
  * runs over it, the 16 lanes of each (row, token) carried from block to block in st. A lane
  * still takes element i in increasing i, so every output is the same canonical dot as on the
  * tiles and the scalar path; only where the partial lanes wait between blocks changes. */
-enum { MS_PANEL_KB = 512, MS_PANEL_TG = 14 /* token groups a pass over a panel: 42 tokens on AVX-512 */ };
+enum { MS_PANEL_TG = 14 /* token groups a pass over a panel: 42 tokens on AVX-512 */ };
+
+/* Columns a block (a multiple of 32). AVX-512: 512, the decoded block of 8 rows in L1 (measured
+ * on the Xeon and on Zen 5). AVX2: whole rows of every K3 and gpt-oss matrix (cols <= 7168):
+ * on Zen 1 each block's carried lanes cost more than L2 instead of L1 for the decoded rows and
+ * the tokens (moestream bench, 2 threads, bf16 T=64: 62.8 GFLOP/s with 512-column blocks, 66.6
+ * with 1024, 70.5 with 4096). */
+static inline int64_t panel_kb(int level) { return level == MS_SIMD_AVX512 ? 512 : 8192; }
 
 /* From how many tokens panels beat tiles (measured with `moestream bench` and one thread, both
  * paths): at once for F32 rows, which panels read in place; for BF16 and MXFP4 rows once decoding
@@ -616,28 +623,31 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
     /* the tree for the decode's lane layout (lane_pos) */
     const int tree = W->type == MS_WT_MXFP4 ? 2 : W->type == MS_WT_BF16 && !z ? 3 : 1;
     const int64_t cols = W->cols, n16 = cols & ~(int64_t)15, nch = (cols + 15) / 16;
-    _Alignas(64) float wd[8 * MS_PANEL_KB];      /* [RP][MS_PANEL_KB] decoded row segments */
+    const int64_t KB = panel_kb(level);
+    /* [RP][KB] decoded row segments, 64-byte aligned (F32 rows are read in place) */
+    float *wbuf = W->type == MS_WT_F32 ? NULL : ms_malloc(sizeof(float) * (size_t)(RP * KB) + 64);
+    float *wd = wbuf ? (float *)(((uintptr_t)wbuf + 63) & ~(uintptr_t)63) : NULL;
     _Alignas(64) float st[MS_PANEL_TG * 3 * 8 * 16]; /* [TS][RP][16] lanes */
     for (int64_t rp = r0; rp < r1; rp += RP) {
         int nr = r1 - rp < RP ? (int)(r1 - rp) : RP;
         for (int64_t ts = 0; ts < T; ts += TS) {
             int nt = T - ts < TS ? (int)(T - ts) : TS;
-            for (int64_t kb = 0; kb < n16; kb += MS_PANEL_KB) {
+            for (int64_t kb = 0; kb < n16; kb += KB) {
                 pmic m;
-                m.kw = n16 - kb < MS_PANEL_KB ? n16 - kb : MS_PANEL_KB;
+                m.kw = n16 - kb < KB ? n16 - kb : KB;
                 m.first = kb == 0;
                 m.fin = kb + m.kw < cols ? 0 : tree; /* the last block, and no tail */
                 const float *w0 = wd; /* row k of the panel's segment at w0 + k * m.ws */
-                m.ws = MS_PANEL_KB;
+                m.ws = KB;
                 if (W->type == MS_WT_F32) {
                     w0 = (const float *)W->data + rp * cols + kb;
                     m.ws = cols;
                 } else {
                     for (int k = 0; k < nr; k++) {
                         if (z)
-                            seg_512(W, rp + k, kb, m.kw, wd + k * MS_PANEL_KB);
+                            seg_512(W, rp + k, kb, m.kw, wd + k * KB);
                         else
-                            seg_avx2(W, rp + k, kb, m.kw, wd + k * MS_PANEL_KB);
+                            seg_avx2(W, rp + k, kb, m.kw, wd + k * KB);
                     }
                 }
                 for (int t = 0; t < nt; t += TB) {
@@ -672,6 +682,7 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
                 }
         }
     }
+    free(wbuf);
 }
 #endif /* MS_KERN_X86 */
 

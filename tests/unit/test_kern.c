@@ -559,8 +559,9 @@ static void test_matmul(void)
     }
     /* panels (F32 from 4 tokens; BF16 and MXFP4 from 8 on AVX2; on AVX-512 from 24 and 32 on
      * Intel, 64 and 96 on AMD): rows in panels of 8 (AVX-512) or 3 (AVX2) with every remainder,
-     * columns in blocks of 512 with the lanes carried over, tokens in passes of 42 (AVX-512) or 28
-     * (AVX2): 65 and 70 take a second and a third, 100 and 130 panels on every machine */
+     * columns in blocks of 512 (AVX-512) or 8192 (AVX2: rows wider than that carry the lanes over
+     * too), tokens in passes of 42 (AVX-512) or 28 (AVX2): 65 and 70 take a second and a third,
+     * 100 and 130 panels on every machine */
     static const int Tp[] = {24, 32, 65, 70, 100, 130};
     for (size_t k = 0; k < sizeof Tp / sizeof Tp[0]; k++) {
         g_T = Tp[k];
@@ -568,6 +569,8 @@ static void test_matmul(void)
         check_matmul(MS_WT_BF16, 13, 1100, 2, pools);
         check_matmul(MS_WT_MXFP4, 21, 3584, 2, pools);
         check_matmul(MS_WT_MXFP4, 5, 96, 1, pools);
+        check_matmul(MS_WT_BF16, 4, 8200, 2, pools);
+        check_matmul(MS_WT_MXFP4, 4, 8224, 2, pools);
     }
     g_T = 5;
     for (int i = 1; i < 4; i++) ms_pool_free(pools[i]);
