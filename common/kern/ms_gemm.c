@@ -460,14 +460,15 @@ static inline int64_t panel_kb(int level) { return level == MS_SIMD_AVX512 ? 512
 /* From how many tokens panels beat tiles (measured with `moestream bench` and one thread, both
  * paths): at once for F32 rows, which panels read in place; for BF16 and MXFP4 rows once decoding
  * a block to memory is shared by enough tokens. The AVX2 tiles (2 x 3) lose from 8-16 tokens on
- * both machines measured. The AVX-512 tiles (4 x 6, the decode in registers) held out to 24-32
+ * both machines measured; on Zen 1, with whole-row panels, MXFP4 tiles lose from 5 (2 threads:
+ * 41.4 against 42-44 GFLOP/s at 5, 42.8 against 48 at 6; at 3 tiles 43, panels 31-34). The AVX-512 tiles (4 x 6, the decode in registers) held out to 24-32
  * tokens on this project's Xeon; on Zen 5 (AMD EPYC), with the tiles' prefetch, MXFP4 tiles beat
  * panels through 64 tokens (185 against 147 GFLOP/s at 64) and lose from 128, BF16 tiles win
  * at 32 and tie at 64. */
 static inline int panel_min(ms_wtype type, int level)
 {
     if (type == MS_WT_F32) return 4;
-    if (level != MS_SIMD_AVX512) return 8;
+    if (level != MS_SIMD_AVX512) return type == MS_WT_BF16 ? 8 : 5;
     if (ms_cpu_is_amd()) return type == MS_WT_BF16 ? 64 : 96;
     return type == MS_WT_BF16 ? 24 : 32;
 }

@@ -115,8 +115,8 @@ def rng_text(d):
             f"(every tile prefetches each of its rows 1 KiB ahead: with the hardware prefetchers alone an MXFP4 "
             f"GEMV from memory ran at half its in-cache speed, 6.6 GB/s a thread on Zen 5, and BF16 at 22); at "
             f"T >= 16 BF16 reaches {rng('bf16', many, 'peak_ratio')} of the FMA peak and MXFP4 "
-            f"{rng('mxfp4', many, 'peak_ratio')} (issue 18's target: 60%): what is lost is loads, the tiles' token rows "
-            f"from L2 and, past the crossover, a panel's decode and its lanes carried in memory.")
+            f"{rng('mxfp4', many, 'peak_ratio')} (issue 18's target: 60%): what is lost is a panel's decode, its lanes "
+            f"carried in memory and, below the crossover, the tiles' token rows read from L2 for every FMA.")
 a2 = best("tn-avx2")
 if a2:
     p2 = a2["fma_peak_gflops"]["fp32-avx2"]
@@ -135,16 +135,20 @@ L.append("How (ms_kern.h, ms_gemm.c): the weight matmuls accumulate in FP32 with
          "canonical order, 16 lanes a dot product then a fixed tree, the same on the scalar, AVX2 and AVX-512 paths. "
          "Few tokens run in register tiles: AVX-512 4 rows x 6 tokens (24 dot products in registers, each decoded "
          "weight vector loaded once and serving 6 FMAs), AVX2 2 x 3, one-token steps 4 rows at a time. Many tokens "
-         "(F32 from 4; BF16 and MXFP4 from 8 on AVX2; on AVX-512 from 24 and 32 on Intel, from 64 and 96 on AMD, "
-         "where the tiles lose) run in panels: "
-         "a block of up to 8 rows x 512 columns decoded once into L1 as float, every token run over it in 8 x 3 "
-         "micro tiles, the token rows interleaved in groups of 3 so a micro tile reads one stream, the lanes "
-         "carried in memory from block to block. AVX-512 decodes 16 MXFP4 weights in two instructions (a 64-bit "
+         "(F32 from 4; on AVX2 BF16 from 8 and MXFP4 from 5; on AVX-512 BF16 and MXFP4 from 24 and 32 on Intel, "
+         "from 64 and 96 on AMD, where the tiles lose) run in panels: a block of a few rows (8 on AVX-512, 3 on "
+         "AVX2) decoded once as float, 512 columns on AVX-512 (in L1) and whole rows on AVX2 (on Zen 1 the lanes "
+         "carried from block to block cost more than reading from L2), every token run over it in micro tiles: "
+         "8 rows x 3 tokens on AVX-512; 3 x 2 on AVX2, where each 8-column step holds the two token vectors in "
+         "registers and loads each weight vector once (10 loads for 12 FMAs: Zen 1 issues one 256-bit load and "
+         "one 256-bit FMA a cycle). The token rows are interleaved in groups so a micro tile reads one stream. "
+         "AVX-512 decodes 16 MXFP4 weights in two instructions (a 64-bit "
          "shift pairs nibbles m and m + 8 in each lane, vpermps looks up the scale's 16 values; the token rows are "
          "read in the same paired order and the tree pairs the lanes back) and 16 BF16 weights in one vpermw; AVX2 "
          "decodes a scale group of 32 MXFP4 weights with four in-lane shuffles (the 16 bytes in both 128-bit lanes, "
          "low nibbles in one and high in the other, two vpshufb look up the upper two bytes of each float, two "
-         "unpacks pair them), in lanes grouped by element mod 4. "
+         "unpacks pair them), in lanes grouped by element mod 4, and 16 BF16 weights by unpacking them with zeros "
+         "(lanes 0-3 and 8-11 in one register, 4-7 and 12-15 in the other). "
          + rng_text(tn) + "\n")
 text = "\n".join(L) + "\n"
 print(text)

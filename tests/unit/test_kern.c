@@ -557,7 +557,7 @@ static void test_matmul(void)
         check_matmul(MS_WT_BF16, 9, 1029, 2, pools);
         check_matmul(MS_WT_MXFP4, 11, 96, 2, pools);
     }
-    /* panels (F32 from 4 tokens; BF16 and MXFP4 from 8 on AVX2; on AVX-512 from 24 and 32 on
+    /* panels (F32 from 4 tokens; on AVX2 BF16 from 8 and MXFP4 from 5; on AVX-512 from 24 and 32 on
      * Intel, 64 and 96 on AMD): rows in panels of 8 (AVX-512) or 3 (AVX2) with every remainder,
      * columns in blocks of 512 (AVX-512) or 8192 (AVX2: rows wider than that carry the lanes over
      * too), tokens in passes of 42 (AVX-512) or 28 (AVX2): 65 and 70 take a second and a third,
