@@ -268,6 +268,13 @@ MS_AVX2 static inline float tree_avx2m(__m256 a, __m256 b)
 MS_TILES_AVX2(f32, dec_f32_avx2, tree_avx2, 8, 1)
 MS_TILES_AVX2(bf16, dec_bf16_avx2, tree_avx2h, 4, 1)
 MS_TILES_AVX2(mx, dec_mx_avx2, tree_avx2m, 1, 2) /* no tails: cols % 32 == 0 */
+/* MXFP4 at 4-6 tokens: one row, each decoded group serving all the tokens. The decode (a dozen
+ * instructions for 32 weights) is the cost, so a tile is as fast as it has tokens: on Zen 1, 2
+ * threads, k3 expert up, 2 x 2 + 2 x 2 tiles gave 39 GFLOP/s at 4 tokens, 1 x 4 53; at 5 and 6
+ * tokens panels 42-47, 1 x 5 and 1 x 6 56-59 (at 7, two tiles tie with panels: 48-49). */
+MS_TILE_AVX2(t_mx_a2_1_4, dec_mx_avx2, tree_avx2m, 1, 2, 1, 4)
+MS_TILE_AVX2(t_mx_a2_1_5, dec_mx_avx2, tree_avx2m, 1, 2, 1, 5)
+MS_TILE_AVX2(t_mx_a2_1_6, dec_mx_avx2, tree_avx2m, 1, 2, 1, 6)
 
 typedef void (*tile_fn)(const tile *);
 /* [type][R - 1][TB - 1] (R = 1, 2, 4) */
@@ -277,7 +284,8 @@ static const tile_fn avx2_tiles[3][4][6] = {
      {t_##T##_a2_2_1, t_##T##_a2_2_2, t_##T##_a2_2_3},                                                                 \
      {0},                                                                                                              \
      {t_##T##_a2_4_1}}
-    ROW(f32), ROW(bf16), ROW(mx)
+    ROW(f32), ROW(bf16),
+    {{t_mx_a2_1_1, t_mx_a2_1_2, t_mx_a2_1_3, t_mx_a2_1_4, t_mx_a2_1_5, t_mx_a2_1_6}, {t_mx_a2_2_1, t_mx_a2_2_2, t_mx_a2_2_3}, {0}, {t_mx_a2_4_1}}
 #undef ROW
 };
 
@@ -418,6 +426,7 @@ static void rows_tiled(const ms_mat *W, const float *X, int64_t T, float *Y, int
     int ty = W->type == MS_WT_F32 ? 0 : W->type == MS_WT_BF16 ? 1 : 2;
     int tbmax = level == MS_SIMD_AVX512 ? 6 : 3;
     int rmax = T == 1 || level == MS_SIMD_AVX512 ? 4 : 2; /* a GEMV: more rows, more chains */
+    if (level == MS_SIMD_AVX2 && ty == 2 && T >= 4 && T <= 6) rmax = 1, tbmax = (int)T; /* t_mx_a2_1_4 .. 6 */
     tile tl = {W, 0, W->cols, {0}, {0}};
     for (int64_t r = r0; r < r1;) {
         int R = r1 - r >= rmax ? rmax : r1 - r >= 2 ? 2 : 1;
@@ -460,15 +469,15 @@ static inline int64_t panel_kb(int level) { return level == MS_SIMD_AVX512 ? 512
 /* From how many tokens panels beat tiles (measured with `moestream bench` and one thread, both
  * paths): at once for F32 rows, which panels read in place; for BF16 and MXFP4 rows once decoding
  * a block to memory is shared by enough tokens. The AVX2 tiles (2 x 3) lose from 8-16 tokens on
- * both machines measured; on Zen 1, with whole-row panels, MXFP4 tiles lose from 5 (2 threads:
- * 41.4 against 42-44 GFLOP/s at 5, 42.8 against 48 at 6; at 3 tiles 43, panels 31-34). The AVX-512 tiles (4 x 6, the decode in registers) held out to 24-32
+ * both machines measured. AVX2 MXFP4 runs one-row tiles of all the tokens up to 6 (t_mx_a2_1_4)
+ * and panels from 7, where they tie. The AVX-512 tiles (4 x 6, the decode in registers) held out to 24-32
  * tokens on this project's Xeon; on Zen 5 (AMD EPYC), with the tiles' prefetch, MXFP4 tiles beat
  * panels through 64 tokens (185 against 147 GFLOP/s at 64) and lose from 128, BF16 tiles win
  * at 32 and tie at 64. */
 static inline int panel_min(ms_wtype type, int level)
 {
     if (type == MS_WT_F32) return 4;
-    if (level != MS_SIMD_AVX512) return type == MS_WT_BF16 ? 8 : 5;
+    if (level != MS_SIMD_AVX512) return type == MS_WT_BF16 ? 8 : 7;
     if (ms_cpu_is_amd()) return type == MS_WT_BF16 ? 64 : 96;
     return type == MS_WT_BF16 ? 24 : 32;
 }

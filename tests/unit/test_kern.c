@@ -549,15 +549,16 @@ static void test_matmul(void)
     check_matmul(MS_WT_MXFP4, 7, 32, 2, pools);
     check_matmul(MS_WT_MXFP4, 130, 3584, 2, pools);
     /* every tile shape and remainder: T = 1 (GEMV tiles), 2..16 (AVX2 3-token and AVX-512
-     * 6-token tiles with every remainder; F32 rows: panels from 4) */
-    static const int Ts[] = {1, 2, 3, 4, 6, 7, 8, 13, 16};
+     * 6-token tiles with every remainder; AVX2 MXFP4: one-row tiles of 4-6 tokens; F32 rows:
+     * panels from 4) */
+    static const int Ts[] = {1, 2, 3, 4, 5, 6, 7, 8, 13, 16};
     for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
         g_T = Ts[k];
         check_matmul(MS_WT_F32, 7, 37, 2, pools);
         check_matmul(MS_WT_BF16, 9, 1029, 2, pools);
         check_matmul(MS_WT_MXFP4, 11, 96, 2, pools);
     }
-    /* panels (F32 from 4 tokens; on AVX2 BF16 from 8 and MXFP4 from 5; on AVX-512 from 24 and 32 on
+    /* panels (F32 from 4 tokens; on AVX2 BF16 from 8 and MXFP4 from 7; on AVX-512 from 24 and 32 on
      * Intel, 64 and 96 on AMD): rows in panels of 8 (AVX-512) or 3 (AVX2) with every remainder,
      * columns in blocks of 512 (AVX-512) or 8192 (AVX2: rows wider than that carry the lanes over
      * too), tokens in passes of 42 (AVX-512) or 28 (AVX2): 65 and 70 take a second and a third,
