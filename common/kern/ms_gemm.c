@@ -651,15 +651,16 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
     _Alignas(64) float st[MS_PANEL_TG * 3 * 8 * 16]; /* [TS][RP][16] lanes */
     for (int64_t rp = r0; rp < r1; rp += RP) {
         int nr = r1 - rp < RP ? (int)(r1 - rp) : RP;
-        /* AVX2, decoded types: the next panel's rows go to L2 during this panel's first pass, a few
-         * lines a micro tile, so decoding them does not wait on memory (one-token steps have the
-         * tiles' prefetch; here the decode was a sixth of a batch-16 step on Zen 1). */
+        /* AVX2, BF16: the next panel's rows go to L2 during this panel's first pass, a few lines a
+         * micro tile, so decoding them does not wait on memory (one-token steps have the tiles'
+         * prefetch; here the decode was a sixth of a batch-16 step on Zen 1; MXFP4 rows, a quarter
+         * of the bytes, gained nothing). */
         const uint8_t *pf = NULL;
         int64_t pf_left = 0, pf_per = 0;
         if (!z && W->type == MS_WT_BF16 && rp + RP < r1) {
             int64_t nr2 = r1 - rp - RP < RP ? r1 - rp - RP : RP;
             pf = (const uint8_t *)row_ptr(W, rp + RP);
-            pf_left = ((W->type == MS_WT_BF16 ? 2 * cols : cols / 2) * nr2 + 63) / 64;
+            pf_left = (2 * cols * nr2 + 63) / 64;
             int64_t calls = ((T < TS ? T : TS) + TB - 1) / TB * ((n16 + KB - 1) / KB);
             pf_per = (pf_left + calls - 1) / calls;
         }
