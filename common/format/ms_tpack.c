@@ -363,22 +363,36 @@ const ms_tpack_tensor *ms_tpack_find(const ms_tpack *p, const char *name)
     return NULL;
 }
 
-int ms_tpack_decode(const char *path, const ms_tpack_tensor *t, uint32_t b0, uint32_t b1, const uint8_t *src,
-                    uint16_t *dst, char *err, size_t errn)
+/* Blocks [b0, b1) of t from src: decoded into dst, or (dst NULL) only verified. */
+static int blocks(const char *path, const ms_tpack_tensor *t, uint32_t b0, uint32_t b1, const uint8_t *src,
+                  uint16_t *dst, char *err, size_t errn)
 {
     uint64_t base = ms_tpack_block_start(t, b0);
     for (uint32_t b = b0; b < b1; b++) {
         uint64_t s = ms_tpack_block_start(t, b), e = t->block_end[b];
         int64_t r0 = (int64_t)b * t->rows_per_block;
         int64_t r = t->rows - r0 < t->rows_per_block ? t->rows - r0 : t->rows_per_block;
-        int rc = ms_bfc_decode(src + (s - base), (size_t)(e - s), dst, (size_t)(r * t->cols));
+        int rc = dst ? ms_bfc_decode(src + (s - base), (size_t)(e - s), dst, (size_t)(r * t->cols))
+                     : ms_bfc_verify(src + (s - base), (size_t)(e - s), (size_t)(r * t->cols));
         if (rc != 0) {
             snprintf(err, errn, "trunk pack %s: tensor %s block %u (rows %lld-%lld): %s", path, t->name, b,
                      (long long)r0, (long long)(r0 + r - 1),
                      rc == MS_BFC_BAD_SUM ? "checksum mismatch (corrupt)" : "malformed block");
             return -1;
         }
-        dst += r * t->cols;
+        if (dst) dst += r * t->cols;
     }
     return 0;
+}
+
+int ms_tpack_decode(const char *path, const ms_tpack_tensor *t, uint32_t b0, uint32_t b1, const uint8_t *src,
+                    uint16_t *dst, char *err, size_t errn)
+{
+    MS_ASSERT(dst);
+    return blocks(path, t, b0, b1, src, dst, err, errn);
+}
+
+int ms_tpack_verify(const char *path, const ms_tpack_tensor *t, const uint8_t *src, char *err, size_t errn)
+{
+    return blocks(path, t, 0, (uint32_t)t->n_blocks, src, NULL, err, errn);
 }

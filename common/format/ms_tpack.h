@@ -85,4 +85,9 @@ const ms_tpack_tensor *ms_tpack_find(const ms_tpack *p, const char *name); /* NU
 int ms_tpack_decode(const char *path, const ms_tpack_tensor *t, uint32_t b0, uint32_t b1, const uint8_t *src,
                     uint16_t *dst, char *err, size_t errn);
 
+/* Check every block of t at src (all t->data_bytes) with ms_bfc_verify, without decoding: for
+ * blocks kept in memory and decoded later with ms_bfc_decode_verified. 0, or -1 with the
+ * message of ms_tpack_decode for the first bad block. */
+int ms_tpack_verify(const char *path, const ms_tpack_tensor *t, const uint8_t *src, char *err, size_t errn);
+
 #endif

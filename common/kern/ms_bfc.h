@@ -43,6 +43,16 @@ size_t ms_bfc_encode(const uint16_t *src, size_t n, int k, uint8_t *dst);
 #define MS_BFC_BAD_FORM (-2)
 int ms_bfc_decode(const uint8_t *src, size_t size, uint16_t *dst, size_t n);
 
+/* A block's checksum and header checked without decoding it: 0, MS_BFC_BAD_SUM or
+ * MS_BFC_BAD_FORM (an inconsistent escape count shows only when decoding). For blocks held in
+ * memory: verified once when read from disk, then decoded with ms_bfc_decode_verified. */
+int ms_bfc_verify(const uint8_t *src, size_t size, size_t n);
+
+/* ms_bfc_decode without the checksum, for a block ms_bfc_verify accepted since it was read and
+ * that stayed in memory. Every check of the layout still runs: a block that is not well formed
+ * still gives MS_BFC_BAD_FORM and never a write past dst[n]. */
+int ms_bfc_decode_verified(const uint8_t *src, size_t size, uint16_t *dst, size_t n);
+
 /* The same, on the scalar path regardless of the kernel SIMD setting (tests). */
 int ms_bfc_decode_scalar(const uint8_t *src, size_t size, uint16_t *dst, size_t n);
 

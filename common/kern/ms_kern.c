@@ -350,7 +350,8 @@ static void pk_task(void *vctx, int64_t b0, int64_t b1)
     for (int64_t b = b0; b < b1; b++) {
         int64_t r = b * rpb, nr = c->rows - r < rpb ? c->rows - r : rpb;
         uint64_t s = b ? c->pk->end[b - 1] : 0;
-        int ok = ms_bfc_decode(c->pk->src + s, (size_t)(c->pk->end[b] - s), buf, (size_t)(nr * cols)) == 0;
+        int ok = (c->pk->verified ? ms_bfc_decode_verified : ms_bfc_decode)(c->pk->src + s, (size_t)(c->pk->end[b] - s),
+                                                                             buf, (size_t)(nr * cols)) == 0;
         if (!ok) {
             int none = -1;
             __atomic_compare_exchange_n(&c->pk->bad_block, &none, (int)b, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);

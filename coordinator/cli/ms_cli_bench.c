@@ -43,7 +43,7 @@ static void usage(FILE *f)
 }
 
 typedef struct {
-    const char *kernel; /* f32, bf16, bf16-packed, mxfp4 */
+    const char *kernel; /* f32, bf16, bf16-packed, bf16-pinned, mxfp4 */
     const char *shape;  /* what it is in a model */
     int64_t rows, cols;
 } bench_case;
@@ -55,6 +55,9 @@ static const bench_case cases[] = {
     {"bf16", "gpt-oss qkv", 5120, 2880},
     {"bf16-packed", "k3 attention projection", 8192, 7168},
     {"bf16-packed", "gpt-oss qkv", 5120, 2880},
+    /* trunk-pack blocks verified once when loaded (a pinned matrix kept packed): no checksums */
+    {"bf16-pinned", "k3 attention projection", 8192, 7168},
+    {"bf16-pinned", "gpt-oss qkv", 5120, 2880},
     {"mxfp4", "k3 expert up (I x L)", 3072, 3584},
     {"mxfp4", "gpt-oss expert gate_up", 5760, 2880},
 };
@@ -99,7 +102,7 @@ static int pk_acquire(void *ctx, const void *key, int64_t *r0, int64_t *r1, cons
 
 static void pk_release(void *ctx, const void *key) { (void)ctx, (void)key; }
 
-static void packed_make(packed_copy *p, const uint16_t *w, int64_t rows, int64_t cols)
+static void packed_make(packed_copy *p, const uint16_t *w, int64_t rows, int64_t cols, int verified)
 {
     int64_t rpb = ms_tpack_rows_per_block(rows, cols);
     int nb = (int)((rows + rpb - 1) / rpb);
@@ -113,7 +116,7 @@ static void packed_make(packed_copy *p, const uint16_t *w, int64_t rows, int64_t
     }
     p->coded = at;
     p->rows = rows;
-    p->pk = (ms_mat_packed){p->src, p->end, rpb, nb, -1};
+    p->pk = (ms_mat_packed){p->src, p->end, rpb, nb, -1, verified};
 }
 
 /* One case at one T: the best GFLOP/s of repeated calls over the copies. */
@@ -232,6 +235,7 @@ int ms_cli_bench(int argc, char **argv)
         packed_copy pc[MAX_COPIES];
         ms_mat_stream st[MAX_COPIES];
         uint64_t read_bytes = bytes;
+        int packed = !strncmp(bc->kernel, "bf16-p", 6); /* bf16-packed, bf16-pinned */
         for (int k = 0; k < copies; k++) {
             mem[k] = ms_malloc((size_t)bytes);
             W[k] = one;
@@ -248,8 +252,8 @@ int ms_cli_bench(int argc, char **argv)
                 W[k].scales = w + R * C / 2;
             }
             W[k].data = mem[k];
-            if (!strcmp(bc->kernel, "bf16-packed")) {
-                packed_make(&pc[k], mem[k], R, C);
+            if (packed) {
+                packed_make(&pc[k], mem[k], R, C, !strcmp(bc->kernel, "bf16-pinned"));
                 free(mem[k]);
                 mem[k] = NULL;
                 st[k] = (ms_mat_stream){pk_acquire, pk_release, &pc[k]};
@@ -279,7 +283,7 @@ int ms_cli_bench(int argc, char **argv)
         free(Y);
         for (int k = 0; k < copies; k++) {
             free(mem[k]);
-            if (!strcmp(bc->kernel, "bf16-packed")) free(pc[k].src), free(pc[k].end);
+            if (packed) free(pc[k].src), free(pc[k].end);
         }
     }
     /* The machine's limit is the best it showed: on a shared host the bandwidth drifts while the

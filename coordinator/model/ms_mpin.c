@@ -70,17 +70,24 @@ void ms_mpin_free(ms_mpin *p)
     free(p);
 }
 
-void ms_mpin_add(ms_mpin *p, ms_mat *W, const ms_tpack_tensor *t, const uint8_t *src, const char *name)
+int ms_mpin_add(ms_mpin *p, ms_mat *W, const ms_tpack_tensor *t, const uint8_t *src, const char *name)
 {
     MS_ASSERT(p->n < p->cap && W->type == MS_WT_BF16 && W->rows == t->rows && W->cols == t->cols);
+    char msg[512];
+    if (ms_tpack_verify(p->path, t, src, msg, sizeof msg) != 0) {
+        ms_err_set("pinned tensor %s (kept packed in memory): %s", name, msg);
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
     entry *e = &p->e[p->n++];
-    e->pm = (ms_mat_packed){src, t->block_end, t->rows_per_block, (int)t->n_blocks, -1};
+    /* verified: the kernels skip the checksums from now on (the blocks stay in memory) */
+    e->pm = (ms_mat_packed){src, t->block_end, t->rows_per_block, (int)t->n_blocks, -1, 1};
     e->t = t;
     e->name = name;
     W->data = NULL;
     W->scales = NULL;
     W->stream = &p->iface;
     W->key = e;
+    return 0;
 }
 
 int ms_mpin_check(const ms_mpin *p)

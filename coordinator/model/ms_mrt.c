@@ -335,9 +335,11 @@ int ms_mrt_setup(ms_model *m)
             bad = 1;
             ms_err_wrap("reading tensor %s", m->refs[refidx[i]].name);
         }
-        if (m->mpin && items[i].pk)
-            ms_mpin_add(m->mpin, sched[i], items[i].pk, reqs[i].data, m->refs[refidx[i]].name);
-        else
+        if (m->mpin && items[i].pk) {
+            /* verified here, while the later reads are still in flight */
+            if (!bad && ms_mpin_add(m->mpin, sched[i], items[i].pk, reqs[i].data, m->refs[refidx[i]].name) != 0)
+                bad = 1;
+        } else
             sched[i]->data = reqs[i].data;
         if (shown) ms_progress_add(reqs[i].len);
     }

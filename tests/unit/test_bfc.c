@@ -154,6 +154,19 @@ static void test_corrupt(void)
     T_CHECK(ms_bfc_decode(enc, sz, d, n - 1) == MS_BFC_BAD_FORM, "a block of another length is malformed");
     T_CHECK(ms_bfc_decode(enc, sz - 1, d, n) != 0, "a truncated block is refused");
     T_CHECK(ms_bfc_decode(enc, 10, d, n) == MS_BFC_BAD_FORM, "a block shorter than its header is refused");
+    /* verified once (a block kept in memory), then decoded without the checksum */
+    T_CHECK(ms_bfc_verify(enc, sz, n) == 0, "an intact block verifies");
+    enc[sz / 2] ^= 1;
+    T_CHECK(ms_bfc_verify(enc, sz, n) == MS_BFC_BAD_SUM, "verify: a flipped data bit is a checksum mismatch");
+    memset(d, 0, sizeof d);
+    T_CHECK(ms_bfc_decode_verified(enc, sz, d, n) == 0 && memcmp(d, v, 2 * n) != 0,
+            "decode_verified skips the checksum (the flipped bit decodes, to other values)");
+    enc[sz / 2] ^= 1;
+    T_CHECK(ms_bfc_decode_verified(enc, sz, d, n) == 0 && !memcmp(d, v, 2 * n), "decode_verified is exact");
+    T_CHECK(ms_bfc_verify(enc, sz, n - 1) == MS_BFC_BAD_FORM && ms_bfc_decode_verified(enc, sz, d, n - 1) == MS_BFC_BAD_FORM,
+            "both still refuse a block of another length");
+    T_CHECK(ms_bfc_decode_verified(enc, sz - 1, d, n) == MS_BFC_BAD_FORM && ms_bfc_verify(enc, 10, n) == MS_BFC_BAD_FORM,
+            "and truncated blocks");
     free(enc);
 }
 

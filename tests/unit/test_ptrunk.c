@@ -204,10 +204,19 @@ static void test_synth(void)
     }
     ms_tpack_close(p);
     /* pinned and kept packed (the smallest budget streams, so the pins stay packed; the first
-     * matrix of a pass is pinned): the kernel finds the corrupt block and the pass fails naming it */
+     * matrix of a pass is pinned): the load verifies every pinned block (the kernels then skip
+     * the checksums) and refuses the model naming the corrupt one, before any pass */
     uint64_t mbb = min_budget(dir, bad);
     int np = plan_pins(dir, bad, mbb);
     T_CHECK(np > 0, "the smallest budget pins %d matrices (packed)", np);
+    {
+        ms_run_opts o = {.n_threads = 2, .ram_budget = mbb, .max_positions = 64, .prompt_tokens = NT, .baseline = 1,
+                         .max_chunk = 24, .trunk_pack = bad};
+        ms_model *m = ms_k3_model_open(dir, &o);
+        T_CHECK(!m && ms_err_code() == MS_EXIT_MODEL && strstr(ms_err_msg(), "pinned tensor"),
+                "a corrupt pinned block is refused when the model opens: %s", m ? "(opened)" : ms_err_msg());
+        ms_model_free(m);
+    }
     result cp = run(dir, bad, mbb, sh.vocab);
     T_CHECK(!cp.logits && cp.code == MS_EXIT_MODEL && strstr(cp.err, bpath) && strstr(cp.err, "block") &&
                 strstr(cp.err, "checksum") && strstr(cp.err, "pinned tensor"),
