@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-#include <xxhash.h>
+#include "ms_xxh.h" /* XXH3, dispatched */
 
 #include "ms_cpolicy.h"
 #include "ms_clock.h"

@@ -5,7 +5,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
-#include <xxhash.h>
+#include "ms_xxh.h" /* XXH3, dispatched */
 
 #include "ms_cpolicy.h"
 #include "ms_xstore.h"

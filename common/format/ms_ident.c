@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "ms_xxh.h" /* XXH3, dispatched */
 
 #include "ms_err.h"
 #include "ms_file.h"

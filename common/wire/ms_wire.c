@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
-#include <xxhash.h>
+#include "ms_xxh.h" /* XXH3, dispatched */
 #include <zmq.h>
 
 #include "ms_err.h"

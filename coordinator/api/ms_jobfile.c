@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
+#include "ms_xxh.h" /* XXH3, dispatched */
 
 #include "ms_err.h"
 #include "ms_jchat.h"

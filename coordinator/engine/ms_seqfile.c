@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "ms_xxh.h" /* XXH3, dispatched */
 
 #include "ms_err.h"
 #include "ms_file.h"
