@@ -1,7 +1,7 @@
 /* ms_bfc: BF16 block codec: histogram-chosen k-bit high-byte codes in bit planes, scalar and AVX2 decoders. */
 #include <pthread.h>
 #include <string.h>
-#include <xxhash.h>
+#include "ms_xxh.h" /* XXH3, dispatched */
 
 #include "ms_bfc.h"
 #include "ms_cpu.h"
@@ -273,6 +273,84 @@ MS_AVX2 static int decode_avx2(const parts *p, uint16_t *dst, size_t n)
     if (rc == 0 && e != p->esc) rc = MS_BFC_BAD_FORM;
     return rc;
 }
+
+/* ---- AVX-512 with VBMI and VBMI2 (ms_cpu_has_vbmi2): 64 values, two groups, a step ----
+ * A plane word is already a mask: plane b of two groups side by side is a 64-bit mask, and one
+ * masked byte add sets bit b of the codes where it is set (AVX2 spreads each plane over bytes
+ * with four instructions). The escapes are where every plane is set (code 2^k - 1), the AND of
+ * the plane words; vpexpandb puts the next escaped bytes in those places, in value order, where
+ * AVX2 builds a shuffle from rank tables. vpermt2b interleaves low and high bytes in order. */
+enum { MS_BFC_PF = 1024 }; /* bytes of low bytes ahead; the planes and escapes in proportion */
+#define MS_AVX512BFC __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vbmi2,avx2,popcnt")))
+
+/* The steps of a k = 1..4 block, k a constant in each copy (the plane loop unrolled); returns
+ * the escapes used. */
+MS_AVX512BFC static inline __attribute__((always_inline)) size_t steps_512(const parts *p, uint16_t *dst, size_t n,
+                                                                             size_t steps, const int k, __m512i i0,
+                                                                             __m512i i1)
+{
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p->tab));
+    const size_t avail = p->esc + n; /* escaped bytes, then the low bytes: readable from escs */
+    size_t e = 0;
+    for (size_t s = 0; s < steps; s++) {
+        const uint8_t *pl = p->planes + 8 * (size_t)k * s; /* group 2s's k words, then group 2s + 1's */
+        __m512i idx = _mm512_setzero_si512();
+        uint64_t esc = ~0ull;
+        _Pragma("GCC unroll 4") for (int b = 0; b < k; b++)
+        {
+            uint64_t m = (uint64_t)get32(pl + 4 * b) | (uint64_t)get32(pl + 4 * (k + b)) << 32;
+            idx = _mm512_mask_add_epi8(idx, _cvtu64_mask64(m), idx, _mm512_set1_epi8((char)(1 << b))); /* bit b: add is or */
+            esc &= m;
+        }
+        __m512i hi = _mm512_shuffle_epi8(tab, idx);
+        if (esc) {
+            /* e <= 64 s (a value takes at most one escape) and n >= 64 (s + 1), so the 64 bytes
+             * from escs + e are inside the block, however many escapes it claims */
+            MS_ASSERT(e + 64 <= avail);
+            hi = _mm512_mask_expand_epi8(hi, _cvtu64_mask64(esc), _mm512_loadu_si512(p->escs + e));
+            e += (size_t)__builtin_popcountll(esc); /* past p->esc: caught by the count check at the end */
+        }
+        /* A block decoded without its checksum comes straight from memory (XXH3 had read it in
+         * order before): fetch its three streams ahead, or the decode waits on each line. */
+        _mm_prefetch((const char *)p->lo + 64 * s + MS_BFC_PF, _MM_HINT_T0);
+        _mm_prefetch((const char *)pl + 8 * k * MS_BFC_PF / 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)p->escs + e + MS_BFC_PF, _MM_HINT_T0);
+        __m512i lo = _mm512_loadu_si512(p->lo + 64 * s);
+        _mm512_storeu_si512(dst + 64 * s, _mm512_permutex2var_epi8(lo, i0, hi));
+        _mm512_storeu_si512(dst + 64 * s + 32, _mm512_permutex2var_epi8(lo, i1, hi));
+    }
+    return e;
+}
+
+MS_AVX512BFC static int decode_512(const parts *p, uint16_t *dst, size_t n)
+{
+    const size_t steps = n / 64;
+    const int k = p->k;
+    /* byte j of i0: low byte j / 2 (j even) or high byte j / 2 (j odd): values 0-31; i1: 32-63 */
+    const __m512i i0 = _mm512_set_epi8(95, 31, 94, 30, 93, 29, 92, 28, 91, 27, 90, 26, 89, 25, 88, 24, 87, 23, 86, 22, 85, 21, 84,
+                             20, 83, 19, 82, 18, 81, 17, 80, 16, 79, 15, 78, 14, 77, 13, 76, 12, 75, 11, 74, 10, 73, 9, 72,
+                             8, 71, 7, 70, 6, 69, 5, 68, 4, 67, 3, 66, 2, 65, 1, 64, 0),
+        i1 = _mm512_add_epi8(i0, _mm512_set1_epi8(32));
+    if (k == 0 || k == 8) {
+        const __m512i c = _mm512_set1_epi8((char)p->tab[0]);
+        for (size_t s = 0; s < steps; s++) {
+            __m512i lo = _mm512_loadu_si512(p->lo + 64 * s);
+            __m512i hi = k == 8 ? _mm512_loadu_si512(p->hi + 64 * s) : c;
+            _mm512_storeu_si512(dst + 64 * s, _mm512_permutex2var_epi8(lo, i0, hi));
+            _mm512_storeu_si512(dst + 64 * s + 32, _mm512_permutex2var_epi8(lo, i1, hi));
+        }
+        for (size_t i = 64 * steps; i < n; i++)
+            dst[i] = (uint16_t)((unsigned)(k == 8 ? p->hi[i] : p->tab[0]) << 8 | p->lo[i]);
+        return 0;
+    }
+    size_t e = k == 1   ? steps_512(p, dst, n, steps, 1, i0, i1)
+               : k == 2 ? steps_512(p, dst, n, steps, 2, i0, i1)
+               : k == 3 ? steps_512(p, dst, n, steps, 3, i0, i1)
+                        : steps_512(p, dst, n, steps, 4, i0, i1);
+    int rc = planes_scalar(p, n, 2 * steps, &e, dst); /* the last group or two */
+    if (rc == 0 && e != p->esc) rc = MS_BFC_BAD_FORM;
+    return rc;
+}
 #endif
 
 int ms_bfc_decode_scalar(const uint8_t *src, size_t size, uint16_t *dst, size_t n)
@@ -288,7 +366,9 @@ static int decode(const uint8_t *src, size_t size, uint16_t *dst, size_t n, int 
     int rc = check(src, size, n, sum, &p);
     if (rc) return rc;
 #if MS_BFC_X86
-    if (ms_cpu_simd_enabled()) return decode_avx2(&p, dst, n);
+    int level = ms_cpu_level();
+    if (level == MS_SIMD_AVX512 && ms_cpu_has_vbmi2()) return decode_512(&p, dst, n);
+    if (level >= MS_SIMD_AVX2) return decode_avx2(&p, dst, n);
 #endif
     return decode_scalar(&p, dst, n);
 }

@@ -10,6 +10,7 @@ static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 static int best;       /* what the CPU runs */
 static int cap;        /* what MS_SIMD allows */
 static int amd;        /* the vendor is AMD */
+static int vbmi2;      /* AVX512_VBMI and AVX512_VBMI2 (byte permutes and expands) */
 static atomic_int level;
 
 static void cpu_init_once(void)
@@ -20,6 +21,7 @@ static void cpu_init_once(void)
     int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
     best = avx512 ? MS_SIMD_AVX512 : avx2 ? MS_SIMD_AVX2 : MS_SIMD_SCALAR;
     amd = __builtin_cpu_is("amd");
+    vbmi2 = avx512 && __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2");
 #else
     best = MS_SIMD_SCALAR;
 #endif
@@ -77,6 +79,12 @@ int ms_cpu_is_amd(void)
 {
     ms_cpu_init();
     return amd;
+}
+
+int ms_cpu_has_vbmi2(void)
+{
+    ms_cpu_init();
+    return vbmi2;
 }
 
 const char *ms_cpu_level_name(int l) { return l == MS_SIMD_AVX512 ? "avx512" : l == MS_SIMD_AVX2 ? "avx2" : "scalar"; }

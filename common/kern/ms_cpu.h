@@ -25,5 +25,9 @@ const char *ms_cpu_level_name(int level); /* "scalar", "avx2", "avx512" */
 /* 1 on an AMD CPU: where tile and panel kernels cross over differs by vendor (ms_gemm.c), never
  * what they compute. */
 int ms_cpu_is_amd(void);
+/* 1 if the CPU also has AVX512_VBMI and AVX512_VBMI2 (Ice Lake and later, Zen 4 and later; not
+ * Skylake-SP): the trunk-pack decoder's AVX-512 path needs their byte permutes and expands. It
+ * runs when the path is MS_SIMD_AVX512; a decode gives the same bytes on every path. */
+int ms_cpu_has_vbmi2(void);
 
 #endif

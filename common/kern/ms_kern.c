@@ -357,6 +357,10 @@ static void pk_task(void *vctx, int64_t b0, int64_t b1)
             __atomic_compare_exchange_n(&c->pk->bad_block, &none, (int)b, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
             memset(y, 0, sizeof(float) * (size_t)(c->T * nr));
         } else {
+            /* The next block's bytes to L2 while this one's dot products run: otherwise memory
+             * idles during them and the next decode waits for its lines. */
+            if (b + 1 < b1)
+                for (uint64_t o = c->pk->end[b]; o < c->pk->end[b + 1]; o += 64) __builtin_prefetch(c->pk->src + o, 0, 2);
             ms_mat blk = {MS_WT_BF16, nr, cols, buf, NULL, NULL, NULL};
             ms_gemm_rows(&blk, c->X, c->T, y, nr, 0, nr, c->level);
         }

@@ -18,6 +18,12 @@ static uint64_t next(void)
 }
 static double u01(void) { return ((double)(next() >> 11) + 0.5) / 9007199254740992.0; }
 
+/* The decoder a kernel path runs: AVX-512 only with VBMI2 (else its AVX2 one). */
+static const char *path_name(int level)
+{
+    return level == MS_SIMD_AVX512 ? (ms_cpu_has_vbmi2() ? "avx512-vbmi2" : "avx2 (on avx512)") : ms_cpu_level_name(level);
+}
+
 /* Encode v[n] with k (-1: best) into a buffer placed at byte offset `mis` (alignment), decode
  * it on both paths into outputs at offset `mis` too, and compare with v. Returns the size. */
 static size_t round_trip(const char *what, const uint16_t *v, size_t n, int k, int mis)
@@ -33,12 +39,15 @@ static size_t round_trip(const char *what, const uint16_t *v, size_t n, int k, i
     memset(d1, 0xAA, 2 * n);
     memset(d2, 0x55, 2 * n);
     int r1 = ms_bfc_decode_scalar(e, sz, d1, n);
-    int simd = ms_cpu_simd_available();
-    ms_cpu_set_simd(simd);
-    int r2 = ms_bfc_decode(e, sz, d2, n);
     T_CHECK(r1 == 0 && !memcmp(d1, v, 2 * n), "%s (n %zu, k %d): scalar decode is exact (rc %d)", what, n, k, r1);
-    T_CHECK(r2 == 0 && !memcmp(d2, v, 2 * n), "%s (n %zu, k %d): %s decode is exact (rc %d)", what, n, k,
-            simd ? "avx2" : "default", r2);
+    for (int l = MS_SIMD_AVX2; l <= ms_cpu_best_level(); l++) { /* every SIMD path this CPU runs */
+        ms_cpu_set_level(l);
+        memset(d2, 0x55, 2 * n);
+        int r2 = ms_bfc_decode(e, sz, d2, n);
+        T_CHECK(r2 == 0 && !memcmp(d2, v, 2 * n), "%s (n %zu, k %d): %s decode is exact (rc %d)", what, n, k, path_name(l),
+                r2);
+    }
+    ms_cpu_set_simd(1);
     free(enc);
     free(o1);
     free(o2);
@@ -111,24 +120,29 @@ static void test_simd_scalar(void)
         ms_t_skip("test_bfc: no AVX2 on this CPU: only the scalar path is tested");
         return;
     }
+    if (!ms_cpu_has_vbmi2())
+        ms_t_skip("test_bfc: no AVX-512 VBMI2 on this CPU: its trunk-pack decoder is not tested here");
     uint16_t v[5000];
     uint16_t a[5000], b[5000];
     uint8_t *enc = malloc(ms_bfc_bound(5000));
-    int bad = 0;
-    for (int t = 0; t < 400; t++) {
-        size_t n = 1 + next() % 5000;
-        int spread = 1 + (int)(next() % 40); /* distinct high bytes */
-        for (size_t i = 0; i < n; i++) v[i] = (uint16_t)(((0x30 + next() % (unsigned)spread) << 8) | (next() & 0xff));
-        int k = (int)(next() % 6) - 1;
-        if (k == 0) k = -1;
-        if (k == 5) k = 8;
-        size_t sz = ms_bfc_encode(v, n, k, enc);
-        ms_cpu_set_simd(1);
-        int r1 = ms_bfc_decode(enc, sz, a, n);
-        int r2 = ms_bfc_decode_scalar(enc, sz, b, n);
-        if (r1 || r2 || memcmp(a, b, 2 * n) || memcmp(a, v, 2 * n)) bad++;
+    for (int l = MS_SIMD_AVX2; l <= ms_cpu_best_level(); l++) {
+        int bad = 0;
+        for (int t = 0; t < 400; t++) {
+            size_t n = 1 + next() % 5000;
+            int spread = 1 + (int)(next() % 40); /* distinct high bytes */
+            for (size_t i = 0; i < n; i++) v[i] = (uint16_t)(((0x30 + next() % (unsigned)spread) << 8) | (next() & 0xff));
+            int k = (int)(next() % 6) - 1;
+            if (k == 0) k = -1;
+            if (k == 5) k = 8;
+            size_t sz = ms_bfc_encode(v, n, k, enc);
+            ms_cpu_set_level(l);
+            int r1 = ms_bfc_decode(enc, sz, a, n);
+            int r2 = ms_bfc_decode_scalar(enc, sz, b, n);
+            if (r1 || r2 || memcmp(a, b, 2 * n) || memcmp(a, v, 2 * n)) bad++;
+        }
+        T_CHECK(bad == 0, "400 random blocks: %s and scalar decode to the input (%d differ)", path_name(l), bad);
     }
-    T_CHECK(bad == 0, "400 random blocks: avx2 and scalar decode to the input (%d differ)", bad);
+    ms_cpu_set_simd(1);
     free(enc);
 }
 
@@ -170,6 +184,40 @@ static void test_corrupt(void)
     free(enc);
 }
 
+/* A block claiming one escape fewer or one more than its codes use (layout and sizes otherwise
+ * consistent, decoded without the checksum): malformed on every path. */
+static void test_escape_count(void)
+{
+    size_t n = 4000;
+    uint16_t v[4000], d[4000];
+    for (size_t i = 0; i < n; i++) v[i] = (uint16_t)(((0x30 + next() % 7) << 8) | (next() & 0xff));
+    uint8_t *enc = malloc(ms_bfc_bound(n)), *bad = malloc(ms_bfc_bound(n) + 1);
+    size_t sz = ms_bfc_encode(v, n, 1, enc); /* k = 1: one high byte coded, the other six escaped */
+    uint32_t esc;
+    memcpy(&esc, enc + 16, 4);
+    T_CHECK(esc > 100, "k = 1 escapes most values (%u)", esc);
+    size_t at = sz - n; /* where the low bytes start: the escapes end there */
+    for (int more = 0; more < 2; more++) {
+        /* fewer: drop the last escape; more: repeat it */
+        size_t bs = more ? sz + 1 : sz - 1;
+        memcpy(bad, enc, at - 1);
+        if (more) bad[at - 1] = bad[at] = enc[at - 1];
+        memcpy(bad + at - 1 + 2 * more, enc + at, n);
+        uint32_t e2 = more ? esc + 1 : esc - 1;
+        memcpy(bad + 16, &e2, 4);
+        T_CHECK(ms_bfc_decode_scalar(bad, bs, d, n) == MS_BFC_BAD_SUM, "%s escapes: the checksum no longer matches",
+                more ? "more" : "fewer");
+        for (int l = MS_SIMD_SCALAR; l <= ms_cpu_best_level(); l++) {
+            ms_cpu_set_level(l);
+            T_CHECK(ms_bfc_decode_verified(bad, bs, d, n) == MS_BFC_BAD_FORM, "%s escapes than codes: malformed (%s)",
+                    more ? "more" : "fewer", path_name(l));
+        }
+    }
+    ms_cpu_set_simd(1);
+    free(enc);
+    free(bad);
+}
+
 int main(void)
 {
     ms_kern_init();
@@ -177,6 +225,7 @@ int main(void)
     test_lengths();
     test_simd_scalar();
     test_corrupt();
+    test_escape_count();
     ms_cpu_set_simd(ms_cpu_simd_available());
     return ms_t_done();
 }
