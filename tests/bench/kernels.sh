@@ -83,7 +83,9 @@ L.append("")
 L.append(f"Every weight kernel with {tn['threads']} threads, weights resident (copies cycled, more than the caches "
          f"hold). *%peak* is of the widest FP32 FMA peak ({tn['fp32_peak_gflops']:.1f} GFLOP/s), *%bw* of the read "
          f"bandwidth ({tn['read_bandwidth_gbs']:.1f} GB/s); GB/s counts the weight bytes as stored (the coded bytes "
-         f"for bf16-packed).\n")
+         f"for bf16-packed and bf16-pinned). *bf16-packed*: trunk-pack blocks as streamed, each checked (XXH3) and "
+         f"decoded just before its dot products; *bf16-pinned*: the same blocks verified once at load, as a pinned "
+         f"matrix kept packed is, and decoded without the checksum.\n")
 Ts = sorted({r["T"] for r in tn["kernels"]})
 L.append("| kernel | shape | " + " | ".join(f"T={t}" for t in Ts) + " |")
 L.append("|---|---" + "|---" * len(Ts) + "|")
@@ -148,7 +150,10 @@ L.append("How (ms_kern.h, ms_gemm.c): the weight matmuls accumulate in FP32 with
          "decodes a scale group of 32 MXFP4 weights with four in-lane shuffles (the 16 bytes in both 128-bit lanes, "
          "low nibbles in one and high in the other, two vpshufb look up the upper two bytes of each float, two "
          "unpacks pair them), in lanes grouped by element mod 4, and 16 BF16 weights by unpacking them with zeros "
-         "(lanes 0-3 and 8-11 in one register, 4-7 and 12-15 in the other). "
+         "(lanes 0-3 and 8-11 in one register, 4-7 and 12-15 in the other). Trunk-pack blocks (ms_bfc.c) decode "
+         "32 values a step on AVX2 and 64 on AVX-512 with VBMI2 (a plane word is a byte mask, vpexpandb places the "
+         "escapes, vpermt2b pairs the bytes), then run the BF16 kernels from L2; the checksums use libxxhash's "
+         "dispatched AVX2 / AVX-512 XXH3. "
          + rng_text(tn) + "\n")
 text = "\n".join(L) + "\n"
 print(text)
