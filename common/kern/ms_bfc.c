@@ -311,10 +311,11 @@ MS_AVX512BFC static inline __attribute__((always_inline)) size_t steps_512(const
             e += (size_t)__builtin_popcountll(esc); /* past p->esc: caught by the count check at the end */
         }
         /* A block decoded without its checksum comes straight from memory (XXH3 had read it in
-         * order before): fetch its three streams ahead, or the decode waits on each line. */
-        _mm_prefetch((const char *)p->lo + 64 * s + MS_BFC_PF, _MM_HINT_T0);
-        _mm_prefetch((const char *)pl + 8 * k * MS_BFC_PF / 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)p->escs + e + MS_BFC_PF, _MM_HINT_T0);
+         * order before): fetch its three streams ahead, or the decode waits on each line. (As
+         * addresses: near the end they point past the block, which a prefetch may, a pointer not.) */
+        _mm_prefetch((const char *)((uintptr_t)p->lo + 64 * s + MS_BFC_PF), _MM_HINT_T0);
+        _mm_prefetch((const char *)((uintptr_t)pl + 8 * k * MS_BFC_PF / 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)((uintptr_t)p->escs + e + MS_BFC_PF), _MM_HINT_T0);
         __m512i lo = _mm512_loadu_si512(p->lo + 64 * s);
         _mm512_storeu_si512(dst + 64 * s, _mm512_permutex2var_epi8(lo, i0, hi));
         _mm512_storeu_si512(dst + 64 * s + 32, _mm512_permutex2var_epi8(lo, i1, hi));
