@@ -548,7 +548,7 @@ static void test_matmul(void)
     check_matmul(MS_WT_BF16, 130, 1029, 2, pools);
     check_matmul(MS_WT_MXFP4, 7, 32, 2, pools);
     check_matmul(MS_WT_MXFP4, 130, 3584, 2, pools);
-    /* every tile shape and remainder: T = 1 (GEMV tiles), 2..16 (AVX2 3-token and AVX-512
+    /* every tile shape and remainder: T = 1 (GEMV tiles; AVX-512 MXFP4: 8 rows, then 2 + 1), 2..16 (AVX2 3-token and AVX-512
      * 6-token tiles with every remainder; AVX2 MXFP4: one-row tiles of 4-6 tokens; F32 rows:
      * panels from 4) */
     static const int Ts[] = {1, 2, 3, 4, 5, 6, 7, 8, 13, 16};
