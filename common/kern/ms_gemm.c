@@ -505,8 +505,9 @@ static void rows_tiled(const ms_mat *W, const float *X, int64_t T, float *Y, int
                 tl.y[k] = Y + (t + k) * ldy;
             }
             tl.r = r;
-            tile_fn f = level == MS_SIMD_AVX512 ? z_tiles[ty][R - 1][tb - 1] : avx2_tiles[ty][R - 1][tb - 1];
-            if (R == 8) f = t_mx_z_8_1;
+            tile_fn f = R == 8                     ? t_mx_z_8_1 /* the AVX-512 MXFP4 GEMV's */
+                        : level == MS_SIMD_AVX512 ? z_tiles[ty][R - 1][tb - 1]
+                                                  : avx2_tiles[ty][R - 1][tb - 1];
             MS_ASSERT(f);
             f(&tl);
             t += tb;
