@@ -35,6 +35,12 @@ typedef struct {
      * reports everything as without it, and a begin whose compute never comes, or comes with
      * other ids, is undone by the next call. Outputs never depend on it. */
     void (*begin)(void *ctx, int layer, int64_t n_rows, int k, const int32_t *ids);
+    /* Optional (NULL: no use for predictions). prefetch(ctx, layer, n_rows, k, ids) is told, before
+     * the layer's router has run, the experts it is predicted to choose (its router applied to the
+     * residual stream before the layer's attention), most likely first per row, and may start
+     * reading them; it returns at once and reports nothing. The begin and compute that follow
+     * use what was read of the experts they need and drop the rest. Outputs never depend on it. */
+    void (*prefetch)(void *ctx, int layer, int64_t n_rows, int k, const int32_t *ids);
 } ms_experts;
 
 /* Work items (row, expert) grouped by expert: the one grouping of the expert paths (the

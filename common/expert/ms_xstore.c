@@ -23,8 +23,9 @@
  * differ only in what happens after the compute: a key the policy still keeps becomes the
  * owner of the buffer (no copy), any other buffer goes back to the free list. At most
  * n_slots + depth buffers ever exist: cached keys + reads pending in this call never exceed
- * that (resident keys <= n_slots, pending reads <= depth); they are allocated lazily. A begun
- * call's reads (ms_experts begin) are that call's first pending reads, issued early.
+ * that (resident keys <= n_slots, pending reads <= depth); they are allocated lazily. Reads
+ * issued before their call (ms_experts begin and prefetch: "early" reads) are at most depth too,
+ * and become that call's first pending reads or are dropped.
  *
  * Background growth (grow_bg): the policy's capacity starts at the slots ms_xstore_new
  * faulted in itself (up to grow_sync_bytes) and is raised by one slot for every buffer the
@@ -41,7 +42,7 @@
 
 #include "ms_xstore_int.h"
 
-static void early_drop(ms_xstore *s);
+static void early_keep(ms_xstore *s, int layer, const uint32_t *keys, int n);
 
 /* Largest aligned span a read of len bytes can need (start at the last byte of a block). */
 static uint64_t worst_span(uint64_t len) { return (len + 2 * (uint64_t)MS_IO_ALIGN - 2) / MS_IO_ALIGN * MS_IO_ALIGN; }
@@ -184,6 +185,9 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
         s->n_alloc++;
     }
     s->pend = ms_calloc((size_t)o->depth, sizeof *s->pend);
+    s->ring = ms_malloc(sizeof *s->ring * (size_t)o->depth);
+    for (int i = 0; i < o->depth; i++) s->ring[i] = &s->pend[i];
+    s->pf_precision = 1.0;
     s->dmap = ms_malloc(sizeof(int32_t) * (size_t)o->n_experts);
     for (int e = 0; e < o->n_experts; e++) s->dmap[e] = -1;
     s->xxh = XXH3_createState();
@@ -233,7 +237,7 @@ void ms_xstore_free(ms_xstore *s)
         for (size_t i = 0; i < s->n_ready; i++) free(s->ready[i]);
     free(s->ready);
     pthread_mutex_destroy(&s->gmu);
-    if (s->io) early_drop(s); /* a begun call whose compute never came */
+    if (s->io) early_keep(s, -1, NULL, 0); /* a begun call whose compute never came */
     ms_io_free(s->io);
     if (s->key_buf)
         for (size_t k = 0; k < s->n_keys; k++) free(s->key_buf[k]);
@@ -245,6 +249,7 @@ void ms_xstore_free(ms_xstore *s)
     free(s->key_buf);
     free(s->free_buf);
     free(s->pend);
+    free(s->ring);
     free(s->dmap);
     if (s->xxh) XXH3_freeState(s->xxh);
     free(s);
@@ -354,6 +359,7 @@ static void read_submit(ms_xstore *s, size_t key, xs_pend *p)
     const ms_xloc *l = &s->loc[key];
     p->key = (uint32_t)key;
     p->d = -1;
+    p->predicted = 0;
     p->buf = buf_get(s);
     memset(p->req, 0, sizeof p->req);
     if (s->loc_state[key] == 2) {
@@ -420,34 +426,99 @@ static int sorted_misses(ms_xstore *s, int layer, const ms_xgroup *g, xs_miss *m
     return n;
 }
 
-/* Undo a begun call that its compute did not take over: wait for its reads (a buffer cannot be
- * reused while the disk writes into it) and give the buffers back. The bytes were read. */
-static void early_drop(ms_xstore *s)
+static uint32_t key_of(const ms_xstore *s, int layer, int32_t e)
 {
-    for (int i = 0; i < s->early_n; i++) {
-        wait_pend(s, &s->pend[i]);
-        s->st.bytes_read += s->E;
-        buf_put(s, s->pend[i].buf);
-    }
-    s->early_n = 0;
+    return (uint32_t)((size_t)layer * (size_t)s->o.n_experts + (size_t)e);
 }
 
-/* The first window of a call's reads, issued before the call (ms_experts begin): the same
- * misses, in the same order, that ms_xstore_compute_items would issue first, read into free
- * buffers without touching the policy; the call then makes the policy accesses in its own order
- * and takes the reads over, so what is cached, and every output, is what it would be without. */
+/* Keep the early reads of `layer` whose key is among keys[0..n), in their order, at the head of
+ * the ring; wait for the others (a buffer cannot be reused while the disk writes into it) and
+ * give their buffers back. Their bytes were read. Pointers move, never a read in flight. */
+static void early_keep(ms_xstore *s, int layer, const uint32_t *keys, int n)
+{
+    int kept = 0;
+    for (int i = 0; i < s->early_n; i++) {
+        xs_pend *p = s->ring[i];
+        int want = 0;
+        for (int j = 0; j < n && !want && layer == s->early_layer; j++) want = p->key == keys[j];
+        if (want) {
+            s->ring[i] = s->ring[kept];
+            s->ring[kept++] = p;
+            continue;
+        }
+        wait_pend(s, p);
+        s->st.bytes_read += s->E;
+        buf_put(s, p->buf);
+        p->predicted = 0;
+    }
+    s->early_n = kept;
+}
+
+/* Issue reads of misses[0..n) (keys of layer, in the order given) that are not early reads
+ * already, until there are `upto` early reads. */
+static void early_add(ms_xstore *s, int layer, const uint32_t *keys, int n, int upto, int predicted)
+{
+    int had = s->early_n;
+    for (int i = 0; i < n && s->early_n < upto; i++) {
+        int dup = 0;
+        for (int j = 0; j < had && !dup; j++) dup = s->ring[j]->key == keys[i];
+        if (dup) continue;
+        xs_pend *p = s->ring[s->early_n++];
+        read_submit(s, keys[i], p);
+        p->predicted = predicted;
+        s->st.prefetched += (uint64_t)predicted;
+        s->pf_round_issued += (uint64_t)predicted;
+    }
+    s->early_layer = layer;
+}
+
+/* The keys of g's distinct experts of layer that the cache does not hold, in g's order. */
+static int miss_keys(ms_xstore *s, int layer, const ms_xgroup *g, uint32_t *keys)
+{
+    int n = 0;
+    for (int d = 0; d < g->nd; d++) {
+        uint32_t key = key_of(s, layer, g->dexp[d]);
+        if (!ms_cpolicy_contains(s->pol, key)) keys[n++] = key;
+    }
+    return n;
+}
+
+/* The first window of a call's reads, issued before the call (ms_experts begin): early reads of
+ * its misses are kept (a prefetch's that the router confirmed), the others dropped, and the
+ * misses are read in the order ms_xstore_compute_items would issue them, up to depth early reads,
+ * into free buffers without touching the policy; the call then makes the policy accesses and
+ * takes the reads over. Without a prefetch, what is cached, and every output, is what it would
+ * be without begin; with one, only the order of the policy's accesses within the call can
+ * differ, never an output. */
 static void begin_items(ms_xstore *s, int layer, const ms_xgroup *g)
 {
     pthread_mutex_lock(&s->mu);
-    early_drop(s);
     xs_miss *miss = ms_malloc(sizeof(xs_miss) * (size_t)(g->nd + 1));
+    uint32_t *keys = ms_malloc(sizeof(uint32_t) * (size_t)(g->nd + 1));
     int n_miss = sorted_misses(s, layer, g, miss);
-    int w = n_miss < s->o.depth ? n_miss : s->o.depth;
-    for (int i = 0; i < w; i++)
-        read_submit(s, (size_t)layer * (size_t)s->o.n_experts + (size_t)g->dexp[miss[i].d], &s->pend[i]);
-    s->early_n = w;
-    s->early_layer = layer;
+    for (int i = 0; i < n_miss; i++) keys[i] = key_of(s, layer, g->dexp[miss[i].d]);
+    early_keep(s, layer, keys, n_miss);
+    early_add(s, layer, keys, n_miss, s->o.depth, 0);
+    free(keys);
     free(miss);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ms_xstore_prefetch_items(ms_xstore *s, int layer, const ms_xgroup *g)
+{
+    pthread_mutex_lock(&s->mu);
+    /* The last round's precision: what share of its predicted reads a call took. */
+    if (s->pf_round_issued > 0)
+        s->pf_precision = 0.75 * s->pf_precision + 0.25 * (double)s->pf_round_used / (double)s->pf_round_issued;
+    s->pf_round_issued = s->pf_round_used = 0;
+    int upto = (int)(s->o.depth * s->pf_precision + 0.999);
+    if (upto < 1) upto = 1;
+    if (upto > s->o.depth) upto = s->o.depth;
+    uint32_t *keys = ms_malloc(sizeof(uint32_t) * (size_t)(g->nd + 1));
+    int n = miss_keys(s, layer, g, keys);
+    early_keep(s, layer, keys, n);
+    early_add(s, layer, keys, n, upto, 1);
+    free(keys);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -491,22 +562,36 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
     int n_miss = sorted_misses(s, layer, g, miss);
 
     /* A ring of up to depth misses read in flight; the first window is issued before the
-     * hits are computed so the disk works while they are (or was, by begin_items: taken over
-     * when it read exactly this window). */
+     * hits are computed so the disk works while they are (or was, by begin and prefetch: the
+     * early reads of this call's misses are taken over first, in their order, and the misses
+     * follow them; the others are dropped). */
     int depth = s->o.depth, head = 0, n_pend = 0, next = 0, rc = 0;
-    int took = s->early_n > 0 && s->early_layer == layer && s->early_n <= n_miss;
-    for (int i = 0; took && i < s->early_n; i++)
-        took = s->pend[i].key == (uint32_t)((size_t)layer * (size_t)NE + (size_t)g->dexp[miss[i].d]);
-    if (took) {
-        for (; next < s->early_n; next++, n_pend++) {
-            miss_access(s, &c, miss[next].d);
-            s->pend[next].d = miss[next].d;
+    {
+        uint32_t *keys = ms_malloc(sizeof(uint32_t) * (size_t)(n_miss + 1));
+        for (int i = 0; i < n_miss; i++) keys[i] = key_of(s, layer, g->dexp[miss[i].d]);
+        early_keep(s, layer, keys, n_miss);
+        for (int e = 0; e < s->early_n; e++) { /* move early read e's miss to position e */
+            int j = e;
+            while (keys[j] != s->ring[e]->key) j++; /* present: early_keep kept only misses */
+            xs_miss m = miss[j];
+            uint32_t kj = keys[j];
+            memmove(miss + e + 1, miss + e, sizeof *miss * (size_t)(j - e));
+            memmove(keys + e + 1, keys + e, sizeof *keys * (size_t)(j - e));
+            miss[e] = m;
+            keys[e] = kj;
         }
-        s->early_n = 0;
+        free(keys);
     }
-    early_drop(s);
+    for (; next < s->early_n; next++, n_pend++) {
+        xs_pend *p = s->ring[next];
+        miss_access(s, &c, miss[next].d);
+        p->d = miss[next].d;
+        if (p->predicted) s->st.prefetch_used++, s->pf_round_used++;
+        p->predicted = 0;
+    }
+    s->early_n = 0;
     while (next < n_miss && n_pend < depth) {
-        submit_miss(s, &c, miss[next++].d, &s->pend[(head + n_pend) % depth]);
+        submit_miss(s, &c, miss[next++].d, s->ring[(head + n_pend) % depth]);
         n_pend++;
     }
     xs_compute_hits(s, &c);
@@ -520,11 +605,11 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
         int G = nt > 1 ? (n_pend < 2 * nt ? n_pend : 2 * nt) : 1;
         if (G > 2 * XS_MAX_THREADS_GROUP) G = 2 * XS_MAX_THREADS_GROUP;
         for (int i = 0; i < G && G > 1; i++)
-            if (!xs_small_group(&c, s->pend[(head + i) % depth].d)) G = 1;
+            if (!xs_small_group(&c, s->ring[(head + i) % depth]->d)) G = 1;
         int bad = -1, code = MS_EXIT_IO, waited = 0;
         char msg[768];
         for (; waited < G && bad < 0; waited++) {
-            xs_pend *p = &s->pend[(head + waited) % depth];
+            xs_pend *p = s->ring[(head + waited) % depth];
             bad = wait_pend(s, p);
             if (bad >= 0) {
                 snprintf(msg, sizeof msg, "layer %d expert %d: cannot read %s: %s", layer, g->dexp[p->d],
@@ -547,7 +632,7 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
         if (bad >= 0) {
             /* Drain every read of this call; none of their bytes may be trusted or kept. */
             for (int i = 0; i < n_pend; i++) {
-                xs_pend *q = &s->pend[(head + i) % depth];
+                xs_pend *q = s->ring[(head + i) % depth];
                 if (i >= waited) wait_pend(s, q);
                 ms_cpolicy_remove(s->pol, q->key);
                 buf_put(s, q->buf);
@@ -559,15 +644,15 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
         }
         if (G > 1) {
             for (int i = 0; i < G; i++) {
-                gl[i] = s->pend[(head + i) % depth].d;
-                gb[i] = s->pend[(head + i) % depth].buf;
+                gl[i] = s->ring[(head + i) % depth]->d;
+                gb[i] = s->ring[(head + i) % depth]->buf;
             }
             xs_compute_par(s, &c, gl, gb, G);
         } else {
-            xs_compute_one(s, &c, s->pend[head].d, s->pend[head].buf);
+            xs_compute_one(s, &c, s->ring[head]->d, s->ring[head]->buf);
         }
         for (int i = 0; i < G; i++) {
-            xs_pend *p = &s->pend[head];
+            xs_pend *p = s->ring[head];
             s->st.bytes_read += s->E;
             if (ms_cpolicy_contains(s->pol, p->key))
                 s->key_buf[p->key] = p->buf; /* the policy keeps it: the buffer becomes its slot */
@@ -577,7 +662,7 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
             n_pend--;
         }
         for (int i = 0; i < G && next < n_miss; i++) {
-            submit_miss(s, &c, miss[next++].d, &s->pend[(head + n_pend) % depth]);
+            submit_miss(s, &c, miss[next++].d, s->ring[(head + n_pend) % depth]);
             n_pend++;
         }
     }
@@ -632,9 +717,21 @@ static void xs_begin(void *ctx, int layer, int64_t n_rows, int k, const int32_t 
     ms_xgroup_free(&g);
 }
 
+static void xs_prefetch(void *ctx, int layer, int64_t n_rows, int k, const int32_t *ids)
+{
+    ms_xstore *s = ctx;
+    if (layer < 0 || layer >= s->o.n_layers || n_rows <= 0 || k < 1) return;
+    ms_xgroup g;
+    if (ms_xgroup_build(&g, n_rows * k, (const uint32_t *)ids, s->o.n_experts) != 0) return;
+    int ok = 1;
+    for (int d = 0; d < g.nd; d++) ok &= s->loc_state[key_of(s, layer, g.dexp[d])] != 0;
+    if (ok) ms_xstore_prefetch_items(s, layer, &g);
+    ms_xgroup_free(&g);
+}
+
 ms_experts ms_xstore_iface(ms_xstore *s)
 {
-    ms_experts ex = {xs_compute, s, xs_begin};
+    ms_experts ex = {xs_compute, s, xs_begin, xs_prefetch};
     return ex;
 }
 

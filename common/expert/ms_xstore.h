@@ -76,8 +76,18 @@ void ms_xstore_grow_wait(ms_xstore *s);
 /* The ms_experts interface: groups the call's (row, rank) items by expert (ms_xgroup_build)
  * and computes them with ms_xstore_compute_items. Its begin issues the reads of the call's
  * first window of missed experts (up to `depth`, in file order, into free buffers, without
- * touching the cache's policy), which the call then takes over. */
+ * touching the cache's policy), which the call then takes over; its prefetch is
+ * ms_xstore_prefetch_items. */
 ms_experts ms_xstore_iface(ms_xstore *s);
+
+/* Reads of experts a layer is predicted to route to, before its router has run (ms_experts
+ * prefetch): the distinct experts of g not in the cache, in g's order (most likely first), up
+ * to depth x the running precision (at least one), into free buffers without touching the
+ * cache's policy. Early reads of another layer, or of experts not in g, are dropped first. The
+ * layer's begin and compute then take over the reads they need, whatever their order, and drop
+ * (wait for, and free) the others: outputs never depend on it, and a wrong prediction costs
+ * only the disk time of its reads. */
+void ms_xstore_prefetch_items(ms_xstore *s, int layer, const ms_xgroup *g);
 
 /* Compute grouped items of one layer: item q (g->item order) is row item_row[q] of
  * z [rows][L] through expert g->dexp[d]; out [n][L] receives item q's output at row q. Every
@@ -104,6 +114,8 @@ typedef struct {
     uint64_t cache_bytes_peak;
     uint64_t cache_bytes_grown; /* slot bytes the cache may hold now: cache_bytes without grow_bg,
                                  * else what the background thread has faulted in and handed over */
+    uint64_t prefetched;        /* expert reads issued by a prefetch (predicted routing) */
+    uint64_t prefetch_used;     /* of those, the ones the layer's call then needed */
     double io_wait_seconds;     /* time the computing thread waited for reads */
     double read_busy_seconds;   /* wall time with at least one read in flight */
 } ms_xstore_stats;

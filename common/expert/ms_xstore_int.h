@@ -15,6 +15,7 @@
 typedef struct {
     uint32_t key;
     int d;                     /* index of the expert among this call's distinct experts */
+    int predicted;             /* 1: issued by a prefetch (predicted routing), not taken by a call yet */
     uint8_t *buf;              /* slot_bytes, aligned */
     int n_req;
     ms_io_req req[XS_PARTS];
@@ -35,8 +36,12 @@ struct ms_xstore {
     uint8_t **key_buf;         /* [n_keys] buffer of a resident key with valid bytes, else NULL */
     uint8_t **free_buf;        /* [cap] free buffers */
     size_t n_free, n_alloc, cap;
-    xs_pend *pend;             /* [depth] ring of reads in flight / awaiting compute */
-    int early_n, early_layer;  /* a begun call's first reads, in pend[0 .. early_n) (0: none) */
+    xs_pend *pend;             /* [depth] the reads' state; never moves while a read is in flight */
+    xs_pend **ring;            /* [depth] a permutation of pend: a call's ring of reads in flight /
+                                * awaiting compute; early reads are ring[0 .. early_n) */
+    int early_n, early_layer;  /* reads issued before their call (begin, prefetch) (0: none) */
+    uint64_t pf_round_issued, pf_round_used; /* predicted reads since the last prefetch */
+    double pf_precision;       /* running share of predicted reads that a call used (starts at 1) */
     int32_t *dmap;             /* [n_experts] index among this call's distinct experts, -1 outside a call */
     XXH3_state_t *xxh;         /* checksum of scattered experts (part by part) */
     /* background growth (grow_bg) */

@@ -173,17 +173,21 @@ static int run_cfg(const cfg *c, int *direct_ran)
     return 1;
 }
 
-/* begin (the ms_experts hook: a call's first reads issued early) never changes an output or
- * what is cached: a store given begin before each call, sometimes with other ids or twice, and
- * one without, serve the same calls with the same bits and the same hits, misses and
- * evictions; a begin never followed by its call is undone (by the next call, or at free). */
-static void test_begin(int threads)
+/* Reads issued before their call never change an output.
+ * begin (a call's first reads issued early) not even what is cached: a store given begin before
+ * each call, sometimes with other ids or twice, and one without, serve the same calls with the
+ * same bits and the same hits, misses and evictions.
+ * prefetch (predicted routing): before each call the store is told a prediction that is right,
+ * partly right, of another layer, or wrong (sometimes followed by begin), and every call still
+ * gives the table's bits; right predictions are used, wrong ones dropped.
+ * Either, never followed by its call, is undone by the next call, or at free (ASan). */
+static void test_early(int threads, int predict)
 {
     const char *paths[2] = {xt_path("a.safetensors"), xt_path("b.safetensors")};
     ms_io_files *files = ms_io_files_open(paths, 2, 1);
     ms_pool *pool = threads > 1 ? ms_pool_new(threads) : NULL;
     ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = xt_fmt(LAT, INTER),
-                        .cache_bytes = 3 * xt_slot(LAT, INTER), .depth = 2};
+                        .cache_bytes = 3 * xt_slot(LAT, INTER), .depth = predict ? 3 : 2};
     ms_xstore *sa = files ? ms_xstore_new(&o, files, pool) : NULL, *sb = files ? ms_xstore_new(&o, files, pool) : NULL;
     T_CHECK(sa && sb, "stores: %s", ms_err_msg());
     if (!sa || !sb) {
@@ -200,21 +204,33 @@ static void test_begin(int threads)
         ms_xstore_set(sb, key / NE, key % NE, &loc);
     }
     ms_experts a = ms_xstore_iface(sa), b = ms_xstore_iface(sb), ref = ms_expert_table_iface(ref_table);
-    T_CHECK(a.begin != NULL, "the expert store has no begin");
+    T_CHECK(a.begin != NULL && a.prefetch != NULL, "the expert store has no begin or no prefetch");
     int32_t ids[9 * 4], other[9 * 4];
     float z[9 * LAT], za[9 * LAT], want[9 * 4 * LAT], ga[9 * 4 * LAT], gb[9 * 4 * LAT];
     int bad_bits = 0, bad_cache = 0, failed = 0, stale = 0;
-    for (int call = 0; call < 3 * N_CALLS && a.begin; call++) {
+    for (int call = 0; call < 3 * N_CALLS && a.begin && a.prefetch; call++) {
         int layer, k, ol, ok;
         int64_t n_rows, on;
-        random_routing(&ol, &on, &ok, other, za); /* another call's routing, for stale begins */
+        random_routing(&ol, &on, &ok, other, za); /* another call's routing, for stale reads */
         random_routing(&layer, &n_rows, &k, ids, z);
-        if (call % 7 == 3) {
+        if (!predict && call % 7 == 3) {
             a.begin(a.ctx, ol, on, ok, other);
             stale++;
-        } else {
+        } else if (!predict) {
             a.begin(a.ctx, layer, n_rows, k, ids);
             if (call % 11 == 5) a.begin(a.ctx, layer, n_rows, k, ids);
+        } else if (call % 5 == 1 && ok == k) { /* the first rows right, the rest another call's */
+            for (int64_t r = 0; r < n_rows / 2 && r < on; r++) memcpy(other + r * k, ids + r * k, sizeof(int32_t) * (size_t)k);
+            a.prefetch(a.ctx, layer, on, ok, other);
+        } else if (call % 5 == 2) { /* another layer's, then right, then begin */
+            a.prefetch(a.ctx, ol, on, ok, other);
+            a.prefetch(a.ctx, layer, n_rows, k, ids);
+            a.begin(a.ctx, layer, n_rows, k, ids);
+        } else if (call % 5 == 3) { /* wrong */
+            a.prefetch(a.ctx, layer, on, ok, other);
+            stale++;
+        } else if (call % 5 == 0) { /* right */
+            a.prefetch(a.ctx, layer, n_rows, k, ids);
         }
         int rc = a.compute(a.ctx, layer, n_rows, z, k, ids, ga) | b.compute(b.ctx, layer, n_rows, z, k, ids, gb) |
                  ref.compute(ref.ctx, layer, n_rows, z, k, ids, want);
@@ -227,20 +243,25 @@ static void test_begin(int threads)
         ms_xstore_stats x, y;
         ms_xstore_get_stats(sa, &x);
         ms_xstore_get_stats(sb, &y);
-        bad_cache += x.hits != y.hits || x.misses != y.misses || x.evictions != y.evictions ||
-                     x.cache_bytes_used != y.cache_bytes_used || x.bytes_read < y.bytes_read;
+        bad_cache += !predict && (x.hits != y.hits || x.misses != y.misses || x.evictions != y.evictions ||
+                                  x.cache_bytes_used != y.cache_bytes_used || x.bytes_read < y.bytes_read);
     }
     ms_xstore_stats x;
     ms_xstore_get_stats(sa, &x);
-    T_CHECK(failed == 0, "%d thread(s): a call failed: %s", threads, ms_err_msg());
-    T_CHECK(bad_bits == 0, "%d thread(s): %d calls with begin differ from the table", threads, bad_bits);
-    T_CHECK(bad_cache == 0, "%d thread(s): %d calls where begin changed what is cached", threads, bad_cache);
-    T_CHECK(stale > 0 && x.misses > 0 && x.hits > 0, "%d thread(s): the calls neither hit nor missed", threads);
-    /* A begun call that never comes: free waits for its reads and frees their buffers (ASan). */
+    const char *what = predict ? "prefetch" : "begin";
+    T_CHECK(failed == 0, "%s, %d thread(s): a call failed: %s", what, threads, ms_err_msg());
+    T_CHECK(bad_bits == 0, "%s, %d thread(s): %d calls differ from the table", what, threads, bad_bits);
+    T_CHECK(bad_cache == 0, "%s, %d thread(s): %d calls where begin changed what is cached", what, threads, bad_cache);
+    T_CHECK(stale > 0 && x.misses > 0 && x.hits > 0, "%s, %d thread(s): the calls neither hit nor missed", what, threads);
+    T_CHECK(!predict || (x.prefetch_used > 0 && x.prefetch_used < x.prefetched),
+            "%d thread(s): %llu of %llu predicted reads used (some right, some wrong)", threads,
+            (unsigned long long)x.prefetch_used, (unsigned long long)x.prefetched);
+    /* Early reads whose call never comes: free waits for them and frees their buffers. */
     int layer, k;
     int64_t n_rows;
     random_routing(&layer, &n_rows, &k, ids, z);
-    if (a.begin) a.begin(a.ctx, layer, n_rows, k, ids);
+    if (a.begin && !predict) a.begin(a.ctx, layer, n_rows, k, ids);
+    if (a.prefetch && predict) a.prefetch(a.ctx, layer, n_rows, k, ids);
     ms_xstore_free(sa);
     ms_xstore_free(sb);
     ms_pool_free(pool);
@@ -741,8 +762,10 @@ int main(void)
     printf("O_DIRECT on %s: %s\n", xt_root,
            direct_ok == direct_asked ? "used" : direct_ok ? "partly used" : "refused by the file system, buffered reads ran");
     test_row_invariance();
-    test_begin(1);
-    test_begin(2);
+    for (int predict = 0; predict < 2; predict++) {
+        test_early(1, predict);
+        test_early(2, predict);
+    }
     test_grow();
     test_errors();
     test_checksums();
