@@ -67,6 +67,7 @@ typedef struct ms_mat_stream {
                    ms_mat_packed **packed);
     void (*release)(void *ctx, const void *key);
     void *ctx;
+    int resident;  /* 1: every acquire is served at once from memory, in any order (pinned blocks) */
 } ms_mat_stream;
 
 /* A borrowed view of a weight matrix W[rows, cols]: y = W x means y[r] = sum_c W[r][c] x[c].
@@ -81,6 +82,10 @@ typedef struct {
     const ms_mat_stream *stream;
     const void *key;
 } ms_mat;
+
+/* 1 if W can be used out of the order of its stream: its rows are in memory (raw, or pinned
+ * blocks), not streamed. */
+static inline int ms_mat_resident(const ms_mat *W) { return W->data != NULL || (W->stream && W->stream->resident); }
 
 /* Build the decoding tables and detect the CPU (ms_cpu) once; idempotent, thread-safe after
  * the first call returns. The SIMD path's switch: ms_cpu.h. */

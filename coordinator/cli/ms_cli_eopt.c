@@ -7,7 +7,7 @@
 #include "ms_opt.h"
 #include "ms_pool.h"
 
-enum { MS_CLI_OPT_SPECULATE = 1001, MS_CLI_OPT_DRAFT, MS_CLI_OPT_PIN }; /* long-only options */
+enum { MS_CLI_OPT_SPECULATE = 1001, MS_CLI_OPT_DRAFT, MS_CLI_OPT_PIN, MS_CLI_OPT_PREFETCH }; /* long-only options */
 
 static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"model", required_argument, 0, 'm'},         {"ram-budget", required_argument, 0, 'B'},
@@ -20,6 +20,7 @@ static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"trunk-pack", required_argument, 0, 0x7470},
     {"speculate", required_argument, 0, MS_CLI_OPT_SPECULATE}, {"draft-file", required_argument, 0, MS_CLI_OPT_DRAFT},
     {"pin-threads", no_argument, 0, MS_CLI_OPT_PIN},
+    {"expert-prefetch", required_argument, 0, MS_CLI_OPT_PREFETCH},
 };
 
 void ms_cli_eopt_table(const struct option *own, int n_own, struct option *out)
@@ -49,6 +50,13 @@ int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, i
     case 'C': bad = ms_opt_int("--prefill-chunk", arg, 1, 65536, &o->chunk); break;
     case 'N': bad = ms_opt_int("--local-workers", arg, 0, 64, &o->local_workers); break;
     case MS_CLI_OPT_DRAFT: o->draft_file = arg; break;
+    case MS_CLI_OPT_PREFETCH:
+        if (strcmp(arg, "on") && strcmp(arg, "off")) {
+            *code = ms_cli_fail(cmd, MS_EXIT_USAGE, "--expert-prefetch takes on or off, got '%s'", arg);
+            return -1;
+        }
+        o->no_prefetch = !strcmp(arg, "off");
+        break;
     case MS_CLI_OPT_SPECULATE: {
         long long n = 0;
         o->speculate_set = 1;
@@ -100,6 +108,7 @@ void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo)
     eo->run.max_chunk = o->chunk;
     eo->run.lru = o->lru;
     eo->run.trunk_pack = o->trunk_pack;
+    eo->run.no_prefetch = o->no_prefetch;
     eo->local_workers = o->local_workers > 0 ? (int)o->local_workers : 0;
     eo->workers = o->workers;
     eo->cluster = o->cluster;

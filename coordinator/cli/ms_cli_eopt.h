@@ -16,13 +16,14 @@ typedef struct {
     float worker_timeout;                    /* 0 = the default */
     uint64_t budget;                         /* 0 = the memory available */
     int insecure, buffered, lru, quiet, pin; /* pin: --pin-threads */
+    int no_prefetch;                         /* --expert-prefetch off */
     int speculate;                           /* --speculate: MS_SPEC_AUTO (the default), 0 = off, N */
     int speculate_set;                       /* --speculate was given (else auto) */
     const char *draft_file;                  /* --draft-file PATH */
 } ms_cli_eopts;
 
 /* Entries of the shared options in a getopt_long table. */
-#define MS_CLI_EOPT_COUNT 18
+#define MS_CLI_EOPT_COUNT 19
 
 /* Lines of a command's usage text for the speculation options (run, jobs, serve). */
 #define MS_CLI_EOPT_SPEC_HELP                                                                                    \

@@ -50,7 +50,7 @@ static void run_usage(FILE *f, int demo)
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet] [--raw] [--special]\n"
           "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
           "                     [--prefill-chunk N] [--lru-cache] [--trunk-pack DIR|none] [--pin-threads]\n"
-          "                     [--plan-only [--plan-seqs N]]\n"
+          "                     [--expert-prefetch on|off] [--plan-only [--plan-seqs N]]\n"
           "                     [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                     [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "                     [--speculate auto|off|N] [--draft-file PATH]\n"
@@ -75,6 +75,10 @@ static void run_usage(FILE *f, int demo)
           "--trace PATH records every routed-expert request as little-endian int32 (layer, expert) pairs.\n"
           "--buffered-io reads through the page cache instead of O_DIRECT; --io-depth N reads in flight\n"
           "(default 8); --prefill-chunk N caps the tokens per prefill pass; --lru-cache uses plain LRU.\n"
+          "--expert-prefetch on|off (default on): each MoE layer's router also runs on the hidden state before\n"
+          "the layer's attention, and the experts it predicts are read while the attention computes (when the\n"
+          "router's matrix is in memory); what the layer computes is decided by its own routing, so the output\n"
+          "is the same either way.\n"
           "--trunk-pack DIR streams the trunk from a pack written by moestream pack-trunk (fewer bytes\n"
           "read, the same logits); by default DIR.trunk-pack beside the model is used when present;\n"
           "none: never. A pack of another model or with a corrupt block is refused (exit 3).\n"
@@ -274,6 +278,8 @@ static void print_json(ms_engine *e, int special, const int32_t *prompt, size_t 
     json_object_set_new(stats, "expert_cache_peak_bytes", json_integer((json_int_t)ms->expert_cache_peak_bytes));
     json_object_set_new(stats, "expert_cache_capacity_bytes", json_integer((json_int_t)ms->expert_cache_capacity));
     json_object_set_new(stats, "expert_bytes", json_integer((json_int_t)ms->expert_bytes));
+    json_object_set_new(stats, "expert_prefetched", json_integer((json_int_t)ms->expert_prefetched));
+    json_object_set_new(stats, "expert_prefetch_used", json_integer((json_int_t)ms->expert_prefetch_used));
     json_object_set_new(stats, "expert_read_bytes_per_second", json_real(read_rate));
     json_object_set_new(stats, "io_wait_seconds", json_real(ms->io_wait_seconds));
     json_object_set_new(stats, "io_wait_share", json_real(wall > 0 ? ms->io_wait_seconds / wall : 0.0));
@@ -335,13 +341,17 @@ static void print_report(const char *cmd, size_t np, size_t ng, const ms_engine_
             "load %.3f s, %d threads, peak RSS %s\n",
             cmd, np, t_prefill, pre_tps, ng, t_decode, s_per_tok, t_load, es->threads,
             ms_size_fmt(es->peak_rss_all, a, sizeof a));
+    char pf[96] = "";
+    if (ms->expert_prefetched)
+        snprintf(pf, sizeof pf, " %llu of %llu predicted reads used;", (unsigned long long)ms->expert_prefetch_used,
+                 (unsigned long long)ms->expert_prefetched);
     if (ms->expert_requests || ms->bytes_read_trunk)
         fprintf(stderr,
                 "moestream %s: read %s of experts (%.0f MB/s while reading), %s of trunk; expert cache %llu hits, "
-                "%llu misses, %llu evictions; waiting on I/O %.0f%% of %.2f s\n",
+                "%llu misses, %llu evictions;%s waiting on I/O %.0f%% of %.2f s\n",
                 cmd, ms_size_fmt(ms->bytes_read_experts, b, sizeof b), read_rate / 1e6,
                 ms_size_fmt(ms->bytes_read_trunk, d, sizeof d), (unsigned long long)ms->expert_cache_hits,
-                (unsigned long long)ms->expert_cache_misses, (unsigned long long)ms->expert_cache_evictions,
+                (unsigned long long)ms->expert_cache_misses, (unsigned long long)ms->expert_cache_evictions, pf,
                 100.0 * (wall > 0 ? ms->io_wait_seconds / wall : 0.0), wall);
     if (ng > 1) { /* per decode token: CPU of all threads, and what it read */
         double nd = (double)(ng - 1), u = cpu->end.s[0] - cpu->prefill.s[0], sy = cpu->end.s[1] - cpu->prefill.s[1];

@@ -26,6 +26,33 @@ static void attnres_rows(const ms_k3_cfg *c, const float *snaps, int smax, int n
     }
 }
 
+/* Predicted routing: the layer's router applied to the residual stream before its attention
+ * (AttnRes over the snapshots and the prefix P, NULL when the prefix is empty, as the MoE input
+ * is formed after it), so that the expert store starts reading the likely experts while the
+ * attention computes. The layer's own router decides what is computed; this only reads early. */
+static void predict_route(const ms_k3_cfg *c, int layer, const ms_layer_w *w, const ms_experts *ex, const float *snaps,
+                          int smax, int n, const float *P, int64_t T, float *xp, ms_arena *ar, ms_pool *pool)
+{
+    int64_t E = c->hidden;
+    int Ne = c->n_experts, k = c->top_k;
+    size_t mark = ms_arena_mark(ar);
+    if (!P) {
+        float *zero = ms_arena_take(ar, (size_t)(T * E)); /* [T][E] the empty prefix */
+        memset(zero, 0, sizeof(float) * (size_t)(T * E));
+        P = zero;
+    }
+    attnres_rows(c, snaps, smax, n, P, w->mlp_fold, T, xp); /* xp [T][E] */
+    for (int64_t t = 0; t < T; t++) ms_rmsnorm(xp + t * E, w->post_norm, E, c->eps, xp + t * E);
+    float *lg = ms_arena_take(ar, (size_t)(T * Ne));                 /* [T][Ne] */
+    int32_t *ids = (int32_t *)ms_arena_take(ar, (size_t)(T * k));    /* [T][k] */
+    float *wts = ms_arena_take(ar, (size_t)(T * k));                 /* [T][k] */
+    ms_matmul(&w->moe.gate, xp, T, lg, pool);
+    for (int64_t t = 0; t < T; t++)
+        ms_router_select(lg + t * Ne, w->moe.bias, Ne, k, c->renorm, c->routed_scale, ids + t * k, wts + t * k);
+    ex->prefetch(ex->ctx, layer, T, k, ids);
+    ms_arena_reset(ar, mark);
+}
+
 size_t ms_layer_work_floats(const ms_k3_cfg *c, int64_t R)
 {
     size_t attn = 0, ffn = 0, kda = ms_kda_work_floats(c, R), mla = ms_mla_work_floats(c, R);
@@ -33,6 +60,11 @@ size_t ms_layer_work_floats(const ms_k3_cfg *c, int64_t R)
         size_t a = c->is_mla[i] ? mla : kda;
         size_t f = ms_k3_cfg_is_dense(c, i) ? MS_ARENA_SPAN(2 * (size_t)R * (size_t)c->dense_inter)
                                          : ms_moe_work_floats(c, R);
+        if (!ms_k3_cfg_is_dense(c, i)) { /* predict_route's, before the attention */
+            size_t p = MS_ARENA_SPAN((size_t)R * (size_t)c->hidden) + MS_ARENA_SPAN((size_t)R * (size_t)c->n_experts) +
+                       2 * MS_ARENA_SPAN((size_t)R * (size_t)c->top_k);
+            if (p > a) a = p;
+        }
         if (a > attn) attn = a;
         if (f > ffn) ffn = f;
     }
@@ -66,6 +98,8 @@ int ms_layer_forward_batch(const ms_k3_cfg *c, int layer, const ms_layer_w *w, m
         p_empty = 1;
     }
     for (int64_t t = 0; t < T; t++) ms_rmsnorm(x + t * E, w->in_norm, E, c->eps, x + t * E);
+    if (!w->is_dense && T > 0 && ex && ex->prefetch && ms_mat_resident(&w->moe.gate))
+        predict_route(c, layer, w, ex, snaps, smax, n_cur, p_empty ? NULL : h, T, a, ar, pool);
     MS_ASSERT(n_seg >= 0 && n_seg <= MS_MODEL_MAX_SEQS);
     if (w->is_mla) {
         ms_mla_cache *kc[MS_MODEL_MAX_SEQS];

@@ -76,6 +76,7 @@ typedef struct {
     int64_t max_chunk;       /* largest prefill chunk (0 = 64) */
     int all_logits;          /* logits of every prefill row will be asked for */
     int lru;                 /* plain LRU expert cache (benchmarks) */
+    int no_prefetch;         /* 1: no predicted-routing prefetch of routed experts (--expert-prefetch off) */
     int spec_window;         /* draft tokens a decoding sequence may verify per pass (each pass
                                 then carries up to 1 + spec_window rows per sequence, and each
                                 sequence keeps what undoing rejected rows needs); 0 = none */
@@ -132,6 +133,7 @@ typedef struct {
     uint64_t expert_requests, expert_cache_hits, expert_cache_misses, expert_cache_evictions;
     uint64_t expert_cache_bytes, expert_cache_peak_bytes, expert_cache_capacity;
     uint64_t expert_bytes;       /* bytes of one routed expert as stored */
+    uint64_t expert_prefetched, expert_prefetch_used; /* predicted expert reads, and those a layer used */
     double io_wait_seconds;      /* compute waiting for reads (experts + trunk) */
     double read_busy_seconds;    /* wall time with expert reads in flight */
 } ms_model_stats;

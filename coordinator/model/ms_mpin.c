@@ -59,7 +59,7 @@ ms_mpin *ms_mpin_new(int n, const char *pack_path)
     p->cap = n;
     p->e = ms_calloc((size_t)(n > 0 ? n : 1), sizeof *p->e);
     p->path = pack_path;
-    p->iface = (ms_mat_stream){acquire, release, p};
+    p->iface = (ms_mat_stream){acquire, release, p, 1};
     return p;
 }
 

@@ -388,6 +388,7 @@ int ms_mrt_setup(ms_model *m)
                 if (x->len[0]) ms_xstore_set(m->xs, i, e, x);
             }
         m->experts = ms_xstore_iface(m->xs);
+        if (m->opts.no_prefetch) m->experts.prefetch = NULL;
     }
     rc = 0;
 out:
@@ -454,6 +455,8 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
         st->expert_cache_peak_bytes = x.cache_bytes_peak;
         st->expert_cache_capacity = m->plan.cache;
         st->expert_bytes = ms_xfmt_expert_bytes(ms_xstore_fmt(m->xs));
+        st->expert_prefetched = x.prefetched;
+        st->expert_prefetch_used = x.prefetch_used;
         st->io_wait_seconds += x.io_wait_seconds;
         st->read_busy_seconds = x.read_busy_seconds;
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One sequence on the k3-slice at a RAM budget (default 8 GiB), this build against older ones,
-# side by side: every round runs each binary once, in turn (the older ones first), each run with
-# the page cache dropped: `run --ids 100,2000,30000,4000,500,60000,7000,80 -n 16 --temperature 0
+# side by side: every round runs each binary once, in turn (the older ones first), then this build
+# again with --expert-prefetch off (what predicted routing adds), each run with the page cache
+# dropped: `run --ids 100,2000,30000,4000,500,60000,7000,80 -n 16 --temperature 0
 # --ram-budget B --speculate off --json` (--ids: another prompt, e.g. for a smaller vocabulary).
 # Reports decode s/token per run and the median, the decode CPU (user) per token, and whether
 # the generated ids equal this build's (binaries from before the FP32 contract of 2026-12-01
@@ -38,12 +39,15 @@ done
 . tests/bench/lib.sh
 bench_bin_out
 uptime > "$out/uptime-before.txt"
-bins=("${olds[@]}" "$bin")
+# every binary, then this build once more without predicted routing (its last run)
+bins=("${olds[@]}" "$bin" "$bin")
 for r in $(seq "$rounds"); do
   for i in "${!bins[@]}"; do
+    extra=()
+    [ "$i" -eq $((${#bins[@]} - 1)) ] && extra=(--expert-prefetch off)
     drop
     "${bins[$i]}" run --model "$model" --ids "$ids" -n 16 --temperature 0 \
-      --ram-budget "$budget" --speculate off --json > "$out/b$i.r$r.json"
+      --ram-budget "$budget" --speculate off --json "${extra[@]}" > "$out/b$i.r$r.json"
   done
 done
 uptime > "$out/uptime-after.txt"
@@ -59,42 +63,47 @@ out, path, budget, rounds, nb, model, ids = sys.argv[1:3] + [sys.argv[3], int(sy
 load = lambda f: open(f"{out}/{f}").read().split("load average:")[-1].strip()
 runs = [[json.load(open(f"{out}/b{i}.r{r}.json")) for r in range(1, rounds + 1)] for i in range(nb)]
 commits = [open(f"{out}/b{i}.commit").read().strip() for i in range(nb)]
-ids_this = runs[-1][0]["generated_ids"]
+TH = nb - 2  # this build; nb - 1 is this build with --expert-prefetch off
+ids_this = runs[TH][0]["generated_ids"]
 med = [statistics.median(r["stats"]["decode_seconds_per_token"] for r in rs) for rs in runs]
 human = budget[:-1] + " GiB" if budget.endswith("G") else budget
 title = f"## One sequence on the k3-slice at {human}, before and after the kernels"
 L = [title + "\n",
      f"Measured {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, load average {load('uptime-before.txt')} before and "
      f"{load('uptime-after.txt')} after (these runs' own threads). Command: `sudo bash tests/bench/one-sequence.sh "
-     + " ".join(f"--old <a build of {c}>/moestream" for c in commits[:-1]) +
-     f" --budget {budget} --rounds {rounds}`: {rounds} rounds, each running every binary once in turn, page cache "
-     f"dropped before each run: `run --model {model.rstrip('/').split('/')[-1]} --ids {ids} -n 16 --temperature 0 "
-     f"--ram-budget {budget} --speculate off --json`.\n",
+     + " ".join(f"--old <a build of {c}>/moestream" for c in commits[:TH]) +
+     f" --budget {budget} --rounds {rounds}`: {rounds} rounds, each running every binary once in turn and this "
+     f"one again with `--expert-prefetch off`, page cache dropped before each run: `run --model "
+     f"{model.rstrip('/').split('/')[-1]} --ids {ids} -n 16 --temperature 0 --ram-budget {budget} --speculate off "
+     f"--json`.\n",
      "| binary | decode s/token, runs in order | median | this commit's speed-up | decode CPU (user) s/token, median | same ids as this commit |",
      "|---|---|---|---|---|---|"]
 for i in range(nb):
-    name = f"`{commits[i]}`" + (" (this commit)" if i == nb - 1 else "")
+    name = f"`{commits[i]}`" + (" (this commit)" if i == TH else " (this commit, `--expert-prefetch off`)"
+                                 if i == nb - 1 else "")
     cpu = statistics.median(r["stats"]["decode_cpu_user_seconds_per_token"] for r in runs[i])
     same = all(r["generated_ids"] == ids_this for r in runs[i])
     L.append(f"| {name} | " + ", ".join(f"{r['stats']['decode_seconds_per_token']:.3f}" for r in runs[i]) +
-             f" | {med[i]:.3f} | {med[i] / med[-1]:.2f}x | {cpu:.3f} | {'yes' if same else 'no'} |")
+             f" | {med[i]:.3f} | {med[i] / med[TH]:.2f}x | {cpu:.3f} | {'yes' if same else 'no'} |")
 L.append("")
-first = med[0] / med[-1]
+first = med[0] / med[TH]
 L.append(f"By the medians this commit decodes at **{first:.2f}x** the speed of the oldest binary (`{commits[0]}`; "
          f"issue 18's target at 8 GiB: 1.3x). Runs of the same binary differ by up to "
          f"{max(max(r['stats']['decode_seconds_per_token'] for r in rs) / min(r['stats']['decode_seconds_per_token'] for r in rs) for rs in runs):.2f}x "
          f"on this shared machine, hence the rounds and medians.\n")
-st = [r["stats"] for r in runs[-1]]
+st = [r["stats"] for r in runs[TH]]
 mstat = lambda k: statistics.median(x[k] for x in st)
-L.append(f"Why the wall time moves less than the CPU: at {human} each decode step of this commit reads "
+pf, pfu = sum(x["expert_prefetched"] for x in st), sum(x["expert_prefetch_used"] for x in st)
+L.append(f"Where the step goes: at {human} each decode step of this commit reads "
          f"{mstat('decode_bytes_read_experts_per_token') / 2**20:.1f} MiB of routed experts "
          f"({sum(x['expert_cache_hits'] for x in st)} cache hits in {sum(x['expert_requests'] for x in st)} requests over "
          f"the {rounds} runs: 16 tokens routed over 896 experts a layer find almost nothing cached), at "
          f"{mstat('expert_read_bytes_per_second') / 1e6:.0f} MB/s while reading, and waits on I/O for "
-         f"{100 * mstat('io_wait_share'):.0f}% of a run (medians). A layer's expert reads start only once its router "
-         f"has run, so they do not overlap the trunk's compute: the step is about the sum of the two, and the kernels "
-         f"shrink only the CPU part. Overlapping them needs the next layer's experts before its router runs "
-         f"(predicted routing), which moestream does not do yet.\n")
+         f"{100 * mstat('io_wait_share'):.0f}% of a run (medians). A layer's expert reads can start only once its "
+         f"routing is known, so they overlap little of the trunk's compute and the kernels shrink only the CPU part. "
+         f"Predicted routing (the router run before the layer's attention) starts {pf} reads early, of which "
+         f"{pfu} ({100 * pfu / max(pf, 1):.0f}%) were the layer's own: without it the median is {med[-1]:.3f} s/token "
+         f"({med[-1] / med[TH]:.2f}x this commit's time).\n")
 text = "\n".join(L) + "\n"
 print(text)
 sys.path.insert(0, "tests/bench")

@@ -326,6 +326,44 @@ static void test_synth_invariants(void)
     free(other);
 }
 
+/* Predicted routing (ms_experts prefetch) only reads early: the logits of a prompt and of
+ * decoding one token at a time are the same bits with it and without it (--expert-prefetch
+ * off), its reads happen (the trunk is resident, so each MoE layer predicts), and no more of
+ * them are counted as used than were issued. */
+static void test_prefetch(void)
+{
+    char dir[4096];
+    ms_synth_shape sh;
+    ms_t_synth_tiny("model-prefetch", 11, dir, sizeof dir, &sh);
+    enum { N = 24 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 41 + 3) % sh.vocab);
+    size_t bytes = sizeof(float) * N * (size_t)sh.vocab;
+    float *lg[2][2] = {{NULL}};
+    ms_model_stats st[2][2];
+    for (int off = 0; off < 2; off++)
+        for (int split = 0; split < 2; split++) { /* one prefill pass, then one token a pass */
+            ms_run_opts o = {.n_threads = 2, .max_positions = N + 8, .no_prefetch = off};
+            memset(&st[off][split], 0, sizeof st[off][split]);
+            lg[off][split] = run_opts_logits(dir, &o, ids, N, split, &st[off][split], NULL);
+            T_CHECK(lg[off][split] != NULL, "prefetch %s, split %d: run", off ? "off" : "on", split);
+        }
+    for (int split = 0; split < 2; split++) {
+        if (!lg[0][split] || !lg[1][split]) continue;
+        T_CHECK(!memcmp(lg[0][split], lg[1][split], bytes), "prefetch (split %d): logits with predicted reads == "
+                "without, bit for bit", split);
+        T_CHECK(st[0][split].expert_prefetched > 0 && st[1][split].expert_prefetched == 0,
+                "prefetch (split %d): %llu predicted reads with it, %llu without", split,
+                (unsigned long long)st[0][split].expert_prefetched, (unsigned long long)st[1][split].expert_prefetched);
+        T_CHECK(st[0][split].expert_prefetch_used <= st[0][split].expert_prefetched,
+                "prefetch (split %d): %llu of %llu predicted reads used", split,
+                (unsigned long long)st[0][split].expert_prefetch_used,
+                (unsigned long long)st[0][split].expert_prefetched);
+    }
+    for (int off = 0; off < 2; off++)
+        for (int split = 0; split < 2; split++) free(lg[off][split]);
+}
+
 /* A clone (ms_seq_clone) is a snapshot: continuing it gives the logits of continuing the
  * original, bit for bit, after the original is gone, after a speculative pass it settled, and
  * at a budget that streams the trunk. */
@@ -606,6 +644,7 @@ int main(void)
     ms_log_set_level(0); /* no plan lines: the checks print what they need */
     test_synth_invariants();
     test_clone();
+    test_prefetch();
     test_synth_variants();
     test_bad_checkpoint();
     test_budgets();
