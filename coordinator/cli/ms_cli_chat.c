@@ -75,7 +75,7 @@ static void chat_usage(FILE *f)
           "                      [--trunk-pack DIR|none] [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                      [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "                      [--speculate auto|off|N] [--draft-file PATH] [--quiet] [--pin-threads]\n"
-          "                      [--expert-prefetch on|off]\n"
+          "                      [--expert-prefetch auto|on|off]\n"
           "\n"
           "A conversation in the model family's chat format. Each answer is printed as it is generated. The\n"
           "conversation goes on from its own state: a new message prefills only its own tokens, never the\n"

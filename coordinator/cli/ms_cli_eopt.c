@@ -51,11 +51,11 @@ int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, i
     case 'N': bad = ms_opt_int("--local-workers", arg, 0, 64, &o->local_workers); break;
     case MS_CLI_OPT_DRAFT: o->draft_file = arg; break;
     case MS_CLI_OPT_PREFETCH:
-        if (strcmp(arg, "on") && strcmp(arg, "off")) {
-            *code = ms_cli_fail(cmd, MS_EXIT_USAGE, "--expert-prefetch takes on or off, got '%s'", arg);
+        if (strcmp(arg, "auto") && strcmp(arg, "on") && strcmp(arg, "off")) {
+            *code = ms_cli_fail(cmd, MS_EXIT_USAGE, "--expert-prefetch takes auto, on or off, got '%s'", arg);
             return -1;
         }
-        o->no_prefetch = !strcmp(arg, "off");
+        o->prefetch = !strcmp(arg, "on") ? MS_PREFETCH_ON : !strcmp(arg, "off") ? MS_PREFETCH_OFF : MS_PREFETCH_AUTO;
         break;
     case MS_CLI_OPT_SPECULATE: {
         long long n = 0;
@@ -108,7 +108,7 @@ void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo)
     eo->run.max_chunk = o->chunk;
     eo->run.lru = o->lru;
     eo->run.trunk_pack = o->trunk_pack;
-    eo->run.no_prefetch = o->no_prefetch;
+    eo->run.prefetch = o->prefetch;
     eo->local_workers = o->local_workers > 0 ? (int)o->local_workers : 0;
     eo->workers = o->workers;
     eo->cluster = o->cluster;

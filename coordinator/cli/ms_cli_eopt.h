@@ -16,7 +16,7 @@ typedef struct {
     float worker_timeout;                    /* 0 = the default */
     uint64_t budget;                         /* 0 = the memory available */
     int insecure, buffered, lru, quiet, pin; /* pin: --pin-threads */
-    int no_prefetch;                         /* --expert-prefetch off */
+    int prefetch;                            /* --expert-prefetch: MS_PREFETCH_AUTO (0), _ON, _OFF */
     int speculate;                           /* --speculate: MS_SPEC_AUTO (the default), 0 = off, N */
     int speculate_set;                       /* --speculate was given (else auto) */
     const char *draft_file;                  /* --draft-file PATH */

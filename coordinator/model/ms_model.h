@@ -60,6 +60,11 @@ typedef struct {
     int64_t max_context;       /* positions a sequence may reach; 0: no limit of the family's own */
 } ms_model_info;
 
+/* ms_run_opts.prefetch. Why auto: a read from the page cache is a copy on the computing cores,
+ * so a wrong prediction costs compute (measured on the `small` model in RAM: 13% slower); an
+ * O_DIRECT read costs the disk's time, which predictions use while it would idle. */
+enum { MS_PREFETCH_AUTO = 0, MS_PREFETCH_ON = 1, MS_PREFETCH_OFF = 2 };
+
 /* How to run: memory budget and I/O. Zero-initialised means: budget = the memory available
  * now, O_DIRECT reads, 8 reads in flight, prefill chunks of up to 64 tokens. */
 typedef struct {
@@ -76,7 +81,8 @@ typedef struct {
     int64_t max_chunk;       /* largest prefill chunk (0 = 64) */
     int all_logits;          /* logits of every prefill row will be asked for */
     int lru;                 /* plain LRU expert cache (benchmarks) */
-    int no_prefetch;         /* 1: no predicted-routing prefetch of routed experts (--expert-prefetch off) */
+    int prefetch;            /* predicted-routing reads of routed experts (--expert-prefetch): MS_PREFETCH_AUTO
+                                (0: on when every expert read bypasses the page cache, O_DIRECT), _ON, _OFF */
     int spec_window;         /* draft tokens a decoding sequence may verify per pass (each pass
                                 then carries up to 1 + spec_window rows per sequence, and each
                                 sequence keeps what undoing rejected rows needs); 0 = none */

@@ -388,7 +388,12 @@ int ms_mrt_setup(ms_model *m)
                 if (x->len[0]) ms_xstore_set(m->xs, i, e, x);
             }
         m->experts = ms_xstore_iface(m->xs);
-        if (m->opts.no_prefetch) m->experts.prefetch = NULL;
+        int direct = 1; /* every file an expert is read from bypasses the page cache */
+        for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_experts; i++)
+            for (int p = 0; p < MS_XFMT_MAX_PARTS && m->xlocs[i].len[0]; p++)
+                if (m->xlocs[i].len[p]) direct &= ms_io_files_direct(m->iof, m->xlocs[i].file[p]) != 0;
+        if (m->opts.prefetch == MS_PREFETCH_OFF || (m->opts.prefetch == MS_PREFETCH_AUTO && !direct))
+            m->experts.prefetch = NULL;
     }
     rc = 0;
 out:
