@@ -490,9 +490,19 @@ static int miss_keys(ms_xstore *s, int layer, const ms_xgroup *g, uint32_t *keys
  * takes the reads over. Without a prefetch, what is cached, and every output, is what it would
  * be without begin; with one, only the order of the policy's accesses within the call can
  * differ, never an output. */
+/* The call of the layer the last prefetch was for has come: how long after it (under s->mu). */
+static void lead_end(ms_xstore *s, int layer)
+{
+    if (s->pf_t <= 0.0 || s->pf_layer != layer) return;
+    double lead = ms_now() - s->pf_t;
+    s->pf_lead = s->pf_lead > 0.0 ? 0.75 * s->pf_lead + 0.25 * lead : lead;
+    s->pf_t = 0.0;
+}
+
 static void begin_items(ms_xstore *s, int layer, const ms_xgroup *g)
 {
     pthread_mutex_lock(&s->mu);
+    lead_end(s, layer);
     xs_miss *miss = ms_malloc(sizeof(xs_miss) * (size_t)(g->nd + 1));
     uint32_t *keys = ms_malloc(sizeof(uint32_t) * (size_t)(g->nd + 1));
     int n_miss = sorted_misses(s, layer, g, miss);
@@ -511,9 +521,25 @@ void ms_xstore_prefetch_items(ms_xstore *s, int layer, const ms_xgroup *g)
     if (s->pf_round_issued > 0)
         s->pf_precision = 0.75 * s->pf_precision + 0.25 * (double)s->pf_round_used / (double)s->pf_round_issued;
     s->pf_round_issued = s->pf_round_used = 0;
+    /* As many as the disk can read before the router has run (the lead over the time a read
+     * takes while reads are in flight; more would only queue before the layer's own reads),
+     * scaled by the precision; one until a lead is known. */
     int upto = (int)(s->o.depth * s->pf_precision + 0.999);
     if (upto < 1) upto = 1;
     if (upto > s->o.depth) upto = s->o.depth;
+    ms_io_stats io;
+    ms_io_get_stats(s->io, &io);
+    double per_read = s->st.bytes_read > 0 ? io.busy_seconds * (double)s->E / (double)s->st.bytes_read : 0.0;
+    if (s->o.prefetch_reads > 0) {
+        upto = s->o.prefetch_reads < s->o.depth ? s->o.prefetch_reads : s->o.depth;
+    } else if (s->pf_lead <= 0.0 || per_read <= 0.0) {
+        upto = 1;
+    } else {
+        double fit = s->pf_precision * s->pf_lead / per_read + 0.5;
+        if (fit < (double)upto) upto = (int)fit;
+    }
+    s->pf_t = ms_now();
+    s->pf_layer = layer;
     uint32_t *keys = ms_malloc(sizeof(uint32_t) * (size_t)(g->nd + 1));
     int n = miss_keys(s, layer, g, keys);
     early_keep(s, layer, keys, n);
@@ -539,6 +565,7 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
 
     pthread_mutex_lock(&s->mu);
     adopt(s, 0);
+    lead_end(s, layer);
     s->st.requests += (uint64_t)n;
     xs_call c = {.layer = layer, .z = z, .item_row = item_row, .out = out, .g = g};
     for (int d = 0; d < g->nd; d++) s->dmap[g->dexp[d]] = d;

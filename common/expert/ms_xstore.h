@@ -33,6 +33,10 @@ typedef struct {
                                  * thread at idle priority, and the cache holds at most the slots
                                  * it has handed over (it starts empty and grows to cache_bytes);
                                  * 0: slots are allocated on first use by the read that needs one */
+    int prefetch_reads;         /* reads a prefetch may issue: 0 = adaptive (as many as the disk can
+                                 * finish in the measured time from a prefetch to its layer's call,
+                                 * times the share of predictions used; one while unmeasured);
+                                 * N > 0: up to N (at most depth) whatever the timing (tests) */
     uint64_t grow_sync_bytes;   /* with grow_bg: the first slots, up to this many bytes, are faulted
                                  * in by ms_xstore_new itself and held from the start (a cache this
                                  * small is whole at once, whatever the grower's pace); 0: none */
@@ -82,10 +86,10 @@ ms_experts ms_xstore_iface(ms_xstore *s);
 
 /* Reads of experts a layer is predicted to route to, before its router has run (ms_experts
  * prefetch): the distinct experts of g not in the cache, in g's order (most likely first), up
- * to depth x the running precision (at least one), into free buffers without touching the
- * cache's policy. Early reads of another layer, or of experts not in g, are dropped first. The
- * layer's begin and compute then take over the reads they need, whatever their order, and drop
- * (wait for, and free) the others: outputs never depend on it, and a wrong prediction costs
+ * to opts.prefetch_reads of them (0: adaptive, see there), into free buffers without touching
+ * the cache's policy. Early reads of another layer, or of experts not in g, are dropped first.
+ * The layer's begin and compute then take over the reads they need, whatever their order, and
+ * drop (wait for, and free) the others: outputs never depend on it, and a wrong prediction costs
  * only the disk time of its reads. */
 void ms_xstore_prefetch_items(ms_xstore *s, int layer, const ms_xgroup *g);
 

@@ -42,6 +42,9 @@ struct ms_xstore {
     int early_n, early_layer;  /* reads issued before their call (begin, prefetch) (0: none) */
     uint64_t pf_round_issued, pf_round_used; /* predicted reads since the last prefetch */
     double pf_precision;       /* running share of predicted reads that a call used (starts at 1) */
+    double pf_t;               /* when the last prefetch came (0: its call has come since) */
+    int pf_layer;              /* the layer it was for */
+    double pf_lead;            /* running time from a prefetch to its layer's call, s (0: none yet) */
     int32_t *dmap;             /* [n_experts] index among this call's distinct experts, -1 outside a call */
     XXH3_state_t *xxh;         /* checksum of scattered experts (part by part) */
     /* background growth (grow_bg) */

@@ -187,7 +187,8 @@ static void test_early(int threads, int predict)
     ms_io_files *files = ms_io_files_open(paths, 2, 1);
     ms_pool *pool = threads > 1 ? ms_pool_new(threads) : NULL;
     ms_xstore_opts o = {.n_layers = NL, .n_experts = NE, .fmt = xt_fmt(LAT, INTER),
-                        .cache_bytes = 3 * xt_slot(LAT, INTER), .depth = predict ? 3 : 2};
+                        .cache_bytes = 3 * xt_slot(LAT, INTER), .depth = predict ? 3 : 2,
+                        .prefetch_reads = 3}; /* not the timing's: its reads are microseconds here */
     ms_xstore *sa = files ? ms_xstore_new(&o, files, pool) : NULL, *sb = files ? ms_xstore_new(&o, files, pool) : NULL;
     T_CHECK(sa && sb, "stores: %s", ms_err_msg());
     if (!sa || !sb) {
