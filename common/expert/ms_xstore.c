@@ -237,7 +237,7 @@ void ms_xstore_free(ms_xstore *s)
         for (size_t i = 0; i < s->n_ready; i++) free(s->ready[i]);
     free(s->ready);
     pthread_mutex_destroy(&s->gmu);
-    if (s->io) early_keep(s, -1, NULL, 0); /* a begun call whose compute never came */
+    if (s->io) early_keep(s, -1, NULL, 0); /* early reads whose call never came */
     ms_io_free(s->io);
     if (s->key_buf)
         for (size_t k = 0; k < s->n_keys; k++) free(s->key_buf[k]);
@@ -483,13 +483,6 @@ static int miss_keys(ms_xstore *s, int layer, const ms_xgroup *g, uint32_t *keys
     return n;
 }
 
-/* The first window of a call's reads, issued before the call (ms_experts begin): early reads of
- * its misses are kept (a prefetch's that the router confirmed), the others dropped, and the
- * misses are read in the order ms_xstore_compute_items would issue them, up to depth early reads,
- * into free buffers without touching the policy; the call then makes the policy accesses and
- * takes the reads over. Without a prefetch, what is cached, and every output, is what it would
- * be without begin; with one, only the order of the policy's accesses within the call can
- * differ, never an output. */
 /* The call of the layer the last prefetch was for has come: how long after it (under s->mu). */
 static void lead_end(ms_xstore *s, int layer)
 {
@@ -499,6 +492,13 @@ static void lead_end(ms_xstore *s, int layer)
     s->pf_t = 0.0;
 }
 
+/* The first window of a call's reads, issued before the call (ms_experts begin): early reads of
+ * its misses are kept (a prefetch's that the router confirmed), the others dropped, and the
+ * misses are read in the order ms_xstore_compute_items would issue them, up to depth early reads,
+ * into free buffers without touching the policy; the call then makes the policy accesses and
+ * takes the reads over. Without a prefetch, what is cached, and every output, is what it would
+ * be without begin; with one, only the order of the policy's accesses within the call can
+ * differ, never an output. */
 static void begin_items(ms_xstore *s, int layer, const ms_xgroup *g)
 {
     pthread_mutex_lock(&s->mu);
