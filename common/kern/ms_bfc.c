@@ -209,13 +209,29 @@ MS_AVX2 static inline void put_pairs(__m256i lo, __m256i hi, uint16_t *dst)
     _mm_storeu_si128((__m128i *)(dst + 24), _mm256_extracti128_si256(b, 1));
 }
 
-MS_AVX2 static int decode_avx2(const parts *p, uint16_t *dst, size_t n)
+enum { MS_BFC_PF = 1024 }; /* bytes of low bytes ahead; the planes and escapes in proportion */
+
+/* The three streams of a block fetched ahead of a group of 32 values (AVX2 and AVX-512): from
+ * memory the decode otherwise waits on each line. As addresses: near the end they point past
+ * the block, which a prefetch may, a pointer not. */
+static inline void pf_streams(const parts *p, size_t lo_at, const uint8_t *pl, int k, size_t e)
+{
+    _mm_prefetch((const char *)((uintptr_t)p->lo + lo_at + MS_BFC_PF), _MM_HINT_T0);
+    _mm_prefetch((const char *)((uintptr_t)pl + 4 * (size_t)k * MS_BFC_PF / 32), _MM_HINT_T0);
+    _mm_prefetch((const char *)((uintptr_t)p->escs + e + MS_BFC_PF), _MM_HINT_T0);
+}
+
+MS_AVX2 static int decode_avx2(const parts *p, uint16_t *dst, size_t n, int pf)
 {
     size_t full = n / 32, e = 0;
     int k = p->k;
     if (k == 0 || k == 8) {
         __m256i c = _mm256_set1_epi8((char)p->tab[0]);
         for (size_t g = 0; g < full; g++) {
+            if (pf && !(g & 1)) { /* once a line, as pf_streams */
+                _mm_prefetch((const char *)((uintptr_t)p->lo + 32 * g + MS_BFC_PF), _MM_HINT_T0);
+                if (k == 8) _mm_prefetch((const char *)((uintptr_t)p->hi + 32 * g + MS_BFC_PF), _MM_HINT_T0);
+            }
             __m256i lo = _mm256_loadu_si256((const __m256i *)(p->lo + 32 * g));
             __m256i hi = k == 8 ? _mm256_loadu_si256((const __m256i *)(p->hi + 32 * g)) : c;
             put_pairs(lo, hi, dst + 32 * g);
@@ -235,6 +251,7 @@ MS_AVX2 static int decode_avx2(const parts *p, uint16_t *dst, size_t n)
     size_t avail = p->esc + n; /* escaped bytes, then the low bytes: readable from escs */
     pthread_once(&rank_once, rank_init);
     for (size_t g = 0; g < full; g++, pl += 4 * k) {
+        if (pf && !(g & 1)) pf_streams(p, 32 * g, pl, k, e); /* once a line of low bytes */
         __m256i idx = _mm256_setzero_si256();
         for (int b = 0; b < k; b++) {
             __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)get32(pl + 4 * b)), spread);
@@ -280,7 +297,6 @@ MS_AVX2 static int decode_avx2(const parts *p, uint16_t *dst, size_t n)
  * with four instructions). The escapes are where every plane is set (code 2^k - 1), the AND of
  * the plane words; vpexpandb puts the next escaped bytes in those places, in value order, where
  * AVX2 builds a shuffle from rank tables. vpermt2b interleaves low and high bytes in order. */
-enum { MS_BFC_PF = 1024 }; /* bytes of low bytes ahead; the planes and escapes in proportion */
 #define MS_AVX512BFC __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vbmi2,avx2,popcnt")))
 
 /* The steps of a k = 1..4 block, k a constant in each copy (the plane loop unrolled); returns
@@ -311,11 +327,8 @@ MS_AVX512BFC static inline __attribute__((always_inline)) size_t steps_512(const
             e += (size_t)__builtin_popcountll(esc); /* past p->esc: caught by the count check at the end */
         }
         /* A block decoded without its checksum comes straight from memory (XXH3 had read it in
-         * order before): fetch its three streams ahead, or the decode waits on each line. (As
-         * addresses: near the end they point past the block, which a prefetch may, a pointer not.) */
-        _mm_prefetch((const char *)((uintptr_t)p->lo + 64 * s + MS_BFC_PF), _MM_HINT_T0);
-        _mm_prefetch((const char *)((uintptr_t)pl + 8 * k * MS_BFC_PF / 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)((uintptr_t)p->escs + e + MS_BFC_PF), _MM_HINT_T0);
+         * order before): fetch its three streams ahead, or the decode waits on each line. */
+        pf_streams(p, 64 * s, pl, k, e);
         __m512i lo = _mm512_loadu_si512(p->lo + 64 * s);
         _mm512_storeu_si512(dst + 64 * s, _mm512_permutex2var_epi8(lo, i0, hi));
         _mm512_storeu_si512(dst + 64 * s + 32, _mm512_permutex2var_epi8(lo, i1, hi));
@@ -369,7 +382,8 @@ static int decode(const uint8_t *src, size_t size, uint16_t *dst, size_t n, int 
 #if MS_BFC_X86
     int level = ms_cpu_level();
     if (level == MS_SIMD_AVX512 && ms_cpu_has_vbmi2()) return decode_512(&p, dst, n);
-    if (level >= MS_SIMD_AVX2) return decode_avx2(&p, dst, n);
+    /* A checked block was just read in order by its XXH3: in cache, nothing to fetch ahead. */
+    if (level >= MS_SIMD_AVX2) return decode_avx2(&p, dst, n, !sum);
 #endif
     return decode_scalar(&p, dst, n);
 }
