@@ -322,6 +322,13 @@ MS_AVX512 static inline __m512 dec_mx_512(const void *w, const uint8_t *s, int64
     return _mm512_permutexvar_ps(idx, _mm512_load_ps(ms_mx_tab16[s[i >> 5]]));
 }
 
+static inline long long ld64(const uint8_t *p)
+{
+    long long q;
+    memcpy(&q, p, 8);
+    return q;
+}
+
 /* The tree of ms_gemm_dot over the 16 lanes of v, in registers (lanes 0-7 plus 8-15 first). */
 MS_AVX512 static inline float tree_512(__m512 v)
 {
@@ -460,7 +467,65 @@ MS_TILE_512_MX(t_mx_z_4_1, 4, 1)
 MS_TILE_512_MX(t_mx_z_4_2, 4, 2)
 MS_TILE_512_MX(t_mx_z_4_3, 4, 3)
 MS_TILE_512_MX(t_mx_z_4_4, 4, 4)
-MS_TILE_512_MX(t_mx_z_8_1, 8, 1)
+
+/* The AVX-512 MXFP4 GEMV tile: 8 rows, one token. The same steps and lanes as MS_TILE_512_MX
+ * (8, 1), with the rows addressed from two bases and their stride rather than 16 pointers
+ * (which GCC kept in vector registers, a move to a general one before every load), and four
+ * groups a loop step, so each row's prefetch (pf_row's lines, one a row per 64 bytes) is issued
+ * once a step without a test. */
+MS_AVX512 static void t_mx_z_8_1(const tile *tl)
+{
+    const __m512i sh = _mm512_setr_epi64(0, 4, 8, 12, 16, 20, 24, 28);
+    const int64_t rb = MS_ROW_BYTES(tl->cols, 1), g = tl->cols / 32, rb3 = 3 * rb, g3 = 3 * g;
+    const uint8_t *wp = row_ptr(tl->W, tl->r), *wq = wp + 4 * rb; /* rows 0-3, 4-7 */
+    const uint8_t *sp = tl->W->scales + tl->r * g, *sq = sp + 4 * g;
+    const float *x = tl->x[0];
+    /* Past its own end a row prefetches the row 8 further on (the next tile's), if there is one */
+    const int next = tl->r + 16 <= tl->W->rows;
+    pf_scales(tl->W, tl->r, 8);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+#define MX_ROW(ACC, W, S)                                                                                              \
+    do {                                                                                                               \
+        __m512 tab = _mm512_load_ps(ms_mx_tab16[(S)[0]]);                                                              \
+        __m512 w0 = _mm512_permutexvar_ps(_mm512_srlv_epi64(_mm512_set1_epi64(ld64(W)), sh), tab);                   \
+        __m512 w1 = _mm512_permutexvar_ps(_mm512_srlv_epi64(_mm512_set1_epi64(ld64((W) + 8)), sh), tab);             \
+        ACC = _mm512_fmadd_ps(w0, x0, ACC);                                                                            \
+        ACC = _mm512_fmadd_ps(w1, x1, ACC);                                                                            \
+    } while (0)
+#define MX_GROUP(J)                                                                                                    \
+    do {                                                                                                               \
+        __m512 x0 = _mm512_loadu_ps(x + 32 * (J)), x1 = _mm512_loadu_ps(x + 32 * (J) + 16);                             \
+        MX_ROW(a0, wp + 16 * (J), sp + (J));                                                                           \
+        MX_ROW(a1, wp + rb + 16 * (J), sp + g + (J));                                                                  \
+        MX_ROW(a2, wp + 2 * rb + 16 * (J), sp + 2 * g + (J));                                                          \
+        MX_ROW(a3, wp + rb3 + 16 * (J), sp + g3 + (J));                                                                \
+        MX_ROW(a4, wq + 16 * (J), sq + (J));                                                                           \
+        MX_ROW(a5, wq + rb + 16 * (J), sq + g + (J));                                                                  \
+        MX_ROW(a6, wq + 2 * rb + 16 * (J), sq + 2 * g + (J));                                                          \
+        MX_ROW(a7, wq + rb3 + 16 * (J), sq + g3 + (J));                                                                \
+    } while (0)
+    /* wp, wq, sp, sq and x move on with the columns */
+    int64_t i = 0;
+    for (; i + 128 <= tl->cols; i += 128, wp += 64, wq += 64, sp += 4, sq += 4, x += 128) {
+        int64_t off = i / 2 + MS_PF_AHEAD; /* pf_row's line, the same for every row */
+        if (off >= rb) off = next && off < 2 * rb ? off + 7 * rb : -1;
+        if (off >= 0) {
+            const uint8_t *p = wp - i / 2 + off, *q = wq - i / 2 + off;
+            __builtin_prefetch(p), __builtin_prefetch(p + rb), __builtin_prefetch(p + 2 * rb), __builtin_prefetch(p + rb3);
+            __builtin_prefetch(q), __builtin_prefetch(q + rb), __builtin_prefetch(q + 2 * rb), __builtin_prefetch(q + rb3);
+        }
+        MX_GROUP(0);
+        MX_GROUP(1);
+        MX_GROUP(2);
+        MX_GROUP(3);
+    }
+    for (; i < tl->cols; i += 32, wp += 16, wq += 16, sp += 1, sq += 1, x += 32) MX_GROUP(0); /* cols % 128 */
+#undef MX_GROUP
+#undef MX_ROW
+    float *y = tl->y[0] + tl->r;
+    y[0] = tree_512p(a0), y[1] = tree_512p(a1), y[2] = tree_512p(a2), y[3] = tree_512p(a3);
+    y[4] = tree_512p(a4), y[5] = tree_512p(a5), y[6] = tree_512p(a6), y[7] = tree_512p(a7);
+}
 /* Five and six tokens: 16-column steps (the 32-column step measured 10-35% slower there). */
 MS_TILE_512(t_mx_z_1_5, dec_mx_512, tree_512p, 1, 1, 5)
 MS_TILE_512(t_mx_z_1_6, dec_mx_512, tree_512p, 1, 1, 6)

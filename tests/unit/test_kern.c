@@ -548,6 +548,9 @@ static void test_matmul(void)
     check_matmul(MS_WT_BF16, 130, 1029, 2, pools);
     check_matmul(MS_WT_MXFP4, 7, 32, 2, pools);
     check_matmul(MS_WT_MXFP4, 130, 3584, 2, pools);
+    /* the AVX-512 GEMV's 128-column steps, its last 32-column groups, and the next rows' prefetch */
+    check_matmul(MS_WT_MXFP4, 17, 2880, 2, pools);
+    check_matmul(MS_WT_MXFP4, 24, 160, 0, pools);
     /* every tile shape and remainder: T = 1 (GEMV tiles; AVX-512 MXFP4: 8 rows, then 2 + 1), 2..16 (AVX2 3-token and AVX-512
      * 6-token tiles with every remainder; AVX2 MXFP4: one-row tiles of 4-6 tokens; F32 rows:
      * panels from 4) */
