@@ -26,7 +26,7 @@ K3_FILES = ("coordinator/k3/", "coordinator/families/ms_families.c", "common/exp
 K3_SYMBOLS = re.compile(r"ms_k3_|\bkda\w*|KDA|\bmla\w*|MLA|block_sparse_moe|first_dense|kv_lora|qk_rope|qk_nope|"
                         r"attn_res|full_attn|situ_b[12]|SiTU|situ|SITU", re.I)
 ACTIVATION = re.compile(r"SiTU|situ|SITU")
-ACTIVATION_FILES = ("common/kern/ms_ops.", "common/expert/ms_xfmt.", "common/expert/ms_expert.", "proto/moestream.proto")
+ACTIVATION_FILES = ("common/kern/ms_ops.", "common/kern/ms_act.", "common/expert/ms_xfmt.", "common/expert/ms_expert.", "proto/moestream.proto")
 MAX_LINES = 800
 KERNELS = "common/kern/"
 

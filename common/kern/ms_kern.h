@@ -30,7 +30,11 @@
  * in increasing i (acc[j] += (double)a[i] * (double)b[i], exact products), combined as
  * ((acc0+acc1)+(acc2+acc3)) + ((acc4+acc5)+(acc6+acc7)) and rounded to float by the caller.
  * Both contracts are the same on every path; a result never depends on the thread count (work
- * is split by output rows only). */
+ * is split by output rows only).
+ *
+ * The gated MLP activation of ms_act.h takes its exp and tanh from one fixed sequence in double each,
+ * rounded to float once, the same on every path (ms_act.h); other elementwise functions call
+ * libm's float functions, on every path alike. */
 
 typedef enum {
     MS_WT_F32 = 0,  /* data: float[rows][cols] */

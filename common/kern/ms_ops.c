@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ms_act.h"
 #include "ms_err.h"
 #include "ms_ops.h"
 
@@ -22,14 +23,6 @@ void ms_l2norm(float *x, int64_t n)
     double ss = ms_dot_f32(x, x, n);
     float r = (float)(1.0 / sqrt(ss + 1e-6));
     for (int64_t i = 0; i < n; i++) x[i] *= r;
-}
-
-float ms_situ(float g, float u, float b1, float b2)
-{
-    /* The sigmoid sees the uncapped gate (spec trap 9). */
-    float a = b1 * tanhf(g / b1) * ms_sigmoid(g);
-    float b = b2 * tanhf(u / b2);
-    return a * b;
 }
 
 void ms_shortconv_step(const float *w, int64_t C, int K, float *hist, const float *x, float *y)
@@ -58,7 +51,7 @@ void ms_glu_mlp_ws(const ms_mat *gate, const ms_mat *up, const ms_mat *down, flo
     float *u = work + T * I; /* [T][I] */
     ms_matmul(gate, x, T, g, pool);
     ms_matmul(up, x, T, u, pool);
-    for (int64_t i = 0; i < T * I; i++) g[i] = ms_situ(g[i], u[i], b1, b2);
+    ms_act_situ_rows(g, u, T * I, b1, b2, g);
     ms_matmul(down, g, T, y, pool);
 }
 

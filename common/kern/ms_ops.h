@@ -14,9 +14,6 @@ void ms_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y);
 /* L2 normalisation of an attention head (K3 spec §3.2), in place: x / sqrt(sum x^2 + 1e-6). */
 void ms_l2norm(float *x, int64_t n);
 
-/* SiTU-GLU (spec §3.3) of gate g and up u: b1*tanh(g/b1)*sigmoid(g) * b2*tanh(u/b2). */
-float ms_situ(float g, float u, float b1, float b2);
-
 static inline float ms_sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 static inline float ms_silu(float x) { return x * ms_sigmoid(x); }
 

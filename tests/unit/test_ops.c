@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ms_act.h"
 #include "ms_k3_cfg.h"
 #include "ms_err.h"
 #include "ms_fix.h"
@@ -40,14 +41,14 @@ static void self_checks(void)
     int bounded = 1;
     for (int i = 0; i < 6; i++)
         for (int j = 0; j < 6; j++) {
-            float v = ms_situ(big[i], big[j], 4.0f, 25.0f);
+            float v = ms_act_situ(big[i], big[j], 4.0f, 25.0f);
             if (!(fabsf(v) <= 100.0f)) bounded = 0;
         }
     T_CHECK(bounded, "ms_situ exceeds |100| or is NaN at extreme inputs");
     /* Sigmoid takes the uncapped gate: g=8 -> 4*tanh(2)*sigmoid(8), u=25 -> 25*tanh(1). */
     double want = 4.0 * tanh(2.0) / (1.0 + exp(-8.0)) * 25.0 * tanh(1.0);
-    T_CHECK(ms_t_close(ms_situ(8.0f, 25.0f, 4.0f, 25.0f), (float)want, 1e-5, 1e-6), "ms_situ(8,25) = %g, want %g",
-            (double)ms_situ(8.0f, 25.0f, 4.0f, 25.0f), want);
+    T_CHECK(ms_t_close(ms_act_situ(8.0f, 25.0f, 4.0f, 25.0f), (float)want, 1e-5, 1e-6), "ms_act_situ(8,25) = %g, want %g",
+            (double)ms_act_situ(8.0f, 25.0f, 4.0f, 25.0f), want);
 
     /* Short conv tap order (trap 12): tap K-1 is the current input, tap 0 the oldest. */
     float wc[2][4] = {{0, 0, 0, 1}, {1, 0, 0, 0}}; /* [C=2][K=4] */
@@ -125,7 +126,7 @@ static void fx_situ_glu(void)
     int bounded = 1;
     for (int r = 0; r < 6; r++)
         for (int j = 0; j < 8; j++) {
-            float v = ms_situ(in[r * 16 + j], in[r * 16 + 8 + j], b1, b2);
+            float v = ms_act_situ(in[r * 16 + j], in[r * 16 + 8 + j], b1, b2);
             got[r * 8 + j] = v;
             /* fp32 saturates tanh and sigmoid at |x| = 1000, so the bound is reached exactly. */
             if (!(fabs((double)v) <= max_abs)) bounded = 0;
