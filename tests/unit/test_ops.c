@@ -44,7 +44,7 @@ static void self_checks(void)
             float v = ms_act_situ(big[i], big[j], 4.0f, 25.0f);
             if (!(fabsf(v) <= 100.0f)) bounded = 0;
         }
-    T_CHECK(bounded, "ms_situ exceeds |100| or is NaN at extreme inputs");
+    T_CHECK(bounded, "ms_act_situ exceeds |100| or is NaN at extreme inputs");
     /* Sigmoid takes the uncapped gate: g=8 -> 4*tanh(2)*sigmoid(8), u=25 -> 25*tanh(1). */
     double want = 4.0 * tanh(2.0) / (1.0 + exp(-8.0)) * 25.0 * tanh(1.0);
     T_CHECK(ms_t_close(ms_act_situ(8.0f, 25.0f, 4.0f, 25.0f), (float)want, 1e-5, 1e-6), "ms_act_situ(8,25) = %g, want %g",
