@@ -589,7 +589,12 @@ static void rows_tiled(const ms_mat *W, const float *X, int64_t T, float *Y, int
  * runs over it, the 16 lanes of each (row, token) carried from block to block in st. A lane
  * still takes element i in increasing i, so every output is the same canonical dot as on the
  * tiles and the scalar path; only where the partial lanes wait between blocks changes. */
-enum { MS_PANEL_TG = 14 /* token groups a pass over a panel: 42 tokens on AVX-512 */ };
+/* Token groups a pass over a panel takes. Each pass decodes the panel's blocks again, so on
+ * AVX-512 (a block of 8 x 512 decoded in a few hundred cycles) one pass takes up to 255 tokens:
+ * with 42 (14 groups) the decode was a fifth of a 128-token BF16 step on Zen 5. The lanes of a
+ * pass (st: 512 bytes a token) then live in L2, which their 24 loads and stores a micro tile and
+ * block do not notice. AVX2 decodes whole rows a block, into L2; its passes stay at 28 tokens. */
+static inline int panel_tg(int level) { return level == MS_SIMD_AVX512 ? 85 : 14; }
 
 /* Columns a block (a multiple of 32). AVX-512: 512, the decoded block of 8 rows in L1 (measured
  * on the Xeon and on Zen 5). AVX2: whole rows of every K3 and gpt-oss matrix (cols <= 7168):
@@ -603,14 +608,15 @@ static inline int64_t panel_kb(int level) { return level == MS_SIMD_AVX512 ? 512
  * a block to memory is shared by enough tokens. The AVX2 tiles (2 x 3) lose from 8-16 tokens on
  * both machines measured. AVX2 MXFP4 runs one-row tiles of all the tokens up to 6 (t_mx_a2_1_4)
  * and panels from 7, where they tie. The AVX-512 tiles (4 x 6, the decode in registers) held out to 24-32
- * tokens on this project's Xeon; on Zen 5 (AMD EPYC), with the tiles' prefetch, MXFP4 tiles beat
- * panels through 64 tokens (185 against 147 GFLOP/s at 64) and lose from 128, BF16 tiles win
- * at 32 and tie at 64. */
+ * tokens on this project's Xeon. On Zen 5 (AMD EPYC), with the tiles' prefetch and the panels'
+ * passes of 255 tokens and next-block prefetch, BF16 and MXFP4 panels tie with the tiles at 32
+ * tokens and win from 40-48 (`tests/bench/kernels-ab.sh`, one and two threads: BF16 1.05-1.20x
+ * at 48, MXFP4 1.07-1.23x). */
 static inline int panel_min(ms_wtype type, int level)
 {
     if (type == MS_WT_F32) return 4;
     if (level != MS_SIMD_AVX512) return type == MS_WT_BF16 ? 8 : 7;
-    if (ms_cpu_is_amd()) return type == MS_WT_BF16 ? 64 : 96;
+    if (ms_cpu_is_amd()) return 40;
     return type == MS_WT_BF16 ? 24 : 32;
 }
 /* Tokens a micro tile takes (a group of the interleaved layout of ms_gemm_prep_x). */
@@ -769,10 +775,36 @@ MS_AVX2 static void seg_avx2(const ms_mat *W, int64_t r, int64_t c0, int64_t n, 
 }
 
 
+/* The rows of a panel's next block, prefetched a few lines before each micro tile of this block
+ * so that its decode (seg_512) does not wait on memory: without it seg_512 was a fifth of a
+ * 128-token BF16 step on Zen 5, nearly all of it waiting for its loads; a tenth with the lines
+ * brought to L2, a twentieth to L1 (the block's 8 KiB of BF16 fit beside the decoded one). */
+typedef struct {
+    const uint8_t *p;      /* the block's first row */
+    int64_t stride, lpr;   /* bytes from row to row; lines a row */
+    int64_t row, line;     /* the next line to fetch */
+    int64_t left, per;     /* lines still to fetch; lines a step */
+} nxpf;
+
+static void nxpf_init(nxpf *q, const uint8_t *p, int64_t stride, int64_t row_bytes, int64_t rows, int64_t steps)
+{
+    *q = (nxpf){p, stride, (row_bytes + 63) / 64, 0, 0, 0, 0};
+    q->left = rows * q->lpr;
+    q->per = (q->left + steps - 1) / steps;
+}
+
+static inline void nxpf_step(nxpf *q)
+{
+    for (int64_t n = q->per < q->left ? q->per : q->left; n > 0; n--, q->left--) {
+        __builtin_prefetch(q->p + q->row * q->stride + 64 * q->line, 0, 3);
+        if (++q->line == q->lpr) q->line = 0, q->row++;
+    }
+}
+
 static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int64_t ldy, int64_t r0, int64_t r1,
                        int level)
 {
-    const int z = level == MS_SIMD_AVX512, RP = z ? 8 : 3, TB = panel_tb(level), TS = MS_PANEL_TG * TB;
+    const int z = level == MS_SIMD_AVX512, RP = z ? 8 : 3, TB = panel_tb(level), TS = panel_tg(level) * TB;
     /* the tree for the decode's lane layout (lane_pos) */
     const int tree = W->type == MS_WT_MXFP4 ? 2 : W->type == MS_WT_BF16 && !z ? 3 : 1;
     const int64_t cols = W->cols, n16 = cols & ~(int64_t)15, nch = (cols + 15) / 16;
@@ -780,7 +812,9 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
     /* [RP][KB] decoded row segments, 64-byte aligned (F32 rows are read in place) */
     float *wbuf = W->type == MS_WT_F32 ? NULL : ms_malloc(sizeof(float) * (size_t)(RP * KB) + 64);
     float *wd = wbuf ? (float *)(((uintptr_t)wbuf + 63) & ~(uintptr_t)63) : NULL;
-    _Alignas(64) float st[MS_PANEL_TG * 3 * 8 * 16]; /* [TS][RP][16] lanes */
+    const int64_t npass = T < TS ? T : TS;
+    float *sbuf = ms_malloc(sizeof(float) * (size_t)(npass * RP * 16) + 64);
+    float *st = (float *)(((uintptr_t)sbuf + 63) & ~(uintptr_t)63); /* [npass][RP][16] lanes */
     for (int64_t rp = r0; rp < r1; rp += RP) {
         int nr = r1 - rp < RP ? (int)(r1 - rp) : RP;
         /* AVX2, BF16: the next panel's rows go to L2 during this panel's first pass, a few lines a
@@ -816,8 +850,18 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
                             seg_avx2(W, rp + k, kb, m.kw, wd + k * KB);
                     }
                 }
+                /* AVX-512: the next block (this panel's next columns, or the next panel's first) */
+                nxpf q = {0};
+                if (z && W->type != MS_WT_F32) {
+                    int64_t c0 = kb + KB < n16 ? kb + KB : 0, r = kb + KB < n16 ? rp : rp + RP;
+                    int64_t nrow = kb + KB < n16 ? nr : ts + TS >= T && r < r1 ? (r1 - r < RP ? r1 - r : RP) : 0;
+                    int64_t ncol = n16 - c0 < KB ? n16 - c0 : KB, bf = W->type == MS_WT_BF16;
+                    if (nrow) nxpf_init(&q, (const uint8_t *)row_ptr(W, r) + (bf ? 2 * c0 : c0 / 2), bf ? 2 * cols : cols / 2,
+                                        bf ? 2 * ncol : ncol / 2, nrow, (nt + TB - 1) / TB);
+                }
                 for (int t = 0; t < nt; t += TB) {
                     int tb = nt - t < TB ? nt - t : TB;
+                    nxpf_step(&q);
                     m.x = X + (ts + t) * nch * 16 + kb * tb; /* group (ts + t) / TB, chunk kb / 16 */
                     for (int k0 = 0; k0 < nr;) {
                         int R = z ? (nr - k0 >= 8 ? 8 : nr - k0 >= 4 ? 4 : nr - k0 >= 2 ? 2 : 1) : (nr - k0 >= 3 ? 3 : nr - k0);
@@ -853,6 +897,7 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
         }
     }
     free(wbuf);
+    free(sbuf);
 }
 #endif /* MS_KERN_X86 */
 

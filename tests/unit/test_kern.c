@@ -562,11 +562,12 @@ static void test_matmul(void)
         check_matmul(MS_WT_MXFP4, 11, 96, 2, pools);
     }
     /* panels (F32 from 4 tokens; on AVX2 BF16 from 8 and MXFP4 from 7; on AVX-512 from 24 and 32 on
-     * Intel, 64 and 96 on AMD): rows in panels of 8 (AVX-512) or 3 (AVX2) with every remainder,
+     * Intel, 40 on AMD): rows in panels of 8 (AVX-512) or 3 (AVX2) with every remainder,
      * columns in blocks of 512 (AVX-512) or 8192 (AVX2: rows wider than that carry the lanes over
-     * too), tokens in passes of 42 (AVX-512) or 28 (AVX2): 65 and 70 take a second and a third,
-     * 100 and 130 panels on every machine */
-    static const int Tp[] = {24, 32, 65, 70, 100, 130};
+     * too; the next block's prefetch at every block and panel), tokens in passes of 255 (AVX-512)
+     * or 28 (AVX2): 65 and 70 take a second and a third on AVX2, 257 a second on AVX-512, 100 and
+     * 130 panels on every machine */
+    static const int Tp[] = {24, 32, 65, 70, 100, 130, 257};
     for (size_t k = 0; k < sizeof Tp / sizeof Tp[0]; k++) {
         g_T = Tp[k];
         check_matmul(MS_WT_F32, 19, 1029, 2, pools);
