@@ -103,10 +103,12 @@ big = [r for r in tn["kernels"] if r["T"] >= 16 and r["kernel"] in ("bf16", "mxf
 one = [r for r in tn["kernels"] if r["T"] == 1 and r["kernel"] in ("bf16", "mxfp4", "f32")]
 if big and one:
     b = max(big, key=lambda r: r["peak_ratio"])
+    w = min(big, key=lambda r: r["peak_ratio"])
     o = min(one, key=lambda r: r["bw_ratio"])
-    L.append(f"Issue 18's targets: BF16 and MXFP4 at T >= 16 at least 60% of the FP32 peak (best here: {b['kernel']} "
-             f"at T={b['T']}, {100*b['peak_ratio']:.0f}%); at T = 1 at least 80% of the read bandwidth (worst here: "
-             f"{o['kernel']} {o['shape']}, {100*o['bw_ratio']:.0f}%).\n")
+    L.append(f"Issue 18's targets: BF16 and MXFP4 at T >= 16 at least 60% of the FP32 peak (here "
+             f"{100*w['peak_ratio']:.0f}-{100*b['peak_ratio']:.0f}%; the worst: {w['kernel']} {w['shape']} at T={w['T']}); "
+             f"at T = 1 at least 80% of the read bandwidth (worst here: {o['kernel']} {o['shape']}, "
+             f"{100*o['bw_ratio']:.0f}%). Both ratios are to this run's own peak and bandwidth probes.\n")
 def rng_text(d):
     def rng(kern, pred, key):
         v = [100 * r[key] for r in d["kernels"] if r["kernel"] == kern and pred(r["T"])]
