@@ -901,6 +901,16 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
 }
 #endif /* MS_KERN_X86 */
 
+int ms_gemm_panels(ms_wtype type, int64_t T, int level)
+{
+#if MS_KERN_X86
+    return level >= MS_SIMD_AVX2 && T >= panel_min(type, level);
+#else
+    (void)type, (void)T, (void)level;
+    return 0;
+#endif
+}
+
 void ms_gemm_rows(const ms_mat *W, const float *X, int64_t T, float *Y, int64_t ldy, int64_t r0, int64_t r1, int level)
 {
 #if MS_KERN_X86
@@ -921,11 +931,7 @@ const float *ms_gemm_prep_x(const ms_mat *W, const float *X, int64_t T, int leve
     *owned = NULL;
     int pos[16], perm = 0; /* the decode's lane layout (lane_pos): the token rows follow it */
     for (int e = 0; e < 16; e++) perm |= (pos[e] = lane_pos(W->type, level, e)) != e;
-#if MS_KERN_X86
-    const int panels = level >= MS_SIMD_AVX2 && T >= panel_min(W->type, level);
-#else
-    const int panels = 0;
-#endif
+    const int panels = ms_gemm_panels(W->type, T, level);
     if (T == 0 || (!perm && !panels)) return X;
     const int64_t cols = W->cols, n16 = cols & ~(int64_t)15, nch = (cols + 15) / 16;
     if (!panels) { /* tiles read rows in place: only the lane layout (the tail stays in order) */

@@ -46,6 +46,10 @@ void ms_kern_row_scalar(const ms_mat *W, int64_t r, float *out);
  * in *owned (malloc'ed, the caller frees; NULL when X is returned). X: float[T][W->cols]. */
 const float *ms_gemm_prep_x(const ms_mat *W, const float *X, int64_t T, int level, float **owned);
 
+/* 1 when ms_gemm_rows runs T tokens of W's type in panels on this path (a block of rows decoded
+ * once for every token, 8 rows a panel on AVX-512 and 3 on AVX2), 0 for tiles. ms_gemm.c. */
+int ms_gemm_panels(ms_wtype type, int64_t T, int level);
+
 /* Y[t * ldy + r] = the canonical FP32 dot of row r and X[t] (X: [T][cols], prepared by
  * ms_gemm_prep_x for this path) for r in [r0, r1), on the given path (MS_SIMD_*; the caller
  * has checked the CPU runs it). ms_gemm.c. */

@@ -12,7 +12,7 @@
 #include "ms_test.h"
 #include "ms_tpack.h"
 
-#define NT 40
+#define NT 60
 
 typedef struct {
     float *logits;        /* [NT][V] or NULL when open or forward failed */
@@ -27,7 +27,7 @@ static result run(const char *dir, const char *pack, uint64_t budget, int64_t V)
     result r;
     memset(&r, 0, sizeof r);
     ms_run_opts o = {.n_threads = 2, .ram_budget = budget, .max_positions = 64, .prompt_tokens = NT,
-                     .baseline = 1, .max_chunk = 24, .trunk_pack = pack};
+                     .baseline = 1, .max_chunk = 48, .trunk_pack = pack};
     ms_model *m = ms_k3_model_open(dir, &o);
     if (!m) {
         r.code = ms_err_code();
@@ -39,10 +39,10 @@ static result run(const char *dir, const char *pack, uint64_t budget, int64_t V)
     float *all = malloc(sizeof(float) * NT * (size_t)V);
     ms_seq *s = ms_seq_new(m);
     int rc = 0;
-    /* a prefill chunk of 24 rows (AVX-512 BF16 panels, from packed blocks too), one of 8 (tiles),
-     * then one token a pass (the T = 1 kernel) */
+    /* a prefill chunk of 48 rows (BF16 panels on every path, from packed blocks too, decoded in
+     * groups of 16 rows), one of 8 (tiles on AVX-512), then one token a pass (the T = 1 kernel) */
     for (int t = 0; t < NT && rc == 0;) {
-        int n = t == 0 ? 24 : t < NT - 8 ? 8 : 1;
+        int n = t == 0 ? 48 : t < NT - 4 ? 8 : 1;
         rc = ms_model_forward(m, s, ids + t, n, 1, all + (size_t)t * (size_t)V);
         t += n;
     }
@@ -64,7 +64,7 @@ static result run(const char *dir, const char *pack, uint64_t budget, int64_t V)
 static int plan_pins(const char *dir, const char *pack, uint64_t budget)
 {
     ms_run_opts o = {.n_threads = 2, .ram_budget = budget, .max_positions = 64, .prompt_tokens = NT, .baseline = 1,
-                     .max_chunk = 24, .trunk_pack = pack, .plan_only = 1};
+                     .max_chunk = 48, .trunk_pack = pack, .plan_only = 1};
     ms_model *m = ms_k3_model_open(dir, &o);
     int n = m && ms_model_plan(m) ? ms_model_plan(m)->n_pinned : -1;
     ms_model_free(m);
@@ -75,7 +75,7 @@ static int plan_pins(const char *dir, const char *pack, uint64_t budget)
 static uint64_t min_budget(const char *dir, const char *pack)
 {
     ms_run_opts o = {.n_threads = 2, .ram_budget = 1, .max_positions = 64, .prompt_tokens = NT, .baseline = 1,
-                     .max_chunk = 24, .trunk_pack = pack};
+                     .max_chunk = 48, .trunk_pack = pack};
     ms_model *m = ms_k3_model_open(dir, &o);
     ms_model_free(m);
     const char *p = strrchr(ms_err_msg(), '(');
@@ -211,7 +211,7 @@ static void test_synth(void)
     T_CHECK(np > 0, "the smallest budget pins %d matrices (packed)", np);
     {
         ms_run_opts o = {.n_threads = 2, .ram_budget = mbb, .max_positions = 64, .prompt_tokens = NT, .baseline = 1,
-                         .max_chunk = 24, .trunk_pack = bad};
+                         .max_chunk = 48, .trunk_pack = bad};
         ms_model *m = ms_k3_model_open(dir, &o);
         T_CHECK(!m && ms_err_code() == MS_EXIT_MODEL && strstr(ms_err_msg(), "pinned tensor"),
                 "a corrupt pinned block is refused when the model opens: %s", m ? "(opened)" : ms_err_msg());
