@@ -609,9 +609,9 @@ static inline int64_t panel_kb(int level) { return level == MS_SIMD_AVX512 ? 512
  * both machines measured. AVX2 MXFP4 runs one-row tiles of all the tokens up to 6 (t_mx_a2_1_4)
  * and panels from 7, where they tie. The AVX-512 tiles (4 x 6, the decode in registers) held out to 24-32
  * tokens on this project's Xeon. On Zen 5 (AMD EPYC), with the tiles' prefetch and the panels'
- * passes of 255 tokens and next-block prefetch, BF16 and MXFP4 panels tie with the tiles at 32
- * tokens and win from 40-48 (`tests/bench/kernels-ab.sh`, one and two threads: BF16 1.05-1.20x
- * at 48, MXFP4 1.07-1.23x). */
+ * passes of 255 tokens and next-block prefetch, the tiles hold out to 32 tokens (BF16 panels
+ * 0.83-1.00x there, MXFP4 0.94-1.10x) and panels win from 40-48 (`tests/bench/kernels-ab.sh`:
+ * BF16 1.06-1.20x at 48 with two threads, MXFP4 1.07-1.23x with one and two). */
 static inline int panel_min(ms_wtype type, int level)
 {
     if (type == MS_WT_F32) return 4;
