@@ -856,8 +856,9 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
                     int64_t c0 = kb + KB < n16 ? kb + KB : 0, r = kb + KB < n16 ? rp : rp + RP;
                     int64_t nrow = kb + KB < n16 ? nr : ts + TS >= T && r < r1 ? (r1 - r < RP ? r1 - r : RP) : 0;
                     int64_t ncol = n16 - c0 < KB ? n16 - c0 : KB, bf = W->type == MS_WT_BF16;
-                    if (nrow) nxpf_init(&q, (const uint8_t *)row_ptr(W, r) + (bf ? 2 * c0 : c0 / 2), bf ? 2 * cols : cols / 2,
-                                        bf ? 2 * ncol : ncol / 2, nrow, (nt + TB - 1) / TB);
+                    const uint8_t *p = (const uint8_t *)row_ptr(W, r) + (bf ? 2 * c0 : c0 / 2);
+                    int64_t stride = bf ? 2 * cols : cols / 2, seg = bf ? 2 * ncol : ncol / 2;
+                    if (nrow) nxpf_init(&q, p, stride, seg, nrow, (nt + TB - 1) / TB);
                 }
                 for (int t = 0; t < nt; t += TB) {
                     int tb = nt - t < TB ? nt - t : TB;

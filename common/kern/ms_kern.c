@@ -348,20 +348,22 @@ static void pk_task(void *vctx, int64_t b0, int64_t b1)
     /* Blocks decoded a group: one for tiles, whose token rows are read again for every few rows
      * anyway (a larger group only leaves L1 and L2 to the decoded rows); for panels enough for 16
      * rows, so that every panel is whole (a K3 projection's block holds 4 rows, half a panel) and
-     * the token rows are read once per 8 rows, not per block (bench, T = 64: 1.24-1.45x). */
+     * the token rows are read once per 8 rows, not per block (kernels-ab.sh, T = 48 and 64:
+     * 1.19-1.49x). */
     int64_t g = ms_gemm_panels(MS_WT_BF16, c->T, c->level) ? (16 + rpb - 1) / rpb : 1;
     uint16_t *buf = ms_malloc(sizeof(uint16_t) * (size_t)(g * rpb * cols)); /* [g * rpb][cols] */
     float *y = ms_malloc(sizeof(float) * (size_t)(c->T * g * rpb));          /* [T][nr] */
     for (int64_t b = b0; b < b1;) {
         int64_t n = b1 - b < g ? b1 - b : g, r = b * rpb, nr = 0;
         uint32_t bad = 0; /* bit j: block b + j did not decode (g <= 16) */
+        int (*dec)(const uint8_t *, size_t, uint16_t *, size_t) =
+            c->pk->verified ? ms_bfc_decode_verified : ms_bfc_decode;
         for (int64_t j = 0; j < n; j++) {
             int64_t rj = c->rows - (r + nr) < rpb ? c->rows - (r + nr) : rpb;
             uint64_t s = b + j ? c->pk->end[b + j - 1] : 0;
-            if ((c->pk->verified ? ms_bfc_decode_verified : ms_bfc_decode)(c->pk->src + s, (size_t)(c->pk->end[b + j] - s),
-                                                                           buf + nr * cols, (size_t)(rj * cols)) != 0) {
-                int none = -1;
-                __atomic_compare_exchange_n(&c->pk->bad_block, &none, (int)(b + j), 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+            if (dec(c->pk->src + s, (size_t)(c->pk->end[b + j] - s), buf + nr * cols, (size_t)(rj * cols)) != 0) {
+                int none = -1, bj = (int)(b + j);
+                __atomic_compare_exchange_n(&c->pk->bad_block, &none, bj, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
                 memset(buf + nr * cols, 0, sizeof(uint16_t) * (size_t)(rj * cols));
                 bad |= 1u << j;
             }
@@ -370,13 +372,15 @@ static void pk_task(void *vctx, int64_t b0, int64_t b1)
         /* The next group's bytes to L2 while this one's dot products run: otherwise memory
          * idles during them and the next decode waits for its lines. */
         int64_t e = b + n + n < b1 ? b + n + n : b1;
-        if (b + n < b1)
-            for (uint64_t o = c->pk->end[b + n - 1]; o < c->pk->end[e - 1]; o += 64) __builtin_prefetch(c->pk->src + o, 0, 2);
+        for (uint64_t o = c->pk->end[b + n - 1]; b + n < b1 && o < c->pk->end[e - 1]; o += 64)
+            __builtin_prefetch(c->pk->src + o, 0, 2);
         ms_mat blk = {MS_WT_BF16, nr, cols, buf, NULL, NULL, NULL};
         ms_gemm_rows(&blk, c->X, c->T, y, nr, 0, nr, c->level);
-        for (int64_t j = 0; bad && j < n; j++) /* a block that did not decode gives zero rows */
+        for (int64_t j = 0; bad && j < n; j++) { /* a block that did not decode gives zero rows */
+            int64_t rj = nr - j * rpb < rpb ? nr - j * rpb : rpb;
             if (bad >> j & 1)
-                for (int64_t t = 0; t < c->T; t++) memset(y + t * nr + j * rpb, 0, sizeof(float) * (size_t)(nr - j * rpb < rpb ? nr - j * rpb : rpb));
+                for (int64_t t = 0; t < c->T; t++) memset(y + t * nr + j * rpb, 0, sizeof(float) * (size_t)rj);
+        }
         for (int64_t t = 0; t < c->T; t++) memcpy(c->Y + t * c->rows + r, y + t * nr, sizeof(float) * (size_t)nr);
         b += n;
     }

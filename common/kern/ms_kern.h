@@ -46,11 +46,12 @@ typedef enum {
 /* BF16 rows still coded as ms_bfc blocks (a trunk pack's chunk): rows_per_block rows a block
  * (the last may hold fewer), block b at src + (b ? end[b - 1] : 0) .. src + end[b]. The kernel
  * decodes each block (or, for many tokens, a group of about 16 rows) into a small per-thread
- * buffer just before its dot products, so decoded rows never go to memory. A block that does not decode (checksum, layout) gives zero rows and
- * its index is stored in bad_block (-1 when none; written with __atomic builtins). verified: 1
- * when every block passed ms_bfc_verify after it was read and has stayed in memory since (a
- * pinned matrix): the kernel then skips the checksums (about a quarter of a one-token decode)
- * and still checks each block's layout; 0 for blocks just read (streamed): checked every use. */
+ * buffer just before its dot products, so decoded rows never go to memory. A block that does
+ * not decode (checksum, layout) gives zero rows and its index is stored in bad_block (-1 when
+ * none; written with __atomic builtins). verified: 1 when every block passed ms_bfc_verify after
+ * it was read and has stayed in memory since (a pinned matrix): the kernel then skips the
+ * checksums (about a quarter of a one-token decode) and still checks each block's layout; 0 for
+ * blocks just read (streamed): checked every use. */
 typedef struct {
     const uint8_t *src;
     const uint64_t *end;   /* [n_blocks] */
