@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """chat_pty.py: `moestream chat` on a pseudo-terminal, as a person uses it: the prompt, an answer
 streamed as it is generated, Ctrl-C stopping it without leaving (the conversation goes on, /stats
-counts the stopped answer), a message over two lines (a trailing backslash), Ctrl-D leaving with
-exit 0. The model is the sparse `small` synthetic checkpoint: zero weights, so every answer runs to
+counts the stopped answer), a message over two lines (a trailing backslash), Ctrl-C while the
+terminal's output is stopped (Ctrl-S), Ctrl-D leaving with exit 0. The model is the sparse `small` synthetic checkpoint: zero weights, so every answer runs to
 --max-tokens (long enough to be stopped).
 usage: chat_pty.py MOESTREAM"""
 import os
@@ -77,6 +77,17 @@ try:
     time.sleep(0.5)
     os.write(fd, b"\x03")
     check(read_until(fd, r"\[stopped\]\r?\n> $", 30, buf), "the two-line message is answered, and stopped again")
+    # Ctrl-S stops the terminal's output, so the answer's next write waits in the kernel; Ctrl-C
+    # then lands inside that write (which returned EINTR and made the chat exit 4, its stdout
+    # broken: found as a rare failure of the step above); Ctrl-Q lets the output go on.
+    send(fd, b"Again\r")
+    read_until(fd, r"Again\r?\n.{20}", 20, buf)
+    os.write(fd, b"\x13")
+    time.sleep(1.0)
+    os.write(fd, b"\x03")
+    time.sleep(0.5)
+    os.write(fd, b"\x11")
+    check(read_until(fd, r"\[stopped\]\r?\n> $", 30, buf), "Ctrl-C while the terminal's output is stopped (Ctrl-S) stops the answer")
     send(fd, b"\x04")
     end = time.time() + 20
     status, again = None, False

@@ -67,6 +67,19 @@ static void on_int(int sig)
     got_int = 1;
 }
 
+/* Ctrl-C's handler. At the prompt (restart 0) it must interrupt the terminal read, so readline
+ * returns. While an answer streams (restart 1) the calls it lands in restart: a write to the
+ * terminal returns EINTR when the signal arrives during it (always when the terminal's output is
+ * stopped, Ctrl-S), and stdout would carry that error to the exit (code 4, the rest unsaid). */
+static void int_handler(int restart)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_int;
+    sa.sa_flags = restart ? SA_RESTART : 0;
+    sigaction(SIGINT, &sa, NULL);
+}
+
 static void chat_usage(FILE *f)
 {
     fputs("usage: moestream chat --model DIR [--system TEXT] [--session FILE] [--max-tokens N] [--max-context N]\n"
@@ -208,6 +221,7 @@ static int answer(chat *c, const char *text, size_t len, int turn)
     double t0 = ms_cli_now(), t_first = 0;
     rc = 0;
     got_int = 0;
+    int_handler(1);
     while (!ms_engine_seq_done(s)) {
         size_t ng;
         ms_engine_seq_tokens(s, &ng);
@@ -227,6 +241,7 @@ static int answer(chat *c, const char *text, size_t len, int turn)
     if (got_int && !rc) fputs(c->tty ? " [stopped]" : "", stdout);
     fputc('\n', stdout);
     fflush(stdout);
+    int_handler(0);
     got_int = 0;
     if (rc) { /* a failed step: the state is gone with it */
         ms_engine_seq_free(s);
@@ -428,10 +443,7 @@ static int chat_main(const chat_opts *o)
     }
     c.n_stops = c.fmt->stop_ids(c.tok, c.stops, MS_CHAT_MAX_STOPS);
     if (o->session && (rc = load(&c, o->session)) != 0) goto out;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_int;
-    sigaction(SIGINT, &sa, NULL);
+    int_handler(0);
     if (c.tty)
         fprintf(stderr, "moestream chat: %s (%s format); /help for commands, Ctrl-D to leave\n",
                 ms_engine_family(e)->name, c.fmt->name);
