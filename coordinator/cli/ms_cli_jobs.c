@@ -415,6 +415,9 @@ static int open_engine(const jobs_opts *o, int todo, int64_t longest, int64_t ma
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
+    /* The calls the signal lands in restart: a write to a terminal or pipe would otherwise return
+     * EINTR (always while the terminal's output is stopped, Ctrl-S) and break stdout. */
+    sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     ms_engine_opts eo = {0};

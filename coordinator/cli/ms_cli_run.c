@@ -441,6 +441,9 @@ static int generate(const run_opts *o, const char *cmd)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
+    /* The calls the signal lands in restart: a write to a terminal or pipe would otherwise return
+     * EINTR (always while the terminal's output is stopped, Ctrl-S) and break stdout. */
+    sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     if (!(e = ms_engine_open(&eo))) {
