@@ -8,40 +8,18 @@ usage: chat_pty.py MOESTREAM"""
 import os
 import pty
 import re
-import select
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ptyutil import check, read_until  # noqa: E402
+import ptyutil  # noqa: E402
+
 ms = sys.argv[1]
 tmp = tempfile.mkdtemp(prefix="moestream-chat-pty-")
-failed = 0
-
-
-def check(ok, what):
-    global failed
-    print(("ok   " if ok else "FAIL ") + what)
-    failed += not ok
-
-
-def read_until(fd, pattern, limit, buf):
-    """Read the terminal until pattern (a regex over everything read so far) matches or limit s."""
-    end = time.time() + limit
-    while time.time() < end:
-        if re.search(pattern, buf[0], re.S):
-            return True
-        r, _, _ = select.select([fd], [], [], 0.1)
-        if r:
-            try:
-                data = os.read(fd, 65536)
-            except OSError:
-                return bool(re.search(pattern, buf[0], re.S))
-            if not data:
-                break
-            buf[0] += data.decode("utf-8", errors="replace")
-    return bool(re.search(pattern, buf[0], re.S))
 
 
 def send(fd, data):
@@ -103,8 +81,8 @@ try:
     check(status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0,
           "Ctrl-D leaves with exit 0 (status %s)" % (None if status is None else
                                                        os.WEXITSTATUS(status) if os.WIFEXITED(status) else "signal %d" % os.WTERMSIG(status)))
-    if failed:
+    if ptyutil.failed:
         print("--- the terminal showed:\n" + buf[0][-3000:])
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
-sys.exit(1 if failed else 0)
+sys.exit(1 if ptyutil.failed else 0)

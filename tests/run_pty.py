@@ -6,38 +6,18 @@ handler restarted it). The model is the sparse `small` synthetic checkpoint, who
 usage: run_pty.py MOESTREAM"""
 import os
 import pty
-import select
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ptyutil import check, read_until  # noqa: E402
+import ptyutil  # noqa: E402
+
 ms = sys.argv[1]
 tmp = tempfile.mkdtemp(prefix="moestream-run-pty-")
-failed = 0
-
-
-def check(ok, what):
-    global failed
-    print(("ok   " if ok else "FAIL ") + what)
-    failed += not ok
-
-
-def drain(fd, secs, buf):
-    """Read what the terminal shows for secs seconds (or until the program closes it)."""
-    end = time.time() + secs
-    while time.time() < end:
-        r, _, _ = select.select([fd], [], [], 0.1)
-        if not r:
-            continue
-        try:
-            data = os.read(fd, 65536)
-        except OSError:
-            return
-        if not data:
-            return
-        buf[0] += data.replace(b"\0", b"").decode("utf-8", errors="replace")
 
 
 try:
@@ -47,18 +27,18 @@ try:
     if pid == 0:
         os.execv(ms, [ms, "run", "--model", model, "--prompt", "Hello", "-n", "20000", "--quiet"])
     buf = [""]
-    drain(fd, 2.0, buf)  # the answer streams
+    read_until(fd, r"(?!)", 2.0, buf)  # the answer streams
     os.write(fd, b"\x13")  # Ctrl-S: the terminal stops its output; the next write of the answer waits
-    drain(fd, 1.0, buf)
+    read_until(fd, r"(?!)", 1.0, buf)
     os.write(fd, b"\x03")  # Ctrl-C lands inside that write
-    drain(fd, 0.5, buf)
+    read_until(fd, r"(?!)", 0.5, buf)
     os.write(fd, b"\x11")  # Ctrl-Q: the output goes on
     status, end = None, time.time() + 60
     while status is None and time.time() < end:
         p, st = os.waitpid(pid, os.WNOHANG)
         if p:
             status = st
-        drain(fd, 0.2, buf)
+        read_until(fd, r"(?!)", 0.2, buf)
     if status is None:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
@@ -66,8 +46,8 @@ try:
     check(code == 130, "Ctrl-C while the terminal's output is stopped: exit 130 (%s)" % code)
     check("interrupted" in buf[0], "the message says the run was interrupted")
     check("cannot write" not in buf[0], "and nothing about standard output")
-    if failed:
+    if ptyutil.failed:
         print("--- the terminal showed (the end):\n" + buf[0][-1500:])
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
-sys.exit(1 if failed else 0)
+sys.exit(1 if ptyutil.failed else 0)
