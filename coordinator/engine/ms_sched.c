@@ -208,7 +208,8 @@ static char *job_text(sjob *j, size_t n_tok, size_t *len)
 
 /* After each generated token: stop ids, then stop strings. Decoding concatenates the tokens'
  * raw bytes, so a stop string of L bytes that ends in the newest token lies in the bytes of the
- * last L tokens; one that ended earlier was found then. */
+ * last L tokens; one that ended earlier was found then. The tokens are read from seq, not j->seq:
+ * a forked choice's first token is reported before the fork returns its sequence. */
 static void on_token(void *ctx, ms_eseq *seq, int32_t token)
 {
     sjob *j = ctx;
@@ -220,7 +221,7 @@ static void on_token(void *ctx, ms_eseq *seq, int32_t token)
     ms_tok *tok = ms_engine_tok(j->s->e);
     if (j->stopped || !j->j.n_stop || !tok) return;
     size_t ng, maxl = 0, len = 0, one = 0;
-    const int32_t *gen = ms_engine_seq_tokens(j->seq, &ng);
+    const int32_t *gen = ms_engine_seq_tokens(seq, &ng);
     for (int i = 0; i < j->j.n_stop; i++)
         if (strlen(j->j.stop[i]) > maxl) maxl = strlen(j->j.stop[i]);
     char *text = NULL;
@@ -364,6 +365,10 @@ static int fork_choices(ms_sched *s, sjob *j)
         ms_sched_job_copy(&k->j, &j->j);
         k->j.seed = j->j.seed + (uint64_t)c;
         k->choice = c;
+        /* The prompt's state went into the prefix cache through j (or was taken from it): the
+         * choice's own state has moved past the prompt and must not be kept under it. */
+        k->skip = j->skip;
+        k->kept = j->j.n_prompt;
         ms_gen_params p;
         params_of(k, &p);
         s->run[s->n_run++] = k; /* before the fork: its first token is reported through k */

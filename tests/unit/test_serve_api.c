@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_gptoss_model.h"
 #include "ms_stest.h"
 #include "ms_synth.h"
 #include "ms_test.h"
@@ -246,6 +247,77 @@ static void check_cuts(void)
     json_decref(k1);
 }
 
+/* The text of choice c of an answer (completions: text; chats: message.content). */
+static const char *choice_text(json_t *c, int chat)
+{
+    return json_string_value(chat ? json_object_get(json_object_get(c, "message"), "content") : json_object_get(c, "text"));
+}
+
+/* n with stop strings (what LangChain sends): each of 3 choices, streamed or not, equals the solo
+ * request with seed 5 + its index and the same stop; the stop string is cut from every text. A
+ * forked choice once reported its first token before its sequence was set (a crash of serve). */
+static void check_n_stop(const char *path, const char *what, int chat)
+{
+    char body[512], stop[8] = "";
+    snprintf(body, sizeof body, "{%s,\"max_tokens\":12,\"temperature\":0.9,\"seed\":5}", what);
+    json_t *first = post(path, body);
+    const char *t0 = choice_text(choice0(first), chat);
+    size_t l0 = t0 ? strlen(t0) : 0;
+    /* a stop string taken from the middle of choice 0's own text, so it does cut */
+    for (size_t i = l0 / 2; i < l0 && !*stop; i++)
+        if ((unsigned char)t0[i] >= 'a' && (unsigned char)t0[i] <= 'z') snprintf(stop, sizeof stop, "%c", t0[i]);
+    if (!*stop) snprintf(stop, sizeof stop, "e");
+    json_decref(first);
+    json_t *solo[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(body, sizeof body, "{%s,\"max_tokens\":12,\"temperature\":0.9,\"seed\":%d,\"stop\":[\"%s\"]}", what, 5 + i, stop);
+        solo[i] = post(path, body);
+        const char *t = choice_text(choice0(solo[i]), chat);
+        T_CHECK(t && !strstr(t, stop), "%s seed %d stop \"%s\": the stop string is cut (%s)", path, 5 + i, stop, t ? t : "null");
+    }
+    for (int stream = 0; stream < 2; stream++) {
+        snprintf(body, sizeof body, "{%s,\"max_tokens\":12,\"temperature\":0.9,\"seed\":5,\"n\":3,\"stop\":[\"%s\"],\"stream\":%s}",
+                 what, stop, stream ? "true" : "false");
+        char *out = NULL;
+        int st = ms_st_http(&srv, NULL, path, body, &out, NULL);
+        char text[3][512] = {"", "", ""};
+        int ok = st == 200 && out, finishes = 0;
+        if (ok && !stream) {
+            json_t *o = json_loads(out, 0, NULL);
+            json_t *ch = json_object_get(o, "choices");
+            ok = json_array_size(ch) == 3;
+            for (size_t i = 0; ok && i < 3; i++) {
+                json_t *c = json_array_get(ch, i);
+                json_int_t k = json_integer_value(json_object_get(c, "index"));
+                const char *t = choice_text(c, chat);
+                ok = k >= 0 && k < 3 && t;
+                if (ok) snprintf(text[k], sizeof text[k], "%s", t);
+                finishes += ok && json_is_string(json_object_get(c, "finish_reason"));
+            }
+            json_decref(o);
+        }
+        for (char *l = ok && stream ? strtok(out, "\n") : NULL; l; l = strtok(NULL, "\n")) {
+            if (strncmp(l, "data: {", 7)) continue;
+            json_t *e = json_loads(l + 6, 0, NULL);
+            json_t *c = json_array_get(json_object_get(e, "choices"), 0);
+            json_int_t k = json_integer_value(json_object_get(c, "index"));
+            const char *t = chat ? json_string_value(json_object_get(json_object_get(c, "delta"), "content"))
+                                 : json_string_value(json_object_get(c, "text"));
+            if (k >= 0 && k < 3 && t) snprintf(text[k] + strlen(text[k]), sizeof text[k] - strlen(text[k]), "%s", t);
+            finishes += k >= 0 && k < 3 && json_is_string(json_object_get(c, "finish_reason"));
+            json_decref(e);
+        }
+        for (int i = 0; ok && i < 3; i++) ok = !strcmp(text[i], choice_text(choice0(solo[i]), chat));
+        T_CHECK(ok && finishes == 3, "%s n 3 stop \"%s\"%s: each choice equals its solo request (%d: %.200s)", path, stop,
+                stream ? " streamed" : "", st, out ? out : "");
+        free(out);
+    }
+    for (int i = 0; i < 3; i++) json_decref(solo[i]);
+    char *out = NULL;
+    T_CHECK(ms_st_http(&srv, NULL, "/health", NULL, &out, NULL) == 200, "serve is still up after n with stop");
+    free(out);
+}
+
 /* n: three choices sharing one prefill, each equal to a solo request with seed + i; streamed,
  * the chunks of each index add up to the same; n above --max-batch refused. */
 static void check_n(void)
@@ -453,6 +525,8 @@ int main(void)
         check_penalties();
         check_cuts();
         check_n();
+        check_n_stop("/v1/completions", "\"prompt\":[5,9,13]", 0);
+        check_n_stop("/v1/chat/completions", "\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story.\"}]", 1);
         check_chat_shapes();
         check_cors(0);
         converse(plain_ids);
@@ -473,9 +547,23 @@ int main(void)
         T_CHECK(same, "interleaved conversations: the same answers with the prefix cache as without");
         double hits = metric_of("moestream_prefix_cache_hits_total"), reused = metric_of("moestream_prefix_cache_tokens_reused_total");
         T_CHECK(hits >= 3 && reused > 30, "later turns started from kept states (%g hits, %g tokens not prefilled)", hits, reused);
+        /* n >= 2 with the prefix cache: a forked choice's state was once kept under the prompt
+         * after it had moved past it (an assertion that took serve down) */
+        check_n_stop("/v1/completions", "\"prompt\":[5,9,13,17]", 0);
+        check_n_stop("/v1/chat/completions", "\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story.\"}]", 1);
         T_CHECK(ms_st_stop(&srv) == 0, "SIGTERM: exit 0");
         for (int t = 0; t < 5; t++) json_decref(cached[t]);
     }
     for (int t = 0; t < 5; t++) json_decref(plain_ids[t]);
+    /* gpt-oss (harmony): n with stop, and the stop string out of the chat's content, streamed
+     * or not (it was once kept: "Sky" answered to stop "ky"); the same answer from jobs */
+    char go[1100];
+    snprintf(go, sizeof go, "%.1024s/go", tmp);
+    T_CHECK(ms_gptoss_synth(go, "gpt-oss-tiny", 0, 0, 7) == 0, "synth gpt-oss-tiny: %s", ms_err_msg());
+    if (ms_st_start(&srv, tmp, go, "--max-batch 4 --max-context 512 --prefix-cache 64M") == 0) {
+        check_n_stop("/v1/chat/completions", "\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story.\"}]", 1);
+        check_n_stop("/v1/completions", "\"prompt\":\"Once upon a time\"", 0);
+        T_CHECK(ms_st_stop(&srv) == 0, "SIGTERM: exit 0");
+    }
     return ms_t_done();
 }
