@@ -103,6 +103,14 @@ struct json_t *ms_jobfile_logprobs_json(int chat, const ms_tok *tok, const int32
  * when the format separates one (lim->chat->answer), 1 when it does not (use the decoded text;
  * *a zeroed), -1 with ms_err set. */
 int ms_jobfile_chat_answer(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, ms_chat_answer *a);
+/* The same for an answer whose text (the ids' text, special ids left out unless keep_special)
+ * was cut at text_len bytes by a stop string: the answer of the ids up to the one the cut falls
+ * in, that id's part beyond the cut taken off the content or reasoning it went to. A text_len
+ * at or beyond the ids' text is no cut. Returns as ms_jobfile_chat_answer. */
+int ms_jobfile_chat_answer_cut(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, int keep_special,
+                               size_t text_len, ms_chat_answer *a);
+/* Bytes of id's text in the result text (special ids count 0 unless keep_special). */
+size_t ms_jobfile_id_bytes(const ms_tok *tok, int32_t id, int keep_special);
 /* The assistant message of an answer, as jobs and serve send it: {"role": "assistant",
  * "content" (null for a tool call without text), "reasoning_content" (when a->reasoning),
  * "tool_calls" (when a->call_name)}. */

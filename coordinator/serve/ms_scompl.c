@@ -11,6 +11,14 @@
 #include "ms_shttp_int.h"
 #include "ms_sreq.h"
 
+/* A routed byte of a streamed chat waiting to be known to lie before any stop string: where it
+ * goes (MS_CHAT_TO_*) and its offset in the answer's text. */
+typedef struct {
+    size_t at;
+    char byte;
+    signed char to;
+} held;
+
 /* One choice of a streamed answer: what it holds back and where its format routes. */
 typedef struct {
     int first;                   /* no chunk sent yet (the chat delta then carries the role) */
@@ -22,6 +30,11 @@ typedef struct {
     int32_t *toks;               /* [n_toks] a routed chat's generated ids, for what answer finds at the end */
     size_t n_toks;
     size_t content_sent;         /* bytes routed to the content */
+    held *hold;                  /* [n_hold] routed bytes the answer's text does not hold yet */
+    size_t n_hold;
+    size_t text_at;              /* bytes of the answer's text (the scheduler's) of the ids so far */
+    size_t text_final;           /* of them, the bytes the scheduler has made final (no stop string
+                                    can begin there any more) */
     size_t lp_offset;            /* a completion's logprobs: text_offset of the next token */
 } stream_choice;
 
@@ -77,16 +90,29 @@ static void stream_news(stream *st, ms_sreq_news *nw)
         c->toks = ms_realloc(c->toks, sizeof *c->toks * (c->n_toks + nw->n_tokens + 1));
         if (nw->n_tokens) memcpy(c->toks + c->n_toks, nw->tokens, sizeof *c->toks * nw->n_tokens);
         c->n_toks += nw->n_tokens;
+        /* Each id's text goes where the format routes it, once the scheduler has made the text
+         * at its offset final: a stop string cuts the answer's text, so the bytes from where it
+         * begins go nowhere. */
         for (size_t i = 0; i < nw->n_tokens; i++) {
             int to = lim->chat->route(lim->tok, &c->cs, nw->tokens[i]);
             char *txt = NULL;
             size_t tl = 0;
-            if (to != MS_CHAT_TO_NONE && ms_tok_decode(lim->tok, &nw->tokens[i], 1, &txt, &tl) == 0) {
-                if (to == MS_CHAT_TO_CONTENT) pend_add(&c->pend, &c->pend_n, txt, tl), c->content_sent += tl;
-                else pend_add(&c->rpend, &c->rpend_n, txt, tl);
+            if (ms_tok_decode_text(lim->tok, &nw->tokens[i], 1, !st->r.spec.keep_special, &txt, &tl) != 0) tl = 0;
+            if (to != MS_CHAT_TO_NONE && tl) {
+                c->hold = ms_realloc(c->hold, sizeof *c->hold * (c->n_hold + tl));
+                for (size_t b = 0; b < tl; b++) c->hold[c->n_hold++] = (held){c->text_at + b, txt[b], (signed char)to};
             }
+            c->text_at += tl;
             free(txt);
         }
+        c->text_final += nw->text_len;
+        size_t b = 0;
+        for (; b < c->n_hold && c->hold[b].at < c->text_final; b++) {
+            if (c->hold[b].to == MS_CHAT_TO_CONTENT) pend_add(&c->pend, &c->pend_n, &c->hold[b].byte, 1), c->content_sent++;
+            else pend_add(&c->rpend, &c->rpend_n, &c->hold[b].byte, 1);
+        }
+        c->n_hold = nw->done ? 0 : c->n_hold - b; /* at the end, what is left lies after the cut */
+        if (c->n_hold) memmove(c->hold, c->hold + b, sizeof *c->hold * c->n_hold);
     } else {
         pend_add(&c->pend, &c->pend_n, nw->text, nw->text_len);
     }
@@ -112,7 +138,7 @@ static void stream_news(stream *st, ms_sreq_news *nw)
         /* what the answer holds that routing could not send: a tool call it ends with (its
          * arguments were routed nowhere), or content from output with no message at all */
         ms_chat_answer a = {0};
-        int split = c->toks && ms_jobfile_chat_answer(lim, c->toks, c->n_toks, &a) == 0;
+        int split = c->toks && ms_jobfile_chat_answer_cut(lim, c->toks, c->n_toks, st->r.spec.keep_special, c->text_final, &a) == 0;
         int call = split && a.call_name && !strcmp(nw->finish, "stop");
         int late = split && !c->content_sent && a.content_len;
         char *ev = call   ? ms_sreq_tool_chunk(&st->r, &st->id, k, &a, c->first, &len)
@@ -187,6 +213,7 @@ static void stream_free(void *cls)
         free(st->ch[i].pend);
         free(st->ch[i].rpend);
         free(st->ch[i].toks);
+        free(st->ch[i].hold);
     }
     free(st->ch);
     ms_shttp_active_add(st->h, -1);
@@ -309,7 +336,9 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
             json_t *lp = x->lps ? ms_jobfile_logprobs_json(r.chat, h->o.lim.tok, x->tok, x->lps, x->n_tok,
                                                            r.spec.top_logprobs, &off)
                                 : NULL;
-            int split = r.chat && ms_jobfile_chat_answer(&h->o.lim, x->tok, x->n_tok, &a) == 0; /* harmony: channels, tool calls */
+            /* harmony: channels, tool calls; a stop string cuts the text where it begins */
+            int split = r.chat && ms_jobfile_chat_answer_cut(&h->o.lim, x->tok, x->n_tok, r.spec.keep_special,
+                                                             h->o.lim.tok ? x->n_text : (size_t)-1, &a) == 0;
             json_array_append_new(choices, ms_sreq_choice(&r, k, x->tok, x->n_tok, split ? &a : &plain, x->finish, lp));
             ms_chat_answer_clear(&a);
         }

@@ -317,15 +317,36 @@ char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, int index, c
 char *ms_sreq_tool_chunk(const ms_sreq *r, const ms_sreq_ident *id, int index, const ms_chat_answer *a, int first,
                          size_t *len)
 {
-    json_t *d = json_object();
-    if (first) json_object_set_new(d, "role", json_string("assistant"));
-    json_object_set_new(d, "tool_calls", ms_jobfile_tool_calls_json(a, 1));
-    json_t *c = json_pack("{s:i,s:o,s:n,s:s,s:[]}", "index", index, "delta", d, "logprobs", "finish_reason", "tool_calls",
-                          "token_ids");
-    json_t *o = head(id, "chat.completion.chunk");
-    json_object_set_new(o, "choices", json_pack("[o]", c));
-    if (r->include_usage) json_object_set_new(o, "usage", json_null());
-    return dump(o, "data: ", "\n\n", len);
+    /* As OpenAI streams a call: its id and name with empty arguments, then the arguments, then
+     * the finish alone (clients close a call's arguments when the next event comes). */
+    json_t *calls = ms_jobfile_tool_calls_json(a, 1);
+    json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+    json_t *args = json_incref(json_object_get(fn, "arguments"));
+    json_object_set_new(fn, "arguments", json_string(""));
+    char *out = NULL;
+    size_t n = 0;
+    for (int part = 0; part < 3; part++) {
+        json_t *d = json_object();
+        if (part == 0 && first) json_object_set_new(d, "role", json_string("assistant"));
+        if (part == 0) json_object_set_new(d, "tool_calls", json_incref(calls));
+        if (part == 1)
+            json_object_set_new(d, "tool_calls", json_pack("[{s:i,s:{s:O}}]", "index", 0, "function", "arguments", args));
+        json_t *c = json_pack("{s:i,s:o,s:n,s:o,s:[]}", "index", index, "delta", d, "logprobs", "finish_reason",
+                              part == 2 ? json_string("tool_calls") : json_null(), "token_ids");
+        json_t *o = head(id, "chat.completion.chunk");
+        json_object_set_new(o, "choices", json_pack("[o]", c));
+        if (r->include_usage) json_object_set_new(o, "usage", json_null());
+        size_t l;
+        char *ev = dump(o, "data: ", "\n\n", &l);
+        out = ms_realloc(out, n + l + 1);
+        memcpy(out + n, ev, l + 1);
+        n += l;
+        free(ev);
+    }
+    json_decref(args);
+    json_decref(calls);
+    *len = n;
+    return out;
 }
 
 char *ms_sreq_usage_chunk(const ms_sreq *r, const ms_sreq_ident *id, size_t prompt_tokens, size_t completion_tokens,

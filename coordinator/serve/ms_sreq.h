@@ -73,8 +73,9 @@ char *ms_sreq_chat_chunk(const ms_sreq *r, const ms_sreq_ident *id, int index, c
                          int first, json_t *logprobs, size_t *len);
 char *ms_sreq_chunk(const ms_sreq *r, const ms_sreq_ident *id, int index, const int32_t *tok, size_t n_tok,
                     const char *text, size_t text_len, const char *finish, int first, json_t *logprobs, size_t *len);
-/* The last chunk of a streamed answer that ends with a tool call: "delta": {"tool_calls": [...]}
- * (each with "index"), finish_reason "tool_calls". */
+/* The last events of a streamed answer that ends with a tool call, as OpenAI sends them: a
+ * delta with the call's id, type, name and empty arguments, one with the arguments, then one
+ * with finish_reason "tool_calls" alone (three SSE events in one string). */
 char *ms_sreq_tool_chunk(const ms_sreq *r, const ms_sreq_ident *id, int index, const ms_chat_answer *a, int first,
                          size_t *len);
 char *ms_sreq_usage_chunk(const ms_sreq *r, const ms_sreq_ident *id, size_t prompt_tokens, size_t completion_tokens,

@@ -7,6 +7,7 @@
 #include "ms_err.h"
 #include "ms_gptoss_chat.h"
 #include "ms_jchat.h"
+#include "ms_jobfile.h"
 #include "ms_test.h"
 #include "ms_tok.h"
 
@@ -133,6 +134,35 @@ int main(void)
     T_CHECK(!strcmp(sc, "Hello there!") && !strcmp(sr, "The user greets."), "streamed: content '%s', reasoning '%s'", sc,
             sr);
     free(g);
+    /* a stop string cuts the answer's text (the ids' text, markers left out) where it begins:
+     * the content ends before it, the reasoning is kept (defect: "Sky" answered to stop "ky") */
+    {
+        static const char sky[] = "<|channel|>analysis<|message|>Think first.<|end|><|start|>assistant<|channel|>final"
+                                  "<|message|>Sky is blue.<|return|>";
+        T_CHECK(ms_tok_encode(t, sky, sizeof sky - 1, 1, &g, &ng) == 0, "encode the sky answer");
+        char *all = NULL;
+        size_t al = 0;
+        ms_tok_decode_text(t, g, ng, 1, &all, &al);
+        const char *hit = all ? memmem(all, al, "ky", 2) : NULL;
+        ms_jobfile_limits lim = {0};
+        lim.tok = t;
+        lim.chat = &ms_gptoss_chat;
+        T_CHECK(hit && ms_jobfile_chat_answer_cut(&lim, g, ng, 0, (size_t)(hit - all), &a) == 0 && a.content_len == 1 &&
+                    !strcmp(a.content, "S") && a.reasoning && !strcmp(a.reasoning, "Think first."),
+                "stop \"ky\": content '%s', reasoning '%s'", a.content ? a.content : "-", a.reasoning ? a.reasoning : "-");
+        ms_chat_answer_clear(&a);
+        const char *th = all ? memmem(all, al, "first", 5) : NULL;
+        T_CHECK(th && ms_jobfile_chat_answer_cut(&lim, g, ng, 0, (size_t)(th - all), &a) == 0 && a.content_len == 0 &&
+                    a.reasoning && !strcmp(a.reasoning, "Think "),
+                "stop \"first\" (in the reasoning): reasoning '%s', no content ('%s')", a.reasoning ? a.reasoning : "-",
+                a.content ? a.content : "-");
+        ms_chat_answer_clear(&a);
+        T_CHECK(ms_jobfile_chat_answer_cut(&lim, g, ng, 0, al, &a) == 0 && !strcmp(a.content, "Sky is blue."),
+                "no cut: the whole content '%s'", a.content ? a.content : "-");
+        ms_chat_answer_clear(&a);
+        free(all);
+        free(g);
+    }
     static const char raw[] = "no channel<|end|> at all";
     T_CHECK(ms_tok_encode(t, raw, sizeof raw - 1, 1, &g, &ng) == 0 && ms_gptoss_chat_answer(t, g, ng, &a) == 0 &&
                 !a.reasoning && a.content_len == 17 && !memcmp(a.content, "no channel at all", 17),

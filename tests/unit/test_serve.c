@@ -625,22 +625,37 @@ static void check_local_restarts(void)
     T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
 }
 
-/* The last streamed chunk of an answer that ends with a tool call. */
+/* The last streamed events of an answer that ends with a tool call, as OpenAI sends them: the
+ * call's id and name, then its arguments, then the finish alone (the openai client's stream
+ * helper closes a call's arguments when a later event comes: test_serve_node runs it on these). */
 static void check_tool_chunk(void)
 {
     ms_sreq r = {.chat = 1};
     ms_sreq_ident id = {"chatcmpl-x", "m", 1};
-    ms_chat_answer a = {ms_strdup(""), 0, NULL, 0, ms_strdup("f"), ms_strdup("{}"), 2};
+    ms_chat_answer a = {ms_strdup(""), 0, NULL, 0, ms_strdup("f"), ms_strdup("{\"a\":1}"), 7};
     size_t len;
     char *ev = ms_sreq_tool_chunk(&r, &id, 0, &a, 0, &len);
-    json_t *o = strncmp(ev, "data: ", 6) ? NULL : json_loadb(ev + 6, len - 6, 0, NULL);
-    json_t *c = json_array_get(json_object_get(o, "choices"), 0);
-    json_t *tc = json_array_get(json_object_get(json_object_get(c, "delta"), "tool_calls"), 0);
-    T_CHECK(o && !strcmp(json_string_value(json_object_get(c, "finish_reason")), "tool_calls") &&
-                json_object_get(tc, "index") && !strcmp(json_string_value(json_object_get(json_object_get(tc, "function"), "name")), "f") &&
-                !strcmp(json_string_value(json_object_get(o, "object")), "chat.completion.chunk"),
-            "a tool call's chunk: delta.tool_calls[0] with index and function, finish_reason tool_calls: %s", ev);
-    json_decref(o);
+    json_t *o[3] = {0};
+    int n = 0;
+    for (char *l = strtok(ev, "\n"); l; l = strtok(NULL, "\n"))
+        if (!strncmp(l, "data: ", 6) && n < 3) o[n++] = json_loads(l + 6, 0, NULL);
+    json_t *c[3], *tc[3];
+    for (int i = 0; i < 3; i++) {
+        c[i] = json_array_get(json_object_get(o[i], "choices"), 0);
+        tc[i] = json_array_get(json_object_get(json_object_get(c[i], "delta"), "tool_calls"), 0);
+    }
+    json_t *f0 = json_object_get(tc[0], "function"), *f1 = json_object_get(tc[1], "function");
+    T_CHECK(n == 3 && json_is_null(json_object_get(c[0], "finish_reason")) && json_object_get(tc[0], "index") &&
+                json_is_string(json_object_get(tc[0], "id")) && !strcmp(json_string_value(json_object_get(f0, "name")), "f") &&
+                !strcmp(json_string_value(json_object_get(f0, "arguments")), "") &&
+                !strcmp(json_string_value(json_object_get(o[0], "object")), "chat.completion.chunk"),
+            "a tool call's first event: delta.tool_calls[0] with index, id and name, empty arguments, no finish");
+    T_CHECK(json_is_null(json_object_get(c[1], "finish_reason")) && json_integer_value(json_object_get(tc[1], "index")) == 0 &&
+                !strcmp(json_string_value(json_object_get(f1, "arguments")), "{\"a\":1}"),
+            "its second event: the arguments, no finish");
+    T_CHECK(!tc[2] && !strcmp(json_string_value(json_object_get(c[2], "finish_reason")), "tool_calls"),
+            "its last event: finish_reason tool_calls alone");
+    for (int i = 0; i < 3; i++) json_decref(o[i]);
     free(ev);
     ms_chat_answer_clear(&a);
 }

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 
 #include "ms_err.h"
+#include "ms_family.h"
+#include "ms_sreq.h"
 #include "ms_synth.h"
 #include "ms_test.h"
 
@@ -48,8 +50,8 @@ static const char *node_env(void)
     }
     snprintf(nd, sizeof nd, "%.1000s/node-tests", b);
     if (ms_t_runf(NULL, NULL, "mkdir -p %s && cp %s/tests/node/package.json %s/tests/node/package-lock.json "
-                  "%s/tests/node/serve-openai.mjs %s/",
-                  nd, src, src, src, nd) != 0) {
+                  "%s/tests/node/serve-openai.mjs %s/tests/node/tool-stream.mjs %s/",
+                  nd, src, src, src, src, nd) != 0) {
         T_CHECK(0, "copy tests/node to %s", nd);
         return NULL;
     }
@@ -68,12 +70,40 @@ static const char *node_env(void)
     return nd;
 }
 
+/* The openai client's stream helper (`.stream()`) on the events serve sends for an answer that
+ * ends with a tool call: it closes the call's arguments (tool_calls.function.arguments.done). */
+static void check_tool_stream(const char *nd)
+{
+    ms_sreq r = {.chat = 1};
+    ms_sreq_ident id = {"chatcmpl-x", "m", 1};
+    ms_chat_answer a = {ms_strdup(""), 0, NULL, 0, ms_strdup("get_weather"), ms_strdup("{\"city\":\"Oslo\"}"), 15};
+    size_t len;
+    char *ev = ms_sreq_tool_chunk(&r, &id, 0, &a, 1, &len);
+    ms_t_write_file(ms_t_path(tmp, "tool-events.txt"), ev);
+    char *out = NULL, *err = NULL;
+    int st = ms_t_runf(&out, &err, "cd %s && node tool-stream.mjs %s", nd, ms_t_path(tmp, "tool-events.txt"));
+    json_t *o = out ? json_loads(out, 0, NULL) : NULL;
+    json_t *d = json_array_get(json_object_get(o, "done"), 0);
+    T_CHECK(st == 0 && json_array_size(json_object_get(o, "done")) == 1 &&
+                !strcmp(json_string_value(json_object_get(d, "name")), "get_weather") &&
+                !strcmp(json_string_value(json_object_get(d, "arguments")), "{\"city\":\"Oslo\"}") &&
+                !strcmp(json_string_value(json_object_get(o, "finish")), "tool_calls"),
+            "openai client .stream(): tool_calls.function.arguments.done fires once with the call (exit %d): %s %s", st,
+            out ? out : "", err ? err : "");
+    json_decref(o);
+    free(out);
+    free(err);
+    free(ev);
+    ms_chat_answer_clear(&a);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
     const char *nd = node_env();
     if (!nd) return ms_t_done();
     snprintf(tmp, sizeof tmp, "%s", ms_t_tmpdir("serve-node"));
+    check_tool_stream(nd);
     snprintf(dir, sizeof dir, "%.1024s/m", tmp);
     snprintf(bin, sizeof bin, "%s", ms_t_bin("moestream"));
     ms_synth_shape sh;
