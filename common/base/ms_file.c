@@ -138,3 +138,64 @@ int ms_file_pread(int fd, const char *path, uint64_t off, void *buf, size_t len)
     }
     return 0;
 }
+
+int ms_file_tmp_create(const char *path, const char *what, mode_t mode, char *tmp, size_t cap)
+{
+    if ((size_t)snprintf(tmp, cap, "%s.tmp-XXXXXX", path) >= cap) {
+        ms_err_set("%s %s: the path is too long", what, path);
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    /* mkstemp opens O_CREAT|O_EXCL: a name that exists, as a file or a symlink planted there,
+     * is never opened; it tries other names */
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        ms_err_set("%s %s: cannot create a file beside it: %s", what, path, strerror(errno));
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    if (fchmod(fd, mode) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        ms_err_set("%s %s: cannot set the mode of %s: %s", what, path, tmp, strerror(e));
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    return fd;
+}
+
+int ms_file_write_all(int fd, const void *buf, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = write(fd, (const char *)buf + done, len - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+int ms_file_tmp_commit(int fd, const char *tmp, const char *path, const char *what, int failed)
+{
+    int e = failed ? errno : 0;
+    if (!failed && fsync(fd) != 0) failed = 1, e = errno;
+    if (close(fd) != 0 && !failed) failed = 1, e = errno;
+    if (!failed && rename(tmp, path) != 0) failed = 1, e = errno;
+    if (!failed) return 0;
+    unlink(tmp);
+    ms_err_set("cannot write the %s %s: %s", what, path, strerror(e ? e : EIO));
+    return ms_err_set_code(MS_EXIT_IO);
+}
+
+int ms_file_private_dir(const char *dir, char *why, size_t cap)
+{
+    struct stat sb;
+    if (lstat(dir, &sb) != 0) return snprintf(why, cap, "cannot stat it: %s", strerror(errno)), -1;
+    if (S_ISLNK(sb.st_mode)) return snprintf(why, cap, "it is a symbolic link"), -1;
+    if (!S_ISDIR(sb.st_mode)) return snprintf(why, cap, "it is not a directory"), -1;
+    if (sb.st_uid != geteuid())
+        return snprintf(why, cap, "it belongs to uid %u, not to this user (uid %u)", (unsigned)sb.st_uid,
+                        (unsigned)geteuid()),
+               -1;
+    if (sb.st_mode & 022) return snprintf(why, cap, "others can write to it (mode %03o)", (unsigned)(sb.st_mode & 0777)), -1;
+    return 0;
+}

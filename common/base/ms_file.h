@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Accept a pipe or FIFO as well as a regular file (user input such as `--file <(cmd)`); model
  * files are regular files only. */
@@ -30,5 +31,23 @@ char *ms_file_read_all(const char *path, const char *what, int flags, uint64_t m
  * ends early (truncated or changed while in use) or a read error returns -1 with ms_err set
  * naming path and the offset (class MS_EXIT_IO). */
 int ms_file_pread(int fd, const char *path, uint64_t off, void *buf, size_t len);
+
+/* Files written whole and then put in place (a failure leaves the previous file):
+ * ms_file_tmp_create makes a new file beside path, named path.tmp-XXXXXX (its name into
+ * tmp[cap]), created exclusively by mkostemp: never an existing file, never through a symlink
+ * planted at a guessable name; mode is set with fchmod (0600 for anything private). Returns
+ * the fd, or -1 with ms_err set (MS_EXIT_IO) naming what and path. The caller writes it
+ * (ms_file_write_all: 0, or -1 with errno set) and ends with ms_file_tmp_commit, which fsyncs,
+ * closes and renames tmp over path; failed != 0 (the caller's write failed, errno set) or any
+ * failure of its own removes tmp and returns -1 with ms_err set ("cannot write the WHAT PATH:
+ * ...", MS_EXIT_IO); else 0. The fd is closed either way. */
+int ms_file_tmp_create(const char *path, const char *what, mode_t mode, char *tmp, size_t cap);
+int ms_file_write_all(int fd, const void *buf, size_t len);
+int ms_file_tmp_commit(int fd, const char *tmp, const char *path, const char *what, int failed);
+
+/* 0 when dir is a directory of this user's own (not a symlink, owned by the effective uid, not
+ * writable by group or others), so files in it are ours: nobody else planted them or can
+ * replace them. Else -1 with why[cap] saying what is wrong. */
+int ms_file_private_dir(const char *dir, char *why, size_t cap);
 
 #endif

@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "ms_err.h"
@@ -59,5 +60,18 @@ int ms_reader_take(ms_reader *r, void *dst, size_t len)
     if (len > r->n - r->at) return -1;
     if (len) memcpy(dst, r->p + r->at, len);
     r->at += len;
+    return 0;
+}
+
+int ms_reader_take_floats(ms_reader *r, float *dst, size_t n)
+{
+    size_t at = r->at;
+    if (n > (r->n - r->at) / sizeof(float)) return -1;
+    if (ms_reader_take(r, dst, n * sizeof(float)) != 0) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(dst[i])) {
+            r->at = at + i * sizeof(float);
+            return -2;
+        }
     return 0;
 }

@@ -26,5 +26,9 @@ typedef struct {
 } ms_reader;
 /* The next len bytes into dst: 0, or -1 (nothing read) when fewer are left. */
 int ms_reader_take(ms_reader *r, void *dst, size_t len);
+/* The next n floats into dst, each finite: 0; -1 (nothing read) when fewer bytes are left; -2
+ * (read, r->at left at the first non-finite one) when one is NaN or infinite. Saved states
+ * hold only finite values: a NaN there is the file's fault, not the weights'. */
+int ms_reader_take_floats(ms_reader *r, float *dst, size_t n);
 
 #endif

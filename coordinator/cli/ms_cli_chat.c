@@ -94,14 +94,17 @@ static void chat_usage(FILE *f)
           "conversation goes on from its own state: a new message prefills only its own tokens, never the\n"
           "history again. On a terminal: line editing and history; a line ending in \\ goes on on the next\n"
           "line; Ctrl-C stops the answer being written (the conversation goes on from what it said), Ctrl-D\n"
-          "leaves. With stdin not a terminal, each line is one message and each answer one line of output.\n"
+          "leaves. With stdin not a terminal, each line is one message and each answer one line of output (its own\n"
+          "line breaks and backslashes written as \\n, \\r and \\\\); a command that fails there makes the\n"
+          "exit code (the run goes on).\n"
           "  /reset          start the conversation over (the system message stays)\n"
           "  /system TEXT    set the system message and start over\n"
           "  /save FILE      write the conversation's state (a versioned file tied to this model)\n"
           "  /load FILE      go on from a saved state (no prefill); --session FILE does it at the start\n"
           "  /stats          tokens in the context, what the last turn prefilled and reused, its speed\n"
           "  /help, /quit\n"
-          "  --max-tokens N  longest answer (default: until the model ends its turn, or the context is full)\n"
+          "  --max-tokens N  longest answer (default: until the model ends its turn, or the context is full;\n"
+          "                  -n N is the same)\n"
           "  --max-context N tokens a conversation may hold (default 8192; the plan reserves them)\n"
           "  --reasoning     also print a format's reasoning (harmony's analysis channel), on a terminal dimmed\n"
           "  --raw           print the tokens' bytes as they are (default: valid UTF-8)\n"
@@ -113,7 +116,24 @@ static void chat_usage(FILE *f)
 
 /* ---- printing the answer ---- */
 
-static void out_text(chat *c, const char *s, size_t n) { ms_cli_put_text(c->o->raw, &c->utf8, s, n); }
+/* On a terminal the text as it is; otherwise one answer is one line: its own line breaks and
+ * backslashes are written escaped (\n, \r, \\), so a script reads an answer per line. */
+static void out_text(chat *c, const char *s, size_t n)
+{
+    if (c->tty) {
+        ms_cli_put_text(c->o->raw, &c->utf8, s, n);
+        return;
+    }
+    size_t from = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *esc = s[i] == '\n' ? "\\n" : s[i] == '\r' ? "\\r" : s[i] == '\\' ? "\\\\" : NULL;
+        if (!esc) continue;
+        ms_cli_put_text(c->o->raw, &c->utf8, s + from, i - from);
+        ms_cli_put_text(c->o->raw, &c->utf8, esc, 2);
+        from = i + 1;
+    }
+    ms_cli_put_text(c->o->raw, &c->utf8, s + from, n - from);
+}
 
 static void on_token(void *ctx, ms_eseq *s, int32_t id)
 {
@@ -271,16 +291,11 @@ static int fingerprint(chat *c)
     return ms_ident_model(c->o->e.model, c->fingerprint);
 }
 
-static void save(chat *c, const char *path)
+/* 0, or the exit code after reporting. */
+static int save(chat *c, const char *path)
 {
-    if (!c->state) {
-        ms_cli_fail("chat", MS_EXIT_USAGE, "/save: nothing to save yet (no answer so far)");
-        return;
-    }
-    if (fingerprint(c) != 0) {
-        ms_cli_fail_err("chat");
-        return;
-    }
+    if (!c->state) return ms_cli_fail("chat", MS_EXIT_USAGE, "/save: nothing to save yet (no answer so far)");
+    if (fingerprint(c) != 0) return ms_cli_fail_err("chat");
     ms_seqfile_info info = {0};
     snprintf(info.family, sizeof info.family, "%s", ms_engine_family(c->e)->name);
     snprintf(info.fingerprint, sizeof info.fingerprint, "%s", c->fingerprint);
@@ -291,11 +306,10 @@ static void save(chat *c, const char *path)
     json_t *meta = json_pack("{s:s?,s:O}", "system", c->system, "messages", c->log);
     info.meta = json_dumps(meta, JSON_COMPACT);
     json_decref(meta);
-    if (ms_seqfile_write(path, &info, c->state) != 0)
-        ms_cli_fail_err("chat");
-    else
-        fprintf(stderr, "moestream chat: saved %zu tokens to %s\n", c->n_toks, path);
+    int rc = ms_seqfile_write(path, &info, c->state) != 0 ? ms_cli_fail_err("chat") : 0;
+    if (!rc) fprintf(stderr, "moestream chat: saved %zu tokens to %s\n", c->n_toks, path);
     free(info.meta);
+    return rc;
 }
 
 /* 0, or the exit code after reporting (the conversation is then unchanged). */
@@ -307,11 +321,13 @@ static int load(chat *c, const char *path)
     if (ms_seqfile_read(path, ms_engine_model(c->e), ms_engine_family(c->e)->name, c->fingerprint, &info, &st) != 0)
         return ms_cli_fail_err("chat");
     if (info.n_pending != 1 || info.n_tokens + 1 > (size_t)c->o->max_context) {
+        size_t pend = info.n_pending, n = info.n_tokens;
         ms_seq_free(st);
         ms_seqfile_info_clear(&info);
-        return ms_cli_fail("chat", MS_EXIT_INPUT,
-                           "%s: not a chat's state (%zu pending ids), or longer than --max-context %lld", path,
-                           info.n_pending, c->o->max_context);
+        if (pend != 1)
+            return ms_cli_fail("chat", MS_EXIT_INPUT, "%s: not a chat's state (%zu pending ids; a chat's has 1)", path, pend);
+        return ms_cli_fail("chat", MS_EXIT_INPUT, "%s: it holds %zu tokens, more than --max-context %lld allows", path, n,
+                           c->o->max_context);
     }
     reset(c);
     c->state = st;
@@ -348,8 +364,9 @@ static void stats(chat *c)
             ms_size_fmt(es.model.bytes_read_trunk, b, sizeof b), ms_size_fmt(es.peak_rss_all, r, sizeof r));
 }
 
-/* A line that is a command: 1 when handled, 0 when it is a message. */
-static int command(chat *c, const char *l)
+/* A line that is a command: 1 when handled, 2 to leave, 0 when it is a message; *failed gets
+ * the exit code of a command that failed (reported already). */
+static int command(chat *c, const char *l, int *failed)
 {
     if (l[0] != '/') return 0;
     if (!strcmp(l, "/quit") || !strcmp(l, "/exit")) return 2;
@@ -364,13 +381,13 @@ static int command(chat *c, const char *l)
         reset(c);
         fputs("moestream chat: system message set; the conversation starts over\n", stderr);
     } else if (!strncmp(l, "/save ", 6) && l[6]) {
-        save(c, l + 6);
+        *failed = save(c, l + 6);
     } else if (!strncmp(l, "/load ", 6) && l[6]) {
-        load(c, l + 6);
+        *failed = load(c, l + 6);
     } else if (!strcmp(l, "/stats")) {
         stats(c);
     } else {
-        ms_cli_fail("chat", MS_EXIT_USAGE, "unknown command '%s' (/help lists them; a message may not start with /)", l);
+        *failed = ms_cli_fail("chat", MS_EXIT_USAGE, "unknown command '%s' (/help lists them; a message may not start with /)", l);
     }
     return 1;
 }
@@ -447,10 +464,12 @@ static int chat_main(const chat_opts *o)
     if (c.tty)
         fprintf(stderr, "moestream chat: %s (%s format); /help for commands, Ctrl-D to leave\n",
                 ms_engine_family(e)->name, c.fmt->name);
+    int failed_cmd = 0; /* without a terminal, a command that failed is the run's exit code */
     for (int turn = 0;; turn++) {
         char *m = next_message(&c);
         if (!m) break;
-        int k = command(&c, m);
+        int failed = 0, k = command(&c, m, &failed);
+        if (failed && !c.tty && !failed_cmd) failed_cmd = failed;
         if (k == 2) {
             free(m);
             break;
@@ -463,6 +482,7 @@ static int chat_main(const chat_opts *o)
             break;
         }
     }
+    if (rc == MS_EXIT_OK) rc = failed_cmd;
 out:
     reset(&c);
     json_decref(c.log);
@@ -490,7 +510,7 @@ int ms_cli_chat(int argc, char **argv)
     chat_opts o = {.max_context = 8192, .top_p = 1.0f};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
         case 'S': o.system = optarg; break;

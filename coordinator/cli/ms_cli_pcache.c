@@ -6,13 +6,18 @@
 #include "ms_err.h"
 #include "ms_ident.h"
 #include "ms_opt.h"
+#include "ms_proc.h"
 #include "ms_size.h"
 
 int ms_cli_pc_take(ms_cli_pcopts *o, const char *cmd, int c, const char *arg, int *code)
 {
     int bad = 0;
     switch (c) {
-    case 0x7063: bad = ms_opt_size("--prefix-cache", arg, &o->ram); break;
+    case 0x7063:
+        bad = ms_opt_size("--prefix-cache", arg, &o->ram);
+        o->ram_set = 1;
+        break;
+    case 0x7066: o->off = 1; break;
     case 0x7064: o->dir = arg; break;
     case 0x7065: bad = ms_opt_size("--state-cache-size", arg, &o->disk); break;
     default: return 0;
@@ -21,7 +26,17 @@ int ms_cli_pc_take(ms_cli_pcopts *o, const char *cmd, int c, const char *arg, in
         *code = ms_cli_fail_err(cmd);
         return -1;
     }
+    if (o->off && (o->ram_set || o->dir)) {
+        *code = ms_cli_fail(cmd, MS_EXIT_USAGE, "--no-prefix-cache goes with neither --prefix-cache nor --state-cache");
+        return -1;
+    }
     return 1;
+}
+
+uint64_t ms_cli_pc_default_ram(uint64_t budget)
+{
+    uint64_t b = budget ? budget : ms_proc_mem_available(), share = b / 16;
+    return share > (4ull << 30) ? 4ull << 30 : share;
 }
 
 ms_pcache *ms_cli_pc_open(const ms_cli_pcopts *o, uint64_t pinned_room, ms_engine *e, const char *model_dir,

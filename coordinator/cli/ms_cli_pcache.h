@@ -13,19 +13,26 @@ typedef struct {
     uint64_t ram;        /* --prefix-cache SIZE: states kept in RAM (the plan reserves them); 0: off */
     const char *dir;     /* --state-cache DIR: where states leave RAM for (and are found at the next run) */
     uint64_t disk;       /* --state-cache-size SIZE (default 10G) */
+    int ram_set;         /* --prefix-cache was given */
+    int off;             /* --no-prefix-cache */
 } ms_cli_pcopts;
 
-#define MS_CLI_PC_COUNT 3
+#define MS_CLI_PC_COUNT 4
 #define MS_CLI_PC_OPTIONS                                                                     \
     {"prefix-cache", required_argument, 0, 0x7063}, {"state-cache", required_argument, 0, 0x7064}, \
-        {"state-cache-size", required_argument, 0, 0x7065}
-#define MS_CLI_PC_USAGE "[--prefix-cache SIZE] [--state-cache DIR [--state-cache-size SIZE]]"
+        {"state-cache-size", required_argument, 0, 0x7065}, {"no-prefix-cache", no_argument, 0, 0x7066}
+#define MS_CLI_PC_USAGE "[--prefix-cache SIZE | --no-prefix-cache] [--state-cache DIR [--state-cache-size SIZE]]"
 #define MS_CLI_PC_HELP                                                                                               \
     "--prefix-cache SIZE keeps the states of prompts (at their end and every 256 tokens) in SIZE of RAM, planned\n"   \
     "with the budget: a prompt that begins as a kept one starts from its state and prefills only the rest (the\n"     \
-    "same tokens and logits). --state-cache DIR spills states that leave RAM to DIR (up to --state-cache-size,\n"    \
-    "default 10G, least recently used first) and finds them again at the next run (it identifies the model by\n"     \
-    "hashing its bytes once). Off by default.\n"
+    "same tokens and logits). --state-cache DIR (a directory of this user's alone: others must not be able to\n"     \
+    "write to it) spills states that leave RAM to DIR (up to --state-cache-size, default 10G, least recently\n"     \
+    "used first) and finds them again at the next run (it identifies the model by hashing its bytes once).\n"      \
+    "serve keeps one by default: a sixteenth of the budget, at most 4G (none when the budget cannot spare it);\n"  \
+    "jobs only when asked. --no-prefix-cache: none.\n"
+
+/* serve's default: a sixteenth of the budget (MemAvailable when 0), at most 4 GiB. */
+uint64_t ms_cli_pc_default_ram(uint64_t budget);
 
 /* Take getopt's c if it is one of these: 1, 0 if not, -1 after printing a bad value (*code set). */
 int ms_cli_pc_take(ms_cli_pcopts *o, const char *cmd, int c, const char *arg, int *code);

@@ -46,7 +46,7 @@ static void run_usage(FILE *f, int demo)
               "tokens after the prompt \"The weather today is\". Every option of run applies:\n\n",
               f);
     fputs("usage: moestream run --model DIR (--prompt TEXT | --prompt-file PATH | --ids 1,2,3 | --ids-file PATH)\n"
-          "                     [-n N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
+          "                     [--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet] [--raw] [--special]\n"
           "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
           "                     [--prefill-chunk N] [--lru-cache] [--trunk-pack DIR|none] [--pin-threads]\n"
@@ -55,7 +55,8 @@ static void run_usage(FILE *f, int demo)
           "                     [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "                     [--speculate auto|off|N] [--draft-file PATH]\n"
           "\n"
-          "Generates N tokens (default 16) after the prompt. --temperature 0 (the default) is greedy.\n"
+          "Generates N tokens (default 16; -n N is the same) after the prompt. --temperature 0 (the\n"
+          "default) is greedy.\n"
           "--prompt needs a tokenizer (tiktoken.model) in DIR; --ids works without one; --ids-file reads\n"
           "the ids (same syntax, whitespace allowed) from a file, for prompts longer than a command line.\n"
           "Without --json the prompt is printed, then the generated text as it comes, then a report on\n"
@@ -582,6 +583,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         {"plan-only", no_argument, 0, 'Y'},
         {"plan-seqs", required_argument, 0, 'Q'},
         {"family", required_argument, 0, 0x6661},
+        {"max-tokens", required_argument, 0, 'n'},
     };
     enum { N_OWN = sizeof own / sizeof own[0] };
     struct option opts[N_OWN + MS_CLI_EOPT_COUNT + 1];
@@ -613,7 +615,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
             if (ms_opt_int("--plan-seqs", optarg, 1, MS_MODEL_MAX_SEQS, &o->plan_seqs) != 0) return ms_cli_fail_err(cmd);
             break;
         case 'n':
-            if (ms_opt_int("-n", optarg, 0, 1000000, &o->n) != 0) return ms_cli_fail_err(cmd);
+            if (ms_opt_int("--max-tokens", optarg, 0, 1000000, &o->n) != 0) return ms_cli_fail_err(cmd);
             break;
         case 's':
             if (ms_opt_int("--seed", optarg, LLONG_MIN, LLONG_MAX, &o->seed) != 0) return ms_cli_fail_err(cmd);

@@ -140,12 +140,25 @@ static int serve_main(const serve_opts *o)
     ms_cli_eopt_engine(&o->e, &eo);
     eo.run.prompt_tokens = o->max_context;
     eo.run.max_positions = o->max_context + 1;
-    eo.run.state_cache = o->pc.ram;
+    /* The prefix cache: as asked, else a share of the budget, given up when the budget cannot
+     * spare it (a small budget serves without one rather than not at all). */
+    ms_cli_pcopts pco = o->pc;
+    int pc_default = !pco.off && !pco.ram_set;
+    if (pc_default) pco.ram = ms_cli_pc_default_ram(o->e.budget);
+    eo.run.state_cache = pco.off ? 0 : pco.ram;
     if (o->max_batch > 0)
         eo.max_seqs = (int)o->max_batch;
     else
         eo.fit_seqs = DEFAULT_BATCH_CAP;
-    if (!(e = ms_engine_open(&eo))) {
+    e = ms_engine_open(&eo);
+    if (!e && pc_default && pco.ram && ms_err_code() == MS_EXIT_BUDGET) {
+        ms_log(1, "serve: the budget cannot spare the default prefix cache (%s): serving without one",
+               ms_err_msg());
+        pco.ram = 0;
+        eo.run.state_cache = 0;
+        e = ms_engine_open(&eo);
+    }
+    if (!e) {
         rc = ms_cli_fail_err(cmd);
         goto out;
     }
@@ -157,7 +170,7 @@ static int serve_main(const serve_opts *o)
     m = ms_smetrics_new();
     {
         int pcode = 0;
-        pc = ms_cli_pc_open(&o->pc, 0, e, o->e.model, cmd, &pcode);
+        pc = pco.off ? NULL : ms_cli_pc_open(&pco, 0, e, o->e.model, cmd, &pcode);
         if (pcode) {
             rc = pcode;
             goto out;

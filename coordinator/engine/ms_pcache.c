@@ -9,6 +9,7 @@
 #include "ms_xxh.h" /* XXH3, dispatched */
 
 #include "ms_err.h"
+#include "ms_file.h"
 #include "ms_pcache.h"
 #include "ms_ptrie.h"
 #include "ms_sbuf.h"
@@ -171,6 +172,14 @@ ms_pcache *ms_pcache_new(ms_model *m, uint64_t ram_bytes, const char *dir, uint6
     struct stat sb;
     if (dir && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(dir, W_OK) != 0)) {
         ms_err_set("the state cache %s is not a writable directory", dir);
+        ms_err_set_code(MS_EXIT_IO);
+        return NULL;
+    }
+    /* States read back from it become answers: a directory others can write to could be
+     * given states that answer wrongly, so it must be this user's alone. */
+    char why[256];
+    if (dir && ms_file_private_dir(dir, why, sizeof why) != 0) {
+        ms_err_set("the state cache %s is refused: %s (use a directory of your own, mode 0700)", dir, why);
         ms_err_set_code(MS_EXIT_IO);
         return NULL;
     }

@@ -209,7 +209,13 @@ static int k_seq_load(ms_seq *base, ms_reader *in)
         for (int pass = 0; pass < 2; pass++)
             for (int64_t p = first; p < base->pos; p++) {
                 int64_t at = kv->ring ? p % kv->ring : p;
-                if (ms_reader_take(in, (pass ? kv->v : kv->k) + at * width, row) != 0) goto bad;
+                int rc = ms_reader_take_floats(in, (pass ? kv->v : kv->k) + at * width, (size_t)width);
+                if (rc == -2) {
+                    ms_err_set("the sequence state holds a non-finite value (NaN or infinity) in layer %d, at byte %zu", l,
+                               in->at);
+                    return -1;
+                }
+                if (rc != 0) goto bad;
             }
     }
     return 0;

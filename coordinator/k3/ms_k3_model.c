@@ -272,26 +272,30 @@ static int k3_seq_load(ms_seq *base, ms_reader *in)
     k3_seq *s = k3s(base);
     const ms_k3_cfg *c = &k3(base->m)->cfg;
     size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim, H = (size_t)(c->conv_k - 1);
-    for (int i = 0; i < c->n_layers; i++) {
+    int rc = 0;
+    for (int i = 0; i < c->n_layers && rc == 0; i++) {
         if (c->is_mla[i]) {
             ms_mla_cache *kc = &s->ls[i].mla;
             int64_t n;
             if (ms_reader_take(in, &n, sizeof n) != 0 || n != base->pos || (size_t)n * (size_t)c->kv_lora * 4 > in->n - in->at)
                 goto bad;
             ms_mla_cache_reserve(kc, c, n > 0 ? n : 1);
-            if (ms_reader_take(in, kc->lat, sizeof(float) * (size_t)n * (size_t)c->kv_lora) != 0 ||
-                (c->qk_rope > 0 && ms_reader_take(in, kc->rope, sizeof(float) * (size_t)n * (size_t)c->qk_rope) != 0))
-                goto bad;
-            kc->n = n;
+            rc = ms_reader_take_floats(in, kc->lat, (size_t)n * (size_t)c->kv_lora);
+            if (rc == 0 && c->qk_rope > 0) rc = ms_reader_take_floats(in, kc->rope, (size_t)n * (size_t)c->qk_rope);
+            if (rc == 0) kc->n = n;
         } else {
             ms_kda_state *st = &s->ls[i].kda;
-            if (ms_reader_take(in, st->S, sizeof(float) * P * (size_t)c->kda_head_dim) != 0 ||
-                ms_reader_take(in, st->hq, sizeof(float) * P * H) != 0 || ms_reader_take(in, st->hk, sizeof(float) * P * H) != 0 ||
-                ms_reader_take(in, st->hv, sizeof(float) * P * H) != 0)
-                goto bad;
+            rc = ms_reader_take_floats(in, st->S, P * (size_t)c->kda_head_dim);
+            if (rc == 0) rc = ms_reader_take_floats(in, st->hq, P * H);
+            if (rc == 0) rc = ms_reader_take_floats(in, st->hk, P * H);
+            if (rc == 0) rc = ms_reader_take_floats(in, st->hv, P * H);
+        }
+        if (rc == -2) {
+            ms_err_set("the sequence state holds a non-finite value (NaN or infinity) in layer %d, at byte %zu", i, in->at);
+            return -1;
         }
     }
-    return 0;
+    if (rc == 0) return 0;
 bad:
     ms_err_set("the sequence state does not fit this model (layer sizes differ, or it was cut short)");
     return -1;

@@ -170,6 +170,9 @@ ms_seq *ms_seq_load(ms_model *m, const void *bytes, size_t n);
 /* ms_seq_save's bytes are at most the family's state of that many positions (without
  * speculation's room) plus this: the position and the families' per-layer counts. */
 #define MS_SEQ_SAVE_SLACK 4096
+/* The most bytes ms_seq_save can give for a sequence of m at `positions` (the bound above):
+ * what a state file's body may hold before anything of it is read. */
+uint64_t ms_model_saved_state_max(const ms_model *m, int64_t positions);
 
 /* Optional observer of routing: called once per MoE layer and call with ids[T][k]. */
 typedef void (*ms_route_fn)(void *ctx, int layer, int64_t T, int k, const int32_t *ids);

@@ -546,6 +546,10 @@ void ms_model_free(ms_model *m)
 }
 
 const ms_model_info *ms_model_get_info(const ms_model *m) { return &m->info; }
+uint64_t ms_model_saved_state_max(const ms_model *m, int64_t positions)
+{
+    return m->ops->state_bytes(m, positions, 0) + MS_SEQ_SAVE_SLACK;
+}
 const ms_plan *ms_model_plan(const ms_model *m) { return m->planned ? &m->plan : NULL; }
 int64_t ms_model_chunk(const ms_model *m) { return m->planned ? m->plan.chunk : 64; }
 int ms_model_max_seqs(const ms_model *m)

@@ -1,14 +1,21 @@
 /* test_seqfile: saved sequence states: continuing a state read back from its file gives the
  * logits of prefilling the whole text at once, bit for bit (both families, every split point,
  * mid-chunk, another speculation window, with a speculative rollback before the save); a corrupt,
- * cut, foreign or other-version file is refused, naming the file. */
+ * cut, foreign or other-version file, a NaN in a state and a huge file are refused, naming the
+ * file; writes never follow a planted symlink; the state cache refuses a FIFO among its files
+ * (without waiting on it) and a directory others can write to. */
 #include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
+#include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_families.h"
+#include "ms_pcache.h"
+#include "ms_proc.h"
 #include "ms_gptoss_model.h"
 #include "ms_sbuf.h"
 #include "ms_seqfile.h"
@@ -142,7 +149,7 @@ static void check_family(const char *dir, const char *family)
     T_CHECK(rd == -1 && !b && strstr(ms_err_msg(), "checksum"), "%s: a flipped byte is refused: %s", family, ms_err_msg());
     ms_t_write_file_n(path, good, len - 100);
     rd = ms_seqfile_read(path, m, family, "0123456789abcdef", &back, &b);
-    T_CHECK(rd == -1 && !b && strstr(ms_err_msg(), "checksum"), "%s: a cut file is refused: %s", family, ms_err_msg());
+    T_CHECK(rd == -1 && !b && strstr(ms_err_msg(), "cut short"), "%s: a cut file is refused: %s", family, ms_err_msg());
     memcpy(spoilt, good, len);
     spoilt[8] = 7; /* version 7, checksum made to match: refused for its version */
     uint64_t sum = XXH3_64bits(spoilt, len - 8);
@@ -154,12 +161,123 @@ static void check_family(const char *dir, const char *family)
     rd = ms_seqfile_read(path, m, family, "0123456789abcdef", &back, &b);
     T_CHECK(rd == -1 && !b && strstr(ms_err_msg(), "not a moestream state file"), "%s: another file is refused: %s",
             family, ms_err_msg());
+    /* a state holding a NaN (checksum made to match): the file is blamed, not the weights */
+    {
+        uint32_t hl;
+        memcpy(&hl, good + 12, 4);
+        memcpy(spoilt, good, len);
+        size_t at = 16 + hl + (len - 24 - hl) / 2;
+        at -= (at - (16 + hl)) % 4;
+        int nan = 0;
+        for (int k = 0; k < 64 && !nan; k++, at += 4) { /* a float of the body, not a count */
+            float f;
+            memcpy(&f, good + at, 4);
+            if (f != 0.0f && f > -1e6f && f < 1e6f) nan = 1;
+        }
+        at -= 4;
+        float qn = __builtin_nanf("");
+        memcpy(spoilt + at, &qn, 4);
+        uint64_t sum2 = XXH3_64bits(spoilt, len - 8);
+        memcpy(spoilt + len - 8, &sum2, 8);
+        ms_t_write_file_n(path, spoilt, len);
+        rd = ms_seqfile_read(path, m, family, "0123456789abcdef", &back, &b);
+        T_CHECK(nan && rd == -1 && !b && ms_err_code() == MS_EXIT_INPUT && strstr(ms_err_msg(), "non-finite") &&
+                    strstr(ms_err_msg(), path),
+                "%s: a state holding a NaN is refused, naming the file: %s", family, ms_err_msg());
+    }
+    /* a huge file with a good header that claims more state than the model has: refused from
+     * its header, without reading or allocating its body (a sparse 40 GB file) */
+    {
+        char hp[1300];
+        snprintf(hp, sizeof hp, "%s.huge", path);
+        uint64_t big = 40ull << 30;
+        char hdr[512];
+        int hn = 0;
+        for (int pass = 0; pass < 2; pass++) /* state_bytes = what follows the header: its length settles */
+            hn = snprintf(hdr, sizeof hdr,
+                          "{\"family\":\"%s\",\"fingerprint\":\"0123456789abcdef\",\"tokens\":[1,2,3],\"pending\":[],"
+                          "\"state_bytes\":%llu}",
+                          family, (unsigned long long)(big - 24 - (uint64_t)hn));
+        FILE *f = fopen(hp, "wb");
+        uint32_t ver = MS_SEQFILE_VERSION, hl = (uint32_t)hn;
+        fwrite("MOESEQST", 1, 8, f);
+        fwrite(&ver, 4, 1, f);
+        fwrite(&hl, 4, 1, f);
+        fwrite(hdr, 1, (size_t)hn, f);
+        int ok = ftruncate(fileno(f), (off_t)big) == 0;
+        fclose(f);
+        uint64_t rss0 = ms_proc_peak_rss();
+        double t0 = ms_now();
+        rd = ok ? ms_seqfile_read(hp, m, family, "0123456789abcdef", &back, &b) : 0;
+        double dt = ms_now() - t0;
+        uint64_t grew = ms_proc_peak_rss() - rss0;
+        T_CHECK(ok && rd == -1 && !b && ms_err_code() == MS_EXIT_INPUT && strstr(ms_err_msg(), "claims") &&
+                    strstr(ms_err_msg(), hp) && grew < (64u << 20),
+                "%s: a 40 GB file whose header claims 3 positions in 40 GB is refused from its header (%.2f s, peak "
+                "RSS +%llu KiB): %s",
+                family, dt, (unsigned long long)(grew >> 10), ms_err_msg());
+        unlink(hp);
+    }
+    /* the writer never follows a symlink planted beside the file (the old names were
+     * FILE.tmp-<pid>): the symlinks' targets keep their bytes */
+    {
+        char victim[1300], lnk[1300];
+        snprintf(victim, sizeof victim, "%s.victim", path);
+        ms_t_write_file(victim, "precious");
+        snprintf(lnk, sizeof lnk, "%s.tmp-%d", path, (int)getpid());
+        unlink(lnk);
+        int ok = symlink(victim, lnk) == 0;
+        ms_seq *a = ms_seq_new(m);
+        ok = ok && feed(m, a, ids, 5, 5, NULL) == 0;
+        ms_seqfile_info info = {0};
+        snprintf(info.family, sizeof info.family, "%s", family);
+        snprintf(info.fingerprint, sizeof info.fingerprint, "0123456789abcdef");
+        info.tokens = ids;
+        info.n_tokens = 5;
+        ok = ok && ms_seqfile_write(path, &info, a) == 0;
+        char *v = ms_t_read_file(victim, NULL);
+        struct stat sb;
+        T_CHECK(ok && v && !strcmp(v, "precious") && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
+                    (sb.st_mode & 0777) == 0600,
+                "%s: a symlink at the old temporary name is not followed; the state file is private (0600)", family);
+        free(v);
+        ms_seq_free(a);
+        unlink(lnk);
+        unlink(victim);
+    }
     free(spoilt);
     free(good);
     free(ref);
     free(got);
     ms_model_free(m);
     ms_model_free(m2);
+}
+
+/* The state cache's directory: a FIFO named *.state in it is passed over at once (it once hung
+ * jobs and serve at start, deaf to SIGTERM); a directory others can write to is refused. */
+static void check_cache_dir(const char *model)
+{
+    ms_model *m = open_model(model, 0);
+    if (!m) return;
+    char d[1300], fifo[1400];
+    snprintf(d, sizeof d, "%s", ms_t_tmpdir("seqfile-cache"));
+    T_CHECK(chmod(d, 0700) == 0, "chmod 0700 %s", d);
+    snprintf(fifo, sizeof fifo, "%s/planted.state", d);
+    unlink(fifo);
+    T_CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+    alarm(30); /* a hang fails the test by SIGALRM instead of by ctest's timeout */
+    ms_pcache *c = ms_pcache_new(m, 1 << 20, d, 1 << 30, "kimi-k3", "0123456789abcdef");
+    alarm(0);
+    T_CHECK(c != NULL, "a FIFO named *.state in the state cache is passed over: %s", c ? "" : ms_err_msg());
+    ms_pcache_free(c);
+    T_CHECK(chmod(d, 0777) == 0, "chmod 0777 %s", d);
+    c = ms_pcache_new(m, 1 << 20, d, 1 << 30, "kimi-k3", "0123456789abcdef");
+    T_CHECK(!c && strstr(ms_err_msg(), d) && strstr(ms_err_msg(), "others can write"),
+            "a state cache others can write to is refused: %s", c ? "(opened)" : ms_err_msg());
+    ms_pcache_free(c);
+    chmod(d, 0700);
+    unlink(fifo);
+    ms_model_free(m);
 }
 
 int main(void)
@@ -174,5 +292,6 @@ int main(void)
     T_CHECK(ms_gptoss_synth(go, "gpt-oss-tiny", 0, 0, 7) == 0, "synth gpt-oss-tiny: %s", ms_err_msg());
     check_family(k3, "kimi-k3");
     check_family(go, "gpt-oss");
+    check_cache_dir(k3);
     return ms_t_done();
 }
