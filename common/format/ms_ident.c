@@ -1,6 +1,7 @@
 /* ms_ident: full-content tensor hashes of a checkpoint (XXH3-128), cached in a sidecar keyed by each file's stat. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,15 +69,23 @@ static int dir_writable(const char *d)
     return stat(d, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & 0222) && access(d, W_OK) == 0;
 }
 
+/* The user's cache directory; "" when there is none (no HOME and no home in the password
+ * file: nothing shared such as /tmp is ever used instead). */
 static void cache_dir(char *buf, size_t cap)
 {
     const char *e = getenv("MS_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    if (!(h && *h)) {
+        struct passwd *pw = getpwuid(geteuid());
+        h = pw && pw->pw_dir && *pw->pw_dir && strcmp(pw->pw_dir, "/") ? pw->pw_dir : NULL;
+    }
     if (e && *e)
         snprintf(buf, cap, "%s", e);
     else if (x && *x)
         snprintf(buf, cap, "%s/moestream", x);
+    else if (h)
+        snprintf(buf, cap, "%s/.cache/moestream", h);
     else
-        snprintf(buf, cap, "%s/.cache/moestream", h && *h ? h : "/tmp");
+        buf[0] = 0;
 }
 
 const char *ms_ident_sidecar_path(const char *dir, char *buf, size_t cap)
@@ -89,8 +98,31 @@ const char *ms_ident_sidecar_path(const char *dir, char *buf, size_t cap)
     char real[PATH_MAX], cd[PATH_MAX];
     if (!realpath(dir, real)) snprintf(real, sizeof real, "%s", dir);
     cache_dir(cd, sizeof cd);
+    if (!cd[0]) {
+        buf[0] = 0;
+        return buf;
+    }
     snprintf(buf, cap, "%s/ident-%016llx", cd, (unsigned long long)XXH3_64bits(real, strlen(real)));
     return buf;
+}
+
+/* A sidecar outside the checkpoint's own directory lives in a cache directory that must be
+ * this user's alone: hashes planted there by someone else would vouch for other bytes. 0 when
+ * path is the checkpoint's own or its directory is private; else -1 with why[cap] set. */
+static int side_dir_ok(const char *path, const char *dir, char *why, size_t cap)
+{
+    char parent[PATH_MAX];
+    if (!path[0]) return snprintf(why, cap, "no cache directory (HOME is unset: set MS_CACHE_DIR)"), -1;
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (!slash) return 0;
+    *slash = 0;
+    if (!strcmp(parent, dir)) return 0;
+    if (ms_file_private_dir(parent, why, cap) == 0) return 0;
+    char w[256];
+    snprintf(w, sizeof w, "%s", why);
+    snprintf(why, cap, "%.200s is refused as a cache: %.200s", parent, w);
+    return -1;
 }
 
 /* mkdir -p for the cache directory (0700: it names the user's model paths). */
@@ -135,11 +167,13 @@ static uint64_t take_u(rd *r, int bytes)
     return v;
 }
 
-static void side_load(const char *path, id_set *s)
+static void side_load(const char *path, const char *dir, id_set *s)
 {
     memset(s, 0, sizeof *s);
     size_t len = 0;
     struct stat sb;
+    char why[512];
+    if (side_dir_ok(path, dir, why, sizeof why) != 0) return;
     if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return;
     char *buf = ms_file_read_all(path, "identity sidecar", 0, SIDE_MAX, MS_EXIT_IO, &len);
     if (!buf) {
@@ -205,8 +239,8 @@ static void put_u(wb *w, uint64_t v, int bytes)
     put(w, b, (size_t)bytes);
 }
 
-/* Write s to path atomically; a failure is logged once per process, not an error. */
-static void side_save(const char *path, const char *dir, const id_set *s) /* path: < PATH_MAX bytes */
+/* Write s to path atomically; a failure is logged once per process, not an error. 1 when written. */
+static int side_save(const char *path, const char *dir, const id_set *s) /* path: < PATH_MAX bytes */
 {
     static int warned;
     wb w = {0};
@@ -232,27 +266,31 @@ static void side_save(const char *path, const char *dir, const id_set *s) /* pat
         }
     }
     put_u(&w, XXH3_64bits(w.b, w.n), 8);
-    char tmp[PATH_MAX + 32], parent[PATH_MAX + 1];
-    if (strlen(path) >= PATH_MAX) return;
-    snprintf(parent, sizeof parent, "%s", path);
-    char *slash = strrchr(parent, '/');
-    if (slash) *slash = 0;
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int ok = 0, fd = -1;
-    if ((slash == NULL || strcmp(parent, dir) == 0 || make_dirs(parent) == 0) &&
-        (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) >= 0) {
-        ok = write(fd, w.b, w.n) == (ssize_t)w.n;
-        ok = close(fd) == 0 && ok;
-        ok = ok && rename(tmp, path) == 0;
-        if (!ok) unlink(tmp);
+    char tmp[PATH_MAX + 32], parent[PATH_MAX + 1], why[512] = "";
+    int ok = 0, fd = -1, own = 0; /* own: beside the checkpoint (readable by whoever reads it) */
+    if (path[0] && strlen(path) < PATH_MAX) {
+        snprintf(parent, sizeof parent, "%s", path);
+        char *slash = strrchr(parent, '/');
+        if (slash) *slash = 0;
+        own = !slash || !strcmp(parent, dir);
+        if (!own && make_dirs(parent) != 0)
+            snprintf(why, sizeof why, "cannot make %s: %s", parent, strerror(errno));
+        else if (side_dir_ok(path, dir, why, sizeof why) == 0 &&
+                 (fd = ms_file_tmp_create(path, "identity sidecar", own ? 0644 : 0600, tmp, sizeof tmp)) >= 0)
+            ok = ms_file_tmp_commit(fd, tmp, path, "identity sidecar", ms_file_write_all(fd, w.b, w.n) != 0) == 0;
+        if (!ok && !why[0]) snprintf(why, sizeof why, "%s", ms_err_msg());
+    } else {
+        side_dir_ok(path, dir, why, sizeof why);
     }
     if (!ok && !warned) {
         warned = 1;
-        ms_log(1, "note: cannot write the identity sidecar %s (%s): the checkpoint's hashes will be computed again "
-                  "next time (set MS_CACHE_DIR to a writable directory)",
-               path, strerror(errno));
+        ms_log(1, "note: cannot keep the identity hashes of %s (%s): they will be computed again next time (set "
+                  "MS_CACHE_DIR to a directory of your own)",
+               dir, why);
     }
+    ms_err_clear();
     free(w.b);
+    return ok;
 }
 
 /* ---- hashing ---- */
@@ -340,7 +378,7 @@ int ms_ident_hashes(const char *dir, const ms_st *st_in, const char *const *name
     char side[PATH_MAX];
     ms_ident_sidecar_path(dir, side, sizeof side);
     id_set cache, cur = {ms_calloc((size_t)(nf ? nf : 1), sizeof(id_file)), 0};
-    side_load(side, &cache);
+    side_load(side, dir, &cache);
     /* where each tensor of st lives in cur, and whether this call needs it */
     uint32_t *where_f = ms_malloc(sizeof(uint32_t) * (nt ? nt : 1)), *where_t = ms_malloc(sizeof(uint32_t) * (nt ? nt : 1));
     uint8_t *want = ms_calloc(nt ? nt : 1, 1), *buf = NULL;
@@ -510,4 +548,15 @@ int ms_ident_model(const char *dir, char out[17])
 out:
     if (fd >= 0) close(fd);
     return rc;
+}
+
+int ms_ident_sidecar_kept(const char *dir)
+{
+    char side[PATH_MAX];
+    ms_ident_sidecar_path(dir, side, sizeof side);
+    id_set s;
+    side_load(side, dir, &s);
+    int kept = s.n > 0;
+    set_clear(&s);
+    return kept;
 }

@@ -49,5 +49,9 @@ int ms_ident_model(const char *dir, char out[17]);
 /* Where the sidecar of dir is read from and written to (the first writable of the places
  * above; into buf, which holds cap bytes). Returns buf. For tests and docs. */
 const char *ms_ident_sidecar_path(const char *dir, char *buf, size_t cap);
+/* 1 when dir's sidecar is there and readable (the hashes are kept for the next run), else 0. A
+ * sidecar outside dir must be in a directory of this user's alone (not writable by others);
+ * without HOME the user's home comes from the password file, and with none there is no cache. */
+int ms_ident_sidecar_kept(const char *dir);
 
 #endif

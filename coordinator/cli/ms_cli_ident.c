@@ -48,7 +48,12 @@ int ms_cli_ident(int argc, char **argv)
     char fp[17], side[4096];
     if (ms_ident_model(model, fp) != 0) return ms_cli_fail_err("ident");
     printf("%s\n", fp);
-    ms_log(1, "ident: %s has fingerprint %s (%.1f s; hashes kept in %s)", model, fp, ms_now() - t0,
-           ms_ident_sidecar_path(model, side, sizeof side));
+    if (ms_ident_sidecar_kept(model))
+        ms_log(1, "ident: %s has fingerprint %s (%.1f s; hashes kept in %s)", model, fp, ms_now() - t0,
+               ms_ident_sidecar_path(model, side, sizeof side));
+    else
+        ms_log(1, "ident: %s has fingerprint %s (%.1f s; the hashes could not be kept: they will be computed again "
+                  "next time)",
+               model, fp, ms_now() - t0);
     return MS_EXIT_OK;
 }

@@ -110,8 +110,40 @@ int main(void)
     setenv("HOME", d, 1);
     ms_ident_sidecar_path(copy, side, sizeof side);
     T_CHECK(strstr(side, "/.cache/moestream/ident-") != NULL, "without MS_CACHE_DIR: $HOME/.cache/moestream (%s)", side);
+    /* a cache others can write to is neither read nor written: hashes planted there would vouch
+     * for other bytes (the sidecar kept there above is there, and ignored) */
+    setenv("MS_CACHE_DIR", cache, 1);
+    ms_ident_sidecar_path(copy, side, sizeof side);
+    T_CHECK(ms_ident_sidecar_kept(copy) == 1, "the cached sidecar counts while the cache is private: %s", side);
+    T_CHECK(chmod(cache, 0777) == 0, "chmod 0777 %s", cache);
+    T_CHECK(ms_ident_sidecar_kept(copy) == 0 && ms_ident_fingerprint(copy, fp2) == 0 && !strcmp(fp1, fp2),
+            "a cache others can write to is not used; the fingerprint is computed all the same");
+    chmod(cache, 0700);
+    /* no HOME: the home from the password file, never a shared /tmp/.cache */
+    unsetenv("MS_CACHE_DIR");
+    unsetenv("HOME");
+    ms_ident_sidecar_path(copy, side, sizeof side);
+    T_CHECK(strncmp(side, "/tmp/", 5) != 0, "without HOME: not under /tmp (%s)", side[0] ? side : "no cache");
+    setenv("HOME", d, 1);
     snprintf(cmd, sizeof cmd, "chmod 0755 %s", copy);
     ms_t_run(cmd, NULL);
+    /* the sidecar beside the model is written through a new file, never a symlink planted at
+     * the old predictable name (moestream.ident.tmp.<pid>) */
+    {
+        char victim[4400], lnk[4400];
+        snprintf(victim, sizeof victim, "%s/victim", d);
+        ms_t_write_file(victim, "precious");
+        snprintf(lnk, sizeof lnk, "%s/moestream.ident.tmp.%ld", copy, (long)getpid());
+        unlink(lnk);
+        unlink(ms_t_path(copy, "moestream.ident"));
+        T_CHECK(symlink(victim, lnk) == 0, "plant a symlink at %s", lnk);
+        char *v = NULL;
+        T_CHECK(ms_ident_fingerprint(copy, fp2) == 0 && ms_ident_sidecar_kept(copy) == 1 &&
+                    (v = ms_t_read_file(victim, NULL)) && !strcmp(v, "precious"),
+                "the sidecar is written, the symlink's target keeps its bytes");
+        free(v);
+        unlink(lnk);
+    }
 
     /* a tensor it does not have is refused by name */
     const char *none[1] = {"no.such.tensor"};
