@@ -130,7 +130,7 @@ pcre2_code *ms_tok_regex_compile_pattern(const char *pattern, int *jit)
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(errcode, msg, sizeof msg);
-        tok_fail(MS_EXIT_RUNTIME, "tokenizer split pattern does not compile at offset %zu: %s", (size_t)erroff,
+        tok_fail(MS_EXIT_INPUT, "tokenizer split pattern does not compile at offset %zu: %s", (size_t)erroff,
                  (const char *)msg);
         return NULL;
     }
@@ -321,11 +321,19 @@ typedef struct {
 static int tok_next_match(const ms_tok *t, tok_matcher *m, const uint8_t *subj, size_t n, size_t pos, size_t *ms,
                           size_t *me)
 {
+    /* Each call may take steps linear in what is left of the text (the built-in patterns repeat
+     * single classes); a pattern from a tokenizer.json that backtracks exponentially, like
+     * (a+)+$, reaches the limit and the text is refused instead of running for hours. */
+    pcre2_set_match_limit(m->mctx, (uint32_t)(n - pos > (1u << 22) ? UINT32_MAX : 10000000u + 256u * (n - pos)));
     int rc = pcre2_match(t->re, subj, n, pos, PCRE2_NO_UTF_CHECK, m->md, m->mctx);
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT || rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_MATCHLIMIT) {
-        /* not expected with this pattern (constant backtracking depth); the interpreter is a safety net */
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* the interpreter's frames are on the heap, bounded below */
         rc = pcre2_match(t->re, subj, n, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, m->md, m->mctx);
-    }
+    if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+        rc == PCRE2_ERROR_JIT_STACKLIMIT)
+        return tok_fail(MS_EXIT_INPUT, "tokenizer: the split pattern backtracks too much on this text (PCRE2 %s limit "
+                                       "at byte %zu): the tokenizer's pre_tokenizer regex is not one a text can be "
+                                       "split with in bounded time",
+                        rc == PCRE2_ERROR_MATCHLIMIT ? "match" : rc == PCRE2_ERROR_DEPTHLIMIT ? "depth" : "memory", pos);
     if (rc == PCRE2_ERROR_NOMATCH) return 0;
     if (rc < 0) {
         PCRE2_UCHAR msg[256];
@@ -401,7 +409,7 @@ int ms_tok_encode(const ms_tok *t, const char *text, size_t len, int allow_speci
      * whatever the piece length: a small heap limit suffices for the interpreter; the match limit
      * counts backtracking steps, which grow linearly with a long piece, so it is lifted. */
     pcre2_set_heap_limit(m.mctx, 16u << 10); /* KiB = 16 MiB */
-    pcre2_set_match_limit(m.mctx, UINT32_MAX);
+    pcre2_set_depth_limit(m.mctx, 100000);
     if (t->jit) {
         m.jstack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
         if (m.jstack) pcre2_jit_stack_assign(m.mctx, NULL, m.jstack);

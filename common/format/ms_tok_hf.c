@@ -180,10 +180,21 @@ static int load_model(ms_tok *t, json_t *model, const char *path)
         }
     }
     free(seen);
-    if (rc) return -1;
+    /* every text encodes: each byte has a token of its own; said at load, not when a text
+     * first holds the byte (tiktoken.model vocabularies may lack some: their encode says so) */
+    if (rc || ms_tok_check_bytes(t, path) != 0) return -1;
     /* the merges: pairs of vocabulary tokens whose result is one, in non-decreasing rank of it */
-    size_t nm = json_array_size(merges);
+    size_t nm = json_array_size(merges), most = 0, longest = 1;
     if (!json_is_array(merges)) return hf_fail(MS_EXIT_INPUT, "%s: model.merges must be an array", path);
+    for (size_t r = 0; r < n; r++) {
+        most += t->tok_len[r] - 1; /* a token of L bytes can be made L - 1 ways */
+        if (t->tok_len[r] > longest) longest = t->tok_len[r];
+    }
+    if (nm > most)
+        return hf_fail(MS_EXIT_INPUT, "%s: model.merges has %zu entries; the vocabulary's tokens can be made in at most "
+                                      "%zu ways (repeated merges?)",
+                       path, nm, most);
+    uint8_t *seen_split = ms_calloc(longest + 1, 1); /* the split points seen for the id being made */
     uint8_t *buf = ms_malloc(1024);
     size_t bcap = 1024;
     int32_t last = -1;
@@ -212,13 +223,19 @@ static int load_model(ms_tok *t, json_t *model, const char *path)
         int32_t id = b > 0 ? ms_tok_table_find(t, buf, (size_t)(a + b)) : -1;
         if (id < 0 || ms_tok_table_find(t, buf, (size_t)a) < 0 || ms_tok_table_find(t, buf + a, (size_t)b) < 0)
             rc = hf_fail(MS_EXIT_INPUT, "%s: model.merges[%zu] joins tokens that are not in the vocabulary", path, i);
+        else if (id == last && seen_split[a])
+            rc = hf_fail(MS_EXIT_INPUT, "%s: model.merges[%zu] repeats a merge (id %d split after byte %ld again)", path,
+                         i, id, a);
         else if (id < last)
             rc = hf_fail(MS_EXIT_INPUT, "%s: model.merges[%zu] makes id %d after a merge made id %d: merges out of "
                                         "rank order are not supported (this encoder merges by rank)",
                          path, i, id, last);
+        if (rc == 0 && id != last) memset(seen_split, 0, t->tok_len[id] + 1u); /* merges making one id are adjacent */
+        if (rc == 0) seen_split[a] = 1;
         last = id;
     }
     free(buf);
+    free(seen_split);
     return rc;
 }
 
@@ -248,11 +265,65 @@ static int load_added(ms_tok *t, json_t *added, const char *path)
     return ms_tok_specials_index(t, path);
 }
 
+/* The entries of model.vocab (an object) and model.merges (an array) in the JSON text, counted
+ * by a scan of its tokens before it is parsed: the parsed tree takes some 25 times the text, so
+ * what it may hold is bounded first. Counts of what is absent are 0. */
+static void count_model(const char *s, size_t n, size_t *n_vocab, size_t *n_merges)
+{
+    int depth = 0, which = 0, any = 0;
+    size_t count = 0, kl = 0;
+    const char *key = NULL, *k1 = NULL, *k2 = NULL;
+    size_t k1l = 0, k2l = 0;
+    *n_vocab = *n_merges = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '"') {
+            size_t j = i + 1;
+            while (j < n && s[j] != '"') j += s[j] == '\\' ? 2 : 1;
+            key = s + i + 1;
+            kl = j - i - 1;
+            if (which && depth >= 3) any = 1;
+            i = j;
+        } else if (c == ':') {
+            if (depth == 1) k1 = key, k1l = kl;
+            if (depth == 2) k2 = key, k2l = kl;
+        } else if (c == '{' || c == '[') {
+            depth++;
+            if (depth == 3 && k1 && k1l == 5 && !memcmp(k1, "model", 5) && k2 &&
+                ((c == '{' && k2l == 5 && !memcmp(k2, "vocab", 5)) || (c == '[' && k2l == 6 && !memcmp(k2, "merges", 6)))) {
+                which = c == '{' ? 1 : 2;
+                count = 0;
+                any = 0;
+            } else if (which && depth > 3) {
+                any = 1;
+            }
+        } else if (c == '}' || c == ']') {
+            if (depth == 3 && which) {
+                *(which == 1 ? n_vocab : n_merges) = any ? count + 1 : 0;
+                which = 0;
+            }
+            depth--;
+        } else if (c == ',') {
+            if (depth == 3 && which) count++;
+        } else if (which && depth >= 3 && c != ' ' && c != '\n' && c != '\r' && c != '\t') {
+            any = 1;
+        }
+    }
+}
+
 int ms_tok_hf_load(ms_tok *t, const char *path)
 {
     size_t len = 0;
     char *text = ms_file_read_all(path, "tokenizer", 0, HF_MAX_FILE, MS_EXIT_INPUT, &len);
     if (!text) return -1;
+    size_t nv, nm;
+    count_model(text, len, &nv, &nm);
+    if (nm > 16 * nv + 256) { /* o200k: 2.2 merges a token; the exact bound is checked once the vocabulary is read */
+        free(text);
+        return hf_fail(MS_EXIT_INPUT, "%s: model.merges has %zu entries for %zu vocabulary tokens: far more than a "
+                                      "vocabulary can be made with (repeated merges?)",
+                       path, nm, nv);
+    }
     json_error_t je;
     json_t *root = json_loadb(text, len, 0, &je);
     free(text);
@@ -269,6 +340,7 @@ int ms_tok_hf_load(ms_tok *t, const char *path)
                load_added(t, field(root, "added_tokens"), path) == 0) {
         char *p = translate(pat, path);
         t->re = p ? ms_tok_regex_compile_pattern(p, &t->jit) : NULL;
+        if (p && !t->re) ms_err_wrap("%s: pre_tokenizer pattern", path);
         free(p);
         rc = t->re ? 0 : -1;
     }

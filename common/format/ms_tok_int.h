@@ -61,6 +61,9 @@ pcre2_code *ms_tok_regex_compile_pattern(const char *pattern, int *jit);
  * index them by id and by match order, and set n_vocab. 0, or -1 with ms_err set (MS_EXIT_INPUT)
  * naming `what` for an id listed twice. */
 int ms_tok_specials_index(ms_tok *t, const char *what);
+/* 0 when each of the 256 bytes has a token of its own, else -1 with ms_err set (MS_EXIT_INPUT)
+ * naming `what` and the byte. */
+int ms_tok_check_bytes(const ms_tok *t, const char *what);
 
 /* GPT-2's byte-level alphabet (tokenizer.json): byte b is code point cp[b]; inv[cp] is the byte
  * of a code point below 324, or -1. */

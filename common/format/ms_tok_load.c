@@ -285,6 +285,18 @@ out:
     return rc;
 }
 
+int ms_tok_check_bytes(const ms_tok *t, const char *what)
+{
+    for (int b = 0; b < 256; b++) {
+        uint8_t one = (uint8_t)b;
+        if (ms_tok_table_find(t, &one, 1) < 0) {
+            ms_err_set("%s: byte 0x%02x has no token of its own: a byte-level vocabulary needs all 256", what, b);
+            return ms_err_set_code(MS_EXIT_INPUT);
+        }
+    }
+    return 0;
+}
+
 int ms_tok_specials_index(ms_tok *t, const char *what)
 {
     int32_t max_id = t->n_ranks - 1;

@@ -6,6 +6,8 @@
 
 #include "ms_clock.h"
 #include "ms_err.h"
+#include "ms_gptoss_model.h"
+#include "ms_proc.h"
 #include "ms_test.h"
 #include "ms_tok.h"
 
@@ -99,9 +101,100 @@ static void check_refusals(const char *src)
     json_decref(full);
 }
 
+/* A tokenizer.json from tiny gpt-oss (synth) with one edit: what it does to load and encode. */
+static char *edited(const char *src, const char *name, void (*edit)(json_t *j))
+{
+    json_error_t je;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", src);
+    json_t *j = json_load_file(path, 0, &je);
+    static char dir[1200];
+    snprintf(dir, sizeof dir, "%s/%s", ms_t_tmpdir("tok-hf-hostile"), name);
+    char mk[1300];
+    snprintf(mk, sizeof mk, "mkdir -p %s", dir);
+    T_CHECK(j && system(mk) == 0, "tokenizer.json parses; mkdir");
+    edit(j);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    json_dump_file(j, path, JSON_COMPACT);
+    json_decref(j);
+    return dir;
+}
+static json_t *split_of(json_t *j)
+{
+    return json_object_get(json_array_get(json_object_get(json_object_get(j, "pre_tokenizer"), "pretokenizers"), 0), "pattern");
+}
+static void ed_backtrack(json_t *j) { json_object_set_new(split_of(j), "Regex", json_string("(a+)+$|\\s+|.")); }
+static void ed_bad_regex(json_t *j) { json_object_set_new(split_of(j), "Regex", json_string("([a-z")); }
+static void ed_dup_merge(json_t *j)
+{
+    json_t *m = json_object_get(json_object_get(j, "model"), "merges");
+    json_array_append(m, json_array_get(m, json_array_size(m) - 1)); /* the last merge again */
+}
+static void ed_many_merges(json_t *j)
+{
+    json_t *m = json_object_get(json_object_get(j, "model"), "merges");
+    json_t *last = json_array_get(m, json_array_size(m) - 1);
+    for (int i = 0; i < 200000; i++) json_array_append(m, last); /* 22 MB of the same merge */
+}
+static void ed_no_byte(json_t *j)
+{
+    json_t *v = json_object_get(json_object_get(j, "model"), "vocab");
+    json_t *id = json_incref(json_object_get(v, "\xc4\x81")); /* byte 0x01 (U+0101 in the byte-level alphabet) */
+    json_object_del(v, "\xc4\x81");
+    json_object_set_new(v, "\xc4\x81\xc4\x81\xc4\x81", id); /* its id now three of it */
+}
+
+/* Hostile tokenizer.json files (tiny gpt-oss's, edited): each refused naming the file, in
+ * bounded time and memory. */
+static void check_hostile(const char *src)
+{
+    /* a pattern that backtracks exponentially: the text is refused, not split for hours */
+    ms_tok *t = ms_tok_load(edited(src, "backtrack", ed_backtrack));
+    T_CHECK(t != NULL, "a backtracking pattern loads: %s", t ? "" : ms_err_msg());
+    if (t) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        double t0 = ms_now();
+        int rc = ms_tok_encode(t, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!", 35, 0, &ids, &n);
+        double dt = ms_now() - t0;
+        T_CHECK(rc != 0 && ms_err_code() == MS_EXIT_INPUT && has(ms_err_msg(), "backtracks") && dt < 20,
+                "(a+)+$ on 34 a's and a '!': refused after %.2f s: %s", dt, rc ? ms_err_msg() : "(encoded)");
+        free(ids);
+        rc = ms_tok_encode(t, "a few plain words", 17, 0, &ids, &n);
+        T_CHECK(rc == 0 && n > 0, "the same tokenizer still encodes a text that does not backtrack");
+        free(ids);
+        ms_tok_free(t);
+    }
+    static const struct {
+        const char *name;
+        void (*edit)(json_t *);
+        const char *why;
+    } bad[] = {
+        {"bad-regex", ed_bad_regex, "does not compile"},
+        {"dup-merge", ed_dup_merge, "repeats a merge"},
+        {"many-merges", ed_many_merges, "model.merges has"},
+        {"no-byte", ed_no_byte, "byte 0x01"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *dir = edited(src, bad[i].name, bad[i].edit);
+        uint64_t rss0 = ms_proc_peak_rss();
+        ms_tok *b = ms_tok_load(dir);
+        uint64_t grew = ms_proc_peak_rss() - rss0;
+        T_CHECK(!b && ms_err_code() == MS_EXIT_INPUT && has(ms_err_msg(), bad[i].why) && has(ms_err_msg(), "tokenizer.json") &&
+                    grew < (64u << 20),
+                "%s: refused at load naming the file (exit 5), peak RSS +%llu KiB: %s", bad[i].name,
+                (unsigned long long)(grew >> 10), ms_err_msg());
+        ms_tok_free(b);
+    }
+}
+
 int main(void)
 {
     ms_log_set_level(0);
+    char syn[1200];
+    snprintf(syn, sizeof syn, "%s/go", ms_t_tmpdir("tok-hf-synth"));
+    T_CHECK(ms_gptoss_synth(syn, "gpt-oss-tiny", 0, 0, 7) == 0, "synth gpt-oss-tiny: %s", ms_err_msg());
+    check_hostile(syn);
     const char *p = ms_t_shared("fixtures/tokenizer/o200k-harmony");
     if (!p) return ms_t_done();
     char dir[4096];
