@@ -191,9 +191,15 @@ void ms_wire_keys_free(char (*keys)[41], int n)
 int ms_wire_read_keys(const char *path, const char *what, int secret, char (**keys)[41])
 {
     *keys = NULL;
+    size_t pl = strlen(path);
+    if (secret && pl >= 4 && !strcmp(path + pl - 4, ".pub")) {
+        ms_err_set("%s %s: a public key (keygen's PREFIX.pub); give the secret key, PREFIX.key", what, path);
+        return ms_err_set_code(MS_EXIT_USAGE);
+    }
     char *text = read_small(path, what);
     if (!text) return -1;
     size_t text_len = strlen(text); /* next_line cuts it with NULs: wipe all of it at the end */
+
     if (secret) {
         struct stat sb;
         if (stat(path, &sb) == 0 && (sb.st_mode & 077))

@@ -54,6 +54,8 @@ int ms_wire_uuid(const ProtobufCBinaryData *d, ms_uuid *u);
  * it). On failure returns -1 with ms_err set naming the file and line: MS_EXIT_IO if it
  * cannot be read, MS_EXIT_USAGE if it is malformed or holds no key. */
 int ms_wire_read_keys(const char *path, const char *what, int secret, char (**keys)[41]);
+/* With secret = 1, a file whose name ends in ".pub" (keygen's public half) is refused
+ * (MS_EXIT_USAGE): a public key is no secret, and using one would fail only at the handshake. */
 void ms_wire_keys_free(char (*keys)[41], int n); /* accepts NULL */
 
 /* Check the shape of a worker endpoint: tcp://HOST:PORT (PORT 1..65535, or 0 or '*' when

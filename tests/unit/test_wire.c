@@ -232,6 +232,14 @@ static void test_keys(void)
     T_CHECK(n == -1 && ms_err_code() == MS_EXIT_USAGE && has(ms_err_msg(), "line 2") && has(ms_err_msg(), "Z85"),
             "a short key: %s", ms_err_msg());
     free(err);
+    /* A public key given as the secret: refused by its name (keygen's PREFIX.pub). */
+    snprintf(path, sizeof path, "%s/coord.pub", d);
+    snprintf(text, sizeof text, "%s\n", pub);
+    write_file(path, text, 0644);
+    n = read_keys(path, 1, &keys, &err);
+    T_CHECK(n == -1 && ms_err_code() == MS_EXIT_USAGE && has(ms_err_msg(), "public key") && has(ms_err_msg(), path),
+            "a .pub file as the secret: %s", ms_err_msg());
+    free(err);
     snprintf(path, sizeof path, "%s/missing", d);
     n = read_keys(path, 1, &keys, &err);
     T_CHECK(n == -1 && ms_err_code() == MS_EXIT_IO && has(ms_err_msg(), path), "a missing file: %s", ms_err_msg());
