@@ -274,7 +274,7 @@ static int side_save(const char *path, const char *dir, const id_set *s) /* path
         if (slash) *slash = 0;
         own = !slash || !strcmp(parent, dir);
         if (!own && make_dirs(parent) != 0)
-            snprintf(why, sizeof why, "cannot make %s: %s", parent, strerror(errno));
+            snprintf(why, sizeof why, "cannot make %.300s: %s", parent, strerror(errno));
         else if (side_dir_ok(path, dir, why, sizeof why) == 0 &&
                  (fd = ms_file_tmp_create(path, "identity sidecar", own ? 0644 : 0600, tmp, sizeof tmp)) >= 0)
             ok = ms_file_tmp_commit(fd, tmp, path, "identity sidecar", ms_file_write_all(fd, w.b, w.n) != 0) == 0;

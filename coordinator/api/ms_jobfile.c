@@ -612,7 +612,10 @@ int ms_jobfile_chat_answer_cut(const ms_jobfile_limits *lim, const int32_t *ids,
      * found no message in, taken whole as content) the one that ends with it */
     char *t = NULL;
     size_t l = 0;
-    if (ms_tok_decode_text(lim->tok, &ids[k], 1, !keep_special, &t, &l) != 0) return -1;
+    if (ms_tok_decode_text(lim->tok, &ids[k], 1, !keep_special, &t, &l) != 0) {
+        ms_chat_answer_clear(a);
+        return -1;
+    }
     char **f[2] = {&a->content, &a->reasoning};
     size_t *fl[2] = {&a->content_len, &a->reasoning_len};
     int order[3] = {to == MS_CHAT_TO_REASONING, 0, 1};
