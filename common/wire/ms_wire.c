@@ -199,7 +199,6 @@ int ms_wire_read_keys(const char *path, const char *what, int secret, char (**ke
     char *text = read_small(path, what);
     if (!text) return -1;
     size_t text_len = strlen(text); /* next_line cuts it with NULs: wipe all of it at the end */
-
     if (secret) {
         struct stat sb;
         if (stat(path, &sb) == 0 && (sb.st_mode & 077))

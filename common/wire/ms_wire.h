@@ -52,10 +52,9 @@ int ms_wire_uuid(const ProtobufCBinaryData *d, ms_uuid *u);
  * messages ("--curve-secret"). On success returns the number of keys (>= 1) and *keys, a
  * malloc'ed [n][41] array of NUL-terminated keys (free with ms_wire_keys_free, which wipes
  * it). On failure returns -1 with ms_err set naming the file and line: MS_EXIT_IO if it
- * cannot be read, MS_EXIT_USAGE if it is malformed or holds no key. */
+ * cannot be read, MS_EXIT_USAGE if it is malformed or holds no key, or (secret = 1) if its name
+ * ends in ".pub": keygen's public half is no secret, and would fail only at the handshake. */
 int ms_wire_read_keys(const char *path, const char *what, int secret, char (**keys)[41]);
-/* With secret = 1, a file whose name ends in ".pub" (keygen's public half) is refused
- * (MS_EXIT_USAGE): a public key is no secret, and using one would fail only at the handshake. */
 void ms_wire_keys_free(char (*keys)[41], int n); /* accepts NULL */
 
 /* Check the shape of a worker endpoint: tcp://HOST:PORT (PORT 1..65535, or 0 or '*' when

@@ -579,7 +579,8 @@ int ms_jobfile_chat_answer(const ms_jobfile_limits *lim, const int32_t *ids, siz
     return lim->chat->answer(lim->tok, ids, n, a) == 0 ? 0 : -1;
 }
 
-size_t ms_jobfile_id_bytes(const ms_tok *tok, int32_t id, int keep_special)
+/* Bytes of id's text in the result text (special ids count 0 unless keep_special). */
+static size_t id_bytes(const ms_tok *tok, int32_t id, int keep_special)
 {
     char *t = NULL;
     size_t l = 0;
@@ -597,7 +598,7 @@ int ms_jobfile_chat_answer_cut(const ms_jobfile_limits *lim, const int32_t *ids,
     size_t pos = 0, k = 0, over = 0;
     int to = MS_CHAT_TO_NONE;
     for (; k < n; k++) {
-        size_t l = ms_jobfile_id_bytes(lim->tok, ids[k], keep_special);
+        size_t l = id_bytes(lim->tok, ids[k], keep_special);
         to = lim->chat->route(lim->tok, &cs, ids[k]);
         if (pos + l > text_len) {
             over = pos + l - text_len;

@@ -109,8 +109,6 @@ int ms_jobfile_chat_answer(const ms_jobfile_limits *lim, const int32_t *ids, siz
  * at or beyond the ids' text is no cut. Returns as ms_jobfile_chat_answer. */
 int ms_jobfile_chat_answer_cut(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, int keep_special,
                                size_t text_len, ms_chat_answer *a);
-/* Bytes of id's text in the result text (special ids count 0 unless keep_special). */
-size_t ms_jobfile_id_bytes(const ms_tok *tok, int32_t id, int keep_special);
 /* The assistant message of an answer, as jobs and serve send it: {"role": "assistant",
  * "content" (null for a tool call without text), "reasoning_content" (when a->reasoning),
  * "tool_calls" (when a->call_name)}. */

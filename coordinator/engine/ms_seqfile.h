@@ -30,7 +30,10 @@ int ms_seqfile_write(const char *path, const ms_seqfile_info *info, const ms_seq
  * naming the file (MS_EXIT_INPUT), nothing returned: not a state file, another version, a
  * checksum that does not match (corrupt or cut short), another family or model fingerprint
  * than family/fingerprint (a state of another model gives wrong answers, so it is never used),
- * or a state that does not fit m. MS_EXIT_IO when it cannot be read. */
+ * or a state that does not fit m. The header is checked first (its positions and state bytes
+ * against m's own state size) and the body is read into the one buffer it loads from, so a
+ * huge or hostile file costs no more memory than m's state; a state holding a NaN or infinity
+ * is refused. MS_EXIT_IO when it cannot be read (a FIFO or device is refused, not waited on). */
 int ms_seqfile_read(const char *path, ms_model *m, const char *family, const char *fingerprint, ms_seqfile_info *info,
                     ms_seq **s);
 

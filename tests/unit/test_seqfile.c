@@ -44,6 +44,17 @@ static uint64_t planned_for(const char *dir, int64_t n)
     return b;
 }
 
+/* s, holding ids[0..n), written to path as family's with the tests' fingerprint. */
+static int save_state(const char *path, const char *family, int32_t *ids, size_t n, const ms_seq *s)
+{
+    ms_seqfile_info info = {0};
+    snprintf(info.family, sizeof info.family, "%s", family);
+    snprintf(info.fingerprint, sizeof info.fingerprint, "0123456789abcdef");
+    info.tokens = ids;
+    info.n_tokens = n;
+    return ms_seqfile_write(path, &info, s);
+}
+
 /* ids[0..n) in chunks of `chunk` rows, every row's logits into out (may be NULL). */
 static int feed(ms_model *m, ms_seq *s, const int32_t *ids, int64_t n, int64_t chunk, float *out)
 {
@@ -82,12 +93,7 @@ static void check_family(const char *dir, const char *family)
         T_CHECK(saved.n <= room && room <= saved.n + MS_SEQ_SAVE_SLACK + saved.n / 8, "%s: a state of %d tokens saves to %zu bytes, %llu planned",
                 family, at, saved.n, (unsigned long long)room);
         ms_sbuf_free(&saved);
-        ms_seqfile_info info = {0};
-        snprintf(info.family, sizeof info.family, "%s", family);
-        snprintf(info.fingerprint, sizeof info.fingerprint, "0123456789abcdef");
-        info.tokens = ids;
-        info.n_tokens = (size_t)at;
-        ok = ok && ms_seqfile_write(path, &info, a) == 0;
+        ok = ok && save_state(path, family, ids, (size_t)at, a) == 0;
         ms_seq_free(a);
         for (int which = 0; which < 2 && ok; which++) {
             ms_model *into = which ? m2 : m;
@@ -112,12 +118,7 @@ static void check_family(const char *dir, const char *family)
         ms_batch_item it = {a, guess, 4, 1, l4, 1};
         ok = ok && ms_model_forward_batch(m2, &it, 1) == 0;
         if (ok) ms_seq_keep(a, 2);
-        ms_seqfile_info info = {0};
-        snprintf(info.family, sizeof info.family, "%s", family);
-        snprintf(info.fingerprint, sizeof info.fingerprint, "0123456789abcdef");
-        info.tokens = ids;
-        info.n_tokens = 22;
-        ok = ok && ms_seqfile_write(path, &info, a) == 0;
+        ok = ok && save_state(path, family, ids, 22, a) == 0;
         ms_seq_free(a);
         ms_seqfile_info back;
         ms_seq *b = NULL;
@@ -229,12 +230,7 @@ static void check_family(const char *dir, const char *family)
         int ok = symlink(victim, lnk) == 0;
         ms_seq *a = ms_seq_new(m);
         ok = ok && feed(m, a, ids, 5, 5, NULL) == 0;
-        ms_seqfile_info info = {0};
-        snprintf(info.family, sizeof info.family, "%s", family);
-        snprintf(info.fingerprint, sizeof info.fingerprint, "0123456789abcdef");
-        info.tokens = ids;
-        info.n_tokens = 5;
-        ok = ok && ms_seqfile_write(path, &info, a) == 0;
+        ok = ok && save_state(path, family, ids, 5, a) == 0;
         char *v = ms_t_read_file(victim, NULL);
         struct stat sb;
         T_CHECK(ok && v && !strcmp(v, "precious") && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
