@@ -560,3 +560,11 @@ int ms_ident_sidecar_kept(const char *dir)
     set_clear(&s);
     return kept;
 }
+
+int ms_ident_cache_dir(char *buf, size_t cap)
+{
+    char why[512];
+    cache_dir(buf, cap);
+    if (!buf[0] || make_dirs(buf) != 0 || ms_file_private_dir(buf, why, sizeof why) != 0) return -1;
+    return 0;
+}

@@ -53,5 +53,9 @@ const char *ms_ident_sidecar_path(const char *dir, char *buf, size_t cap);
  * sidecar outside dir must be in a directory of this user's alone (not writable by others);
  * without HOME the user's home comes from the password file, and with none there is no cache. */
 int ms_ident_sidecar_kept(const char *dir);
+/* The user's moestream cache directory (MS_CACHE_DIR, else $XDG_CACHE_HOME/moestream, else
+ * ~/.cache/moestream) into buf, made (0700) when missing: 0 when it is there and this user's
+ * alone, else -1 (nothing is to be cached). */
+int ms_ident_cache_dir(char *buf, size_t cap);
 
 #endif

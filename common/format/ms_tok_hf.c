@@ -8,6 +8,9 @@
 
 #include "ms_err.h"
 #include "ms_file.h"
+#include "ms_ident.h"
+#include "ms_sbuf.h"
+#include "ms_xxh.h"
 #include "ms_tok_int.h"
 
 /* tokenizer.json of o200k is 27.9 MB; a larger vocabulary stays far below this. */
@@ -311,11 +314,159 @@ static void count_model(const char *s, size_t n, size_t *n_vocab, size_t *n_merg
     }
 }
 
+/* ---- the compiled form, cached ----
+ * Parsing the JSON and checking its merges takes about a second for o200k; what the encoder
+ * uses (the ranks' bytes, the specials, the translated pattern) is kept in the user's private
+ * cache directory under the XXH3-128 of the file's bytes, so the same file loads again in a few
+ * milliseconds. Little-endian: "MSTOKHF1", u32 version, u32 ranks, u64 pool bytes, the pool,
+ * u32 length per rank, u32 specials, per special (i32 id, u32 length, bytes), u32 pattern
+ * length, pattern, then u64 XXH3-64 of all before. A cache file that is wrong in any way is
+ * not used (and is written again). */
+#define HF_CACHE_MAGIC "MSTOKHF1"
+#define HF_CACHE_VERSION 1u
+
+static void cache_path(const char *text, size_t len, char *out, size_t cap)
+{
+    char dir[4096];
+    out[0] = 0;
+    if (ms_ident_cache_dir(dir, sizeof dir) != 0) return;
+    XXH128_hash_t h = XXH3_128bits(text, len);
+    snprintf(out, cap, "%.4000s/tok-%016llx%016llx.bin", dir, (unsigned long long)h.high64,
+             (unsigned long long)h.low64);
+}
+
+typedef struct {
+    const uint8_t *p;
+    size_t n, at;
+} crd;
+
+static int crd_take(crd *r, void *dst, size_t n)
+{
+    if (n > r->n - r->at) return -1;
+    memcpy(dst, r->p + r->at, n);
+    r->at += n;
+    return 0;
+}
+
+/* t (zeroed) from the cache file at cpath; 0, or -1 (t reset) when it is missing or wrong. */
+static int cache_load(ms_tok *t, const char *cpath, const char *path)
+{
+    size_t n = 0;
+    char *b = cpath[0] ? ms_file_read_all(cpath, "tokenizer cache", 0, HF_MAX_FILE, MS_EXIT_IO, &n) : NULL;
+    if (!b) {
+        ms_err_clear();
+        return -1;
+    }
+    crd r = {(const uint8_t *)b, n, 0};
+    uint32_t ver = 0, nr = 0, ns = 0, pl = 0;
+    uint64_t pool = 0, sum = 0;
+    int ok = n >= 16 && !memcmp(b, HF_CACHE_MAGIC, 8) && (memcpy(&sum, b + n - 8, 8), XXH3_64bits(b, n - 8) == sum);
+    r.n = ok ? n - 8 : 0;
+    r.at = 8;
+    ok = ok && crd_take(&r, &ver, 4) == 0 && ver == HF_CACHE_VERSION && crd_take(&r, &nr, 4) == 0 && nr > 0 &&
+         nr <= (uint32_t)INT32_MAX / 4 && crd_take(&r, &pool, 8) == 0 && pool <= r.n - r.at;
+    if (ok) {
+        t->n_ranks = (int)nr;
+        t->pool = ms_malloc((size_t)pool + 1);
+        t->tok_off = ms_malloc(sizeof *t->tok_off * nr);
+        t->tok_len = ms_malloc(sizeof *t->tok_len * nr);
+        ok = crd_take(&r, t->pool, (size_t)pool) == 0 && crd_take(&r, t->tok_len, sizeof *t->tok_len * nr) == 0;
+        uint64_t at = 0;
+        for (uint32_t i = 0; ok && i < nr; i++) {
+            t->tok_off[i] = (uint32_t)at;
+            at += t->tok_len[i];
+            ok = t->tok_len[i] > 0 && at <= pool;
+        }
+        ok = ok && at == pool;
+    }
+    if (ok) {
+        size_t cap = 1024;
+        while (cap < 2 * (size_t)nr) cap *= 2;
+        t->slots = ms_calloc(cap, sizeof *t->slots);
+        t->tags = ms_malloc(cap * sizeof *t->tags);
+        t->cap_mask = cap - 1;
+        for (uint32_t i = 0; ok && i < nr; i++) ok = ms_tok_table_insert(t, i) < 0;
+        ok = ok && crd_take(&r, &ns, 4) == 0 && ns <= (r.n - r.at) / 8;
+    }
+    if (ok) {
+        t->spec = ms_calloc(ns ? ns : 1, sizeof *t->spec);
+        for (uint32_t i = 0; ok && i < ns; i++) {
+            int32_t id;
+            uint32_t l;
+            ok = crd_take(&r, &id, 4) == 0 && crd_take(&r, &l, 4) == 0 && l > 0 && l <= r.n - r.at && id >= (int32_t)nr &&
+                 id - (int32_t)nr < TOK_MAX_SPECIAL_SPAN;
+            if (!ok) break;
+            tok_special *sp = &t->spec[t->n_special++];
+            sp->content = ms_malloc((size_t)l + 1);
+            crd_take(&r, sp->content, l);
+            sp->content[l] = 0;
+            sp->len = l;
+            sp->id = id;
+        }
+        ok = ok && ms_tok_specials_index(t, path) == 0 && ms_tok_check_bytes(t, path) == 0;
+    }
+    char *pat = NULL;
+    if (ok && crd_take(&r, &pl, 4) == 0 && pl <= r.n - r.at && r.at + pl == r.n) {
+        pat = ms_malloc((size_t)pl + 1);
+        crd_take(&r, pat, pl);
+        pat[pl] = 0;
+        t->re = ms_tok_regex_compile_pattern(pat, &t->jit);
+    }
+    ok = ok && t->re;
+    free(pat);
+    free(b);
+    if (!ok) {
+        ms_tok_reset(t);
+        ms_err_clear();
+        return -1;
+    }
+    return 0;
+}
+
+static void put32(ms_sbuf *b, uint32_t v) { ms_sbuf_add(b, (const char *)&v, 4); }
+
+/* Keep what t holds (loaded from path; its split pattern translated as pat) at cpath. Best
+ * effort: a cache that cannot be written is not an error. */
+static void cache_save(const ms_tok *t, const char *pat, const char *cpath)
+{
+    if (!cpath[0]) return;
+    ms_sbuf b = {0};
+    uint64_t pool = 0;
+    for (int i = 0; i < t->n_ranks; i++) pool += t->tok_len[i];
+    ms_sbuf_add(&b, HF_CACHE_MAGIC, 8);
+    put32(&b, HF_CACHE_VERSION);
+    put32(&b, (uint32_t)t->n_ranks);
+    ms_sbuf_add(&b, (const char *)&pool, 8);
+    for (int i = 0; i < t->n_ranks; i++) ms_sbuf_add(&b, (const char *)t->pool + t->tok_off[i], t->tok_len[i]);
+    ms_sbuf_add(&b, (const char *)t->tok_len, sizeof *t->tok_len * (size_t)t->n_ranks);
+    put32(&b, (uint32_t)t->n_special);
+    for (int i = 0; i < t->n_special; i++) {
+        put32(&b, (uint32_t)t->spec[i].id);
+        put32(&b, (uint32_t)t->spec[i].len);
+        ms_sbuf_add(&b, t->spec[i].content, t->spec[i].len);
+    }
+    put32(&b, (uint32_t)strlen(pat));
+    ms_sbuf_adds(&b, pat);
+    uint64_t sum = XXH3_64bits(b.s, b.n);
+    ms_sbuf_add(&b, (const char *)&sum, 8);
+    char tmp[4200];
+    int fd = ms_file_tmp_create(cpath, "tokenizer cache", 0600, tmp, sizeof tmp);
+    if (fd >= 0) ms_file_tmp_commit(fd, tmp, cpath, "tokenizer cache", ms_file_write_all(fd, b.s, b.n) != 0);
+    ms_err_clear();
+    ms_sbuf_free(&b);
+}
+
 int ms_tok_hf_load(ms_tok *t, const char *path)
 {
     size_t len = 0;
     char *text = ms_file_read_all(path, "tokenizer", 0, HF_MAX_FILE, MS_EXIT_INPUT, &len);
     if (!text) return -1;
+    char cpath[4200];
+    cache_path(text, len, cpath, sizeof cpath);
+    if (cache_load(t, cpath, path) == 0) {
+        free(text);
+        return 0;
+    }
     size_t nv, nm;
     count_model(text, len, &nv, &nm);
     if (nm > 16 * nv + 256) { /* o200k: 2.2 merges a token; the exact bound is checked once the vocabulary is read */
@@ -341,6 +492,7 @@ int ms_tok_hf_load(ms_tok *t, const char *path)
         char *p = translate(pat, path);
         t->re = p ? ms_tok_regex_compile_pattern(p, &t->jit) : NULL;
         if (p && !t->re) ms_err_wrap("%s: pre_tokenizer pattern", path);
+        if (t->re) cache_save(t, p, cpath);
         free(p);
         rc = t->re ? 0 : -1;
     }

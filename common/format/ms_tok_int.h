@@ -64,6 +64,8 @@ int ms_tok_specials_index(ms_tok *t, const char *what);
 /* 0 when each of the 256 bytes has a token of its own, else -1 with ms_err set (MS_EXIT_INPUT)
  * naming `what` and the byte. */
 int ms_tok_check_bytes(const ms_tok *t, const char *what);
+/* Free what t holds and zero it (t itself stays). */
+void ms_tok_reset(ms_tok *t);
 
 /* GPT-2's byte-level alphabet (tokenizer.json): byte b is code point cp[b]; inv[cp] is the byte
  * of a code point below 324, or -1. */

@@ -370,6 +370,12 @@ ms_tok *ms_tok_load(const char *dir)
 void ms_tok_free(ms_tok *t)
 {
     if (!t) return;
+    ms_tok_reset(t);
+    free(t);
+}
+
+void ms_tok_reset(ms_tok *t)
+{
     free(t->pool);
     free(t->tok_off);
     free(t->tok_len);
@@ -380,6 +386,6 @@ void ms_tok_free(ms_tok *t)
     free(t->spec_match);
     free(t->spec_by_id);
     if (t->re) pcre2_code_free(t->re);
-    free(t);
+    memset(t, 0, sizeof *t);
 }
 

@@ -188,12 +188,63 @@ static void check_hostile(const char *src)
     }
 }
 
+/* The cache of a tokenizer.json's compiled form (MS_CACHE_DIR): the file is there after the first
+ * load, a second load (from it) encodes as the first, and a cache file with a flipped byte is
+ * not used (the tokenizer is parsed again, the same) and is written again. */
+static void check_cache(const char *src, const char *cache)
+{
+    static const char *texts[] = {"Hello, world! 123 4567", "  spaces\n\nand lines\t", "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 <|return|>"};
+    int32_t *want[3] = {0}, *got = NULL;
+    size_t nw[3] = {0}, ng = 0;
+    ms_tok *t = ms_tok_load(src);
+    T_CHECK(t != NULL, "%s loads: %s", src, t ? "" : ms_err_msg());
+    if (!t) return;
+    for (int i = 0; i < 3; i++) ms_tok_encode(t, texts[i], strlen(texts[i]), 1, &want[i], &nw[i]);
+    ms_tok_free(t);
+    char *files = NULL;
+    ms_t_runf(&files, NULL, "ls %s | grep '^tok-.*\\.bin$'", cache);
+    char cf[1400];
+    snprintf(cf, sizeof cf, "%s/%.*s", cache, files ? (int)strcspn(files, "\n") : 0, files ? files : "");
+    size_t cl = 0;
+    char *good = files && *files ? ms_t_read_file(cf, &cl) : NULL;
+    T_CHECK(good && cl > 1000 && !memcmp(good, "MSTOKHF1", 8), "the compiled form is kept in %s (%zu bytes)", cache, cl);
+    for (int pass = 0; pass < 2 && good; pass++) {
+        if (pass == 1) { /* a flipped byte in the middle */
+            char *bad = malloc(cl);
+            memcpy(bad, good, cl);
+            bad[cl / 2] ^= 0x20;
+            ms_t_write_file_n(cf, bad, cl);
+            free(bad);
+        }
+        t = ms_tok_load(src);
+        int same = t != NULL;
+        for (int i = 0; same && i < 3; i++) {
+            same = ms_tok_encode(t, texts[i], strlen(texts[i]), 1, &got, &ng) == 0 && ng == nw[i] &&
+                   !memcmp(got, want[i], sizeof *got * ng);
+            free(got);
+            got = NULL;
+        }
+        T_CHECK(same, "%s: the same ids as the parsed tokenizer", pass ? "a corrupt cache (not used)" : "from the cache");
+        ms_tok_free(t);
+    }
+    size_t al = 0;
+    char *again = good ? ms_t_read_file(cf, &al) : NULL;
+    T_CHECK(again && al == cl && !memcmp(again, good, cl), "the corrupt cache file is written again");
+    free(again);
+    free(good);
+    free(files);
+    for (int i = 0; i < 3; i++) free(want[i]);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
-    char syn[1200];
+    char syn[1200], cache[1200];
+    snprintf(cache, sizeof cache, "%s/cache", ms_t_tmpdir("tok-hf-cache"));
+    setenv("MS_CACHE_DIR", cache, 1); /* this test's own: the first load of each file parses it */
     snprintf(syn, sizeof syn, "%s/go", ms_t_tmpdir("tok-hf-synth"));
     T_CHECK(ms_gptoss_synth(syn, "gpt-oss-tiny", 0, 0, 7) == 0, "synth gpt-oss-tiny: %s", ms_err_msg());
+    check_cache(syn, cache);
     check_hostile(syn);
     const char *p = ms_t_shared("fixtures/tokenizer/o200k-harmony");
     if (!p) return ms_t_done();
@@ -209,6 +260,13 @@ int main(void)
     T_CHECK(ms_tok_special_id(t, "<|return|>") == 200002 && ms_tok_special_id(t, "<|start|>") == 200006 &&
                 ms_tok_special_id(t, "<|startoftext|>") == 199998,
             "the harmony specials at their ids");
+    check_cases(t, dir);
+    ms_tok_free(t);
+    t0 = ms_now();
+    t = ms_tok_load(dir); /* from the cache the first load wrote */
+    T_CHECK(t != NULL, "tokenizer.json loads again (its cached compiled form): %s", t ? "" : ms_err_msg());
+    if (!t) return ms_t_done();
+    printf("tokenizer.json loaded again in %.3f s (its compiled form, cached)\n", ms_now() - t0);
     check_cases(t, dir);
     ms_tok_free(t);
     check_refusals(dir);
