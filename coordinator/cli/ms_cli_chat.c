@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ms_cli.h"
+#include "ms_cli_pcache.h"
 #include "ms_cli_eopt.h"
 #include "ms_engine.h"
 #include "ms_err.h"
@@ -31,6 +32,7 @@ typedef struct {
     long long max_tokens, max_context, seed;
     float temperature, top_p;
     int raw, reasoning;
+    ms_cli_pcopts pc;          /* the prefix cache (on by default) */
 } chat_opts;
 
 /* The conversation: a model state holding toks (every id fed), and the last answer's last id,
@@ -43,6 +45,8 @@ typedef struct {
     int32_t stops[MS_CHAT_MAX_STOPS];
     int n_stops;
     ms_seq *state;              /* NULL: nothing fed yet */
+    ms_pcache *pc;              /* kept prompt states: a new conversation that begins as a kept
+                                   one (its system message) starts from that state; or NULL */
     int32_t *toks;              /* [n_toks] the ids the state holds */
     size_t n_toks, cap_toks;
     int32_t last;               /* the last answer's last id (not fed); -1 before the first answer */
@@ -89,6 +93,7 @@ static void chat_usage(FILE *f)
           "                      [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "                      [--speculate auto|off|N] [--draft-file PATH] [--quiet] [--pin-threads]\n"
           "                      [--expert-prefetch auto|on|off]\n"
+          "                      " MS_CLI_PC_USAGE "\n"
           "\n"
           "A conversation in the model family's chat format. Each answer is printed as it is generated. The\n"
           "conversation goes on from its own state: a new message prefills only its own tokens, never the\n"
@@ -110,7 +115,7 @@ static void chat_usage(FILE *f)
           "  --raw           print the tokens' bytes as they are (default: valid UTF-8)\n"
           "Sampling as for run (--temperature 0, the default, is greedy; --seed S: turn i samples with S + i).\n"
           "Other options as for run. Exit 0 at the end of input, 2 usage, 3/4/6/7 when the model cannot be\n"
-          "opened, 5 when a state file is refused at --session.\n",
+          "opened, 5 when a state file is refused at --session.\n" MS_CLI_PC_HELP,
           f);
 }
 
@@ -233,7 +238,13 @@ static int answer(chat *c, const char *text, size_t len, int turn)
     c->fed_turn = nid;
     ms_seq *st = c->state;
     c->state = NULL;
-    ms_eseq *s = st ? ms_engine_seq_continue(c->e, st, ids, nid, &p) : ms_engine_seq_new(c->e, ids, nid, &p);
+    size_t skip = 0, kept = 0; /* a new conversation: prompt ids a kept state holds, and kept since */
+    if (!st && c->pc && (st = ms_pcache_take(c->pc, ids, nid, &skip))) {
+        c->reused_turn = kept = skip;
+        c->fed_turn = nid - skip;
+    }
+    ms_eseq *s = st ? ms_engine_seq_continue(c->e, st, ids + skip, nid - skip, &p) : NULL;
+    if (!st) s = ms_engine_seq_new(c->e, ids, nid, &p);
     if (!s) {
         free(ids);
         return ms_cli_fail_err("chat");
@@ -250,6 +261,8 @@ static int answer(chat *c, const char *text, size_t len, int turn)
             rc = ms_cli_fail_err("chat");
             break;
         }
+        if (c->pc && !c->n_toks) /* a new conversation's prompt, kept as it is prefilled */
+            ms_pcache_keep_prompt(c->pc, ids, nid, skip + ms_engine_seq_prefilled(s), 256, &kept, ms_engine_seq_state(s));
         ms_engine_seq_tokens(s, &ng);
         if (ng && !t_first) t_first = ms_cli_now();
     }
@@ -441,9 +454,16 @@ static int chat_main(const chat_opts *o)
     ms_cli_eopt_engine(&o->e, &eo);
     eo.run.prompt_tokens = 256;
     eo.run.max_positions = o->max_context;
-    ms_engine *e = ms_engine_open(&eo);
+    ms_cli_pcopts pco = o->pc;
+    ms_engine *e = ms_cli_pc_engine_open(&pco, 1, o->e.budget, "chat", &eo);
     if (!e) return ms_cli_fail_err("chat");
     chat c = {0};
+    int pcode = 0;
+    c.pc = pco.off ? NULL : ms_cli_pc_open(&pco, 0, e, o->e.model, "chat", &pcode);
+    if (pcode) {
+        ms_engine_free(e);
+        return pcode;
+    }
     c.o = o;
     c.e = e;
     c.tok = ms_engine_tok(e);
@@ -489,6 +509,7 @@ out:
     ms_sbuf_free(&c.content);
     free(c.toks);
     free(c.system);
+    ms_pcache_free(c.pc);
     ms_engine_free(e);
     return rc;
 }
@@ -501,7 +522,7 @@ int ms_cli_chat(int argc, char **argv)
         {"temperature", required_argument, 0, 't'}, {"top-p", required_argument, 0, 'k'},
         {"seed", required_argument, 0, 's'},        {"date", required_argument, 0, 0x6461},
         {"raw", no_argument, 0, 0x7277},            {"reasoning", no_argument, 0, 0x7265},
-        {"help", no_argument, 0, 'h'},
+        {"help", no_argument, 0, 'h'},              MS_CLI_PC_OPTIONS,
     };
     enum { N_OWN = sizeof own / sizeof own[0] };
     struct option opts[N_OWN + MS_CLI_EOPT_COUNT + 1];
@@ -535,7 +556,10 @@ int ms_cli_chat(int argc, char **argv)
             break;
         case 'h': chat_usage(stdout); return MS_EXIT_OK;
         default: {
-            int code = MS_EXIT_USAGE, took = ms_cli_eopt_take(&o.e, cmd, c, optarg, &code);
+            int code = MS_EXIT_USAGE, pt = ms_cli_pc_take(&o.pc, cmd, c, optarg, &code);
+            if (pt > 0) break;
+            if (pt < 0) return code;
+            int took = ms_cli_eopt_take(&o.e, cmd, c, optarg, &code);
             if (took > 0) break;
             if (took == 0) chat_usage(stderr);
             return code;

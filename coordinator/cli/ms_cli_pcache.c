@@ -33,10 +33,23 @@ int ms_cli_pc_take(ms_cli_pcopts *o, const char *cmd, int c, const char *arg, in
     return 1;
 }
 
-uint64_t ms_cli_pc_default_ram(uint64_t budget)
+ms_engine *ms_cli_pc_engine_open(ms_cli_pcopts *o, int by_default, uint64_t budget, const char *cmd, ms_engine_opts *eo)
 {
-    uint64_t b = budget ? budget : ms_proc_mem_available(), share = b / 16;
-    return share > (4ull << 30) ? 4ull << 30 : share;
+    int dflt = by_default && !o->off && !o->ram_set;
+    if (dflt) {
+        uint64_t b = budget ? budget : ms_proc_mem_available(), share = b / 16;
+        o->ram = share > (4ull << 30) ? 4ull << 30 : share;
+    }
+    if (o->off) o->ram = 0;
+    eo->run.state_cache = o->ram;
+    ms_engine *e = ms_engine_open(eo);
+    if (!e && dflt && o->ram && ms_err_code() == MS_EXIT_BUDGET) {
+        ms_log(1, "%s: the budget cannot spare the default prefix cache (%s): going on without one", cmd, ms_err_msg());
+        o->ram = 0;
+        eo->run.state_cache = 0;
+        e = ms_engine_open(eo);
+    }
+    return e;
 }
 
 ms_pcache *ms_cli_pc_open(const ms_cli_pcopts *o, uint64_t pinned_room, ms_engine *e, const char *model_dir,

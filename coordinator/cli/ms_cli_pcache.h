@@ -28,11 +28,15 @@ typedef struct {
     "same tokens and logits). --state-cache DIR (a directory of this user's alone: others must not be able to\n"     \
     "write to it) spills states that leave RAM to DIR (up to --state-cache-size, default 10G, least recently\n"     \
     "used first) and finds them again at the next run (it identifies the model by hashing its bytes once).\n"      \
-    "serve keeps one by default: a sixteenth of the budget, at most 4G (none when the budget cannot spare it);\n"  \
-    "jobs only when asked. --no-prefix-cache: none.\n"
+    "serve and chat keep one by default: a sixteenth of the budget, at most 4G (none when the budget cannot\n"    \
+    "spare it); jobs only when asked. --no-prefix-cache: none.\n"
 
-/* serve's default: a sixteenth of the budget (MemAvailable when 0), at most 4 GiB. */
-uint64_t ms_cli_pc_default_ram(uint64_t budget);
+/* Open the engine of eo (its other options set) with room planned for the prefix cache of *o:
+ * as asked, else (by_default, neither --prefix-cache nor --no-prefix-cache given) a sixteenth
+ * of the budget (MemAvailable when 0), at most 4 GiB, given up (a log line, o->ram 0) when the
+ * budget cannot spare it. o->ram is left what was planned. NULL with ms_err set as
+ * ms_engine_open. */
+ms_engine *ms_cli_pc_engine_open(ms_cli_pcopts *o, int by_default, uint64_t budget, const char *cmd, ms_engine_opts *eo);
 
 /* Take getopt's c if it is one of these: 1, 0 if not, -1 after printing a bad value (*code set). */
 int ms_cli_pc_take(ms_cli_pcopts *o, const char *cmd, int c, const char *arg, int *code);

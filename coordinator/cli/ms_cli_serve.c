@@ -143,22 +143,11 @@ static int serve_main(const serve_opts *o)
     /* The prefix cache: as asked, else a share of the budget, given up when the budget cannot
      * spare it (a small budget serves without one rather than not at all). */
     ms_cli_pcopts pco = o->pc;
-    int pc_default = !pco.off && !pco.ram_set;
-    if (pc_default) pco.ram = ms_cli_pc_default_ram(o->e.budget);
-    eo.run.state_cache = pco.off ? 0 : pco.ram;
     if (o->max_batch > 0)
         eo.max_seqs = (int)o->max_batch;
     else
         eo.fit_seqs = DEFAULT_BATCH_CAP;
-    e = ms_engine_open(&eo);
-    if (!e && pc_default && pco.ram && ms_err_code() == MS_EXIT_BUDGET) {
-        ms_log(1, "serve: the budget cannot spare the default prefix cache (%s): serving without one",
-               ms_err_msg());
-        pco.ram = 0;
-        eo.run.state_cache = 0;
-        e = ms_engine_open(&eo);
-    }
-    if (!e) {
+    if (!(e = ms_cli_pc_engine_open(&pco, 1, o->e.budget, cmd, &eo))) {
         rc = ms_cli_fail_err(cmd);
         goto out;
     }

@@ -273,3 +273,13 @@ void ms_pcache_put_pinned(ms_pcache *c, const int32_t *ids, size_t n, const ms_s
 void ms_pcache_set_pin_room(ms_pcache *c, uint64_t bytes) { c->pin_max = bytes; }
 
 void ms_pcache_get_stats(const ms_pcache *c, ms_pcache_stats *st) { *st = c->st; }
+
+void ms_pcache_keep_prompt(ms_pcache *c, const int32_t *prompt, size_t n_prompt, size_t fed, size_t every, size_t *kept,
+                           const ms_seq *s)
+{
+    int end = fed == n_prompt, mark = every && fed >= *kept + every;
+    if (fed > *kept && (end || mark)) {
+        ms_pcache_put(c, prompt, fed, s);
+        *kept = fed;
+    }
+}

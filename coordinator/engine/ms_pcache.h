@@ -27,6 +27,11 @@ ms_seq *ms_pcache_take(ms_pcache *c, const int32_t *ids, size_t n, size_t *len);
 /* Keep a copy of s (settled) as the state of ids[n] (n = its position). Evicts what it must
  * (least recently used first, never a pinned state); a state that cannot fit is not kept. */
 void ms_pcache_put(ms_pcache *c, const int32_t *ids, size_t n, const ms_seq *s);
+/* A prompt's state as it is prefilled: s holds prompt[0..fed); it is kept at the prompt's end
+ * (the state then holds exactly the prompt) and each time `every` more tokens were fed since
+ * *kept (0: only at the end), and *kept says how far the kept states reach. */
+void ms_pcache_keep_prompt(ms_pcache *c, const int32_t *prompt, size_t n_prompt, size_t fed, size_t every, size_t *kept,
+                           const ms_seq *s);
 /* The same, pinned: kept in RAM until ms_pcache_free, never evicted or spilled (jobs' shared
  * prompt beginnings), in the room ms_pcache_set_pin_room gives, beside ram_bytes. One that does
  * not fit beside the pinned ones is not kept (logged). */

@@ -472,12 +472,8 @@ int ms_sched_step(ms_sched *s)
     for (int i = 0; s->pc && i < s->n_run; i++) {
         sjob *j = s->run[i];
         if (j->j.keep_logits) continue;
-        size_t fed = j->skip + ms_engine_seq_prefilled(j->seq);
-        int end = fed == j->j.n_prompt, mark = s->pc_every && fed >= j->kept + s->pc_every;
-        if (fed > j->kept && (end || mark)) {
-            ms_pcache_put(s->pc, j->j.prompt, fed, ms_engine_seq_state(j->seq));
-            j->kept = fed;
-        }
+        ms_pcache_keep_prompt(s->pc, j->j.prompt, j->j.n_prompt, j->skip + ms_engine_seq_prefilled(j->seq), s->pc_every,
+                              &j->kept, ms_engine_seq_state(j->seq));
     }
     /* Choices fork from a prompt that has just run; then report the finished jobs in batch
      * order; the rest keep their order. */

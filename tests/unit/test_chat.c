@@ -112,6 +112,31 @@ static void check_model(const char *model, const char *name)
     free(e);
 }
 
+/* The prefix cache (on by default): a new conversation after /reset that begins with the same
+ * long system message starts from its kept state (at 256-token marks), with the same answers
+ * as without one (--no-prefix-cache). */
+static void check_prefix_cache(const char *model, const char *name)
+{
+    char sys[4096] = "--system '";
+    for (int i = 0; i < 30; i++) strcat(sys, "You are a careful assistant who answers briefly and checks every fact twice. ");
+    strcat(sys, "' --temperature 0.8 --seed 3");
+    char no[4200];
+    snprintf(no, sizeof no, "%s --no-prefix-cache", sys);
+    const char *in = "Hello there\n/reset\nSomething else\n/stats\n";
+    char *o1 = NULL, *e1 = NULL, *o2 = NULL, *e2 = NULL;
+    int s1 = chat(model, in, sys, &o1, &e1), s2 = chat(model, in, no, &o2, &e2);
+    size_t r1 = field(e1, "new tokens prefilled, "), r2 = field(e2, "new tokens prefilled, ");
+    T_CHECK(s1 == 0 && s2 == 0 && o1 && o2 && !strcmp(o1, o2), "%s: the same answers with the prefix cache as without",
+            name);
+    T_CHECK(r1 != (size_t)-1 && r1 >= 256 && r2 == 0,
+            "%s: the second conversation started from the kept system message (%zu tokens reused; %zu without)", name, r1,
+            r2);
+    free(o1);
+    free(e1);
+    free(o2);
+    free(e2);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -127,6 +152,8 @@ int main(void)
     T_CHECK(ms_gptoss_synth(go, "gpt-oss-tiny", 0, 0, 7) == 0, "synth gpt-oss-tiny: %s", ms_err_msg());
     check_model(k3, "kimi-k3");
     check_model(go, "gpt-oss");
+    check_prefix_cache(k3, "kimi-k3");
+    check_prefix_cache(go, "gpt-oss");
     /* a state of another checkpoint (same shapes, other weights): refused, the fingerprint differs */
     char *e = NULL, in[1400];
     snprintf(in, sizeof in, "hi\n/save %s/k3.state\n", tmp);
