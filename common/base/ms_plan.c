@@ -97,6 +97,23 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
     p->cache_slots = in->expert_bytes ? avail / in->expert_bytes : 0;
     if (in->max_slots && p->cache_slots > in->max_slots) p->cache_slots = in->max_slots;
     p->cache = p->cache_slots * in->expert_bytes;
+    /* The span: the chunk's working memory plus what the cache above its minimum and the spare
+     * lend, over a span's per-row cost. */
+    p->span = chunk;
+    p->span_cache_slots = p->cache_slots;
+    uint64_t span_per_token = in->work_per_token + in->span_extra_per_token;
+    if (in->max_span > chunk && span_per_token > 0) {
+        uint64_t keep = in->expert_bytes ? in->min_cache / in->expert_bytes : 0;
+        if (keep > p->cache_slots) keep = p->cache_slots;
+        uint64_t room = (p->cache_slots - keep) * in->expert_bytes + ms_plan_spare(p) +
+                        in->work_per_token * (uint64_t)chunk;
+        uint64_t s = room / span_per_token;
+        if (s > (uint64_t)in->max_span) s = (uint64_t)in->max_span;
+        if (s > (uint64_t)chunk) {
+            p->span = (int64_t)s;
+            p->span_cache_slots = keep;
+        }
+    }
     return 0;
 }
 
@@ -128,11 +145,16 @@ void ms_plan_log(const ms_plan *p)
            p->streaming ? " through a ring of " : "", p->streaming ? ms_size_fmt(p->in.ring, c, sizeof c) : "");
     ms_log(1, "plan: expert cache %s (%llu experts of %s)", ms_size_fmt(p->cache, a, sizeof a),
            (unsigned long long)p->cache_slots, ms_size_fmt(p->in.expert_bytes, b, sizeof b));
+    if (p->span > p->chunk)
+        ms_log(1, "plan: prefill spans of up to %lld tokens, layer by layer (work %s, the expert cache lending %s)",
+               (long long)p->span,
+               ms_size_fmt(p->in.work_fixed + (p->in.work_per_token + p->in.span_extra_per_token) * (uint64_t)p->span, a, sizeof a),
+               ms_size_fmt((p->cache_slots - p->span_cache_slots) * p->in.expert_bytes, b, sizeof b));
 }
 
 json_t *ms_plan_json(const ms_plan *p)
 {
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:I,s:I,s:b,s:I,s:I,s:I,s:I}", "budget_bytes",
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:I,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:I}", "budget_bytes",
                      (json_int_t)p->in.budget, "fixed_bytes", (json_int_t)p->fixed, "baseline_bytes",
                      (json_int_t)p->in.baseline, "state_bytes", (json_int_t)p->in.state, "work_bytes",
                      (json_int_t)(p->in.work_fixed + p->in.work_per_token * (uint64_t)p->chunk),
@@ -142,5 +164,6 @@ json_t *ms_plan_json(const ms_plan *p)
                      "trunk_streamed_bytes", (json_int_t)p->streamed_bytes, "streaming", p->streaming,
                      "ring_bytes", (json_int_t)(p->streaming ? p->in.ring : 0), "expert_cache_bytes",
                      (json_int_t)p->cache, "expert_cache_slots", (json_int_t)p->cache_slots, "prefix_cache_bytes",
-                     (json_int_t)p->in.state_cache);
+                     (json_int_t)p->in.state_cache, "prefill_span", (json_int_t)p->span, "span_cache_slots",
+                     (json_int_t)p->span_cache_slots);
 }

@@ -25,12 +25,20 @@ typedef struct {
     int n_trunk;
     uint64_t ring;             /* trunk ring buffers, needed when any trunk matrix streams */
     uint64_t state_cache;      /* saved sequence states kept in RAM (a prefix cache), 0: none */
+    /* Prefill spans: a pass of prefilling sequences only may take more rows than a chunk, its
+     * extra working memory lent by the expert cache (emptied to min_cache for the span: a span
+     * reads each expert of a layer once, so a cache would only hold what it will not need again)
+     * and the budget's spare. 0: spans are chunks. */
+    int64_t max_span;          /* rows a span may want (the longest prompt) */
+    uint64_t span_extra_per_token; /* working memory per row of a span on top of work_per_token */
 } ms_plan_in;
 
 /* The plan. */
 typedef struct {
     ms_plan_in in;             /* copy of the inputs (trunk pointer borrowed) */
-    int64_t chunk;             /* prefill chunk in tokens */
+    int64_t chunk;             /* prefill chunk in tokens (any pass) */
+    int64_t span;              /* rows of a prefill-only pass (>= chunk; > chunk: it borrows the cache) */
+    uint64_t span_cache_slots; /* expert cache slots kept during a span (the rest is lent) */
     uint64_t margin;           /* slack for the allocator, thread stacks, small buffers (ms_plan_slack) */
     uint64_t fixed;            /* baseline + state + work + expert_fixed + state_cache + margin (+ ring if streaming) */
     int n_pinned;              /* the first n_pinned trunk matrices stay resident */
@@ -49,7 +57,8 @@ uint64_t ms_plan_default_budget(int percent);
 
 /* Make the plan: the largest prefill chunk (up to max_chunk) whose fixed costs fit, then the
  * trunk prefix that fits pinned (the rest streams through the ring), then whole expert cache
- * slots (at least min_cache, at most max_slots) from what is left. Returns 0, or -1 with ms_err
+ * slots (at least min_cache, at most max_slots) from what is left, then the longest prefill span
+ * (up to max_span) whose working memory the cache above min_cache and the spare can lend. Returns 0, or -1 with ms_err
  * set (class MS_EXIT_BUDGET) when the budget is below the fixed costs, listing them and naming
  * the minimum budget that would work as "... about SIZE (N bytes)". */
 int ms_plan_make(const ms_plan_in *in, ms_plan *out);

@@ -1,11 +1,13 @@
 /* ms_progress: the one progress facility: a task counter, a pluggable reporter, a stderr bar. */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_progress.h"
 #include "ms_size.h"
@@ -14,6 +16,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static ms_progress_fn reporter;
 static void *reporter_ctx;
 static ms_progress_ev cur; /* cur.task == NULL: no task */
+static double t_begin;     /* when the task began */
+static char detail[160];   /* cur.detail's text */
 
 void ms_progress_set(ms_progress_fn fn, void *ctx)
 {
@@ -40,16 +44,32 @@ int ms_progress_shown(void)
 
 static void emit(void)
 {
-    if (reporter && cur.task) reporter(reporter_ctx, &cur);
+    if (!reporter || !cur.task) return;
+    cur.elapsed = ms_now() - t_begin;
+    reporter(reporter_ctx, &cur);
 }
 
 void ms_progress_begin(const char *task, uint64_t total, ms_progress_unit unit)
 {
     MS_ASSERT(task);
     pthread_mutex_lock(&lock);
-    cur = (ms_progress_ev){task, unit, 0, total, 1, 0};
+    t_begin = ms_now();
+    detail[0] = 0;
+    cur = (ms_progress_ev){task, unit, 0, total, 1, 0, 0.0, detail};
     emit();
     cur.start = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+void ms_progress_detail(uint64_t done, const char *fmt, ...)
+{
+    pthread_mutex_lock(&lock);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    cur.done = done;
+    emit();
     pthread_mutex_unlock(&lock);
 }
 
@@ -115,6 +135,7 @@ void ms_progress_line_end(ms_progress_line *l, FILE *f)
  * size is padded to 10 columns: "1.00 MiB" must cover "1023.00 KiB" on the same line.) */
 static struct {
     int pct;              /* last percentage drawn, -1 = none */
+    char detail[160];     /* the detail drawn with it */
     ms_progress_line line; /* the line drawn and not yet ended */
 } bar;
 
@@ -132,9 +153,21 @@ void ms_progress_bar(void *ctx, const ms_progress_ev *ev)
     if (!ev->total) return;
     int pct = (int)(100.0 * (double)ev->done / (double)ev->total);
     if (pct > 100) pct = 100;
-    if (pct == bar.pct) return;
+    const char *det = ev->detail ? ev->detail : "";
+    if (pct == bar.pct && !strcmp(det, bar.detail)) return;
     bar.pct = pct;
-    char nums[96], a[32], b[32], text[256];
+    snprintf(bar.detail, sizeof bar.detail, "%s", det);
+    char nums[96], a[32], b[32], text[512], left[48] = "";
+    if (ev->elapsed >= 2 && ev->done > 0 && ev->done < ev->total) {
+        double s = ev->elapsed * (double)(ev->total - ev->done) / (double)ev->done;
+        long m = (long)(s / 60 + 0.5);
+        if (s < 60)
+            snprintf(left, sizeof left, ", %ld s left", (long)(s + 0.5));
+        else if (m < 60)
+            snprintf(left, sizeof left, ", %ld min left", m);
+        else
+            snprintf(left, sizeof left, ", %ld h %02ld min left", m / 60, m % 60);
+    }
     if (ev->unit == MS_PROGRESS_BYTES)
         snprintf(nums, sizeof nums, "%3d%% %10s of %s", pct, ms_size_fmt(ev->done, a, sizeof a),
                  ms_size_fmt(ev->total, b, sizeof b));
@@ -142,14 +175,14 @@ void ms_progress_bar(void *ctx, const ms_progress_ev *ev)
         snprintf(nums, sizeof nums, "%3d%% %llu/%llu", pct, (unsigned long long)ev->done,
                  (unsigned long long)ev->total);
     int cols = ms_progress_cols(2);
-    int width = cols - 1 - (int)(strlen(ev->task) + strlen(nums) + 4); /* "TASK [" "] " */
+    int width = cols - 1 - (int)(strlen(ev->task) + strlen(nums) + strlen(left) + 4); /* "TASK [" "] " */
     if (width > 40) width = 40;
     if (width < 4) width = 4; /* then the line is cut at the terminal's edge */
     char line[41];
     memset(line, '#', (size_t)(pct * width / 100));
     memset(line + pct * width / 100, '.', (size_t)(width - pct * width / 100));
     line[width] = 0;
-    snprintf(text, sizeof text, "%s [%s] %s", ev->task, line, nums);
+    snprintf(text, sizeof text, "%s [%s] %s%s%s%s", ev->task, line, nums, left, *det ? "; " : "", det);
     ms_progress_line_draw(&bar.line, stderr, cols, text);
     if (ev->done >= ev->total) ms_progress_line_end(&bar.line, stderr);
 }

@@ -16,6 +16,8 @@ typedef struct {
     ms_progress_unit unit;
     uint64_t done, total;
     int start, end;
+    double elapsed;       /* seconds since ms_progress_begin */
+    const char *detail;   /* what the task is doing now (ms_progress_detail), "" if nothing */
 } ms_progress_ev;
 
 typedef void (*ms_progress_fn)(void *ctx, const ms_progress_ev *ev);
@@ -30,8 +32,8 @@ int ms_progress_use_stderr(void);
 /* 1 if a reporter is installed (library code may then leave out its own per-step log lines). */
 int ms_progress_shown(void);
 
-/* The stderr bar: "\rTASK [####....]  42%   1.23 GiB of 2.92 GiB", redrawn when the percentage
- * changes, ended with a newline when the task completes or ends; the bar (40 columns) narrows
+/* The stderr bar: "\rTASK [####....]  42%   1.23 GiB of 2.92 GiB, 1:05 left; DETAIL", redrawn when
+ * the percentage or the detail changes (the time left, from the rate so far, once 2 s passed), ended with a newline when the task completes or ends; the bar (40 columns) narrows
  * to fit a narrower terminal (ms_progress_line_draw). ctx is unused. */
 void ms_progress_bar(void *ctx, const ms_progress_ev *ev);
 
@@ -56,6 +58,9 @@ void ms_progress_begin(const char *task, uint64_t total, ms_progress_unit unit);
 void ms_progress_add(uint64_t n);
 /* Set the count outright (e.g. tokens done so far). */
 void ms_progress_set_done(uint64_t done);
+/* Set the count and say what the task is doing now (printf format, copied: e.g. "layer 3 of
+ * 93, 1.2 GB read"); shown after the counts until the next detail. */
+void ms_progress_detail(uint64_t done, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The task is over (complete or failed): the reporter gets end = 1. No-op without a task. */
 void ms_progress_end(void);
 

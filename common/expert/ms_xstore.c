@@ -56,75 +56,6 @@ uint64_t ms_xstore_slot_bytes(const ms_xfmt *f)
     return t;
 }
 
-/* Fault in every page of buf now (write faults: the kernel allocates and zeroes them here,
- * not in the read that will fill them). */
-static void prefault(uint8_t *buf, size_t n)
-{
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
-    if (madvise(buf, n, MADV_POPULATE_WRITE) == 0) return;
-    for (size_t i = 0; i < n; i += 4096) ((volatile uint8_t *)buf)[i] = 0;
-    if (n) ((volatile uint8_t *)buf)[n - 1] = 0;
-}
-
-/* The grower stops while the machine has less than this available: the plan took a share of
- * what was free at start (all of it without --ram-budget), and other processes may have taken
- * some since; a slot faulted in then could push the machine into its OOM killer. */
-#define GROW_FLOOR (1ull << 30)
-#define GROW_STEP ((size_t)2 << 20)
-#define GROW_REST 3.0
-
-/* The grower: one slot at a time, at idle priority (it takes only CPU time nobody else
- * wants), each handed over once faulted in. */
-static void *grow_main(void *arg)
-{
-    ms_xstore *s = arg;
-    struct sched_param sp = {0};
-    pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp); /* best effort */
-    for (size_t i = s->n_grown; i < s->n_slots; i++) { /* after the slots ms_xstore_new faulted in */
-        pthread_mutex_lock(&s->gmu);
-        int stop = s->stop;
-        pthread_mutex_unlock(&s->gmu);
-        if (stop) break;
-        uint64_t avail = ms_proc_mem_available(); /* 0: unknown */
-        if (avail && avail < GROW_FLOOR + s->slot_bytes) break;
-        uint8_t *b = ms_io_alloc((size_t)s->slot_bytes);
-        /* 2 MiB at a time, resting GROW_REST times as long as each took: in a VM a fault the
-         * host must serve stalls the whole virtual CPU, which no guest priority can preempt,
-         * so the grower keeps to a small share of one CPU. */
-        for (size_t at = 0; at < s->slot_bytes; at += GROW_STEP) {
-            size_t n = s->slot_bytes - at < GROW_STEP ? (size_t)(s->slot_bytes - at) : GROW_STEP;
-            double t0 = ms_now();
-            prefault(b + at, n);
-            double rest = GROW_REST * (ms_now() - t0);
-            struct timespec ts = {(time_t)rest, (long)((rest - (double)(time_t)rest) * 1e9)};
-            nanosleep(&ts, NULL);
-        }
-        pthread_mutex_lock(&s->gmu);
-        s->ready[s->n_ready++] = b;
-        pthread_mutex_unlock(&s->gmu);
-    }
-    return NULL;
-}
-
-/* Hand the grown buffers to the cache (under s->mu): the free list gets them, the policy
- * one slot each. With wait, block until the gmu is free (else skip when it is busy). */
-static void adopt(ms_xstore *s, int wait)
-{
-    if (!s->ready) return;
-    if (wait) pthread_mutex_lock(&s->gmu);
-    else if (pthread_mutex_trylock(&s->gmu) != 0) return;
-    size_t k = s->n_ready;
-    for (size_t i = 0; i < k; i++) s->free_buf[s->n_free++] = s->ready[i];
-    s->n_ready = 0;
-    pthread_mutex_unlock(&s->gmu);
-    if (!k) return;
-    s->n_alloc += k;
-    s->n_grown += k;
-    ms_cpolicy_set_slots(s->pol, s->n_grown);
-}
-
 uint64_t ms_xstore_fixed_bytes(const ms_xfmt *f, int depth)
 {
     return (uint64_t)(depth < 1 ? 1 : depth) * ms_xstore_slot_bytes(f);
@@ -206,13 +137,13 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
         if (k > s->n_slots) k = s->n_slots;
         for (size_t i = 0; i < k; i++) {
             uint8_t *b = ms_io_alloc((size_t)s->slot_bytes);
-            prefault(b, (size_t)s->slot_bytes);
+            xs_prefault(b, (size_t)s->slot_bytes);
             s->ready[s->n_ready++] = b;
         }
-        adopt(s, 1);
+        xs_adopt(s, 1);
     }
     if (o->grow_bg && s->n_grown < s->n_slots) {
-        if (pthread_create(&s->grower, NULL, grow_main, s) != 0) {
+        if (pthread_create(&s->grower, NULL, xs_grow_main, s) != 0) {
             ms_err_set("expert store: cannot start the cache's grower thread");
             ms_xstore_free(s);
             return NULL;
@@ -291,16 +222,6 @@ void xs_slot_offsets(const ms_xstore *s, size_t key, uint64_t off[XS_PARTS])
             region += ms_io_span(l->off[i], (size_t)l->len[i]);
         }
     }
-}
-
-void ms_xstore_grow_wait(ms_xstore *s)
-{
-    if (!s->grower_on) return;
-    pthread_join(s->grower, NULL);
-    s->grower_on = 0;
-    pthread_mutex_lock(&s->mu);
-    adopt(s, 1);
-    pthread_mutex_unlock(&s->mu);
 }
 
 static uint8_t *buf_get(ms_xstore *s)
@@ -434,6 +355,8 @@ static uint32_t key_of(const ms_xstore *s, int layer, int32_t e)
 /* Keep the early reads of `layer` whose key is among keys[0..n), in their order, at the head of
  * the ring; wait for the others (a buffer cannot be reused while the disk writes into it) and
  * give their buffers back. Their bytes were read. Pointers move, never a read in flight. */
+void xs_early_drop(ms_xstore *s) { early_keep(s, -1, NULL, 0); }
+
 static void early_keep(ms_xstore *s, int layer, const uint32_t *keys, int n)
 {
     int kept = 0;
@@ -564,7 +487,7 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
     int64_t L = s->o.fmt.latent, n = g->start[g->nd];
 
     pthread_mutex_lock(&s->mu);
-    adopt(s, 0);
+    xs_adopt(s, 0);
     lead_end(s, layer);
     s->st.requests += (uint64_t)n;
     xs_call c = {.layer = layer, .z = z, .item_row = item_row, .out = out, .g = g};

@@ -77,6 +77,16 @@ void ms_xstore_set(ms_xstore *s, int layer, int expert, const ms_xloc *loc);
  * than 1 GiB available (MemAvailable): other processes took memory the plan counted on. */
 void ms_xstore_grow_wait(ms_xstore *s);
 
+/* Lend the cache's memory (a prefill span, which reads each expert of a layer once, so a cache
+ * would hold nothing it needs again): between calls, every cached expert is dropped and the
+ * buffers beyond keep_slots slots (and the read buffers) are freed (given back to the system);
+ * the background grower, if running, is stopped. Until ms_xstore_unlend the cache holds at
+ * most keep_slots experts. Outputs never depend on it (only hits and reads do). */
+void ms_xstore_lend(ms_xstore *s, size_t keep_slots);
+/* The cache may grow again to its planned size: with grow_bg the grower restarts (its slots
+ * faulted in off the critical path), else slots come on first use. No-op when not lent. */
+void ms_xstore_unlend(ms_xstore *s);
+
 /* The ms_experts interface: groups the call's (row, rank) items by expert (ms_xgroup_build)
  * and computes them with ms_xstore_compute_items. Its begin issues the reads of the call's
  * first window of missed experts (up to `depth`, in file order, into free buffers, without

@@ -54,6 +54,7 @@ struct ms_xstore {
     uint8_t **ready;           /* [n_slots] faulted-in buffers not yet adopted */
     size_t n_ready, n_grown;   /* waiting for adoption; adopted (= the policy's capacity) */
     int stop;
+    int lent;                  /* 1 between ms_xstore_lend and ms_xstore_unlend */
     pthread_mutex_t mu;
     ms_xstore_stats st;
 };
@@ -72,6 +73,14 @@ typedef struct {
     int bad;                   /* 1 once an output was NaN or Inf (bad_msg says where) */
     char bad_msg[512];
 } xs_call;
+
+/* ms_xstore_mem.c: fault in every page of buf now; the grower thread's body; hand the grown
+ * buffers to the cache (under s->mu; wait: block for the grower's lock, else skip if busy). */
+void xs_prefault(uint8_t *buf, size_t n);
+void *xs_grow_main(void *arg);
+void xs_adopt(ms_xstore *s, int wait);
+/* ms_xstore.c: drop the early reads whose call never came (under s->mu). */
+void xs_early_drop(ms_xstore *s);
 
 /* Offsets of the parts within a slot holding expert `key` (the slot layout in ms_xstore.c). */
 void xs_slot_offsets(const ms_xstore *s, size_t key, uint64_t off[XS_PARTS]);

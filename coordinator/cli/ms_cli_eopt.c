@@ -7,7 +7,7 @@
 #include "ms_opt.h"
 #include "ms_pool.h"
 
-enum { MS_CLI_OPT_SPECULATE = 1001, MS_CLI_OPT_DRAFT, MS_CLI_OPT_PIN, MS_CLI_OPT_PREFETCH }; /* long-only options */
+enum { MS_CLI_OPT_SPECULATE = 1001, MS_CLI_OPT_DRAFT, MS_CLI_OPT_PIN, MS_CLI_OPT_PREFETCH, MS_CLI_OPT_SPAN }; /* long-only options */
 
 static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"model", required_argument, 0, 'm'},         {"ram-budget", required_argument, 0, 'B'},
@@ -21,6 +21,7 @@ static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"speculate", required_argument, 0, MS_CLI_OPT_SPECULATE}, {"draft-file", required_argument, 0, MS_CLI_OPT_DRAFT},
     {"pin-threads", no_argument, 0, MS_CLI_OPT_PIN},
     {"expert-prefetch", required_argument, 0, MS_CLI_OPT_PREFETCH},
+    {"prefill-span", required_argument, 0, MS_CLI_OPT_SPAN},
 };
 
 void ms_cli_eopt_table(const struct option *own, int n_own, struct option *out)
@@ -50,6 +51,14 @@ int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, i
     case 'C': bad = ms_opt_int("--prefill-chunk", arg, 1, 65536, &o->chunk); break;
     case 'N': bad = ms_opt_int("--local-workers", arg, 0, 64, &o->local_workers); break;
     case MS_CLI_OPT_DRAFT: o->draft_file = arg; break;
+    case MS_CLI_OPT_SPAN:
+        if (!strcmp(arg, "off"))
+            o->span = -1;
+        else if (ms_opt_int("--prefill-span", arg, 1, 1 << 24, &o->span) != 0) {
+            *code = ms_cli_fail(cmd, MS_EXIT_USAGE, "--prefill-span takes off or a count of tokens, got '%s'", arg);
+            return -1;
+        }
+        break;
     case MS_CLI_OPT_PREFETCH:
         if (strcmp(arg, "auto") && strcmp(arg, "on") && strcmp(arg, "off")) {
             *code = ms_cli_fail(cmd, MS_EXIT_USAGE, "--expert-prefetch takes auto, on or off, got '%s'", arg);
@@ -106,6 +115,7 @@ void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo)
     eo->run.buffered = o->buffered;
     eo->run.io_depth = (int)o->io_depth;
     eo->run.max_chunk = o->chunk;
+    eo->run.max_span = o->span;
     eo->run.lru = o->lru;
     eo->run.trunk_pack = o->trunk_pack;
     eo->run.prefetch = o->prefetch;

@@ -13,6 +13,7 @@ typedef struct {
     const char *trunk_pack;                  /* --trunk-pack DIR|none (NULL: beside the model) */
     const char *workers, *cluster, *curve_secret;
     long long local_workers, threads, io_depth, chunk;
+    long long span;          /* --prefill-span: 0 default, -1 off, else the most rows of a span */
     float worker_timeout;                    /* 0 = the default */
     uint64_t budget;                         /* 0 = the memory available */
     int insecure, buffered, lru, quiet, pin; /* pin: --pin-threads */
@@ -23,7 +24,7 @@ typedef struct {
 } ms_cli_eopts;
 
 /* Entries of the shared options in a getopt_long table. */
-#define MS_CLI_EOPT_COUNT 19
+#define MS_CLI_EOPT_COUNT 20
 
 /* Lines of a command's usage text for the speculation options (run, jobs, serve). */
 #define MS_CLI_EOPT_SPEC_HELP                                                                                    \

@@ -49,7 +49,8 @@ static void run_usage(FILE *f, int demo)
           "                     [--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet] [--raw] [--special]\n"
           "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
-          "                     [--prefill-chunk N] [--lru-cache] [--trunk-pack DIR|none] [--pin-threads]\n"
+          "                     [--prefill-chunk N] [--prefill-span N|off] [--lru-cache] [--trunk-pack DIR|none]\n"
+          "                     [--pin-threads]\n"
           "                     [--expert-prefetch auto|on|off] [--plan-only [--plan-seqs N]]\n"
           "                     [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                     [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
@@ -75,7 +76,10 @@ static void run_usage(FILE *f, int demo)
           "trunk matrices that do not fit stream from disk; the answer is the same at every budget.\n"
           "--trace PATH records every routed-expert request as little-endian int32 (layer, expert) pairs.\n"
           "--buffered-io reads through the page cache instead of O_DIRECT; --io-depth N reads in flight\n"
-          "(default 8); --prefill-chunk N caps the tokens per prefill pass; --lru-cache uses plain LRU.\n"
+          "(default 8); --prefill-chunk N caps the tokens of a pass that also decodes; --lru-cache uses plain LRU.\n"
+          "A prompt is prefilled in spans: passes of up to the whole prompt, layer by layer, so each weight is\n"
+          "read once for all its tokens, in memory the expert cache lends; --prefill-span N caps a span at N\n"
+          "tokens, off prefills in chunks (the logits are the same).\n"
           "--expert-prefetch auto|on|off: with on, each MoE layer's router also runs on the hidden state before\n"
           "the layer's attention, and the experts it predicts are read while the attention computes (when the\n"
           "router's matrix is in memory); what the layer computes is decided by its own routing, so the output\n"
@@ -405,6 +409,25 @@ static int print_plan(const run_opts *o, ms_engine *e, size_t np)
 }
 
 /* `run`: one sequence through the engine: prefill in the plan's chunks, then one token per step. */
+/* The prefill bar inside a pass: a span runs the whole model layer by layer over its rows, so
+ * it advances by layers (tokens in the bar: the pass's rows times the share of layers done). */
+typedef struct {
+    ms_engine *e;
+    ms_eseq *seq;
+    uint64_t read0; /* bytes read from disk when the prefill began */
+} prefill_view;
+
+static void prefill_layer(void *ctx, int layer, int n_layers, int64_t rows)
+{
+    prefill_view *v = ctx;
+    ms_model_stats st;
+    ms_model_get_stats(ms_engine_model(v->e), &st);
+    char a[32];
+    uint64_t done = (uint64_t)ms_engine_seq_prefilled(v->seq) + (uint64_t)rows * (uint64_t)(layer + 1) / (uint64_t)n_layers;
+    ms_progress_detail(done, "layer %d of %d over %lld tokens, %s read", layer + 1, n_layers, (long long)rows,
+                       ms_size_fmt(st.bytes_read_experts + st.bytes_read_trunk - v->read0, a, sizeof a));
+}
+
 static int generate(const run_opts *o, const char *cmd)
 {
     double t0 = ms_cli_now();
@@ -480,6 +503,11 @@ static int generate(const run_opts *o, const char *cmd)
     memset(&after_prefill, 0, sizeof after_prefill);
     double t1 = ms_cli_now(), t_prefill = 0.0, t2 = t1;
     ms_progress_begin("prefill", np, MS_PROGRESS_ITEMS);
+    prefill_view pv = {e, seq, 0};
+    ms_model_stats st0;
+    ms_model_get_stats(ms_engine_model(e), &st0);
+    pv.read0 = st0.bytes_read_experts + st0.bytes_read_trunk;
+    ms_model_set_layer_observer(ms_engine_model(e), prefill_layer, &pv);
     while (!ms_engine_seq_done(seq)) {
         if (got_signal) {
             rc = ms_cli_fail(cmd, MS_EXIT_INTERRUPTED, "interrupted (signal %d); nothing more was generated",
@@ -506,6 +534,7 @@ static int generate(const run_opts *o, const char *cmd)
         if (ng0 == 0) {
             ms_progress_set_done(ms_engine_seq_prefilled(seq));
             if (ng) { /* the prompt is in and the first token sampled */
+                ms_model_set_layer_observer(ms_engine_model(e), NULL, NULL);
                 ms_progress_end();
                 t2 = ms_cli_now();
                 t_prefill = t2 - t1;

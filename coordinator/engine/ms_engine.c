@@ -575,6 +575,9 @@ int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
      * decoding sequence's own row would not fit (a second pass would stream the trunk again). */
     int n_dec = 0, drafts = e->spec_window;
     for (int i = 0; i < n; i++) n_dec += !seqs[i]->finish && seqs[i]->fed >= seqs[i]->n_prompt;
+    /* A step where every sequence prefills runs spans: passes of up to the plan's span, layer by
+     * layer over all their rows (each weight read once for all of them). */
+    if (n_dec == 0) cap = ms_model_span(e->m);
     const int64_t n_base = n_dec < cap ? n_dec : cap; /* a pass's rows before drafts */
     /* Decoding sequences first (one row each, plus their drafts), then prompt chunks in the
      * rows left; a pass that is full runs and the next one starts. */

@@ -236,6 +236,7 @@ int go_forward_batch(ms_model *m, const ms_batch_item *items, int n)
             goto out;
         }
         if (m->route_fn && R > 0) m->route_fn(m->route_ctx, l, R, (int)k, ids);
+        ms_mrt_layer_done(m, l, R);
     }
     int64_t o = 0;
     for (int i = 0; i < n; i++)

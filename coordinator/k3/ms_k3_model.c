@@ -390,6 +390,7 @@ static int k3_forward_batch(ms_model *m, const ms_batch_item *items, int n)
             goto out;
         }
         if (m->route_fn && R > 0 && !k->layers[l].is_dense) m->route_fn(m->route_ctx, l, R, c->top_k, route);
+        ms_mrt_layer_done(m, l, R);
     }
     /* Tail: output AttnRes over all snapshots + prefix, final norm, LM head (asked rows only). */
     const float *srcs[MS_K3_CFG_MAX_SNAPSHOTS + 1];

@@ -79,6 +79,10 @@ typedef struct {
     int fit_seqs;            /* > 0: plan for the largest count of sequences up to fit_seqs that
                                 fits the budget instead (ms_model_max_seqs says which) */
     int64_t max_chunk;       /* largest prefill chunk (0 = 64) */
+    int64_t max_span;        /* largest prefill span, a pass of prefilling sequences only that runs
+                                layer by layer over more rows than a chunk with memory the expert
+                                cache lends (0: as long as prompt_tokens and the budget allow;
+                                < 0: none, every pass is a chunk) */
     int all_logits;          /* logits of every prefill row will be asked for */
     int lru;                 /* plain LRU expert cache (benchmarks) */
     int prefetch;            /* predicted-routing reads of routed experts (--expert-prefetch): MS_PREFETCH_AUTO
@@ -125,8 +129,13 @@ const ms_plan *ms_model_plan(const ms_model *m);
 int ms_model_max_seqs(const ms_model *m);
 /* Draft tokens per pass the plan counts (run options' spec_window, or what spec_fit found). */
 int ms_model_spec_window(const ms_model *m);
-/* Largest prefill chunk the plan allows (tokens per ms_model_forward call). */
+/* Largest prefill chunk the plan allows (rows of any pass, e.g. one that also decodes). */
 int64_t ms_model_chunk(const ms_model *m);
+/* Largest prefill span (>= the chunk): rows of a pass whose items all prefill. Such a pass runs
+ * layer by layer over all its rows like any pass, so each trunk matrix and each routed expert
+ * a layer needs is read once for all of them; a pass longer than the chunk borrows its working
+ * memory from the expert cache (ms_xstore_lend), given back at the next shorter pass. */
+int64_t ms_model_span(const ms_model *m);
 
 /* Streaming and cache counters since open. */
 typedef struct {
@@ -177,6 +186,10 @@ uint64_t ms_model_saved_state_max(const ms_model *m, int64_t positions);
 /* Optional observer of routing: called once per MoE layer and call with ids[T][k]. */
 typedef void (*ms_route_fn)(void *ctx, int layer, int64_t T, int k, const int32_t *ids);
 void ms_model_set_route_observer(ms_model *m, ms_route_fn fn, void *ctx);
+/* Called on the pass's thread after each layer of a pass of `rows` rows (progress of a long
+ * prefill span); fn NULL removes it. */
+typedef void (*ms_layer_fn)(void *ctx, int layer, int n_layers, int64_t rows);
+void ms_model_set_layer_observer(ms_model *m, ms_layer_fn fn, void *ctx);
 
 /* Run T tokens through the model, continuing the sequence (incremental: the state carries the
  * prefix, nothing is recomputed). logits: float[T][V] for every row if all_rows, else

@@ -149,6 +149,8 @@ static int plan_for(ms_model *m, ms_plan_in *in)
     work_bytes(m, &per_tok, &wfixed);
     in->state = state_bytes(m);
     in->work_fixed = wfixed;
+    /* sequences prefilled together share a span: up to the longest prompt each */
+    if (in->max_span > 0 && m->opts.max_span <= 0) in->max_span = in->prompt_tokens * (m->opts.max_seqs > 1 ? m->opts.max_seqs : 1);
     in->work_per_token = per_tok;
     /* a pass holds every decoding sequence's row and the window's drafts */
     in->min_chunk = (m->opts.max_seqs > 1 ? m->opts.max_seqs : 1) + ms_model_spec_window(m);
@@ -205,6 +207,33 @@ static int plan_window(ms_model *m, ms_plan_in *in)
     m->opts.spec_window = want;      /* the refusal of the window asked for */
     ms_err_set("%s", first);
     return ms_err_set_code(MS_EXIT_BUDGET);
+}
+
+/* The pass scratch of a planned chunk. */
+static void reserve_chunk(ms_model *m)
+{
+    int64_t rows = m->plan.chunk, seqs = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
+    int64_t outs = seqs + ms_model_spec_window(m);
+    int64_t out_rows = m->opts.all_logits ? rows : (outs < rows ? outs : rows);
+    ms_arena_reserve(&m->work, m->ops->work_floats(m, rows, out_rows));
+}
+
+/* Before a pass of R rows: a span (R > chunk) borrows the expert cache's memory for its scratch
+ * (which the family's pass then reserves); the first shorter pass gives it back. The scratch is
+ * freed in between, so the two never coexist. */
+static void span_switch(ms_model *m, int64_t R)
+{
+    if (!m->planned) return;
+    int span = R > m->plan.chunk;
+    if (span == m->in_span) return;
+    ms_arena_free(&m->work);
+    if (span) {
+        if (m->xs) ms_xstore_lend(m->xs, (size_t)m->plan.span_cache_slots);
+    } else {
+        reserve_chunk(m);
+        if (m->xs) ms_xstore_unlend(m->xs);
+    }
+    m->in_span = span;
 }
 
 int ms_mrt_setup(ms_model *m)
@@ -267,6 +296,17 @@ int ms_mrt_setup(ms_model *m)
     in.baseline = m->opts.baseline ? m->opts.baseline : ms_proc_peak_rss();
     in.prompt_tokens = m->opts.prompt_tokens > 0 ? m->opts.prompt_tokens : 64;
     in.max_chunk = m->opts.max_chunk > 0 ? m->opts.max_chunk : 64;
+    /* Spans: prefill-only passes longer than a chunk, up to the longest prompt, with memory the
+     * coordinator's expert cache lends (with workers the cache is theirs: chunks only). Per row
+     * they need the pass's work and the rows' copy a matmul prepares for its kernel
+     * (ms_gemm_prep_x: up to the widest trunk matrix's columns, padded to 16). */
+    if (m->opts.max_span >= 0 && !m->opts.remote_experts) {
+        in.max_span = m->opts.max_span > 0 ? m->opts.max_span : in.prompt_tokens; /* x sequences: plan_for */
+        int64_t wide = 0;
+        for (int i = 0; i < ns; i++)
+            if (sched[i]->cols > wide) wide = sched[i]->cols;
+        in.span_extra_per_token = 4 * (uint64_t)((wide + 15) / 16 * 16);
+    }
     /* Local workers each need their read buffers and a process of their own; remote workers
      * plan their own memory. */
     int nproc = m->opts.remote_experts ? m->opts.local_workers : 1;
@@ -304,12 +344,7 @@ int ms_mrt_setup(ms_model *m)
         rc = 0;
         goto out;
     }
-    {
-        int64_t rows = m->plan.chunk, seqs = m->opts.max_seqs > 1 ? m->opts.max_seqs : 1;
-        int64_t outs = seqs + ms_model_spec_window(m);
-        int64_t out_rows = m->opts.all_logits ? rows : (outs < rows ? outs : rows);
-        ms_arena_reserve(&m->work, m->ops->work_floats(m, rows, out_rows));
-    }
+    reserve_chunk(m);
     ms_plan_log(&m->plan);
 
     /* Read the pinned prefix: aligned buffers, reads in flight together. */
@@ -552,6 +587,7 @@ uint64_t ms_model_saved_state_max(const ms_model *m, int64_t positions)
 }
 const ms_plan *ms_model_plan(const ms_model *m) { return m->planned ? &m->plan : NULL; }
 int64_t ms_model_chunk(const ms_model *m) { return m->planned ? m->plan.chunk : 64; }
+int64_t ms_model_span(const ms_model *m) { return m->planned ? m->plan.span : 64; }
 int ms_model_max_seqs(const ms_model *m)
 {
     if (!m->planned && m->opts.fit_seqs > 0) return m->opts.fit_seqs;
@@ -562,6 +598,17 @@ ms_pool *ms_model_pool(ms_model *m) { return m->pool; }
 void ms_model_set_experts(ms_model *m, ms_experts ex) { m->experts = ex; }
 ms_experts ms_model_experts(ms_model *m) { return m->experts; }
 ms_experts ms_model_local_experts(ms_model *m) { return ms_expert_table_iface(m->table); }
+
+void ms_model_set_layer_observer(ms_model *m, ms_layer_fn fn, void *ctx)
+{
+    m->layer_fn = fn;
+    m->layer_ctx = ctx;
+}
+
+void ms_mrt_layer_done(ms_model *m, int layer, int64_t R)
+{
+    if (m->layer_fn && R > 0) m->layer_fn(m->layer_ctx, layer, m->info.n_layers, R);
+}
 
 void ms_model_set_route_observer(ms_model *m, ms_route_fn fn, void *ctx)
 {
@@ -631,6 +678,9 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
                 return -1;
             }
     }
+    int64_t R = 0;
+    for (int i = 0; i < n; i++) R += items[i].T;
+    span_switch(m, R);
     return m->ops->forward_batch(m, items, n);
 }
 

@@ -76,11 +76,15 @@ struct ms_model {
     ms_plan plan;
     int planned;
     ms_arena work;             /* the forward pass's scratch (ops->work_floats), one per model */
+    int in_span;               /* 1: the last pass was a prefill span (work holds a span's
+                                  scratch, the expert cache is lent down to plan.span_cache_slots) */
     uint64_t load_bytes;       /* trunk bytes read while opening (the pinned prefix) */
     ms_expert_table *table;    /* routed experts bound in memory */
     ms_experts experts;
     ms_route_fn route_fn;
     void *route_ctx;
+    ms_layer_fn layer_fn;
+    void *layer_ctx;
     void **owned;              /* widened vectors and converted matrices */
     size_t n_owned, cap_owned;
     int n_errors;              /* binding problems found so far */
@@ -139,6 +143,8 @@ void ms_mrt_adopt(ms_model *m, ms_st *st, const ms_tsrc *src);
 int ms_mrt_setup(ms_model *m);
 /* Row `id` of the embedding as floats into out[E] (read from the file when streamed). */
 int ms_mrt_embed_row(ms_model *m, int32_t id, float *out);
+/* After layer `layer` of a pass of R rows: the layer observer, if any (the family's pass calls it). */
+void ms_mrt_layer_done(ms_model *m, int layer, int64_t R);
 /* 0, or -1 with ms_err set if a streamed trunk read failed (no answer from partial weights). */
 int ms_mrt_stream_check(ms_model *m);
 /* The end of every family's pass: logits lg [out_rows][V] = lm_head x for the rows asked for,

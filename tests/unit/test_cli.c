@@ -369,8 +369,8 @@ static void test_trace(void)
     unsigned long long minb = p ? strtoull(p + 1, NULL, 10) : 0;
     free(e);
     T_CHECK(minb > 0, "the refusal names the minimum in bytes");
-    /* --speculate off: the pass structure below is that of one token per step */
-    snprintf(a, sizeof a, "run --model %s/m --ids %s -n 4 --prefill-chunk 8 --ram-budget %llu --trace %s --json --speculate off", d,
+    /* --speculate off, --prefill-span off: the pass structure below is chunks, then one token per step */
+    snprintf(a, sizeof a, "run --model %s/m --ids %s -n 4 --prefill-chunk 8 --prefill-span off --ram-budget %llu --trace %s --json --speculate off", d,
              ids, minb + (minb >> 3), tr);
     int st;
     json_t *j = run_json(a, &st);

@@ -1,0 +1,142 @@
+/* ms_xstore_mem: the expert cache's memory: slots faulted in by a background thread, and lent to a prefill span. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "ms_clock.h"
+#include "ms_err.h"
+#include "ms_io.h"
+#include "ms_proc.h"
+#include "ms_xstore_int.h"
+
+/* Fault in every page of buf now (write faults: the kernel allocates and zeroes them here,
+ * not in the read that will fill them). */
+void xs_prefault(uint8_t *buf, size_t n)
+{
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+    if (madvise(buf, n, MADV_POPULATE_WRITE) == 0) return;
+    for (size_t i = 0; i < n; i += 4096) ((volatile uint8_t *)buf)[i] = 0;
+    if (n) ((volatile uint8_t *)buf)[n - 1] = 0;
+}
+
+/* The grower stops while the machine has less than this available: the plan took a share of
+ * what was free at start (all of it without --ram-budget), and other processes may have taken
+ * some since; a slot faulted in then could push the machine into its OOM killer. */
+#define GROW_FLOOR (1ull << 30)
+#define GROW_STEP ((size_t)2 << 20)
+#define GROW_REST 3.0
+
+/* The grower: one slot at a time, at idle priority (it takes only CPU time nobody else
+ * wants), each handed over once faulted in. */
+void *xs_grow_main(void *arg)
+{
+    ms_xstore *s = arg;
+    struct sched_param sp = {0};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp); /* best effort */
+    for (size_t i = s->n_grown; i < s->n_slots; i++) { /* after the slots ms_xstore_new faulted in */
+        pthread_mutex_lock(&s->gmu);
+        int stop = s->stop;
+        pthread_mutex_unlock(&s->gmu);
+        if (stop) break;
+        uint64_t avail = ms_proc_mem_available(); /* 0: unknown */
+        if (avail && avail < GROW_FLOOR + s->slot_bytes) break;
+        uint8_t *b = ms_io_alloc((size_t)s->slot_bytes);
+        /* 2 MiB at a time, resting GROW_REST times as long as each took: in a VM a fault the
+         * host must serve stalls the whole virtual CPU, which no guest priority can preempt,
+         * so the grower keeps to a small share of one CPU. */
+        for (size_t at = 0; at < s->slot_bytes; at += GROW_STEP) {
+            size_t n = s->slot_bytes - at < GROW_STEP ? (size_t)(s->slot_bytes - at) : GROW_STEP;
+            double t0 = ms_now();
+            xs_prefault(b + at, n);
+            double rest = GROW_REST * (ms_now() - t0);
+            struct timespec ts = {(time_t)rest, (long)((rest - (double)(time_t)rest) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+        pthread_mutex_lock(&s->gmu);
+        s->ready[s->n_ready++] = b;
+        pthread_mutex_unlock(&s->gmu);
+    }
+    return NULL;
+}
+
+/* Hand the grown buffers to the cache (under s->mu): the free list gets them, the policy
+ * one slot each. With wait, block until the gmu is free (else skip when it is busy). */
+void xs_adopt(ms_xstore *s, int wait)
+{
+    if (!s->ready) return;
+    if (wait) pthread_mutex_lock(&s->gmu);
+    else if (pthread_mutex_trylock(&s->gmu) != 0) return;
+    size_t k = s->n_ready;
+    for (size_t i = 0; i < k; i++) s->free_buf[s->n_free++] = s->ready[i];
+    s->n_ready = 0;
+    pthread_mutex_unlock(&s->gmu);
+    if (!k) return;
+    s->n_alloc += k;
+    s->n_grown += k;
+    ms_cpolicy_set_slots(s->pol, s->n_grown);
+}
+
+/* Stop the grower thread (if any); what it grew is adopted by the caller. */
+static void grower_stop(ms_xstore *s)
+{
+    if (!s->grower_on) return;
+    pthread_mutex_lock(&s->gmu);
+    s->stop = 1;
+    pthread_mutex_unlock(&s->gmu);
+    pthread_join(s->grower, NULL);
+    s->grower_on = 0;
+    s->stop = 0;
+}
+
+void ms_xstore_lend(ms_xstore *s, size_t keep_slots)
+{
+    grower_stop(s);
+    pthread_mutex_lock(&s->mu);
+    xs_adopt(s, 1);
+    xs_early_drop(s); /* early reads whose call never came */
+    if (keep_slots > s->n_slots) keep_slots = s->n_slots;
+    for (size_t k = 0; k < s->n_keys; k++)
+        if (s->key_buf[k]) {
+            ms_cpolicy_remove(s->pol, (uint32_t)k);
+            s->free_buf[s->n_free++] = s->key_buf[k];
+            s->key_buf[k] = NULL;
+        }
+    MS_ASSERT(s->n_free == s->n_alloc);
+    size_t keep = (size_t)s->o.depth + keep_slots;
+    while (s->n_free > keep) {
+        free(s->free_buf[--s->n_free]);
+        s->n_alloc--;
+    }
+    if (s->ready) s->n_grown = s->n_alloc - (size_t)s->o.depth < s->n_grown ? s->n_alloc - (size_t)s->o.depth : s->n_grown;
+    ms_cpolicy_set_slots(s->pol, s->ready ? s->n_grown : keep_slots);
+    s->lent = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ms_xstore_unlend(ms_xstore *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int was = s->lent;
+    s->lent = 0;
+    if (was && !s->ready) ms_cpolicy_set_slots(s->pol, s->n_slots);
+    pthread_mutex_unlock(&s->mu);
+    if (was && s->ready && s->n_grown < s->n_slots && !s->grower_on) {
+        if (pthread_create(&s->grower, NULL, xs_grow_main, s) == 0) s->grower_on = 1;
+        /* else the cache stays at its kept slots: slower, never wrong */
+    }
+}
+
+void ms_xstore_grow_wait(ms_xstore *s)
+{
+    if (!s->grower_on) return;
+    pthread_join(s->grower, NULL);
+    s->grower_on = 0;
+    pthread_mutex_lock(&s->mu);
+    xs_adopt(s, 1);
+    pthread_mutex_unlock(&s->mu);
+}
+

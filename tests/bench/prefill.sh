@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# prefill: long prompts on the real-width k3-slice, the previous binary (chunked prefill) beside
+# this one (prefill spans), each run cold (page cache dropped) inside a memory cgroup equal to
+# its --ram-budget: bytes read from disk against the checkpoint's size, prefill seconds, CPU,
+# peak memory, and the logits of both binaries compared bit for bit. Writes docs/PERFORMANCE.md
+# section "Long prompts" and prints it.
+#
+# usage: tests/bench/prefill.sh --old BINARY [--bin BINARY] [--model DIR] [--lengths "512 4096"]
+#          [--budgets "1G 8G"] [--doc FILE]
+#   --old BINARY   the previous build's moestream (e.g. built from the commit before spans)
+#   --bin BINARY   this build's (default: build/moestream, built now)
+#   --model DIR    the slice (default $MS_BENCH_DIR/k3-slice-3; written if absent: 41 GB)
+# Needs root (cgroups, drop_caches). Prompts are random ids (seeded: the same every run).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+model=${MS_BENCH_DIR:-$root/build-bench}/k3-slice-3
+lengths="512 4096"
+budgets="1G 8G"
+bin= old= doc=docs/PERFORMANCE.md
+while [ $# -gt 0 ]; do
+  case $1 in
+    --old) old=$(realpath "$2"); shift 2 ;;
+    --bin) bin=$(realpath "$2"); shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    --lengths) lengths=$2; shift 2 ;;
+    --budgets) budgets=$2; shift 2 ;;
+    --doc) doc=$2; shift 2 ;;
+    *) echo "usage: $0 --old BINARY [--bin BINARY] [--model DIR] [--lengths LIST] [--budgets LIST] [--doc FILE]" >&2; exit 2 ;;
+  esac
+done
+[ -n "$old" ] || { echo "prefill: --old BINARY is required (the previous build, for the side-by-side)" >&2; exit 2; }
+[ "$(id -u)" -eq 0 ] || { echo "prefill: needs root (cgroups, drop_caches)" >&2; exit 2; }
+. tests/bench/lib.sh
+bench_bin_out
+bench_slice "$bin" "$model"
+
+for n in $lengths; do
+  python3 -c "
+import random, sys
+r = random.Random($n)
+print(','.join(str(r.randrange(1, 160000)) for _ in range($n)))" > "$out/ids-$n.txt"
+  for b in $budgets; do
+    for which in old new; do
+      exe=$bin
+      [ $which = old ] && exe=$old
+      r=$which-$n-$b
+      drop
+      uptime > "$out/uptime-$r.txt"
+      set +e
+      bash tests/cgroup-run.sh "$(to_bytes "$b")" "$out/cgroup-$r.txt" "$exe" run --model "$model" \
+        --ids-file "$out/ids-$n.txt" -n 1 --json --quiet --ram-budget "$b" --trunk-pack none \
+        --dump-logits "$out/logits-$r.bin" > "$out/run-$r.json" 2> "$out/err-$r.txt"
+      rc=$?
+      set -e
+      [ $rc -eq 0 ] || { echo "prefill: $which at $n tokens, $b failed with status $rc" >&2; tail -3 "$out/err-$r.txt" >&2; }
+      echo "prefill: $which, $n tokens at $b done (load $(cut -d, -f3- < "$out/uptime-$r.txt" | xargs))" >&2
+    done
+  done
+done
+
+python3 - "$out" "$model" "$lengths" "$budgets" "$doc" <<'PY'
+import json, os, subprocess, sys, datetime, filecmp
+out, model, lengths, budgets, path = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split(), sys.argv[5]
+def sh(c): return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
+cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
+size = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model) if f.endswith(".safetensors"))
+lines = ["## Long prompts\n",
+         f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores; model: `moestream synth --preset "
+         f"k3-slice --layers 3` ({size/1e9:.1f} GB), no trunk pack (`--trunk-pack none`). Prompts of random ids, one "
+         f"token generated. Each run: page cache dropped, then run inside a memory cgroup equal to `--ram-budget`. "
+         f"*old* is the previous binary (prefill in chunks of at most 64 tokens, each streaming the unpinned trunk and "
+         f"reading the experts its rows route to), *new* this one (prefill spans: one pass, layer by layer, over as "
+         f"many prompt tokens as the memory the expert cache lends holds). *read* counts every byte read from the "
+         f"checkpoint after load (experts + streamed trunk; the pinned trunk read at load is the *load* column).\n",
+         "Command: `sudo bash tests/bench/prefill.sh --old OLD_BINARY`\n",
+         "| prompt | budget | binary | prefill s | passes | read GB | = checkpoint x | load GB | CPU user s | CPU sys s | cgroup peak GiB | OOM kills | load avg | logits = old |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+for n in lengths:
+    for b in budgets:
+        for which in ("old", "new"):
+            r = f"{which}-{n}-{b}"
+            up = open(f"{out}/uptime-{r}.txt").read().split("load average:")[-1].split(",")[0].strip()
+            try:
+                j = json.load(open(f"{out}/run-{r}.json"))
+            except Exception:
+                lines.append(f"| {n} | {b} | {which} | failed | | | | | | | | | {up} | |")
+                continue
+            s = j["stats"]
+            cg = dict(x.split("=") for x in open(f"{out}/cgroup-{r}.txt").read().split())
+            rd = s["bytes_read_experts"] + s["bytes_read_trunk"]
+            same = "yes" if filecmp.cmp(f"{out}/logits-old-{n}-{b}.bin", f"{out}/logits-{r}.bin", shallow=False) else "NO"
+            passes = s["forward_passes"] - s.get("decode_passes", 0)
+            lines.append(f"| {n} | {b} | {which} | {s['prefill_seconds']:.1f} | {passes} | {rd/1e9:.1f} | {rd/size:.2f} | "
+                         f"{s['bytes_read_at_load']/1e9:.1f} | {s['cpu_user_seconds_prefill']:.1f} | "
+                         f"{s['cpu_sys_seconds_prefill']:.1f} | {int(cg.get('peak', 0))/2**30:.2f} | {cg.get('oom_kills', '?')} | "
+                         f"{up} | {same} |")
+text = "\n".join(lines) + "\n"
+print(text)
+if path:
+    sys.path.insert(0, "tests/bench")
+    from docsection import put_section
+    put_section(path, "## Long prompts", text)
+PY

@@ -1,0 +1,358 @@
+/* test_prefill: prefill spans (passes of prefilling sequences only, longer than a chunk, run layer
+ * by layer over all their rows) equal chunked prefill bit for bit, and read each weight once. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_engine.h"
+#include "ms_err.h"
+#include "ms_synth.h"
+#include "ms_test.h"
+
+#define NGEN 3
+#define MAXSEQ 3
+
+/* What one sequence produced: its tokens and every logits row computed for it. */
+typedef struct {
+    int32_t tok[NGEN];
+    size_t n_tok;
+    float *rows; /* [n_rows][V] */
+    int64_t n_rows, cap, V;
+} record;
+
+static int keep_rows(void *ctx, ms_eseq *s, const float *rows, int64_t n)
+{
+    record *r = ctx;
+    (void)s;
+    if (r->n_rows + n > r->cap) {
+        r->cap = (r->n_rows + n) * 2;
+        r->rows = ms_realloc(r->rows, sizeof(float) * (size_t)(r->cap * r->V));
+    }
+    memcpy(r->rows + r->n_rows * r->V, rows, sizeof(float) * (size_t)(n * r->V));
+    r->n_rows += n;
+    return 0;
+}
+
+static void keep_token(void *ctx, ms_eseq *s, int32_t token)
+{
+    record *r = ctx;
+    (void)s;
+    if (r->n_tok < NGEN) r->tok[r->n_tok] = token;
+    r->n_tok++;
+}
+
+static int same(const record *a, const record *b)
+{
+    return a->n_tok == b->n_tok && !memcmp(a->tok, b->tok, sizeof a->tok) && a->n_rows == b->n_rows &&
+           !memcmp(a->rows, b->rows, sizeof(float) * (size_t)(a->n_rows * a->V));
+}
+
+/* How to run: the budget (0: plenty), the span option (ms_run_opts.max_span), workers. */
+typedef struct {
+    uint64_t budget;
+    int64_t span;
+    int local_workers;
+    int max_seqs;
+} how;
+
+static ms_engine *open_engine(const char *dir, how h, int64_t longest)
+{
+    ms_engine_opts o = {0};
+    o.model_dir = dir;
+    o.run.n_threads = 2;
+    o.run.ram_budget = h.budget ? h.budget : 16ull << 30;
+    o.run.baseline = 1; /* plans independent of this process's RSS */
+    o.run.max_positions = longest + NGEN + 1;
+    o.run.prompt_tokens = longest;
+    o.run.max_chunk = 16;
+    o.run.max_span = h.span;
+    o.max_seqs = h.max_seqs > 0 ? h.max_seqs : 1;
+    o.local_workers = h.local_workers;
+    o.speculate = 0;
+    ms_engine *e = ms_engine_open(&o);
+    T_CHECK(e != NULL, "engine opens (budget %llu, span %lld, %d workers): %s", (unsigned long long)h.budget,
+            (long long)h.span, h.local_workers, e ? "" : ms_err_msg());
+    return e;
+}
+
+/* Prompt i of length n: ids spread over the vocabulary. */
+static void prompt_of(int i, int32_t *ids, size_t n, int64_t V)
+{
+    for (size_t t = 0; t < n; t++) ids[t] = (int32_t)((int64_t)(i * 131 + (int)t * 37 + 5) % V);
+}
+
+/* Sequences with prompt lengths len[0..n) run together in one engine (every step all of them),
+ * greedy and sampled, every logits row kept. Returns 0, or -1 after a failed check. passes:
+ * the forward passes the prefill took (the steps until every prompt was in), st the stats then. */
+static int run_set(const char *dir, how h, const size_t *len, int n, record *out, uint64_t *passes, ms_engine_stats *st)
+{
+    int64_t longest = 0;
+    for (int i = 0; i < n; i++) longest = (int64_t)len[i] > longest ? (int64_t)len[i] : longest;
+    if (h.max_seqs < n) h.max_seqs = n;
+    ms_engine *e = open_engine(dir, h, longest);
+    if (!e) return -1;
+    int64_t V = ms_engine_info(e)->vocab;
+    ms_eseq *s[MAXSEQ] = {0};
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        out[i].V = V;
+        int32_t *ids = ms_malloc(sizeof(int32_t) * len[i]);
+        prompt_of(i, ids, len[i], V);
+        ms_gen_params p = {0};
+        p.temperature = i % 2 ? 0.8f : 0.0f;
+        p.seed = 7 + (uint64_t)i;
+        p.max_tokens = NGEN;
+        p.all_logits = 1;
+        p.on_token = keep_token;
+        p.on_logits = keep_rows;
+        p.ctx = &out[i];
+        s[i] = ms_engine_seq_new(e, ids, len[i], &p);
+        free(ids);
+        if (!s[i]) rc = -1;
+    }
+    *passes = 0;
+    for (int live = 1; live && rc == 0;) {
+        ms_eseq *act[MAXSEQ];
+        int na = 0, prefilling = 0;
+        for (int i = 0; i < n; i++) {
+            if (!ms_engine_seq_done(s[i])) act[na++] = s[i];
+            prefilling |= ms_engine_seq_prefilled(s[i]) < ms_engine_seq_prompt_len(s[i]);
+        }
+        if (!(live = na > 0)) break;
+        ms_engine_stats a, b;
+        ms_engine_get_stats(e, &a);
+        if (ms_engine_step(e, act, na) != 0) {
+            T_CHECK(0, "step: %s", ms_err_msg());
+            rc = -1;
+        }
+        ms_engine_get_stats(e, &b);
+        if (prefilling) {
+            *passes += b.passes - a.passes;
+            if (st) *st = b; /* what was read until every prompt was in */
+        }
+    }
+    for (int i = 0; i < n; i++) ms_engine_seq_free(s[i]);
+    ms_engine_free(e);
+    return rc;
+}
+
+static void free_set(record *r, int n)
+{
+    for (int i = 0; i < n; i++) free(r[i].rows);
+}
+
+/* The smallest budget the planner accepts, from its refusal of 1 byte. */
+static uint64_t min_budget(const char *dir, int64_t longest)
+{
+    how h = {1, 0, 0, 1};
+    ms_engine_opts o = {0};
+    o.model_dir = dir;
+    o.run.ram_budget = h.budget;
+    o.run.baseline = 1;
+    o.run.max_positions = longest + NGEN + 1;
+    o.run.prompt_tokens = longest;
+    o.run.max_chunk = 16;
+    o.speculate = 0;
+    ms_engine *e = ms_engine_open(&o);
+    T_CHECK(e == NULL && ms_err_code() == MS_EXIT_BUDGET, "a 1-byte budget is refused: %s", ms_err_msg());
+    ms_engine_free(e);
+    const char *p = strrchr(ms_err_msg(), '(');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+/* Spans = chunks for one family's model in dir: single prompts that end inside a chunk and a
+ * window, spans forced shorter than the prompt (several spans, ending mid-chunk), the planned
+ * span at budgets from the least that runs to plenty, a batch of prompts of three lengths, and
+ * a prompt continued from a state (as the prefix cache restores one). */
+static void check_family(const char *what, const char *dir)
+{
+    const size_t one[1] = {70}, three[3] = {41, 70, 9};
+    record ref[MAXSEQ], got[MAXSEQ];
+    uint64_t np_ref, np;
+    ms_engine_stats st;
+    how chunks = {0, -1, 0, 1};
+    if (run_set(dir, chunks, one, 1, ref, &np_ref, NULL) != 0) return;
+    T_CHECK(np_ref == (70 + 15) / 16, "%s: span off: 70 prompt tokens in %llu chunks of 16", what,
+            (unsigned long long)np_ref);
+    uint64_t minb = min_budget(dir, 70);
+    T_CHECK(minb > 0, "%s: the refusal names the least budget", what);
+    /* budgets: the least that runs, twice and eight times it, plenty */
+    uint64_t budgets[4] = {minb + minb / 16, 2 * minb, 8 * minb, 0};
+    int spanned = 0;
+    for (int b = 0; b < 4; b++) {
+        how h = {budgets[b], 0, 0, 1};
+        if (run_set(dir, h, one, 1, got, &np, &st) == 0) {
+            T_CHECK(same(&ref[0], &got[0]), "%s: budget %llu: spans = chunks, every logits row and token (%llu passes)",
+                    what, (unsigned long long)budgets[b], (unsigned long long)np);
+            spanned |= np == 1;
+        }
+        free_set(got, 1);
+    }
+    T_CHECK(spanned, "%s: with plenty of memory the 70-token prompt is one span (one pass)", what);
+    /* spans forced shorter than the prompt: 23, 23, 23, 1 rows, ending mid-chunk */
+    how h23 = {0, 23, 0, 1};
+    if (run_set(dir, h23, one, 1, got, &np, NULL) == 0)
+        T_CHECK(same(&ref[0], &got[0]) && np == 4, "%s: spans of 23 = chunks (%llu passes)", what, (unsigned long long)np);
+    free_set(got, 1);
+    /* a batch of prompts of different lengths prefilled together, spans vs chunks */
+    if (run_set(dir, chunks, three, 3, ref + 0, &np_ref, NULL) == 0) {
+        how hb = {0, 0, 0, 3};
+        if (run_set(dir, hb, three, 3, got, &np, NULL) == 0) {
+            int ok = 1;
+            for (int i = 0; i < 3; i++) ok &= same(&ref[i], &got[i]);
+            T_CHECK(ok && np == 1, "%s: 3 prompts (41, 70, 9 tokens) prefilled together in %llu span(s) = chunks "
+                    "(%llu passes)", what, (unsigned long long)np, (unsigned long long)np_ref);
+        }
+        free_set(got, 3);
+    }
+    free_set(ref, 3);
+}
+
+/* A state continued with a span: the first 30 tokens in chunks, saved and loaded (what the prefix
+ * cache restores), the other 40 in one span: the same rows as the 70 in chunks. */
+static void check_continue(const char *what, const char *dir)
+{
+    how chunks = {0, -1, 0, 1}, spans = {0, 0, 0, 1};
+    ms_engine *e = open_engine(dir, chunks, 70);
+    ms_engine *f = open_engine(dir, spans, 70);
+    if (!e || !f) {
+        ms_engine_free(e);
+        ms_engine_free(f);
+        return;
+    }
+    int64_t V = ms_engine_info(e)->vocab;
+    int32_t ids[70];
+    prompt_of(0, ids, 70, V);
+    record a = {0}, b = {0};
+    a.V = b.V = V;
+    ms_gen_params p = {0};
+    p.max_tokens = NGEN;
+    p.all_logits = 1;
+    p.on_token = keep_token;
+    p.on_logits = keep_rows;
+    p.ctx = &a;
+    ms_eseq *s = ms_engine_seq_new(e, ids, 70, &p);
+    while (s && !ms_engine_seq_done(s) && ms_engine_step(e, &s, 1) == 0) {}
+    /* the first 30 tokens, then the state moved to the span engine */
+    ms_gen_params q = p;
+    q.max_tokens = 1;
+    q.all_logits = 0;
+    q.on_token = NULL;
+    q.on_logits = NULL;
+    ms_eseq *h = ms_engine_seq_new(e, ids, 30, &q);
+    while (h && ms_engine_seq_prefilled(h) < 30 && ms_engine_step(e, &h, 1) == 0) {}
+    ms_sbuf buf = {0};
+    if (h) ms_seq_save(ms_engine_seq_state(h), &buf);
+    ms_seq *state = buf.n ? ms_seq_load(ms_engine_model(f), buf.s, buf.n) : NULL;
+    p.ctx = &b;
+    ms_eseq *c = state ? ms_engine_seq_continue(f, state, ids + 30, 40, &p) : NULL;
+    ms_engine_stats s0, s1;
+    ms_engine_get_stats(f, &s0);
+    uint64_t passes = 0;
+    while (c && !ms_engine_seq_done(c)) {
+        int pre = ms_engine_seq_prefilled(c) < ms_engine_seq_prompt_len(c);
+        if (ms_engine_step(f, &c, 1) != 0) break;
+        ms_engine_get_stats(f, &s1);
+        if (pre) passes = s1.passes - s0.passes;
+    }
+    T_CHECK(c && b.n_rows == 40 + NGEN - 1 && passes == 1 &&
+                !memcmp(a.rows + 30 * V, b.rows, sizeof(float) * (size_t)(b.n_rows * V)) && !memcmp(a.tok, b.tok, sizeof a.tok),
+            "%s: 30 tokens restored from a saved state, 40 in one span: the rows of the whole prompt in chunks", what);
+    ms_sbuf_free(&buf);
+    ms_engine_seq_free(s);
+    ms_engine_seq_free(h);
+    ms_engine_seq_free(c);
+    free(a.rows);
+    free(b.rows);
+    ms_engine_free(e);
+    ms_engine_free(f);
+}
+
+/* Bytes: at the least budget the trunk streams; a span of the whole prompt reads every routed
+ * expert at most once per layer and streams the unpinned trunk once: at most the checkpoint's
+ * bytes (plus predicted reads no layer used), where chunks read it once per chunk. */
+static void check_bytes(const char *what, const char *dir, uint64_t ckpt_bytes, int moe_experts)
+{
+    const size_t one[1] = {70};
+    uint64_t minb = min_budget(dir, 70);
+    record r[1];
+    uint64_t np;
+    ms_engine_stats sc, ss;
+    how hc = {minb + minb / 16, -1, 0, 1}, hs = {8 * minb, 0, 0, 1};
+    int ok = run_set(dir, hc, one, 1, r, &np, &sc) == 0;
+    free_set(r, 1);
+    ok = ok && run_set(dir, hs, one, 1, r, &np, &ss) == 0;
+    free_set(r, 1);
+    if (!ok) return;
+    /* what the prefill read after load: the span's, each routed expert at most once per layer */
+    uint64_t rc = sc.model.bytes_read_experts + sc.model.bytes_read_trunk;
+    uint64_t rs = ss.model.bytes_read_experts + ss.model.bytes_read_trunk;
+    uint64_t unused = (ss.model.expert_prefetched - ss.model.expert_prefetch_used) * ss.model.expert_bytes;
+    T_CHECK(np == 1 && rs - unused <= ckpt_bytes,
+            "%s: one span reads at most the checkpoint once for the prompt: %llu bytes (checkpoint %llu)", what,
+            (unsigned long long)(rs - unused), (unsigned long long)ckpt_bytes);
+    T_CHECK(ss.model.expert_cache_misses <= (uint64_t)moe_experts,
+            "%s: the span reads each routed expert at most once (%llu reads, %d experts in MoE layers)", what,
+            (unsigned long long)ss.model.expert_cache_misses, moe_experts);
+    T_CHECK(rs < rc, "%s: spans read less than chunks at the least budget (%llu < %llu bytes)", what,
+            (unsigned long long)rs, (unsigned long long)rc);
+}
+
+/* With local workers the cache is theirs: spans stay chunks, and every bit is the same. */
+static void check_workers(const char *what, const char *dir)
+{
+    const size_t one[1] = {70};
+    record ref[1], got[1];
+    uint64_t np_ref, np;
+    how chunks = {0, -1, 0, 1};
+    if (run_set(dir, chunks, one, 1, ref, &np_ref, NULL) != 0) return;
+    for (int w = 1; w <= 3; w += 2) {
+        how h = {0, 0, w, 1};
+        if (run_set(dir, h, one, 1, got, &np, NULL) == 0)
+            T_CHECK(same(&ref[0], &got[0]), "%s: %d local worker(s): the same rows and tokens (%llu passes)", what, w,
+                    (unsigned long long)np);
+        free_set(got, 1);
+    }
+    free_set(ref, 1);
+}
+
+static uint64_t dir_bytes(const char *dir)
+{
+    char cmd[1200], *out = NULL;
+    snprintf(cmd, sizeof cmd, "du -sb --apparent-size %s/*.safetensors | awk '{s += $1} END {print s}'", dir);
+    uint64_t n = ms_t_run(cmd, &out) == 0 && out ? strtoull(out, NULL, 10) : 0;
+    free(out);
+    return n;
+}
+
+/* Routed experts in the model's MoE layers. */
+static int moe_experts(const char *dir)
+{
+    how h = {0, 0, 0, 1};
+    ms_engine *e = open_engine(dir, h, 8);
+    const ms_model_info *in = e ? ms_engine_info(e) : NULL;
+    int n = in ? (in->n_layers - in->first_moe) * in->n_experts : 0;
+    ms_engine_free(e);
+    return n;
+}
+
+int main(void)
+{
+    char k3[1024], go[1024];
+    ms_synth_shape sh;
+    if (ms_t_synth_tiny("prefill-k3", 11, k3, sizeof k3, &sh) != 0) return ms_t_done();
+    snprintf(go, sizeof go, "%s/m", ms_t_tmpdir("prefill-gptoss"));
+    T_CHECK(ms_t_runf(NULL, NULL, "%s synth --preset gpt-oss-tiny --out %s --force", ms_t_bin("moestream"), go) == 0,
+            "synth gpt-oss-tiny");
+    check_family("K3", k3);
+    check_family("gpt-oss", go);
+    check_continue("K3", k3);
+    check_continue("gpt-oss", go);
+    check_bytes("K3", k3, dir_bytes(k3), moe_experts(k3));
+    check_bytes("gpt-oss", go, dir_bytes(go), moe_experts(go));
+    check_workers("K3", k3);
+    check_workers("gpt-oss", go);
+    return ms_t_done();
+}
