@@ -203,6 +203,8 @@ typedef struct {
     uint64_t total, base_bytes;
     double base_wait;
     int tty, max_batch;
+    int layer, layers;     /* the pass in progress: layers done of its model's (0: between passes) */
+    int64_t pass_rows;     /* its rows (a prefill span's can be thousands) */
     ms_progress_line line; /* the terminal line (tty) */
 } progress;
 
@@ -228,12 +230,13 @@ static void show_progress(progress *p, const jobs_run *r, ms_engine *e, ms_sched
                 "\"waiting\":%d,\"generated_tokens\":%llu,\"tokens_per_second\":%.3f,\"eta_seconds\":%.1f,\"batch\":%d,\"max_batch\":%d,"
                 "\"bytes_read_per_token\":%.0f,\"bytes_read\":%llu,\"steps\":%llu,\"passes\":%llu,"
                 "\"io_wait_seconds\":%.3f,\"peak_rss_bytes\":%llu,\"draft_tokens\":%llu,\"accepted_draft_tokens\":%llu,"
-                "\"tokens_per_decode_pass\":%.3f,\"final\":%s}\n",
+                "\"tokens_per_decode_pass\":%.3f,\"pass_layer\":%d,\"pass_layers\":%d,\"pass_rows\":%lld,\"final\":%s}\n",
                 el, (unsigned long long)done, (unsigned long long)p->total, (unsigned long long)r->errors, st.running,
                 st.waiting, (unsigned long long)st.generated, tps, eta, st.running, p->max_batch, per_tok, (unsigned long long)bytes,
                 (unsigned long long)st.steps, (unsigned long long)es.passes, es.model.io_wait_seconds - p->base_wait,
                 (unsigned long long)es.peak_rss_all, (unsigned long long)es.drafted, (unsigned long long)es.accepted,
-                es.decode_passes ? (double)es.decode_tokens / (double)es.decode_passes : 0.0, final ? "true" : "false");
+                es.decode_passes ? (double)es.decode_tokens / (double)es.decode_passes : 0.0, p->layer, p->layers,
+                (long long)p->pass_rows, final ? "true" : "false");
     } else if (p->tty) {
         char a[32], etas[32];
         if (eta < 0)
@@ -242,7 +245,7 @@ static void show_progress(progress *p, const jobs_run *r, ms_engine *e, ms_sched
             snprintf(etas, sizeof etas, "%dm%02ds", (int)(eta / 60), (int)eta % 60);
         /* The line fits the terminal: the bar narrows first, then the least useful parts go. */
         int cols = ms_progress_cols(2), bw = cols >= 100 ? 20 : 10;
-        char bar[21], text[512], part[5][64];
+        char bar[21], text[512], part[6][64];
         int fill = p->total ? (int)(bw * done / p->total) : bw;
         for (int i = 0; i < bw; i++) bar[i] = i < fill ? '#' : '.';
         bar[bw] = 0;
@@ -253,15 +256,35 @@ static void show_progress(progress *p, const jobs_run *r, ms_engine *e, ms_sched
         snprintf(part[2], sizeof part[2], " (%llu errors)", (unsigned long long)r->errors);
         snprintf(part[3], sizeof part[3], "  batch %d/%d", st.running, p->max_batch);
         snprintf(part[4], sizeof part[4], "  %s read/token", ms_size_fmt((uint64_t)per_tok, a, sizeof a));
-        int take[5] = {0}, len = n;
-        for (int i = 0; i < 5; i++)
+        part[5][0] = 0;
+        if (p->layer > 0)
+            snprintf(part[5], sizeof part[5], "  layer %d/%d of %lld rows", p->layer, p->layers, (long long)p->pass_rows);
+        int take[6] = {0}, len = n;
+        for (int i = 0; i < 6; i++)
             if (len + (int)strlen(part[i]) <= cols - 1) len += (int)strlen(part[i]), take[i] = 1;
-        static const int order[5] = {2, 0, 1, 3, 4}; /* shown in this order: errors right after the counts */
-        for (int k = 0; k < 5; k++)
+        static const int order[6] = {2, 5, 0, 1, 3, 4}; /* shown in this order: errors right after the counts */
+        for (int k = 0; k < 6; k++)
             if (take[order[k]]) n += snprintf(text + n, sizeof text - (size_t)n, "%s", part[order[k]]);
         ms_progress_line_draw(&p->line, stderr, cols, text);
         if (final) ms_progress_line_end(&p->line, stderr);
     }
+}
+
+/* Inside a pass (a long prefill span runs for minutes): its layers as progress. */
+typedef struct {
+    progress *p;
+    const jobs_run *r;
+    ms_engine *e;
+    ms_sched *s;
+} layer_view;
+
+static void jobs_layer(void *ctx, int layer, int n_layers, int64_t rows)
+{
+    layer_view *v = ctx;
+    v->p->layer = layer + 1;
+    v->p->layers = n_layers;
+    v->p->pass_rows = rows;
+    show_progress(v->p, v->r, v->e, v->s, 0);
 }
 
 /* Take the output file for this run: open (create) it and hold an exclusive lock on it for the
@@ -575,7 +598,9 @@ static int jobs_main(const jobs_opts *o)
         sj.user = j;
         ms_sched_add(s, &sj);
     }
-    progress pg = {ms_cli_now(), 0, total, 0, 0, isatty(2) && !o->e.quiet && !o->json_progress, 0, {0, 0}};
+    progress pg = {ms_cli_now(), 0, total, 0, 0, isatty(2) && !o->e.quiet && !o->json_progress, 0, 0, 0, 0, {0, 0}};
+    layer_view lv = {&pg, &run, e, s};
+    ms_model_set_layer_observer(ms_engine_model(e), jobs_layer, &lv);
     {
         ms_engine_stats es;
         ms_engine_get_stats(e, &es);
@@ -593,8 +618,11 @@ static int jobs_main(const jobs_opts *o)
                 rc = ms_cli_fail_err(cmd);
             goto out;
         }
+        pg.layer = pg.layers = 0;
+        pg.pass_rows = 0;
         show_progress(&pg, &run, e, s, 0);
     }
+    ms_model_set_layer_observer(ms_engine_model(e), NULL, NULL);
     show_progress(&pg, &run, e, s, 1);
     if (got_signal) {
         ms_sched_stats st;
