@@ -175,7 +175,8 @@ void ms_progress_bar(void *ctx, const ms_progress_ev *ev)
         snprintf(nums, sizeof nums, "%3d%% %llu/%llu", pct, (unsigned long long)ev->done,
                  (unsigned long long)ev->total);
     int cols = ms_progress_cols(2);
-    int width = cols - 1 - (int)(strlen(ev->task) + strlen(nums) + strlen(left) + 4); /* "TASK [" "] " */
+    /* "TASK [" "] " and the detail's "; ": the bar narrows first so the words fit */
+    int width = cols - 1 - (int)(strlen(ev->task) + strlen(nums) + strlen(left) + 4 + (*det ? strlen(det) + 2 : 0));
     if (width > 40) width = 40;
     if (width < 4) width = 4; /* then the line is cut at the terminal's edge */
     char line[41];

@@ -424,7 +424,7 @@ static void prefill_layer(void *ctx, int layer, int n_layers, int64_t rows)
     ms_model_get_stats(ms_engine_model(v->e), &st);
     char a[32];
     uint64_t done = (uint64_t)ms_engine_seq_prefilled(v->seq) + (uint64_t)rows * (uint64_t)(layer + 1) / (uint64_t)n_layers;
-    ms_progress_detail(done, "layer %d of %d over %lld tokens, %s read", layer + 1, n_layers, (long long)rows,
+    ms_progress_detail(done, "layer %d/%d, %lld-token pass, %s read", layer + 1, n_layers, (long long)rows,
                        ms_size_fmt(st.bytes_read_experts + st.bytes_read_trunk - v->read0, a, sizeof a));
 }
 

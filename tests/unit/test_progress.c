@@ -107,6 +107,20 @@ static int bar_cut(void)
     return 0;
 }
 
+/* A detail (a span's layer) redraws the bar at the same percentage, after the counts; the bar
+ * narrows so that it fits the 80 columns. */
+static int bar_detail(void)
+{
+    ms_progress_set(ms_progress_bar, NULL);
+    ms_progress_begin("prefill", 100, MS_PROGRESS_ITEMS);
+    ms_progress_detail(50, "layer %d/%d", 1, 2);
+    ms_progress_detail(50, "layer %d/%d", 2, 2);
+    ms_progress_detail(50, "layer %d/%d", 2, 2); /* nothing new: no redraw */
+    ms_progress_end();
+    ms_progress_set(NULL, NULL);
+    return 0;
+}
+
 static void test_bar(void)
 {
     static char out[65536];
@@ -120,6 +134,9 @@ static void test_bar(void)
     ms_t_capture_stderr(out, sizeof out, bar_cut);
     T_CHECK(strstr(out, " 50%   1.00 KiB of 2.00 KiB\n") != NULL && count(out, '\n') == 2,
             "a task cut short ends its line (bytes shown as sizes); an empty one too: '%s'", out);
+    ms_t_capture_stderr(out, sizeof out, bar_detail);
+    T_CHECK(strstr(out, "]  50% 50/100; layer 1/2") && strstr(out, "]  50% 50/100; layer 2/2") && count(out, '\r') == 3,
+            "a new detail redraws the same percentage after the counts (3 draws): '%s'", out);
 }
 
 /* The redrawn line: cut to the width, a shorter line clears what is left of the longer one, and
