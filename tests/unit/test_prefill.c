@@ -140,7 +140,10 @@ static int run_set(const char *dir, how h, const size_t *len, int n, record *out
 
 static void free_set(record *r, int n)
 {
-    for (int i = 0; i < n; i++) free(r[i].rows);
+    for (int i = 0; i < n; i++) {
+        free(r[i].rows);
+        r[i].rows = NULL;
+    }
 }
 
 /* The smallest budget the planner accepts, from its refusal of 1 byte. */
@@ -170,6 +173,8 @@ static void check_family(const char *what, const char *dir)
 {
     const size_t one[1] = {70}, three[3] = {41, 70, 9};
     record ref[MAXSEQ], got[MAXSEQ];
+    memset(ref, 0, sizeof ref);
+    memset(got, 0, sizeof got);
     uint64_t np_ref, np;
     ms_engine_stats st;
     how chunks = {0, -1, 0, 1};
@@ -196,6 +201,7 @@ static void check_family(const char *what, const char *dir)
     if (run_set(dir, h23, one, 1, got, &np, NULL) == 0)
         T_CHECK(same(&ref[0], &got[0]) && np == 4, "%s: spans of 23 = chunks (%llu passes)", what, (unsigned long long)np);
     free_set(got, 1);
+    free_set(ref, 1);
     /* a batch of prompts of different lengths prefilled together, spans vs chunks */
     if (run_set(dir, chunks, three, 3, ref + 0, &np_ref, NULL) == 0) {
         how hb = {0, 0, 0, 3};
@@ -278,6 +284,7 @@ static void check_bytes(const char *what, const char *dir, uint64_t ckpt_bytes, 
     const size_t one[1] = {70};
     uint64_t minb = min_budget(dir, 70);
     record r[1];
+    memset(r, 0, sizeof r);
     uint64_t np;
     ms_engine_stats sc, ss;
     how hc = {minb + minb / 16, -1, 0, 1}, hs = {8 * minb, 0, 0, 1};
@@ -305,6 +312,8 @@ static void check_workers(const char *what, const char *dir)
 {
     const size_t one[1] = {70};
     record ref[1], got[1];
+    memset(ref, 0, sizeof ref);
+    memset(got, 0, sizeof got);
     uint64_t np_ref, np;
     how chunks = {0, -1, 0, 1};
     if (run_set(dir, chunks, one, 1, ref, &np_ref, NULL) != 0) return;
