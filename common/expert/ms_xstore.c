@@ -1,18 +1,14 @@
 /* ms_xstore: routed experts read from SSD on demand into a byte-bounded, policy-managed cache. */
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <time.h>
 #include "ms_xxh.h" /* XXH3, dispatched */
 
 #include "ms_cpolicy.h"
 #include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_ops.h"
-#include "ms_proc.h"
 #include "ms_xstore.h"
 
 /*

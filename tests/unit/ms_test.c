@@ -600,3 +600,43 @@ double ms_t_rel_err_bits(const float *got, json_t *bits, int64_t V)
         worst = fmax(worst, fabs((double)got[i] - bits_to_f32(json_array_get(bits, (size_t)i))));
     return worst / mx;
 }
+
+/* ---- what an engine sequence produced ---- */
+
+int ms_t_record_rows(void *ctx, struct ms_eseq *s, const float *rows, int64_t n)
+{
+    ms_t_record *r = ctx;
+    (void)s;
+    if (r->n_rows + n > r->cap) {
+        r->cap = (r->n_rows + n) * 2;
+        r->rows = ms_realloc(r->rows, sizeof(float) * (size_t)(r->cap * r->V));
+    }
+    memcpy(r->rows + r->n_rows * r->V, rows, sizeof(float) * (size_t)(n * r->V));
+    r->n_rows += n;
+    r->calls++;
+    return 0;
+}
+
+void ms_t_record_token(void *ctx, struct ms_eseq *s, int32_t token)
+{
+    ms_t_record *r = ctx;
+    (void)s;
+    if (r->n_tok < MS_T_RECORD_TOKENS) r->tok[r->n_tok] = token;
+    r->n_tok++;
+}
+
+int ms_t_record_same(const ms_t_record *a, const ms_t_record *b, int calls)
+{
+    size_t kept = a->n_tok < MS_T_RECORD_TOKENS ? a->n_tok : MS_T_RECORD_TOKENS;
+    return a->n_tok == b->n_tok && !memcmp(a->tok, b->tok, sizeof(int32_t) * kept) && a->n_rows == b->n_rows &&
+           (!calls || a->calls == b->calls) && a->V == b->V &&
+           (a->n_rows == 0 || !memcmp(a->rows, b->rows, sizeof(float) * (size_t)(a->n_rows * a->V)));
+}
+
+void ms_t_record_free(ms_t_record *r)
+{
+    int64_t V = r->V;
+    free(r->rows);
+    memset(r, 0, sizeof *r);
+    r->V = V;
+}

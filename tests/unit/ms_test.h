@@ -169,6 +169,28 @@ const char *ms_t_show_ids(const int32_t *ids, size_t n);
 #include <jansson.h>
 double ms_t_rel_err_bits(const float *got, json_t *bits, int64_t V);
 
+/* ---- what an engine sequence produced (ms_test.c) ---- */
+
+#define MS_T_RECORD_TOKENS 64
+
+/* A sequence's tokens (the first MS_T_RECORD_TOKENS kept, all counted) and every logits row
+ * handed to on_logits; zero it and set V before use, free with ms_t_record_free. */
+typedef struct {
+    int32_t tok[MS_T_RECORD_TOKENS];
+    size_t n_tok;
+    float *rows; /* [n_rows][V] */
+    int64_t n_rows, cap, V;
+    uint64_t calls; /* on_logits calls */
+} ms_t_record;
+
+struct ms_eseq;
+/* ms_gen_params callbacks with ctx an ms_t_record: on_logits keeps the rows, on_token the token. */
+int ms_t_record_rows(void *ctx, struct ms_eseq *s, const float *rows, int64_t n);
+void ms_t_record_token(void *ctx, struct ms_eseq *s, int32_t token);
+/* Same tokens and logits rows, bit for bit (and, with calls, as many on_logits calls). */
+int ms_t_record_same(const ms_t_record *a, const ms_t_record *b, int calls);
+void ms_t_record_free(ms_t_record *r); /* the rows; r is zeroed but for V */
+
 /* ---- Kimi K3 shorthands (ms_test.c) ---- */
 #include "ms_expert.h"
 #include "ms_k3_model.h"

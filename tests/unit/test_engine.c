@@ -16,36 +16,6 @@
 
 static char dir[1024];
 
-/* What one sequence produced: its tokens and every logits row computed for it. */
-typedef struct {
-    int32_t tok[NGEN];
-    size_t n_tok;
-    float *rows;       /* [n_rows][V] */
-    int64_t n_rows, cap;
-    int64_t V;
-} record;
-
-static int keep_rows(void *ctx, ms_eseq *s, const float *rows, int64_t n)
-{
-    record *r = ctx;
-    (void)s;
-    if (r->n_rows + n > r->cap) {
-        r->cap = (r->n_rows + n) * 2;
-        r->rows = ms_realloc(r->rows, sizeof(float) * (size_t)(r->cap * r->V));
-    }
-    memcpy(r->rows + r->n_rows * r->V, rows, sizeof(float) * (size_t)(n * r->V));
-    r->n_rows += n;
-    return 0;
-}
-
-static void keep_token(void *ctx, ms_eseq *s, int32_t token)
-{
-    record *r = ctx;
-    (void)s;
-    if (r->n_tok < NGEN) r->tok[r->n_tok] = token;
-    r->n_tok++;
-}
-
 /* Prompt i: length 1 + (5 * i) % 11, ids spread over the vocabulary. */
 static size_t prompt_of(int i, int32_t *ids, int64_t V)
 {
@@ -55,7 +25,7 @@ static size_t prompt_of(int i, int32_t *ids, int64_t V)
 }
 
 /* Half the sequences greedy, half sampled with their own seeds. */
-static ms_gen_params params_of(int i, record *r)
+static ms_gen_params params_of(int i, ms_t_record *r)
 {
     ms_gen_params p = {0};
     p.temperature = i % 2 ? 0.9f : 0.0f;
@@ -63,8 +33,8 @@ static ms_gen_params params_of(int i, record *r)
     p.seed = 1000 + (uint64_t)i;
     p.max_tokens = NGEN;
     p.all_logits = 1;
-    p.on_token = keep_token;
-    p.on_logits = keep_rows;
+    p.on_token = ms_t_record_token;
+    p.on_logits = ms_t_record_rows;
     p.ctx = r;
     return p;
 }
@@ -87,7 +57,7 @@ static ms_engine *open_engine(int max_seqs, uint64_t budget, int local_workers)
 }
 
 /* Sequence i alone, from its own engine: the reference. */
-static void run_alone(int i, record *r)
+static void run_alone(int i, ms_t_record *r)
 {
     ms_engine *e = open_engine(1, 0, 0);
     if (!e) return;
@@ -106,13 +76,13 @@ static void run_alone(int i, record *r)
 }
 
 /* n sequences in one engine; sequence i joins at step i * stagger, so they sit at different
- * positions and some prefill while others decode. Returns 1 if every record equals ref. */
-static int run_batched(int n, int stagger, uint64_t budget, int local_workers, const record *ref, const char *what)
+ * positions and some prefill while others decode. Returns 1 if every ms_t_record equals ref. */
+static int run_batched(int n, int stagger, uint64_t budget, int local_workers, const ms_t_record *ref, const char *what)
 {
     int64_t V = ref[0].V;
     ms_engine *e = open_engine(n, budget, local_workers);
     if (!e) return 0;
-    record got[NSEQ];
+    ms_t_record got[NSEQ];
     ms_eseq *seq[NSEQ] = {0};
     memset(got, 0, sizeof got);
     int ok = 1;
@@ -138,9 +108,7 @@ static int run_batched(int n, int stagger, uint64_t budget, int local_workers, c
         }
     }
     for (int i = 0; i < n; i++) {
-        int same = got[i].n_tok == ref[i].n_tok && !memcmp(got[i].tok, ref[i].tok, sizeof(int32_t) * NGEN) &&
-                   got[i].n_rows == ref[i].n_rows && ref[i].n_rows > 0 &&
-                   !memcmp(got[i].rows, ref[i].rows, sizeof(float) * (size_t)(ref[i].n_rows * V));
+        int same = ms_t_record_same(&got[i], &ref[i], 0) && ref[i].n_rows > 0;
         T_CHECK(same, "%s: sequence %d: tokens and %lld logits rows bit-identical to running it alone", what, i,
                 (long long)ref[i].n_rows);
         ok &= same;
@@ -177,7 +145,7 @@ static void check_reads_per_pass(uint64_t budget, int64_t V)
     const ms_plan *pl = ms_model_plan(ms_engine_model(e));
     T_CHECK(pl && pl->streaming && pl->chunk >= NSEQ, "the budget streams the trunk and a pass holds %d rows", NSEQ);
     ms_eseq *s[NSEQ];
-    record rec[NSEQ];
+    ms_t_record rec[NSEQ];
     memset(rec, 0, sizeof rec);
     for (int i = 0; i < NSEQ; i++) {
         int32_t ids[16];
@@ -285,7 +253,7 @@ static void check_nonfinite(const ms_synth_shape *sh)
         T_CHECK(e != NULL, "open the poisoned checkpoint: %s", e ? "" : ms_err_msg());
         if (!e) continue;
         int32_t ids[3] = {5, 6, 7};
-        record r = {.V = sh->vocab};
+        ms_t_record r = {.V = sh->vocab};
         ms_gen_params p = params_of(0, &r);
         ms_eseq *s = ms_engine_seq_new(e, ids, 3, &p);
         int rc = s ? ms_engine_step(e, &s, 1) : 0;
@@ -371,7 +339,7 @@ int main(void)
     T_CHECK(ms_synth_write(dir, &sh, 77) == 0, "synth tiny: %s", ms_err_msg());
     int64_t V = sh.vocab;
 
-    record ref[NSEQ];
+    ms_t_record ref[NSEQ];
     memset(ref, 0, sizeof ref);
     for (int i = 0; i < NSEQ; i++) {
         ref[i].V = V;

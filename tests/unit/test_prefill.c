@@ -13,41 +13,6 @@
 #define NGEN 3
 #define MAXSEQ 3
 
-/* What one sequence produced: its tokens and every logits row computed for it. */
-typedef struct {
-    int32_t tok[NGEN];
-    size_t n_tok;
-    float *rows; /* [n_rows][V] */
-    int64_t n_rows, cap, V;
-} record;
-
-static int keep_rows(void *ctx, ms_eseq *s, const float *rows, int64_t n)
-{
-    record *r = ctx;
-    (void)s;
-    if (r->n_rows + n > r->cap) {
-        r->cap = (r->n_rows + n) * 2;
-        r->rows = ms_realloc(r->rows, sizeof(float) * (size_t)(r->cap * r->V));
-    }
-    memcpy(r->rows + r->n_rows * r->V, rows, sizeof(float) * (size_t)(n * r->V));
-    r->n_rows += n;
-    return 0;
-}
-
-static void keep_token(void *ctx, ms_eseq *s, int32_t token)
-{
-    record *r = ctx;
-    (void)s;
-    if (r->n_tok < NGEN) r->tok[r->n_tok] = token;
-    r->n_tok++;
-}
-
-static int same(const record *a, const record *b)
-{
-    return a->n_tok == b->n_tok && !memcmp(a->tok, b->tok, sizeof a->tok) && a->n_rows == b->n_rows &&
-           !memcmp(a->rows, b->rows, sizeof(float) * (size_t)(a->n_rows * a->V));
-}
-
 /* How to run: the budget (0: plenty), the span option (ms_run_opts.max_span), workers. */
 typedef struct {
     uint64_t budget;
@@ -85,7 +50,7 @@ static void prompt_of(int i, int32_t *ids, size_t n, int64_t V)
 /* Sequences with prompt lengths len[0..n) run together in one engine (every step all of them),
  * greedy and sampled, every logits row kept. Returns 0, or -1 after a failed check. passes:
  * the forward passes the prefill took (the steps until every prompt was in), st the stats then. */
-static int run_set(const char *dir, how h, const size_t *len, int n, record *out, uint64_t *passes, ms_engine_stats *st)
+static int run_set(const char *dir, how h, const size_t *len, int n, ms_t_record *out, uint64_t *passes, ms_engine_stats *st)
 {
     int64_t longest = 0;
     for (int i = 0; i < n; i++) longest = (int64_t)len[i] > longest ? (int64_t)len[i] : longest;
@@ -105,8 +70,8 @@ static int run_set(const char *dir, how h, const size_t *len, int n, record *out
         p.seed = 7 + (uint64_t)i;
         p.max_tokens = NGEN;
         p.all_logits = 1;
-        p.on_token = keep_token;
-        p.on_logits = keep_rows;
+        p.on_token = ms_t_record_token;
+        p.on_logits = ms_t_record_rows;
         p.ctx = &out[i];
         s[i] = ms_engine_seq_new(e, ids, len[i], &p);
         free(ids);
@@ -138,12 +103,9 @@ static int run_set(const char *dir, how h, const size_t *len, int n, record *out
     return rc;
 }
 
-static void free_set(record *r, int n)
+static void free_set(ms_t_record *r, int n)
 {
-    for (int i = 0; i < n; i++) {
-        free(r[i].rows);
-        r[i].rows = NULL;
-    }
+    for (int i = 0; i < n; i++) ms_t_record_free(&r[i]);
 }
 
 /* The smallest budget the planner accepts, from its refusal of 1 byte. */
@@ -172,7 +134,7 @@ static uint64_t min_budget(const char *dir, int64_t longest)
 static void check_family(const char *what, const char *dir)
 {
     const size_t one[1] = {70}, three[3] = {41, 70, 9};
-    record ref[MAXSEQ], got[MAXSEQ];
+    ms_t_record ref[MAXSEQ], got[MAXSEQ];
     memset(ref, 0, sizeof ref);
     memset(got, 0, sizeof got);
     uint64_t np_ref, np;
@@ -189,7 +151,7 @@ static void check_family(const char *what, const char *dir)
     for (int b = 0; b < 4; b++) {
         how h = {budgets[b], 0, 0, 1};
         if (run_set(dir, h, one, 1, got, &np, &st) == 0) {
-            T_CHECK(same(&ref[0], &got[0]), "%s: budget %llu: spans = chunks, every logits row and token (%llu passes)",
+            T_CHECK(ms_t_record_same(&ref[0], &got[0], 0), "%s: budget %llu: spans = chunks, every logits row and token (%llu passes)",
                     what, (unsigned long long)budgets[b], (unsigned long long)np);
             spanned |= np == 1;
         }
@@ -199,7 +161,7 @@ static void check_family(const char *what, const char *dir)
     /* spans forced shorter than the prompt: 23, 23, 23, 1 rows, ending mid-chunk */
     how h23 = {0, 23, 0, 1};
     if (run_set(dir, h23, one, 1, got, &np, NULL) == 0)
-        T_CHECK(same(&ref[0], &got[0]) && np == 4, "%s: spans of 23 = chunks (%llu passes)", what, (unsigned long long)np);
+        T_CHECK(ms_t_record_same(&ref[0], &got[0], 0) && np == 4, "%s: spans of 23 = chunks (%llu passes)", what, (unsigned long long)np);
     free_set(got, 1);
     free_set(ref, 1);
     /* a batch of prompts of different lengths prefilled together, spans vs chunks */
@@ -207,7 +169,7 @@ static void check_family(const char *what, const char *dir)
         how hb = {0, 0, 0, 3};
         if (run_set(dir, hb, three, 3, got, &np, NULL) == 0) {
             int ok = 1;
-            for (int i = 0; i < 3; i++) ok &= same(&ref[i], &got[i]);
+            for (int i = 0; i < 3; i++) ok &= ms_t_record_same(&ref[i], &got[i], 0);
             T_CHECK(ok && np == 1, "%s: 3 prompts (41, 70, 9 tokens) prefilled together in %llu span(s) = chunks "
                     "(%llu passes)", what, (unsigned long long)np, (unsigned long long)np_ref);
         }
@@ -231,13 +193,13 @@ static void check_continue(const char *what, const char *dir)
     int64_t V = ms_engine_info(e)->vocab;
     int32_t ids[70];
     prompt_of(0, ids, 70, V);
-    record a = {0}, b = {0};
+    ms_t_record a = {0}, b = {0};
     a.V = b.V = V;
     ms_gen_params p = {0};
     p.max_tokens = NGEN;
     p.all_logits = 1;
-    p.on_token = keep_token;
-    p.on_logits = keep_rows;
+    p.on_token = ms_t_record_token;
+    p.on_logits = ms_t_record_rows;
     p.ctx = &a;
     ms_eseq *s = ms_engine_seq_new(e, ids, 70, &p);
     while (s && !ms_engine_seq_done(s) && ms_engine_step(e, &s, 1) == 0) {}
@@ -283,7 +245,7 @@ static void check_bytes(const char *what, const char *dir, uint64_t ckpt_bytes, 
 {
     const size_t one[1] = {70};
     uint64_t minb = min_budget(dir, 70);
-    record r[1];
+    ms_t_record r[1];
     memset(r, 0, sizeof r);
     uint64_t np;
     ms_engine_stats sc, ss;
@@ -311,7 +273,7 @@ static void check_bytes(const char *what, const char *dir, uint64_t ckpt_bytes, 
 static void check_workers(const char *what, const char *dir)
 {
     const size_t one[1] = {70};
-    record ref[1], got[1];
+    ms_t_record ref[1], got[1];
     memset(ref, 0, sizeof ref);
     memset(got, 0, sizeof got);
     uint64_t np_ref, np;
@@ -320,7 +282,7 @@ static void check_workers(const char *what, const char *dir)
     for (int w = 1; w <= 3; w += 2) {
         how h = {0, 0, w, 1};
         if (run_set(dir, h, one, 1, got, &np, NULL) == 0)
-            T_CHECK(same(&ref[0], &got[0]), "%s: %d local worker(s): the same rows and tokens (%llu passes)", what, w,
+            T_CHECK(ms_t_record_same(&ref[0], &got[0], 0), "%s: %d local worker(s): the same rows and tokens (%llu passes)", what, w,
                     (unsigned long long)np);
         free_set(got, 1);
     }

@@ -19,48 +19,15 @@
 static char dir[1024];
 static const char *tmp;
 
-/* What one sequence produced: its tokens and every logits row handed to on_logits. */
-typedef struct {
-    int32_t tok[NGEN];
-    size_t n_tok;
-    float *rows; /* [n_rows][V] */
-    int64_t n_rows, cap, V;
-    uint64_t calls; /* on_logits calls */
-} record;
-
-static int keep_rows(void *ctx, ms_eseq *s, const float *rows, int64_t n)
-{
-    record *r = ctx;
-    (void)s;
-    if (r->n_rows + n > r->cap) {
-        r->cap = (r->n_rows + n) * 2;
-        r->rows = ms_realloc(r->rows, sizeof(float) * (size_t)(r->cap * r->V));
-    }
-    memcpy(r->rows + r->n_rows * r->V, rows, sizeof(float) * (size_t)(n * r->V));
-    r->n_rows += n;
-    r->calls++;
-    return 0;
-}
-
-static void keep_token(void *ctx, ms_eseq *s, int32_t token)
-{
-    record *r = ctx;
-    (void)s;
-    if (r->n_tok < NGEN) r->tok[r->n_tok] = token;
-    r->n_tok++;
-}
-
 /* Same tokens and logits rows (and, with calls, as many on_logits calls: one per generated row;
  * in a batch prompt chunks may split differently, as they do without speculation). */
-static int same_record(const record *a, const record *b, int calls)
+static int same_record(const ms_t_record *a, const ms_t_record *b, int calls)
 {
-    return a->n_tok == b->n_tok && !memcmp(a->tok, b->tok, sizeof(int32_t) * (a->n_tok < NGEN ? a->n_tok : NGEN)) &&
-           a->n_rows == b->n_rows && a->n_rows > 0 && (!calls || a->calls == b->calls) &&
-           !memcmp(a->rows, b->rows, sizeof(float) * (size_t)(a->n_rows * a->V));
+    return a->n_rows > 0 && ms_t_record_same(a, b, calls);
 }
 
 /* Settings k: greedy, or sampled with top-p < 1 and its own seed. */
-static ms_gen_params params_of(int k, record *r)
+static ms_gen_params params_of(int k, ms_t_record *r)
 {
     ms_gen_params p = {0};
     p.temperature = k == 0 ? 0.0f : 0.8f + 0.1f * (float)k;
@@ -68,8 +35,8 @@ static ms_gen_params params_of(int k, record *r)
     p.seed = 4242 + 17 * (uint64_t)k;
     p.max_tokens = NGEN;
     p.all_logits = 1;
-    p.on_token = keep_token;
-    p.on_logits = keep_rows;
+    p.on_token = ms_t_record_token;
+    p.on_logits = ms_t_record_rows;
     p.ctx = r;
     return p;
 }
@@ -120,7 +87,7 @@ static ms_engine *open_e(const eopts *x)
 }
 
 /* Run sequences [0, n) of (prompt i, settings k[i]) together in one engine until done. */
-static int run_set(const eopts *x, int n, const int *pi, const int *k, record *out, ms_engine_stats *st)
+static int run_set(const eopts *x, int n, const int *pi, const int *k, ms_t_record *out, ms_engine_stats *st)
 {
     ms_engine *e = open_e(x);
     T_CHECK(e != NULL, "engine opens (speculate %d, budget %llu, %d workers): %s", x->speculate,
@@ -155,7 +122,7 @@ static int run_set(const eopts *x, int n, const int *pi, const int *k, record *o
     return rc;
 }
 
-static void free_rec(record *r, int n)
+static void free_rec(ms_t_record *r, int n)
 {
     for (int i = 0; i < n; i++) free(r[i].rows);
 }
@@ -210,7 +177,7 @@ static void check_identity(const char *model, const char *what, int pi, int k, c
                            int n_ng)
 {
     eopts off = {model, 0, NULL, 0, 0, 1, 1};
-    record ref, cref = {0};
+    ms_t_record ref, cref = {0};
     if (run_set(&off, 1, &pi, &k, &ref, NULL) != 0) return;
     T_CHECK(ref.n_tok == NGEN, "%s: reference made %zu tokens", what, ref.n_tok);
     int32_t list[NGEN];
@@ -222,7 +189,7 @@ static void check_identity(const char *model, const char *what, int pi, int k, c
         for (int pat = 0; pat <= (with_ng ? NPAT : NPAT - 1); pat++) {
             eopts x = {model, spec, NULL, 0, 0, 1, 1};
             if (pat == NPAT) { /* n-gram drafts on the covering prompt, against its own reference */
-                record ng;
+                ms_t_record ng;
                 ms_engine_stats st;
                 int pc = pi + COVER;
                 if (!cref.n_rows && run_set(&off, 1, &pc, &k, &cref, NULL) != 0) continue;
@@ -242,7 +209,7 @@ static void check_identity(const char *model, const char *what, int pi, int k, c
                 x.draft_file = write_drafts("drafts.txt", list, NGEN);
                 if (N) reject_seen |= rejected_positions(list, ref.tok, N);
             }
-            record got;
+            ms_t_record got;
             ms_engine_stats st;
             if (run_set(&x, 1, &pi, &k, &got, &st) != 0) continue;
             T_CHECK(same_record(&got, &ref, 1),
@@ -278,7 +245,7 @@ static void check_batch(const char *what, uint64_t budget, int local_workers, in
 {
     int pi[4] = {0, 1, 2, 3}, k[4] = {0, 1, 2, 3};
     eopts off = {dir, 0, NULL, budget, 0, 4};
-    record ref[4], got[4];
+    ms_t_record ref[4], got[4];
     if (run_set(&off, 4, pi, k, ref, NULL) != 0) return;
     /* one list for all (the engine's --draft-file): right for sequence 0, mostly wrong for the
      * others, so sequences of one pass accept different counts */
@@ -357,11 +324,11 @@ static void check_window_fit(void)
 
 /* A sequence of e on prompt pattern pi with the parameters of set k, prefilled (its whole
  * prompt fed); *ok is 0 when that failed. got takes its logits rows. */
-static ms_eseq *seq_prefilled(ms_engine *e, int pi, int k, record *got, int *ok)
+static ms_eseq *seq_prefilled(ms_engine *e, int pi, int k, ms_t_record *got, int *ok)
 {
     int32_t ids[MAXV + 32];
     size_t np = prompt_of(pi, ids, ms_engine_info(e)->vocab);
-    *got = (record){.V = ms_engine_info(e)->vocab};
+    *got = (ms_t_record){.V = ms_engine_info(e)->vocab};
     ms_gen_params p = params_of(k, got);
     ms_eseq *s = ms_engine_seq_new(e, ids, np, &p);
     *ok = s != NULL;
@@ -375,7 +342,7 @@ static void check_one_pass(uint64_t budget)
 {
     int pi = 0, k = 0;
     eopts off = {dir, 0, NULL, budget, 0, 1};
-    record ref;
+    ms_t_record ref;
     if (run_set(&off, 1, &pi, &k, &ref, NULL) != 0) return;
     eopts x = {dir, 4, write_drafts("right.txt", ref.tok, NGEN), budget, 0, 1};
     ms_engine *e = open_e(&x);
@@ -383,7 +350,7 @@ static void check_one_pass(uint64_t budget)
     const ms_plan *pl = e ? ms_model_plan(ms_engine_model(e)) : NULL;
     T_CHECK(!e || (pl && pl->streaming), "the trunk streams");
     if (e && pl) {
-        record got;
+        ms_t_record got;
         int ok;
         ms_eseq *s = seq_prefilled(e, pi, k, &got, &ok);
         ms_engine_stats a, b;
@@ -412,7 +379,7 @@ static void check_auto_opening(uint64_t streaming_budget)
 {
     int pi = 0, k = 0;
     eopts off = {dir, 0, NULL, 0, 0, 1};
-    record ref;
+    ms_t_record ref;
     if (run_set(&off, 1, &pi, &k, &ref, NULL) != 0) return;
     const char *drafts = write_drafts("right-open.txt", ref.tok, NGEN);
     for (int streaming = 0; streaming < 2; streaming++) {
@@ -425,7 +392,7 @@ static void check_auto_opening(uint64_t streaming_budget)
                 "auto, %s: plan %s, window %d: %s", streaming ? "smallest budget of window 4" : "no budget",
                 pl && pl->streaming ? "streams" : "resident", e ? st.spec_window : -1, e ? "" : ms_err_msg());
         if (e && pl) {
-            record got;
+            ms_t_record got;
             int ok;
             ms_eseq *s = seq_prefilled(e, pi, k, &got, &ok);
             size_t n0 = 0, n1 = 0;

@@ -314,7 +314,8 @@ static void test_row_invariance(void)
 }
 
 /* grow_bg: the cache starts empty, never holds more than the slots the grower has faulted
- * in, computes the same bits meanwhile, and ends at its full size with pure hits. */
+ * in, computes the same bits meanwhile, and ends at its full size with pure hits; lent to a
+ * prefill span (ms_xstore_lend) and given back, likewise. */
 static void test_grow(void)
 {
     const char *paths[1] = {xt_path("a.safetensors")};
@@ -371,6 +372,27 @@ static void test_grow(void)
     T_CHECK(b.hits - a.hits == NE && b.misses == a.misses && memcmp(y1, y2, sizeof y1) == 0,
             "grown cache: %llu hits, %llu misses on a repeat", (unsigned long long)(b.hits - a.hits),
             (unsigned long long)(b.misses - a.misses));
+    /* Lent to a prefill span down to one slot: nothing cached, the same bits, at most one
+     * expert held; given back, it grows to its full size again and hits. */
+    ms_xstore_lend(s, 1);
+    ms_xstore_get_stats(s, &a);
+    float y3[NE * LAT];
+    st_if.compute(st_if.ctx, 0, 1, zz, NE, all, y3);
+    ms_xstore_get_stats(s, &b);
+    T_CHECK(a.cache_bytes_used == 0 && a.cache_bytes_grown == slot && b.cache_bytes_used <= slot &&
+                b.misses - a.misses == NE && memcmp(y1, y3, sizeof y1) == 0,
+            "lent: %llu bytes cached, %llu grown, %llu misses of %d, same bits", (unsigned long long)a.cache_bytes_used,
+            (unsigned long long)a.cache_bytes_grown, (unsigned long long)(b.misses - a.misses), NE);
+    ms_xstore_unlend(s);
+    ms_xstore_unlend(s); /* not lent: nothing */
+    ms_xstore_grow_wait(s);
+    st_if.compute(st_if.ctx, 0, 1, zz, NE, all, y3);
+    ms_xstore_get_stats(s, &a);
+    st_if.compute(st_if.ctx, 0, 1, zz, NE, all, y3);
+    ms_xstore_get_stats(s, &b);
+    T_CHECK(a.cache_bytes_grown == NK * slot && b.hits - a.hits == NE && memcmp(y1, y3, sizeof y1) == 0,
+            "given back: grown to %llu of %llu bytes, %llu hits on a repeat", (unsigned long long)a.cache_bytes_grown,
+            (unsigned long long)(NK * slot), (unsigned long long)(b.hits - a.hits));
     ms_xstore_free(s);
     /* A store freed while its grower is still at work stops it (ASan: nothing leaks). */
     o.cache_bytes = 64 * NK * slot;
