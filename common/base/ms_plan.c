@@ -1,5 +1,6 @@
 /* ms_plan: the RAM budget planner (fixed costs first, then a pinned trunk prefix, then the cache). */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,6 +46,29 @@ static void refuse(const ms_plan_in *in, int64_t chunk, uint64_t margin, uint64_
     ms_err_set("a RAM budget of %s cannot hold the fixed costs (%s); the minimum that would work is about %s "
                "(%llu bytes)",
                ms_size_fmt(in->budget, a, sizeof a), costs, ms_size_fmt(need, b, sizeof b), (unsigned long long)need);
+}
+
+/* Expected bytes of the routed experts `rows` tokens touch (random routing: each expert with
+ * probability 1 - (1 - share)^rows), at most every expert. */
+static double touched(const ms_plan_in *in, uint64_t rows)
+{
+    double all = (double)in->max_slots * (double)(in->expert_read ? in->expert_read : in->expert_bytes);
+    if (in->route_share <= 0 || in->route_share >= 1) return all;
+    return all * (1.0 - pow(1.0 - in->route_share, (double)rows));
+}
+
+/* Estimated bytes a max_span-token prompt reads in passes of `rows` rows (the chunk: the cache
+ * kept, a share of its experts hit across passes; longer: spans, the cache lent; pins: spans
+ * that also stream the pinned trunk, read again once after). Each pass streams the unpinned
+ * trunk and reads the experts its rows touch; every expert the prompt touches is read once. */
+static double span_bytes(const ms_plan_in *in, const ms_plan *p, uint64_t trunk, uint64_t rows, int pins)
+{
+    uint64_t P = (uint64_t)in->max_span, n = (P + rows - 1) / rows;
+    double kept = rows > (uint64_t)p->chunk || !in->max_slots ? 0.0 : (double)p->cache_slots / (double)in->max_slots;
+    double experts = (double)n * touched(in, rows) * (1.0 - (kept < 1 ? kept : 1));
+    if (experts < touched(in, P)) experts = touched(in, P);
+    if (pins) return (double)n * (double)trunk + experts + (double)p->pinned_bytes;
+    return (double)n * (double)p->streamed_bytes + experts;
 }
 
 int ms_plan_make(const ms_plan_in *in, ms_plan *p)
@@ -98,7 +122,9 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
     if (in->max_slots && p->cache_slots > in->max_slots) p->cache_slots = in->max_slots;
     p->cache = p->cache_slots * in->expert_bytes;
     /* The span: the chunk's working memory plus what the cache above its minimum and the spare
-     * lend, over a span's per-row cost. */
+     * lend, over a span's per-row cost; with span_pins, also the pinned trunk less a second ring.
+     * Which of chunks, spans and spans with the pins reads the fewest bytes for a max_span-token
+     * prompt (span_bytes) decides, unless spans were asked for (span_forced). */
     p->span = chunk;
     p->span_cache_slots = p->cache_slots;
     uint64_t span_per_token = in->work_per_token + in->span_extra_per_token;
@@ -107,9 +133,24 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
         if (keep > p->cache_slots) keep = p->cache_slots;
         uint64_t room = (p->cache_slots - keep) * in->expert_bytes + ms_plan_spare(p) +
                         in->work_per_token * (uint64_t)chunk;
-        uint64_t s = room / span_per_token;
-        if (s > (uint64_t)in->max_span) s = (uint64_t)in->max_span;
-        if (s > (uint64_t)chunk) {
+        uint64_t P = (uint64_t)in->max_span, s = room / span_per_token, s2 = 0;
+        if (s > P) s = P;
+        if (s < (uint64_t)chunk) s = (uint64_t)chunk;
+        if (in->span_pins && p->pinned_bytes > 0 && s < P) {
+            uint64_t room2 = room + p->pinned_bytes;
+            s2 = room2 > in->ring ? (room2 - in->ring) / span_per_token : 0;
+            if (s2 > P) s2 = P;
+        }
+        double bc = span_bytes(in, p, trunk, (uint64_t)chunk, 0), b1 = span_bytes(in, p, trunk, s, 0);
+        double b2 = s2 > s ? span_bytes(in, p, trunk, s2, 1) : INFINITY;
+        int spans = s > (uint64_t)chunk && (in->span_forced || b1 < 0.8 * bc);
+        double best = spans ? b1 : bc;
+        if (s2 > (uint64_t)chunk && (in->span_forced || b2 < 0.8 * best)) {
+            s = s2;
+            spans = 1;
+            p->span_pins = 1;
+        }
+        if (spans) {
             p->span = (int64_t)s;
             p->span_cache_slots = keep;
         }
@@ -146,15 +187,17 @@ void ms_plan_log(const ms_plan *p)
     ms_log(1, "plan: expert cache %s (%llu experts of %s)", ms_size_fmt(p->cache, a, sizeof a),
            (unsigned long long)p->cache_slots, ms_size_fmt(p->in.expert_bytes, b, sizeof b));
     if (p->span > p->chunk)
-        ms_log(1, "plan: prefill spans of up to %lld tokens, layer by layer (work %s, the expert cache lending %s)",
+        ms_log(1, "plan: prefill spans of up to %lld tokens, layer by layer (work %s, the expert cache lending %s%s%s%s)",
                (long long)p->span,
                ms_size_fmt(p->in.work_fixed + (p->in.work_per_token + p->in.span_extra_per_token) * (uint64_t)p->span, a, sizeof a),
-               ms_size_fmt((p->cache_slots - p->span_cache_slots) * p->in.expert_bytes, b, sizeof b));
+               ms_size_fmt((p->cache_slots - p->span_cache_slots) * p->in.expert_bytes, b, sizeof b),
+               p->span_pins ? ", the pinned trunk " : "", p->span_pins ? ms_size_fmt(p->pinned_bytes, c, sizeof c) : "",
+               p->span_pins ? ", read again after the prompt" : "");
 }
 
 json_t *ms_plan_json(const ms_plan *p)
 {
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:I,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:I}", "budget_bytes",
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:I,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:b}", "budget_bytes",
                      (json_int_t)p->in.budget, "fixed_bytes", (json_int_t)p->fixed, "baseline_bytes",
                      (json_int_t)p->in.baseline, "state_bytes", (json_int_t)p->in.state, "work_bytes",
                      (json_int_t)(p->in.work_fixed + p->in.work_per_token * (uint64_t)p->chunk),
@@ -165,5 +208,5 @@ json_t *ms_plan_json(const ms_plan *p)
                      "ring_bytes", (json_int_t)(p->streaming ? p->in.ring : 0), "expert_cache_bytes",
                      (json_int_t)p->cache, "expert_cache_slots", (json_int_t)p->cache_slots, "prefix_cache_bytes",
                      (json_int_t)p->in.state_cache, "prefill_span", (json_int_t)p->span, "span_cache_slots",
-                     (json_int_t)p->span_cache_slots);
+                     (json_int_t)p->span_cache_slots, "span_lends_pinned_trunk", p->span_pins);
 }

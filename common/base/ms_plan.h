@@ -31,6 +31,13 @@ typedef struct {
      * and the budget's spare. 0: spans are chunks. */
     int64_t max_span;          /* rows a span may want (the longest prompt) */
     uint64_t span_extra_per_token; /* working memory per row of a span on top of work_per_token */
+    int span_pins;             /* 1: a span may also borrow the pinned trunk (streamed for the span
+                                  through a second ring, read again after it) */
+    uint64_t expert_read;      /* bytes one expert's read brings from disk (0: expert_bytes) */
+    int span_forced;           /* 1: spans asked for: as long as memory allows (lending the pins
+                                  too when that holds more), whatever the estimate */
+    double route_share;        /* top_k / experts a layer: the share of a layer's experts one token
+                                  reads (the bytes estimate of spans; 0: every expert) */
 } ms_plan_in;
 
 /* The plan. */
@@ -39,6 +46,8 @@ typedef struct {
     int64_t chunk;             /* prefill chunk in tokens (any pass) */
     int64_t span;              /* rows of a prefill-only pass (>= chunk; > chunk: it borrows the cache) */
     uint64_t span_cache_slots; /* expert cache slots kept during a span (the rest is lent) */
+    int span_pins;             /* 1: spans borrow the pinned trunk too (fewer spans for the longest
+                                  prompt, and fewer bytes read in all counting its reading again) */
     uint64_t margin;           /* slack for the allocator, thread stacks, small buffers (ms_plan_slack) */
     uint64_t fixed;            /* baseline + state + work + expert_fixed + state_cache + margin (+ ring if streaming) */
     int n_pinned;              /* the first n_pinned trunk matrices stay resident */
@@ -58,7 +67,11 @@ uint64_t ms_plan_default_budget(int percent);
 /* Make the plan: the largest prefill chunk (up to max_chunk) whose fixed costs fit, then the
  * trunk prefix that fits pinned (the rest streams through the ring), then whole expert cache
  * slots (at least min_cache, at most max_slots) from what is left, then the longest prefill span
- * (up to max_span) whose working memory the cache above min_cache and the spare can lend. Returns 0, or -1 with ms_err
+ * (up to max_span) whose working memory the cache above min_cache and the spare can lend, and,
+ * with span_pins, the pinned trunk too; spans (and lent pins) are taken when they read a fifth
+ * fewer bytes for a max_span-token prompt than chunks (each pass streams the unpinned trunk and
+ * reads the experts its rows touch, chunks hitting the cache kept; lent pins stream with every
+ * span and are read again once after), or when span_forced. Returns 0, or -1 with ms_err
  * set (class MS_EXIT_BUDGET) when the budget is below the fixed costs, listing them and naming
  * the minimum budget that would work as "... about SIZE (N bytes)". */
 int ms_plan_make(const ms_plan_in *in, ms_plan *out);

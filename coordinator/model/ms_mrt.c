@@ -209,6 +209,84 @@ static int plan_window(ms_model *m, ms_plan_in *in)
     return ms_err_set_code(MS_EXIT_BUDGET);
 }
 
+/* Pinned matrices kept packed (in-kernel decoding of a trunk pack). */
+static int packed_pins_count(const ms_model *m)
+{
+    int n = 0;
+    for (int i = 0; m->pin_packed && i < m->plan.n_pinned; i++) n += m->sched_items[i].pk != NULL;
+    return n;
+}
+
+/* Read the pinned prefix of the schedule into fresh aligned buffers (m->pin_buf), all reads in
+ * flight together, and point each matrix at its bytes (or, packed, add it to m->mpin). At open,
+ * and again after a span that lent them. 0, or -1 with ms_err set naming the tensor. */
+static int pin_read(ms_model *m)
+{
+    int np = m->plan.n_pinned, npaths = m->src.n_paths, bad = 0;
+    ms_io_req *reqs = ms_calloc((size_t)np + 1, sizeof *reqs);
+    for (int i = 0; i < np; i++) {
+        const ms_wstream_item *it = &m->sched_items[i];
+        const ms_tpack_tensor *pk = m->pin_packed ? it->pk : NULL;
+        reqs[i].file = pk ? npaths : it->file;
+        reqs[i].off = pk ? pk->data_off : it->off;
+        reqs[i].len = (size_t)(pk ? pk->data_bytes : it->row_bytes * (uint64_t)it->rows);
+        reqs[i].buf = m->pin_buf[i] = ms_io_alloc(ms_io_span(reqs[i].off, reqs[i].len));
+        ms_io_submit(m->io, &reqs[i]);
+    }
+    /* A large pinned trunk takes a while to read (GBs from an SSD): show it, as prefill is shown. */
+    int shown = m->plan.pinned_bytes >= ((uint64_t)256 << 20);
+    if (shown) ms_progress_begin("loading the pinned trunk", m->plan.pinned_bytes, MS_PROGRESS_BYTES);
+    for (int i = 0; i < np; i++) {
+        if (ms_io_wait(m->io, &reqs[i]) != 0 && !bad) {
+            bad = 1;
+            ms_err_wrap("reading tensor %s", m->sched_items[i].name);
+        }
+        if (m->pin_packed && m->sched_items[i].pk) {
+            /* verified here, while the later reads are still in flight */
+            if (!bad && ms_mpin_add(m->mpin, m->sched[i], m->sched_items[i].pk, reqs[i].data, m->sched_items[i].name) != 0)
+                bad = 1;
+        } else
+            m->sched[i]->data = reqs[i].data;
+        if (shown) ms_progress_add(reqs[i].len);
+    }
+    if (shown) ms_progress_end();
+    free(reqs);
+    return bad ? -1 : 0;
+}
+
+/* A span that lends the pinned trunk: its buffers freed, and every trunk matrix streamed for the
+ * span through a ring over the whole schedule (the ring of the unpinned part stays where it is,
+ * at the start of the next pass). */
+static void pins_lend(ms_model *m)
+{
+    for (int i = 0; i < m->plan.n_pinned; i++) {
+        free(m->pin_buf[i]);
+        m->pin_buf[i] = NULL;
+        m->sched[i]->data = NULL;
+    }
+    m->span_ws = ms_wstream_new(m->io, m->sched_items, m->n_sched, m->chunk_bytes, RING_SLOTS);
+    for (int i = 0; i < m->n_sched; i++) {
+        m->sched[i]->stream = ms_wstream_iface(m->span_ws);
+        m->sched[i]->key = m->sched[i];
+    }
+}
+
+/* After such spans: the span ring gone, the unpinned part back on its ring, the pins read again. */
+static int pins_restore(ms_model *m)
+{
+    ms_wstream_stats w;
+    ms_wstream_get_stats(m->span_ws, &w);
+    m->span_ws_done.bytes_read += w.bytes_read;
+    m->span_ws_done.bytes_packed += w.bytes_packed;
+    m->span_ws_done.bytes_unpacked += w.bytes_unpacked;
+    m->span_ws_done.wait_seconds += w.wait_seconds;
+    ms_wstream_free(m->span_ws);
+    m->span_ws = NULL;
+    for (int i = 0; i < m->n_sched; i++)
+        m->sched[i]->stream = i < m->plan.n_pinned ? NULL : ms_wstream_iface(m->ws);
+    return pin_read(m);
+}
+
 /* The pass scratch of a planned chunk. */
 static void reserve_chunk(ms_model *m)
 {
@@ -219,21 +297,25 @@ static void reserve_chunk(ms_model *m)
 }
 
 /* Before a pass of R rows: a span (R > chunk) borrows the expert cache's memory for its scratch
- * (which the family's pass then reserves); the first shorter pass gives it back. The scratch is
- * freed in between, so the two never coexist. */
-static void span_switch(ms_model *m, int64_t R)
+ * (which the family's pass then reserves), and with plan.span_pins the pinned trunk's too; the
+ * first shorter pass gives them back. The scratch is freed in between, so the two never
+ * coexist. 0, or -1 with ms_err set (the pins could not be read again). */
+static int span_switch(ms_model *m, int64_t R)
 {
-    if (!m->planned) return;
+    if (!m->planned) return 0;
     int span = R > m->plan.chunk;
-    if (span == m->in_span) return;
+    if (span == m->in_span) return 0;
     ms_arena_free(&m->work);
+    m->in_span = span;
     if (span) {
         if (m->xs) ms_xstore_lend(m->xs, (size_t)m->plan.span_cache_slots);
-    } else {
-        reserve_chunk(m);
-        if (m->xs) ms_xstore_unlend(m->xs);
+        if (m->plan.span_pins) pins_lend(m);
+        return 0;
     }
-    m->in_span = span;
+    int rc = m->span_ws ? pins_restore(m) : 0;
+    reserve_chunk(m);
+    if (m->xs) ms_xstore_unlend(m->xs);
+    return rc;
 }
 
 int ms_mrt_setup(ms_model *m)
@@ -306,6 +388,10 @@ int ms_mrt_setup(ms_model *m)
         for (int i = 0; i < ns; i++)
             if (sched[i]->cols > wide) wide = sched[i]->cols;
         in.span_extra_per_token = 4 * (uint64_t)((wide + 15) / 16 * 16);
+        in.span_pins = 1;
+        in.span_forced = m->opts.max_span > 0;
+        in.expert_read = have_xf ? ms_xfmt_expert_bytes(&xf) : 0;
+        in.route_share = c->n_experts > 0 ? (double)c->top_k / (double)c->n_experts : 0;
     }
     /* Local workers each need their read buffers and a process of their own; remote workers
      * plan their own memory. */
@@ -334,6 +420,7 @@ int ms_mrt_setup(ms_model *m)
     const char *pins = getenv("MS_TPACK_PINS");
     if (m->plan.streaming && m->tpack && in_kernel && !(pins && !strcmp(pins, "raw"))) {
         in.trunk = packed_sizes;
+        in.span_pins = 0; /* packed pins (ms_mpin) stay: they are small already */
         if (plan_window(m, &in) != 0) goto out;
         pin_packed = 1;
     }
@@ -347,50 +434,27 @@ int ms_mrt_setup(ms_model *m)
     reserve_chunk(m);
     ms_plan_log(&m->plan);
 
-    /* Read the pinned prefix: aligned buffers, reads in flight together. */
-    ms_io_req *reqs = ms_calloc((size_t)(m->plan.n_pinned + 1), sizeof *reqs);
-    int packed_pins = 0;
-    for (int i = 0; i < m->plan.n_pinned; i++) {
-        const ms_wref *r = &m->refs[refidx[i]];
-        const ms_tpack_tensor *pk = pin_packed ? items[i].pk : NULL;
-        packed_pins += pk != NULL;
-        reqs[i].file = pk ? npaths : r->file;
-        reqs[i].off = pk ? pk->data_off : r->off;
-        reqs[i].len = (size_t)(pk ? pk->data_bytes : r->bytes);
-        reqs[i].buf = ms_mrt_own(m, ms_io_alloc(ms_io_span(reqs[i].off, reqs[i].len)));
-        ms_io_submit(m->io, &reqs[i]);
-    }
-    if (packed_pins) m->mpin = ms_mpin_new(packed_pins, ms_tpack_path(m->tpack));
-    int bad = 0;
-    /* A large pinned trunk takes a while to read (GBs from an SSD): show it, as prefill is shown. */
-    int shown = m->plan.pinned_bytes >= ((uint64_t)256 << 20);
-    if (shown) ms_progress_begin("loading the pinned trunk", m->plan.pinned_bytes, MS_PROGRESS_BYTES);
-    for (int i = 0; i < m->plan.n_pinned; i++) {
-        if (ms_io_wait(m->io, &reqs[i]) != 0 && !bad) {
-            bad = 1;
-            ms_err_wrap("reading tensor %s", m->refs[refidx[i]].name);
-        }
-        if (m->mpin && items[i].pk) {
-            /* verified here, while the later reads are still in flight */
-            if (!bad && ms_mpin_add(m->mpin, sched[i], items[i].pk, reqs[i].data, m->refs[refidx[i]].name) != 0)
-                bad = 1;
-        } else
-            sched[i]->data = reqs[i].data;
-        if (shown) ms_progress_add(reqs[i].len);
-    }
-    if (shown) ms_progress_end();
-    free(reqs);
-    if (bad) goto out;
+    /* Read the pinned prefix. */
+    m->sched = sched;
+    m->sched_items = items;
+    m->n_sched = ns;
+    m->pin_packed = pin_packed;
+    m->chunk_bytes = chunk_bytes;
+    sched = NULL;
+    items = NULL;
+    m->pin_buf = ms_calloc((size_t)m->plan.n_pinned + 1, sizeof *m->pin_buf);
+    if (packed_pins_count(m)) m->mpin = ms_mpin_new(packed_pins_count(m), ms_tpack_path(m->tpack));
+    if (pin_read(m) != 0) goto out;
     ms_io_stats ios;
     ms_io_get_stats(m->io, &ios);
     m->load_bytes = ios.bytes;
 
     /* Stream the rest. */
     if (m->plan.n_pinned < ns) {
-        m->ws = ms_wstream_new(m->io, items + m->plan.n_pinned, ns - m->plan.n_pinned, chunk_bytes, RING_SLOTS);
+        m->ws = ms_wstream_new(m->io, m->sched_items + m->plan.n_pinned, ns - m->plan.n_pinned, chunk_bytes, RING_SLOTS);
         for (int i = m->plan.n_pinned; i < ns; i++) {
-            sched[i]->stream = ms_wstream_iface(m->ws);
-            sched[i]->key = sched[i];
+            m->sched[i]->stream = ms_wstream_iface(m->ws);
+            m->sched[i]->key = m->sched[i];
         }
     }
 
@@ -442,6 +506,15 @@ out:
 
 void ms_mrt_release(ms_model *m)
 {
+    ms_wstream_free(m->span_ws);
+    m->span_ws = NULL;
+    for (int i = 0; m->pin_buf && i < m->plan.n_pinned; i++) free(m->pin_buf[i]);
+    free(m->pin_buf);
+    m->pin_buf = NULL;
+    free(m->sched);
+    m->sched = NULL;
+    free(m->sched_items);
+    m->sched_items = NULL;
     ms_xstore_free(m->xs);
     m->xs = NULL;
     ms_wstream_free(m->ws);
@@ -500,14 +573,17 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
         st->io_wait_seconds += x.io_wait_seconds;
         st->read_busy_seconds = x.read_busy_seconds;
     }
-    if (m->ws) {
-        ms_wstream_stats w;
-        ms_wstream_get_stats(m->ws, &w);
-        st->io_wait_seconds += w.wait_seconds;
-        st->trunk_bytes_streamed = w.bytes_read;
-        st->trunk_pack_read = w.bytes_packed;
-        st->trunk_pack_decoded = w.bytes_unpacked;
-    }
+    ms_wstream_stats w = m->span_ws_done, v = {0}; /* the main ring's, finished span rings' and the open one's */
+    if (m->ws) ms_wstream_get_stats(m->ws, &v);
+    w.bytes_read += v.bytes_read, w.bytes_packed += v.bytes_packed, w.bytes_unpacked += v.bytes_unpacked;
+    w.wait_seconds += v.wait_seconds;
+    if (m->span_ws) ms_wstream_get_stats(m->span_ws, &v);
+    if (m->span_ws) w.bytes_read += v.bytes_read, w.bytes_packed += v.bytes_packed, w.bytes_unpacked += v.bytes_unpacked;
+    if (m->span_ws) w.wait_seconds += v.wait_seconds;
+    st->io_wait_seconds += w.wait_seconds;
+    st->trunk_bytes_streamed = w.bytes_read;
+    st->trunk_pack_read = w.bytes_packed;
+    st->trunk_pack_decoded = w.bytes_unpacked;
     if (m->io) {
         ms_io_stats s;
         ms_io_get_stats(m->io, &s);
@@ -517,7 +593,10 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
     }
 }
 
-int ms_mrt_stream_check(ms_model *m) { return ms_mpin_check(m->mpin) != 0 || ms_wstream_check(m->ws) != 0 ? -1 : 0; }
+int ms_mrt_stream_check(ms_model *m)
+{
+    return ms_mpin_check(m->mpin) != 0 || ms_wstream_check(m->ws) != 0 || ms_wstream_check(m->span_ws) != 0 ? -1 : 0;
+}
 
 int64_t ms_mrt_nonfinite_row(const float *x, int64_t R, int64_t W)
 {
@@ -680,7 +759,7 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
     }
     int64_t R = 0;
     for (int i = 0; i < n; i++) R += items[i].T;
-    span_switch(m, R);
+    if (span_switch(m, R) != 0) return -1;
     return m->ops->forward_batch(m, items, n);
 }
 

@@ -78,6 +78,14 @@ struct ms_model {
     ms_arena work;             /* the forward pass's scratch (ops->work_floats), one per model */
     int in_span;               /* 1: the last pass was a prefill span (work holds a span's
                                   scratch, the expert cache is lent down to plan.span_cache_slots) */
+    /* The trunk schedule, kept for spans that lend the pinned trunk (plan.span_pins): */
+    ms_mat **sched;            /* [n_sched] the family's matrices in forward order */
+    ms_wstream_item *sched_items; /* [n_sched] how each streams */
+    int n_sched, pin_packed;   /* pin_packed: pinned matrices are kept packed (ms_mpin) */
+    uint64_t chunk_bytes;      /* a ring chunk */
+    void **pin_buf;            /* [plan.n_pinned] the pinned matrices' buffers (NULL while lent) */
+    ms_wstream *span_ws;       /* the ring over the whole schedule while a span holds the pins */
+    ms_wstream_stats span_ws_done; /* what the span rings streamed, summed */
     uint64_t load_bytes;       /* trunk bytes read while opening (the pinned prefix) */
     ms_expert_table *table;    /* routed experts bound in memory */
     ms_experts experts;

@@ -6,10 +6,11 @@
 # section "Long prompts" and prints it.
 #
 # usage: tests/bench/prefill.sh --old BINARY [--bin BINARY] [--model DIR] [--lengths "512 4096"]
-#          [--budgets "1G 8G"] [--doc FILE]
+#          [--budgets "1G 8G"] [--cases "512:1G 4096:8G"] [--doc FILE]
 #   --old BINARY   the previous build's moestream (e.g. built from the commit before spans)
 #   --bin BINARY   this build's (default: build/moestream, built now)
 #   --model DIR    the slice (default $MS_BENCH_DIR/k3-slice-3; written if absent: 41 GB)
+#   --cases LIST   prompt:budget pairs to run instead of every length at every budget
 # Needs root (cgroups, drop_caches). Prompts are random ids (seeded: the same every run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +18,7 @@ root=$PWD
 model=${MS_BENCH_DIR:-$root/build-bench}/k3-slice-3
 lengths="512 4096"
 budgets="1G 8G"
-bin= old= doc=docs/PERFORMANCE.md
+bin= old= doc=docs/PERFORMANCE.md cases=
 while [ $# -gt 0 ]; do
   case $1 in
     --old) old=$(realpath "$2"); shift 2 ;;
@@ -25,8 +26,9 @@ while [ $# -gt 0 ]; do
     --model) model=$2; shift 2 ;;
     --lengths) lengths=$2; shift 2 ;;
     --budgets) budgets=$2; shift 2 ;;
+    --cases) cases=$2; shift 2 ;;
     --doc) doc=$2; shift 2 ;;
-    *) echo "usage: $0 --old BINARY [--bin BINARY] [--model DIR] [--lengths LIST] [--budgets LIST] [--doc FILE]" >&2; exit 2 ;;
+    *) echo "usage: $0 --old BINARY [--bin BINARY] [--model DIR] [--lengths LIST] [--budgets LIST] [--cases LIST] [--doc FILE]" >&2; exit 2 ;;
   esac
 done
 [ -n "$old" ] || { echo "prefill: --old BINARY is required (the previous build, for the side-by-side)" >&2; exit 2; }
@@ -35,68 +37,72 @@ done
 bench_bin_out
 bench_slice "$bin" "$model"
 
-for n in $lengths; do
-  python3 -c "
-import random, sys
+if [ -z "$cases" ]; then
+  for n in $lengths; do for b in $budgets; do cases="$cases $n:$b"; done; done
+fi
+for c in $cases; do
+  n=${c%%:*} b=${c##*:}
+  [ -f "$out/ids-$n.txt" ] || python3 -c "
+import random
 r = random.Random($n)
 print(','.join(str(r.randrange(1, 160000)) for _ in range($n)))" > "$out/ids-$n.txt"
-  for b in $budgets; do
-    for which in old new; do
-      exe=$bin
-      [ $which = old ] && exe=$old
-      r=$which-$n-$b
-      drop
-      uptime > "$out/uptime-$r.txt"
-      set +e
-      bash tests/cgroup-run.sh "$(to_bytes "$b")" "$out/cgroup-$r.txt" "$exe" run --model "$model" \
-        --ids-file "$out/ids-$n.txt" -n 4 --json --quiet --ram-budget "$b" --trunk-pack none \
-        > "$out/run-$r.json" 2> "$out/err-$r.txt"
-      rc=$?
-      set -e
-      [ $rc -eq 0 ] || { echo "prefill: $which at $n tokens, $b failed with status $rc" >&2; tail -3 "$out/err-$r.txt" >&2; }
-      echo "prefill: $which, $n tokens at $b done (load $(cut -d, -f3- < "$out/uptime-$r.txt" | xargs))" >&2
-    done
+  for which in old new; do
+    exe=$bin
+    [ $which = old ] && exe=$old
+    r=$which-$n-$b
+    drop
+    uptime > "$out/uptime-$r.txt"
+    set +e
+    bash tests/cgroup-run.sh "$(to_bytes "$b")" "$out/cgroup-$r.txt" "$exe" run --model "$model" \
+      --ids-file "$out/ids-$n.txt" -n 2 --json --quiet --ram-budget "$b" --trunk-pack none \
+      > "$out/run-$r.json" 2> "$out/err-$r.txt"
+    rc=$?
+    set -e
+    [ $rc -eq 0 ] || { echo "prefill: $which at $n tokens, $b failed with status $rc" >&2; tail -3 "$out/err-$r.txt" >&2; }
+    echo "prefill: $which, $n tokens at $b done (load $(cut -d, -f3- < "$out/uptime-$r.txt" | xargs))" >&2
   done
 done
 
-python3 - "$out" "$model" "$lengths" "$budgets" "$doc" <<'PY'
-import json, os, subprocess, sys, datetime, filecmp
-out, model, lengths, budgets, path = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split(), sys.argv[5]
+python3 - "$out" "$model" "$cases" "$doc" <<'PY'
+import json, os, subprocess, sys, datetime
+out, model, cases, path = sys.argv[1], sys.argv[2], [c.split(":") for c in sys.argv[3].split()], sys.argv[4]
 def sh(c): return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
 cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
 size = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model) if f.endswith(".safetensors"))
 lines = ["## Long prompts\n",
          f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores; model: `moestream synth --preset "
-         f"k3-slice --layers 3` ({size/1e9:.1f} GB), no trunk pack (`--trunk-pack none`). Prompts of random ids, 4 "
+         f"k3-slice --layers 3` ({size/1e9:.1f} GB), no trunk pack (`--trunk-pack none`). Prompts of random ids, 2 "
          f"tokens generated greedily (*tokens = old* compares them; logits are compared bit for bit by "
          f"`tests/unit/test_prefill.c`, and are not dumped here: `--dump-logits` plans every prompt row's logits "
          f"into the span's memory). Each run: page cache dropped, then run inside a memory cgroup equal to `--ram-budget`. "
          f"*old* is the previous binary (prefill in chunks of at most 64 tokens, each streaming the unpinned trunk and "
          f"reading the experts its rows route to), *new* this one (prefill spans: one pass, layer by layer, over as "
-         f"many prompt tokens as the memory the expert cache lends holds). *read* counts every byte read from the "
-         f"checkpoint after load (experts + streamed trunk; the pinned trunk read at load is the *load* column).\n",
+         f"many prompt tokens as the memory the expert cache, and where the plan says so the pinned trunk, lends). "
+         f"*prefill read* counts every byte read from the checkpoint after load until the prompt is in (experts + "
+         f"streamed trunk; the pinned trunk read at load is the *load* column); *decode step* is what the one decode "
+         f"step read, which for *new* includes reading lent pins again.\n",
          "Command: `sudo bash tests/bench/prefill.sh --old OLD_BINARY`\n",
-         "| prompt | budget | binary | prefill s | passes | read GB | = checkpoint x | load GB | CPU user s | CPU sys s | cgroup peak GiB | OOM kills | load avg | tokens = old |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-for n in lengths:
-    for b in budgets:
+         "| prompt | budget | binary | prefill s | passes | prefill read GB | = checkpoint x | decode step GB | load GB | CPU user s | CPU sys s | cgroup peak GiB | OOM kills | load avg | tokens = old |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+for n, b in cases:
         for which in ("old", "new"):
             r = f"{which}-{n}-{b}"
             up = open(f"{out}/uptime-{r}.txt").read().split("load average:")[-1].split(",")[0].strip()
             try:
                 j = json.load(open(f"{out}/run-{r}.json"))
             except Exception:
-                lines.append(f"| {n} | {b} | {which} | failed | | | | | | | | | {up} | |")
+                lines.append(f"| {n} | {b} | {which} | failed | | | | | | | | | | {up} | |")
                 continue
             s = j["stats"]
             cg = dict(x.split("=") for x in open(f"{out}/cgroup-{r}.txt").read().split())
-            rd = s["bytes_read_experts"] + s["bytes_read_trunk"]
+            dec = s["decode_bytes_read_per_token"] * max(s["generated_tokens"] - 1, 0)
+            rd = s["bytes_read_experts"] + s["bytes_read_trunk"] - dec
             try:
                 same = "yes" if json.load(open(f"{out}/run-old-{n}-{b}.json"))["generated_ids"] == j["generated_ids"] else "NO"
             except Exception:
                 same = "?"
             passes = s["forward_passes"] - s.get("decode_passes", 0)
-            lines.append(f"| {n} | {b} | {which} | {s['prefill_seconds']:.1f} | {passes} | {rd/1e9:.1f} | {rd/size:.2f} | "
+            lines.append(f"| {n} | {b} | {which} | {s['prefill_seconds']:.1f} | {passes} | {rd/1e9:.1f} | {rd/size:.2f} | {dec/1e9:.1f} | "
                          f"{s['bytes_read_at_load']/1e9:.1f} | {s['cpu_user_seconds_prefill']:.1f} | "
                          f"{s['cpu_sys_seconds_prefill']:.1f} | {int(cg.get('peak', 0))/2**30:.2f} | {cg.get('oom_kills', '?')} | "
                          f"{up} | {same} |")

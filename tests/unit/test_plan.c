@@ -353,6 +353,58 @@ static void test_monotone(void)
     }
 }
 
+/* Prefill spans: memory the cache lends above its minimum (and the spare), and the choice of
+ * chunks, spans or spans lending the pinned trunk by the bytes a prompt would read. */
+static void test_spans(void)
+{
+    /* budget 2000: slack 44; chunk 64: fixed 180 + 64 + 44 = 288; the trunk (265) is pinned;
+     * cache (2000 - 288 - 265) / 16 = 90 slots (1440), spare 7. Experts: 1000 of 16 MiB, a token
+     * reads 1% of a layer's. A span row costs 1 MiB: room = (90 - 8 kept) * 16 + 7 + 64 * 1 =
+     * 1383 rows. A 2000-token prompt: chunks (32 passes) read ~32 x 47% of the experts, less the
+     * 9% the cache keeps (~220 GB), spans of 1383 (2 passes) ~2 x 100% (32 GB): spans. Lending
+     * the pins gives (1383 + 265 - 40 ring) = 1608 rows, still 2 spans, now each streaming the
+     * trunk too: kept. */
+    ms_plan_in in = base_in(2000 * M);
+    in.max_slots = 1000;
+    in.route_share = 0.01;
+    in.max_span = 2000;
+    in.span_pins = 1;
+    ms_plan p;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.chunk == 64 && p.cache_slots == 90 && p.span == 1383 &&
+                p.span_cache_slots == 8 && !p.span_pins,
+            "2000 MiB, 2000-token prompt: spans of %lld (want 1383), %llu slots kept (8), pins lent %d (0)",
+            (long long)p.span, (unsigned long long)p.span_cache_slots, p.span_pins);
+    check_invariants("spans", &p);
+    /* A 1500-token prompt: spans of 1383 take 2 passes (~32 GB), lending the pins one of 1500
+     * (the trunk 265 + experts ~16 GB + the pins read again 265): lent. */
+    in.max_span = 1500;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.span == 1500 && p.span_pins, "1500-token prompt: one span of %lld "
+            "lending the pins (%d)", (long long)p.span, p.span_pins);
+    /* Not allowed to lend them (e.g. packed pins): spans of 1383. */
+    in.span_pins = 0;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.span == 1383 && !p.span_pins, "pins not lendable: spans of %lld",
+            (long long)p.span);
+    /* The cache holds every expert (max_slots 80 < 90): chunks read each once and keep them, a
+     * span would empty the cache for nothing: chunks (span = chunk, nothing lent)... */
+    in = base_in(2000 * M);
+    in.max_slots = 80;
+    in.route_share = 0.01;
+    in.max_span = 2000;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.span == p.chunk && p.span_cache_slots == p.cache_slots,
+            "cache holds every expert: chunks (span %lld, chunk %lld)", (long long)p.span, (long long)p.chunk);
+    /* ...unless spans are asked for (--prefill-span N). */
+    in.span_forced = 1;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.span > p.chunk, "asked for: spans of %lld", (long long)p.span);
+    /* A span row's extra cost (the rows' prepared copy) shortens spans: 1 + 1 MiB a row. */
+    in = base_in(2000 * M);
+    in.max_slots = 1000;
+    in.route_share = 0.01;
+    in.max_span = 2000;
+    in.span_extra_per_token = 1 * M;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.span == 1383 / 2, "2 MiB a span row: spans of %lld (want 691)",
+            (long long)p.span);
+}
+
 int main(void)
 {
     test_everything_pinned();
@@ -362,5 +414,6 @@ int main(void)
     test_no_trunk_and_split();
     test_default_budget();
     test_monotone();
+    test_spans();
     return ms_t_done();
 }
