@@ -190,6 +190,8 @@ void ms_model_set_route_observer(ms_model *m, ms_route_fn fn, void *ctx);
  * prefill span); fn NULL removes it. */
 typedef void (*ms_layer_fn)(void *ctx, int layer, int n_layers, int64_t rows);
 void ms_model_set_layer_observer(ms_model *m, ms_layer_fn fn, void *ctx);
+/* The observer set now (NULL, NULL: none), e.g. to chain to it. */
+void ms_model_get_layer_observer(const ms_model *m, ms_layer_fn *fn, void **ctx);
 
 /* Run T tokens through the model, continuing the sequence (incremental: the state carries the
  * prefix, nothing is recomputed). logits: float[T][V] for every row if all_rows, else

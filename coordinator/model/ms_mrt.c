@@ -379,10 +379,12 @@ int ms_mrt_setup(ms_model *m)
     in.prompt_tokens = m->opts.prompt_tokens > 0 ? m->opts.prompt_tokens : 64;
     in.max_chunk = m->opts.max_chunk > 0 ? m->opts.max_chunk : 64;
     /* Spans: prefill-only passes longer than a chunk, up to the longest prompt, with memory the
-     * coordinator's expert cache lends (with workers the cache is theirs: chunks only). Per row
-     * they need the pass's work and the rows' copy a matmul prepares for its kernel
-     * (ms_gemm_prep_x: up to the widest trunk matrix's columns, padded to 16). */
-    if (m->opts.max_span >= 0 && !m->opts.remote_experts) {
+     * coordinator's expert cache lends (with workers the cache is in their processes: only the
+     * spare and the pins lend; each worker still gets a layer's rows for its experts once, in
+     * requests grouped by expert). Per row they need the pass's work and the rows' copy a matmul
+     * prepares for its kernel (ms_gemm_prep_x: up to the widest trunk matrix's columns, padded
+     * to 16). */
+    if (m->opts.max_span >= 0) {
         in.max_span = m->opts.max_span > 0 ? m->opts.max_span : in.prompt_tokens; /* x sequences: plan_for */
         int64_t wide = 0;
         for (int i = 0; i < ns; i++)
@@ -392,6 +394,7 @@ int ms_mrt_setup(ms_model *m)
         in.span_forced = m->opts.max_span > 0;
         in.expert_read = have_xf ? ms_xfmt_expert_bytes(&xf) : 0;
         in.route_share = c->n_experts > 0 ? (double)c->top_k / (double)c->n_experts : 0;
+        in.span_cache_kept = m->opts.remote_experts;
     }
     /* Local workers each need their read buffers and a process of their own; remote workers
      * plan their own memory. */
@@ -682,6 +685,12 @@ void ms_model_set_layer_observer(ms_model *m, ms_layer_fn fn, void *ctx)
 {
     m->layer_fn = fn;
     m->layer_ctx = ctx;
+}
+
+void ms_model_get_layer_observer(const ms_model *m, ms_layer_fn *fn, void **ctx)
+{
+    *fn = m->layer_fn;
+    *ctx = m->layer_ctx;
 }
 
 void ms_mrt_layer_done(ms_model *m, int layer, int64_t R)

@@ -60,6 +60,13 @@ struct ms_sengine {
     ms_sched_stats st;           /* copied after every step (figures) */
     ms_engine_stats es;
     ms_pcache_stats ps;
+    /* The pass running now (set by the model's layer observer on the engine thread, under mu;
+     * zero between passes): layers done of n, its rows, seconds since it began. */
+    int pass_layer, pass_layers;
+    int64_t pass_rows;
+    double pass_t0, pass_seconds;
+    ms_layer_fn chain_fn;        /* the model's layer observer before the thread started, called after */
+    void *chain_ctx;
 };
 
 
@@ -247,6 +254,7 @@ static void *engine_main(void *arg)
             continue;
         }
         idle = 0;
+        s->pass_t0 = ms_now();
         pthread_mutex_unlock(&s->mu);
         int rc = ms_sched_step(s->sched);
         ms_sched_stats st;
@@ -260,6 +268,9 @@ static void *engine_main(void *arg)
         s->st = st;
         s->es = es;
         s->ps = ps;
+        s->pass_layer = s->pass_layers = 0;
+        s->pass_rows = 0;
+        s->pass_seconds = 0.0;
         if (rc != 0) {
             /* the engine cannot go on: every request ends with the error, new ones get 503 */
             ms_log(0, "serve: the engine failed: %s", ms_err_msg());
@@ -282,6 +293,24 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
+/* After each layer of a pass (the engine thread): where the pass is, and the bytes read so far,
+ * for /metrics while a long prefill span runs (minutes on a big model). */
+static void serve_layer(void *ctx, int layer, int n_layers, int64_t rows)
+{
+    ms_sengine *s = ctx;
+    ms_model_stats ms;
+    ms_model_get_stats(ms_engine_model(s->e), &ms);
+    pthread_mutex_lock(&s->mu);
+    s->pass_layer = layer + 1;
+    s->pass_layers = n_layers;
+    s->pass_rows = rows;
+    s->pass_seconds = ms_now() - s->pass_t0;
+    s->es.model.bytes_read_experts = ms.bytes_read_experts;
+    s->es.model.bytes_read_trunk = ms.bytes_read_trunk;
+    pthread_mutex_unlock(&s->mu);
+    if (s->chain_fn) s->chain_fn(s->chain_ctx, layer, n_layers, rows);
+}
+
 ms_sengine *ms_sengine_start(ms_engine *e, int max_batch, int max_queue, ms_smetrics *m, ms_pcache *pc)
 {
     ms_sengine *s = ms_calloc(1, sizeof *s);
@@ -294,6 +323,8 @@ ms_sengine *ms_sengine_start(ms_engine *e, int max_batch, int max_queue, ms_smet
     ms_sched_set_stream(s->sched, on_delta);
     ms_sched_set_admit(s->sched, on_admit);
     ms_sched_set_pcache(s->sched, pc, 256);
+    ms_model_get_layer_observer(ms_engine_model(e), &s->chain_fn, &s->chain_ctx);
+    ms_model_set_layer_observer(ms_engine_model(e), serve_layer, s);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
     if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
@@ -344,6 +375,7 @@ void ms_sengine_free(ms_sengine *s)
 {
     if (!s) return;
     ms_sengine_drain(s);
+    ms_model_set_layer_observer(ms_engine_model(s->e), s->chain_fn, s->chain_ctx);
     ms_sched_free(s->sched);
     free(s->live);
     pthread_cond_destroy(&s->work);
@@ -501,6 +533,11 @@ void ms_sengine_figures(ms_sengine *s, ms_smetrics_engine *f)
     f->worker_failovers = s->es.remote.failovers;
     f->drafted = s->es.drafted;
     f->accepted = s->es.accepted;
+    f->pass_layer = s->pass_layer;
+    f->pass_layers = s->pass_layers;
+    f->pass_rows = s->pass_rows;
+    /* time left: the layers still to run at the pace of those done */
+    f->pass_seconds_left = s->pass_layer > 0 ? s->pass_seconds / s->pass_layer * (s->pass_layers - s->pass_layer) : 0.0;
     if (s->pc) {
         f->prefix_on = 1;
         f->prefix_lookups = s->ps.lookups;

@@ -16,7 +16,9 @@ typedef struct ms_sreqh ms_sreqh;
 
 /* Start the thread over e (borrowed; used only by that thread from now on) with at most
  * max_batch sequences decoding and max_queue more waiting. m (borrowed) receives TTFT,
- * per-token, batch and token figures. NULL with ms_err set if the thread cannot start. */
+ * per-token, batch and token figures. The thread observes the model's layers (where a pass is,
+ * for ms_sengine_figures) and then calls the observer e's model had, on the engine thread;
+ * ms_sengine_free puts that one back. NULL with ms_err set if the thread cannot start. */
 struct ms_pcache;
 /* pc (borrowed; NULL: none): the prefix cache the scheduler starts prompts from and keeps states in. */
 ms_sengine *ms_sengine_start(ms_engine *e, int max_batch, int max_queue, ms_smetrics *m, struct ms_pcache *pc);
@@ -67,7 +69,8 @@ void ms_sengine_abort(ms_sengine *s);
 int ms_sengine_ok(ms_sengine *s);
 /* 0 while the engine can serve every request, -1 with why when it cannot (ms_engine_health). */
 int ms_sengine_health(ms_sengine *s, char *why, size_t n);
-/* Queue depth, batch size and the engine's read and cache counters. */
+/* Queue depth, batch size, the engine's read and cache counters, and where the running pass is
+ * (layers done, rows, time left). Callable from any thread, the layer observer's included. */
 void ms_sengine_figures(ms_sengine *s, ms_smetrics_engine *f);
 
 #endif

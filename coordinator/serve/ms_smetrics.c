@@ -232,6 +232,16 @@ char *ms_smetrics_render(ms_smetrics *m, const ms_smetrics_engine *e, size_t *le
         "# TYPE moestream_expert_cache_hit_ratio gauge\nmoestream_expert_cache_hit_ratio %.6f\n",
         e->queue_depth, e->batch_size, e->max_batch, (unsigned long long)e->steps, (unsigned long long)e->cancelled,
         (unsigned long long)e->bytes_read, (unsigned long long)e->cache_requests, (unsigned long long)e->cache_hits, hit);
+    put(&b,
+        "# HELP moestream_pass_layers_done Layers done of the forward pass running now (0 between passes).\n"
+        "# TYPE moestream_pass_layers_done gauge\nmoestream_pass_layers_done %d\n"
+        "# HELP moestream_pass_layers Layers of the forward pass running now.\n"
+        "# TYPE moestream_pass_layers gauge\nmoestream_pass_layers %d\n"
+        "# HELP moestream_pass_rows Token rows of the forward pass running now (a prefill span: up to a whole prompt).\n"
+        "# TYPE moestream_pass_rows gauge\nmoestream_pass_rows %lld\n"
+        "# HELP moestream_pass_seconds_left Estimated seconds until the running pass ends, from its layers done.\n"
+        "# TYPE moestream_pass_seconds_left gauge\nmoestream_pass_seconds_left %.3f\n",
+        e->pass_layer, e->pass_layers, (long long)e->pass_rows, e->pass_seconds_left);
     if (e->prefix_on)
         put(&b,
             "# HELP moestream_prefix_cache_lookups_total Prompts looked up in the prefix cache.\n"

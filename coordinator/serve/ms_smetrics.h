@@ -21,6 +21,9 @@ typedef struct {
     int workers, workers_up;      /* expert workers listed, and those answering */
     uint64_t worker_requests, worker_resends, worker_failovers;
     uint64_t drafted, accepted;   /* speculative decoding: draft tokens verified, confirmed */
+    int pass_layer, pass_layers;  /* the pass running now: layers done of n (0 between passes) */
+    int64_t pass_rows;            /* its rows (a prefill span: up to the whole prompt) */
+    double pass_seconds_left;     /* estimated from the layers done */
     int prefix_on;                /* a prefix cache is used: */
     uint64_t prefix_lookups, prefix_hits, prefix_tokens; /* prompts looked up, found, tokens not prefilled */
     uint64_t prefix_bytes_ram, prefix_bytes_disk;        /* states kept */

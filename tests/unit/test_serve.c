@@ -388,7 +388,8 @@ static void check_metrics(void)
     const char *names[] = {"moestream_requests_total{endpoint=\"completions\",code=\"200\"}", "moestream_generated_tokens_total",
                            "moestream_queue_depth", "moestream_batch_size", "moestream_bytes_read_total",
                            "moestream_expert_cache_hit_ratio", "moestream_time_to_first_token_seconds_bucket",
-                           "moestream_time_per_token_seconds_count", "moestream_step_batch_size_bucket"};
+                           "moestream_time_per_token_seconds_count", "moestream_step_batch_size_bucket",
+                           "moestream_pass_layers_done", "moestream_pass_rows", "moestream_pass_seconds_left"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         T_CHECK(st == 200 && out && strstr(out, names[i]), "/metrics has %s", names[i]);
     free(out);
