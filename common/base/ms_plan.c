@@ -130,7 +130,7 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
     uint64_t span_per_token = in->work_per_token + in->span_extra_per_token;
     if (in->max_span > chunk && span_per_token > 0) {
         uint64_t keep = in->expert_bytes ? in->min_cache / in->expert_bytes : 0;
-        if (keep > p->cache_slots) keep = p->cache_slots;
+        if (keep > p->cache_slots || in->span_cache_kept) keep = p->cache_slots;
         uint64_t room = (p->cache_slots - keep) * in->expert_bytes + ms_plan_spare(p) +
                         in->work_per_token * (uint64_t)chunk;
         uint64_t P = (uint64_t)in->max_span, s = room / span_per_token, s2 = 0;

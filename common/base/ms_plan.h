@@ -38,6 +38,7 @@ typedef struct {
                                   too when that holds more), whatever the estimate */
     double route_share;        /* top_k / experts a layer: the share of a layer's experts one token
                                   reads (the bytes estimate of spans; 0: every expert) */
+    int span_cache_kept;       /* 1: the expert cache lends nothing (it is in worker processes) */
 } ms_plan_in;
 
 /* The plan. */

@@ -315,21 +315,34 @@ static void check_bytes(const char *what, const char *dir, uint64_t ckpt_bytes, 
     }
 }
 
-/* With local workers the cache is theirs: spans stay chunks, and every bit is the same. */
-static void check_workers(const char *what, const char *dir)
+/* With local workers the cache is theirs, so a span borrows only the spare and the pins: asked
+ * for, one span of the whole prompt, every bit the same as chunks in one process, and each worker
+ * gets one request per MoE layer (a layer's rows for its experts once) where chunks send one per
+ * chunk. */
+static void check_workers(const char *what, const char *dir, int moe_layers)
 {
     const size_t one[1] = {70};
     ms_t_record ref[1], got[1];
     memset(ref, 0, sizeof ref);
     memset(got, 0, sizeof got);
     uint64_t np_ref, np;
+    ms_engine_stats st;
     how chunks = {0, -1, 0, 1};
     if (run_set(dir, chunks, one, 1, ref, &np_ref, NULL) != 0) return;
     for (int w = 1; w <= 3; w += 2) {
-        how h = {0, 0, w, 1};
-        if (run_set(dir, h, one, 1, got, &np, NULL) == 0)
-            T_CHECK(ms_t_record_same(&ref[0], &got[0], 0), "%s: %d local worker(s): the same rows and tokens (%llu passes)", what, w,
-                    (unsigned long long)np);
+        how h = {0, 1000, w, 1};
+        if (run_set(dir, h, one, 1, got, &np, &st) == 0)
+            T_CHECK(ms_t_record_same(&ref[0], &got[0], 0) && np == 1 && st.remote.requests > 0 &&
+                        st.remote.requests <= (uint64_t)(moe_layers * w),
+                    "%s: %d local worker(s), spans: the same rows and tokens in %llu pass(es), %llu requests to the "
+                    "workers for %d MoE layers", what, w, (unsigned long long)np, (unsigned long long)st.remote.requests,
+                    moe_layers);
+        free_set(got, 1);
+        how hc = {0, -1, w, 1};
+        if (run_set(dir, hc, one, 1, got, &np, &st) == 0)
+            T_CHECK(ms_t_record_same(&ref[0], &got[0], 0) && np == np_ref && st.remote.requests > (uint64_t)moe_layers,
+                    "%s: %d local worker(s), chunks: the same rows and tokens (%llu passes, %llu requests)", what, w,
+                    (unsigned long long)np, (unsigned long long)st.remote.requests);
         free_set(got, 1);
     }
     free_set(ref, 1);
@@ -344,13 +357,13 @@ static uint64_t dir_bytes(const char *dir)
     return n;
 }
 
-/* Routed experts in the model's MoE layers. */
-static int moe_experts(const char *dir)
+/* Routed experts in the model's MoE layers (per_layer: 1, the MoE layers instead). */
+static int moe_experts(const char *dir, int per_layer)
 {
     how h = {0, 0, 0, 1};
     ms_engine *e = open_engine(dir, h, 8);
     const ms_model_info *in = e ? ms_engine_info(e) : NULL;
-    int n = in ? (in->n_layers - in->first_moe) * in->n_experts : 0;
+    int n = in ? (in->n_layers - in->first_moe) * (per_layer ? 1 : in->n_experts) : 0;
     ms_engine_free(e);
     return n;
 }
@@ -367,9 +380,9 @@ int main(void)
     check_family("gpt-oss", go);
     check_continue("K3", k3);
     check_continue("gpt-oss", go);
-    check_bytes("K3", k3, dir_bytes(k3), moe_experts(k3));
-    check_bytes("gpt-oss", go, dir_bytes(go), moe_experts(go));
-    check_workers("K3", k3);
-    check_workers("gpt-oss", go);
+    check_bytes("K3", k3, dir_bytes(k3), moe_experts(k3, 0));
+    check_bytes("gpt-oss", go, dir_bytes(go), moe_experts(go, 0));
+    check_workers("K3", k3, moe_experts(k3, 1));
+    check_workers("gpt-oss", go, moe_experts(go, 1));
     return ms_t_done();
 }
