@@ -619,6 +619,8 @@ static inline int panel_min(ms_wtype type, int level)
     if (ms_cpu_is_amd()) return 40;
     return type == MS_WT_BF16 ? 24 : 32;
 }
+/* Bytes of token rows a group of passes keeps (rows_panel): well inside a shared L3. */
+#define GROUP_BYTES ((int64_t)6 << 20)
 /* Tokens a micro tile takes (a group of the interleaved layout of ms_gemm_prep_x). */
 static inline int panel_tb(int level) { return level == MS_SIMD_AVX512 ? 3 : 2; }
 
@@ -815,86 +817,97 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
     const int64_t npass = T < TS ? T : TS;
     float *sbuf = ms_malloc(sizeof(float) * (size_t)(npass * RP * 16) + 64);
     float *st = (float *)(((uintptr_t)sbuf + 63) & ~(uintptr_t)63); /* [npass][RP][16] lanes */
-    for (int64_t rp = r0; rp < r1; rp += RP) {
-        int nr = r1 - rp < RP ? (int)(r1 - rp) : RP;
-        /* AVX2, BF16: the next panel's rows go to L2 during this panel's first pass, a few lines a
-         * micro tile, so decoding them does not wait on memory (one-token steps have the tiles'
-         * prefetch; here the decode was a sixth of a batch-16 step on Zen 1; MXFP4 rows, a quarter
-         * of the bytes, gained nothing). */
-        const uint8_t *pf = NULL;
-        int64_t pf_left = 0, pf_per = 0;
-        if (!z && W->type == MS_WT_BF16 && rp + RP < r1) {
-            int64_t nr2 = r1 - rp - RP < RP ? r1 - rp - RP : RP;
-            pf = (const uint8_t *)row_ptr(W, rp + RP);
-            pf_left = (2 * cols * nr2 + 63) / 64;
-            int64_t calls = ((T < TS ? T : TS) + TB - 1) / TB * ((n16 + KB - 1) / KB);
-            pf_per = (pf_left + calls - 1) / calls;
-        }
-        for (int64_t ts = 0; ts < T; ts += TS) {
-            int nt = T - ts < TS ? (int)(T - ts) : TS;
-            for (int64_t kb = 0; kb < n16; kb += KB) {
-                pmic m;
-                m.kw = n16 - kb < KB ? n16 - kb : KB;
-                m.first = kb == 0;
-                m.fin = kb + m.kw < cols ? 0 : tree; /* the last block, and no tail */
-                const float *w0 = wd; /* row k of the panel's segment at w0 + k * m.ws */
-                m.ws = KB;
-                if (W->type == MS_WT_F32) {
-                    w0 = (const float *)W->data + rp * cols + kb;
-                    m.ws = cols;
-                } else {
-                    for (int k = 0; k < nr; k++) {
-                        if (z)
-                            seg_512(W, rp + k, kb, m.kw, wd + k * KB);
-                        else
-                            seg_avx2(W, rp + k, kb, m.kw, wd + k * KB);
-                    }
-                }
-                /* AVX-512: the next block (this panel's next columns, or the next panel's first) */
-                nxpf q = {0};
-                if (z && W->type != MS_WT_F32) {
-                    int64_t c0 = kb + KB < n16 ? kb + KB : 0, r = kb + KB < n16 ? rp : rp + RP;
-                    int64_t nrow = kb + KB < n16 ? nr : ts + TS >= T && r < r1 ? (r1 - r < RP ? r1 - r : RP) : 0;
-                    int64_t ncol = n16 - c0 < KB ? n16 - c0 : KB, bf = W->type == MS_WT_BF16;
-                    const uint8_t *p = (const uint8_t *)row_ptr(W, r) + (bf ? 2 * c0 : c0 / 2);
-                    int64_t stride = bf ? 2 * cols : cols / 2, seg = bf ? 2 * ncol : ncol / 2;
-                    if (nrow) nxpf_init(&q, p, stride, seg, nrow, (nt + TB - 1) / TB);
-                }
-                for (int t = 0; t < nt; t += TB) {
-                    int tb = nt - t < TB ? nt - t : TB;
-                    nxpf_step(&q);
-                    m.x = X + (ts + t) * nch * 16 + kb * tb; /* group (ts + t) / TB, chunk kb / 16 */
-                    for (int k0 = 0; k0 < nr;) {
-                        int R = z ? (nr - k0 >= 8 ? 8 : nr - k0 >= 4 ? 4 : nr - k0 >= 2 ? 2 : 1) : (nr - k0 >= 3 ? 3 : nr - k0);
-                        m.w = w0 + k0 * m.ws;
-                        m.pf = pf;
-                        m.pf_n = ts == 0 && k0 == 0 ? (pf_left < pf_per ? pf_left : pf_per) : 0;
-                        pf += 64 * m.pf_n;
-                        pf_left -= m.pf_n;
-                        for (int j = 0; j < tb; j++) {
-                            m.s[j] = st + ((t + j) * RP + k0) * 16;
-                            m.y[j] = Y + (ts + t + j) * ldy + rp + k0;
-                        }
-                        pmic_fn f = z ? z_pmic[R - 1][tb - 1] : a2_pmic[R - 1][tb - 1];
-                        MS_ASSERT(f);
-                        f(&m);
-                        k0 += R;
-                    }
-                }
+    /* Token groups outermost: as many passes as keep the group's token rows within GROUP_BYTES
+     * (all of them for a chunk's few dozen tokens: each weight row is then read once), at least
+     * one pass (AVX-512: 255 tokens, 7.3 MB at 7,168 columns). The group stays in L3 while every
+     * panel of the range goes through it; with panels outermost a long prefill span's tokens
+     * (4,096 x 7,168 floats: 117 MB) came from DRAM again for every panel (a third more CPU for a
+     * 4,096-token prompt on the k3-slice). Each output is still one pass and panel's blocks in
+     * column order: the same dots. */
+    const int64_t group_passes = GROUP_BYTES / (TS * nch * 64) > 1 ? GROUP_BYTES / (TS * nch * 64) : 1;
+    for (int64_t u0 = 0; u0 < T; u0 += group_passes * TS) {
+        const int64_t u1 = T - u0 < group_passes * TS ? T : u0 + group_passes * TS;
+        for (int64_t rp = r0; rp < r1; rp += RP) {
+            int nr = r1 - rp < RP ? (int)(r1 - rp) : RP;
+            /* AVX2, BF16: the next panel's rows go to L2 during this panel's first pass, a few lines a
+             * micro tile, so decoding them does not wait on memory (one-token steps have the tiles'
+             * prefetch; here the decode was a sixth of a batch-16 step on Zen 1; MXFP4 rows, a quarter
+             * of the bytes, gained nothing). */
+            const uint8_t *pf = NULL;
+            int64_t pf_left = 0, pf_per = 0;
+            if (!z && W->type == MS_WT_BF16 && rp + RP < r1) {
+                int64_t nr2 = r1 - rp - RP < RP ? r1 - rp - RP : RP;
+                pf = (const uint8_t *)row_ptr(W, rp + RP);
+                pf_left = (2 * cols * nr2 + 63) / 64;
+                int64_t calls = ((u1 - u0 < TS ? u1 - u0 : TS) + TB - 1) / TB * ((n16 + KB - 1) / KB);
+                pf_per = (pf_left + calls - 1) / calls;
             }
-            /* The tails (F32 / BF16 rows not a multiple of 16) and their trees. */
-            if (n16 == cols) continue; /* the micro tiles wrote the trees (MXFP4 always) */
-            for (int t = 0; t < nt; t++)
-                for (int k = 0; k < nr; k++) {
-                    float a[16] = {0};
-                    float *y = Y + (ts + t) * ldy + rp + k;
-                    if (n16) lanes_unperm(W->type, level, st + (t * RP + k) * 16, a);
-                    const void *w = row_ptr(W, rp + k);
-                    int64_t g0 = (ts + t) / TB * TB, tb = T - g0 < TB ? T - g0 : TB;
-                    const float *x = X + g0 * nch * 16 + n16 * tb + (ts + t - g0) * 16; /* the tail chunk */
-                    for (int64_t i = n16; i < cols; i++) a[i & 15] = fmaf(elem(W->type, w, i), x[i - n16], a[i & 15]);
-                    *y = tree16(a);
+            for (int64_t ts = u0; ts < u1; ts += TS) {
+                int nt = u1 - ts < TS ? (int)(u1 - ts) : TS;
+                for (int64_t kb = 0; kb < n16; kb += KB) {
+                    pmic m;
+                    m.kw = n16 - kb < KB ? n16 - kb : KB;
+                    m.first = kb == 0;
+                    m.fin = kb + m.kw < cols ? 0 : tree; /* the last block, and no tail */
+                    const float *w0 = wd; /* row k of the panel's segment at w0 + k * m.ws */
+                    m.ws = KB;
+                    if (W->type == MS_WT_F32) {
+                        w0 = (const float *)W->data + rp * cols + kb;
+                        m.ws = cols;
+                    } else {
+                        for (int k = 0; k < nr; k++) {
+                            if (z)
+                                seg_512(W, rp + k, kb, m.kw, wd + k * KB);
+                            else
+                                seg_avx2(W, rp + k, kb, m.kw, wd + k * KB);
+                        }
+                    }
+                    /* AVX-512: the next block (this panel's next columns, or the next panel's first) */
+                    nxpf q = {0};
+                    if (z && W->type != MS_WT_F32) {
+                        int64_t c0 = kb + KB < n16 ? kb + KB : 0, r = kb + KB < n16 ? rp : rp + RP;
+                        int64_t nrow = kb + KB < n16 ? nr : ts + TS >= u1 && r < r1 ? (r1 - r < RP ? r1 - r : RP) : 0;
+                        int64_t ncol = n16 - c0 < KB ? n16 - c0 : KB, bf = W->type == MS_WT_BF16;
+                        const uint8_t *p = (const uint8_t *)row_ptr(W, r) + (bf ? 2 * c0 : c0 / 2);
+                        int64_t stride = bf ? 2 * cols : cols / 2, seg = bf ? 2 * ncol : ncol / 2;
+                        if (nrow) nxpf_init(&q, p, stride, seg, nrow, (nt + TB - 1) / TB);
+                    }
+                    for (int t = 0; t < nt; t += TB) {
+                        int tb = nt - t < TB ? nt - t : TB;
+                        nxpf_step(&q);
+                        m.x = X + (ts + t) * nch * 16 + kb * tb; /* group (ts + t) / TB, chunk kb / 16 */
+                        for (int k0 = 0; k0 < nr;) {
+                            int R = z ? (nr - k0 >= 8 ? 8 : nr - k0 >= 4 ? 4 : nr - k0 >= 2 ? 2 : 1) : (nr - k0 >= 3 ? 3 : nr - k0);
+                            m.w = w0 + k0 * m.ws;
+                            m.pf = pf;
+                            m.pf_n = ts == u0 && k0 == 0 ? (pf_left < pf_per ? pf_left : pf_per) : 0;
+                            pf += 64 * m.pf_n;
+                            pf_left -= m.pf_n;
+                            for (int j = 0; j < tb; j++) {
+                                m.s[j] = st + ((t + j) * RP + k0) * 16;
+                                m.y[j] = Y + (ts + t + j) * ldy + rp + k0;
+                            }
+                            pmic_fn f = z ? z_pmic[R - 1][tb - 1] : a2_pmic[R - 1][tb - 1];
+                            MS_ASSERT(f);
+                            f(&m);
+                            k0 += R;
+                        }
+                    }
                 }
+                /* The tails (F32 / BF16 rows not a multiple of 16) and their trees. */
+                if (n16 == cols) continue; /* the micro tiles wrote the trees (MXFP4 always) */
+                for (int t = 0; t < nt; t++)
+                    for (int k = 0; k < nr; k++) {
+                        float a[16] = {0};
+                        float *y = Y + (ts + t) * ldy + rp + k;
+                        if (n16) lanes_unperm(W->type, level, st + (t * RP + k) * 16, a);
+                        const void *w = row_ptr(W, rp + k);
+                        int64_t g0 = (ts + t) / TB * TB, tb = T - g0 < TB ? T - g0 : TB;
+                        const float *x = X + g0 * nch * 16 + n16 * tb + (ts + t - g0) * 16; /* the tail chunk */
+                        for (int64_t i = n16; i < cols; i++) a[i & 15] = fmaf(elem(W->type, w, i), x[i - n16], a[i & 15]);
+                        *y = tree16(a);
+                    }
+            }
         }
     }
     free(wbuf);

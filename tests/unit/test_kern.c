@@ -577,6 +577,15 @@ static void test_matmul(void)
         check_matmul(MS_WT_BF16, 4, 8200, 2, pools);
         check_matmul(MS_WT_MXFP4, 4, 8224, 2, pools);
     }
+    /* token groups (rows_panel): passes whose token rows pass 6 MiB make groups of their own,
+     * each through every panel (8200 columns: one 255-token pass a group on AVX-512, 168 tokens
+     * on AVX2); 19 and 21 rows: several panels and a remainder */
+    static const int Tg[] = {257, 600};
+    for (size_t k = 0; k < sizeof Tg / sizeof Tg[0]; k++) {
+        g_T = Tg[k];
+        check_matmul(MS_WT_BF16, 19, 8200, 2, pools);
+        check_matmul(MS_WT_MXFP4, 21, 8224, 2, pools);
+    }
     g_T = 5;
     for (int i = 1; i < 4; i++) ms_pool_free(pools[i]);
 
