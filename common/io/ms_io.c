@@ -84,6 +84,27 @@ void *ms_io_alloc(size_t n)
     return p;
 }
 
+void *ms_io_alloc_small(size_t n)
+{
+    void *p = NULL;
+    size_t r = (n + MS_IO_ALIGN - 1) & ~(size_t)(MS_IO_ALIGN - 1);
+    size_t align = r >= (8u << 20) ? (2u << 20) : MS_IO_ALIGN; /* so that it can be merged later */
+    if (posix_memalign(&p, align, r ? r : MS_IO_ALIGN) != 0) {
+        fprintf(stderr, "moestream: out of memory allocating %zu aligned bytes\n", r);
+        abort();
+    }
+    /* small pages even where huge pages are the default (THP "always") */
+    if (align > MS_IO_ALIGN) madvise(p, r & ~(size_t)((2u << 20) - 1), MADV_NOHUGEPAGE);
+    return p;
+}
+
+void ms_io_hugepages(void *p, size_t n)
+{
+    size_t r = (n + MS_IO_ALIGN - 1) & ~(size_t)(MS_IO_ALIGN - 1);
+    if (p && r >= (8u << 20) && ((uintptr_t)p & ((2u << 20) - 1)) == 0)
+        madvise(p, r & ~(size_t)((2u << 20) - 1), MADV_HUGEPAGE);
+}
+
 struct ms_io {
     ms_io_files *files;
     int depth;
