@@ -11,6 +11,8 @@
 #   --bin BINARY   this build's (default: build/moestream, built now)
 #   --model DIR    the slice (default $MS_BENCH_DIR/k3-slice-3; written if absent: 41 GB)
 #   --cases LIST   prompt:budget pairs to run instead of every length at every budget
+#   --section NAME the docs section (default "Long prompts"; e.g. "Long prompts: gpt-oss-20b"
+#                  with --model a `synth --preset gpt-oss-20b` directory)
 # Needs root (cgroups, drop_caches). Prompts are random ids (seeded: the same every run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +20,7 @@ root=$PWD
 model=${MS_BENCH_DIR:-$root/build-bench}/k3-slice-3
 lengths="512 4096"
 budgets="1G 8G"
-bin= old= doc=docs/PERFORMANCE.md cases=
+bin= old= doc=docs/PERFORMANCE.md cases= section="Long prompts"
 while [ $# -gt 0 ]; do
   case $1 in
     --old) old=$(realpath "$2"); shift 2 ;;
@@ -28,7 +30,8 @@ while [ $# -gt 0 ]; do
     --budgets) budgets=$2; shift 2 ;;
     --cases) cases=$2; shift 2 ;;
     --doc) doc=$2; shift 2 ;;
-    *) echo "usage: $0 --old BINARY [--bin BINARY] [--model DIR] [--lengths LIST] [--budgets LIST] [--cases LIST] [--doc FILE]" >&2; exit 2 ;;
+    --section) section=$2; shift 2 ;;
+    *) echo "usage: $0 --old BINARY [--bin BINARY] [--model DIR] [--lengths LIST] [--budgets LIST] [--cases LIST] [--doc FILE] [--section NAME]" >&2; exit 2 ;;
   esac
 done
 [ -n "$old" ] || { echo "prefill: --old BINARY is required (the previous build, for the side-by-side)" >&2; exit 2; }
@@ -63,15 +66,17 @@ print(','.join(str(r.randrange(1, 160000)) for _ in range($n)))" > "$out/ids-$n.
   done
 done
 
-python3 - "$out" "$model" "$cases" "$doc" <<'PY'
+python3 - "$out" "$model" "$cases" "$doc" "$section" <<'PY'
 import json, os, subprocess, sys, datetime
-out, model, cases, path = sys.argv[1], sys.argv[2], [c.split(":") for c in sys.argv[3].split()], sys.argv[4]
+out, model, cases, path, section = sys.argv[1], sys.argv[2], [c.split(":") for c in sys.argv[3].split()], sys.argv[4], sys.argv[5]
 def sh(c): return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
 cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
 size = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model) if f.endswith(".safetensors"))
-lines = ["## Long prompts\n",
+cfg = json.load(open(os.path.join(model, "config.json")))
+what = "gpt-oss-20b" if cfg.get("model_type") == "gpt_oss" else "k3-slice --layers 3"
+lines = [f"## {section}\n",
          f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores; model: `moestream synth --preset "
-         f"k3-slice --layers 3` ({size/1e9:.1f} GB), no trunk pack (`--trunk-pack none`). Prompts of random ids, 2 "
+         f"{what}` ({size/1e9:.1f} GB), no trunk pack (`--trunk-pack none`). Prompts of random ids, 2 "
          f"tokens generated greedily (*tokens = old* compares them; logits are compared bit for bit by "
          f"`tests/unit/test_prefill.c`, and are not dumped here: `--dump-logits` plans every prompt row's logits "
          f"into the span's memory). Each run: page cache dropped, then run inside a memory cgroup equal to `--ram-budget`. "
@@ -111,5 +116,5 @@ print(text)
 if path:
     sys.path.insert(0, "tests/bench")
     from docsection import put_section
-    put_section(path, "## Long prompts", text)
+    put_section(path, "## " + section, text)
 PY
