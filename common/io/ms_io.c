@@ -68,35 +68,28 @@ size_t ms_io_span(uint64_t off, size_t len)
     return (size_t)(a1 - a0);
 }
 
-void *ms_io_alloc(size_t n)
+/* n bytes rounded up to MS_IO_ALIGN; big buffers (8 MiB and more: weights, expert slots) start
+ * on a 2 MiB boundary, so that they can be huge pages, and get `advice` (MADV_HUGEPAGE or
+ * MADV_NOHUGEPAGE). */
+static void *alloc_aligned(size_t n, int advice)
 {
     void *p = NULL;
     size_t r = (n + MS_IO_ALIGN - 1) & ~(size_t)(MS_IO_ALIGN - 1);
-    /* Big buffers (weights, expert slots) start on a 2 MiB boundary and ask for transparent
-     * huge pages: first-touch faults are several times cheaper (much more so in VMs) and the
-     * TLB covers the weights. */
     size_t align = r >= (8u << 20) ? (2u << 20) : MS_IO_ALIGN;
     if (posix_memalign(&p, align, r ? r : MS_IO_ALIGN) != 0) {
         fprintf(stderr, "moestream: out of memory allocating %zu aligned bytes\n", r);
         abort();
     }
-    if (align > MS_IO_ALIGN) madvise(p, r & ~(size_t)((2u << 20) - 1), MADV_HUGEPAGE);
+    if (align > MS_IO_ALIGN) madvise(p, r & ~(size_t)((2u << 20) - 1), advice);
     return p;
 }
 
-void *ms_io_alloc_small(size_t n)
-{
-    void *p = NULL;
-    size_t r = (n + MS_IO_ALIGN - 1) & ~(size_t)(MS_IO_ALIGN - 1);
-    size_t align = r >= (8u << 20) ? (2u << 20) : MS_IO_ALIGN; /* so that it can be merged later */
-    if (posix_memalign(&p, align, r ? r : MS_IO_ALIGN) != 0) {
-        fprintf(stderr, "moestream: out of memory allocating %zu aligned bytes\n", r);
-        abort();
-    }
-    /* small pages even where huge pages are the default (THP "always") */
-    if (align > MS_IO_ALIGN) madvise(p, r & ~(size_t)((2u << 20) - 1), MADV_NOHUGEPAGE);
-    return p;
-}
+/* Huge pages: the TLB covers the weights and slots reused pass after pass (fresh huge pages can
+ * fault slower than small ones in a VM: what a one-time fill uses ms_io_alloc_small for). */
+void *ms_io_alloc(size_t n) { return alloc_aligned(n, MADV_HUGEPAGE); }
+
+/* Small pages even where huge pages are the default (THP "always"). */
+void *ms_io_alloc_small(size_t n) { return alloc_aligned(n, MADV_NOHUGEPAGE); }
 
 void ms_io_hugepages(void *p, size_t n)
 {
