@@ -126,6 +126,7 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
      * Which of chunks, spans and spans with the pins reads the fewest bytes for a max_span-token
      * prompt (span_bytes) decides, unless spans were asked for (span_forced). */
     p->span = chunk;
+    p->mix = p->span_keeping_pins = chunk;
     p->span_cache_slots = p->cache_slots;
     uint64_t span_per_token = in->work_per_token + in->span_extra_per_token;
     if (in->max_span > chunk && span_per_token > 0) {
@@ -136,6 +137,7 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
         uint64_t P = (uint64_t)in->max_span, s = room / span_per_token, s2 = 0;
         if (s > P) s = P;
         if (s < (uint64_t)chunk) s = (uint64_t)chunk;
+        const uint64_t s1 = s; /* without the pins */
         if (in->span_pins && p->pinned_bytes > 0 && s < P) {
             uint64_t room2 = room + p->pinned_bytes;
             s2 = room2 > in->ring ? (room2 - in->ring) / span_per_token : 0;
@@ -151,6 +153,17 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
             p->span_pins = 1;
         }
         if (spans) {
+            /* A pass that also carries decoding sequences keeps the pins (lending them costs a
+             * second read of them each time) and takes prompt rows up to the count that touches
+             * nine tenths of a layer's experts: fewer read almost as much per pass, more mostly
+             * add compute to the decoders' wait for their next token. */
+            uint64_t mix = s1;
+            if (in->route_share > 0 && in->route_share < 1) {
+                double r90 = ceil(log(0.1) / log1p(-in->route_share));
+                if (r90 < (double)mix) mix = (uint64_t)r90;
+            }
+            p->mix = mix > (uint64_t)chunk ? (int64_t)mix : chunk;
+            p->span_keeping_pins = (int64_t)s1;
             p->span = (int64_t)s;
             p->span_cache_slots = keep;
         }
@@ -187,8 +200,8 @@ void ms_plan_log(const ms_plan *p)
     ms_log(1, "plan: expert cache %s (%llu experts of %s)", ms_size_fmt(p->cache, a, sizeof a),
            (unsigned long long)p->cache_slots, ms_size_fmt(p->in.expert_bytes, b, sizeof b));
     if (p->span > p->chunk)
-        ms_log(1, "plan: prefill spans of up to %lld tokens, layer by layer (work %s, the expert cache lending %s%s%s%s)",
-               (long long)p->span,
+        ms_log(1, "plan: prefill spans of up to %lld tokens, layer by layer, %lld beside decoding sequences (work %s, the expert cache lending %s%s%s%s)",
+               (long long)p->span, (long long)p->mix,
                ms_size_fmt(p->in.work_fixed + (p->in.work_per_token + p->in.span_extra_per_token) * (uint64_t)p->span, a, sizeof a),
                ms_size_fmt((p->cache_slots - p->span_cache_slots) * p->in.expert_bytes, b, sizeof b),
                p->span_pins ? ", the pinned trunk " : "", p->span_pins ? ms_size_fmt(p->pinned_bytes, c, sizeof c) : "",
@@ -197,7 +210,7 @@ void ms_plan_log(const ms_plan *p)
 
 json_t *ms_plan_json(const ms_plan *p)
 {
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:I,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:b}", "budget_bytes",
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:I,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b}", "budget_bytes",
                      (json_int_t)p->in.budget, "fixed_bytes", (json_int_t)p->fixed, "baseline_bytes",
                      (json_int_t)p->in.baseline, "state_bytes", (json_int_t)p->in.state, "work_bytes",
                      (json_int_t)(p->in.work_fixed + p->in.work_per_token * (uint64_t)p->chunk),
@@ -207,6 +220,6 @@ json_t *ms_plan_json(const ms_plan *p)
                      "trunk_streamed_bytes", (json_int_t)p->streamed_bytes, "streaming", p->streaming,
                      "ring_bytes", (json_int_t)(p->streaming ? p->in.ring : 0), "expert_cache_bytes",
                      (json_int_t)p->cache, "expert_cache_slots", (json_int_t)p->cache_slots, "prefix_cache_bytes",
-                     (json_int_t)p->in.state_cache, "prefill_span", (json_int_t)p->span, "span_cache_slots",
+                     (json_int_t)p->in.state_cache, "prefill_span", (json_int_t)p->span, "prefill_mixed_rows", (json_int_t)p->mix, "span_cache_slots",
                      (json_int_t)p->span_cache_slots, "span_lends_pinned_trunk", p->span_pins);
 }

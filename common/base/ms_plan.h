@@ -46,6 +46,10 @@ typedef struct {
     ms_plan_in in;             /* copy of the inputs (trunk pointer borrowed) */
     int64_t chunk;             /* prefill chunk in tokens (any pass) */
     int64_t span;              /* rows of a prefill-only pass (>= chunk; > chunk: it borrows the cache) */
+    int64_t span_keeping_pins; /* rows of a span that fit without lending the pins (<= span; a
+                                  shorter span keeps them even with span_pins) */
+    int64_t mix;               /* rows of a pass that prefills while other sequences decode (chunk
+                                  <= mix <= span): spans only; the cache lent, never the pins */
     uint64_t span_cache_slots; /* expert cache slots kept during a span (the rest is lent) */
     int span_pins;             /* 1: spans borrow the pinned trunk too (fewer spans for the longest
                                   prompt, and fewer bytes read in all counting its reading again) */
@@ -72,7 +76,8 @@ uint64_t ms_plan_default_budget(int percent);
  * with span_pins, the pinned trunk too; spans (and lent pins) are taken when they read a fifth
  * fewer bytes for a max_span-token prompt than chunks (each pass streams the unpinned trunk and
  * reads the experts its rows touch, chunks hitting the cache kept; lent pins stream with every
- * span and are read again once after), or when span_forced. Returns 0, or -1 with ms_err
+ * span and are read again once after), or when span_forced; with spans, the rows of a pass that
+ * prefills beside decoding sequences (mix: see ms_plan). Returns 0, or -1 with ms_err
  * set (class MS_EXIT_BUDGET) when the budget is below the fixed costs, listing them and naming
  * the minimum budget that would work as "... about SIZE (N bytes)". */
 int ms_plan_make(const ms_plan_in *in, ms_plan *out);

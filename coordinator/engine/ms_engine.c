@@ -539,7 +539,7 @@ static int run_pass(ms_engine *e, ms_eseq *const *set, int n)
             s->cap_rows = need;
         }
         const int32_t *ids = prefill ? s->prompt + s->fed : spec ? s->vids : &s->gen[s->n_gen - 1];
-        it[i] = (ms_batch_item){s->seq, ids, s->take, all, s->rows, spec};
+        it[i] = (ms_batch_item){s->seq, ids, s->take, all, s->rows, spec, !prefill};
         rows += s->take;
     }
     int decoding = 1;
@@ -576,8 +576,14 @@ int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
     int n_dec = 0, drafts = e->spec_window;
     for (int i = 0; i < n; i++) n_dec += !seqs[i]->finish && seqs[i]->fed >= seqs[i]->n_prompt;
     /* A step where every sequence prefills runs spans: passes of up to the plan's span, layer by
-     * layer over all their rows (each weight read once for all of them). */
+     * layer over all their rows (each weight read once for all of them). Beside decoding
+     * sequences a prompt takes the plan's mixed rows: a pass that reads about all of a layer's
+     * experts anyway, so its decoders wait about as long as for a chunk's pass while the prompt
+     * moves faster (ms_model_mix_rows). */
+    int n_pre = 0;
+    for (int i = 0; i < n; i++) n_pre += !seqs[i]->finish && seqs[i]->fed < seqs[i]->n_prompt;
     if (n_dec == 0) cap = ms_model_span(e->m);
+    else if (n_pre > 0) cap = ms_model_mix_rows(e->m);
     const int64_t n_base = n_dec < cap ? n_dec : cap; /* a pass's rows before drafts */
     /* Decoding sequences first (one row each, plus their drafts), then prompt chunks in the
      * rows left; a pass that is full runs and the next one starts. */

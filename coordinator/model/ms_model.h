@@ -136,6 +136,10 @@ int64_t ms_model_chunk(const ms_model *m);
  * a layer needs is read once for all of them; a pass longer than the chunk borrows its working
  * memory from the expert cache (ms_xstore_lend), given back at the next shorter pass. */
 int64_t ms_model_span(const ms_model *m);
+/* Rows of a pass that prefills beside decoding sequences (chunk <= mix <= span): up to the rows
+ * that touch nine tenths of a layer's experts, its scratch borrowed from the expert cache as a
+ * span's is, never from the pinned trunk (plan.mix). */
+int64_t ms_model_mix_rows(const ms_model *m);
 
 /* Streaming and cache counters since open. */
 typedef struct {
@@ -207,6 +211,8 @@ typedef struct {
     int all_rows;         /* 1: logits of every row; 0: of the last row only */
     float *logits;        /* out: float[T][V] if all_rows, else float[V] */
     int spec;             /* 1: speculative rows: after the pass, ms_seq_keep says how many stay */
+    int decode;           /* 1: a decoding sequence's row (and drafts): a longer pass that carries
+                             it keeps the pinned trunk (ms_model_mix_rows) */
 } ms_batch_item;
 
 /* After a pass that carried s as a speculative item (spec = 1) of T rows: keep its first keep

@@ -299,25 +299,26 @@ static void reserve_chunk(ms_model *m)
     ms_arena_reserve(&m->work, m->ops->work_floats(m, rows, out_rows));
 }
 
-/* Before a pass of R rows: a span (R > chunk) borrows the expert cache's memory for its scratch
- * (which the family's pass then reserves), and with plan.span_pins the pinned trunk's too; the
- * first shorter pass gives them back. The scratch is freed in between, so the two never
- * coexist. 0, or -1 with ms_err set (the pins could not be read again). */
-static int span_switch(ms_model *m, int64_t R)
+/* Before a pass of R rows: a longer pass than the chunk borrows the expert cache's memory for
+ * its scratch (which the family's pass then reserves), and a prefill-only span (!decode) with
+ * plan.span_pins too long to fit beside the pins (plan.span_keeping_pins) the pinned trunk's too; the first shorter pass gives them back (and a pass with
+ * decoding rows the pins). The scratch is freed in between, so the two never coexist. 0, or -1
+ * with ms_err set (the pins could not be read again). */
+static int span_switch(ms_model *m, int64_t R, int decode)
 {
     if (!m->planned) return 0;
-    int span = R > m->plan.chunk;
-    if (span == m->in_span) return 0;
+    int mode = R <= m->plan.chunk ? 0 : m->plan.span_pins && !decode && R > m->plan.span_keeping_pins ? 2 : 1;
+    if (mode == m->in_span) return 0;
+    int rc = 0;
     ms_arena_free(&m->work);
-    m->in_span = span;
-    if (span) {
-        if (m->xs) ms_xstore_lend(m->xs, (size_t)m->plan.span_cache_slots);
-        if (m->plan.span_pins) pins_lend(m);
-        return 0;
+    if (m->in_span == 2) rc = pins_restore(m);
+    if (mode == 0) {
+        reserve_chunk(m);
+        if (m->xs) ms_xstore_unlend(m->xs);
     }
-    int rc = m->span_ws ? pins_restore(m) : 0;
-    reserve_chunk(m);
-    if (m->xs) ms_xstore_unlend(m->xs);
+    if (mode > 0 && m->in_span == 0 && m->xs) ms_xstore_lend(m->xs, (size_t)m->plan.span_cache_slots);
+    if (mode == 2) pins_lend(m);
+    m->in_span = mode;
     return rc;
 }
 
@@ -673,6 +674,7 @@ uint64_t ms_model_saved_state_max(const ms_model *m, int64_t positions)
 const ms_plan *ms_model_plan(const ms_model *m) { return m->planned ? &m->plan : NULL; }
 int64_t ms_model_chunk(const ms_model *m) { return m->planned ? m->plan.chunk : 64; }
 int64_t ms_model_span(const ms_model *m) { return m->planned ? m->plan.span : 64; }
+int64_t ms_model_mix_rows(const ms_model *m) { return m->planned ? m->plan.mix : ms_model_chunk(m); }
 int ms_model_max_seqs(const ms_model *m)
 {
     if (!m->planned && m->opts.fit_seqs > 0) return m->opts.fit_seqs;
@@ -770,8 +772,9 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
             }
     }
     int64_t R = 0;
-    for (int i = 0; i < n; i++) R += items[i].T;
-    if (span_switch(m, R) != 0) return -1;
+    int decode = 0;
+    for (int i = 0; i < n; i++) R += items[i].T, decode |= items[i].decode;
+    if (span_switch(m, R, decode) != 0) return -1;
     return m->ops->forward_batch(m, items, n);
 }
 

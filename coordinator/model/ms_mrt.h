@@ -76,8 +76,9 @@ struct ms_model {
     ms_plan plan;
     int planned;
     ms_arena work;             /* the forward pass's scratch (ops->work_floats), one per model */
-    int in_span;               /* 1: the last pass was a prefill span (work holds a span's
-                                  scratch, the expert cache is lent down to plan.span_cache_slots) */
+    int in_span;               /* the last pass: 0 a chunk; 1 longer (work holds its scratch, the
+                                  expert cache is lent down to plan.span_cache_slots); 2 a span
+                                  that also lent the pinned trunk (plan.span_pins) */
     /* The trunk schedule, kept for spans that lend the pinned trunk (plan.span_pins): */
     ms_mat **sched;            /* [n_sched] the family's matrices in forward order */
     ms_wstream_item *sched_items; /* [n_sched] how each streams */

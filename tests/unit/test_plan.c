@@ -64,6 +64,9 @@ static void check_invariants(const char *what, const ms_plan *p)
     T_CHECK(p->fixed + p->pinned_bytes + p->cache <= p->in.budget, "%s: fixed %llu + pinned %llu + cache %llu <= %llu",
             what, (unsigned long long)p->fixed, (unsigned long long)p->pinned_bytes, (unsigned long long)p->cache,
             (unsigned long long)p->in.budget);
+    T_CHECK(p->chunk <= p->mix && p->mix <= p->span_keeping_pins && p->span_keeping_pins <= p->span,
+            "%s: chunk %lld <= mixed %lld <= span keeping the pins %lld <= span %lld", what, (long long)p->chunk,
+            (long long)p->mix, (long long)p->span_keeping_pins, (long long)p->span);
 }
 
 static void expect_plan(const char *what, const ms_plan_in *in, int64_t chunk, uint64_t fixed, int n_pinned,
@@ -375,11 +378,16 @@ static void test_spans(void)
             "2000 MiB, 2000-token prompt: spans of %lld (want 1383), %llu slots kept (8), pins lent %d (0)",
             (long long)p.span, (unsigned long long)p.span_cache_slots, p.span_pins);
     check_invariants("spans", &p);
+    /* Beside decoding sequences: the rows touching 9/10 of a layer's experts at 1% a row,
+     * ceil(ln 0.1 / ln 0.99) = 230 (fewer than the 1383 that fit). */
+    T_CHECK(p.mix == 230 && p.span_keeping_pins == 1383, "mixed passes of %lld rows (230), spans keeping the pins %lld "
+            "(1383)", (long long)p.mix, (long long)p.span_keeping_pins);
     /* A 1500-token prompt: spans of 1383 take 2 passes (~32 GB), lending the pins one of 1500
      * (the trunk 265 + experts ~16 GB + the pins read again 265): lent. */
     in.max_span = 1500;
-    T_CHECK(ms_plan_make(&in, &p) == 0 && p.span == 1500 && p.span_pins, "1500-token prompt: one span of %lld "
-            "lending the pins (%d)", (long long)p.span, p.span_pins);
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.span == 1500 && p.span_pins && p.span_keeping_pins == 1383 && p.mix == 230,
+            "1500-token prompt: one span of %lld lending the pins (%d), shorter ones (<= %lld) keep them, mixed passes "
+            "of %lld", (long long)p.span, p.span_pins, (long long)p.span_keeping_pins, (long long)p.mix);
     /* Not allowed to lend them (e.g. packed pins): spans of 1383. */
     in.span_pins = 0;
     T_CHECK(ms_plan_make(&in, &p) == 0 && p.span == 1383 && !p.span_pins, "pins not lendable: spans of %lld",
@@ -390,8 +398,9 @@ static void test_spans(void)
     in.max_slots = 80;
     in.route_share = 0.01;
     in.max_span = 2000;
-    T_CHECK(ms_plan_make(&in, &p) == 0 && p.span == p.chunk && p.span_cache_slots == p.cache_slots,
-            "cache holds every expert: chunks (span %lld, chunk %lld)", (long long)p.span, (long long)p.chunk);
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.span == p.chunk && p.span_cache_slots == p.cache_slots && p.mix == p.chunk,
+            "cache holds every expert: chunks (span %lld, mixed %lld, chunk %lld)", (long long)p.span, (long long)p.mix,
+            (long long)p.chunk);
     /* ...unless spans are asked for (--prefill-span N). */
     in.span_forced = 1;
     T_CHECK(ms_plan_make(&in, &p) == 0 && p.span > p.chunk, "asked for: spans of %lld", (long long)p.span);
