@@ -129,6 +129,7 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
     p->mix = p->span_keeping_pins = chunk;
     p->span_cache_slots = p->cache_slots;
     uint64_t span_per_token = in->work_per_token + in->span_extra_per_token;
+    if (in->max_span > 0) p->read_chunks = p->read_prompt = (uint64_t)span_bytes(in, p, trunk, (uint64_t)chunk, 0);
     if (in->max_span > chunk && span_per_token > 0) {
         uint64_t keep = in->expert_bytes ? in->min_cache / in->expert_bytes : 0;
         if (keep > p->cache_slots || in->span_cache_kept) keep = p->cache_slots;
@@ -152,6 +153,8 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
             spans = 1;
             p->span_pins = 1;
         }
+        p->read_chunks = (uint64_t)bc;
+        p->read_prompt = (uint64_t)(p->span_pins ? b2 : spans ? b1 : bc);
         if (spans) {
             /* A pass that also carries decoding sequences keeps the pins (lending them costs a
              * second read of them each time) and takes prompt rows up to the count that touches
@@ -206,11 +209,14 @@ void ms_plan_log(const ms_plan *p)
                ms_size_fmt((p->cache_slots - p->span_cache_slots) * p->in.expert_bytes, b, sizeof b),
                p->span_pins ? ", the pinned trunk " : "", p->span_pins ? ms_size_fmt(p->pinned_bytes, c, sizeof c) : "",
                p->span_pins ? ", read again after the prompt" : "");
+    if (p->read_prompt)
+        ms_log(1, "plan: a %lld-token prompt reads about %s from disk (in chunks it would read %s)",
+               (long long)p->in.max_span, ms_size_fmt(p->read_prompt, a, sizeof a), ms_size_fmt(p->read_chunks, b, sizeof b));
 }
 
 json_t *ms_plan_json(const ms_plan *p)
 {
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:I,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b}", "budget_bytes",
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:I,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:I,s:I}", "budget_bytes",
                      (json_int_t)p->in.budget, "fixed_bytes", (json_int_t)p->fixed, "baseline_bytes",
                      (json_int_t)p->in.baseline, "state_bytes", (json_int_t)p->in.state, "work_bytes",
                      (json_int_t)(p->in.work_fixed + p->in.work_per_token * (uint64_t)p->chunk),
@@ -221,5 +227,7 @@ json_t *ms_plan_json(const ms_plan *p)
                      "ring_bytes", (json_int_t)(p->streaming ? p->in.ring : 0), "expert_cache_bytes",
                      (json_int_t)p->cache, "expert_cache_slots", (json_int_t)p->cache_slots, "prefix_cache_bytes",
                      (json_int_t)p->in.state_cache, "prefill_span", (json_int_t)p->span, "prefill_mixed_rows", (json_int_t)p->mix, "span_cache_slots",
-                     (json_int_t)p->span_cache_slots, "span_lends_pinned_trunk", p->span_pins);
+                     (json_int_t)p->span_cache_slots, "span_lends_pinned_trunk", p->span_pins,
+                     "prompt_read_bytes", (json_int_t)p->read_prompt, "prompt_read_bytes_in_chunks",
+                     (json_int_t)p->read_chunks);
 }

@@ -51,6 +51,9 @@ typedef struct {
     int64_t mix;               /* rows of a pass that prefills while other sequences decode (chunk
                                   <= mix <= span): spans only; the cache lent, never the pins */
     uint64_t span_cache_slots; /* expert cache slots kept during a span (the rest is lent) */
+    uint64_t read_prompt;      /* the bytes a max_span-token prompt is estimated to read from disk
+                                  as planned (chunks, spans or spans lending the pins), and ... */
+    uint64_t read_chunks;      /* ... in chunks (0 both without max_span) */
     int span_pins;             /* 1: spans borrow the pinned trunk too (fewer spans for the longest
                                   prompt, and fewer bytes read in all counting its reading again) */
     uint64_t margin;           /* slack for the allocator, thread stacks, small buffers (ms_plan_slack) */

@@ -380,6 +380,11 @@ static void test_spans(void)
     check_invariants("spans", &p);
     /* Beside decoding sequences: the rows touching 9/10 of a layer's experts at 1% a row,
      * ceil(ln 0.1 / ln 0.99) = 230 (fewer than the 1383 that fit). */
+    /* the estimates: spans of 1383 read all but 1 - 0.99^1383 (1e-6) of the experts twice
+     * (2 x 1000 x 16 MiB), no trunk streams */
+    T_CHECK(p.read_prompt <= 2 * 1000 * 16 * M && p.read_prompt > 2 * 1000 * 16 * M - 64 * M && p.read_chunks > 6 * p.read_prompt,
+            "2000-token prompt: spans read about %llu MiB (32000), chunks %llu MiB (~220 GB)",
+            (unsigned long long)(p.read_prompt / M), (unsigned long long)(p.read_chunks / M));
     T_CHECK(p.mix == 230 && p.span_keeping_pins == 1383, "mixed passes of %lld rows (230), spans keeping the pins %lld "
             "(1383)", (long long)p.mix, (long long)p.span_keeping_pins);
     /* A 1500-token prompt: spans of 1383 take 2 passes (~32 GB), lending the pins one of 1500
