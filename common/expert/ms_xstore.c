@@ -23,11 +23,12 @@
  * issued before their call (ms_experts begin and prefetch: "early" reads) are at most depth too,
  * and become that call's first pending reads or are dropped.
  *
- * Background growth (grow_bg): the policy's capacity starts at the slots ms_xstore_new
- * faulted in itself (up to grow_sync_bytes) and is raised by one slot for every buffer the
- * grower thread has allocated and faulted in (adopted at the start of a call), so the same
- * accounting holds with n_slots = the slots adopted so far, and a read never needs a buffer
- * that does not exist yet.
+ * Every buffer is faulted in before a read lands in it (a fault inside an O_DIRECT read costs
+ * several times the read on a VM): with grow_bg a background thread makes buffers ahead of need
+ * at idle priority, paced (ms_xstore_mem.c); a call that finds none free makes one itself. The
+ * policy holds its planned n_slots from the start either way, so what is cached (hits, misses,
+ * evictions) never depends on the grower's pace, and a cache that can hold every expert a run
+ * touches never evicts one.
  *
  * Slot layout (fixed by the expert's ms_xloc, so a hit finds its parts again):
  *   contiguous expert: one read of span(off[0], E); the parts follow each other from
@@ -106,9 +107,9 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
     s->key_buf = ms_calloc(s->n_keys, sizeof *s->key_buf);
     s->cap = s->n_slots + (size_t)o->depth;
     s->free_buf = ms_calloc(s->cap, sizeof *s->free_buf);
-    /* The staging buffers exist whatever happens; cache slots come on first use. */
+    /* The staging buffers exist whatever happens, faulted in; cache slots come ahead of need. */
     for (int i = 0; i < o->depth; i++) {
-        s->free_buf[s->n_free++] = ms_io_alloc((size_t)s->slot_bytes);
+        s->free_buf[s->n_free++] = xs_buf_new(s); /* faulted in before a read lands in it */
         s->n_alloc++;
     }
     s->pend = ms_calloc((size_t)o->depth, sizeof *s->pend);
@@ -123,28 +124,21 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
         ms_xstore_free(s);
         return NULL;
     }
+    s->ready = ms_calloc(s->cap, sizeof *s->ready);
     if (o->grow_bg && s->n_slots > 0) {
-        ms_cpolicy_set_slots(s->pol, 0);
-        s->ready = ms_calloc(s->n_slots, sizeof *s->ready);
-        /* The head of the cache, faulted in here (at load, not in a step) and adopted at once:
-         * a cache of at most grow_sync_bytes is whole from the start, so what it holds never
-         * depends on the grower's pace. */
+        /* The head of the cache, faulted in here (at load, not in a step). */
         size_t k = (size_t)(o->grow_sync_bytes / s->slot_bytes);
         if (k > s->n_slots) k = s->n_slots;
         for (size_t i = 0; i < k; i++) {
-            uint8_t *b = ms_io_alloc((size_t)s->slot_bytes);
-            xs_prefault(b, (size_t)s->slot_bytes);
-            s->ready[s->n_ready++] = b;
+            s->free_buf[s->n_free++] = xs_buf_new(s);
+            s->n_alloc++;
         }
-        xs_adopt(s, 1);
     }
-    if (o->grow_bg && s->n_grown < s->n_slots) {
-        if (pthread_create(&s->grower, NULL, xs_grow_main, s) != 0) {
-            ms_err_set("expert store: cannot start the cache's grower thread");
-            ms_xstore_free(s);
-            return NULL;
-        }
-        s->grower_on = 1;
+    s->n_made = s->n_alloc;
+    if (xs_grower_start(s) != 0) {
+        ms_err_set("expert store: cannot start the cache's grower thread");
+        ms_xstore_free(s);
+        return NULL;
     }
     return s;
 }
@@ -160,8 +154,7 @@ void ms_xstore_free(ms_xstore *s)
         pthread_mutex_unlock(&s->gmu);
         pthread_join(s->grower, NULL);
     }
-    if (s->ready)
-        for (size_t i = 0; i < s->n_ready; i++) free(s->ready[i]);
+    for (size_t i = 0; i < s->n_ready; i++) free(s->ready[i]);
     free(s->ready);
     pthread_mutex_destroy(&s->gmu);
     if (s->io) early_keep(s, -1, NULL, 0); /* early reads whose call never came */
@@ -220,15 +213,6 @@ void xs_slot_offsets(const ms_xstore *s, size_t key, uint64_t off[XS_PARTS])
     }
 }
 
-static uint8_t *buf_get(ms_xstore *s)
-{
-    if (s->n_free) return s->free_buf[--s->n_free];
-    MS_ASSERT(!s->ready); /* grown buffers are never allocated here */
-    MS_ASSERT(s->n_alloc < s->cap); /* the accounting in the comment at the top guarantees it */
-    s->n_alloc++;
-    return ms_io_alloc((size_t)s->slot_bytes);
-}
-
 static void buf_put(ms_xstore *s, uint8_t *b) { s->free_buf[s->n_free++] = b; }
 
 typedef struct {
@@ -277,7 +261,7 @@ static void read_submit(ms_xstore *s, size_t key, xs_pend *p)
     p->key = (uint32_t)key;
     p->d = -1;
     p->predicted = 0;
-    p->buf = buf_get(s);
+    p->buf = xs_buf_get(s);
     memset(p->req, 0, sizeof p->req);
     if (s->loc_state[key] == 2) {
         p->n_req = 1;
@@ -686,7 +670,8 @@ void ms_xstore_get_stats(ms_xstore *s, ms_xstore_stats *st)
     pthread_mutex_lock(&s->mu);
     *st = s->st;
     st->cache_bytes_used = (uint64_t)ms_cpolicy_resident(s->pol) * s->slot_bytes;
-    st->cache_bytes_grown = (uint64_t)(s->ready ? s->n_grown : s->n_slots) * s->slot_bytes;
+    xs_adopt(s, 1);
+    st->cache_bytes_grown = (uint64_t)(s->n_alloc > (size_t)s->o.depth ? s->n_alloc - (size_t)s->o.depth : 0) * s->slot_bytes;
     ms_io_stats io;
     ms_io_get_stats(s->io, &io);
     st->read_busy_seconds = io.busy_seconds;

@@ -29,17 +29,19 @@ typedef struct {
     int lru;                    /* 1: plain LRU instead of the windowed-LFU policy (for benchmarks) */
     int64_t gather_rows;        /* rows gathered per expert computation (0 = a whole group): bounds
                                  * the gather buffers to 2 x gather_rows x latent floats */
-    int grow_bg;                /* 1: cache slots are allocated and faulted in by a background
-                                 * thread at idle priority, and the cache holds at most the slots
-                                 * it has handed over (it starts empty and grows to cache_bytes);
-                                 * 0: slots are allocated on first use by the read that needs one */
+    int grow_bg;                /* 1: buffers are allocated and faulted in ahead of need by a
+                                 * background thread at idle priority (paced: a small share of one
+                                 * CPU); 0: by the call whose read needs one. Either way a read
+                                 * never lands in memory not faulted in, and the cache holds
+                                 * cache_bytes of experts from the start (a call the grower has
+                                 * not kept up with makes its buffer itself, never evicts for
+                                 * want of one) */
     int prefetch_reads;         /* reads a prefetch may issue: 0 = adaptive (as many as the disk can
                                  * finish in the measured time from a prefetch to its layer's call,
                                  * times the share of predictions used; one while unmeasured);
                                  * N > 0: up to N (at most depth) whatever the timing (tests) */
     uint64_t grow_sync_bytes;   /* with grow_bg: the first slots, up to this many bytes, are faulted
-                                 * in by ms_xstore_new itself and held from the start (a cache this
-                                 * small is whole at once, whatever the grower's pace); 0: none */
+                                 * in by ms_xstore_new itself (at load, not in a step); 0: none */
 } ms_xstore_opts;
 
 typedef struct ms_xstore ms_xstore;
@@ -72,9 +74,10 @@ uint64_t ms_xstore_slot_bytes(const ms_xfmt *f);
  * a request for an unset expert is an error naming it. */
 void ms_xstore_set(ms_xstore *s, int layer, int expert, const ms_xloc *loc);
 
-/* With grow_bg: wait until the grower is done and hand its slots to the cache (tests,
- * benchmarks). It is done when every slot is faulted in, or earlier when the machine has less
- * than 1 GiB available (MemAvailable): other processes took memory the plan counted on. */
+/* With grow_bg: wait until the grower is done and hand its buffers to the cache (tests,
+ * benchmarks). It is done when every buffer the store may need exists, or earlier when the
+ * machine has less than 1 GiB available (MemAvailable): other processes took memory the plan
+ * counted on (calls then make what they need). */
 void ms_xstore_grow_wait(ms_xstore *s);
 
 /* Lend the cache's memory (a prefill span, which reads each expert of a layer once, so a cache
@@ -83,8 +86,9 @@ void ms_xstore_grow_wait(ms_xstore *s);
  * the background grower, if running, is stopped. Until ms_xstore_unlend the cache holds at
  * most keep_slots experts. Outputs never depend on it (only hits and reads do). */
 void ms_xstore_lend(ms_xstore *s, size_t keep_slots);
-/* The cache may grow again to its planned size: with grow_bg the grower restarts (its slots
- * faulted in off the critical path), else slots come on first use. No-op when not lent. */
+/* The cache may hold its planned size again: with grow_bg the grower restarts (its buffers
+ * faulted in off the critical path), else calls make them as they need them. No-op when not
+ * lent. */
 void ms_xstore_unlend(ms_xstore *s);
 
 /* The ms_experts interface: groups the call's (row, rank) items by expert (ms_xgroup_build)
@@ -126,8 +130,10 @@ typedef struct {
     uint64_t bytes_read;        /* expert bytes read from disk */
     uint64_t cache_bytes_used;  /* bytes held in the cache now (<= cache_bytes) */
     uint64_t cache_bytes_peak;
-    uint64_t cache_bytes_grown; /* slot bytes the cache may hold now: cache_bytes without grow_bg,
-                                 * else what the background thread has faulted in and handed over */
+    uint64_t cache_bytes_grown; /* bytes of cache buffers made so far (beyond the depth staging
+                                 * ones; the grower's and the calls'), at most cache_bytes */
+    uint64_t slots_made_in_calls; /* of those, buffers a call made itself (the grower was behind,
+                                 * or there is none: grow_bg 0) */
     uint64_t prefetched;        /* expert reads issued by a prefetch (predicted routing) */
     uint64_t prefetch_used;     /* of those, the ones the layer's call then needed */
     double io_wait_seconds;     /* time the computing thread waited for reads */

@@ -47,12 +47,14 @@ struct ms_xstore {
     double pf_lead;            /* running time from a prefetch to its layer's call, s (0: none yet) */
     int32_t *dmap;             /* [n_experts] index among this call's distinct experts, -1 outside a call */
     XXH3_state_t *xxh;         /* checksum of scattered experts (part by part) */
-    /* background growth (grow_bg) */
+    /* buffers made ahead by the grower thread (grow_bg), or by a call when it is behind */
     pthread_t grower;
     int grower_on;             /* the thread exists and is not joined */
-    pthread_mutex_t gmu;       /* guards ready, n_ready, stop (never held for long) */
-    uint8_t **ready;           /* [n_slots] faulted-in buffers not yet adopted */
-    size_t n_ready, n_grown;   /* waiting for adoption; adopted (= the policy's capacity) */
+    pthread_mutex_t gmu;       /* guards ready, n_ready, n_made, stop (never held for long) */
+    uint8_t **ready;           /* [cap] faulted-in buffers not yet adopted */
+    size_t n_ready;            /* waiting for adoption */
+    size_t n_made;             /* buffers that exist or are being made (<= cap): n_alloc + n_ready
+                                  + the one the grower may be faulting in */
     int stop;
     int lent;                  /* 1 between ms_xstore_lend and ms_xstore_unlend */
     pthread_mutex_t mu;
@@ -77,8 +79,16 @@ typedef struct {
 /* ms_xstore_mem.c: fault in every page of buf now; the grower thread's body; hand the grown
  * buffers to the cache (under s->mu; wait: block for the grower's lock, else skip if busy). */
 void xs_prefault(uint8_t *buf, size_t n);
+/* A buffer of slot_bytes in small pages (xs_buf_alloc), or one faulted in now (xs_buf_new). */
+uint8_t *xs_buf_alloc(const ms_xstore *s);
+uint8_t *xs_buf_new(const ms_xstore *s);
 void *xs_grow_main(void *arg);
 void xs_adopt(ms_xstore *s, int wait);
+/* A free buffer for a read (under s->mu): from the free list, the grower's, or made and faulted
+ * in now (never more than cap buffers in all). */
+uint8_t *xs_buf_get(ms_xstore *s);
+/* Start the grower if grow_bg and buffers are still to be made; -1 if the thread cannot start. */
+int xs_grower_start(ms_xstore *s);
 /* ms_xstore.c: drop the early reads whose call never came (under s->mu). */
 void xs_early_drop(ms_xstore *s);
 

@@ -1,4 +1,4 @@
-/* ms_xstore_mem: the expert cache's memory: slots faulted in by a background thread, and lent to a prefill span. */
+/* ms_xstore_mem: the expert cache's memory: buffers faulted in before a read lands in them (by a background thread, or by the call when it is behind), and lent to a prefill span. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -23,6 +23,17 @@ void xs_prefault(uint8_t *buf, size_t n)
     if (n) ((volatile uint8_t *)buf)[n - 1] = 0;
 }
 
+/* A buffer in small pages: fresh huge pages fault several times slower in a VM (ms_io.h). */
+uint8_t *xs_buf_alloc(const ms_xstore *s) { return ms_io_alloc_small((size_t)s->slot_bytes); }
+
+uint8_t *xs_buf_new(const ms_xstore *s)
+{
+    uint8_t *b = xs_buf_alloc(s);
+    xs_prefault(b, (size_t)s->slot_bytes);
+    ms_io_hugepages(b, (size_t)s->slot_bytes); /* khugepaged may merge them later */
+    return b;
+}
+
 /* The grower stops while the machine has less than this available: the plan took a share of
  * what was free at start (all of it without --ram-budget), and other processes may have taken
  * some since; a slot faulted in then could push the machine into its OOM killer. */
@@ -30,21 +41,29 @@ void xs_prefault(uint8_t *buf, size_t n)
 #define GROW_STEP ((size_t)2 << 20)
 #define GROW_REST 3.0
 
+/* Claim the making of one more buffer (under gmu): 0 when cap of them exist or are being made. */
+static int claim(ms_xstore *s)
+{
+    if (s->n_made >= s->cap) return 0;
+    s->n_made++;
+    return 1;
+}
+
 /* The grower: one slot at a time, at idle priority (it takes only CPU time nobody else
- * wants), each handed over once faulted in. */
+ * wants), each handed over once faulted in, until every buffer the store may need exists. */
 void *xs_grow_main(void *arg)
 {
     ms_xstore *s = arg;
     struct sched_param sp = {0};
     pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp); /* best effort */
-    for (size_t i = s->n_grown; i < s->n_slots; i++) { /* after the slots ms_xstore_new faulted in */
-        pthread_mutex_lock(&s->gmu);
-        int stop = s->stop;
-        pthread_mutex_unlock(&s->gmu);
-        if (stop) break;
+    for (;;) {
         uint64_t avail = ms_proc_mem_available(); /* 0: unknown */
         if (avail && avail < GROW_FLOOR + s->slot_bytes) break;
-        uint8_t *b = ms_io_alloc((size_t)s->slot_bytes);
+        pthread_mutex_lock(&s->gmu);
+        int go = !s->stop && claim(s);
+        pthread_mutex_unlock(&s->gmu);
+        if (!go) break;
+        uint8_t *b = xs_buf_alloc(s);
         /* 2 MiB at a time, resting GROW_REST times as long as each took: in a VM a fault the
          * host must serve stalls the whole virtual CPU, which no guest priority can preempt,
          * so the grower keeps to a small share of one CPU. */
@@ -56,6 +75,7 @@ void *xs_grow_main(void *arg)
             struct timespec ts = {(time_t)rest, (long)((rest - (double)(time_t)rest) * 1e9)};
             nanosleep(&ts, NULL);
         }
+        ms_io_hugepages(b, (size_t)s->slot_bytes);
         pthread_mutex_lock(&s->gmu);
         s->ready[s->n_ready++] = b;
         pthread_mutex_unlock(&s->gmu);
@@ -63,21 +83,41 @@ void *xs_grow_main(void *arg)
     return NULL;
 }
 
-/* Hand the grown buffers to the cache (under s->mu): the free list gets them, the policy
- * one slot each. With wait, block until the gmu is free (else skip when it is busy). */
+/* Hand the grown buffers to the cache (under s->mu): the free list gets them. With wait, block
+ * until the gmu is free (else skip when it is busy). */
 void xs_adopt(ms_xstore *s, int wait)
 {
-    if (!s->ready) return;
     if (wait) pthread_mutex_lock(&s->gmu);
     else if (pthread_mutex_trylock(&s->gmu) != 0) return;
     size_t k = s->n_ready;
     for (size_t i = 0; i < k; i++) s->free_buf[s->n_free++] = s->ready[i];
     s->n_ready = 0;
     pthread_mutex_unlock(&s->gmu);
-    if (!k) return;
     s->n_alloc += k;
-    s->n_grown += k;
-    ms_cpolicy_set_slots(s->pol, s->n_grown);
+}
+
+uint8_t *xs_buf_get(ms_xstore *s)
+{
+    if (!s->n_free) xs_adopt(s, 1);
+    while (!s->n_free) {
+        pthread_mutex_lock(&s->gmu);
+        int mine = claim(s);
+        pthread_mutex_unlock(&s->gmu);
+        if (mine) {
+            /* The grower is behind: this call makes the buffer, faulted in before the read that
+             * lands in it (a fault inside an O_DIRECT read costs several times the read). */
+            uint8_t *b = xs_buf_new(s);
+            s->n_alloc++;
+            s->st.slots_made_in_calls++;
+            return b;
+        }
+        /* the accounting (ms_xstore.c's top comment) says a buffer is due: the grower's last */
+        MS_ASSERT(s->grower_on);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+        xs_adopt(s, 1);
+    }
+    return s->free_buf[--s->n_free];
 }
 
 /* Stop the grower thread (if any); what it grew is adopted by the caller. */
@@ -90,6 +130,18 @@ static void grower_stop(ms_xstore *s)
     pthread_join(s->grower, NULL);
     s->grower_on = 0;
     s->stop = 0;
+}
+
+int xs_grower_start(ms_xstore *s)
+{
+    if (!s->o.grow_bg || s->grower_on || s->lent) return 0;
+    pthread_mutex_lock(&s->gmu);
+    int more = s->n_made < s->cap;
+    pthread_mutex_unlock(&s->gmu);
+    if (!more) return 0;
+    if (pthread_create(&s->grower, NULL, xs_grow_main, s) != 0) return -1;
+    s->grower_on = 1;
+    return 0;
 }
 
 void ms_xstore_lend(ms_xstore *s, size_t keep_slots)
@@ -111,8 +163,10 @@ void ms_xstore_lend(ms_xstore *s, size_t keep_slots)
         free(s->free_buf[--s->n_free]);
         s->n_alloc--;
     }
-    if (s->ready) s->n_grown = s->n_alloc - (size_t)s->o.depth < s->n_grown ? s->n_alloc - (size_t)s->o.depth : s->n_grown;
-    ms_cpolicy_set_slots(s->pol, s->ready ? s->n_grown : keep_slots);
+    pthread_mutex_lock(&s->gmu);
+    s->n_made = s->n_alloc;
+    pthread_mutex_unlock(&s->gmu);
+    ms_cpolicy_set_slots(s->pol, keep_slots);
     s->lent = 1;
     pthread_mutex_unlock(&s->mu);
 }
@@ -122,12 +176,9 @@ void ms_xstore_unlend(ms_xstore *s)
     pthread_mutex_lock(&s->mu);
     int was = s->lent;
     s->lent = 0;
-    if (was && !s->ready) ms_cpolicy_set_slots(s->pol, s->n_slots);
+    if (was) ms_cpolicy_set_slots(s->pol, s->n_slots);
     pthread_mutex_unlock(&s->mu);
-    if (was && s->ready && s->n_grown < s->n_slots && !s->grower_on) {
-        if (pthread_create(&s->grower, NULL, xs_grow_main, s) == 0) s->grower_on = 1;
-        /* else the cache stays at its kept slots: slower, never wrong */
-    }
+    if (was) (void)xs_grower_start(s); /* failing, slots are made by the calls that need them */
 }
 
 void ms_xstore_grow_wait(ms_xstore *s)
@@ -139,4 +190,3 @@ void ms_xstore_grow_wait(ms_xstore *s)
     xs_adopt(s, 1);
     pthread_mutex_unlock(&s->mu);
 }
-

@@ -121,3 +121,25 @@ int xt_contiguous(const ms_xloc *l)
     return 1;
 }
 
+/* One routing: layer, rows, k, ids[rows][k], distinct within a row as a router picks them,
+ * drawn from a subset of the layer's experts so they repeat across rows. */
+void xt_random_routing(int *layer, int64_t *n_rows, int *k, int32_t *ids, float *z)
+{
+    *layer = (int)(xt_rnd() % NL);
+    *n_rows = 1 + (int64_t)(xt_rnd() % 9);
+    *k = 1 + (int)(xt_rnd() % 4);
+    int pool_n = *k + (int)(xt_rnd() % (unsigned)(NE - *k + 1));
+    int base = (int)(xt_rnd() % NE);
+    for (int64_t r = 0; r < *n_rows; r++)
+        for (int j = 0; j < *k; j++) {
+            int32_t e;
+            int dup;
+            do {
+                e = (int32_t)((base + (int)(xt_rnd() % (unsigned)pool_n)) % NE);
+                dup = 0;
+                for (int i = 0; i < j; i++) dup |= ids[r * *k + i] == e;
+            } while (dup);
+            ids[r * *k + j] = e;
+        }
+    for (int64_t i = 0; i < *n_rows * LAT; i++) z[i] = (float)((int)(xt_rnd() % 2001) - 1000) / 997.0f;
+}
