@@ -157,11 +157,13 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
         p->read_prompt = (uint64_t)(p->span_pins ? b2 : spans ? b1 : bc);
         if (spans) {
             /* A pass that also carries decoding sequences keeps the pins (lending them costs a
-             * second read of them each time) and takes prompt rows up to the count that touches
-             * nine tenths of a layer's experts: fewer read almost as much per pass, more mostly
-             * add compute to the decoders' wait for their next token. */
-            uint64_t mix = s1;
-            if (in->route_share > 0 && in->route_share < 1) {
+             * second read of them each time); asked for, it takes more prompt rows than a chunk:
+             * up to N, or (auto) up to the count that touches nine tenths of a layer's experts
+             * (fewer read almost as much per pass, more mostly add compute). It trades the
+             * decoders' wait between tokens for the prompt's time to first token. */
+            uint64_t mix = in->mix_wanted ? s1 : (uint64_t)chunk;
+            if (in->mix_wanted > 0 && (uint64_t)in->mix_wanted < mix) mix = (uint64_t)in->mix_wanted;
+            if (in->mix_wanted < 0 && in->route_share > 0 && in->route_share < 1) {
                 double r90 = ceil(log(0.1) / log1p(-in->route_share));
                 if (r90 < (double)mix) mix = (uint64_t)r90;
             }
@@ -202,13 +204,16 @@ void ms_plan_log(const ms_plan *p)
            p->streaming ? " through a ring of " : "", p->streaming ? ms_size_fmt(p->in.ring, c, sizeof c) : "");
     ms_log(1, "plan: expert cache %s (%llu experts of %s)", ms_size_fmt(p->cache, a, sizeof a),
            (unsigned long long)p->cache_slots, ms_size_fmt(p->in.expert_bytes, b, sizeof b));
-    if (p->span > p->chunk)
-        ms_log(1, "plan: prefill spans of up to %lld tokens, layer by layer, %lld beside decoding sequences (work %s, the expert cache lending %s%s%s%s)",
-               (long long)p->span, (long long)p->mix,
+    if (p->span > p->chunk) {
+        char mixed[64] = "";
+        if (p->mix > p->chunk) snprintf(mixed, sizeof mixed, ", %lld beside decoding sequences", (long long)p->mix);
+        ms_log(1, "plan: prefill spans of up to %lld tokens, layer by layer%s (work %s, the expert cache lending %s%s%s%s)",
+               (long long)p->span, mixed,
                ms_size_fmt(p->in.work_fixed + (p->in.work_per_token + p->in.span_extra_per_token) * (uint64_t)p->span, a, sizeof a),
                ms_size_fmt((p->cache_slots - p->span_cache_slots) * p->in.expert_bytes, b, sizeof b),
                p->span_pins ? ", the pinned trunk " : "", p->span_pins ? ms_size_fmt(p->pinned_bytes, c, sizeof c) : "",
                p->span_pins ? ", read again after the prompt" : "");
+    }
     if (p->read_prompt)
         ms_log(1, "plan: a %lld-token prompt reads about %s from disk (in chunks it would read %s)",
                (long long)p->in.max_span, ms_size_fmt(p->read_prompt, a, sizeof a), ms_size_fmt(p->read_chunks, b, sizeof b));

@@ -39,6 +39,8 @@ typedef struct {
     double route_share;        /* top_k / experts a layer: the share of a layer's experts one token
                                   reads (the bytes estimate of spans; 0: every expert) */
     int span_cache_kept;       /* 1: the expert cache lends nothing (it is in worker processes) */
+    int64_t mix_wanted;        /* rows of a pass beside decoding sequences, with spans: 0 the
+                                  chunk, -1 those that touch 9/10 of a layer's experts, N up to N */
 } ms_plan_in;
 
 /* The plan. */
@@ -49,7 +51,8 @@ typedef struct {
     int64_t span_keeping_pins; /* rows of a span that fit without lending the pins (<= span; a
                                   shorter span keeps them even with span_pins) */
     int64_t mix;               /* rows of a pass that prefills while other sequences decode (chunk
-                                  <= mix <= span): spans only; the cache lent, never the pins */
+                                  <= mix <= span_keeping_pins, as mix_wanted says; spans only): the
+                                  cache lent, never the pins */
     uint64_t span_cache_slots; /* expert cache slots kept during a span (the rest is lent) */
     uint64_t read_prompt;      /* the bytes a max_span-token prompt is estimated to read from disk
                                   as planned (chunks, spans or spans lending the pins), and ... */

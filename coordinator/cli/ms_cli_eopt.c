@@ -7,7 +7,8 @@
 #include "ms_opt.h"
 #include "ms_pool.h"
 
-enum { MS_CLI_OPT_SPECULATE = 1001, MS_CLI_OPT_DRAFT, MS_CLI_OPT_PIN, MS_CLI_OPT_PREFETCH, MS_CLI_OPT_SPAN }; /* long-only options */
+enum { MS_CLI_OPT_SPECULATE = 1001, MS_CLI_OPT_DRAFT, MS_CLI_OPT_PIN, MS_CLI_OPT_PREFETCH, MS_CLI_OPT_SPAN,
+       MS_CLI_OPT_MIXED }; /* long-only options */
 
 static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"model", required_argument, 0, 'm'},         {"ram-budget", required_argument, 0, 'B'},
@@ -22,6 +23,7 @@ static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"pin-threads", no_argument, 0, MS_CLI_OPT_PIN},
     {"expert-prefetch", required_argument, 0, MS_CLI_OPT_PREFETCH},
     {"prefill-span", required_argument, 0, MS_CLI_OPT_SPAN},
+    {"prefill-mixed", required_argument, 0, MS_CLI_OPT_MIXED},
 };
 
 void ms_cli_eopt_table(const struct option *own, int n_own, struct option *out)
@@ -56,6 +58,14 @@ int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, i
             o->span = -1;
         else if (ms_opt_int("--prefill-span", arg, 1, 1 << 24, &o->span) != 0) {
             *code = ms_cli_fail(cmd, MS_EXIT_USAGE, "--prefill-span takes off or a count of tokens, got '%s'", arg);
+            return -1;
+        }
+        break;
+    case MS_CLI_OPT_MIXED:
+        if (!strcmp(arg, "off") || !strcmp(arg, "auto"))
+            o->mixed = !strcmp(arg, "auto") ? -1 : 0;
+        else if (ms_opt_int("--prefill-mixed", arg, 1, 1 << 24, &o->mixed) != 0) {
+            *code = ms_cli_fail(cmd, MS_EXIT_USAGE, "--prefill-mixed takes off, auto or a count of rows, got '%s'", arg);
             return -1;
         }
         break;
@@ -116,6 +126,7 @@ void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo)
     eo->run.io_depth = (int)o->io_depth;
     eo->run.max_chunk = o->chunk;
     eo->run.max_span = o->span;
+    eo->run.mixed_rows = o->mixed;
     eo->run.lru = o->lru;
     eo->run.trunk_pack = o->trunk_pack;
     eo->run.prefetch = o->prefetch;

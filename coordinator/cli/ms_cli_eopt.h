@@ -14,6 +14,7 @@ typedef struct {
     const char *workers, *cluster, *curve_secret;
     long long local_workers, threads, io_depth, chunk;
     long long span;          /* --prefill-span: 0 default, -1 off, else the most rows of a span */
+    long long mixed;         /* --prefill-mixed: 0 off (the default), -1 auto, else the most rows */
     float worker_timeout;                    /* 0 = the default */
     uint64_t budget;                         /* 0 = the memory available */
     int insecure, buffered, lru, quiet, pin; /* pin: --pin-threads */
@@ -24,7 +25,7 @@ typedef struct {
 } ms_cli_eopts;
 
 /* Entries of the shared options in a getopt_long table. */
-#define MS_CLI_EOPT_COUNT 20
+#define MS_CLI_EOPT_COUNT 21
 
 /* Lines of a command's usage text for the speculation options (run, jobs, serve). */
 #define MS_CLI_EOPT_SPEC_HELP                                                                                    \

@@ -49,7 +49,7 @@ static void run_usage(FILE *f, int demo)
           "                     [--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet] [--raw] [--special]\n"
           "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
-          "                     [--prefill-chunk N] [--prefill-span N|off] [--lru-cache] [--trunk-pack DIR|none]\n"
+          "                     [--prefill-chunk N] [--prefill-span N|off] [--prefill-mixed off|auto|N] [--lru-cache] [--trunk-pack DIR|none]\n"
           "                     [--pin-threads]\n"
           "                     [--expert-prefetch auto|on|off] [--plan-only [--plan-seqs N]]\n"
           "                     [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
@@ -80,7 +80,9 @@ static void run_usage(FILE *f, int demo)
           "A long prompt is prefilled in spans where that reads fewer bytes: passes of up to the whole prompt,\n"
           "layer by layer, so each weight is read once for all its tokens, in memory the expert cache (and the\n"
           "pinned trunk, read again after) lends; --prefill-span N asks for spans of up to N tokens, off\n"
-          "prefills in chunks (the logits are the same).\n"
+          "prefills in chunks (the logits are the same). --prefill-mixed auto|N|off (jobs, serve): a prompt\n"
+          "arriving while others decode goes in passes beside them of up to N rows (auto: those touching 9/10\n"
+          "of a layer's experts) instead of chunks: sooner first token, longer waits for the decoders.\n"
           "--expert-prefetch auto|on|off: with on, each MoE layer's router also runs on the hidden state before\n"
           "the layer's attention, and the experts it predicts are read while the attention computes (when the\n"
           "router's matrix is in memory); what the layer computes is decided by its own routing, so the output\n"
@@ -285,6 +287,8 @@ static void print_json(ms_engine *e, int special, const int32_t *prompt, size_t 
     json_object_set_new(stats, "expert_cache_evictions", json_integer((json_int_t)ms->expert_cache_evictions));
     json_object_set_new(stats, "expert_cache_peak_bytes", json_integer((json_int_t)ms->expert_cache_peak_bytes));
     json_object_set_new(stats, "expert_cache_capacity_bytes", json_integer((json_int_t)ms->expert_cache_capacity));
+    json_object_set_new(stats, "expert_cache_buffers_made_in_steps",
+                        json_integer((json_int_t)ms->expert_cache_buffers_made_in_steps));
     json_object_set_new(stats, "expert_bytes", json_integer((json_int_t)ms->expert_bytes));
     json_object_set_new(stats, "expert_prefetched", json_integer((json_int_t)ms->expert_prefetched));
     json_object_set_new(stats, "expert_prefetch_used", json_integer((json_int_t)ms->expert_prefetch_used));

@@ -38,6 +38,7 @@ static void serve_usage(FILE *f)
           "                       [--read-timeout SEC] [--max-connections N] [--max-connections-per-ip N]\n"
           "                       [--model-name NAME] [--date YYYY-MM-DD] [--cors ORIGINS] [--ram-budget SIZE] [--quiet]\n"
           "                       [--threads N] [--buffered-io] [--io-depth N] [--prefill-chunk N] [--prefill-span N|off]\n"
+          "                       [--prefill-mixed off|auto|N]\n"
           "                       [--lru-cache] [--trunk-pack DIR|none] [--pin-threads] [--expert-prefetch auto|on|off]\n"
           "                       [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                       [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
@@ -69,6 +70,9 @@ static void serve_usage(FILE *f)
           "                         list (https://app.example,http://localhost:5173); answers OPTIONS preflights\n"
           "  --insecure             also allows plain tcp to workers listed without a key\n"
           "Each request speculates on its own.\n" MS_CLI_EOPT_SPEC_HELP MS_CLI_PC_HELP
+          "--prefill-mixed off|auto|N: a prompt arriving while other requests decode goes in chunks beside them\n"
+          "(off, the default), or in passes of up to N rows (auto: those touching 9/10 of a layer's experts): its\n"
+          "first token sooner and fewer bytes read, the decoders waiting longer for each token.\n"
           "A chat that goes on from an earlier request then prefills only what is new.\n"
           "Other options as for run. SIGTERM or Ctrl-C drains: /health says 503 draining, new requests get\n"
           "503, the requests already taken finish, and serve exits 0; a second one cancels them at the next\n"

@@ -83,6 +83,10 @@ typedef struct {
                                 layer by layer over more rows than a chunk with memory the expert
                                 cache lends (0: as long as prompt_tokens and the budget allow;
                                 < 0: none, every pass is a chunk) */
+    int64_t mixed_rows;      /* rows of a pass that prefills while other sequences decode, with
+                                spans (ms_model_mix_rows): 0 the chunk; -1 auto, those touching
+                                9/10 of a layer's experts; N up to N; both no more than memory
+                                allows keeping the pins */
     int all_logits;          /* logits of every prefill row will be asked for */
     int lru;                 /* plain LRU expert cache (benchmarks) */
     int prefetch;            /* predicted-routing reads of routed experts (--expert-prefetch): MS_PREFETCH_AUTO
@@ -151,6 +155,8 @@ typedef struct {
                                                       BF16 bytes they decoded to */
     uint64_t expert_requests, expert_cache_hits, expert_cache_misses, expert_cache_evictions;
     uint64_t expert_cache_bytes, expert_cache_peak_bytes, expert_cache_capacity;
+    uint64_t expert_cache_buffers_made_in_steps; /* cache buffers a step faulted in itself (the
+                                                    background grower had not made them yet) */
     uint64_t expert_bytes;       /* bytes of one routed expert as stored */
     uint64_t expert_prefetched, expert_prefetch_used; /* predicted expert reads, and those a layer used */
     double io_wait_seconds;      /* compute waiting for reads (experts + trunk) */

@@ -396,6 +396,7 @@ int ms_mrt_setup(ms_model *m)
         in.span_extra_per_token = 4 * (uint64_t)((wide + 15) / 16 * 16);
         in.span_pins = 1;
         in.span_forced = m->opts.max_span > 0;
+        in.mix_wanted = m->opts.mixed_rows;
         in.expert_read = have_xf ? ms_xfmt_expert_bytes(&xf) : 0;
         in.route_share = c->n_experts > 0 ? (double)c->top_k / (double)c->n_experts : 0;
         in.span_cache_kept = m->opts.remote_experts;
@@ -466,9 +467,9 @@ int ms_mrt_setup(ms_model *m)
     }
 
     /* Routed experts on disk. */
-    /* grow_bg: the cache is faulted in off the critical path (a larger budget never puts more
-     * first-touch faults into a decode step, docs/PERFORMANCE.md "Memory ladder"); its first
-     * MRT_CACHE_SYNC bytes at load, so a small cache holds the same experts on every run */
+    /* grow_bg: the cache's memory is faulted in ahead of need, off the critical path where the
+     * grower keeps up (docs/PERFORMANCE.md "The RAM dial"), and never inside a read; its first
+     * MRT_CACHE_SYNC bytes at load */
     ms_xstore_opts xo = {.n_layers = c->n_layers,
                          .n_experts = c->n_experts,
                          .fmt = xf,
@@ -574,6 +575,7 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
         st->expert_cache_bytes = x.cache_bytes_used;
         st->expert_cache_peak_bytes = x.cache_bytes_peak;
         st->expert_cache_capacity = m->plan.cache;
+        st->expert_cache_buffers_made_in_steps = x.slots_made_in_calls;
         st->expert_bytes = ms_xfmt_expert_bytes(ms_xstore_fmt(m->xs));
         st->expert_prefetched = x.prefetched;
         st->expert_prefetch_used = x.prefetch_used;

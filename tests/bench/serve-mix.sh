@@ -10,13 +10,14 @@
 # decoding requests" and prints it.
 #
 # usage: tests/bench/serve-mix.sh --old BINARY [--bin BINARY] [--model DIR] [--budget 8G]
-#          [--long 4096] [--decoders 4] [--doc FILE]
+#          [--long 4096] [--decoders 4] [--new-args "ARGS"] [--doc FILE]
+#   --new-args ARGS  options for the new binary's serve only (e.g. "--prefill-mixed auto")
 # Needs root (cgroups, drop_caches) and node (deploy/install-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 model=${MS_BENCH_DIR:-$root/build-bench}/k3-slice-3
-budget=8G long=4096 decoders=4 bin= old= doc=docs/PERFORMANCE.md
+budget=8G long=4096 decoders=4 bin= old= doc=docs/PERFORMANCE.md new_args=
 while [ $# -gt 0 ]; do
   case $1 in
     --old) old=$(realpath "$2"); shift 2 ;;
@@ -25,8 +26,9 @@ while [ $# -gt 0 ]; do
     --budget) budget=$2; shift 2 ;;
     --long) long=$2; shift 2 ;;
     --decoders) decoders=$2; shift 2 ;;
+    --new-args) new_args=$2; shift 2 ;;
     --doc) doc=$2; shift 2 ;;
-    *) echo "usage: $0 --old BINARY [--bin BINARY] [--model DIR] [--budget SIZE] [--long N] [--decoders D] [--doc FILE]" >&2; exit 2 ;;
+    *) echo "usage: $0 --old BINARY [--bin BINARY] [--model DIR] [--budget SIZE] [--long N] [--decoders D] [--new-args ARGS] [--doc FILE]" >&2; exit 2 ;;
   esac
 done
 [ -n "$old" ] || { echo "serve-mix: --old BINARY is required (the previous build, for the side-by-side)" >&2; exit 2; }
@@ -48,13 +50,13 @@ maxctx=$((long + 64))
 metric() { curl -s -H "Authorization: Bearer $(cat "$out/key")" "$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
 
 for which in old new; do
-  exe=$bin
-  [ $which = old ] && exe=$old
+  exe=$bin extra=$new_args
+  [ $which = old ] && exe=$old extra=
   drop
   uptime > "$out/uptime-$which.txt"
   bash tests/cgroup-run.sh "$(to_bytes "$budget")" "$out/cgroup-$which.txt" "$exe" serve --model "$model" \
     --listen 127.0.0.1:0 --ram-budget "$budget" --max-batch $((decoders + 1)) --max-context $maxctx \
-    --trunk-pack none --api-key-file "$out/key" 2> "$out/serve-$which.log" &
+    --trunk-pack none --api-key-file "$out/key" $extra 2> "$out/serve-$which.log" &
   wrap=$!
   srv=$wrap
   url=
@@ -75,9 +77,9 @@ for which in old new; do
   echo "serve-mix: $which done (load $(cut -d, -f3- < "$out/uptime-$which.txt" | xargs))" >&2
 done
 
-python3 - "$out" "$model" "$budget" "$long" "$decoders" "$doc" <<'PY'
+python3 - "$out" "$model" "$budget" "$long" "$decoders" "$doc" "$new_args" <<'PY'
 import json, os, subprocess, sys, datetime
-out, model, budget, long, D, path = sys.argv[1:7]
+out, model, budget, long, D, path, new_args = sys.argv[1:8]
 def sh(c): return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
 def pct(v, p):
     if not v: return float('nan')
@@ -91,10 +93,10 @@ L = ["## Serve: a long prompt among decoding requests\n",
      f"{budget}, page cache dropped before each binary. {D} clients stream completions (8-token prompts); once each "
      f"has 3 tokens, one request with a {long}-token prompt (random ids) arrives; when its first token is in and each "
      f"decoder has 3 more, the decoders are cancelled (`tests/bench/serve-mix.mjs`). *old* is the previous binary, "
-     f"*new* this one. *before*: the decoders' gaps between tokens before the long request arrived; *during*: gaps "
+     f"*new* this one{(' with `' + new_args + '`') if new_args else ''}. *before*: the decoders' gaps between tokens before the long request arrived; *during*: gaps "
      f"that end while its prompt is prefilled (arrival to first token); *read* is what the server read from disk "
      f"over the whole run (/metrics).\n",
-     "Command: `sudo bash tests/bench/serve-mix.sh --old OLD_BINARY`\n",
+     "Command: `sudo bash tests/bench/serve-mix.sh --old OLD_BINARY" + (f' --new-args "{new_args}"' if new_args else "") + "`\n",
      "| binary | long request: time to first token s | decoders' gap before: p50 s | during: p50 / p99 / max s | tokens each during | read GB | cgroup peak GiB | load avg |",
      "|---|---|---|---|---|---|---|---|"]
 for which in ("old", "new"):

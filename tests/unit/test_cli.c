@@ -323,6 +323,28 @@ static void test_small_preset(void)
     json_t *j = run_json(a, &st);
     T_CHECK(st == 0 && j && json_array_size(json_object_get(j, "generated_ids")) == 3, "small preset runs");
     json_decref(j);
+    /* Memory that is there is used: with no budget the cache holds every expert, and from the
+     * first step (a 300-token prompt touches most of them before a paced grower could have
+     * faulted them in): no eviction, so no expert is read twice, in both I/O modes. */
+    char ids[2400];
+    int at = 0;
+    for (int i = 0; i < 300; i++) at += snprintf(ids + at, sizeof ids - (size_t)at, "%s%d", i ? "," : "", (i * 977 + 13) % 4000 + 1);
+    for (int buffered = 0; buffered < 2; buffered++) {
+        snprintf(a, sizeof a, "run --model %s/m --ids %s -n 2 --json --expert-prefetch off%s", d, ids,
+                 buffered ? " --buffered-io" : "");
+        j = run_json(a, &st);
+        json_t *s = json_object_get(j, "stats");
+        json_int_t ev = json_integer_value(json_object_get(s, "expert_cache_evictions")),
+                   mi = json_integer_value(json_object_get(s, "expert_cache_misses")),
+                   rd = json_integer_value(json_object_get(s, "bytes_read_experts")),
+                   eb = json_integer_value(json_object_get(s, "expert_bytes"));
+        T_CHECK(st == 0 && s && ev == 0 && mi > 256 && rd <= mi * (eb + 8192),
+                "no budget%s: %lld expert misses, %lld evictions, %lld bytes read (experts of %lld)",
+                buffered ? ", buffered I/O" : "", (long long)mi, (long long)ev, (long long)rd, (long long)eb);
+        json_decref(j);
+    }
+    snprintf(a, sizeof a, "run --model %s/m --ids 1 --prefill-mixed 0", d);
+    T_CHECK(status_of(a) == 2, "--prefill-mixed 0 refused (off, auto or a count)");
     snprintf(a, sizeof a, "synth --preset k3-slice --layers 0 --out %s/x", d);
     T_CHECK(status_of(a) == 2, "--layers 0 refused");
     snprintf(a, sizeof a, "synth --preset nope --out %s/x", d);

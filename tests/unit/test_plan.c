@@ -378,15 +378,22 @@ static void test_spans(void)
             "2000 MiB, 2000-token prompt: spans of %lld (want 1383), %llu slots kept (8), pins lent %d (0)",
             (long long)p.span, (unsigned long long)p.span_cache_slots, p.span_pins);
     check_invariants("spans", &p);
-    /* Beside decoding sequences: the rows touching 9/10 of a layer's experts at 1% a row,
-     * ceil(ln 0.1 / ln 0.99) = 230 (fewer than the 1383 that fit). */
     /* the estimates: spans of 1383 read all but 1 - 0.99^1383 (1e-6) of the experts twice
      * (2 x 1000 x 16 MiB), no trunk streams */
     T_CHECK(p.read_prompt <= 2 * 1000 * 16 * M && p.read_prompt > 2 * 1000 * 16 * M - 64 * M && p.read_chunks > 6 * p.read_prompt,
             "2000-token prompt: spans read about %llu MiB (32000), chunks %llu MiB (~220 GB)",
             (unsigned long long)(p.read_prompt / M), (unsigned long long)(p.read_chunks / M));
-    T_CHECK(p.mix == 230 && p.span_keeping_pins == 1383, "mixed passes of %lld rows (230), spans keeping the pins %lld "
-            "(1383)", (long long)p.mix, (long long)p.span_keeping_pins);
+    /* Beside decoding sequences: the chunk unless asked; auto, the rows touching 9/10 of a
+     * layer's experts at 1% a row, ceil(ln 0.1 / ln 0.99) = 230 (fewer than the 1383 that fit);
+     * N, up to N (at most what fits). */
+    T_CHECK(p.mix == p.chunk, "mixed passes: chunks unless asked (%lld)", (long long)p.mix);
+    in.mix_wanted = 100;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.mix == 100, "mixed passes asked of 100: %lld", (long long)p.mix);
+    in.mix_wanted = 5000;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.mix == 1383, "mixed passes asked of 5000: %lld (1383 fit)", (long long)p.mix);
+    in.mix_wanted = -1;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.mix == 230 && p.span_keeping_pins == 1383, "mixed passes of %lld rows "
+            "(230), spans keeping the pins %lld (1383)", (long long)p.mix, (long long)p.span_keeping_pins);
     /* A 1500-token prompt: spans of 1383 take 2 passes (~32 GB), lending the pins one of 1500
      * (the trunk 265 + experts ~16 GB + the pins read again 265): lent. */
     in.max_span = 1500;

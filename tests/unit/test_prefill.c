@@ -20,6 +20,7 @@ typedef struct {
     int local_workers;
     int max_seqs;
     int64_t chunk; /* ms_run_opts.max_chunk; 0: 16 */
+    int64_t mixed; /* ms_run_opts.mixed_rows */
 } how;
 
 static ms_engine *open_engine_quiet(const char *dir, how h, int64_t longest)
@@ -33,6 +34,7 @@ static ms_engine *open_engine_quiet(const char *dir, how h, int64_t longest)
     o.run.prompt_tokens = longest;
     o.run.max_chunk = h.chunk > 0 ? h.chunk : 16;
     o.run.max_span = h.span;
+    o.run.mixed_rows = h.mixed;
     o.max_seqs = h.max_seqs > 0 ? h.max_seqs : 1;
     o.local_workers = h.local_workers;
     o.speculate = 0;
@@ -372,19 +374,20 @@ static ms_eseq *seq_of(ms_engine *e, int i, size_t len, int max_tokens, ms_t_rec
 }
 
 /* A prompt arriving while another sequence decodes (what serve and jobs do): the passes that
- * carry both take the plan's mixed rows, longer than a chunk, keeping the pinned trunk; both
- * sequences get the rows and tokens they get alone. Chunks of 2 rows, so that the tiny models'
- * mixed rows (those touching 9/10 of a layer's experts) are longer. */
+ * carry both take chunks, or asked (--prefill-mixed auto) the plan's mixed rows, longer than a
+ * chunk; either keeps the pinned trunk, and both sequences get the rows and tokens they get
+ * alone. Chunks of 2 rows, so that the tiny models' mixed rows (those touching 9/10 of a layer's
+ * experts) are longer. */
 static void check_mixed(const char *what, const char *dir)
 {
-    enum { LA = 5, LB = 40, NA = 30 }; /* a decodes all through b's prefill */
+    enum { LA = 5, LB = 40, NA = 44, LONG = LA + NA }; /* a decodes all through b's prefill, in chunks too */
     ms_t_record ra, rb, ga, gb;
-    uint64_t minb = min_budget(dir, LB), found = 0;
+    uint64_t minb = min_budget(dir, LONG), found = 0;
     int level = ms_log_level();
     ms_log_set_level(0);
     for (uint64_t b = minb; b < 4 * minb && !found; b += minb / 256) {
-        how h = {b, 0, 0, 2, 2};
-        ms_engine *e = open_engine_quiet(dir, h, LB); /* the least budgets hold one sequence only */
+        how h = {b, 0, 0, 2, 2, -1};
+        ms_engine *e = open_engine_quiet(dir, h, LONG); /* the least budgets hold one sequence only */
         if (e && ms_model_mix_rows(ms_engine_model(e)) > ms_model_chunk(ms_engine_model(e)) + 1) found = b;
         ms_engine_free(e);
     }
@@ -393,7 +396,7 @@ static void check_mixed(const char *what, const char *dir)
     if (!found) return;
     /* alone, in chunks */
     how solo = {0, -1, 0, 1, 2};
-    ms_engine *e = open_engine(dir, solo, LB);
+    ms_engine *e = open_engine(dir, solo, LONG);
     if (!e) return;
     ms_eseq *a = seq_of(e, 1, LA, NA, &ra), *b = seq_of(e, 0, LB, NGEN, &rb);
     while (a && !ms_engine_seq_done(a) && ms_engine_step(e, &a, 1) == 0) {}
@@ -401,49 +404,52 @@ static void check_mixed(const char *what, const char *dir)
     ms_engine_seq_free(a);
     ms_engine_seq_free(b);
     ms_engine_free(e);
-    /* together: b arrives once a has its first token */
-    how mixed = {found, 0, 0, 2, 2};
-    e = open_engine(dir, mixed, LB);
-    if (!e) return;
-    const ms_plan *pl = ms_model_plan(ms_engine_model(e));
-    int64_t mix = ms_model_mix_rows(ms_engine_model(e));
-    a = seq_of(e, 1, LA, NA, &ga);
-    while (a && ga.n_tok < 1 && ms_engine_step(e, &a, 1) == 0) {}
-    b = seq_of(e, 0, LB, NGEN, &gb);
-    ms_engine_stats s0, s1;
-    ms_engine_get_stats(e, &s0);
-    uint64_t passes = 0, trunk = 0;
-    int ok = a && b;
-    while (ok && (!ms_engine_seq_done(a) || !ms_engine_seq_done(b))) {
-        ms_eseq *act[2];
-        int na = 0, pre = ms_engine_seq_prefilled(b) < LB;
-        if (!ms_engine_seq_done(a)) act[na++] = a;
-        if (!ms_engine_seq_done(b)) act[na++] = b;
-        ok = ms_engine_step(e, act, na) == 0;
-        ms_engine_get_stats(e, &s1);
-        if (pre) {
-            passes = s1.passes - s0.passes;
-            trunk = s1.model.bytes_read_trunk - s0.model.bytes_read_trunk;
+    /* together: b arrives once a has its first token; --prefill-mixed off (chunks), then auto */
+    for (int asked = 0; asked < 2; asked++) {
+        how mixed = {found, 0, 0, 2, 2, asked ? -1 : 0};
+        e = open_engine(dir, mixed, LONG);
+        if (!e) break;
+        const ms_plan *pl = ms_model_plan(ms_engine_model(e));
+        int64_t mix = ms_model_mix_rows(ms_engine_model(e)), chunk = ms_model_chunk(ms_engine_model(e));
+        a = seq_of(e, 1, LA, NA, &ga);
+        while (a && ga.n_tok < 1 && ms_engine_step(e, &a, 1) == 0) {}
+        b = seq_of(e, 0, LB, NGEN, &gb);
+        ms_engine_stats s0, s1;
+        ms_engine_get_stats(e, &s0);
+        uint64_t passes = 0, trunk = 0;
+        int ok = a && b;
+        while (ok && (!ms_engine_seq_done(a) || !ms_engine_seq_done(b))) {
+            ms_eseq *act[2];
+            int na = 0, pre = ms_engine_seq_prefilled(b) < LB;
+            if (!ms_engine_seq_done(a)) act[na++] = a;
+            if (!ms_engine_seq_done(b)) act[na++] = b;
+            ok = ms_engine_step(e, act, na) == 0;
+            ms_engine_get_stats(e, &s1);
+            if (pre) {
+                passes = s1.passes - s0.passes;
+                trunk = s1.model.bytes_read_trunk - s0.model.bytes_read_trunk;
+            }
         }
+        uint64_t want = (uint64_t)((LB + mix - 2) / (mix - 1)); /* a's row and mix - 1 of b's a pass */
+        T_CHECK(ok && ms_t_record_same(&ra, &ga, 0) && ms_t_record_same(&rb, &gb, 0) && passes == want &&
+                    (asked ? mix > chunk + 1 : mix == chunk),
+                "%s: budget %llu, mixed %s: a %d-token prompt beside a decoding sequence in %llu passes of %lld rows "
+                "(chunks of %lld): both sequences' rows and tokens as alone", what, (unsigned long long)found,
+                asked ? "auto" : "off", LB, (unsigned long long)passes, (long long)mix, (long long)chunk);
+        /* lent, the pins would stream with every pass and be read again after: more than this */
+        T_CHECK(pl->pinned_bytes > 0 && trunk < passes * pl->streamed_bytes + pl->pinned_bytes,
+                "%s: the pinned trunk stays pinned beside a decoding sequence (%llu trunk bytes read in %llu passes, "
+                "%llu streamed a pass, %llu pinned%s)", what, (unsigned long long)trunk, (unsigned long long)passes,
+                (unsigned long long)pl->streamed_bytes, (unsigned long long)pl->pinned_bytes,
+                pl->span_pins ? ", lent to prefill-only spans" : "");
+        ms_engine_seq_free(a);
+        ms_engine_seq_free(b);
+        ms_engine_free(e);
+        ms_t_record_free(&ga);
+        ms_t_record_free(&gb);
     }
-    uint64_t want = (uint64_t)((LB + mix - 2) / (mix - 1)); /* a's row and mix - 1 of b's a pass */
-    T_CHECK(ok && ms_t_record_same(&ra, &ga, 0) && ms_t_record_same(&rb, &gb, 0) && passes == want,
-            "%s: budget %llu: a %d-token prompt beside a decoding sequence in %llu passes of %lld rows (chunks of %lld): "
-            "both sequences' rows and tokens as alone", what, (unsigned long long)found, LB, (unsigned long long)passes,
-            (long long)mix, (long long)ms_model_chunk(ms_engine_model(e)));
-    /* lent, the pins would stream with every pass and be read again after: more than this */
-    T_CHECK(pl->pinned_bytes > 0 && trunk < passes * pl->streamed_bytes + pl->pinned_bytes,
-            "%s: the pinned trunk stays pinned beside a decoding sequence (%llu trunk bytes read in %llu passes, "
-            "%llu streamed a pass, %llu pinned%s)", what, (unsigned long long)trunk, (unsigned long long)passes,
-            (unsigned long long)pl->streamed_bytes, (unsigned long long)pl->pinned_bytes,
-            pl->span_pins ? ", lent to prefill-only spans" : "");
-    ms_engine_seq_free(a);
-    ms_engine_seq_free(b);
-    ms_engine_free(e);
     ms_t_record_free(&ra);
     ms_t_record_free(&rb);
-    ms_t_record_free(&ga);
-    ms_t_record_free(&gb);
 }
 
 static uint64_t dir_bytes(const char *dir)
