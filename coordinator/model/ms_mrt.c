@@ -339,7 +339,12 @@ int ms_mrt_setup(ms_model *m)
     if (!m->iof) return -1;
     m->io = ms_io_new(m->iof, depth);
     if (!m->io) return -1;
+    /* The pack's check parses the identity sidecar (a few MB for a model of many experts, freed
+     * after): a peak that never comes back, so it must not count in the plan's baseline (it
+     * would pin less with the pack than without). */
+    uint64_t peak_before = ms_proc_peak_rss();
     if (m->tpack && pack_check(m) != 0) return -1;
+    uint64_t now = ms_proc_rss(), baseline = peak_before > now ? peak_before : now;
     /* Where streamed blocks are decoded: in the matmul kernel (default) or, with
      * MS_TPACK_DECODE=reader, by the reader threads into the ring (docs/TRUNK-PACK.md). */
     const char *dmode = getenv("MS_TPACK_DECODE");
@@ -379,7 +384,7 @@ int ms_mrt_setup(ms_model *m)
     /* Plan. */
     ms_plan_in in = {0};
     in.budget = m->opts.ram_budget ? m->opts.ram_budget : ms_plan_default_budget(100);
-    in.baseline = m->opts.baseline ? m->opts.baseline : ms_proc_peak_rss();
+    in.baseline = m->opts.baseline ? m->opts.baseline : baseline;
     in.prompt_tokens = m->opts.prompt_tokens > 0 ? m->opts.prompt_tokens : 64;
     in.max_chunk = m->opts.max_chunk > 0 ? m->opts.max_chunk : 64;
     /* Spans: prefill-only passes longer than a chunk, up to the longest prompt, with memory the
@@ -431,6 +436,37 @@ int ms_mrt_setup(ms_model *m)
         in.span_pins = 0; /* packed pins (ms_mpin) stay: they are small already */
         if (plan_window(m, &in) != 0) goto out;
         pin_packed = 1;
+    }
+    /* The pack is there to read fewer bytes, but its fixed costs (index, block buffers) can pin
+     * less than the raw trunk would: plan without it too, and keep the pack only when it streams
+     * fewer bytes a pass (at a tight budget it may not). */
+    if (m->tpack && m->plan.streaming) {
+        uint64_t with = 0;
+        for (int i = m->plan.n_pinned; i < ns; i++) with += items[i].pk ? items[i].pk->data_bytes : sizes[i];
+        ms_plan packed = m->plan;
+        ms_run_opts saved = m->opts;
+        ms_tpack *pack = m->tpack;
+        ms_wstream_item *raw = ms_malloc(sizeof *raw * (size_t)ns);
+        for (int i = 0; i < ns; i++) raw[i] = items[i], raw[i].pk = NULL;
+        ms_plan_in in2 = in;
+        in2.trunk = sizes;
+        in2.span_pins = m->opts.max_span >= 0;
+        in2.ring = ms_wstream_ring_bytes(raw, ns, chunk_bytes, RING_SLOTS);
+        m->tpack = NULL; /* work_bytes counts the pack's costs when it is there */
+        int ok = plan_window(m, &in2) == 0;
+        if (ok && m->plan.streamed_bytes < with) {
+            ms_log(1, "trunk pack %s not used at this budget: without it the plan pins more and streams %.1f MB a pass, "
+                   "with it %.1f MB", ms_tpack_path(pack), (double)m->plan.streamed_bytes / 1e6, (double)with / 1e6);
+            ms_tpack_close(pack);
+            memcpy(items, raw, sizeof *raw * (size_t)ns);
+            pin_packed = 0;
+        } else {
+            m->tpack = pack;
+            m->plan = packed;
+            m->opts = saved;
+        }
+        free(raw);
+        ms_err_clear();
     }
     m->plan.in.trunk = NULL; /* sizes is freed below */
     m->planned = 1;

@@ -343,6 +343,27 @@ static void test_small_preset(void)
                 buffered ? ", buffered I/O" : "", (long long)mi, (long long)ev, (long long)rd, (long long)eb);
         json_decref(j);
     }
+    /* The trunk pack never costs bytes: at the least budget that runs with it, the run with the
+     * pack reads no more trunk than the same run without (its identity check's transient memory
+     * once made the plan pin less; and a plan without the pack is taken when it streams less). */
+    snprintf(a, sizeof a, "pack-trunk --model %s/m --out %s/m.trunk-pack --quiet", d, d);
+    T_CHECK(status_of(a) == 0, "pack-trunk small");
+    snprintf(a, sizeof a, "run --model %s/m --ids 1 --ram-budget 1", d);
+    char *refusal = stderr_of(a);
+    const char *least = refusal ? strstr(refusal, "would work is about") : NULL;
+    least = least ? strchr(least, '(') : NULL;
+    unsigned long long minb = least ? strtoull(least + 1, NULL, 10) : 0;
+    free(refusal);
+    json_int_t tr[2] = {-1, -1};
+    for (int none = 0; none < 2 && minb; none++) {
+        snprintf(a, sizeof a, "run --model %s/m --ids 1,2,3,4,5,6,7,8 -n 8 --ram-budget %llu --json%s", d, minb,
+                 none ? " --trunk-pack none" : "");
+        j = run_json(a, &st);
+        tr[none] = st == 0 ? json_integer_value(json_object_get(json_object_get(j, "stats"), "bytes_read_trunk")) : -1;
+        json_decref(j);
+    }
+    T_CHECK(minb && tr[0] >= 0 && tr[1] >= 0 && tr[0] <= tr[1], "least budget with the pack (%llu): %lld trunk bytes "
+            "read with it, %lld without", minb, (long long)tr[0], (long long)tr[1]);
     snprintf(a, sizeof a, "run --model %s/m --ids 1 --prefill-mixed 0", d);
     T_CHECK(status_of(a) == 2, "--prefill-mixed 0 refused (off, auto or a count)");
     snprintf(a, sizeof a, "synth --preset k3-slice --layers 0 --out %s/x", d);
