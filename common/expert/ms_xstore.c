@@ -25,8 +25,8 @@
  *
  * Every buffer is faulted in before a read lands in it (a fault inside an O_DIRECT read costs
  * several times the read on a VM): with grow_bg a background thread makes buffers ahead of need
- * at idle priority, paced (ms_xstore_mem.c); a call that finds none free makes one itself. The
- * policy holds its planned n_slots from the start either way, so what is cached (hits, misses,
+ * at idle priority, paced (ms_xstore_mem.c); a call that finds none free makes one itself,
+ * which its reader faults in just before the read (ms_io_req.prefault). The policy holds its planned n_slots from the start either way, so what is cached (hits, misses,
  * evictions) never depends on the grower's pace, and a cache that can hold every expert a run
  * touches never evicts one.
  *
@@ -261,7 +261,8 @@ static void read_submit(ms_xstore *s, size_t key, xs_pend *p)
     p->key = (uint32_t)key;
     p->d = -1;
     p->predicted = 0;
-    p->buf = xs_buf_get(s);
+    int fresh;
+    p->buf = xs_buf_get(s, &fresh);
     memset(p->req, 0, sizeof p->req);
     if (s->loc_state[key] == 2) {
         p->n_req = 1;
@@ -269,6 +270,7 @@ static void read_submit(ms_xstore *s, size_t key, xs_pend *p)
         p->req[0].off = l->off[0];
         p->req[0].len = (size_t)s->E;
         p->req[0].buf = p->buf;
+        p->req[0].prefault = fresh;
     } else {
         p->n_req = s->np;
         uint64_t region = 0;
@@ -277,6 +279,7 @@ static void read_submit(ms_xstore *s, size_t key, xs_pend *p)
             p->req[i].off = l->off[i];
             p->req[i].len = (size_t)l->len[i];
             p->req[i].buf = p->buf + region;
+            p->req[i].prefault = fresh;
             region += ms_io_span(l->off[i], (size_t)l->len[i]);
         }
     }

@@ -78,15 +78,14 @@ typedef struct {
 
 /* ms_xstore_mem.c: fault in every page of buf now; the grower thread's body; hand the grown
  * buffers to the cache (under s->mu; wait: block for the grower's lock, else skip if busy). */
-void xs_prefault(uint8_t *buf, size_t n);
 /* A buffer of slot_bytes in small pages (xs_buf_alloc), or one faulted in now (xs_buf_new). */
 uint8_t *xs_buf_alloc(const ms_xstore *s);
 uint8_t *xs_buf_new(const ms_xstore *s);
 void *xs_grow_main(void *arg);
 void xs_adopt(ms_xstore *s, int wait);
-/* A free buffer for a read (under s->mu): from the free list, the grower's, or made and faulted
- * in now (never more than cap buffers in all). */
-uint8_t *xs_buf_get(ms_xstore *s);
+/* A free buffer for a read (under s->mu): from the free list, the grower's, or made now (never
+ * more than cap buffers in all), then *fresh = 1: not faulted in yet (the read's prefault). */
+uint8_t *xs_buf_get(ms_xstore *s, int *fresh);
 /* Start the grower if grow_bg and buffers are still to be made; -1 if the thread cannot start. */
 int xs_grower_start(ms_xstore *s);
 /* ms_xstore.c: drop the early reads whose call never came (under s->mu). */

@@ -11,25 +11,13 @@
 #include "ms_proc.h"
 #include "ms_xstore_int.h"
 
-/* Fault in every page of buf now (write faults: the kernel allocates and zeroes them here,
- * not in the read that will fill them). */
-void xs_prefault(uint8_t *buf, size_t n)
-{
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
-    if (madvise(buf, n, MADV_POPULATE_WRITE) == 0) return;
-    for (size_t i = 0; i < n; i += 4096) ((volatile uint8_t *)buf)[i] = 0;
-    if (n) ((volatile uint8_t *)buf)[n - 1] = 0;
-}
-
 /* A buffer in small pages: fresh huge pages fault several times slower in a VM (ms_io.h). */
 uint8_t *xs_buf_alloc(const ms_xstore *s) { return ms_io_alloc_small((size_t)s->slot_bytes); }
 
 uint8_t *xs_buf_new(const ms_xstore *s)
 {
     uint8_t *b = xs_buf_alloc(s);
-    xs_prefault(b, (size_t)s->slot_bytes);
+    ms_io_prefault(b, (size_t)s->slot_bytes);
     ms_io_hugepages(b, (size_t)s->slot_bytes); /* khugepaged may merge them later */
     return b;
 }
@@ -70,7 +58,7 @@ void *xs_grow_main(void *arg)
         for (size_t at = 0; at < s->slot_bytes; at += GROW_STEP) {
             size_t n = s->slot_bytes - at < GROW_STEP ? (size_t)(s->slot_bytes - at) : GROW_STEP;
             double t0 = ms_now();
-            xs_prefault(b + at, n);
+            ms_io_prefault(b + at, n);
             double rest = GROW_REST * (ms_now() - t0);
             struct timespec ts = {(time_t)rest, (long)((rest - (double)(time_t)rest) * 1e9)};
             nanosleep(&ts, NULL);
@@ -96,20 +84,22 @@ void xs_adopt(ms_xstore *s, int wait)
     s->n_alloc += k;
 }
 
-uint8_t *xs_buf_get(ms_xstore *s)
+uint8_t *xs_buf_get(ms_xstore *s, int *fresh)
 {
+    *fresh = 0;
     if (!s->n_free) xs_adopt(s, 1);
     while (!s->n_free) {
         pthread_mutex_lock(&s->gmu);
         int mine = claim(s);
         pthread_mutex_unlock(&s->gmu);
         if (mine) {
-            /* The grower is behind: this call makes the buffer, faulted in before the read that
-             * lands in it (a fault inside an O_DIRECT read costs several times the read). */
-            uint8_t *b = xs_buf_new(s);
+            /* The grower is behind: this call makes the buffer, which its reader faults in
+             * before the read (a fault inside an O_DIRECT read costs several times the read;
+             * in the reader it overlaps the other reads and this thread's compute). */
+            *fresh = 1;
             s->n_alloc++;
             s->st.slots_made_in_calls++;
-            return b;
+            return xs_buf_alloc(s);
         }
         /* the accounting (ms_xstore.c's top comment) says a buffer is due: the grower's last */
         MS_ASSERT(s->grower_on);

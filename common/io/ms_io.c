@@ -91,6 +91,17 @@ void *ms_io_alloc(size_t n) { return alloc_aligned(n, MADV_HUGEPAGE); }
 /* Small pages even where huge pages are the default (THP "always"). */
 void *ms_io_alloc_small(size_t n) { return alloc_aligned(n, MADV_NOHUGEPAGE); }
 
+void ms_io_prefault(void *p, size_t n)
+{
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+    if (!n || madvise(p, n, MADV_POPULATE_WRITE) == 0) return;
+    volatile uint8_t *b = p;
+    for (size_t i = 0; i < n; i += 4096) b[i] = 0;
+    b[n - 1] = 0;
+}
+
 void ms_io_hugepages(void *p, size_t n)
 {
     size_t r = (n + MS_IO_ALIGN - 1) & ~(size_t)(MS_IO_ALIGN - 1);
@@ -119,6 +130,7 @@ static int do_read(ms_io *io, ms_io_req *r)
     int fd = io->files->fd[r->file];
     uint64_t a0 = r->off & ~(uint64_t)(MS_IO_ALIGN - 1);
     size_t span = ms_io_span(r->off, r->len), got = 0, need = (size_t)(r->off - a0) + r->len;
+    if (r->prefault) ms_io_prefault(r->buf, span);
     while (got < need) {
         ssize_t n = pread(fd, r->buf + got, span - got, (off_t)(a0 + got));
         if (n < 0 && errno == EINTR) continue;

@@ -29,6 +29,8 @@ typedef struct ms_io_req {
     char err[256];
     struct ms_io_req *next; /* queue link, private */
     void *user;           /* free for the caller */
+    int prefault;         /* 1: buf's span is fresh memory, faulted in by the reader before the read
+                             (a page faulted inside an O_DIRECT read costs several times the read) */
     int (*then)(struct ms_io_req *r); /* private: set by ms_io_submit_then */
 } ms_io_req;
 
@@ -43,6 +45,8 @@ void *ms_io_alloc(size_t n);
  * huge pages in the background (khugepaged) for a long-lived process. */
 void *ms_io_alloc_small(size_t n);
 void ms_io_hugepages(void *p, size_t n);
+/* Fault in (write) every page of [p, p + n) now, MADV_POPULATE_WRITE where the kernel has it. */
+void ms_io_prefault(void *p, size_t n);
 
 typedef struct ms_io ms_io;
 
