@@ -471,6 +471,7 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
 
     pthread_mutex_lock(&s->mu);
     xs_adopt(s, 0);
+    xs_capacity_for(s, item_row, g->start[g->nd]);
     lead_end(s, layer);
     s->st.requests += (uint64_t)n;
     xs_call c = {.layer = layer, .z = z, .item_row = item_row, .out = out, .g = g};

@@ -86,6 +86,11 @@ void xs_adopt(ms_xstore *s, int wait);
 /* A free buffer for a read (under s->mu): from the free list, the grower's, or made now (never
  * more than cap buffers in all), then *fresh = 1: not faulted in yet (the read's prefault). */
 uint8_t *xs_buf_get(ms_xstore *s, int *fresh);
+/* With grow_bg, the policy's capacity for a call of n items on rows item_row (under s->mu): its
+ * planned slots for a call of many rows (a prefill: the buffers it makes pay for themselves),
+ * for a call of a few (a decode step) only the buffers made so far, so a step never waits on
+ * page faults a smaller budget would not take (the memory ladder stays monotonic). */
+void xs_capacity_for(ms_xstore *s, const uint32_t *item_row, int64_t n);
 /* Start the grower if grow_bg and buffers are still to be made; -1 if the thread cannot start. */
 int xs_grower_start(ms_xstore *s);
 /* ms_xstore.c: drop the early reads whose call never came (under s->mu). */

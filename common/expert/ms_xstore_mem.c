@@ -122,6 +122,20 @@ static void grower_stop(ms_xstore *s)
     s->stop = 0;
 }
 
+#define XS_MAKE_ROWS 8 /* rows from which a call makes the buffers it needs */
+
+void xs_capacity_for(ms_xstore *s, const uint32_t *item_row, int64_t n)
+{
+    if (s->lent || !s->o.grow_bg) return; /* without a grower every call makes what it needs */
+    uint32_t rows = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (item_row[i] + 1 > rows) rows = item_row[i] + 1;
+    size_t cap = s->n_slots, made = s->n_alloc > (size_t)s->o.depth ? s->n_alloc - (size_t)s->o.depth : 0;
+    size_t held = ms_cpolicy_resident(s->pol);
+    if (rows < XS_MAKE_ROWS && made < cap) cap = made > held ? made : held;
+    ms_cpolicy_set_slots(s->pol, cap);
+}
+
 int xs_grower_start(ms_xstore *s)
 {
     if (!s->o.grow_bg || s->grower_on || s->lent) return 0;

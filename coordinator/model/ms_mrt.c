@@ -1,4 +1,5 @@
 /* ms_mrt: the runtime of a model on disk (plans the RAM budget, reads the pinned trunk, starts the trunk streamer and the on-disk expert store, counts) and the interface calls of ms_model.h it answers or passes to the family. */
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -344,6 +345,7 @@ int ms_mrt_setup(ms_model *m)
      * would pin less with the pack than without). */
     uint64_t peak_before = ms_proc_peak_rss();
     if (m->tpack && pack_check(m) != 0) return -1;
+    malloc_trim(0); /* the freed parse back to the system, or the RSS below counts it by chance */
     uint64_t now = ms_proc_rss(), baseline = peak_before > now ? peak_before : now;
     /* Where streamed blocks are decoded: in the matmul kernel (default) or, with
      * MS_TPACK_DECODE=reader, by the reader threads into the ring (docs/TRUNK-PACK.md). */
@@ -745,54 +747,6 @@ void ms_model_set_route_observer(ms_model *m, ms_route_fn fn, void *ctx)
 {
     m->route_fn = fn;
     m->route_ctx = ctx;
-}
-
-ms_seq *ms_seq_new(ms_model *m) { return m->ops->seq_new(m); }
-
-void ms_seq_free(ms_seq *s)
-{
-    if (s) s->m->ops->seq_free(s);
-}
-
-int64_t ms_seq_pos(const ms_seq *s) { return s->pos; }
-
-void ms_seq_keep(ms_seq *s, int64_t keep)
-{
-    MS_ASSERT(s->spec_rows > 0 && keep >= 1 && keep <= s->spec_rows);
-    s->m->ops->seq_keep(s, keep);
-    MS_ASSERT(s->spec_rows == 0);
-}
-
-ms_seq *ms_seq_clone(const ms_seq *s)
-{
-    MS_ASSERT(s->spec_rows == 0); /* a settled sequence: no speculative rows pending */
-    return s->m->ops->seq_clone(s);
-}
-
-void ms_seq_save(const ms_seq *s, ms_sbuf *out)
-{
-    MS_ASSERT(s->spec_rows == 0); /* a settled sequence */
-    ms_sbuf_add(out, (const char *)&s->pos, sizeof s->pos);
-    s->m->ops->seq_save(s, out);
-}
-
-ms_seq *ms_seq_load(ms_model *m, const void *bytes, size_t n)
-{
-    ms_reader r = {bytes, n, 0};
-    int64_t pos;
-    ms_seq *s = NULL;
-    if (ms_reader_take(&r, &pos, sizeof pos) != 0 || pos < 0) goto bad;
-    s = ms_seq_new(m);
-    s->pos = pos;
-    if (m->ops->seq_load(s, &r) != 0) goto fail;
-    if (r.at != r.n) goto bad;
-    return s;
-bad:
-    ms_err_set("the sequence state does not fit this model (%zu bytes, read %zu): another model's, or cut short", n, r.at);
-fail:
-    ms_err_set_code(MS_EXIT_INPUT);
-    ms_seq_free(s);
-    return NULL;
 }
 
 int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)

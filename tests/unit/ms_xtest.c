@@ -143,3 +143,13 @@ void xt_random_routing(int *layer, int64_t *n_rows, int *k, int32_t *ids, float 
         }
     for (int64_t i = 0; i < *n_rows * LAT; i++) z[i] = (float)((int)(xt_rnd() % 2001) - 1000) / 997.0f;
 }
+
+void xt_set_all(ms_xstore *s, ms_st *st)
+{
+    ms_st *one[2] = {st, st};
+    for (int key = 0; key < NK; key++) {
+        ms_xloc loc;
+        xt_make_loc(one, key, 0, &loc);
+        ms_xstore_set(s, key / NE, key % NE, &loc);
+    }
+}

@@ -38,6 +38,8 @@ const ms_st_tensor *xt_find_part(const ms_st *st, int key, int part);
  * (mode 2: even parts from A, odd from B; both files hold the same bytes). */
 void xt_make_loc(ms_st *const sts[2], int key, int mode, ms_xloc *loc);
 int xt_contiguous(const ms_xloc *l);
+/* Every expert's location in s: its parts from st (one of the two files, mode 0). */
+void xt_set_all(ms_xstore *s, ms_st *st);
 /* One routing: layer, rows (1-9), k (1-4), ids[rows][k], distinct within a row as a router picks
  * them, drawn from a subset of the layer's experts so they repeat across rows; z[rows][LAT]. */
 void xt_random_routing(int *layer, int64_t *n_rows, int *k, int32_t *ids, float *z);
