@@ -11,14 +11,14 @@
 #include "ms_proc.h"
 #include "ms_xstore_int.h"
 
-/* A buffer in small pages: fresh huge pages fault several times slower in a VM (ms_io.h). */
-uint8_t *xs_buf_alloc(const ms_xstore *s) { return ms_io_alloc_small((size_t)s->slot_bytes); }
+/* A buffer in huge pages, not yet faulted in (ms_io_prefault does it: the grower, the reader
+ * before its read, or xs_buf_new). */
+uint8_t *xs_buf_alloc(const ms_xstore *s) { return ms_io_alloc((size_t)s->slot_bytes); }
 
 uint8_t *xs_buf_new(const ms_xstore *s)
 {
     uint8_t *b = xs_buf_alloc(s);
     ms_io_prefault(b, (size_t)s->slot_bytes);
-    ms_io_hugepages(b, (size_t)s->slot_bytes); /* khugepaged may merge them later */
     return b;
 }
 
@@ -63,7 +63,6 @@ void *xs_grow_main(void *arg)
             struct timespec ts = {(time_t)rest, (long)((rest - (double)(time_t)rest) * 1e9)};
             nanosleep(&ts, NULL);
         }
-        ms_io_hugepages(b, (size_t)s->slot_bytes);
         pthread_mutex_lock(&s->gmu);
         s->ready[s->n_ready++] = b;
         pthread_mutex_unlock(&s->gmu);

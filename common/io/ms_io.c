@@ -69,9 +69,8 @@ size_t ms_io_span(uint64_t off, size_t len)
 }
 
 /* n bytes rounded up to MS_IO_ALIGN; big buffers (8 MiB and more: weights, expert slots) start
- * on a 2 MiB boundary, so that they can be huge pages, and get `advice` (MADV_HUGEPAGE or
- * MADV_NOHUGEPAGE). */
-static void *alloc_aligned(size_t n, int advice)
+ * on a 2 MiB boundary and ask for huge pages. */
+void *ms_io_alloc(size_t n)
 {
     void *p = NULL;
     size_t r = (n + MS_IO_ALIGN - 1) & ~(size_t)(MS_IO_ALIGN - 1);
@@ -80,33 +79,30 @@ static void *alloc_aligned(size_t n, int advice)
         fprintf(stderr, "moestream: out of memory allocating %zu aligned bytes\n", r);
         abort();
     }
-    if (align > MS_IO_ALIGN) madvise(p, r & ~(size_t)((2u << 20) - 1), advice);
+    if (align > MS_IO_ALIGN) madvise(p, r & ~(size_t)((2u << 20) - 1), MADV_HUGEPAGE);
     return p;
 }
-
-/* Huge pages: the TLB covers the weights and slots reused pass after pass (fresh huge pages can
- * fault slower than small ones in a VM: what a one-time fill uses ms_io_alloc_small for). */
-void *ms_io_alloc(size_t n) { return alloc_aligned(n, MADV_HUGEPAGE); }
-
-/* Small pages even where huge pages are the default (THP "always"). */
-void *ms_io_alloc_small(size_t n) { return alloc_aligned(n, MADV_NOHUGEPAGE); }
 
 void ms_io_prefault(void *p, size_t n)
 {
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
-    if (!n || madvise(p, n, MADV_POPULATE_WRITE) == 0) return;
+    if (!n) return;
     volatile uint8_t *b = p;
-    for (size_t i = 0; i < n; i += 4096) b[i] = 0;
-    b[n - 1] = 0;
-}
-
-void ms_io_hugepages(void *p, size_t n)
-{
-    size_t r = (n + MS_IO_ALIGN - 1) & ~(size_t)(MS_IO_ALIGN - 1);
-    if (p && r >= (8u << 20) && ((uintptr_t)p & ((2u << 20) - 1)) == 0)
-        madvise(p, r & ~(size_t)((2u << 20) - 1), MADV_HUGEPAGE);
+    if (madvise(p, n, MADV_POPULATE_WRITE) != 0) {
+        for (size_t i = 0; i < n; i += 4096) b[i] = 0;
+        b[n - 1] = 0;
+        return;
+    }
+    /* The kernel's populate maps the pages for the kernel only: in a VM with shadow page
+     * tables (this project's), the first user access to each 4 KiB page then traps to the host,
+     * ~5 us a page (1.4 s a GiB), in whatever thread touches it first: the compute's first pass
+     * if not here. One read a page installs the translations now (one a huge page: cheap). */
+    uint8_t sink = 0;
+    for (size_t i = 0; i < n; i += 4096) sink ^= b[i];
+    sink ^= b[n - 1];
+    (void)sink;
 }
 
 struct ms_io {

@@ -36,16 +36,14 @@ typedef struct ms_io_req {
 
 /* Bytes of aligned buffer a read of [off, off+len) needs: the enclosing aligned range. */
 size_t ms_io_span(uint64_t off, size_t len);
-/* An MS_IO_ALIGN-aligned buffer of n bytes (rounded up); free with free(). Aborts on OOM. */
+/* An MS_IO_ALIGN-aligned buffer of n bytes (rounded up); free with free(). Aborts on OOM.
+ * From 8 MiB on it starts on a 2 MiB boundary and asks for huge pages: weights and expert slots
+ * are reused pass after pass, and on this project's VM (shadow page tables) a buffer in small
+ * pages filled by a read cost ~1.4 s a GiB of traps at its first use, against a faster fault of
+ * the huge pages (PERFORMANCE.md, "Memory ladder"). Not faulted in: see ms_io_prefault. */
 void *ms_io_alloc(size_t n);
-/* The same, faulted in small pages: for a buffer filled once by a read (the pinned trunk at
- * load). Fresh huge pages can fault several times slower than small ones (this project's VM:
- * 0.5-0.8 GB/s against 1.9-3 GB/s on two CPUs, all system time), so a load would wait on faults
- * rather than the disk; once filled, ms_io_hugepages(p, n) lets the kernel merge the buffer into
- * huge pages in the background (khugepaged) for a long-lived process. */
-void *ms_io_alloc_small(size_t n);
-void ms_io_hugepages(void *p, size_t n);
-/* Fault in (write) every page of [p, p + n) now, MADV_POPULATE_WRITE where the kernel has it. */
+/* Fault in every page of [p, p + n) now (MADV_POPULATE_WRITE where the kernel has it, then one
+ * read a page from this thread, so that no later first touch traps). */
 void ms_io_prefault(void *p, size_t n);
 
 typedef struct ms_io ms_io;

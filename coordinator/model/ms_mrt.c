@@ -231,9 +231,11 @@ static int pin_read(ms_model *m)
         reqs[i].file = pk ? npaths : it->file;
         reqs[i].off = pk ? pk->data_off : it->off;
         reqs[i].len = (size_t)(pk ? pk->data_bytes : it->row_bytes * (uint64_t)it->rows);
-        /* small pages while the reads fill them (a load at the disk's rate, not the faults'),
-         * huge pages asked for once they are in */
-        reqs[i].buf = m->pin_buf[i] = ms_io_alloc_small(ms_io_span(reqs[i].off, reqs[i].len));
+        /* huge pages, faulted in (and mapped for this process: ms_io_prefault) by the reader
+         * just before its read, in parallel with the other reads: with small pages filled by
+         * the kernel the first pass paid ~1.4 s a GiB of traps on this VM (PERFORMANCE.md) */
+        reqs[i].buf = m->pin_buf[i] = ms_io_alloc(ms_io_span(reqs[i].off, reqs[i].len));
+        reqs[i].prefault = 1;
         ms_io_submit(m->io, &reqs[i]);
     }
     /* A large pinned trunk takes a while to read (GBs from an SSD): show it, as prefill is shown. */
@@ -244,7 +246,6 @@ static int pin_read(ms_model *m)
             bad = 1;
             ms_err_wrap("reading tensor %s", m->sched_items[i].name);
         }
-        ms_io_hugepages(reqs[i].buf, ms_io_span(reqs[i].off, reqs[i].len));
         if (m->pin_packed && m->sched_items[i].pk) {
             /* verified here, while the later reads are still in flight */
             if (!bad && ms_mpin_add(m->mpin, m->sched[i], m->sched_items[i].pk, reqs[i].data, m->sched_items[i].name) != 0)

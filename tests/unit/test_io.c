@@ -1,7 +1,7 @@
 /* test_io: the reader pool delivers the wanted bytes of reads at any offset into buffers from
- * ms_io_alloc and ms_io_alloc_small (big ones 2 MiB-aligned, so they can become huge pages; the
- * bytes stay when ms_io_hugepages marks them), in O_DIRECT and buffered mode; a read past the end
- * of a file fails naming it. */
+ * ms_io_alloc (big ones 2 MiB-aligned, so they can be huge pages), faulted in by the reader first
+ * (ms_io_prefault) or not, in O_DIRECT and buffered mode; a read past the end of a file fails
+ * naming it. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +20,11 @@ static void check_mode(const char *path, const unsigned char *bytes, int direct)
     if (!files) return;
     ms_io *io = ms_io_new(files, 4);
     T_CHECK(io != NULL, "a pool of 4 readers");
-    /* reads at odd offsets and lengths, big and small, both kinds of buffer, 4 in flight */
+    /* reads at odd offsets and lengths, big and small, prefaulted or not, 4 in flight */
     struct {
         uint64_t off;
         size_t len;
-        int small;
+        int prefault;
     } want[6] = {{0, SIZE - 4096, 1}, {1, SIZE - 2, 0}, {4095, 12345, 1}, {8 << 20, 777, 0}, {5, (size_t)8 << 20, 1},
                  {SIZE - 1, 1, 1}};
     ms_io_req r[6];
@@ -33,8 +33,8 @@ static void check_mode(const char *path, const unsigned char *bytes, int direct)
         r[i].off = want[i].off;
         r[i].len = want[i].len;
         size_t span = ms_io_span(r[i].off, r[i].len);
-        r[i].buf = want[i].small ? ms_io_alloc_small(span) : ms_io_alloc(span);
-        r[i].prefault = i % 2; /* fresh memory faulted in by the reader first: the same bytes */
+        r[i].buf = ms_io_alloc(span);
+        r[i].prefault = want[i].prefault; /* fresh memory faulted in by the reader first: the same bytes */
         ms_io_submit(io, &r[i]);
     }
     int bad = 0, misaligned = 0;
@@ -45,7 +45,6 @@ static void check_mode(const char *path, const unsigned char *bytes, int direct)
             continue;
         }
         if (span >= ((size_t)8 << 20) && ((uintptr_t)r[i].buf & ((2u << 20) - 1)) != 0) misaligned++;
-        if (want[i].small) ms_io_hugepages(r[i].buf, span);
         if (memcmp(r[i].data, bytes + r[i].off, r[i].len) != 0) bad++;
     }
     T_CHECK(bad == 0, "%s: every read delivers the file's bytes (%d bad)", direct ? "O_DIRECT" : "buffered", bad);
@@ -61,7 +60,6 @@ static void check_mode(const char *path, const unsigned char *bytes, int direct)
     T_CHECK(ms_io_wait(io, &e) != 0 && strstr(e.err, "short read") && strstr(e.err, path),
             "%s: a read past the end fails naming the file: %s", direct ? "O_DIRECT" : "buffered", e.err);
     free(e.buf);
-    ms_io_hugepages(NULL, 0); /* accepted */
     ms_io_free(io);
     ms_io_files_close(files);
 }
