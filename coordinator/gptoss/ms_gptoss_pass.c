@@ -72,32 +72,46 @@ static void attend(void *vctx, int64_t h0, int64_t h1)
     int d = c->head_dim, group = c->n_heads / c->n_kv;
     int64_t kvd = (int64_t)c->n_kv * d;
     int64_t lo = a->sliding && a->p - c->window + 1 > 0 ? a->p - c->window + 1 : 0, n = a->p - lo + 1;
-    double *sc = ms_malloc(sizeof(double) * (size_t)n); /* [n] scores of the visible keys */
+    double *sc = ms_malloc(sizeof(double) * (size_t)(n + d)); /* [n] scores of the visible keys, then [d] sums */
+    double *acc = sc + n;
     double scale = 1.0 / sqrt((double)d);
     for (int64_t h = h0; h < h1; h++) {
         int kvh = (int)(h / group);
         const float *qh = a->q + h * d;
         double mx = (double)a->w->sinks[h];
-        for (int64_t j = 0; j < n; j++) {
-            int64_t pos = lo + j, row = a->kv->ring ? pos % a->kv->ring : pos;
-            const float *kj = a->kv->k + row * kvd + (int64_t)kvh * d;
-            double s = 0;
-            for (int i = 0; i < d; i++) s += (double)qh[i] * (double)kj[i];
-            sc[j] = s * scale;
-            if (sc[j] > mx) mx = sc[j];
+        /* Eight keys at a time: each key's dot product still sums its lanes in order (the same
+         * bits as one key at a time), but eight independent chains hide the adds' latency. */
+        for (int64_t j0 = 0; j0 < n; j0 += 8) {
+            int nb = n - j0 < 8 ? (int)(n - j0) : 8;
+            const float *kj[8];
+            double s[8] = {0};
+            for (int b = 0; b < 8; b++) {
+                int64_t pos = lo + j0 + (b < nb ? b : 0), row = a->kv->ring ? pos % a->kv->ring : pos;
+                kj[b] = a->kv->k + row * kvd + (int64_t)kvh * d;
+            }
+            for (int i = 0; i < d; i++) {
+                double qi = (double)qh[i];
+                for (int b = 0; b < 8; b++) s[b] += qi * (double)kj[b][i];
+            }
+            for (int b = 0; b < nb; b++) {
+                sc[j0 + b] = s[b] * scale;
+                if (sc[j0 + b] > mx) mx = sc[j0 + b];
+            }
         }
         /* the sink joins the denominator (and the max) and carries no value */
         double den = exp((double)a->w->sinks[h] - mx);
         for (int64_t j = 0; j < n; j++) den += (sc[j] = exp(sc[j] - mx));
+        /* each output lane sums over the keys in order, as one lane at a time would; walking the
+         * keys outside reads each value row once, contiguously, and the lanes vectorise */
         float *oh = a->out + h * d;
-        for (int i = 0; i < d; i++) {
-            double acc = 0;
-            for (int64_t j = 0; j < n; j++) {
-                int64_t pos = lo + j, row = a->kv->ring ? pos % a->kv->ring : pos;
-                acc += sc[j] * (double)a->kv->v[row * kvd + (int64_t)kvh * d + i];
-            }
-            oh[i] = (float)(acc / den);
+        for (int i = 0; i < d; i++) acc[i] = 0;
+        for (int64_t j = 0; j < n; j++) {
+            int64_t pos = lo + j, row = a->kv->ring ? pos % a->kv->ring : pos;
+            const float *vj = a->kv->v + row * kvd + (int64_t)kvh * d;
+            double p = sc[j];
+            for (int i = 0; i < d; i++) acc[i] += p * (double)vj[i];
         }
+        for (int i = 0; i < d; i++) oh[i] = (float)(acc[i] / den);
     }
     free(sc);
 }
