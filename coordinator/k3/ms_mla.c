@@ -100,14 +100,29 @@ static void attn_heads(void *vctx, int64_t h0, int64_t h1)
             }
             int64_t last = a->n0 + t; /* causal: sees 0..last */
             double mx = -INFINITY;
-            for (int64_t s = 0; s <= last; s++) {
-                const float *lat = a->kc->lat + s * Rkv;
-                const float *rope = a->kc->rope + s * dr;
-                double sc = 0.0, sr = 0.0;
-                for (int j = 0; j < Rkv; j++) sc += qabs[j] * (double)lat[j];
-                for (int j = 0; j < dr; j++) sr += (double)qh[dn + j] * (double)rope[j];
-                p[s] = (sc + sr) * scale;
-                if (p[s] > mx) mx = p[s];
+            /* Four positions at a time: each score still sums in its own order (the same bits
+             * as one at a time), in four independent chains that hide the adds' latency. */
+            for (int64_t s0 = 0; s0 <= last; s0 += 4) {
+                int nb = last + 1 - s0 < 4 ? (int)(last + 1 - s0) : 4;
+                const float *lat[4], *rope[4];
+                double sc[4] = {0}, sr[4] = {0};
+                for (int b = 0; b < 4; b++) {
+                    int64_t s = s0 + (b < nb ? b : 0);
+                    lat[b] = a->kc->lat + s * Rkv;
+                    rope[b] = a->kc->rope + s * dr;
+                }
+                for (int j = 0; j < Rkv; j++) {
+                    double qj = qabs[j];
+                    for (int b = 0; b < 4; b++) sc[b] += qj * (double)lat[b][j];
+                }
+                for (int j = 0; j < dr; j++) {
+                    double qj = (double)qh[dn + j];
+                    for (int b = 0; b < 4; b++) sr[b] += qj * (double)rope[b][j];
+                }
+                for (int b = 0; b < nb; b++) {
+                    p[s0 + b] = (sc[b] + sr[b]) * scale;
+                    if (p[s0 + b] > mx) mx = p[s0 + b];
+                }
             }
             double sum = 0.0;
             for (int64_t s = 0; s <= last; s++) {
