@@ -88,8 +88,9 @@ void xs_adopt(ms_xstore *s, int wait);
 uint8_t *xs_buf_get(ms_xstore *s, int *fresh);
 /* With grow_bg, the policy's capacity for a call of n items on rows item_row (under s->mu): its
  * planned slots for a call of many rows (a prefill: the buffers it makes pay for themselves),
- * for a call of a few (a decode step) only the buffers made so far, so a step never waits on
- * page faults a smaller budget would not take (the memory ladder stays monotonic). */
+ * for a call of a few (a decode step) the buffers made so far and two more, so a step waits on
+ * at most two buffers' page faults (the memory ladder stays monotonic) and a cache the grower
+ * is slow to fill still stops evicting. */
 void xs_capacity_for(ms_xstore *s, const uint32_t *item_row, int64_t n);
 /* Start the grower if grow_bg and buffers are still to be made; -1 if the thread cannot start. */
 int xs_grower_start(ms_xstore *s);

@@ -122,6 +122,10 @@ static void grower_stop(ms_xstore *s)
 }
 
 #define XS_MAKE_ROWS 8 /* rows from which a call makes the buffers it needs */
+/* Buffers a smaller call may make beyond those made: where the grower lags (a machine whose
+ * memory is full of page cache compacts for every huge page) the cache still grows by one a
+ * call, so a long decode stops evicting within a few dozen tokens, at two fault-ins a layer. */
+#define XS_MAKE_PER_CALL 2
 
 void xs_capacity_for(ms_xstore *s, const uint32_t *item_row, int64_t n)
 {
@@ -131,7 +135,10 @@ void xs_capacity_for(ms_xstore *s, const uint32_t *item_row, int64_t n)
         if (item_row[i] + 1 > rows) rows = item_row[i] + 1;
     size_t cap = s->n_slots, made = s->n_alloc > (size_t)s->o.depth ? s->n_alloc - (size_t)s->o.depth : 0;
     size_t held = ms_cpolicy_resident(s->pol);
-    if (rows < XS_MAKE_ROWS && made < cap) cap = made > held ? made : held;
+    if (rows < XS_MAKE_ROWS && made < cap) {
+        size_t have = (made > held ? made : held) + XS_MAKE_PER_CALL;
+        if (have < cap) cap = have;
+    }
     ms_cpolicy_set_slots(s->pol, cap);
 }
 
