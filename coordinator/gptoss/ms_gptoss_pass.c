@@ -34,8 +34,9 @@ size_t go_work_floats(const ms_gptoss_cfg *c, int64_t R, int64_t out_rows)
 
 uint64_t go_thread_bytes(const ms_gptoss_cfg *c, int64_t positions)
 {
-    (void)c;
-    return 8 * (uint64_t)(positions + 1); /* attend's scores, one row of doubles */
+    /* attend's scratch: a KV group's queries, scores over every position, sums, four keys' scores */
+    uint64_t Gp = (uint64_t)((c->n_heads / c->n_kv + 3) / 4 * 4);
+    return 8 * Gp * (uint64_t)(2 * (int64_t)c->head_dim + positions + 5);
 }
 
 /* RoPE with YaRN, NeoX half split (spec §3.2), on `heads` heads of x at position p. */
@@ -54,66 +55,110 @@ static void rope(const go_model *g, float *x, int heads, int64_t p)
     }
 }
 
-/* One query row's attention over the cache: heads [h0, h1). */
+/* The attention of a block of query rows over the cache, one task per (row, KV head): the
+ * group of query heads that share a KV head runs together, the heads in the lanes, so each key
+ * and value row is read once for the group. Every score and every output lane still sums in
+ * the order one head and one key at a time would (the same bits). */
 typedef struct {
     const go_model *g;
     const go_layer *w;
-    const go_kv *kv;
-    const float *q;    /* [nh*d] rotated */
-    float *out;        /* [nh*d] */
-    int64_t p;         /* the row's position (its own key is in the cache) */
+    const go_kv *kv;   /* the cache: positions before p0 */
+    const float *k;    /* [T][nkv*d] rotated keys of the rows, positions p0.. */
+    const float *v;    /* [T][nkv*d] their values */
+    const float *q;    /* [T][nh*d] rotated queries */
+    float *out;        /* [T][nh*d] */
+    int64_t p0, T;     /* the first row's position; the rows */
     int sliding;
 } attn_ctx;
 
-static void attend(void *vctx, int64_t h0, int64_t h1)
+/* The key or value row of position pos: the rows' own from the pass, older ones from the cache
+ * (which the rows' keys join only after they attend, so a ring still holds what they need). */
+static inline const float *kv_row(const attn_ctx *a, const float *cache, const float *rows, int64_t pos, int kvh)
+{
+    const ms_gptoss_cfg *c = &a->g->cfg;
+    int64_t kvd = (int64_t)c->n_kv * c->head_dim, off = (int64_t)kvh * c->head_dim;
+    if (pos >= a->p0) return rows + (pos - a->p0) * kvd + off;
+    return cache + (a->kv->ring ? pos % a->kv->ring : pos) * kvd + off;
+}
+
+/* Scores of L heads against 4 keys: s[b][l] = sum over i in order of q[l][i] * k_b[i] (into
+ * s[b * ss + l]). qt holds the heads' queries transposed, as doubles, a row of `qs` lanes per
+ * dimension. Inlined with L a constant (8 or 4), so the 4 x L sums stay in registers. */
+static inline __attribute__((always_inline)) void group_scores(const double *qt, int64_t qs, int L, int d,
+                                                               const float *const *kj, double *s, int64_t ss)
+{
+    double acc[4][8];
+    for (int b = 0; b < 4; b++)
+        for (int l = 0; l < L; l++) acc[b][l] = 0;
+    for (int i = 0; i < d; i++) {
+        const double *qi = qt + i * qs;
+        for (int b = 0; b < 4; b++) {
+            double kv = (double)kj[b][i];
+            for (int l = 0; l < L; l++) acc[b][l] += qi[l] * kv;
+        }
+    }
+    for (int b = 0; b < 4; b++)
+        for (int l = 0; l < L; l++) s[b * ss + l] = acc[b][l];
+}
+
+static void attend(void *vctx, int64_t t0, int64_t t1)
 {
     const attn_ctx *a = vctx;
     const ms_gptoss_cfg *c = &a->g->cfg;
-    int d = c->head_dim, group = c->n_heads / c->n_kv;
-    int64_t kvd = (int64_t)c->n_kv * d;
-    int64_t lo = a->sliding && a->p - c->window + 1 > 0 ? a->p - c->window + 1 : 0, n = a->p - lo + 1;
-    double *sc = ms_malloc(sizeof(double) * (size_t)(n + d)); /* [n] scores of the visible keys, then [d] sums */
-    double *acc = sc + n;
+    int d = c->head_dim, G = c->n_heads / c->n_kv;
+    int64_t Gp = (G + 3) / 4 * 4; /* lanes of qt and s4: the group padded to whole vectors of 4 */
+    int64_t qd = (int64_t)c->n_heads * d, nmax = a->p0 + a->T; /* the most keys a row sees */
+    /* qt [d][Gp], s4 [4][Gp], scores [G][n], sums [G][d]: the thread's scratch (go_thread_bytes) */
+    double *qt = ms_calloc((size_t)(Gp * (2 * d + nmax + 4)), sizeof(double)); /* padding lanes stay 0 */
+    double *s4 = qt + (int64_t)d * Gp, *sc = s4 + 4 * Gp, *acc = sc + nmax * G;
     double scale = 1.0 / sqrt((double)d);
-    for (int64_t h = h0; h < h1; h++) {
-        int kvh = (int)(h / group);
-        const float *qh = a->q + h * d;
-        double mx = (double)a->w->sinks[h];
-        /* Eight keys at a time: each key's dot product still sums its lanes in order (the same
-         * bits as one key at a time), but eight independent chains hide the adds' latency. */
-        for (int64_t j0 = 0; j0 < n; j0 += 8) {
-            int nb = n - j0 < 8 ? (int)(n - j0) : 8;
-            const float *kj[8];
-            double s[8] = {0};
-            for (int b = 0; b < 8; b++) {
-                int64_t pos = lo + j0 + (b < nb ? b : 0), row = a->kv->ring ? pos % a->kv->ring : pos;
-                kj[b] = a->kv->k + row * kvd + (int64_t)kvh * d;
-            }
-            for (int i = 0; i < d; i++) {
-                double qi = (double)qh[i];
-                for (int b = 0; b < 8; b++) s[b] += qi * (double)kj[b][i];
-            }
-            for (int b = 0; b < nb; b++) {
-                sc[j0 + b] = s[b] * scale;
-                if (sc[j0 + b] > mx) mx = sc[j0 + b];
-            }
+    for (int64_t t = t0; t < t1; t++) {
+        /* KV head outermost: a thread's contiguous share of tasks takes whole heads over all
+         * the rows, early (short) and late (long) alike */
+        int kvh = (int)(t / a->T);
+        int64_t r = t % a->T, p = a->p0 + r;
+        int64_t lo = a->sliding && p - c->window + 1 > 0 ? p - c->window + 1 : 0, n = p - lo + 1;
+        const float *qg = a->q + r * qd + (int64_t)kvh * G * d; /* [G][d] */
+        for (int gi = 0; gi < G; gi++)
+            for (int i = 0; i < d; i++) qt[i * Gp + gi] = (double)qg[(int64_t)gi * d + i];
+        for (int64_t j0 = 0; j0 < n; j0 += 4) {
+            int nb = n - j0 < 4 ? (int)(n - j0) : 4;
+            const float *kj[4];
+            for (int b = 0; b < 4; b++) kj[b] = kv_row(a, a->kv->k, a->k, lo + j0 + (b < nb ? b : 0), kvh);
+            if (Gp == 8)
+                group_scores(qt, 8, 8, d, kj, s4, 8);
+            else
+                for (int64_t l0 = 0; l0 < Gp; l0 += 4) group_scores(qt + l0, Gp, 4, d, kj, s4 + l0, Gp);
+            for (int b = 0; b < nb; b++)
+                for (int gi = 0; gi < G; gi++) sc[(int64_t)gi * n + j0 + b] = s4[b * Gp + gi] * scale;
         }
-        /* the sink joins the denominator (and the max) and carries no value */
-        double den = exp((double)a->w->sinks[h] - mx);
-        for (int64_t j = 0; j < n; j++) den += (sc[j] = exp(sc[j] - mx));
-        /* each output lane sums over the keys in order, as one lane at a time would; walking the
-         * keys outside reads each value row once, contiguously, and the lanes vectorise */
-        float *oh = a->out + h * d;
-        for (int i = 0; i < d; i++) acc[i] = 0;
+        for (int gi = 0; gi < G; gi++) {
+            int h = kvh * G + gi;
+            double *sh = sc + (int64_t)gi * n;
+            /* the sink joins the denominator (and the max) and carries no value */
+            double mx = (double)a->w->sinks[h];
+            for (int64_t j = 0; j < n; j++)
+                if (sh[j] > mx) mx = sh[j];
+            double den = exp((double)a->w->sinks[h] - mx);
+            for (int64_t j = 0; j < n; j++) den += (sh[j] = exp(sh[j] - mx));
+            s4[gi] = den; /* the head's denominator (s4's scores are spent), kept until its sums are divided */
+        }
+        /* each output lane sums over the keys in order; the keys outside read each value row once
+         * for the whole group, contiguously, and the lanes vectorise */
+        for (int64_t i = 0; i < (int64_t)G * d; i++) acc[i] = 0;
         for (int64_t j = 0; j < n; j++) {
-            int64_t pos = lo + j, row = a->kv->ring ? pos % a->kv->ring : pos;
-            const float *vj = a->kv->v + row * kvd + (int64_t)kvh * d;
-            double p = sc[j];
-            for (int i = 0; i < d; i++) acc[i] += p * (double)vj[i];
+            const float *vj = kv_row(a, a->kv->v, a->v, lo + j, kvh);
+            for (int gi = 0; gi < G; gi++) {
+                double pj = sc[(int64_t)gi * n + j];
+                double *ag = acc + (int64_t)gi * d;
+                for (int i = 0; i < d; i++) ag[i] += pj * (double)vj[i];
+            }
         }
-        for (int i = 0; i < d; i++) oh[i] = (float)(acc[i] / den);
+        float *og = a->out + r * qd + (int64_t)kvh * G * d;
+        for (int gi = 0; gi < G; gi++)
+            for (int i = 0; i < d; i++) og[(int64_t)gi * d + i] = (float)(acc[(int64_t)gi * d + i] / s4[gi]);
     }
-    free(sc);
+    free(qt);
 }
 
 static void add_bias(float *y, const float *b, int64_t R, int64_t W)
@@ -147,17 +192,21 @@ static void attention(go_model *g, int l, const ms_batch_item *items, const ms_r
     }
     for (int i = 0; i < n; i++) {
         go_kv *kv = &((go_seq *)items[i].seq)->kv[l];
-        for (int64_t s = 0; s < seg[i].T; s++) {
-            int64_t r = seg[i].r0 + s, p = items[i].seq->pos + s;
-            rope(g, q + r * qd, c->n_heads, p);
-            rope(g, k + r * kvd, c->n_kv, p);
-            /* rows in order: each row's key joins the cache before it attends (causal) */
-            go_kv_reserve(kv, p, kvd);
-            int64_t row = kv->ring ? p % kv->ring : p;
-            memcpy(kv->k + row * kvd, k + r * kvd, sizeof(float) * (size_t)kvd);
-            memcpy(kv->v + row * kvd, v + r * kvd, sizeof(float) * (size_t)kvd);
-            attn_ctx ac = {g, w, kv, q + r * qd, o + r * qd, p, c->sliding[l]};
-            ms_pool_for(pool, c->n_heads, 1, attend, &ac);
+        int64_t r0 = seg[i].r0, T = seg[i].T, p0 = items[i].seq->pos;
+        if (T == 0) continue;
+        for (int64_t s = 0; s < T; s++) {
+            rope(g, q + (r0 + s) * qd, c->n_heads, p0 + s);
+            rope(g, k + (r0 + s) * kvd, c->n_kv, p0 + s);
+        }
+        /* causal: each row sees the cache and the rows up to its own */
+        attn_ctx ac = {g, w, kv, k + r0 * kvd, v + r0 * kvd, q + r0 * qd, o + r0 * qd, p0, T, c->sliding[l]};
+        ms_pool_for(pool, T * c->n_kv, 1, attend, &ac);
+        /* then the rows' keys join the cache in order (a ring keeps the last of them) */
+        go_kv_reserve(kv, p0 + T - 1, kvd);
+        for (int64_t s = 0; s < T; s++) {
+            int64_t p = p0 + s, row = kv->ring ? p % kv->ring : p;
+            memcpy(kv->k + row * kvd, k + (r0 + s) * kvd, sizeof(float) * (size_t)kvd);
+            memcpy(kv->v + row * kvd, v + (r0 + s) * kvd, sizeof(float) * (size_t)kvd);
         }
     }
     ms_matmul(&w->o, o, R, a, pool);
