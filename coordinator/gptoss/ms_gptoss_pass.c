@@ -34,9 +34,9 @@ size_t go_work_floats(const ms_gptoss_cfg *c, int64_t R, int64_t out_rows)
 
 uint64_t go_thread_bytes(const ms_gptoss_cfg *c, int64_t positions)
 {
-    /* attend's scratch: a KV group's queries, scores over every position, sums, four keys' scores */
+    /* attend's scratch: a KV group's queries, scores over every position, sums, four keys' scores, the value rows */
     uint64_t Gp = (uint64_t)((c->n_heads / c->n_kv + 3) / 4 * 4);
-    return 8 * Gp * (uint64_t)(2 * (int64_t)c->head_dim + positions + 5);
+    return 8 * Gp * (uint64_t)(2 * (int64_t)c->head_dim + positions + 5) + 8 * (uint64_t)(positions + 1) /* vrow */;
 }
 
 /* RoPE with YaRN, NeoX half split (spec §3.2), on `heads` heads of x at position p. */
@@ -81,24 +81,40 @@ static inline const float *kv_row(const attn_ctx *a, const float *cache, const f
     return cache + (a->kv->ring ? pos % a->kv->ring : pos) * kvd + off;
 }
 
-/* Scores of L heads against 4 keys: s[b][l] = sum over i in order of q[l][i] * k_b[i] (into
+/* Scores of L heads against 16 / L keys: s[b][l] = sum over i in order of q[l][i] * k_b[i] (into
  * s[b * ss + l]). qt holds the heads' queries transposed, as doubles, a row of `qs` lanes per
- * dimension. Inlined with L a constant (8 or 4), so the 4 x L sums stay in registers. */
+ * dimension. Inlined with L a constant (8 or 4): the 16 sums stay in registers (8 SSE2 pairs)
+ * as independent chains. */
 static inline __attribute__((always_inline)) void group_scores(const double *qt, int64_t qs, int L, int d,
                                                                const float *const *kj, double *s, int64_t ss)
 {
-    double acc[4][8];
-    for (int b = 0; b < 4; b++)
-        for (int l = 0; l < L; l++) acc[b][l] = 0;
+    const int KB = 16 / L;
+    double acc[16];
+    _Pragma("GCC unroll 16") for (int x = 0; x < 16; x++) acc[x] = 0;
     for (int i = 0; i < d; i++) {
         const double *qi = qt + i * qs;
-        for (int b = 0; b < 4; b++) {
+        _Pragma("GCC unroll 4") for (int b = 0; b < KB; b++)
+        {
             double kv = (double)kj[b][i];
-            for (int l = 0; l < L; l++) acc[b][l] += qi[l] * kv;
+            _Pragma("GCC unroll 8") for (int l = 0; l < L; l++) acc[b * L + l] += qi[l] * kv;
         }
     }
-    for (int b = 0; b < 4; b++)
-        for (int l = 0; l < L; l++) s[b * ss + l] = acc[b][l];
+    _Pragma("GCC unroll 4") for (int b = 0; b < KB; b++)
+        _Pragma("GCC unroll 8") for (int l = 0; l < L; l++) s[b * ss + l] = acc[b * L + l];
+}
+
+/* out[i] = sum over keys j in order of p[j] * v_j[i], for 16 lanes i (v_j = the rows vj[j] + i0):
+ * the sums in registers, one chain each. */
+static inline void value_sums16(const double *p, const float *const *vj, int64_t n, int64_t i0, double *out)
+{
+    double acc[16];
+    _Pragma("GCC unroll 16") for (int x = 0; x < 16; x++) acc[x] = 0;
+    for (int64_t j = 0; j < n; j++) {
+        const float *v = vj[j] + i0;
+        double pj = p[j];
+        _Pragma("GCC unroll 16") for (int x = 0; x < 16; x++) acc[x] += pj * (double)v[x];
+    }
+    _Pragma("GCC unroll 16") for (int x = 0; x < 16; x++) out[x] = acc[x];
 }
 
 static void attend(void *vctx, int64_t t0, int64_t t1)
@@ -111,6 +127,7 @@ static void attend(void *vctx, int64_t t0, int64_t t1)
     /* qt [d][Gp], s4 [4][Gp], scores [G][n], sums [G][d]: the thread's scratch (go_thread_bytes) */
     double *qt = ms_calloc((size_t)(Gp * (2 * d + nmax + 4)), sizeof(double)); /* padding lanes stay 0 */
     double *s4 = qt + (int64_t)d * Gp, *sc = s4 + 4 * Gp, *acc = sc + nmax * G;
+    const float **vrow = ms_malloc(sizeof *vrow * (size_t)nmax); /* [n] the value rows a row sees */
     double scale = 1.0 / sqrt((double)d);
     for (int64_t t = t0; t < t1; t++) {
         /* KV head outermost: a thread's contiguous share of tasks takes whole heads over all
@@ -125,9 +142,10 @@ static void attend(void *vctx, int64_t t0, int64_t t1)
             int nb = n - j0 < 4 ? (int)(n - j0) : 4;
             const float *kj[4];
             for (int b = 0; b < 4; b++) kj[b] = kv_row(a, a->kv->k, a->k, lo + j0 + (b < nb ? b : 0), kvh);
-            if (Gp == 8)
+            if (Gp == 8) {
                 group_scores(qt, 8, 8, d, kj, s4, 8);
-            else
+                group_scores(qt, 8, 8, d, kj + 2, s4 + 16, 8);
+            } else
                 for (int64_t l0 = 0; l0 < Gp; l0 += 4) group_scores(qt + l0, Gp, 4, d, kj, s4 + l0, Gp);
             for (int b = 0; b < nb; b++)
                 for (int gi = 0; gi < G; gi++) sc[(int64_t)gi * n + j0 + b] = s4[b * Gp + gi] * scale;
@@ -143,21 +161,23 @@ static void attend(void *vctx, int64_t t0, int64_t t1)
             for (int64_t j = 0; j < n; j++) den += (sh[j] = exp(sh[j] - mx));
             s4[gi] = den; /* the head's denominator (s4's scores are spent), kept until its sums are divided */
         }
-        /* each output lane sums over the keys in order; the keys outside read each value row once
-         * for the whole group, contiguously, and the lanes vectorise */
-        for (int64_t i = 0; i < (int64_t)G * d; i++) acc[i] = 0;
-        for (int64_t j = 0; j < n; j++) {
-            const float *vj = kv_row(a, a->kv->v, a->v, lo + j, kvh);
-            for (int gi = 0; gi < G; gi++) {
-                double pj = sc[(int64_t)gi * n + j];
-                double *ag = acc + (int64_t)gi * d;
-                for (int i = 0; i < d; i++) ag[i] += pj * (double)vj[i];
+        /* each output lane sums over the keys in order, 16 lanes at a time in registers (the
+         * value rows, n x d floats, stay in L1 / L2 across the group's heads) */
+        for (int64_t j = 0; j < n; j++) vrow[j] = kv_row(a, a->kv->v, a->v, lo + j, kvh);
+        for (int gi = 0; gi < G; gi++) {
+            int64_t i = 0;
+            for (; i + 16 <= d; i += 16) value_sums16(sc + (int64_t)gi * n, vrow, n, i, acc + (int64_t)gi * d + i);
+            for (; i < d; i++) { /* head_dim % 16 */
+                double x = 0;
+                for (int64_t j = 0; j < n; j++) x += sc[(int64_t)gi * n + j] * (double)vrow[j][i];
+                acc[(int64_t)gi * d + i] = x;
             }
         }
         float *og = a->out + r * qd + (int64_t)kvh * G * d;
         for (int gi = 0; gi < G; gi++)
             for (int i = 0; i < d; i++) og[(int64_t)gi * d + i] = (float)(acc[(int64_t)gi * d + i] / s4[gi]);
     }
+    free(vrow);
     free(qt);
 }
 
