@@ -6,7 +6,7 @@
 # Under a limit llama.cpp gets its best option that runs: its default load, else without
 # repacking. Beside each moestream row: the bytes it read from disk per decode token against
 # the model's active bytes per token (trunk + top-k experts of every MoE layer: the bound).
-# Writes docs/PERFORMANCE.md section "Beside llama.cpp" and prints it.
+# Writes docs/PERFORMANCE.md section "Beside llama.cpp: CPU, PATH" (one per machine kind) and prints it.
 #
 # usage: tests/bench/vs-llama.sh [--bin BINARY] [--model DIR] [--gguf FILE] [--lengths "64 512"]
 #          [-n 32] [--budgets "unlimited 8G 4G"] [--runs 2] [--llama-dir DIR] [--doc FILE]
@@ -119,6 +119,10 @@ out, model, gguf, lengths, budgets, runs, n, path = sys.argv[1:9]
 lengths, budgets, runs = lengths.split(), budgets.split(), int(runs)
 def sh(c): return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
 cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
+# the kernel path moestream dispatches to here: sections of different machines stay apart
+flags = open("/proc/cpuinfo").read()
+path_name = "AVX-512" if " avx512f" in flags and " avx512bw" in flags else ("AVX2" if " avx2" in flags else "scalar")
+heading = f"## Beside llama.cpp: {cpu}, {path_name}"
 mem = sh("free -g | awk '/^Mem:/ {print $2}'")
 # Active bytes per token from the checkpoint's headers: every tensor but the embedding and the
 # routed experts, plus top_k / n_experts of the experts (one embedding row is negligible).
@@ -151,7 +155,7 @@ def rng(v, f="{:.2f}"):
     v = [x for x in v if x is not None]
     if not v: return "-"
     return f.format(min(v)) if len(v) == 1 or f.format(min(v)) == f.format(max(v)) else f.format(min(v)) + "-" + f.format(max(v))
-lines = ["## Beside llama.cpp\n",
+lines = [heading + "\n",
          f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores, {mem} GiB of RAM; model: "
          f"`{os.path.basename(model.rstrip('/'))}` ({size/1e9:.1f} GB; active bytes per token {active/1e9:.2f} GB: "
          f"trunk without the embedding + {top_k} of {n_exp} experts a layer); llama.cpp from npm's node-llama-cpp "
@@ -199,5 +203,5 @@ print(text)
 if path:
     sys.path.insert(0, "tests/bench")
     from docsection import put_section
-    put_section(path, "## Beside llama.cpp", text)
+    put_section(path, heading, text)
 PY
