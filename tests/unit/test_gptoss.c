@@ -9,6 +9,7 @@
 #include "ms_err.h"
 #include "ms_families.h"
 #include "ms_gptoss_model.h"
+#include "ms_st.h"
 #include "ms_test.h"
 
 static int32_t *ids_of(json_t *a, size_t *n)
@@ -102,6 +103,78 @@ static uint64_t least_budget(const char *dir, ms_run_opts o)
     const char *p = strrchr(ms_err_msg(), '(');
     T_CHECK(ms_err_code() == MS_EXIT_BUDGET && p, "a 1-byte budget is refused naming the least: %s", ms_err_msg());
     return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+/* dir's checkpoint with each KV head repeated `rep` times (k_proj, v_proj rows and biases), so
+ * query head h still meets the keys and values it met: written to out. */
+static int widen_kv(const char *dir, int rep, const char *out)
+{
+    ms_st *st = ms_st_open_dir(dir);
+    if (!st) return -1;
+    ms_st_writer *w = ms_st_writer_new();
+    int64_t d = 16; /* gpt-oss-tiny's head_dim */
+    for (size_t i = 0; i < ms_st_count(st); i++) {
+        const ms_st_tensor *t = ms_st_at(st, i);
+        const unsigned char *b = ms_t_st_bytes(st, t);
+        if (!b) return -1;
+        if (!strstr(t->name, "self_attn.k_proj") && !strstr(t->name, "self_attn.v_proj")) {
+            ms_st_writer_add_copy(w, t->name, t->dtype, t->ndim, t->shape, b);
+            continue;
+        }
+        int64_t rows = t->shape[0], row_bytes = (int64_t)t->nbytes / rows, shape[MS_ST_MAX_DIMS];
+        memcpy(shape, t->shape, sizeof shape);
+        shape[0] = rows * rep;
+        unsigned char *wide = malloc((size_t)(t->nbytes * (uint64_t)rep));
+        for (int64_t kvh = 0; kvh < rows / d; kvh++) /* [kv head][d] rows, each head rep times */
+            for (int c = 0; c < rep; c++)
+                memcpy(wide + ((kvh * rep + c) * d) * row_bytes, b + kvh * d * row_bytes, (size_t)(d * row_bytes));
+        ms_st_writer_add_copy(w, t->name, t->dtype, t->ndim, shape, wide);
+        free(wide);
+    }
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    int rc = ms_st_writer_write(w, path);
+    ms_st_writer_free(w);
+    ms_st_close(st);
+    json_error_t je;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *cfg = json_load_file(path, 0, &je);
+    if (!cfg) return -1;
+    json_int_t kv = json_integer_value(json_object_get(cfg, "num_key_value_heads"));
+    json_object_set_new(cfg, "num_key_value_heads", json_integer(kv * rep));
+    snprintf(path, sizeof path, "%s/config.json", out);
+    rc |= json_dump_file(cfg, path, JSON_INDENT(2));
+    json_decref(cfg);
+    char cmd[2600];
+    snprintf(cmd, sizeof cmd, "cp %s/tokenizer.json %s/", dir, out);
+    return rc | ms_t_run(cmd, NULL);
+}
+
+/* The attention runs a KV head's group of query heads together, padded to whole vectors of 4:
+ * groups of 2 and 1 (the tiny model's 2 KV heads widened to 4 and 8) give the logits of its
+ * groups of 4, bit for bit, over a prompt past the sliding window, whole and in chunks. */
+static void check_kv_groups(const char *dir)
+{
+    enum { N = 70, V = 512 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 89 + 7) % V);
+    size_t bytes = sizeof(float) * (size_t)(N * V);
+    ms_run_opts o = {.n_threads = 2};
+    float *base = logits_of(dir, &o, ids, N, 0);
+    T_CHECK(base != NULL, "KV groups: the tiny model's logits");
+    for (int rep = 2; rep <= 4 && base; rep *= 2) {
+        char name[64];
+        snprintf(name, sizeof name, "gptoss-kv%d", rep);
+        const char *out = ms_t_tmpdir(name);
+        T_CHECK(widen_kv(dir, rep, out) == 0, "KV heads x%d: checkpoint written (%s)", rep, ms_err_msg());
+        float *wide = logits_of(out, &o, ids, N, 0), *chunked = logits_of(out, &o, ids, N, 9);
+        T_CHECK(wide && !memcmp(base, wide, bytes), "groups of %d query heads: the logits of groups of 4, bit for bit",
+                4 / rep);
+        T_CHECK(chunked && !memcmp(base, chunked, bytes), "groups of %d, chunks of 9: the same logits", 4 / rep);
+        free(wide);
+        free(chunked);
+    }
+    free(base);
 }
 
 static void check_invariants(const char *dir, int64_t V)
@@ -338,6 +411,7 @@ int main(void)
     snprintf(syn, sizeof syn, "%s/tiny", ms_t_tmpdir("gptoss-synth"));
     T_CHECK(ms_gptoss_synth(syn, "gpt-oss-tiny", 0, 0, 7) == 0, "synth gpt-oss-tiny: %s", ms_err_msg());
     check_invariants(syn, 512);
+    check_kv_groups(syn);
     check_workers(syn);
     check_synth(syn);
     const char *names[2] = {"tiny-s7", "tiny-released-like"};
