@@ -107,8 +107,10 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
     s->key_buf = ms_calloc(s->n_keys, sizeof *s->key_buf);
     s->cap = s->n_slots + (size_t)o->depth;
     s->free_buf = ms_calloc(s->cap, sizeof *s->free_buf);
-    /* The staging buffers exist whatever happens, faulted in; cache slots come ahead of need. */
-    for (int i = 0; i < o->depth; i++) {
+    s->used = ms_calloc(s->n_keys, 1);
+    /* The staging buffers exist whatever happens, faulted in; cache slots come ahead of need.
+     * A mapped store has neither. */
+    for (int i = 0; i < o->depth && !o->mapped; i++) {
         s->free_buf[s->n_free++] = xs_buf_new(s); /* faulted in before a read lands in it */
         s->n_alloc++;
     }
@@ -125,7 +127,7 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
         return NULL;
     }
     s->ready = ms_calloc(s->cap, sizeof *s->ready);
-    if (o->grow_bg && s->n_slots > 0) {
+    if (o->grow_bg && s->n_slots > 0 && !o->mapped) {
         /* The head of the cache, faulted in here (at load, not in a step). */
         size_t k = (size_t)(o->grow_sync_bytes / s->slot_bytes);
         if (k > s->n_slots) k = s->n_slots;
@@ -166,6 +168,7 @@ void ms_xstore_free(ms_xstore *s)
     pthread_mutex_destroy(&s->mu);
     free(s->loc);
     free(s->loc_state);
+    free(s->used);
     free(s->key_buf);
     free(s->free_buf);
     free(s->pend);
@@ -194,6 +197,8 @@ void ms_xstore_set(ms_xstore *s, int layer, int expert, const ms_xloc *loc)
     ms_cpolicy_remove(s->pol, (uint32_t)key);
     s->loc[key] = *loc;
     s->loc_state[key] = contiguous ? 2 : 1;
+    if (s->used[key]) s->st.cache_bytes_used -= s->E;
+    s->used[key] = 0; /* mapped: checked again at its next use */
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -422,6 +427,10 @@ static void begin_items(ms_xstore *s, int layer, const ms_xgroup *g)
 
 void ms_xstore_prefetch_items(ms_xstore *s, int layer, const ms_xgroup *g)
 {
+    if (s->o.mapped) {
+        xs_map_willneed(s, layer, g);
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     /* The last round's precision: what share of its predicted reads a call took. */
     if (s->pf_round_issued > 0)
@@ -481,6 +490,12 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
     c.done = ms_calloc((size_t)g->nd, 1);
     c.zin = ms_malloc(sizeof(float) * (size_t)(c.gather * L));
     c.zout = ms_malloc(sizeof(float) * (size_t)(c.gather * L));
+    xs_miss *miss = NULL;
+    int rc = 0;
+    if (s->o.mapped) {
+        rc = xs_map_call(s, &c);
+        goto done;
+    }
     /* Hits first (accesses of hits never change residency), misses sorted by file offset. */
     for (int d = 0; d < g->nd; d++) {
         size_t key = (size_t)layer * (size_t)NE + (size_t)g->dexp[d];
@@ -492,14 +507,14 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
             s->st.hits++;
         }
     }
-    xs_miss *miss = ms_malloc(sizeof(xs_miss) * (size_t)(g->nd + 1));
+    miss = ms_malloc(sizeof(xs_miss) * (size_t)(g->nd + 1));
     int n_miss = sorted_misses(s, layer, g, miss);
 
     /* A ring of up to depth misses read in flight; the first window is issued before the
      * hits are computed so the disk works while they are (or was, by begin and prefetch: the
      * early reads of this call's misses are taken over first, in their order, and the misses
      * follow them; the others are dropped). */
-    int depth = s->o.depth, head = 0, n_pend = 0, next = 0, rc = 0;
+    int depth = s->o.depth, head = 0, n_pend = 0, next = 0;
     {
         uint32_t *keys = ms_malloc(sizeof(uint32_t) * (size_t)(n_miss + 1));
         for (int i = 0; i < n_miss; i++) keys[i] = key_of(s, layer, g->dexp[miss[i].d]);
@@ -601,6 +616,7 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
         }
     }
 
+done:
     for (int d = 0; d < g->nd; d++) s->dmap[g->dexp[d]] = -1;
     pthread_mutex_unlock(&s->mu);
     if (rc == 0 && c.bad) {
@@ -647,7 +663,8 @@ static void xs_begin(void *ctx, int layer, int64_t n_rows, int k, const int32_t 
     if (ms_xgroup_build(&g, n_rows * k, (const uint32_t *)ids, s->o.n_experts) != 0) return;
     int ok = 1;
     for (int d = 0; d < g.nd; d++) ok &= s->loc_state[(size_t)layer * (size_t)s->o.n_experts + (size_t)g.dexp[d]] != 0;
-    if (ok && g.nd > 0) begin_items(s, layer, &g);
+    if (ok && g.nd > 0 && s->o.mapped) xs_map_willneed(s, layer, &g);
+    else if (ok && g.nd > 0) begin_items(s, layer, &g);
     ms_xgroup_free(&g);
 }
 
@@ -659,7 +676,8 @@ static void xs_prefetch(void *ctx, int layer, int64_t n_rows, int k, const int32
     if (ms_xgroup_build(&g, n_rows * k, (const uint32_t *)ids, s->o.n_experts) != 0) return;
     int ok = 1;
     for (int d = 0; d < g.nd; d++) ok &= s->loc_state[key_of(s, layer, g.dexp[d])] != 0;
-    if (ok) ms_xstore_prefetch_items(s, layer, &g);
+    if (ok && s->o.mapped) xs_map_willneed(s, layer, &g);
+    else if (ok) ms_xstore_prefetch_items(s, layer, &g);
     ms_xgroup_free(&g);
 }
 
@@ -672,6 +690,11 @@ ms_experts ms_xstore_iface(ms_xstore *s)
 void ms_xstore_get_stats(ms_xstore *s, ms_xstore_stats *st)
 {
     pthread_mutex_lock(&s->mu);
+    if (s->o.mapped) {
+        xs_map_stats(s, st);
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
     *st = s->st;
     st->cache_bytes_used = (uint64_t)ms_cpolicy_resident(s->pol) * s->slot_bytes;
     xs_adopt(s, 1);

@@ -42,6 +42,13 @@ typedef struct {
                                  * N > 0: up to N (at most depth) whatever the timing (tests) */
     uint64_t grow_sync_bytes;   /* with grow_bg: the first slots, up to this many bytes, are faulted
                                  * in by ms_xstore_new itself (at load, not in a step); 0: none */
+    int mapped;                 /* 1: experts are used in place, from read-only shared mappings of
+                                 * their files (ms_io_files_map: the page cache's own pages), with
+                                 * no cache slots, staging buffers, reads or grower (cache_bytes,
+                                 * grow_bg, lru and prefetch_reads are then ignored). For a plan
+                                 * whose cache would hold every expert: the model then sits in RAM
+                                 * once, not once in the page cache and again in the cache, and no
+                                 * page is zeroed or copied. See "Mapped" below for the stats. */
 } ms_xstore_opts;
 
 typedef struct ms_xstore ms_xstore;
@@ -123,6 +130,16 @@ void ms_xstore_prefetch_items(ms_xstore *s, int layer, const ms_xgroup *g);
 int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint32_t *item_row, const ms_xgroup *g,
                             float *out);
 
+/* Mapped (opts.mapped): an expert's first use in the run checks its parts lie inside their
+ * files (else MS_EXIT_IO naming the file) and, for packs, its checksum (else MS_EXIT_MODEL),
+ * asks the kernel for all of a call's first-used experts at once (MADV_WILLNEED: the disk
+ * reads them in parallel when they are not in the page cache) and maps their pages in
+ * (MADV_POPULATE_READ). Begin and prefetch ask for their experts the same way; lend and unlend
+ * do nothing (there is no cache memory to lend). In the stats, misses count first uses and
+ * hits later ones; bytes_read is what first uses found outside the page cache (mincore, pages
+ * rounded out: what the disk gave); cache_bytes_used and _peak the bytes of the experts used so
+ * far; evictions stay 0 (the kernel may drop clean pages under memory pressure and fault them
+ * in again: slower, never different). */
 typedef struct {
     uint64_t requests;          /* (row, expert) pairs asked for */
     uint64_t hits, misses;      /* distinct experts per call found / not found in the cache */

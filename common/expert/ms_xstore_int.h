@@ -57,6 +57,7 @@ struct ms_xstore {
                                   + the one the grower may be faulting in */
     int stop;
     int lent;                  /* 1 between ms_xstore_lend and ms_xstore_unlend */
+    uint8_t *used;             /* [n_keys] mapped: 1 once the expert was used (checked, mapped in) */
     pthread_mutex_t mu;
     ms_xstore_stats st;
 };
@@ -99,6 +100,18 @@ void xs_early_drop(ms_xstore *s);
 
 /* Offsets of the parts within a slot holding expert `key` (the slot layout in ms_xstore.c). */
 void xs_slot_offsets(const ms_xstore *s, size_t key, uint64_t off[XS_PARTS]);
+/* The parts of expert `key`: in the slot buf, or (buf NULL, opts.mapped) in its files' mappings,
+ * which xs_map_call has checked before. */
+void xs_parts(ms_xstore *s, size_t key, const uint8_t *buf, const uint8_t *part[XS_PARTS]);
+
+/* ms_xstore_map.c (opts.mapped): compute call c (under s->mu; c's buffers made): first uses
+ * checked and mapped in, then every expert computed as a hit. Returns 0, or -1 with ms_err set
+ * (code set) naming the expert and file; no output is reported then. */
+int xs_map_call(ms_xstore *s, xs_call *c);
+/* Ask the kernel to read the parts of g's experts of layer not used yet (begin, prefetch). */
+void xs_map_willneed(ms_xstore *s, int layer, const ms_xgroup *g);
+/* Stats of the mapped store (under s->mu): what is in use. */
+void xs_map_stats(const ms_xstore *s, ms_xstore_stats *st);
 
 /* Experts of at most XS_PAR_ROWS rows run whole, one per thread, when there are enough of them
  * (hits, and misses whose reads have arrived): such an expert is a few small matmuls (a decode

@@ -144,7 +144,7 @@ void xs_capacity_for(ms_xstore *s, const uint32_t *item_row, int64_t n)
 
 int xs_grower_start(ms_xstore *s)
 {
-    if (!s->o.grow_bg || s->grower_on || s->lent) return 0;
+    if (!s->o.grow_bg || s->o.mapped || s->grower_on || s->lent) return 0;
     pthread_mutex_lock(&s->gmu);
     int more = s->n_made < s->cap;
     pthread_mutex_unlock(&s->gmu);
@@ -156,6 +156,7 @@ int xs_grower_start(ms_xstore *s)
 
 void ms_xstore_lend(ms_xstore *s, size_t keep_slots)
 {
+    if (s->o.mapped) return; /* no cache memory to lend */
     grower_stop(s);
     pthread_mutex_lock(&s->mu);
     xs_adopt(s, 1);
@@ -183,6 +184,7 @@ void ms_xstore_lend(ms_xstore *s, size_t keep_slots)
 
 void ms_xstore_unlend(ms_xstore *s)
 {
+    if (s->o.mapped) return;
     pthread_mutex_lock(&s->mu);
     int was = s->lent;
     s->lent = 0;

@@ -9,7 +9,7 @@
 #include "ms_err.h"
 #include "ms_xstore_int.h"
 
-/* Compute distinct expert d from the slot buf: gather its rows (at most `gather` at a time,
+/* Compute distinct expert d from the slot buf (NULL: a mapped store's files): gather its rows (at most `gather` at a time,
  * through zin/zout of [gather][L] floats), run the expert with `pool` (NULL: on this thread),
  * scatter. Returns 0, or -1 with ms_err set (this thread's) when an output is not finite. */
 static int compute_into(ms_xstore *s, xs_call *c, int d, const uint8_t *buf, int64_t gather, float *zin,
@@ -17,10 +17,8 @@ static int compute_into(ms_xstore *s, xs_call *c, int d, const uint8_t *buf, int
 {
     int64_t L = s->o.fmt.latent;
     size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->g->dexp[d];
-    uint64_t off[XS_PARTS];
-    xs_slot_offsets(s, key, off);
     const uint8_t *part[XS_PARTS];
-    for (int i = 0; i < s->np; i++) part[i] = buf + off[i];
+    xs_parts(s, key, buf, part); /* buf NULL: in place in the mapped files */
     int64_t m = c->g->start[d + 1] - c->g->start[d];
     int64_t t0 = c->g->start[d];
     int bad = 0;

@@ -2,10 +2,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,11 +17,91 @@
 #include "ms_file.h"
 #include "ms_io.h"
 
+/* Every live mapping, for the SIGBUS handler: a page of a file cut short while mapped faults
+ * (SIGBUS) where a read would come up short. The handler puts a page of zeros in its place and
+ * marks the mapping broken; ms_io_files_map_check then fails the computation that used it with
+ * an I/O error naming the file, as a short read would, and nothing computed from the zeros is
+ * reported. Slots are claimed under map_reg_mu and read lock-free by the handler. */
+#define MAP_REG 256
+static struct {
+    _Atomic(uintptr_t) base;   /* 0: free */
+    _Atomic(size_t) size;
+    atomic_int broken;         /* 1 once a page faulted */
+    _Atomic(uint64_t) bad_off; /* the first faulting offset */
+} map_reg[MAP_REG];
+static pthread_mutex_t map_reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction map_old_bus;
+static int map_handler_on;
+
+static void map_bus(int sig, siginfo_t *si, void *uc)
+{
+    uintptr_t a = (uintptr_t)si->si_addr;
+    for (int i = 0; i < MAP_REG; i++) {
+        uintptr_t b = atomic_load(&map_reg[i].base);
+        if (!b || a < b || a - b >= atomic_load(&map_reg[i].size)) continue;
+        long ps = sysconf(_SC_PAGESIZE); /* async-signal-safe in glibc; so are mmap and the atomics */
+        uintptr_t pg = a & ~(uintptr_t)(ps - 1);
+        if (mmap((void *)pg, (size_t)ps, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) break;
+        uint64_t none = UINT64_MAX;
+        atomic_compare_exchange_strong(&map_reg[i].bad_off, &none, (uint64_t)(a - b));
+        atomic_store(&map_reg[i].broken, 1);
+        return; /* the load runs again and reads zeros */
+    }
+    /* Not a mapping of ours: what would have happened without this handler. */
+    if (map_old_bus.sa_flags & SA_SIGINFO && map_old_bus.sa_sigaction) {
+        map_old_bus.sa_sigaction(sig, si, uc);
+        return;
+    }
+    if (map_old_bus.sa_handler != SIG_DFL && map_old_bus.sa_handler != SIG_IGN && map_old_bus.sa_handler) {
+        map_old_bus.sa_handler(sig);
+        return;
+    }
+    signal(SIGBUS, SIG_DFL); /* the fault repeats on return and ends the process as it would have */
+}
+
+/* A registry slot for [p, p + n) (under map_reg_mu), or -1 when all are taken (the mapping then
+ * goes unprotected: a truncation faults as it would without the handler). */
+static int map_reg_add(const void *p, size_t n)
+{
+    pthread_mutex_lock(&map_reg_mu);
+    if (!map_handler_on) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = map_bus;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        map_handler_on = sigaction(SIGBUS, &sa, &map_old_bus) == 0;
+    }
+    int slot = -1;
+    for (int i = 0; i < MAP_REG && slot < 0; i++)
+        if (!atomic_load(&map_reg[i].base)) slot = i;
+    if (slot >= 0) {
+        atomic_store(&map_reg[slot].size, n);
+        atomic_store(&map_reg[slot].broken, 0);
+        atomic_store(&map_reg[slot].bad_off, UINT64_MAX);
+        atomic_store(&map_reg[slot].base, (uintptr_t)p);
+    }
+    pthread_mutex_unlock(&map_reg_mu);
+    return slot;
+}
+
+static void map_reg_remove(int slot)
+{
+    if (slot < 0) return;
+    pthread_mutex_lock(&map_reg_mu);
+    atomic_store(&map_reg[slot].base, 0);
+    pthread_mutex_unlock(&map_reg_mu);
+}
+
 struct ms_io_files {
     int n;
     int *fd;       /* [n] */
     int *direct;   /* [n] 1 if fd is O_DIRECT */
     char **path;   /* [n] */
+    const uint8_t **map; /* [n] whole-file read-only mapping, made on first use (NULL: none yet) */
+    uint64_t *map_size;  /* [n] its bytes */
+    int *map_slot;       /* [n] its slot in map_reg, or -1 */
+    pthread_mutex_t map_mu; /* guards map, map_size */
 };
 
 ms_io_files *ms_io_files_open(const char *const *paths, int n, int direct)
@@ -28,7 +111,11 @@ ms_io_files *ms_io_files_open(const char *const *paths, int n, int direct)
     f->fd = ms_malloc(sizeof(int) * (size_t)(n ? n : 1));
     f->direct = ms_calloc((size_t)(n ? n : 1), sizeof(int));
     f->path = ms_calloc((size_t)(n ? n : 1), sizeof(char *));
-    for (int i = 0; i < n; i++) f->fd[i] = -1;
+    f->map = ms_calloc((size_t)(n ? n : 1), sizeof *f->map);
+    f->map_size = ms_calloc((size_t)(n ? n : 1), sizeof *f->map_size);
+    f->map_slot = ms_malloc(sizeof(int) * (size_t)(n ? n : 1));
+    pthread_mutex_init(&f->map_mu, NULL);
+    for (int i = 0; i < n; i++) f->fd[i] = -1, f->map_slot[i] = -1;
     for (int i = 0; i < n; i++) {
         f->path[i] = ms_strdup(paths[i]);
         /* Regular files only: a file replaced by a FIFO is refused, never waited on. */
@@ -49,9 +136,15 @@ void ms_io_files_close(ms_io_files *f)
 {
     if (!f) return;
     for (int i = 0; i < f->n; i++) {
+        map_reg_remove(f->map_slot[i]);
+        if (f->map[i]) munmap((void *)f->map[i], (size_t)f->map_size[i]);
         if (f->fd[i] >= 0) close(f->fd[i]);
         free(f->path[i]);
     }
+    pthread_mutex_destroy(&f->map_mu);
+    free(f->map);
+    free(f->map_size);
+    free(f->map_slot);
     free(f->fd);
     free(f->direct);
     free(f->path);
@@ -60,6 +153,94 @@ void ms_io_files_close(ms_io_files *f)
 
 int ms_io_files_direct(const ms_io_files *f, int file) { return f->direct[file]; }
 const char *ms_io_files_path(const ms_io_files *f, int file) { return f->path[file]; }
+
+const uint8_t *ms_io_files_map(ms_io_files *f, int file, uint64_t *size)
+{
+    pthread_mutex_lock(&f->map_mu);
+    const uint8_t *p = f->map[file];
+    if (!p) {
+        struct stat st;
+        if (fstat(f->fd[file], &st) != 0) {
+            ms_err_set("%s: cannot stat: %s", f->path[file], strerror(errno));
+        } else if (st.st_size <= 0) {
+            ms_err_set("%s: empty file, nothing to map", f->path[file]);
+        } else {
+            /* The descriptor may be O_DIRECT: that flag governs read(2), not a mapping's faults. */
+            void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, f->fd[file], 0);
+            if (m == MAP_FAILED) {
+                ms_err_set("%s: cannot map %lld bytes: %s", f->path[file], (long long)st.st_size, strerror(errno));
+            } else {
+                f->map[file] = p = m;
+                f->map_size[file] = (uint64_t)st.st_size;
+                f->map_slot[file] = map_reg_add(m, (size_t)st.st_size);
+            }
+        }
+        if (!p) ms_err_set_code(MS_EXIT_IO);
+    }
+    if (p && size) *size = f->map_size[file];
+    pthread_mutex_unlock(&f->map_mu);
+    return p;
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+/* [p, p + n) widened to whole pages: *base and the returned length. */
+static size_t page_span(const void *p, size_t n, uint8_t **base)
+{
+    static size_t ps;
+    if (!ps) {
+        long v = sysconf(_SC_PAGESIZE);
+        ps = v > 0 ? (size_t)v : 4096;
+    }
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(ps - 1);
+    *base = (uint8_t *)a;
+    return (size_t)((uintptr_t)p + n - a);
+}
+
+uint64_t ms_io_map_absent(const void *p, size_t n)
+{
+    uint8_t *base;
+    size_t len = page_span(p, n, &base), ps = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char vec[512];
+    uint64_t absent = 0;
+    for (size_t at = 0; at < len; at += sizeof vec * ps) {
+        size_t k = len - at < sizeof vec * ps ? len - at : sizeof vec * ps;
+        if (mincore(base + at, k, vec) != 0) return 0; /* cannot tell: count nothing */
+        for (size_t j = 0; j < (k + ps - 1) / ps; j++) absent += (vec[j] & 1) ? 0 : ps;
+    }
+    return absent;
+}
+
+void ms_io_map_willneed(const void *p, size_t n)
+{
+    uint8_t *base;
+    size_t len = page_span(p, n, &base);
+    (void)madvise(base, len, MADV_WILLNEED); /* advice: without it the pages come on first use */
+}
+
+void ms_io_map_populate(const void *p, size_t n)
+{
+    uint8_t *base;
+    size_t len = page_span(p, n, &base), ps = (size_t)sysconf(_SC_PAGESIZE);
+    if (madvise(base, len, MADV_POPULATE_READ) == 0) return;
+    volatile uint8_t sink = 0; /* an older kernel: fault each page in by reading it */
+    for (size_t at = 0; at < len; at += ps) sink ^= base[at];
+    (void)sink;
+}
+
+int ms_io_files_map_check(ms_io_files *f)
+{
+    for (int i = 0; i < f->n; i++) {
+        int slot = f->map_slot[i];
+        if (slot < 0 || !atomic_load(&map_reg[slot].broken)) continue;
+        return ms_err_fail(MS_EXIT_IO, "cannot read %s: the file was cut short while in use (no bytes at offset %llu "
+                           "of the %llu it had when mapped)", f->path[i],
+                           (unsigned long long)atomic_load(&map_reg[slot].bad_off), (unsigned long long)f->map_size[i]);
+    }
+    return 0;
+}
 
 size_t ms_io_span(uint64_t off, size_t len)
 {

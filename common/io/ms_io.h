@@ -17,6 +17,24 @@ ms_io_files *ms_io_files_open(const char *const *paths, int n, int direct);
 void ms_io_files_close(ms_io_files *f); /* accepts NULL */
 int ms_io_files_direct(const ms_io_files *f, int file);
 const char *ms_io_files_path(const ms_io_files *f, int file);
+/* The whole of `file` mapped read-only and shared (its bytes are the page cache's, never copied),
+ * made on the first call and kept until ms_io_files_close; *size (may be NULL) gets its length.
+ * Thread-safe. Returns NULL with ms_err set naming the file (class MS_EXIT_IO) on failure.
+ * Callers check their ranges against *size. A file cut short while mapped would fault (SIGBUS)
+ * where a read comes up short: a process-wide SIGBUS handler (installed with the first mapping;
+ * faults outside the mappings go to the handler before it, or end the process as they would
+ * have) reads such pages as zeros and marks the mapping broken, which ms_io_files_map_check
+ * reports: call it after computing from mapped bytes and before reporting anything. */
+const uint8_t *ms_io_files_map(ms_io_files *f, int file, uint64_t *size);
+/* 0, or -1 with ms_err set (class MS_EXIT_IO) naming a mapped file of f that was cut short
+ * while in use (what was computed from it since is wrong and must be dropped; the flag stays). */
+int ms_io_files_map_check(ms_io_files *f);
+/* On a range of such a mapping: the bytes of its pages not in the page cache now (0 where the
+ * kernel cannot tell); ask the kernel to start reading them (returns at once); map them in now
+ * (reading what is absent), so that their first use neither traps nor waits. */
+uint64_t ms_io_map_absent(const void *p, size_t n);
+void ms_io_map_willneed(const void *p, size_t n);
+void ms_io_map_populate(const void *p, size_t n);
 
 /* One read request. The caller owns it and keeps it alive until it completes. */
 typedef struct ms_io_req {

@@ -8,7 +8,7 @@
 #include "ms_pool.h"
 
 enum { MS_CLI_OPT_SPECULATE = 1001, MS_CLI_OPT_DRAFT, MS_CLI_OPT_PIN, MS_CLI_OPT_PREFETCH, MS_CLI_OPT_SPAN,
-       MS_CLI_OPT_MIXED }; /* long-only options */
+       MS_CLI_OPT_MIXED, MS_CLI_OPT_MMAP }; /* long-only options */
 
 static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"model", required_argument, 0, 'm'},         {"ram-budget", required_argument, 0, 'B'},
@@ -24,6 +24,7 @@ static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"expert-prefetch", required_argument, 0, MS_CLI_OPT_PREFETCH},
     {"prefill-span", required_argument, 0, MS_CLI_OPT_SPAN},
     {"prefill-mixed", required_argument, 0, MS_CLI_OPT_MIXED},
+    {"mmap", required_argument, 0, MS_CLI_OPT_MMAP},
 };
 
 void ms_cli_eopt_table(const struct option *own, int n_own, struct option *out)
@@ -68,6 +69,13 @@ int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, i
             *code = ms_cli_fail(cmd, MS_EXIT_USAGE, "--prefill-mixed takes off, auto or a count of rows, got '%s'", arg);
             return -1;
         }
+        break;
+    case MS_CLI_OPT_MMAP:
+        if (strcmp(arg, "auto") && strcmp(arg, "off")) {
+            *code = ms_cli_fail(cmd, MS_EXIT_USAGE, "--mmap takes auto or off, got '%s'", arg);
+            return -1;
+        }
+        o->no_mmap = !strcmp(arg, "off");
         break;
     case MS_CLI_OPT_PREFETCH:
         if (strcmp(arg, "auto") && strcmp(arg, "on") && strcmp(arg, "off")) {
@@ -123,6 +131,7 @@ void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo)
     ms_pool_set_pinning(o->pin); /* process-wide: read when the engine's pools are made */
     eo->run.ram_budget = o->budget;
     eo->run.buffered = o->buffered;
+    eo->run.no_mmap = o->no_mmap;
     eo->run.io_depth = (int)o->io_depth;
     eo->run.max_chunk = o->chunk;
     eo->run.max_span = o->span;

@@ -18,6 +18,7 @@ typedef struct {
     float worker_timeout;                    /* 0 = the default */
     uint64_t budget;                         /* 0 = the memory available */
     int insecure, buffered, lru, quiet, pin; /* pin: --pin-threads */
+    int no_mmap;                             /* --mmap off */
     int prefetch;                            /* --expert-prefetch: MS_PREFETCH_AUTO (0), _ON, _OFF */
     int speculate;                           /* --speculate: MS_SPEC_AUTO (the default), 0 = off, N */
     int speculate_set;                       /* --speculate was given (else auto) */
@@ -25,7 +26,7 @@ typedef struct {
 } ms_cli_eopts;
 
 /* Entries of the shared options in a getopt_long table. */
-#define MS_CLI_EOPT_COUNT 21
+#define MS_CLI_EOPT_COUNT 22
 
 /* Lines of a command's usage text for the speculation options (run, jobs, serve). */
 #define MS_CLI_EOPT_SPEC_HELP                                                                                    \

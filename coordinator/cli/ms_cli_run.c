@@ -48,7 +48,7 @@ static void run_usage(FILE *f, int demo)
     fputs("usage: moestream run --model DIR (--prompt TEXT | --prompt-file PATH | --ids 1,2,3 | --ids-file PATH)\n"
           "                     [--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet] [--raw] [--special]\n"
-          "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--io-depth N]\n"
+          "                     [--ram-budget SIZE] [--trace PATH] [--buffered-io] [--mmap auto|off] [--io-depth N]\n"
           "                     [--prefill-chunk N] [--prefill-span N|off] [--prefill-mixed off|auto|N] [--lru-cache] [--trunk-pack DIR|none]\n"
           "                     [--pin-threads]\n"
           "                     [--expert-prefetch auto|on|off] [--plan-only [--plan-seqs N]]\n"
@@ -77,6 +77,9 @@ static void run_usage(FILE *f, int demo)
           "--trace PATH records every routed-expert request as little-endian int32 (layer, expert) pairs.\n"
           "--buffered-io reads through the page cache instead of O_DIRECT; --io-depth N reads in flight\n"
           "(default 8); --prefill-chunk N caps the tokens of a pass that also decodes; --lru-cache uses plain LRU.\n"
+          "--mmap auto (default): where the budget would hold every routed expert (no budget, or one above the\n"
+          "model), they and the pinned trunk are used in place from the checkpoint's files, mapped read-only:\n"
+          "the page cache holds the model once, nothing is copied; off reads them into the cache as below it.\n"
           "A long prompt is prefilled in spans where that reads fewer bytes: passes of up to the whole prompt,\n"
           "layer by layer, so each weight is read once for all its tokens, in memory the expert cache (and the\n"
           "pinned trunk, read again after) lends; --prefill-span N asks for spans of up to N tokens, off\n"
@@ -285,6 +288,8 @@ static void print_json(ms_engine *e, int special, const int32_t *prompt, size_t 
     json_object_set_new(stats, "expert_cache_hits", json_integer((json_int_t)ms->expert_cache_hits));
     json_object_set_new(stats, "expert_cache_misses", json_integer((json_int_t)ms->expert_cache_misses));
     json_object_set_new(stats, "expert_cache_evictions", json_integer((json_int_t)ms->expert_cache_evictions));
+    json_object_set_new(stats, "experts_mapped", json_boolean(ms->experts_mapped));
+    json_object_set_new(stats, "trunk_mapped", json_boolean(ms->trunk_mapped));
     json_object_set_new(stats, "expert_cache_peak_bytes", json_integer((json_int_t)ms->expert_cache_peak_bytes));
     json_object_set_new(stats, "expert_cache_capacity_bytes", json_integer((json_int_t)ms->expert_cache_capacity));
     json_object_set_new(stats, "expert_cache_buffers_made_in_steps",
@@ -359,9 +364,10 @@ static void print_report(const char *cmd, size_t np, size_t ng, const ms_engine_
                  (unsigned long long)ms->expert_prefetched);
     if (ms->expert_requests || ms->bytes_read_trunk)
         fprintf(stderr,
-                "moestream %s: read %s of experts (%.0f MB/s while reading), %s of trunk; expert cache %llu hits, "
+                "moestream %s: read %s of experts (%.0f MB/s while reading)%s, %s of trunk; expert cache %llu hits, "
                 "%llu misses, %llu evictions;%s waiting on I/O %.0f%% of %.2f s\n",
                 cmd, ms_size_fmt(ms->bytes_read_experts, b, sizeof b), read_rate / 1e6,
+                ms->experts_mapped ? " (mapped: what the page cache lacked)" : "",
                 ms_size_fmt(ms->bytes_read_trunk, d, sizeof d), (unsigned long long)ms->expert_cache_hits,
                 (unsigned long long)ms->expert_cache_misses, (unsigned long long)ms->expert_cache_evictions, pf,
                 100.0 * (wall > 0 ? ms->io_wait_seconds / wall : 0.0), wall);

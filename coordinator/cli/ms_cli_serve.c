@@ -37,7 +37,7 @@ static void serve_usage(FILE *f)
           "                       [--max-queue N] [--max-context N] [--max-body SIZE] [--request-timeout SEC]\n"
           "                       [--read-timeout SEC] [--max-connections N] [--max-connections-per-ip N]\n"
           "                       [--model-name NAME] [--date YYYY-MM-DD] [--cors ORIGINS] [--ram-budget SIZE] [--quiet]\n"
-          "                       [--threads N] [--buffered-io] [--io-depth N] [--prefill-chunk N] [--prefill-span N|off]\n"
+          "                       [--threads N] [--buffered-io] [--mmap auto|off] [--io-depth N] [--prefill-chunk N] [--prefill-span N|off]\n"
           "                       [--prefill-mixed off|auto|N]\n"
           "                       [--lru-cache] [--trunk-pack DIR|none] [--pin-threads] [--expert-prefetch auto|on|off]\n"
           "                       [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"

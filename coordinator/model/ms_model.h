@@ -71,6 +71,10 @@ typedef struct {
     int n_threads;           /* <= 0: one per CPU */
     uint64_t ram_budget;     /* peak RSS allowed for the run; 0 = MemAvailable */
     int buffered;            /* 1: buffered reads instead of O_DIRECT */
+    int no_mmap;             /* 1: routed experts are always read into the expert cache; 0: where
+                                the plan's cache holds every one of them, they are used in place
+                                from read-only mappings of the checkpoint instead (ms_xstore
+                                mapped: the model in RAM once, as the page cache) */
     int io_depth;            /* reads in flight (0 = 8) */
     int64_t prompt_tokens;   /* tokens the run will prefill (planning) */
     int64_t max_positions;   /* prompt + generated tokens of one sequence (KV cache planning) */
@@ -161,6 +165,12 @@ typedef struct {
     uint64_t expert_prefetched, expert_prefetch_used; /* predicted expert reads, and those a layer used */
     double io_wait_seconds;      /* compute waiting for reads (experts + trunk) */
     double read_busy_seconds;    /* wall time with expert reads in flight */
+    int experts_mapped;          /* 1: routed experts used in place from the files' mappings
+                                    (ms_run_opts.no_mmap): misses are first uses, bytes read what
+                                    the page cache lacked, the cache's bytes those of the experts
+                                    used so far, no evictions */
+    int trunk_mapped;            /* 1: the pinned trunk too (bytes_read_at_load: what the page
+                                    cache lacked) */
 } ms_model_stats;
 void ms_model_get_stats(ms_model *m, ms_model_stats *st);
 ms_pool *ms_model_pool(ms_model *m);

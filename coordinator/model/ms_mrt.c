@@ -16,7 +16,6 @@
 #include "ms_progress.h"
 
 #define CHUNK_MAX (16ull << 20) /* trunk ring chunk: big reads run at the disk's full speed */
-#define RING_SLOTS 8
 #define MRT_CACHE_SYNC (32ull << 20) /* expert cache bytes faulted in at load (ms_xstore grow_sync_bytes) */
 
 /* Is ref r used by ms_matmul through a stream (everything but the embedding)? */
@@ -210,88 +209,6 @@ static int plan_window(ms_model *m, ms_plan_in *in)
     return ms_err_set_code(MS_EXIT_BUDGET);
 }
 
-/* Pinned matrices kept packed (in-kernel decoding of a trunk pack). */
-static int packed_pins_count(const ms_model *m)
-{
-    int n = 0;
-    for (int i = 0; m->pin_packed && i < m->plan.n_pinned; i++) n += m->sched_items[i].pk != NULL;
-    return n;
-}
-
-/* Read the pinned prefix of the schedule into fresh aligned buffers (m->pin_buf), all reads in
- * flight together, and point each matrix at its bytes (or, packed, add it to m->mpin). At open,
- * and again after a span that lent them. 0, or -1 with ms_err set naming the tensor. */
-static int pin_read(ms_model *m)
-{
-    int np = m->plan.n_pinned, npaths = m->src.n_paths, bad = 0;
-    ms_io_req *reqs = ms_calloc((size_t)np + 1, sizeof *reqs);
-    for (int i = 0; i < np; i++) {
-        const ms_wstream_item *it = &m->sched_items[i];
-        const ms_tpack_tensor *pk = m->pin_packed ? it->pk : NULL;
-        reqs[i].file = pk ? npaths : it->file;
-        reqs[i].off = pk ? pk->data_off : it->off;
-        reqs[i].len = (size_t)(pk ? pk->data_bytes : it->row_bytes * (uint64_t)it->rows);
-        /* huge pages, faulted in (and mapped for this process: ms_io_prefault) by the reader
-         * just before its read, in parallel with the other reads: with small pages filled by
-         * the kernel the first pass paid ~1.4 s a GiB of traps on this VM (PERFORMANCE.md) */
-        reqs[i].buf = m->pin_buf[i] = ms_io_alloc(ms_io_span(reqs[i].off, reqs[i].len));
-        reqs[i].prefault = 1;
-        ms_io_submit(m->io, &reqs[i]);
-    }
-    /* A large pinned trunk takes a while to read (GBs from an SSD): show it, as prefill is shown. */
-    int shown = m->plan.pinned_bytes >= ((uint64_t)256 << 20);
-    if (shown) ms_progress_begin("loading the pinned trunk", m->plan.pinned_bytes, MS_PROGRESS_BYTES);
-    for (int i = 0; i < np; i++) {
-        if (ms_io_wait(m->io, &reqs[i]) != 0 && !bad) {
-            bad = 1;
-            ms_err_wrap("reading tensor %s", m->sched_items[i].name);
-        }
-        if (m->pin_packed && m->sched_items[i].pk) {
-            /* verified here, while the later reads are still in flight */
-            if (!bad && ms_mpin_add(m->mpin, m->sched[i], m->sched_items[i].pk, reqs[i].data, m->sched_items[i].name) != 0)
-                bad = 1;
-        } else
-            m->sched[i]->data = reqs[i].data;
-        if (shown) ms_progress_add(reqs[i].len);
-    }
-    if (shown) ms_progress_end();
-    free(reqs);
-    return bad ? -1 : 0;
-}
-
-/* A span that lends the pinned trunk: its buffers freed, and every trunk matrix streamed for the
- * span through a ring over the whole schedule (the ring of the unpinned part stays where it is,
- * at the start of the next pass). */
-static void pins_lend(ms_model *m)
-{
-    for (int i = 0; i < m->plan.n_pinned; i++) {
-        free(m->pin_buf[i]);
-        m->pin_buf[i] = NULL;
-        m->sched[i]->data = NULL;
-    }
-    m->span_ws = ms_wstream_new(m->io, m->sched_items, m->n_sched, m->chunk_bytes, RING_SLOTS);
-    for (int i = 0; i < m->n_sched; i++) {
-        m->sched[i]->stream = ms_wstream_iface(m->span_ws);
-        m->sched[i]->key = m->sched[i];
-    }
-}
-
-/* After such spans: the span ring gone, the unpinned part back on its ring, the pins read again. */
-static int pins_restore(ms_model *m)
-{
-    ms_wstream_stats w;
-    ms_wstream_get_stats(m->span_ws, &w);
-    m->span_ws_done.bytes_read += w.bytes_read;
-    m->span_ws_done.bytes_packed += w.bytes_packed;
-    m->span_ws_done.bytes_unpacked += w.bytes_unpacked;
-    m->span_ws_done.wait_seconds += w.wait_seconds;
-    ms_wstream_free(m->span_ws);
-    m->span_ws = NULL;
-    for (int i = 0; i < m->n_sched; i++)
-        m->sched[i]->stream = i < m->plan.n_pinned ? NULL : ms_wstream_iface(m->ws);
-    return pin_read(m);
-}
-
 /* The pass scratch of a planned chunk. */
 static void reserve_chunk(ms_model *m)
 {
@@ -309,17 +226,17 @@ static void reserve_chunk(ms_model *m)
 static int span_switch(ms_model *m, int64_t R, int decode)
 {
     if (!m->planned) return 0;
-    int mode = R <= m->plan.chunk ? 0 : m->plan.span_pins && !decode && R > m->plan.span_keeping_pins ? 2 : 1;
+    int mode = R <= m->plan.chunk ? 0 : m->plan.span_pins && !m->map_trunk && !decode && R > m->plan.span_keeping_pins ? 2 : 1;
     if (mode == m->in_span) return 0;
     int rc = 0;
     ms_arena_free(&m->work);
-    if (m->in_span == 2) rc = pins_restore(m);
+    if (m->in_span == 2) rc = ms_mrt_pins_restore(m);
     if (mode == 0) {
         reserve_chunk(m);
         if (m->xs) ms_xstore_unlend(m->xs);
     }
     if (mode > 0 && m->in_span == 0 && m->xs) ms_xstore_lend(m->xs, (size_t)m->plan.span_cache_slots);
-    if (mode == 2) pins_lend(m);
+    if (mode == 2) ms_mrt_pins_lend(m);
     m->in_span = mode;
     return rc;
 }
@@ -420,7 +337,7 @@ int ms_mrt_setup(ms_model *m)
     in.max_slots = (uint64_t)(c->n_layers - c->first_moe) * (uint64_t)c->n_experts;
     in.trunk = sizes;
     in.n_trunk = ns;
-    in.ring = ms_wstream_ring_bytes(items, ns, chunk_bytes, RING_SLOTS);
+    in.ring = ms_wstream_ring_bytes(items, ns, chunk_bytes, MS_MRT_RING_SLOTS);
     in.state_cache = m->opts.state_cache;
     if (m->opts.state_cache_seqs > 0) /* + the saved form's own few bytes (position, counts) */
         in.state_cache += (uint64_t)m->opts.state_cache_seqs *
@@ -454,7 +371,7 @@ int ms_mrt_setup(ms_model *m)
         ms_plan_in in2 = in;
         in2.trunk = sizes;
         in2.span_pins = m->opts.max_span >= 0;
-        in2.ring = ms_wstream_ring_bytes(raw, ns, chunk_bytes, RING_SLOTS);
+        in2.ring = ms_wstream_ring_bytes(raw, ns, chunk_bytes, MS_MRT_RING_SLOTS);
         m->tpack = NULL; /* work_bytes counts the pack's costs when it is there */
         int ok = plan_window(m, &in2) == 0;
         if (ok && m->plan.streamed_bytes < with) {
@@ -489,16 +406,29 @@ int ms_mrt_setup(ms_model *m)
     m->chunk_bytes = chunk_bytes;
     sched = NULL;
     items = NULL;
+    /* Where the plan's cache would hold every routed expert, copying them into it would only put
+     * the model in RAM twice (the page cache and the cache) and zero every slot first: they are
+     * used in place from the files' mappings instead, and so is the trunk when all of it is
+     * pinned, raw (not from a pack) and never lent to a span. */
+    uint64_t n_routed = 0;
+    for (size_t i = 0; m->xlocs && i < (size_t)c->n_layers * (size_t)c->n_experts; i++) n_routed += m->xlocs[i].len[0] > 0;
+    m->mapped = !m->opts.no_mmap && n_routed > 0 && have_xf && m->plan.cache / ms_xstore_slot_bytes(&xf) >= n_routed;
+    m->map_trunk = m->mapped && m->plan.n_pinned == ns && !pin_packed;
+    if (m->mapped)
+        ms_log(1, "plan: the cache would hold every routed expert: they%s are used in place from the checkpoint's "
+               "files instead (mapped: the page cache holds them once; --mmap off reads them into the cache)",
+               m->map_trunk ? " and the pinned trunk" : "");
     m->pin_buf = ms_calloc((size_t)m->plan.n_pinned + 1, sizeof *m->pin_buf);
-    if (packed_pins_count(m)) m->mpin = ms_mpin_new(packed_pins_count(m), ms_tpack_path(m->tpack));
-    if (pin_read(m) != 0) goto out;
+    if (ms_mrt_packed_pins(m)) m->mpin = ms_mpin_new(ms_mrt_packed_pins(m), ms_tpack_path(m->tpack));
+    if (ms_mrt_pin_read(m) != 0) goto out;
     ms_io_stats ios;
     ms_io_get_stats(m->io, &ios);
-    m->load_bytes = ios.bytes;
+    m->load_io_bytes = ios.bytes;
+    m->load_bytes += ios.bytes;
 
     /* Stream the rest. */
     if (m->plan.n_pinned < ns) {
-        m->ws = ms_wstream_new(m->io, m->sched_items + m->plan.n_pinned, ns - m->plan.n_pinned, chunk_bytes, RING_SLOTS);
+        m->ws = ms_wstream_new(m->io, m->sched_items + m->plan.n_pinned, ns - m->plan.n_pinned, chunk_bytes, MS_MRT_RING_SLOTS);
         for (int i = m->plan.n_pinned; i < ns; i++) {
             m->sched[i]->stream = ms_wstream_iface(m->ws);
             m->sched[i]->key = m->sched[i];
@@ -518,8 +448,8 @@ int ms_mrt_setup(ms_model *m)
                          .gather_rows = 0,
                          .grow_bg = 1,
                          .grow_sync_bytes = MRT_CACHE_SYNC};
-    int any = 0;
-    for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_experts; i++) any |= m->xlocs[i].len[0] > 0;
+    int any = n_routed > 0;
+    xo.mapped = m->mapped;
     if (any && !have_xf) {
         ms_err_set("%s/config.json: %s", m->src.what ? m->src.what : ".", c->why_no_xfmt);
         ms_err_set_code(MS_EXIT_MODEL);
@@ -538,7 +468,7 @@ int ms_mrt_setup(ms_model *m)
         for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_experts; i++)
             for (int p = 0; p < MS_XFMT_MAX_PARTS && m->xlocs[i].len[0]; p++)
                 if (m->xlocs[i].len[p]) direct &= ms_io_files_direct(m->iof, m->xlocs[i].file[p]) != 0;
-        if (m->opts.prefetch == MS_PREFETCH_OFF || (m->opts.prefetch == MS_PREFETCH_AUTO && !direct))
+        if (m->opts.prefetch == MS_PREFETCH_OFF || (m->opts.prefetch == MS_PREFETCH_AUTO && (!direct || xo.mapped)))
             m->experts.prefetch = NULL;
     }
     rc = 0;
@@ -603,6 +533,8 @@ int ms_mrt_embed_row(ms_model *m, int32_t id, float *out)
 void ms_model_get_stats(ms_model *m, ms_model_stats *st)
 {
     memset(st, 0, sizeof *st);
+    st->experts_mapped = m->mapped;
+    st->trunk_mapped = m->map_trunk;
     if (m->xs) {
         ms_xstore_stats x;
         ms_xstore_get_stats(m->xs, &x);
@@ -636,14 +568,17 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
         ms_io_stats s;
         ms_io_get_stats(m->io, &s);
         /* streamed chunks and embedding rows; the pinned prefix read at open is counted apart */
-        st->bytes_read_trunk = s.bytes - m->load_bytes;
+        st->bytes_read_trunk = s.bytes - m->load_io_bytes;
         st->bytes_read_at_load = m->load_bytes;
     }
 }
 
 int ms_mrt_stream_check(ms_model *m)
 {
-    return ms_mpin_check(m->mpin) != 0 || ms_wstream_check(m->ws) != 0 || ms_wstream_check(m->span_ws) != 0 ? -1 : 0;
+    return ms_mpin_check(m->mpin) != 0 || ms_wstream_check(m->ws) != 0 || ms_wstream_check(m->span_ws) != 0 ||
+                   (m->mapped && ms_io_files_map_check(m->iof) != 0)
+               ? -1
+               : 0;
 }
 
 int64_t ms_mrt_nonfinite_row(const float *x, int64_t R, int64_t W)

@@ -87,7 +87,12 @@ struct ms_model {
     void **pin_buf;            /* [plan.n_pinned] the pinned matrices' buffers (NULL while lent) */
     ms_wstream *span_ws;       /* the ring over the whole schedule while a span holds the pins */
     ms_wstream_stats span_ws_done; /* what the span rings streamed, summed */
-    uint64_t load_bytes;       /* trunk bytes read while opening (the pinned prefix) */
+    uint64_t load_bytes;       /* trunk bytes read while opening (the pinned prefix; mapped: what
+                                  the page cache lacked) */
+    uint64_t load_io_bytes;    /* of those, read by m->io (not mapped) */
+    int mapped;                /* 1: routed experts used in place from the files' mappings (the
+                                  plan's cache would hold them all; ms_run_opts.no_mmap) */
+    int map_trunk;             /* 1: the pinned trunk too (all of it pinned, raw) */
     ms_expert_table *table;    /* routed experts bound in memory */
     ms_experts experts;
     ms_route_fn route_fn;
@@ -145,6 +150,24 @@ void ms_mrt_refs_layer(ms_model *m, int n_refs0, int layer);
 void ms_mrt_source(ms_st *st, const char *dir, ms_tsrc *src);
 /* After binding m from ms_mrt_source(st, ...): the model owns st and the paths (freed with it). */
 void ms_mrt_adopt(ms_model *m, ms_st *st, const ms_tsrc *src);
+
+/* ---- the pinned trunk (ms_mpins.c) ---- */
+
+#define MS_MRT_RING_SLOTS 8 /* chunks of a trunk ring */
+
+/* Pinned matrices kept packed (in-kernel decoding of a trunk pack). */
+int ms_mrt_packed_pins(const ms_model *m);
+/* The pinned prefix of the schedule: with m->map_trunk used in place in the files' mappings (all
+ * of it asked of the kernel at once, then mapped in; what the page cache lacked is counted in
+ * m->load_bytes), else read into fresh aligned buffers (m->pin_buf), all reads in flight
+ * together; each matrix pointed at its bytes (or, packed, added to m->mpin). At open, and again
+ * after a span that lent them. 0, or -1 with ms_err set naming the tensor. */
+int ms_mrt_pin_read(ms_model *m);
+/* A span that lends the pinned trunk: its buffers freed, and every trunk matrix streamed for the
+ * span through a ring over the whole schedule. */
+void ms_mrt_pins_lend(ms_model *m);
+/* After such spans: the span ring gone, the unpinned part back on its ring, the pins read again. */
+int ms_mrt_pins_restore(ms_model *m);
 
 /* ---- running (ms_mrt.c) ---- */
 

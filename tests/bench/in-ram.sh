@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # in-ram: a model that fits in RAM, run with no budget (the plan takes MemAvailable), the
-# previous binary beside this one, in both I/O modes (O_DIRECT, the default, and
-# --buffered-io), page cache dropped before each run: bytes read from disk against the model's
-# size, the expert cache's evictions, misses and peak against its plan, prefill and decode
-# speed, and the generated tokens compared. Default model: the real-width gpt-oss-20b
-# (`synth --preset gpt-oss-20b`, 13 GiB). Writes docs/PERFORMANCE.md section "In RAM: every
-# weight read once" and prints it.
+# previous binary beside this one: reading experts into the cache with O_DIRECT and with
+# --buffered-io (this binary with --mmap off), and this binary's default where the model fits
+# (--mmap auto: experts and pinned trunk used in place from the files' mappings). Each is run
+# cold (page cache dropped first) and the buffered and mapped ones again warm (right after,
+# cache kept: what a second run of a script finds). Reports bytes read from disk against the
+# model's size, the expert cache's evictions, misses and peak against its plan, load, prefill
+# and decode speed, the process's peak RSS and the generated tokens compared. Default model:
+# the real-width gpt-oss-20b (`synth --preset gpt-oss-20b`, 13 GiB). Writes docs/PERFORMANCE.md
+# section "In RAM: every weight read once" and prints it.
 #
 # usage: tests/bench/in-ram.sh --old BINARY [--bin BINARY] [--model DIR] [--lengths "64 512"]
 #          [-n 32] [--doc FILE]
@@ -38,23 +41,24 @@ for len in $lengths; do
 import random
 r = random.Random($len)
 print(','.join(str(r.randrange(1, $vocab)) for _ in range($len)))" > "$out/ids-$len.txt"
-  for io in direct buffered; do
-    flag=
-    [ $io = buffered ] && flag=--buffered-io
-    for which in old new; do # alternating, so drift on a shared machine hits both alike
-      exe=$bin
-      [ $which = old ] && exe=$old
-      r=$which-$len-$io
-      drop
-      uptime > "$out/uptime-$r.txt"
-      set +e
-      "$exe" run --model "$model" --ids-file "$out/ids-$len.txt" -n "$n" --temperature 0 --json --quiet $flag \
-        > "$out/run-$r.json" 2> "$out/err-$r.txt"
-      rc=$?
-      set -e
-      [ $rc -eq 0 ] || { echo "in-ram: $r failed with status $rc" >&2; tail -3 "$out/err-$r.txt" >&2; }
-      echo "in-ram: $r done" >&2
-    done
+  # which:io:cache; old and new alternate within each I/O mode so drift hits both alike
+  for r in old:direct:cold new:direct:cold old:buffered:cold new:buffered:cold old:buffered:warm new:buffered:warm \
+           new:mapped:cold new:mapped:warm; do
+    IFS=: read -r which io cache <<< "$r"
+    exe=$bin flag=()
+    [ "$which" = old ] && exe=$old
+    [ "$io" = buffered ] && flag+=(--buffered-io)
+    [ "$which" = new ] && [ "$io" != mapped ] && flag+=(--mmap off)
+    [ "$cache" = cold ] && drop
+    r=$which-$len-$io-$cache
+    uptime > "$out/uptime-$r.txt"
+    set +e
+    "$exe" run --model "$model" --ids-file "$out/ids-$len.txt" -n "$n" --temperature 0 --json --quiet "${flag[@]}" \
+      > "$out/run-$r.json" 2> "$out/err-$r.txt"
+    rc=$?
+    set -e
+    [ $rc -eq 0 ] || { echo "in-ram: $r failed with status $rc" >&2; tail -3 "$out/err-$r.txt" >&2; }
+    echo "in-ram: $r done" >&2
   done
 done
 
@@ -68,35 +72,39 @@ size = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model) if
 lines = ["## In RAM: every weight read once\n",
          f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores, {mem} GiB of RAM; model: "
          f"`{os.path.basename(model.rstrip('/'))}` ({size/1e9:.1f} GB), no `--ram-budget` (the plan takes what "
-         f"the machine has available), prompts of random ids, {n} tokens generated greedily, page cache dropped "
-         f"before each run, the two binaries alternating. *old* is the previous binary (its expert cache's "
-         f"capacity followed a paced background grower, evicting while it lagged), *new* this one (the cache "
-         f"holds its plan from the first step; a step the grower has not kept up with faults in the buffer it "
-         f"needs itself). *read* is every byte read from the checkpoint in the run (load included).\n",
+         f"the machine has available), prompts of random ids, {n} tokens generated greedily. *old* is the previous "
+         f"binary, *new* this one. I/O: *direct* reads experts into the cache with O_DIRECT (new: `--mmap off`), "
+         f"*buffered* through the page cache (`--buffered-io`), *mapped* is new's default where the model fits "
+         f"(experts and pinned trunk used in place from the files' mappings). *cold*: page cache dropped before the "
+         f"run; *warm*: run again right after, the cache as the run before left it. *read* is every byte the run "
+         f"read from the checkpoint, load included (mapped: what the page cache lacked); *peak RSS* counts the "
+         f"mapped file pages the process touched as well as its own.\n",
          "Command: `sudo bash tests/bench/in-ram.sh --old OLD_BINARY`\n",
-         "| prompt | I/O | binary | read GB | = model x | evictions | misses | cache peak / planned GiB | buffers made in steps | prefill tok/s | decode tok/s | load avg | tokens = old |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "| prompt | I/O | cache | binary | read GB | = model x | evictions | misses | cache peak / planned GiB | load s | prefill tok/s | decode tok/s | peak RSS GiB | load avg | tokens = old direct |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+runs = [("old", "direct", "cold"), ("new", "direct", "cold"), ("old", "buffered", "cold"), ("new", "buffered", "cold"),
+        ("old", "buffered", "warm"), ("new", "buffered", "warm"), ("new", "mapped", "cold"), ("new", "mapped", "warm")]
 for ln in lengths:
-    for io in ("direct", "buffered"):
-        for which in ("old", "new"):
-            r = f"{which}-{ln}-{io}"
-            up = open(f"{out}/uptime-{r}.txt").read().split("load average:")[-1].split(",")[0].strip()
-            try:
-                j = json.load(open(f"{out}/run-{r}.json"))
-            except Exception:
-                lines.append(f"| {ln} | {io} | {which} | failed | | | | | | | | {up} | |")
-                continue
-            s = j["stats"]
-            rd = s["bytes_read_at_load"] + s["bytes_read_experts"] + s["bytes_read_trunk"]
-            try:
-                same = "yes" if json.load(open(f"{out}/run-old-{ln}-{io}.json"))["generated_ids"] == j["generated_ids"] else "NO"
-            except Exception:
-                same = "?"
-            made = s.get("expert_cache_buffers_made_in_steps", "-")
-            lines.append(f"| {ln} | {io} | {which} | {rd/1e9:.1f} | {rd/size:.2f} | {s['expert_cache_evictions']} | "
-                         f"{s['expert_cache_misses']} | {s['expert_cache_peak_bytes']/2**30:.2f} / "
-                         f"{s['expert_cache_capacity_bytes']/2**30:.2f} | {made} | {s['prefill_tokens_per_second']:.1f} | "
-                         f"{s['decode_tokens_per_second']:.2f} | {up} | {same} |")
+    try:
+        ref = json.load(open(f"{out}/run-old-{ln}-direct-cold.json"))["generated_ids"]
+    except Exception:
+        ref = None
+    for which, io, cache in runs:
+        r = f"{which}-{ln}-{io}-{cache}"
+        up = open(f"{out}/uptime-{r}.txt").read().split("load average:")[-1].split(",")[0].strip()
+        try:
+            j = json.load(open(f"{out}/run-{r}.json"))
+        except Exception:
+            lines.append(f"| {ln} | {io} | {cache} | {which} | failed | | | | | | | | | {up} | |")
+            continue
+        s = j["stats"]
+        rd = s["bytes_read_at_load"] + s["bytes_read_experts"] + s["bytes_read_trunk"]
+        same = "?" if ref is None else "yes" if ref == j["generated_ids"] else "NO"
+        lines.append(f"| {ln} | {io} | {cache} | {which} | {rd/1e9:.1f} | {rd/size:.2f} | {s['expert_cache_evictions']} | "
+                     f"{s['expert_cache_misses']} | {s['expert_cache_peak_bytes']/2**30:.2f} / "
+                     f"{s['expert_cache_capacity_bytes']/2**30:.2f} | {s['load_seconds']:.1f} | "
+                     f"{s['prefill_tokens_per_second']:.1f} | {s['decode_tokens_per_second']:.2f} | "
+                     f"{s['peak_rss_bytes']/2**30:.2f} | {up} | {same} |")
 text = "\n".join(lines) + "\n"
 print(text)
 if path:

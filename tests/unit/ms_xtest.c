@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_io.h"
 #include "ms_xfam_k3.h"
 #include "ms_xtest.h"
 
@@ -152,4 +153,66 @@ void xt_set_all(ms_xstore *s, ms_st *st)
         xt_make_loc(one, key, 0, &loc);
         ms_xstore_set(s, key / NE, key % NE, &loc);
     }
+}
+
+int xt_fixture(ms_st *sts[2], ms_expert_table **ref)
+{
+    int64_t I = INTER, L = LAT;
+    int64_t shp[6][2] = {{I, L / 2}, {I, L / 32}, {L, I / 2}, {L, I / 32}, {I, L / 2}, {I, L / 32}};
+    memcpy(xt_part_shape, shp, sizeof shp);
+    for (int p = 0; p < 6; p++) xt_part_len[p] = (uint64_t)(xt_part_shape[p][0] * xt_part_shape[p][1]);
+    for (int key = 0; key < NK; key++)
+        for (int p = 0; p < 6; p++) {
+            xt_part_bytes[key][p] = malloc(xt_part_len[p]);
+            /* scales near 2^0 keep every value finite; packed nibbles are anything */
+            ms_t_fill_u8(&xt_rng, xt_part_bytes[key][p], (int64_t)xt_part_len[p], p % 2 ? 120 : 0, p % 2 ? 129 : 255);
+        }
+    xt_write_file(xt_path("a.safetensors"), 0);
+    xt_write_file(xt_path("b.safetensors"), 1);
+    sts[0] = ms_st_open_file(xt_path("a.safetensors"));
+    sts[1] = ms_st_open_file(xt_path("b.safetensors"));
+    T_CHECK(sts[0] && sts[1], "reopen: %s", ms_err_msg());
+    if (!sts[0] || !sts[1]) return -1;
+
+    /* Both files hold the same expert bytes; A is contiguous, B scatters the even experts. */
+    int same = 1, contig_a = 0, contig_b = 0, unaligned = 0;
+    for (int key = 0; key < NK; key++) {
+        ms_xloc la, lb;
+        ms_st *one0[2] = {sts[0], sts[0]}, *one1[2] = {sts[1], sts[1]};
+        xt_make_loc(one0, key, 0, &la);
+        xt_make_loc(one1, key, 0, &lb);
+        contig_a += xt_contiguous(&la);
+        contig_b += xt_contiguous(&lb);
+        unaligned += la.off[0] % MS_IO_ALIGN != 0;
+        for (int p = 0; p < 6; p++)
+            if (memcmp(ms_t_st_bytes(sts[0], xt_find_part(sts[0], key, p)), ms_t_st_bytes(sts[1], xt_find_part(sts[1], key, p)),
+                       xt_part_len[p]) != 0 ||
+                memcmp(ms_t_st_bytes(sts[0], xt_find_part(sts[0], key, p)), xt_part_bytes[key][p], xt_part_len[p]) != 0)
+                same = 0;
+    }
+    T_CHECK(same, "files hold different expert bytes");
+    T_CHECK(contig_a == NK && contig_b == NK / 2, "contiguous experts: A %d, B %d", contig_a, contig_b);
+    T_CHECK(unaligned > 0, "no unaligned expert in A");
+
+    /* The reference: the in-memory table over A's mapped bytes. */
+    *ref = ms_t_situ_table(NL, NE, LAT, 4.0f, 25.0f, NULL);
+    for (int key = 0; key < NK; key++) {
+        ms_expert_w w = {0};
+        ms_mat *m[3] = {&w.w[MS_XROLE_GATE], &w.w[MS_XROLE_DOWN], &w.w[MS_XROLE_UP]}; /* w1, w2, w3 */
+        for (int i = 0; i < 3; i++)
+            *m[i] = (ms_mat){.type = MS_WT_MXFP4, .rows = i == 1 ? L : I, .cols = i == 1 ? I : L,
+                             .data = ms_t_st_bytes(sts[0], xt_find_part(sts[0], key, 2 * i)),
+                             .scales = ms_t_st_bytes(sts[0], xt_find_part(sts[0], key, 2 * i + 1))};
+        ms_expert_table_set(*ref, key / NE, key % NE, &w);
+    }
+    return 0;
+}
+
+void xt_fixture_free(ms_st *sts[2], ms_expert_table *ref)
+{
+    ms_expert_table_free(ref);
+    ms_st_close(sts[0]);
+    ms_st_close(sts[1]);
+    for (int key = 0; key < NK; key++)
+        for (int p = 0; p < 6; p++) free(xt_part_bytes[key][p]);
 }

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "ms_expert.h"
 #include "ms_st.h"
 #include "ms_test.h"
 #include "ms_xfmt.h"
@@ -43,5 +44,10 @@ void xt_set_all(ms_xstore *s, ms_st *st);
 /* One routing: layer, rows (1-9), k (1-4), ids[rows][k], distinct within a row as a router picks
  * them, drawn from a subset of the layer's experts so they repeat across rows; z[rows][LAT]. */
 void xt_random_routing(int *layer, int64_t *n_rows, int *k, int32_t *ids, float *z);
+/* The fixture (xt_root set first): random expert bytes written into a.safetensors (contiguous)
+ * and b.safetensors (scattered) and reopened into sts, their layouts checked, and *ref the
+ * in-memory table over A's bytes. 0, or -1 after a failed check. */
+int xt_fixture(ms_st *sts[2], ms_expert_table **ref);
+void xt_fixture_free(ms_st *sts[2], ms_expert_table *ref);
 
 #endif

@@ -414,8 +414,10 @@ static void test_trace(void)
     unsigned long long minb = p ? strtoull(p + 1, NULL, 10) : 0;
     free(e);
     T_CHECK(minb > 0, "the refusal names the minimum in bytes");
-    /* --speculate off, --prefill-span off: the pass structure below is chunks, then one token per step */
-    snprintf(a, sizeof a, "run --model %s/m --ids %s -n 4 --prefill-chunk 8 --prefill-span off --ram-budget %llu --trace %s --json --speculate off", d,
+    /* --speculate off, --prefill-span off: the pass structure below is chunks, then one token per
+     * step; --mmap off: the cache this budget gives holds every expert, which would otherwise be
+     * used in place (test_mapped), and this checks what reads cost */
+    snprintf(a, sizeof a, "run --model %s/m --ids %s -n 4 --prefill-chunk 8 --prefill-span off --ram-budget %llu --trace %s --json --speculate off --mmap off", d,
              ids, minb + (minb >> 3), tr);
     int st;
     json_t *j = run_json(a, &st);

@@ -1,10 +1,16 @@
 /* test_io: the reader pool delivers the wanted bytes of reads at any offset into buffers from
  * ms_io_alloc (big ones 2 MiB-aligned, so they can be huge pages), faulted in by the reader first
  * (ms_io_prefault) or not, in O_DIRECT and buffered mode; a read past the end of a file fails
- * naming it. */
+ * naming it. A file's mapping holds its bytes; one cut short while mapped reads as zeros and is
+ * reported naming the file, and a SIGBUS elsewhere still ends the process. */
+#include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ms_err.h"
 #include "ms_io.h"
@@ -64,6 +70,54 @@ static void check_mode(const char *path, const unsigned char *bytes, int direct)
     ms_io_files_close(files);
 }
 
+/* In a child (the truncations must not touch the parent's files): 0 when it went as expected. */
+static int in_child(int (*fn)(const char *, const unsigned char *), const char *path, const unsigned char *bytes,
+                    int *signal_out)
+{
+    pid_t pid = fork();
+    if (pid == 0) _exit(fn(path, bytes));
+    int st = 0;
+    waitpid(pid, &st, 0);
+    *signal_out = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A mapped file cut short: the lost pages read as zeros, the check names the file. */
+static int cut_mapped(const char *path, const unsigned char *bytes)
+{
+    const char *paths[1] = {path};
+    ms_io_files *files = ms_io_files_open(paths, 1, 1);
+    uint64_t size = 0;
+    const uint8_t *p = files ? ms_io_files_map(files, 0, &size) : NULL;
+    if (!p || size != SIZE || memcmp(p, bytes, SIZE) != 0) return 10; /* the mapping holds the file */
+    if (ms_io_files_map_check(files) != 0) return 11;
+    if (truncate(path, SIZE / 2) != 0) return 12;
+    volatile uint8_t sum = 0;
+    for (size_t i = SIZE / 2; i < SIZE; i += 4096) sum |= p[i]; /* pages gone: zeros, no SIGBUS */
+    if (sum != 0) return 13;
+    if (memcmp(p, bytes, SIZE / 2) != 0) return 14; /* what is left still reads right */
+    if (ms_io_files_map_check(files) != -1 || ms_err_code() != MS_EXIT_IO || !strstr(ms_err_msg(), path) ||
+        !strstr(ms_err_msg(), "cut short"))
+        return 15;
+    ms_io_files_close(files);
+    return 0;
+}
+
+/* With the handler installed, a SIGBUS from a mapping not made by ms_io ends the process. */
+static int cut_foreign(const char *path, const unsigned char *bytes)
+{
+    (void)bytes;
+    const char *paths[1] = {path};
+    ms_io_files *files = ms_io_files_open(paths, 1, 0);
+    if (!files || !ms_io_files_map(files, 0, NULL)) return 20;
+    int fd = open(path, O_RDONLY);
+    const volatile uint8_t *q = fd >= 0 ? mmap(NULL, SIZE, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (q == MAP_FAILED) return 21;
+    if (truncate(path, 4096) != 0) return 22;
+    uint8_t x = q[SIZE - 1]; /* SIGBUS: not ours */
+    return 23 + (x & 0);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -75,6 +129,17 @@ int main(void)
     T_CHECK(f && fwrite(bytes, 1, SIZE, f) == SIZE && fclose(f) == 0, "write %s", path);
     check_mode(path, bytes, 1);
     check_mode(path, bytes, 0);
+    const char *cut = ms_t_path(ms_t_tmpdir("io"), "cut.bin");
+    for (int k = 0; k < 2; k++) {
+        f = fopen(cut, "wb");
+        T_CHECK(f && fwrite(bytes, 1, SIZE, f) == SIZE && fclose(f) == 0, "write %s", cut);
+        int sig = 0, rc = in_child(k ? cut_foreign : cut_mapped, cut, bytes, &sig);
+        if (k == 0)
+            T_CHECK(rc == 0 && sig == 0, "a mapped file cut short reads zeros and is reported naming it (exit %d, signal %d)",
+                    rc, sig);
+        else
+            T_CHECK(sig == SIGBUS, "a SIGBUS outside the mappings still ends the process (exit %d, signal %d)", rc, sig);
+    }
     free(bytes);
     return ms_t_done();
 }

@@ -344,7 +344,9 @@ static void test_prefetch(void)
     for (int off = 0; off < 2; off++)
         for (int split = 0; split < 2; split++) { /* one prefill pass, then one token a pass */
             /* on, not auto: the test directory's file system may refuse O_DIRECT */
-            ms_run_opts o = {.n_threads = 2, .max_positions = N + 8, .prefetch = off ? MS_PREFETCH_OFF : MS_PREFETCH_ON};
+            /* no_mmap: predictions read into the cache; a mapped model (all of it fits) has no reads */
+            ms_run_opts o = {.n_threads = 2, .max_positions = N + 8, .prefetch = off ? MS_PREFETCH_OFF : MS_PREFETCH_ON,
+                             .no_mmap = 1};
             memset(&st[off][split], 0, sizeof st[off][split]);
             lg[off][split] = run_opts_logits(dir, &o, ids, N, split, &st[off][split], NULL);
             T_CHECK(lg[off][split] != NULL, "prefetch %s, split %d: run", off ? "off" : "on", split);
@@ -639,6 +641,54 @@ static void test_truncated_files(void)
     }
 }
 
+/* A model that fits is used in place from its files' mappings (no budget: the plan's cache would
+ * hold every expert): the logits of a prompt and of one token a pass are the bits of the reading
+ * store (no_mmap), both the experts and the pinned trunk are mapped, misses are the experts used
+ * (the cache's bytes exactly theirs), nothing is evicted; at the least budget nothing is mapped. */
+static void test_mapped(void)
+{
+    char dir[4096];
+    ms_synth_shape sh;
+    ms_t_synth_tiny("model-mapped", 12, dir, sizeof dir, &sh);
+    enum { N = 20 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 29 + 5) % sh.vocab);
+    size_t bytes = sizeof(float) * N * (size_t)sh.vocab;
+    for (int split = 0; split < 2; split++) {
+        ms_model_stats st[2];
+        float *lg[2];
+        for (int off = 0; off < 2; off++) {
+            ms_run_opts o = {.n_threads = 2, .max_positions = N + 4, .no_mmap = off};
+            memset(&st[off], 0, sizeof st[off]);
+            lg[off] = run_opts_logits(dir, &o, ids, N, split, &st[off], NULL);
+        }
+        T_CHECK(lg[0] && lg[1] && !memcmp(lg[0], lg[1], bytes), "mapped (split %d): the logits of the reading store, bit "
+                "for bit", split);
+        T_CHECK(st[0].experts_mapped && st[0].trunk_mapped && !st[1].experts_mapped && !st[1].trunk_mapped,
+                "mapped (split %d): experts %d and trunk %d mapped by default, %d and %d with no_mmap", split,
+                st[0].experts_mapped, st[0].trunk_mapped, st[1].experts_mapped, st[1].trunk_mapped);
+        T_CHECK(st[0].expert_cache_evictions == 0 && st[0].expert_cache_misses > 0 &&
+                    st[0].expert_cache_peak_bytes == st[0].expert_cache_misses * st[0].expert_bytes &&
+                    st[0].bytes_read_experts <= st[0].expert_cache_peak_bytes &&
+                    st[0].expert_cache_hits + st[0].expert_cache_misses == st[1].expert_cache_hits + st[1].expert_cache_misses,
+                "mapped (split %d): %llu misses (first uses) of %llu bytes each, %llu peak bytes, %llu read, %llu evictions",
+                split, (unsigned long long)st[0].expert_cache_misses, (unsigned long long)st[0].expert_bytes,
+                (unsigned long long)st[0].expert_cache_peak_bytes, (unsigned long long)st[0].bytes_read_experts,
+                (unsigned long long)st[0].expert_cache_evictions);
+        free(lg[0]);
+        free(lg[1]);
+    }
+    ms_run_opts o = {.n_threads = 2, .max_positions = N + 4, .baseline = 1}; /* baseline: not this process's RSS */
+    o.ram_budget = min_budget_of(dir, o);
+    ms_model_stats st;
+    memset(&st, 0, sizeof st);
+    float *lg = o.ram_budget ? run_opts_logits(dir, &o, ids, N, 0, &st, NULL) : NULL;
+    T_CHECK(lg && !st.experts_mapped && !st.trunk_mapped && st.expert_cache_evictions > 0,
+            "at the least budget nothing is mapped (experts %d, trunk %d, %llu evictions)", lg ? st.experts_mapped : -1,
+            lg ? st.trunk_mapped : -1, (unsigned long long)st.expert_cache_evictions);
+    free(lg);
+}
+
 int main(void)
 {
     ms_kern_init();
@@ -646,6 +696,7 @@ int main(void)
     test_synth_invariants();
     test_clone();
     test_prefetch();
+    test_mapped();
     test_synth_variants();
     test_bad_checkpoint();
     test_budgets();

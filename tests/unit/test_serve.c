@@ -403,7 +403,9 @@ static void check_metrics(void)
     T_CHECK(one >= 0 && all > one, "some steps carried more than one request (%g of %g steps had one)", one, all);
     /* the process, the build, the split of bytes read, the cache, latency and queue wait */
     double trunk = metric("moestream_bytes_read_trunk_total"), experts = metric("moestream_bytes_read_experts_total");
-    T_CHECK(trunk >= 0 && experts > 0 && trunk + experts == metric("moestream_bytes_read_total"),
+    /* experts >= 0: the model fits, so its experts are used in place from the page cache (mapped),
+     * and what counts as read is what the page cache lacked: nothing once it is warm */
+    T_CHECK(trunk >= 0 && experts >= 0 && trunk + experts == metric("moestream_bytes_read_total"),
             "bytes read split trunk %g + experts %g = the total", trunk, experts);
     T_CHECK(metric("process_resident_memory_bytes") > 1e6 && metric("process_cpu_seconds_total") > 0 &&
                 metric("process_start_time_seconds") > 1.7e9,
