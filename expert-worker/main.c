@@ -30,6 +30,7 @@ static void usage(FILE *f)
 {
     fputs("usage: moestream-worker (--model DIR | --pack DIR) --listen ENDPOINT [--ram-budget SIZE]\n"
           "                        [--experts SPEC] [--threads N] [--pin-threads] [--io-depth N] [--buffered-io]\n"
+          "                        [--mmap auto|off]\n"
           "                        [--curve-secret FILE --allow FILE | --insecure] [--quiet | --verbose]\n"
           "\n"
           "Serves routed-expert computations to moestream coordinators over ZeroMQ.\n"
@@ -47,6 +48,9 @@ static void usage(FILE *f)
           "                       'numactl --cpunodebind=N --membind=N'\n"
           "  --io-depth N         expert reads in flight (default 8)\n"
           "  --buffered-io        read through the page cache instead of O_DIRECT\n"
+          "  --mmap auto|off      auto (default): when the budget would cache every expert served, use them in\n"
+          "                       place from read-only mappings of the files (the page cache holds them once);\n"
+          "                       off: always read them into the cache\n"
           "  --curve-secret FILE  this worker's CURVE secret key (Z85, one line); clients need its public key\n"
           "  --allow FILE         client CURVE public keys allowed to connect (Z85, one per line)\n"
           "  --insecure           accept plain TCP without encryption or authentication\n"
@@ -70,7 +74,7 @@ static int worker_main(int argc, char **argv)
                                          {"insecure", no_argument, 0, 'I'},      {"quiet", no_argument, 0, 'q'},
                                          {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
                                          {"version", no_argument, 0, 'V'},       {"pin-threads", no_argument, 0, 'P'},
-                                         {0, 0, 0, 0}};
+                                         {"mmap", required_argument, 0, 'M'},    {0, 0, 0, 0}};
     ms_wload_opts lo = {0};
     const char *listen = NULL, *secret = NULL, *allow = NULL;
     int insecure = 0, quiet = 0, verbose = 0, c;
@@ -84,6 +88,11 @@ static int worker_main(int argc, char **argv)
         case 'S': secret = optarg; break;
         case 'A': allow = optarg; break;
         case 'U': lo.buffered = 1; break;
+        case 'M':
+            if (strcmp(optarg, "auto") && strcmp(optarg, "off"))
+                return ms_opt_fail(WHO, MS_EXIT_USAGE, "--mmap takes auto or off, got '%s'", optarg);
+            lo.no_mmap = !strcmp(optarg, "off");
+            break;
         case 'I': insecure = 1; break;
         case 'q': quiet = 1; break;
         case 'v': verbose = 1; break;

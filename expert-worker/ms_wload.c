@@ -381,7 +381,9 @@ int ms_wload_open(const ms_wload_opts *o, ms_wload *w)
                          .depth = depth,
                          .lru = 0,
                          .gather_rows = w->chunk_items,
-                         .grow_bg = 0};
+                         .grow_bg = 0,
+                         /* a cache that would hold the whole shard only copies the page cache */
+                         .mapped = !o->no_mmap && w->plan.mem.cache_slots >= (uint64_t)w->n_owned};
     w->store = ms_xstore_new(&xo, w->files, w->pool);
     if (!w->store) goto out;
     for (size_t k = 0; k < nk; k++)

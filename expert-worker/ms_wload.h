@@ -18,6 +18,9 @@ typedef struct {
     int threads;               /* compute threads, 0 = one per CPU */
     int io_depth;              /* reads in flight, 0 = 8 */
     int buffered;              /* 1: no O_DIRECT */
+    int no_mmap;               /* 1: experts always read into the cache; 0: where the cache would
+                                  hold every expert served, used in place from the files' mappings
+                                  (ms_xstore_opts.mapped) */
 } ms_wload_opts;
 
 /* The memory plan of a worker (bytes), made by ms_plan_make like the coordinator's: budget,

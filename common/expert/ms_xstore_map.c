@@ -20,17 +20,19 @@ void xs_parts(ms_xstore *s, size_t key, const uint8_t *buf, const uint8_t *part[
     for (int i = 0; i < s->np; i++) part[i] = ms_io_files_map(s->files, l->file[i], NULL) + l->off[i];
 }
 
-/* The parts of expert key lie inside their files, which are mapped: 0, or -1 with ms_err set. */
+/* The parts of expert key lie inside their files as they are now (a file cut short since it was
+ * mapped too), which are mapped: 0, or -1 with ms_err set. */
 static int parts_check(ms_xstore *s, size_t key)
 {
     const ms_xloc *l = &s->loc[key];
     int layer = (int)(key / (size_t)s->o.n_experts), e = (int)(key % (size_t)s->o.n_experts);
     for (int i = 0; i < s->np; i++) {
-        uint64_t size = 0;
-        if (!ms_io_files_map(s->files, l->file[i], &size)) {
+        uint64_t size = 0, now = 0;
+        if (!ms_io_files_map(s->files, l->file[i], &size) || ms_io_files_size(s->files, l->file[i], &now) != 0) {
             ms_err_wrap("layer %d expert %d", layer, e);
             return -1;
         }
+        if (now < size) size = now;
         if (l->off[i] > size || l->len[i] > size - l->off[i])
             return ms_err_fail(MS_EXIT_IO, "layer %d expert %d: cannot read %s: bytes %llu..%llu are past its end (%llu bytes; "
                                "the file was cut short?)", layer, e, ms_io_files_path(s->files, l->file[i]),
@@ -93,6 +95,11 @@ int xs_map_call(ms_xstore *s, xs_call *c)
             XXH3_64bits_reset(s->xxh);
             for (int p = 0; p < s->np; p++) XXH3_64bits_update(s->xxh, part[p], (size_t)s->part_len[p]);
             uint64_t got = XXH3_64bits_digest(s->xxh), want = s->loc[key].xxh3;
+            if (got != want && ms_io_files_map_check(s->files) != 0) { /* zeros of a file cut short */
+                s->st.io_wait_seconds += ms_now() - t0;
+                free(first);
+                return ms_err_wrap("layer %d expert %d", c->layer, g->dexp[first[i]]);
+            }
             if (got != want) {
                 const ms_xloc *l = &s->loc[key];
                 ms_err_set("layer %d expert %d: checksum mismatch in %s at byte %llu (xxh3 %016llx expected, %016llx read)",

@@ -230,6 +230,14 @@ void ms_io_map_populate(const void *p, size_t n)
     (void)sink;
 }
 
+int ms_io_files_size(ms_io_files *f, int file, uint64_t *size)
+{
+    struct stat st;
+    if (fstat(f->fd[file], &st) != 0) return ms_err_fail(MS_EXIT_IO, "%s: cannot stat: %s", f->path[file], strerror(errno));
+    *size = st.st_size > 0 ? (uint64_t)st.st_size : 0;
+    return 0;
+}
+
 int ms_io_files_map_check(ms_io_files *f)
 {
     for (int i = 0; i < f->n; i++) {

@@ -117,7 +117,9 @@ static int start_workers(ms_engine *e)
         int n = o->local_workers;
         const ms_plan *p = ms_model_plan(e->m);
         e->local = ms_local_start(o->model_dir, n, c->n_experts, p ? ms_plan_local_budget(p, n) : 0,
-                                  o->run.n_threads, o->run.buffered, 1, &e->wlist, &e->n_workers);
+                                  o->run.n_threads,
+                                  (o->run.buffered ? MS_LOCAL_BUFFERED : 0) | (o->run.no_mmap ? MS_LOCAL_NO_MMAP : 0), 1,
+                                  &e->wlist, &e->n_workers);
         if (!e->local) return -1;
     }
     if (!c->have_xfmt) { /* the routed experts' format the workers must serve */

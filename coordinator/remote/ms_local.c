@@ -32,7 +32,7 @@ struct ms_local {
     ms_remote_worker *w;
     /* what a (re)start needs */
     char *model_dir;
-    int n_experts, threads, buffered, quiet;
+    int n_experts, threads, io_flags, quiet;
     uint64_t budget_each;
 };
 
@@ -84,7 +84,8 @@ static int spawn(ms_local *l, int i)
         }
         argv[k++] = "--threads";
         argv[k++] = thr;
-        if (l->buffered) argv[k++] = "--buffered-io";
+        if (l->io_flags & MS_LOCAL_BUFFERED) argv[k++] = "--buffered-io";
+        if (l->io_flags & MS_LOCAL_NO_MMAP) argv[k++] = "--mmap", argv[k++] = "off";
         if (l->quiet) argv[k++] = "--quiet";
         argv[k] = NULL;
         execv(bin, (char *const *)argv);
@@ -104,7 +105,7 @@ static double healthy_s(void)
 }
 
 ms_local *ms_local_start(const char *model_dir, int n, int n_experts, uint64_t budget_each, int threads,
-                         int buffered, int quiet, ms_remote_worker **workers, int *n_workers)
+                         int io_flags, int quiet, ms_remote_worker **workers, int *n_workers)
 {
     ms_local *l = ms_calloc(1, sizeof *l);
     const char *tmp = getenv("TMPDIR");
@@ -124,7 +125,7 @@ ms_local *ms_local_start(const char *model_dir, int n, int n_experts, uint64_t b
     l->model_dir = ms_strdup(model_dir);
     l->n_experts = n_experts;
     l->threads = threads;
-    l->buffered = buffered;
+    l->io_flags = io_flags;
     l->quiet = quiet;
     l->budget_each = budget_each;
     for (int i = 0; i < n; i++) {

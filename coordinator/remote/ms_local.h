@@ -9,13 +9,16 @@
 
 typedef struct ms_local ms_local;
 
+/* io_flags of ms_local_start: the workers read with --buffered-io, never map (--mmap off). */
+enum { MS_LOCAL_BUFFERED = 1, MS_LOCAL_NO_MMAP = 2 };
+
 /* Start n workers serving the checkpoint in model_dir over ipc sockets in a new private 0700
  * directory; worker i owns experts [i*Ne/n, (i+1)*Ne/n) of every layer and gets budget_each
- * bytes (--ram-budget), threads each. Workers die with the coordinator (PR_SET_PDEATHSIG).
+ * bytes (--ram-budget), threads each, io_flags their I/O options. Workers die with the coordinator (PR_SET_PDEATHSIG).
  * On success *workers and *n_workers describe their endpoints (owned by the ms_local). Returns
  * NULL with ms_err set (MS_EXIT_WORKER) if a worker cannot be started. */
 ms_local *ms_local_start(const char *model_dir, int n, int n_experts, uint64_t budget_each, int threads,
-                         int buffered, int quiet, ms_remote_worker **workers, int *n_workers);
+                         int io_flags, int quiet, ms_remote_worker **workers, int *n_workers);
 /* SIGTERM every worker, wait up to a few seconds, SIGKILL the rest, remove the directory.
  * Accepts NULL. */
 void ms_local_stop(ms_local *l);

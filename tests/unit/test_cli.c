@@ -474,6 +474,7 @@ static void test_trace(void)
     json_decref(j2);
     json_decref(j3);
     T_CHECK(status_of("run --model /x --ids 1 --ram-budget 12Q") == 2, "a bad size is a usage error");
+    T_CHECK(status_of("run --model /x --ids 1 --mmap sometimes") == 2, "--mmap takes auto or off: a usage error");
 }
 
 /* The small preset under a memory cgroup whose limit equals the budget: not killed, RSS within. */

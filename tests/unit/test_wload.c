@@ -47,6 +47,11 @@ static void test_owned_budget_io(const char *fp)
     T_CHECK(rc == 6 && need > (1u << 20), "--ram-budget 1M: exit 6 naming the minimum (rc %d: %s)", rc, out ? out : "");
     free(out);
     if (!need) need = 256ull << 20;
+    snprintf(cmd, sizeof cmd, "'%s' --model '%s' --listen '%s' --mmap sometimes 2>&1", wt_wbin, copy, ep);
+    rc = ms_t_run(cmd, &out);
+    T_CHECK(rc == 2 && out && strstr(out, "--mmap takes auto or off"), "--mmap sometimes: a usage error (rc %d: %s)", rc,
+            out ? out : "");
+    free(out);
 
     /* The named minimum works. */
     char budget[32];
