@@ -384,6 +384,11 @@ int ms_wload_open(const ms_wload_opts *o, ms_wload *w)
                          .grow_bg = 0,
                          /* a cache that would hold the whole shard only copies the page cache */
                          .mapped = !o->no_mmap && w->plan.mem.cache_slots >= (uint64_t)w->n_owned};
+    if (xo.mapped && ms_io_files_map_all(w->files) != 0) {
+        ms_log(1, "%s; reading experts into the cache instead", ms_err_msg());
+        ms_err_clear();
+        xo.mapped = 0;
+    }
     w->store = ms_xstore_new(&xo, w->files, w->pool);
     if (!w->store) goto out;
     for (size_t k = 0; k < nk; k++)

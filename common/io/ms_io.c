@@ -230,6 +230,13 @@ void ms_io_map_populate(const void *p, size_t n)
     (void)sink;
 }
 
+int ms_io_files_map_all(ms_io_files *f)
+{
+    for (int i = 0; i < f->n; i++)
+        if (!ms_io_files_map(f, i, NULL)) return -1;
+    return 0;
+}
+
 int ms_io_files_size(ms_io_files *f, int file, uint64_t *size)
 {
     struct stat st;

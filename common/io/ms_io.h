@@ -26,6 +26,9 @@ const char *ms_io_files_path(const ms_io_files *f, int file);
  * have) reads such pages as zeros and marks the mapping broken, which ms_io_files_map_check
  * reports: call it after computing from mapped bytes and before reporting anything. */
 const uint8_t *ms_io_files_map(ms_io_files *f, int file, uint64_t *size);
+/* Map every file of f (ms_io_files_map): 0, or -1 with ms_err set naming the first that cannot
+ * be (a file system without mappings: callers then read instead). */
+int ms_io_files_map_all(ms_io_files *f);
 /* The file's size now (fstat), into *size: 0, or -1 with ms_err set naming it (MS_EXIT_IO). */
 int ms_io_files_size(ms_io_files *f, int file, uint64_t *size);
 /* 0, or -1 with ms_err set (class MS_EXIT_IO) naming a mapped file of f that was cut short

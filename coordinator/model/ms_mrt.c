@@ -413,6 +413,11 @@ int ms_mrt_setup(ms_model *m)
     uint64_t n_routed = 0;
     for (size_t i = 0; m->xlocs && i < (size_t)c->n_layers * (size_t)c->n_experts; i++) n_routed += m->xlocs[i].len[0] > 0;
     m->mapped = !m->opts.no_mmap && n_routed > 0 && have_xf && m->plan.cache / ms_xstore_slot_bytes(&xf) >= n_routed;
+    if (m->mapped && ms_io_files_map_all(m->iof) != 0) {
+        ms_log(1, "plan: %s; reading experts into the cache instead", ms_err_msg());
+        ms_err_clear();
+        m->mapped = 0;
+    }
     m->map_trunk = m->mapped && m->plan.n_pinned == ns && !pin_packed;
     if (m->mapped)
         ms_log(1, "plan: the cache would hold every routed expert: they%s are used in place from the checkpoint's "
