@@ -1,8 +1,5 @@
 /* ms_xstore_map: the mapped expert store (opts.mapped): experts used in place from read-only mappings of their files. */
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "ms_clock.h"
 #include "ms_err.h"

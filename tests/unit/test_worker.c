@@ -215,9 +215,11 @@ static void test_main_worker(const char *fp)
         T_CHECK(y && y->body_case == MOESTREAM__ENVELOPE__BODY_STATS_REPLY, "stats answered");
         if (y && y->body_case == MOESTREAM__ENVELOPE__BODY_STATS_REPLY) {
             const Moestream__StatsReply *t = y->stats_reply;
-            /* 12 random + 3 pipelined + 1 after: 16 served; 15 error replies so far. */
+            /* 12 random + 3 pipelined + 1 after: 16 served; 15 error replies so far. The budget
+             * holds every expert, so they are mapped (--mmap auto) and bytes_read counts what the
+             * page cache lacked at their first use: nothing when the files are in it. */
             T_CHECK(t->requests >= 16 && t->errors >= 15 && t->items > 0 && t->cache_misses > 0 &&
-                        t->bytes_read > 0 && t->peak_rss_bytes > 0,
+                        t->bytes_read <= t->cache_misses * ms_xfmt_expert_bytes(&wt_xfmt) && t->peak_rss_bytes > 0,
                     "stats: requests %llu errors %llu items %llu misses %llu read %llu peak %llu",
                     (unsigned long long)t->requests, (unsigned long long)t->errors, (unsigned long long)t->items,
                     (unsigned long long)t->cache_misses, (unsigned long long)t->bytes_read,
