@@ -94,8 +94,9 @@ int xs_map_call(ms_xstore *s, xs_call *c)
             uint64_t got = XXH3_64bits_digest(s->xxh), want = s->loc[key].xxh3;
             if (got != want && ms_io_files_map_check(s->files) != 0) { /* zeros of a file cut short */
                 s->st.io_wait_seconds += ms_now() - t0;
+                ms_err_wrap("layer %d expert %d", c->layer, g->dexp[first[i]]);
                 free(first);
-                return ms_err_wrap("layer %d expert %d", c->layer, g->dexp[first[i]]);
+                return -1;
             }
             if (got != want) {
                 const ms_xloc *l = &s->loc[key];
