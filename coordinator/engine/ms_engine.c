@@ -34,6 +34,7 @@ struct ms_engine {
     size_t n_draft_ids;
     uint64_t drafted, accepted, decode_passes, decode_tokens;
     ms_dcost cost;               /* auto: decoding-pass time against rows */
+    ms_sample_ws sample_ws;      /* the picks' work memory, kept between tokens */
 };
 
 struct ms_eseq {
@@ -193,6 +194,7 @@ void ms_engine_free(ms_engine *e)
     ms_model_free(e->m);
     ms_tok_free(e->tok);
     free(e->draft_ids);
+    ms_sample_ws_free(&e->sample_ws);
     free(e);
 }
 
@@ -372,7 +374,7 @@ static void logprob_of(const float *row, int64_t V, int32_t tok, int k, ms_token
 /* The next token from a logits row: sampled, and its log-probabilities kept when asked for. */
 static int32_t pick(ms_eseq *s, const float *row)
 {
-    int32_t t = ms_sampler_pick(&s->sp, row, s->e->V);
+    int32_t t = ms_sampler_pick_ws(&s->sp, row, s->e->V, &s->e->sample_ws);
     if (s->lp) logprob_of(row, s->e->V, t, s->p.top_logprobs, &s->lp[s->n_gen]);
     return t;
 }

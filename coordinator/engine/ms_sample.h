@@ -48,6 +48,17 @@ void ms_sampler_accept(ms_sampler *s, int32_t id);
  * the temperature, top-k, top-p (the fewest most probable of those whose mass, renormalised,
  * reaches it), min-p (of what is left, p >= min_p * p_max), renormalise and draw. Deterministic given the sampler state; does not record the token. */
 int32_t ms_sampler_pick(ms_sampler *s, const float *logits, int64_t n);
+/* Work memory of picks, kept from one to the next (grown to the largest n; about 36 bytes a
+ * token of the vocabulary): its owner's picks allocate nothing once warm. One thread at a time. */
+typedef struct {
+    void *cand;  /* [2][cap] candidates and the sort's second buffer */
+    float *adj;  /* [cap] adjusted logits */
+    uint32_t *count; /* the sort's digit counts */
+    int64_t cap;
+} ms_sample_ws;
+void ms_sample_ws_free(ms_sample_ws *w); /* accepts a zeroed one; leaves it zeroed */
+/* ms_sampler_pick with w's memory (ms_sampler_pick makes and frees one): the same token. */
+int32_t ms_sampler_pick_ws(ms_sampler *s, const float *logits, int64_t n, ms_sample_ws *w);
 /* Index of the first maximal logit. */
 int32_t ms_argmax(const float *logits, int64_t n);
 

@@ -281,6 +281,118 @@ static void test_more(void)
     ms_sampler_free(&c); /* twice: a freed sampler is empty */
 }
 
+/* ---- the sort: the same picks as a comparison sort by (p descending, id ascending) ---- */
+
+typedef struct {
+    double p;
+    int32_t id;
+} ref_cand;
+
+static int ref_cmp(const void *a, const void *b)
+{
+    const ref_cand *x = a, *y = b;
+    if (x->p != y->p) return x->p < y->p ? 1 : -1;
+    return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+/* The pick as specified in ms_sample.h (no bias, no penalties), its candidates ordered by qsort. */
+static int32_t ref_pick(uint64_t *rng, const ms_sample_params *sp, const float *l, int64_t n, ref_cand *c)
+{
+    int64_t am = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (l[i] > l[am]) am = i;
+    if (sp->temperature <= 0.0f) return (int32_t)am;
+    double mx = l[am], sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        c[i].p = exp(((double)l[i] - mx) / (double)sp->temperature);
+        c[i].id = (int32_t)i;
+        sum += c[i].p;
+    }
+    qsort(c, (size_t)n, sizeof *c, ref_cmp);
+    int64_t keep = n;
+    if (sp->top_k > 0 && sp->top_k < keep) {
+        keep = sp->top_k;
+        sum = 0.0;
+        for (int64_t i = 0; i < keep; i++) sum += c[i].p;
+    }
+    if (sp->top_p > 0.0f && sp->top_p < 1.0f) {
+        double cum = 0.0;
+        for (int64_t i = 0; i < keep; i++) {
+            cum += c[i].p / sum;
+            if (cum >= (double)sp->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    if (sp->min_p > 0.0f) {
+        double floor_p = (double)sp->min_p * c[0].p;
+        int64_t k = 1;
+        while (k < keep && c[k].p >= floor_p) k++;
+        keep = k;
+    }
+    double kept = 0.0;
+    for (int64_t i = 0; i < keep; i++) kept += c[i].p;
+    /* The sampler's generator, copied here from the state given (xoshiro256**). */
+    uint64_t *s = rng, r = ((s[1] * 5) << 7 | (s[1] * 5) >> 57) * 9, t = s[1] << 17;
+    s[2] ^= s[0], s[3] ^= s[1], s[1] ^= s[2], s[0] ^= s[3], s[2] ^= t, s[3] = s[3] << 45 | s[3] >> 19;
+    double u = (double)(r >> 11) * (1.0 / 9007199254740992.0) * kept, cum = 0.0;
+    for (int64_t i = 0; i < keep; i++) {
+        cum += c[i].p;
+        if (u < cum) return c[i].id;
+    }
+    return c[keep - 1].id;
+}
+
+/* Vocabularies up to 201,088 (gpt-oss's) with ties, tiny tails and underflow: every pick with a
+ * kept work memory equals the reference's, over top-k, top-p and min-p cuts. */
+static void test_sort_same(void)
+{
+    static const int64_t ns[] = {1, 2, 7, 1000, 4097, 201088};
+    static const float temps[] = {0.0f, 0.3f, 0.9f, 1.7f};
+    ms_sample_ws ws = {0};
+    uint64_t x = 12345;
+    int same = 1, picks = 0;
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
+        int64_t n = ns[a];
+        float *l = malloc(sizeof(float) * (size_t)n);
+        ref_cand *c = malloc(sizeof(ref_cand) * (size_t)n);
+        for (int kind = 0; kind < 3; kind++) {
+            for (int64_t i = 0; i < n; i++) {
+                x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+                double u = (double)(x >> 11) / 9007199254740992.0;
+                /* 0: spread logits; 1: few distinct values (ties); 2: a wide range (underflow at low T) */
+                l[i] = kind == 0 ? (float)(12.0 * u) : kind == 1 ? (float)(int)(4.0 * u) : (float)(900.0 * u - 450.0);
+            }
+            for (size_t t = 0; t < sizeof temps / sizeof temps[0]; t++)
+                for (int cut = 0; cut < 4 && (n < 5000 || t == 2); cut++) { /* the largest at one temperature */
+                    ms_sample_params sp = {0};
+                    sp.temperature = temps[t];
+                    sp.top_p = cut == 1 ? 0.9f : cut == 3 ? 0.5f : 1.0f;
+                    sp.top_k = cut == 2 ? 40 : cut == 3 ? 1000 : 0;
+                    sp.min_p = cut == 3 ? 0.01f : 0.0f;
+                    ms_sampler s;
+                    ms_sampler_setup(&s, &sp, 99 + (uint64_t)cut);
+                    uint64_t rng[4];
+                    memcpy(rng, s.rng, sizeof rng);
+                    for (int k = 0; k < 3; k++, picks++) {
+                        int32_t got = ms_sampler_pick_ws(&s, l, n, &ws), want = ref_pick(rng, &sp, l, n, c);
+                        if (got != want && same) {
+                            fprintf(stderr, "n %lld kind %d T %g cut %d pick %d: %d, the reference %d\n", (long long)n,
+                                    kind, temps[t], cut, k, got, want);
+                            same = 0;
+                        }
+                    }
+                    ms_sampler_free(&s);
+                }
+        }
+        free(c);
+        free(l);
+    }
+    ms_sample_ws_free(&ws);
+    T_CHECK(same, "%d picks with a kept work memory (radix order) equal a qsort reference's", picks);
+}
+
 int main(void)
 {
     test_more();
@@ -289,5 +401,6 @@ int main(void)
     test_distributions();
     test_power();
     test_seeds();
+    test_sort_same();
     return ms_t_done();
 }
