@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ms_err.h"
+#include "ms_scratch.h"
 #include "ms_pool.h"
 
 /* A loop is split into at most n_threads contiguous chunks of equal size (each >= grain);
@@ -113,6 +114,7 @@ static void *worker_main(void *arg)
 {
     ms_pool *p = arg;
     uint64_t seen = 0;
+    ms_scratch_prepare(); /* its scratch block is made before any loop needs it */
     while (wait_for_loop(p, seen)) {
         /* gen cannot move on before this worker decrements busy, so this is the loop. */
         seen = atomic_load(&p->gen);

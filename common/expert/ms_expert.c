@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_scratch.h"
 #include "ms_expert.h"
 #include "ms_ops.h"
 #include "ms_st.h"
@@ -43,16 +44,31 @@ void ms_expert_table_set(ms_expert_table *t, int layer, int expert, const ms_exp
     t->w[(size_t)layer * (size_t)t->n_experts + (size_t)expert] = *w;
 }
 
-int ms_xgroup_build(ms_xgroup *g, int64_t n, const uint32_t *expert, int n_experts)
+/* Group arrays from the heap or (scratch) the thread's scratch; the kept arrays are made first,
+ * the temporaries after and given back in reverse, so scratch pieces stay last in, first out. */
+static void *g_take(int scratch, size_t bytes, int zero)
+{
+    if (scratch) return zero ? ms_scratch_push_zero(bytes) : ms_scratch_push(bytes);
+    return zero ? ms_calloc(bytes, 1) : ms_malloc(bytes);
+}
+
+static void g_give(int scratch, void *p)
+{
+    if (scratch) ms_scratch_pop(p);
+    else free(p);
+}
+
+static int group_build(ms_xgroup *g, int64_t n, const uint32_t *expert, int n_experts, int scratch)
 {
     memset(g, 0, sizeof *g);
-    int32_t *dmap = ms_malloc(sizeof(int32_t) * (size_t)(n_experts > 0 ? n_experts : 1)); /* expert -> d */
+    g->scratch = scratch;
+    size_t nd_max = (size_t)(n < n_experts ? n : n_experts) + 1;                      /* distinct experts, at most */
+    g->dexp = g_take(scratch, sizeof(int32_t) * nd_max, 0);
+    g->start = g_take(scratch, sizeof(int64_t) * (nd_max + 1), 1);
+    g->item = g_take(scratch, sizeof(int64_t) * (size_t)(n ? n : 1), 0);
+    int32_t *dmap = g_take(scratch, sizeof(int32_t) * (size_t)(n_experts > 0 ? n_experts : 1), 0); /* expert -> d */
     for (int e = 0; e < n_experts; e++) dmap[e] = -1;
-    int64_t *qd = ms_malloc(sizeof(int64_t) * (size_t)(n ? n : 1)); /* [n] group of item q */
-    size_t nd_max = (size_t)(n < n_experts ? n : n_experts) + 1;  /* distinct experts, at most */
-    g->dexp = ms_malloc(sizeof(int32_t) * nd_max);
-    g->start = ms_calloc(nd_max + 1, sizeof(int64_t));
-    g->item = ms_malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    int64_t *qd = g_take(scratch, sizeof(int64_t) * (size_t)(n ? n : 1), 0); /* [n] group of item q */
     int rc = 0;
     for (int64_t q = 0; q < n && rc == 0; q++) {
         uint32_t e = expert[q];
@@ -73,15 +89,25 @@ int ms_xgroup_build(ms_xgroup *g, int64_t n, const uint32_t *expert, int n_exper
             if (g->start[d + 1] > g->max_m) g->max_m = g->start[d + 1];
             g->start[d + 1] += g->start[d];
         }
-        int64_t *fill = ms_malloc(sizeof(int64_t) * (size_t)(g->nd ? g->nd : 1));
+        int64_t *fill = g_take(scratch, sizeof(int64_t) * (size_t)(g->nd ? g->nd : 1), 0); /* [nd] */
         for (int d = 0; d < g->nd; d++) fill[d] = g->start[d];
         for (int64_t q = 0; q < n; q++) g->item[fill[qd[q]]++] = q;
-        free(fill);
+        g_give(scratch, fill);
     }
-    free(qd);
-    free(dmap);
+    g_give(scratch, qd);
+    g_give(scratch, dmap);
     if (rc != 0) ms_xgroup_free(g);
     return rc;
+}
+
+int ms_xgroup_build(ms_xgroup *g, int64_t n, const uint32_t *expert, int n_experts)
+{
+    return group_build(g, n, expert, n_experts, 0);
+}
+
+int ms_xgroup_build_scratch(ms_xgroup *g, int64_t n, const uint32_t *expert, int n_experts)
+{
+    return group_build(g, n, expert, n_experts, 1);
 }
 
 int ms_xgroup_runs(ms_xgroup *g, int64_t n, const uint32_t *expert, int n_experts)
@@ -124,9 +150,9 @@ int ms_xgroup_runs(ms_xgroup *g, int64_t n, const uint32_t *expert, int n_expert
 void ms_xgroup_free(ms_xgroup *g)
 {
     if (!g) return;
-    free(g->dexp);
-    free(g->start);
-    free(g->item);
+    g_give(g->scratch, g->item);
+    g_give(g->scratch, g->start);
+    g_give(g->scratch, g->dexp);
     memset(g, 0, sizeof *g);
 }
 
@@ -158,7 +184,9 @@ void ms_expert_apply(ms_xact act, const float *params, const ms_expert_w *w, con
 /* ms_mat types of the encodings (ms_xfmt.c describes their parts). */
 static const ms_wtype enc_wtype[] = {[MS_XENC_MXFP4] = MS_WT_MXFP4};
 
-void ms_expert_w_of_parts(const ms_xfmt *f, const uint8_t *const *part, ms_expert_w *w, float **widened)
+/* ms_expert_w_of_parts, the biases widened into `space` one after another when it is not NULL
+ * (widened[] then all NULL), else each into its own malloc'ed widened[i]. */
+static void w_of_parts(const ms_xfmt *f, const uint8_t *const *part, ms_expert_w *w, float **widened, float *space)
 {
     memset(w, 0, sizeof *w);
     for (int i = 0; i < f->n_mats; i++) {
@@ -176,7 +204,8 @@ void ms_expert_w_of_parts(const ms_xfmt *f, const uint8_t *const *part, ms_exper
         case MS_XPART_SCALES: w->w[r].scales = part[i]; break;
         case MS_XPART_BIAS: { /* widened: parts may be BF16 and sit at any byte offset */
             int64_t n = f->part[i].shape[1];
-            float *b = widened[i] = ms_malloc(sizeof(float) * (size_t)n);
+            float *b = space ? space : (widened[i] = ms_malloc(sizeof(float) * (size_t)n));
+            if (space) space += n;
             for (int64_t j = 0; j < n; j++) {
                 if (f->part[i].dtype == MS_DT_BF16) {
                     uint16_t x;
@@ -193,14 +222,23 @@ void ms_expert_w_of_parts(const ms_xfmt *f, const uint8_t *const *part, ms_exper
     }
 }
 
+void ms_expert_w_of_parts(const ms_xfmt *f, const uint8_t *const *part, ms_expert_w *w, float **widened)
+{
+    w_of_parts(f, part, w, widened, NULL);
+}
+
 void ms_expert_run(const ms_xfmt *f, const uint8_t *const *part, const float *z, int64_t m, float *out,
                    ms_pool *pool)
 {
     ms_expert_w w;
     float *widened[MS_XFMT_MAX_PARTS];
-    ms_expert_w_of_parts(f, part, &w, widened);
+    int64_t nb = 0; /* bias floats, widened into one scratch piece */
+    for (int i = 0; i < f->n_parts; i++)
+        if (f->part[i].kind == MS_XPART_BIAS) nb += f->part[i].shape[1];
+    float *space = ms_scratch_push(sizeof(float) * (size_t)nb); /* [nb] */
+    w_of_parts(f, part, &w, widened, space);
     ms_expert_apply(f->act, f->param, &w, z, m, out, pool);
-    for (int i = 0; i < f->n_parts; i++) free(widened[i]);
+    ms_scratch_pop(space);
 }
 
 /* Rows are grouped by expert so each expert's weights are decoded once per call; every output

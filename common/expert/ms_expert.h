@@ -54,11 +54,15 @@ typedef struct {
     int64_t *item;     /* [n] item indices grouped by expert, increasing within a group; NULL
                         * for the identity (ms_xgroup_runs): use ms_xgroup_item */
     int64_t max_m;     /* items of the largest group */
+    int scratch;       /* the arrays are the calling thread's scratch pieces (ms_xgroup_build_scratch) */
 } ms_xgroup;
 
 /* Group n items whose experts are expert[0..n) (each in [0, n_experts)). Returns 0, or -1 with
  * ms_err set naming the first expert id out of range (g is then empty). */
 int ms_xgroup_build(ms_xgroup *g, int64_t n, const uint32_t *expert, int n_experts);
+/* The same in the calling thread's scratch (ms_scratch.h): for a group freed on the same thread
+ * before any piece pushed after it is popped (the per-token expert calls). */
+int ms_xgroup_build_scratch(ms_xgroup *g, int64_t n, const uint32_t *expert, int n_experts);
 /* The same for items that arrive grouped already (each expert's items consecutive, as the
  * protocol requires of a compute request): no reordering (item = NULL: the identity). Returns 0, or -1 with
  * ms_err set naming the item whose expert appeared before in another run or is out of range. */

@@ -8,6 +8,7 @@
 #include "ms_cpolicy.h"
 #include "ms_clock.h"
 #include "ms_err.h"
+#include "ms_scratch.h"
 #include "ms_ops.h"
 #include "ms_xstore.h"
 
@@ -414,14 +415,14 @@ static void begin_items(ms_xstore *s, int layer, const ms_xgroup *g)
 {
     pthread_mutex_lock(&s->mu);
     lead_end(s, layer);
-    xs_miss *miss = ms_malloc(sizeof(xs_miss) * (size_t)(g->nd + 1));
-    uint32_t *keys = ms_malloc(sizeof(uint32_t) * (size_t)(g->nd + 1));
+    xs_miss *miss = ms_scratch_push(sizeof(xs_miss) * (size_t)(g->nd + 1));    /* [nd] */
+    uint32_t *keys = ms_scratch_push(sizeof(uint32_t) * (size_t)(g->nd + 1)); /* [nd] */
     int n_miss = sorted_misses(s, layer, g, miss);
     for (int i = 0; i < n_miss; i++) keys[i] = key_of(s, layer, g->dexp[miss[i].d]);
     early_keep(s, layer, keys, n_miss);
     early_add(s, layer, keys, n_miss, s->o.depth, 0);
-    free(keys);
-    free(miss);
+    ms_scratch_pop(keys);
+    ms_scratch_pop(miss);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -455,11 +456,11 @@ void ms_xstore_prefetch_items(ms_xstore *s, int layer, const ms_xgroup *g)
     }
     s->pf_t = ms_now();
     s->pf_layer = layer;
-    uint32_t *keys = ms_malloc(sizeof(uint32_t) * (size_t)(g->nd + 1));
+    uint32_t *keys = ms_scratch_push(sizeof(uint32_t) * (size_t)(g->nd + 1)); /* [nd] */
     int n = miss_keys(s, layer, g, keys);
     early_keep(s, layer, keys, n);
     early_add(s, layer, keys, n, upto, 1);
-    free(keys);
+    ms_scratch_pop(keys);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -486,10 +487,10 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
     xs_call c = {.layer = layer, .z = z, .item_row = item_row, .out = out, .g = g};
     for (int d = 0; d < g->nd; d++) s->dmap[g->dexp[d]] = d;
     c.gather = s->o.gather_rows > 0 && s->o.gather_rows < g->max_m ? s->o.gather_rows : g->max_m;
-    c.hit = ms_calloc((size_t)g->nd, 1);
-    c.done = ms_calloc((size_t)g->nd, 1);
-    c.zin = ms_malloc(sizeof(float) * (size_t)(c.gather * L));
-    c.zout = ms_malloc(sizeof(float) * (size_t)(c.gather * L));
+    c.hit = ms_scratch_push_zero((size_t)g->nd);                    /* [nd] */
+    c.done = ms_scratch_push_zero((size_t)g->nd);                   /* [nd] */
+    c.zin = ms_scratch_push(sizeof(float) * (size_t)(c.gather * L));  /* [gather][L] */
+    c.zout = ms_scratch_push(sizeof(float) * (size_t)(c.gather * L)); /* [gather][L] */
     xs_miss *miss = NULL;
     int rc = 0;
     if (s->o.mapped) {
@@ -507,7 +508,7 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
             s->st.hits++;
         }
     }
-    miss = ms_malloc(sizeof(xs_miss) * (size_t)(g->nd + 1));
+    miss = ms_scratch_push(sizeof(xs_miss) * (size_t)(g->nd + 1)); /* [nd] */
     int n_miss = sorted_misses(s, layer, g, miss);
 
     /* A ring of up to depth misses read in flight; the first window is issued before the
@@ -516,7 +517,7 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
      * follow them; the others are dropped). */
     int depth = s->o.depth, head = 0, n_pend = 0, next = 0;
     {
-        uint32_t *keys = ms_malloc(sizeof(uint32_t) * (size_t)(n_miss + 1));
+        uint32_t *keys = ms_scratch_push(sizeof(uint32_t) * (size_t)(n_miss + 1)); /* [n_miss] */
         for (int i = 0; i < n_miss; i++) keys[i] = key_of(s, layer, g->dexp[miss[i].d]);
         early_keep(s, layer, keys, n_miss);
         for (int e = 0; e < s->early_n; e++) { /* move early read e's miss to position e */
@@ -529,7 +530,7 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
             miss[e] = m;
             keys[e] = kj;
         }
-        free(keys);
+        ms_scratch_pop(keys);
     }
     for (; next < s->early_n; next++, n_pend++) {
         xs_pend *p = s->ring[next];
@@ -624,11 +625,11 @@ done:
         ms_err_set_code(MS_EXIT_RUNTIME);
         rc = -1;
     }
-    free(miss);
-    free(c.zin);
-    free(c.zout);
-    free(c.hit);
-    free(c.done);
+    ms_scratch_pop(miss);
+    ms_scratch_pop(c.zout);
+    ms_scratch_pop(c.zin);
+    ms_scratch_pop(c.done);
+    ms_scratch_pop(c.hit);
     return rc;
 }
 
@@ -645,11 +646,11 @@ static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int 
         if (ids[i] < 0 || ids[i] >= s->o.n_experts)
             return ms_err_set("expert id %d out of range (0..%d) in layer %d", ids[i], s->o.n_experts - 1, layer);
     ms_xgroup g;
-    if (ms_xgroup_build(&g, n, (const uint32_t *)ids, s->o.n_experts) != 0) return -1;
-    uint32_t *row = ms_malloc(sizeof(uint32_t) * (size_t)(n ? n : 1)); /* [n] item (r, j) is row r */
+    if (ms_xgroup_build_scratch(&g, n, (const uint32_t *)ids, s->o.n_experts) != 0) return -1;
+    uint32_t *row = ms_scratch_push(sizeof(uint32_t) * (size_t)(n ? n : 1)); /* [n] item (r, j) is row r */
     for (int64_t q = 0; q < n; q++) row[q] = (uint32_t)(q / k);
     int rc = ms_xstore_compute_items(s, layer, z, row, &g, out);
-    free(row);
+    ms_scratch_pop(row);
     ms_xgroup_free(&g);
     return rc;
 }
@@ -660,7 +661,7 @@ static void xs_begin(void *ctx, int layer, int64_t n_rows, int k, const int32_t 
     ms_xstore *s = ctx;
     if (layer < 0 || layer >= s->o.n_layers || n_rows < 0 || k < 1) return; /* compute will say so */
     ms_xgroup g;
-    if (ms_xgroup_build(&g, n_rows * k, (const uint32_t *)ids, s->o.n_experts) != 0) return;
+    if (ms_xgroup_build_scratch(&g, n_rows * k, (const uint32_t *)ids, s->o.n_experts) != 0) return;
     int ok = 1;
     for (int d = 0; d < g.nd; d++) ok &= s->loc_state[(size_t)layer * (size_t)s->o.n_experts + (size_t)g.dexp[d]] != 0;
     if (ok && g.nd > 0 && s->o.mapped) xs_map_willneed(s, layer, &g);
@@ -673,7 +674,7 @@ static void xs_prefetch(void *ctx, int layer, int64_t n_rows, int k, const int32
     ms_xstore *s = ctx;
     if (layer < 0 || layer >= s->o.n_layers || n_rows <= 0 || k < 1) return;
     ms_xgroup g;
-    if (ms_xgroup_build(&g, n_rows * k, (const uint32_t *)ids, s->o.n_experts) != 0) return;
+    if (ms_xgroup_build_scratch(&g, n_rows * k, (const uint32_t *)ids, s->o.n_experts) != 0) return;
     int ok = 1;
     for (int d = 0; d < g.nd; d++) ok &= s->loc_state[key_of(s, layer, g.dexp[d])] != 0;
     if (ok && s->o.mapped) xs_map_willneed(s, layer, &g);

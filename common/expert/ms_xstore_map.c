@@ -3,6 +3,7 @@
 
 #include "ms_clock.h"
 #include "ms_err.h"
+#include "ms_scratch.h"
 #include "ms_xstore_int.h"
 
 void xs_parts(ms_xstore *s, size_t key, const uint8_t *buf, const uint8_t *part[XS_PARTS])
@@ -62,12 +63,12 @@ int xs_map_call(ms_xstore *s, xs_call *c)
     const ms_xgroup *g = c->g;
     size_t NE = (size_t)s->o.n_experts;
     int n_first = 0;
-    int *first = ms_malloc(sizeof(int) * (size_t)(g->nd + 1)); /* [nd] distinct experts used for the first time */
+    int *first = ms_scratch_push(sizeof(int) * (size_t)(g->nd + 1)); /* [nd] distinct experts used for the first time */
     for (int d = 0; d < g->nd; d++) {
         size_t key = (size_t)c->layer * NE + (size_t)g->dexp[d];
         if (!s->used[key]) {
             if (parts_check(s, key) != 0) {
-                free(first);
+                ms_scratch_pop(first);
                 return -1;
             }
             first[n_first++] = d;
@@ -95,7 +96,7 @@ int xs_map_call(ms_xstore *s, xs_call *c)
             if (got != want && ms_io_files_map_check(s->files) != 0) { /* zeros of a file cut short */
                 s->st.io_wait_seconds += ms_now() - t0;
                 ms_err_wrap("layer %d expert %d", c->layer, g->dexp[first[i]]);
-                free(first);
+                ms_scratch_pop(first);
                 return -1;
             }
             if (got != want) {
@@ -105,7 +106,7 @@ int xs_map_call(ms_xstore *s, xs_call *c)
                            (unsigned long long)l->off[0], (unsigned long long)want, (unsigned long long)got);
                 ms_err_set_code(MS_EXIT_MODEL);
                 s->st.io_wait_seconds += ms_now() - t0;
-                free(first);
+                ms_scratch_pop(first);
                 return -1;
             }
         }
@@ -116,7 +117,7 @@ int xs_map_call(ms_xstore *s, xs_call *c)
     s->st.io_wait_seconds += ms_now() - t0;
     s->st.hits += (uint64_t)(g->nd - n_first);
     if (s->st.cache_bytes_used > s->st.cache_bytes_peak) s->st.cache_bytes_peak = s->st.cache_bytes_used;
-    free(first);
+    ms_scratch_pop(first);
     xs_compute_hits(s, c);
     /* A file cut short since it was mapped read as zeros: fail as a short read would. */
     if (ms_io_files_map_check(s->files) != 0) return ms_err_wrap("layer %d", c->layer);

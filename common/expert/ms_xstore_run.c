@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_scratch.h"
 #include "ms_xstore_int.h"
 
 /* Compute distinct expert d from the slot buf (NULL: a mapped store's files): gather its rows (at most `gather` at a time,
@@ -64,7 +65,7 @@ static void par_task(void *ctx, int64_t b, int64_t e)
     (void)b, (void)e; /* one chunk per thread; experts are claimed one by one for balance */
     xs_par *p = ctx;
     int64_t L = p->s->o.fmt.latent;
-    float *zin = ms_malloc(sizeof(float) * (size_t)(2 * XS_PAR_ROWS * L)); /* [XS_PAR_ROWS][L] */
+    float *zin = ms_scratch_push(sizeof(float) * (size_t)(2 * XS_PAR_ROWS * L)); /* [XS_PAR_ROWS][L] */
     float *zout = zin + XS_PAR_ROWS * L;                                   /* [XS_PAR_ROWS][L] */
     for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->n;) {
         if (compute_into(p->s, p->c, p->list[i], p->buf[i], XS_PAR_ROWS, zin, zout, NULL) != 0) {
@@ -76,7 +77,7 @@ static void par_task(void *ctx, int64_t b, int64_t e)
             pthread_mutex_unlock(&p->mu);
         }
     }
-    free(zin);
+    ms_scratch_pop(zin);
 }
 
 /* list[n] (each of at most XS_PAR_ROWS rows, in slots buf[n]) one per thread of the pool. */
@@ -99,8 +100,8 @@ int xs_small_group(const xs_call *c, int d) { return c->g->start[d + 1] - c->g->
 void xs_compute_hits(ms_xstore *s, xs_call *c)
 {
     int nt = ms_pool_size(s->pool);
-    int *list = ms_malloc(sizeof(int) * (size_t)(c->g->nd + 1));                   /* [nd] small hits */
-    const uint8_t **buf = ms_malloc(sizeof *buf * (size_t)(c->g->nd + 1));         /* [nd] their slots */
+    int *list = ms_scratch_push(sizeof(int) * (size_t)(c->g->nd + 1));           /* [nd] small hits */
+    const uint8_t **buf = ms_scratch_push(sizeof *buf * (size_t)(c->g->nd + 1)); /* [nd] their slots */
     int n = 0;
     for (int d = 0; d < c->g->nd; d++)
         if (c->hit[d] && !c->done[d] && xs_small_group(c, d)) {
@@ -108,8 +109,8 @@ void xs_compute_hits(ms_xstore *s, xs_call *c)
             list[n++] = d;
         }
     if (nt > 1 && n >= 2 * nt) xs_compute_par(s, c, list, buf, n);
-    free(list);
-    free(buf);
+    ms_scratch_pop(buf);
+    ms_scratch_pop(list);
     for (int d = 0; d < c->g->nd; d++) {
         size_t key = (size_t)c->layer * (size_t)s->o.n_experts + (size_t)c->g->dexp[d];
         if (c->hit[d] && !c->done[d]) xs_compute_one(s, c, d, s->key_buf[key]);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_scratch.h"
 #include "ms_kern.h"
 #include "ms_kern_int.h"
 
@@ -812,11 +813,9 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
     const int64_t cols = W->cols, n16 = cols & ~(int64_t)15, nch = (cols + 15) / 16;
     const int64_t KB = panel_kb(level);
     /* [RP][KB] decoded row segments, 64-byte aligned (F32 rows are read in place) */
-    float *wbuf = W->type == MS_WT_F32 ? NULL : ms_malloc(sizeof(float) * (size_t)(RP * KB) + 64);
-    float *wd = wbuf ? (float *)(((uintptr_t)wbuf + 63) & ~(uintptr_t)63) : NULL;
+    float *wd = W->type == MS_WT_F32 ? NULL : ms_scratch_push(sizeof(float) * (size_t)(RP * KB));
     const int64_t npass = T < TS ? T : TS;
-    float *sbuf = ms_malloc(sizeof(float) * (size_t)(npass * RP * 16) + 64);
-    float *st = (float *)(((uintptr_t)sbuf + 63) & ~(uintptr_t)63); /* [npass][RP][16] lanes */
+    float *st = ms_scratch_push(sizeof(float) * (size_t)(npass * RP * 16)); /* [npass][RP][16] lanes */
     /* Token groups outermost: as many passes as keep the group's token rows within GROUP_BYTES
      * (all of them for a chunk's few dozen tokens: each weight row is then read once), at least
      * one pass (AVX-512: 255 tokens, 7.3 MB at 7,168 columns). The group stays in L3 while every
@@ -910,8 +909,8 @@ static void rows_panel(const ms_mat *W, const float *X, int64_t T, float *Y, int
             }
         }
     }
-    free(wbuf);
-    free(sbuf);
+    ms_scratch_pop(st);
+    ms_scratch_pop(wd);
 }
 #endif /* MS_KERN_X86 */
 
@@ -949,7 +948,7 @@ const float *ms_gemm_prep_x(const ms_mat *W, const float *X, int64_t T, int leve
     if (T == 0 || (!perm && !panels)) return X;
     const int64_t cols = W->cols, n16 = cols & ~(int64_t)15, nch = (cols + 15) / 16;
     if (!panels) { /* tiles read rows in place: only the lane layout (the tail stays in order) */
-        float *p = ms_malloc((size_t)(T * cols) * sizeof(float));
+        float *p = ms_scratch_push((size_t)(T * cols) * sizeof(float));
         for (int64_t t = 0; t < T; t++) {
             const float *src = X + t * cols;
             float *dst = p + t * cols;
@@ -964,7 +963,7 @@ const float *ms_gemm_prep_x(const ms_mat *W, const float *X, int64_t T, int leve
     /* Panels: tokens in groups of TB; a group's rows interleaved by chunks of 16 columns (chunk
      * c of each token in turn), the last chunk zero-padded, so a micro tile reads one stream. */
     const int TB = panel_tb(level);
-    float *p = ms_calloc((size_t)(T * nch * 16), sizeof(float));
+    float *p = ms_scratch_push_zero((size_t)(T * nch * 16) * sizeof(float));
     for (int64_t t = 0; t < T; t++) {
         int64_t g0 = t / TB * TB, tb = T - g0 < TB ? T - g0 : TB;
         float *dst = p + g0 * nch * 16 + (t - g0) * 16;

@@ -7,6 +7,7 @@
 
 #include "ms_bfc.h"
 #include "ms_err.h"
+#include "ms_scratch.h"
 #include "ms_cpu.h"
 #include "ms_kern.h"
 #include "ms_kern_int.h"
@@ -351,8 +352,8 @@ static void pk_task(void *vctx, int64_t b0, int64_t b1)
      * the token rows are read once per 8 rows, not per block (kernels-ab.sh, T = 48 and 64:
      * 1.19-1.49x). */
     int64_t g = ms_gemm_panels(MS_WT_BF16, c->T, c->level) ? (16 + rpb - 1) / rpb : 1;
-    uint16_t *buf = ms_malloc(sizeof(uint16_t) * (size_t)(g * rpb * cols)); /* [g * rpb][cols] */
-    float *y = ms_malloc(sizeof(float) * (size_t)(c->T * g * rpb));          /* [T][nr] */
+    uint16_t *buf = ms_scratch_push(sizeof(uint16_t) * (size_t)(g * rpb * cols)); /* [g * rpb][cols] */
+    float *y = ms_scratch_push(sizeof(float) * (size_t)(c->T * g * rpb));          /* [T][nr] */
     for (int64_t b = b0; b < b1;) {
         int64_t n = b1 - b < g ? b1 - b : g, r = b * rpb, nr = 0;
         uint32_t bad = 0; /* bit j: block b + j did not decode (g <= 16) */
@@ -384,8 +385,8 @@ static void pk_task(void *vctx, int64_t b0, int64_t b1)
         for (int64_t t = 0; t < c->T; t++) memcpy(c->Y + t * c->rows + r, y + t * nr, sizeof(float) * (size_t)nr);
         b += n;
     }
-    free(buf);
-    free(y);
+    ms_scratch_pop(y);
+    ms_scratch_pop(buf);
 }
 
 static void matmul_packed(ms_mat_packed *pk, int64_t rows, int64_t cols, const float *X, int64_t T, float *Y,
@@ -398,7 +399,7 @@ static void matmul_packed(ms_mat_packed *pk, int64_t rows, int64_t cols, const f
     ms_mat shape = {MS_WT_BF16, rows, cols, NULL, NULL, NULL, NULL};
     pk_ctx c = {pk, rows, cols, ms_gemm_prep_x(&shape, X, T, level, &xp), T, Y, level};
     ms_pool_for(pool, pk->n_blocks, 1, pk_task, &c);
-    free(xp);
+    ms_scratch_pop(xp);
 }
 
 /* Decode a coded chunk of `rows` rows into dst (uint16_t[rows][cols]); 0 or -1 (bad_block set). */
@@ -434,8 +435,8 @@ static void matmul_streamed(const ms_mat *W, const float *X, int64_t T, float *Y
         ms_mat sub = {W->type, r1 - r0, W->cols, data, scales, NULL, NULL};
         if (r1 - r0 > cap) {
             cap = r1 - r0;
-            free(tmp);
-            tmp = ms_malloc(sizeof(float) * (size_t)(T * cap));
+            ms_scratch_pop(tmp); /* the inner matmuls popped theirs */
+            tmp = ms_scratch_push(sizeof(float) * (size_t)(T * cap));
         }
         if (pk)
             matmul_packed(pk, r1 - r0, W->cols, X, T, tmp, pool);
@@ -446,7 +447,7 @@ static void matmul_streamed(const ms_mat *W, const float *X, int64_t T, float *Y
         W->stream->release(W->stream->ctx, W->key);
         done = r1;
     }
-    free(tmp);
+    ms_scratch_pop(tmp);
 }
 
 static _Thread_local ms_mat_trace *g_trace;
@@ -469,17 +470,10 @@ static void trace_add(const ms_mat *W)
     t->mats[t->n++] = W;
 }
 
-int ms_mat_materialize(const ms_mat *W, ms_mat *out, void **owned)
+/* W pulled from its stream into buf (ms_mat_bytes(W) + 1 bytes); rows the stream failed to give are zeros. */
+static int materialize(const ms_mat *W, ms_mat *out, uint8_t *buf)
 {
-    *owned = NULL;
-    *out = *W;
-    if (g_trace) {
-        trace_add(W);
-        return 0;
-    }
-    if (W->data || !W->stream || W->rows == 0) return 0;
     uint64_t nb = ms_mat_bytes(W), sb = W->type == MS_WT_MXFP4 ? (uint64_t)W->rows * (uint64_t)(W->cols / 32) : 0;
-    uint8_t *buf = ms_calloc((size_t)nb + 1, 1);
     int64_t done = 0;
     int rc = 0;
     while (done < W->rows) {
@@ -488,6 +482,7 @@ int ms_mat_materialize(const ms_mat *W, ms_mat *out, void **owned)
         const uint8_t *scales = NULL;
         ms_mat_packed *pk = NULL;
         if (W->stream->acquire(W->stream->ctx, W->key, &r0, &r1, &data, &scales, &pk) != 0) {
+            memset(buf, 0, (size_t)nb + 1);
             rc = -1;
             break;
         }
@@ -507,8 +502,46 @@ int ms_mat_materialize(const ms_mat *W, ms_mat *out, void **owned)
     out->data = buf;
     out->scales = sb ? buf + (nb - sb) : NULL;
     out->stream = NULL;
-    *owned = buf;
     return rc;
+}
+
+int ms_mat_materialize(const ms_mat *W, ms_mat *out, void **owned)
+{
+    *owned = NULL;
+    *out = *W;
+    if (g_trace) {
+        trace_add(W);
+        return 0;
+    }
+    if (W->data || !W->stream || W->rows == 0) return 0;
+    uint8_t *buf = ms_malloc((size_t)ms_mat_bytes(W) + 1);
+    *owned = buf;
+    return materialize(W, out, buf);
+}
+
+void ms_mat_buf_free(ms_mat_buf *b)
+{
+    if (!b) return;
+    free(b->p);
+    b->p = NULL;
+    b->cap = 0;
+}
+
+int ms_mat_materialize_in(const ms_mat *W, ms_mat *out, ms_mat_buf *b)
+{
+    *out = *W;
+    if (g_trace) {
+        trace_add(W);
+        return 0;
+    }
+    if (W->data || !W->stream || W->rows == 0) return 0;
+    size_t need = (size_t)ms_mat_bytes(W) + 1;
+    if (need > b->cap) {
+        free(b->p);
+        b->p = ms_malloc(need);
+        b->cap = need;
+    }
+    return materialize(W, out, b->p);
 }
 
 void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *pool)
@@ -538,7 +571,7 @@ void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *po
     int64_t grain = (MS_MIN_CHUNK_WORK + block_work - 1) / block_work;
     if (grain < 4) grain = 4; /* at least 16 rows per chunk */
     ms_pool_for(pool, nblocks, grain, mm_chunk, &c);
-    free(xp);
+    ms_scratch_pop(xp);
 }
 
 void ms_matvec(const ms_mat *W, const float *x, float *y, ms_pool *pool)

@@ -132,6 +132,15 @@ void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *po
  * into *owned (malloc'ed; caller frees; NULL when W is resident). Returns 0, or -1 when the
  * stream failed (the view is then zero-filled). */
 int ms_mat_materialize(const ms_mat *W, ms_mat *out, void **owned);
+/* A buffer kept for ms_mat_materialize_in: grown to the largest matrix pulled into it, so a
+ * matrix pulled every pass is allocated once. */
+typedef struct {
+    uint8_t *p; /* [cap] owned */
+    size_t cap;
+} ms_mat_buf;
+void ms_mat_buf_free(ms_mat_buf *b); /* accepts a zeroed one; leaves it zeroed */
+/* ms_mat_materialize into b (out points into it until b's next use): the same view and result. */
+int ms_mat_materialize_in(const ms_mat *W, ms_mat *out, ms_mat_buf *b);
 
 /* Recording the order of matrix use. While a trace is active on the calling thread, every
  * ms_matmul and ms_mat_materialize appends its matrix to it; a call with T = 0 (a pass of no

@@ -43,7 +43,7 @@ void ms_kern_row_scalar(const ms_mat *W, int64_t r, float *out);
 
 /* The token rows in the layout the given path reads for W's type: X itself, or (AVX-512 MXFP4,
  * whose decode yields each 16 elements in the order 0, 8, 1, 9, .., 7, 15) a copy in that order
- * in *owned (malloc'ed, the caller frees; NULL when X is returned). X: float[T][W->cols]. */
+ * in *owned (ms_scratch_push'ed: the caller pops it after its other pieces; NULL when X is returned). X: float[T][W->cols]. */
 const float *ms_gemm_prep_x(const ms_mat *W, const float *X, int64_t T, int level, float **owned);
 
 /* 1 when ms_gemm_rows runs T tokens of W's type in panels on this path (a block of rows decoded

@@ -5,6 +5,7 @@
 
 #include "ms_act.h"
 #include "ms_err.h"
+#include "ms_scratch.h"
 #include "ms_ops.h"
 
 void ms_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y)
@@ -58,9 +59,9 @@ void ms_glu_mlp_ws(const ms_mat *gate, const ms_mat *up, const ms_mat *down, flo
 void ms_glu_mlp(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
                 int64_t T, float *y, ms_pool *pool)
 {
-    float *work = ms_malloc(sizeof(float) * (size_t)(2 * T * gate->rows + 1)); /* [2][T][I] */
+    float *work = ms_scratch_push(sizeof(float) * (size_t)(2 * T * gate->rows + 1)); /* [2][T][I] */
     ms_glu_mlp_ws(gate, up, down, b1, b2, x, T, y, work, pool);
-    free(work);
+    ms_scratch_pop(work);
 }
 
 float ms_swiglu_clamp(float gate, float up, float alpha, float limit)
@@ -76,8 +77,8 @@ void ms_swiglu_clamp_mlp(const ms_mat *gate_up, const float *bgu, const ms_mat *
 {
     MS_ASSERT(gate_up->rows % 2 == 0 && down->cols == gate_up->rows / 2);
     int64_t I2 = gate_up->rows, I = I2 / 2, O = down->rows;
-    float *h = ms_malloc(sizeof(float) * (size_t)(T * I2 + 1)); /* [T][2I] */
-    float *a = ms_malloc(sizeof(float) * (size_t)(T * I + 1));  /* [T][I] */
+    float *h = ms_scratch_push(sizeof(float) * (size_t)(T * I2 + 1)); /* [T][2I] */
+    float *a = ms_scratch_push(sizeof(float) * (size_t)(T * I + 1));  /* [T][I] */
     ms_matmul(gate_up, x, T, h, pool);
     for (int64_t t = 0; t < T; t++) {
         float *ht = h + t * I2;
@@ -89,8 +90,8 @@ void ms_swiglu_clamp_mlp(const ms_mat *gate_up, const float *bgu, const ms_mat *
     if (bd)
         for (int64_t t = 0; t < T; t++)
             for (int64_t o = 0; o < O; o++) y[t * O + o] += bd[o];
-    free(a);
-    free(h);
+    ms_scratch_pop(a);
+    ms_scratch_pop(h);
 }
 
 void ms_router_select(const float *logits, const float *bias, int n_experts, int k, int renorm, float scale,
@@ -137,7 +138,7 @@ void ms_attnres(const float *const *srcs, int n, int64_t E, const float *fold, f
 {
     MS_ASSERT(n >= 1 && n <= 64);
     double score[64], pi[64];
-    float *tmp = ms_malloc(sizeof(float) * (size_t)E); /* [E] normalised key */
+    float *tmp = ms_scratch_push(sizeof(float) * (size_t)E); /* [E] normalised key */
     double mx = -INFINITY;
     for (int s = 0; s < n; s++) {
         ms_rmsnorm(srcs[s], NULL, E, eps, tmp);
@@ -155,5 +156,5 @@ void ms_attnres(const float *const *srcs, int n, int64_t E, const float *fold, f
         for (int s = 0; s < n; s++) acc += pi[s] * (double)srcs[s][i];
         out[i] = (float)acc;
     }
-    free(tmp);
+    ms_scratch_pop(tmp);
 }

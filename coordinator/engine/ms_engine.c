@@ -9,6 +9,7 @@
 #include "ms_draft.h"
 #include "ms_engine.h"
 #include "ms_err.h"
+#include "ms_scratch.h"
 #include "ms_families.h"
 #include "ms_ident.h"
 #include "ms_local.h"
@@ -529,7 +530,7 @@ static int propose(ms_eseq *s, int64_t room, int64_t n_base)
 static int run_pass(ms_engine *e, ms_eseq *const *set, int n)
 {
     int64_t V = e->V;
-    ms_batch_item *it = ms_malloc(sizeof *it * (size_t)n);
+    ms_batch_item *it = ms_scratch_push(sizeof *it * (size_t)n); /* [n] */
     int rc = -1;
     int64_t rows = 0;
     for (int i = 0; i < n; i++) {
@@ -565,14 +566,14 @@ static int run_pass(ms_engine *e, ms_eseq *const *set, int n)
     }
     rc = 0;
 out:
-    free(it);
+    ms_scratch_pop(it);
     return rc;
 }
 
 int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
 {
     int64_t cap = ms_engine_pass_rows(e);
-    ms_eseq **pass = ms_malloc(sizeof *pass * (size_t)(n > 0 ? n : 1));
+    ms_eseq **pass = ms_scratch_push(sizeof *pass * (size_t)(n > 0 ? n : 1)); /* [n] */
     int np = 0, rc = 0;
     int64_t rows = 0;
     /* Drafts share the pass: at most the planned window in all, and never so many that a
@@ -617,7 +618,7 @@ int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
             rows += s->take;
         }
     if (rc == 0 && np > 0) rc = run_pass(e, pass, np);
-    free(pass);
+    ms_scratch_pop(pass);
     return rc;
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_scratch.h"
 #include "ms_gptoss_int.h"
 #include "ms_ops.h"
 #include "ms_rows.h"
@@ -125,9 +126,9 @@ static void attend(void *vctx, int64_t t0, int64_t t1)
     int64_t Gp = (G + 3) / 4 * 4; /* lanes of qt and s4: the group padded to whole vectors of 4 */
     int64_t qd = (int64_t)c->n_heads * d, nmax = a->p0 + a->T; /* the most keys a row sees */
     /* qt [d][Gp], s4 [4][Gp], scores [G][n], sums [G][d]: the thread's scratch (go_thread_bytes) */
-    double *qt = ms_calloc((size_t)(Gp * (2 * d + nmax + 4)), sizeof(double)); /* padding lanes stay 0 */
+    double *qt = ms_scratch_push_zero(sizeof(double) * (size_t)(Gp * (2 * d + nmax + 4))); /* padding lanes stay 0 */
     double *s4 = qt + (int64_t)d * Gp, *sc = s4 + 4 * Gp, *acc = sc + nmax * G;
-    const float **vrow = ms_malloc(sizeof *vrow * (size_t)nmax); /* [n] the value rows a row sees */
+    const float **vrow = ms_scratch_push(sizeof *vrow * (size_t)nmax); /* [n] the value rows a row sees */
     double scale = 1.0 / sqrt((double)d);
     for (int64_t t = t0; t < t1; t++) {
         /* KV head outermost: a thread's contiguous share of tasks takes whole heads over all
@@ -177,8 +178,8 @@ static void attend(void *vctx, int64_t t0, int64_t t1)
         for (int gi = 0; gi < G; gi++)
             for (int i = 0; i < d; i++) og[(int64_t)gi * d + i] = (float)(acc[(int64_t)gi * d + i] / s4[gi]);
     }
-    free(vrow);
-    free(qt);
+    ms_scratch_pop(vrow);
+    ms_scratch_pop(qt);
 }
 
 static void add_bias(float *y, const float *b, int64_t R, int64_t W)

@@ -16,6 +16,7 @@ typedef struct {
     const float *final_norm;   /* [E] */
     float *out_fold;           /* [E] output_attn_res norm * proj */
     const float *out_norm, *out_proj; /* [E] output_attn_res_norm / _proj as bound */
+    ms_mat_buf kvb_buf;        /* a streamed kv_b pulled whole (the planner's fixed memory counts it) */
 } k3_model;
 
 #endif

@@ -418,6 +418,7 @@ static void k3_free(ms_model *m)
 {
     k3_model *k = k3(m);
     free(k->layers);
+    ms_mat_buf_free(&k->kvb_buf);
     ms_k3_cfg_free(&k->cfg);
 }
 
@@ -482,6 +483,7 @@ ms_model *ms_k3_model_bind(const ms_k3_cfg *cfg, const ms_tsrc *src, const ms_ru
         return NULL;
     }
     k->layers = ms_calloc((size_t)c->n_layers, sizeof *k->layers);
+    for (int i = 0; i < c->n_layers; i++) k->layers[i].mla.kvb_buf = &k->kvb_buf;
     int nt;
     const ms_k3_tensor *tab = ms_k3_tensors(&nt);
     for (int j = 0; j < nt; j++)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_scratch.h"
 #include "ms_mla.h"
 #include "ms_ops.h"
 
@@ -82,11 +83,11 @@ static void attn_heads(void *vctx, int64_t h0, int64_t h1)
     int dq = dn + dr;
     int64_t npos = a->n0 + a->T;
     double scale = 1.0 / sqrt((double)dq);
-    float *wk = ms_malloc(sizeof(float) * (size_t)((dn + dv) * Rkv)); /* [dn+dv][Rkv] head rows */
-    double *qabs = ms_malloc(sizeof(double) * (size_t)Rkv);           /* [Rkv] */
-    double *ctxv = ms_malloc(sizeof(double) * (size_t)Rkv);           /* [Rkv] */
-    float *ctxf = ms_malloc(sizeof(float) * (size_t)Rkv);             /* [Rkv] */
-    double *p = ms_malloc(sizeof(double) * (size_t)npos);             /* [npos] */
+    float *wk = ms_scratch_push(sizeof(float) * (size_t)((dn + dv) * Rkv)); /* [dn+dv][Rkv] head rows */
+    double *qabs = ms_scratch_push(sizeof(double) * (size_t)Rkv);           /* [Rkv] */
+    double *ctxv = ms_scratch_push(sizeof(double) * (size_t)Rkv);           /* [Rkv] */
+    float *ctxf = ms_scratch_push(sizeof(float) * (size_t)Rkv);             /* [Rkv] */
+    double *p = ms_scratch_push(sizeof(double) * (size_t)npos);             /* [npos] */
     for (int64_t h = h0; h < h1; h++) {
         int64_t base = h * (dn + dv);
         for (int r = 0; r < dn + dv; r++) ms_mat_row_f32(a->kvb, base + r, wk + (size_t)r * Rkv);
@@ -140,11 +141,11 @@ static void attn_heads(void *vctx, int64_t h0, int64_t h1)
             for (int i = 0; i < dv; i++) oh[i] = (float)ms_dot_f32(wk + (size_t)(dn + i) * Rkv, ctxf, Rkv);
         }
     }
-    free(wk);
-    free(qabs);
-    free(ctxv);
-    free(ctxf);
-    free(p);
+    ms_scratch_pop(p);
+    ms_scratch_pop(ctxf);
+    ms_scratch_pop(ctxv);
+    ms_scratch_pop(qabs);
+    ms_scratch_pop(wk);
 }
 
 size_t ms_mla_work_floats(const ms_k3_cfg *c, int64_t R)
@@ -172,7 +173,7 @@ int ms_mla_forward_batch(const ms_k3_cfg *c, const ms_mla_w *w, ms_mla_cache *co
     /* The attention reads kv_b by rows: a streamed kv_b is pulled whole, once for the pass. */
     ms_mat kvb;
     void *kvb_owned = NULL;
-    int rc = ms_mat_materialize(&w->kvb, &kvb, &kvb_owned);
+    int rc = w->kvb_buf ? ms_mat_materialize_in(&w->kvb, &kvb, w->kvb_buf) : ms_mat_materialize(&w->kvb, &kvb, &kvb_owned);
     for (int s = 0; s < n_seg; s++) {
         ms_mla_cache *kcs = kc[s];
         int64_t r0 = seg[s].r0, T = seg[s].T;

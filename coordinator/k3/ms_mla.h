@@ -18,6 +18,8 @@ typedef struct {
     ms_mat g;            /* [H*dv, E]; data NULL when the output gate is off */
     const float *qa_norm;  /* [Rq] */
     const float *kva_norm; /* [Rkv] */
+    ms_mat_buf *kvb_buf;   /* where a streamed kvb is pulled whole each pass (shared by the layers,
+                            * owned by the model); NULL: a buffer of its own each time */
 } ms_mla_w;
 
 /* Per-sequence KV cache of one MLA layer in the compressed form: per position the normalised

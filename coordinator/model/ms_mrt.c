@@ -513,6 +513,9 @@ void ms_mrt_release(ms_model *m)
     m->mpin = NULL;
     ms_tpack_close(m->tpack);
     m->tpack = NULL;
+    free(m->embed_io);
+    m->embed_io = NULL;
+    m->embed_io_bytes = 0;
 }
 
 int ms_mrt_embed_row(ms_model *m, int32_t id, float *out)
@@ -523,15 +526,22 @@ int ms_mrt_embed_row(ms_model *m, int32_t id, float *out)
     }
     const ms_wref *r = &m->refs[m->embed_ref];
     uint64_t rb = r->bytes / (uint64_t)m->embed->rows;
-    void *buf = ms_malloc((size_t)rb);
-    int rc = ms_io_read(m->io, r->file, r->off + (uint64_t)id * rb, (size_t)rb, buf);
+    ms_io_req q = {.file = r->file, .off = r->off + (uint64_t)id * rb, .len = (size_t)rb};
+    size_t span = ms_io_span(q.off, q.len); /* rows start anywhere: the span varies by a block */
+    if (span > m->embed_io_bytes) {
+        free(m->embed_io);
+        m->embed_io_bytes = ms_io_span(MS_IO_ALIGN - 1, (size_t)rb); /* the most a row's span can be */
+        m->embed_io = ms_io_alloc(m->embed_io_bytes);
+    }
+    q.buf = m->embed_io;
+    ms_io_submit(m->io, &q);
+    int rc = ms_io_wait(m->io, &q);
     if (rc == 0) {
-        ms_mat row = {m->embed->type, 1, m->embed->cols, buf, NULL, NULL, NULL};
+        ms_mat row = {m->embed->type, 1, m->embed->cols, q.data, NULL, NULL, NULL};
         ms_mat_row_f32(&row, 0, out);
     } else {
         ms_err_wrap("reading row %d of %s", id, r->name);
     }
-    free(buf);
     return rc;
 }
 

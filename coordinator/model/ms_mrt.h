@@ -67,6 +67,8 @@ struct ms_model {
     int n_refs, cap_refs;
     ms_mat *embed;             /* the family's embedding [V, E] (rows read one by one when streamed) */
     int embed_ref;             /* index of the embedding in refs, or -1 */
+    uint8_t *embed_io;         /* [embed_io_bytes] aligned buffer for reading one row, made at first use */
+    size_t embed_io_bytes;
     ms_wstream *ws;            /* streamer of the unpinned trunk, or NULL */
     ms_tpack *tpack;           /* the trunk pack in use, or NULL */
     struct ms_mpin *mpin;      /* the pinned matrices kept packed (decoded in the kernel), or NULL */

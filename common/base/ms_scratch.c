@@ -1,0 +1,111 @@
+/* ms_scratch: per-thread LIFO scratch blocks (see ms_scratch.h). */
+#include "ms_scratch.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_err.h"
+
+#define ALIGN 64
+#define MAX_DEPTH 64 /* pieces live at once on one thread; deeper is a programmer error */
+
+typedef struct {
+    uint8_t *base;               /* [MS_SCRATCH_KEEP] owned, ALIGN-aligned; NULL until the first use */
+    size_t top;                  /* bytes of it in use */
+    void *piece[MAX_DEPTH];      /* live pieces, oldest first */
+    size_t piece_top[MAX_DEPTH]; /* the block's top before each piece, or SIZE_MAX (heap) */
+    int depth;
+    size_t heap_pushes;
+} scratch;
+
+static pthread_key_t key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static _Thread_local scratch *mine;
+
+static void scratch_free(void *v)
+{
+    scratch *s = v;
+    if (!s) return;
+    free(s->base);
+    free(s);
+    mine = NULL; /* run by the ending thread itself */
+}
+
+static void key_make(void) { MS_ASSERT(pthread_key_create(&key, scratch_free) == 0); }
+
+static scratch *get(void)
+{
+    if (mine) return mine;
+    pthread_once(&key_once, key_make);
+    mine = ms_calloc(1, sizeof *mine);
+    MS_ASSERT(pthread_setspecific(key, mine) == 0); /* freed by the key's destructor at thread exit */
+    return mine;
+}
+
+static void *aligned(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, ALIGN, n) != 0) {
+        fprintf(stderr, "moestream: out of memory allocating %zu bytes\n", n);
+        abort();
+    }
+    return p;
+}
+
+void ms_scratch_prepare(void)
+{
+    scratch *s = get();
+    if (!s->base) s->base = aligned(MS_SCRATCH_KEEP); /* pages are touched only as pieces use them */
+}
+
+void *ms_scratch_push(size_t bytes)
+{
+    scratch *s = get();
+    MS_ASSERT(s->depth < MAX_DEPTH);
+    if (!s->base) s->base = aligned(MS_SCRATCH_KEEP);
+    size_t n = (bytes + ALIGN - 1) / ALIGN * ALIGN;
+    if (n == 0) n = ALIGN;
+    void *p;
+    if (s->top + n <= MS_SCRATCH_KEEP) {
+        p = s->base + s->top;
+        s->piece_top[s->depth] = s->top;
+        s->top += n;
+    } else {
+        p = aligned(n);
+        s->piece_top[s->depth] = SIZE_MAX;
+        s->heap_pushes++;
+    }
+    s->piece[s->depth++] = p;
+    return p;
+}
+
+void *ms_scratch_push_zero(size_t bytes)
+{
+    void *p = ms_scratch_push(bytes);
+    memset(p, 0, bytes);
+    return p;
+}
+
+void ms_scratch_pop(void *p)
+{
+    if (!p) return;
+    scratch *s = mine;
+    MS_ASSERT(s && s->depth > 0 && s->piece[s->depth - 1] == p); /* pops in reverse order of pushes */
+    s->depth--;
+    if (s->piece_top[s->depth] == SIZE_MAX) free(p);
+    else s->top = s->piece_top[s->depth];
+}
+
+void ms_scratch_release(void)
+{
+    scratch *s = mine;
+    if (!s) return;
+    MS_ASSERT(s->depth == 0);
+    free(s->base);
+    s->base = NULL;
+}
+
+size_t ms_scratch_heap_pushes(void) { return mine ? mine->heap_pushes : 0; }
