@@ -197,6 +197,7 @@ void ms_xstore_set(ms_xstore *s, int layer, int expert, const ms_xloc *loc)
     }
     ms_cpolicy_remove(s->pol, (uint32_t)key);
     s->loc[key] = *loc;
+    if (!s->loc_state[key]) s->n_located++;
     s->loc_state[key] = contiguous ? 2 : 1;
     if (s->used[key]) s->st.cache_bytes_used -= s->E;
     s->used[key] = 0; /* mapped: checked again at its next use */

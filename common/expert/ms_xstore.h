@@ -32,10 +32,11 @@ typedef struct {
     int grow_bg;                /* 1: buffers are allocated and faulted in ahead of need by a
                                  * background thread at idle priority (paced: a small share of one
                                  * CPU); 0: by the call whose read needs one. Either way a read
-                                 * never lands in memory not faulted in, and the cache holds
-                                 * cache_bytes of experts from the start (a call the grower has
-                                 * not kept up with makes its buffer itself, never evicts for
-                                 * want of one) */
+                                 * never lands in memory not faulted in. A cache that holds every
+                                 * expert holds them from the start (a call the grower has not
+                                 * kept up with makes its buffers itself: it never evicts); a
+                                 * smaller one lets a call of a few rows make at most two buffers
+                                 * beyond the grower's, evicting otherwise (ms_xstore_mem.c) */
     int prefetch_reads;         /* reads a prefetch may issue: 0 = adaptive (as many as the disk can
                                  * finish in the measured time from a prefetch to its layer's call,
                                  * times the share of predictions used; one while unmeasured);

@@ -31,6 +31,7 @@ struct ms_xstore {
     uint64_t part_len[XS_PARTS];
     uint64_t E, slot_bytes;
     size_t n_keys, n_slots;
+    size_t n_located;          /* keys with a location: the experts there are */
     ms_xloc *loc;              /* [n_keys] */
     uint8_t *loc_state;        /* [n_keys] 0 unset, 1 scattered, 2 contiguous */
     uint8_t **key_buf;         /* [n_keys] buffer of a resident key with valid bytes, else NULL */

@@ -130,6 +130,12 @@ static void grower_stop(ms_xstore *s)
 void xs_capacity_for(ms_xstore *s, const uint32_t *item_row, int64_t n)
 {
     if (s->lent || !s->o.grow_bg) return; /* without a grower every call makes what it needs */
+    /* A cache that holds every expert never evicts: a buffer made now costs less than a read
+     * again later. */
+    if (s->n_slots >= s->n_located) {
+        ms_cpolicy_set_slots(s->pol, s->n_slots);
+        return;
+    }
     uint32_t rows = 0;
     for (int64_t i = 0; i < n; i++)
         if (item_row[i] + 1 > rows) rows = item_row[i] + 1;
