@@ -6,6 +6,7 @@
 
 #include "ms_err.h"
 #include "ms_pcache.h"
+#include "ms_sbuf.h"
 #include "ms_sched.h"
 
 typedef struct sjob {
@@ -16,6 +17,10 @@ typedef struct sjob {
     size_t cut;                  /* stop string: text bytes kept */
     int cut_set;
     size_t text_bytes;           /* bytes of the generated text so far (with stop strings) */
+    ms_sbuf text;                /* the text of generated tokens [0, text_tokens): each token is
+                                  * decoded once for streaming and the report, not the whole
+                                  * answer again at every step */
+    size_t text_tokens;
     int alone;                   /* re-run alone after a failed step */
     float *rows;                 /* keep_logits: [n_rows][V] */
     int64_t n_rows, cap_rows;
@@ -76,6 +81,7 @@ static void job_free(sjob *j)
     ms_engine_seq_free(j->seq);
     ms_sched_job_clear(&j->j);
     free(j->rows);
+    ms_sbuf_free(&j->text);
     free(j);
 }
 
@@ -195,15 +201,31 @@ int ms_sched_cancel(ms_sched *s, const void *user)
 int ms_sched_pending(const ms_sched *s) { return (int)(s->wait.n + s->solo.n) + s->n_run; }
 
 /* The generated text of j (malloc'ed), or NULL without a tokenizer. */
-static char *job_text(sjob *j, size_t n_tok, size_t *len)
+static const char *job_text(sjob *j, size_t n_tok, size_t *len)
 {
     ms_tok *tok = ms_engine_tok(j->s->e);
     size_t ng;
     const int32_t *gen = ms_engine_seq_tokens(j->seq, &ng);
     char *text = NULL;
+    size_t n = 0;
     *len = 0;
-    if (!tok || ms_tok_decode_text(tok, gen, n_tok < ng ? n_tok : ng, !j->j.keep_special, &text, len) != 0) return NULL;
-    return text;
+    if (!tok) return NULL;
+    if (n_tok > ng) n_tok = ng;
+    /* Decoding concatenates the tokens' bytes: the new tokens' text extends what was decoded. */
+    if (n_tok > j->text_tokens) {
+        if (ms_tok_decode_text(tok, gen + j->text_tokens, n_tok - j->text_tokens, !j->j.keep_special, &text, &n) != 0)
+            return NULL;
+        ms_sbuf_add(&j->text, text, n);
+        free(text);
+        j->text_tokens = n_tok;
+    }
+    *len = j->text.n;
+    if (n_tok < j->text_tokens) { /* fewer (the report leaves out a final stop id): less the rest's bytes */
+        if (ms_tok_decode_text(tok, gen + n_tok, j->text_tokens - n_tok, !j->j.keep_special, &text, &n) != 0) return NULL;
+        free(text);
+        *len -= n;
+    }
+    return j->text.s ? j->text.s : "";
 }
 
 /* After each generated token: stop ids, then stop strings. Decoding concatenates the tokens'
@@ -293,9 +315,8 @@ static void stream_progress(ms_sched *s, sjob *j)
     if (ng <= j->sent_tokens) return;
     for (int i = 0; i < j->j.n_stop; i++)
         if (strlen(j->j.stop[i]) > hold + 1) hold = strlen(j->j.stop[i]) - 1;
-    char *text = job_text(j, ng, &len);
+    const char *text = job_text(j, ng, &len);
     send_delta(s, j, text, len > hold ? len - hold : 0);
-    free(text);
 }
 
 static void params_of(sjob *j, ms_gen_params *out)
@@ -394,7 +415,7 @@ static int report(ms_sched *s, sjob *j)
     size_t keep = ng;
     if (!j->cut_set && r.finish && !strcmp(r.finish, "stop") && ng > 0) keep = ng - 1;
     size_t len = 0;
-    char *text = job_text(j, keep, &len);
+    const char *text = job_text(j, keep, &len);
     if (text && j->cut_set && j->cut < len) len = j->cut;
     r.text = text;
     r.text_len = len;
@@ -406,7 +427,6 @@ static int report(ms_sched *s, sjob *j)
     s->st.finished++;
     s->st.tokens += ng;
     int rc = s->done(s->ctx, &r);
-    free(text);
     job_free(j);
     return rc;
 }
@@ -440,6 +460,8 @@ static int isolate(ms_sched *s)
         j->cut_set = 0;
         j->cut = 0;
         j->text_bytes = 0;
+        ms_sbuf_free(&j->text); /* the re-run decodes its own tokens again */
+        j->text_tokens = 0;
         j->n_rows = 0;
         j->alone = 1;
         s->st.retries++;
