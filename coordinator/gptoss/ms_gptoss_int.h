@@ -46,7 +46,7 @@ static inline int64_t go_ring_rows(const ms_gptoss_cfg *c, int64_t spec_rows) { 
 void go_kv_reserve(go_kv *kv, int64_t p, int64_t width);
 
 /* The pass (ms_gptoss_pass.c): ms_model_ops.forward_batch and its scratch size. */
-int go_forward_batch(ms_model *m, const ms_batch_item *items, int n);
+extern const ms_pass_ops go_pass; /* the family's layers and tail (ms_gptoss_pass.c) */
 size_t go_work_floats(const ms_gptoss_cfg *c, int64_t R, int64_t out_rows);
 /* Bytes of attention scores one thread allocates for sequences of up to `positions`. */
 uint64_t go_thread_bytes(const ms_gptoss_cfg *c, int64_t positions);

@@ -243,7 +243,7 @@ static void k_free(ms_model *m)
 
 static const ms_model_ops go_ops = {
     .free = k_free,
-    .forward_batch = go_forward_batch,
+    .pass = &go_pass,
     .seq_new = k_seq_new,
     .seq_free = k_seq_free,
     .seq_keep = k_seq_keep,

@@ -283,52 +283,40 @@ static int moe(go_model *g, int l, float *h, int64_t R, int32_t *ids_out, ms_are
 }
 
 
-int go_forward_batch(ms_model *m, const ms_batch_item *items, int n)
+/* ---- the pass: layers and tail for the runtime's ms_mrt_pass_run ---- */
+
+static void go_pass_begin(ms_model *m, ms_pass *p)
+{
+    (void)m;
+    for (int i = 0; i < p->n; i++)
+        if (p->items[i].spec) p->items[i].seq->spec_rows = p->items[i].T;
+}
+
+static int go_pass_layer(ms_model *m, ms_pass *p, int l)
 {
     go_model *g = (go_model *)m;
-    const ms_gptoss_cfg *c = &g->cfg;
-    int64_t H = c->hidden, V = c->vocab, k = c->top_k;
-    ms_rows seg[MS_MODEL_MAX_SEQS];
-    int64_t R = 0, out_rows = 0;
-    for (int i = 0; i < n; i++) {
-        seg[i] = (ms_rows){R, items[i].T};
-        R += items[i].T;
-        out_rows += items[i].all_rows ? items[i].T : 1;
-        if (items[i].spec) items[i].seq->spec_rows = items[i].T;
-    }
-    ms_arena *ar = &m->work;
-    MS_ASSERT(ar->used == 0);
-    ms_arena_reserve(ar, go_work_floats(c, R, out_rows));
-    int rc = -1;
-    float *h = ms_arena_take(ar, (size_t)(R * H));                   /* [R][H] the residual stream */
-    int32_t *ids = (int32_t *)ms_arena_take(ar, (size_t)(R * k));    /* [R][k] routed experts */
-    float *x = ms_arena_take(ar, (size_t)(out_rows * H));            /* [out_rows][H] */
-    float *lg = ms_arena_take(ar, (size_t)(out_rows * V));           /* [out_rows][V] */
-    for (int i = 0; i < n; i++)
-        for (int64_t t = 0; t < items[i].T; t++)
-            if (ms_mrt_embed_row(m, items[i].ids[t], h + (seg[i].r0 + t) * H) != 0) goto out;
-    for (int l = 0; l < c->n_layers; l++) {
-        size_t mark = ar->used;
-        attention(g, l, items, seg, n, h, R, ar);
-        if (moe(g, l, h, R, ids, ar) != 0 || ms_mrt_stream_check(m) != 0) goto out;
-        ms_arena_reset(ar, mark);
-        int64_t bad = ms_mrt_nonfinite_row(h, R, H);
-        if (bad >= 0) {
-            ms_err_set("layer %d produced a non-finite hidden state (row %lld of the pass); the weights or an expert "
-                       "output are corrupt",
-                       l, (long long)bad);
-            goto out;
-        }
-        if (m->route_fn && R > 0) m->route_fn(m->route_ctx, l, R, (int)k, ids);
-        ms_mrt_layer_done(m, l, R);
-    }
-    int64_t o = 0;
-    for (int i = 0; i < n; i++)
-        for (int64_t t = items[i].all_rows ? 0 : items[i].T - 1; t < items[i].T; t++, o++)
-            ms_rmsnorm(h + (seg[i].r0 + t) * H, g->final_norm, H, c->eps, x + o * H);
-    if (ms_mrt_finish_pass(m, &g->lm_head, x, out_rows, lg, items, n) != 0) goto out;
-    rc = 0;
-out:
-    ms_arena_reset(ar, 0);
-    return rc;
+    attention(g, l, p->items, p->seg, p->n, p->h, p->R, p->ar);
+    return moe(g, l, p->h, p->R, p->route, p->ar);
 }
+
+static int go_layer_routes(const ms_model *m, int l)
+{
+    (void)m, (void)l;
+    return 1; /* every layer */
+}
+
+static void go_tail_row(ms_model *m, const ms_pass *p, int64_t r, float *out)
+{
+    go_model *g = (go_model *)m;
+    ms_rmsnorm(p->h + r * g->cfg.hidden, g->final_norm, g->cfg.hidden, g->cfg.eps, out);
+}
+
+static const ms_mat *go_lm_head(ms_model *m) { return &((go_model *)m)->lm_head; }
+
+const ms_pass_ops go_pass = {
+    .pass_begin = go_pass_begin,
+    .layer = go_pass_layer,
+    .layer_routes = go_layer_routes,
+    .tail_row = go_tail_row,
+    .lm_head = go_lm_head,
+};

@@ -17,6 +17,8 @@ typedef struct {
     float *out_fold;           /* [E] output_attn_res norm * proj */
     const float *out_norm, *out_proj; /* [E] output_attn_res_norm / _proj as bound */
     ms_mat_buf kvb_buf;        /* a streamed kv_b pulled whole (the planner's fixed memory counts it) */
+    float *snaps;              /* [R][smax][E] the pass's AttnRes snapshots (from its arena) */
+    int n_snap;                /* snapshots taken so far in the pass */
 } k3_model;
 
 #endif

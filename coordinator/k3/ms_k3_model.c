@@ -335,82 +335,54 @@ static void k3_seq_keep(ms_seq *base, int64_t keep)
 
 
 /* The item (sequence index in the pass) that row r belongs to. */
-static int item_of_row(const ms_rows *seg, int n, int64_t r)
+/* ---- the pass: layers and tail for the runtime's ms_mrt_pass_run ---- */
+
+static void k3_pass_begin(ms_model *m, ms_pass *p)
 {
-    for (int i = 0; i < n; i++)
-        if (r >= seg[i].r0 && r < seg[i].r0 + seg[i].T) return i;
-    return -1;
+    k3_model *k = k3(m);
+    int smax = ms_layer_snaps_after(&k->cfg, k->cfg.n_layers - 1);
+    for (int i = 0; i < p->n; i++)
+        if (p->items[i].spec) spec_begin(k3s(p->items[i].seq), p->items[i].T);
+    k->snaps = ms_arena_take(p->ar, (size_t)(p->R * smax * k->cfg.hidden)); /* [R][smax][E] */
+    k->n_snap = 0;
 }
 
-/* Items are checked by ms_model_forward_batch (ids in range, distinct settled sequences). */
-static int k3_forward_batch(ms_model *m, const ms_batch_item *items, int n)
+static int k3_pass_layer(ms_model *m, ms_pass *p, int l)
 {
     k3_model *k = k3(m);
     const ms_k3_cfg *c = &k->cfg;
-    int64_t E = c->hidden, V = c->vocab;
-    int smax = ms_layer_snaps_after(c, c->n_layers - 1);
-    int rc = -1;
-    ms_rows seg[MS_MODEL_MAX_SEQS];
-    int64_t R = 0;
-    for (int i = 0; i < n; i++) {
-        seg[i] = (ms_rows){R, items[i].T};
-        R += items[i].T;
-    }
-    int64_t out_rows = 0; /* logits rows asked for */
-    for (int i = 0; i < n; i++) out_rows += items[i].all_rows ? items[i].T : 1;
-    /* All scratch of the pass comes from the model's arena, sized once for the plan's passes
-     * (it grows only for a caller that exceeds them, e.g. an unplanned in-memory model). */
-    ms_arena *ar = &m->work;
-    MS_ASSERT(ar->used == 0);
-    ms_arena_reserve(ar, ms_k3_work_floats(c, R, out_rows));
-    float *h = ms_arena_take(ar, (size_t)(R * E));                         /* [R][E] */
-    float *snaps = ms_arena_take(ar, (size_t)(R * smax * E));              /* [R][smax][E] */
-    int32_t *route = (int32_t *)ms_arena_take(ar, (size_t)(R * c->top_k)); /* [R][k] */
-    float *x = ms_arena_take(ar, (size_t)(out_rows * E));                  /* [out_rows][E] */
-    float *lg = ms_arena_take(ar, (size_t)(out_rows * V));                 /* [out_rows][V] */
-    ms_layer_state *st[MS_MODEL_MAX_SEQS];                                 /* [n] this layer's states */
-    for (int i = 0; i < n; i++)
-        for (int64_t t = 0; t < items[i].T; t++)
-            if (ms_mrt_embed_row(m, items[i].ids[t], h + (seg[i].r0 + t) * E) != 0) goto out;
-    for (int i = 0; i < n; i++)
-        if (items[i].spec) spec_begin(k3s(items[i].seq), items[i].T);
-    int nsnap = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        for (int i = 0; i < n; i++) st[i] = &k3s(items[i].seq)->ls[l];
-        if (ms_layer_forward_batch(c, l, &k->layers[l], st, seg, n, &m->experts, h, snaps, smax, &nsnap, R, route, ar,
-                                   m->pool) != 0)
-            goto out;
-        if (ms_mrt_stream_check(m) != 0) goto out; /* a trunk read failed: no answer from partial weights */
-        int64_t bad = ms_mrt_nonfinite_row(h, R, E);
-        if (bad >= 0) {
-            int it = item_of_row(seg, n, bad);
-            ms_err_set("layer %d produced a non-finite hidden state (position %lld of sequence %d of the pass); "
-                       "the weights or an expert output are corrupt",
-                       l, (long long)(items[it].seq->pos + bad - seg[it].r0), it);
-            goto out;
-        }
-        if (m->route_fn && R > 0 && !k->layers[l].is_dense) m->route_fn(m->route_ctx, l, R, c->top_k, route);
-        ms_mrt_layer_done(m, l, R);
-    }
-    /* Tail: output AttnRes over all snapshots + prefix, final norm, LM head (asked rows only). */
-    const float *srcs[MS_K3_CFG_MAX_SNAPSHOTS + 1];
-    MS_ASSERT(nsnap == smax && smax <= MS_K3_CFG_MAX_SNAPSHOTS); /* checked by ms_k3_cfg */
-    int64_t o = 0;
-    for (int i = 0; i < n; i++)
-        for (int64_t t = items[i].all_rows ? 0 : items[i].T - 1; t < items[i].T; t++, o++) {
-            int64_t r = seg[i].r0 + t;
-            for (int sidx = 0; sidx < smax; sidx++) srcs[sidx] = snaps + (r * smax + sidx) * E;
-            srcs[smax] = h + r * E;
-            float *xt = x + o * E;
-            ms_attnres(srcs, smax + 1, E, k->out_fold, c->eps, xt);
-            ms_rmsnorm(xt, k->final_norm, E, c->eps, xt);
-        }
-    if (ms_mrt_finish_pass(m, &k->lm_head, x, out_rows, lg, items, n) != 0) goto out;
-    rc = 0;
-out:
-    ms_arena_reset(ar, 0);
-    return rc;
+    ms_layer_state *st[MS_MODEL_MAX_SEQS]; /* [n] this layer's states */
+    for (int i = 0; i < p->n; i++) st[i] = &k3s(p->items[i].seq)->ls[l];
+    return ms_layer_forward_batch(c, l, &k->layers[l], st, p->seg, p->n, &m->experts, p->h, k->snaps,
+                                  ms_layer_snaps_after(c, c->n_layers - 1), &k->n_snap, p->R, p->route, p->ar, m->pool);
 }
+
+static int k3_layer_routes(const ms_model *m, int l) { return !k3c(m)->layers[l].is_dense; }
+
+/* Output AttnRes over all snapshots and the last hidden state, then the final norm. */
+static void k3_tail_row(ms_model *m, const ms_pass *p, int64_t r, float *out)
+{
+    k3_model *k = k3(m);
+    const ms_k3_cfg *c = &k->cfg;
+    int64_t E = c->hidden;
+    int smax = ms_layer_snaps_after(c, c->n_layers - 1);
+    const float *srcs[MS_K3_CFG_MAX_SNAPSHOTS + 1];
+    MS_ASSERT(k->n_snap == smax && smax <= MS_K3_CFG_MAX_SNAPSHOTS); /* checked by ms_k3_cfg */
+    for (int sidx = 0; sidx < smax; sidx++) srcs[sidx] = k->snaps + (r * smax + sidx) * E;
+    srcs[smax] = p->h + r * E;
+    ms_attnres(srcs, smax + 1, E, k->out_fold, c->eps, out);
+    ms_rmsnorm(out, k->final_norm, E, c->eps, out);
+}
+
+static const ms_mat *k3_lm_head(ms_model *m) { return &k3(m)->lm_head; }
+
+static const ms_pass_ops k3_pass = {
+    .pass_begin = k3_pass_begin,
+    .layer = k3_pass_layer,
+    .layer_routes = k3_layer_routes,
+    .tail_row = k3_tail_row,
+    .lm_head = k3_lm_head,
+};
 
 /* ---- opening ---- */
 
@@ -424,7 +396,7 @@ static void k3_free(ms_model *m)
 
 static const ms_model_ops k3_ops = {
     .free = k3_free,
-    .forward_batch = k3_forward_batch,
+    .pass = &k3_pass,
     .seq_new = k3_seq_new,
     .seq_free = k3_seq_free,
     .seq_keep = k3_seq_keep,

@@ -630,7 +630,7 @@ int ms_mrt_schedule(ms_model *m, ms_mat ***out)
 {
     ms_mat_trace tr = {0};
     ms_mat_trace_begin(&tr);
-    int rc = m->ops->forward_batch(m, NULL, 0);
+    int rc = ms_mrt_pass_run(m, m->ops->pass, NULL, 0);
     ms_mat_trace_end();
     MS_ASSERT(rc == 0);
     *out = (ms_mat **)tr.mats; /* the family's own matrices: the runtime may set their data and stream */
@@ -718,7 +718,7 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
     int decode = 0;
     for (int i = 0; i < n; i++) R += items[i].T, decode |= items[i].decode;
     if (span_switch(m, R, decode) != 0) return -1;
-    return m->ops->forward_batch(m, items, n);
+    return ms_mrt_pass_run(m, m->ops->pass, items, n);
 }
 
 int ms_model_forward(ms_model *m, ms_seq *s, const int32_t *ids, int64_t T, int all_rows, float *logits)

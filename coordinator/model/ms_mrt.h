@@ -5,6 +5,7 @@
 #include "ms_arena.h"
 #include "ms_io.h"
 #include "ms_model.h"
+#include "ms_rows.h"
 #include "ms_plan.h"
 #include "ms_tpack.h"
 #include "ms_wstream.h"
@@ -15,13 +16,46 @@
  * it fills base.ops. The runtime owns everything below; the family owns its weights' structs
  * (whose ms_mat views the runtime fills when it pins or streams them). */
 
+/* ---- the pass (ms_mrt_pass.c) ---- */
+
+/* One pass as the family's functions see it, filled by the runtime (a family keeps its own
+ * state of the pass, e.g. K3's snapshots, in its model: one pass runs at a time). */
+typedef struct ms_pass {
+    const ms_batch_item *items; /* [n] checked by ms_model_forward_batch; n = 0 traces the schedule */
+    int n;
+    ms_rows seg[MS_MODEL_MAX_SEQS]; /* item i's rows of the pass: [seg[i].r0, seg[i].r0 + items[i].T) */
+    int64_t R, out_rows;        /* rows of the pass; rows whose logits are asked for */
+    float *h;                   /* [R][hidden] the residual stream, embedded by the runtime */
+    int32_t *route;             /* [R][top_k] the experts a routed layer chose (the observer's) */
+    ms_arena *ar;               /* the pass's scratch: what a layer takes is returned after it */
+} ms_pass;
+
+/* What a family gives the pass (its ms_model_ops.pass). Scratch comes from p->ar, which the
+ * runtime reserved at ms_model_ops.work_floats (that count includes the runtime's h, route,
+ * the tail's rows and the logits). */
+typedef struct {
+    /* Before the first layer: take what the family carries across layers from p->ar (K3's
+     * AttnRes snapshots), note speculative rows. NULL: nothing. */
+    void (*pass_begin)(ms_model *m, ms_pass *p);
+    /* Layer l over all R rows of p->h, in place, each item's rows against its own sequence's
+     * state; a layer that routes writes p->route. With R = 0, every trunk matrix of the layer
+     * goes through ms_matmul in its order (the streaming schedule is traced from it). 0, or -1
+     * with ms_err set. */
+    int (*layer)(ms_model *m, ms_pass *p, int l);
+    /* 1 when layer l routes (the route observer is told its p->route). */
+    int (*layer_routes)(const ms_model *m, int l);
+    /* The LM head's input for row r (the last hidden state, normed) into out[hidden]. */
+    void (*tail_row)(ms_model *m, const ms_pass *p, int64_t r, float *out);
+    /* The LM head [vocab][hidden]. */
+    const ms_mat *(*lm_head)(ms_model *m);
+} ms_pass_ops;
+
 /* What a family does; the runtime calls these. */
 typedef struct {
     /* Release the family's own parts (the runtime frees the rest and the struct). */
     void (*free)(ms_model *m);
-    /* The batched pass (ms_model_forward_batch's contract). n = 0 must walk every trunk matrix
-     * of a pass in order through ms_matmul (the schedule is traced from it). */
-    int (*forward_batch)(ms_model *m, const ms_batch_item *items, int n);
+    /* The family's layers and tail; the runtime runs the pass (ms_mrt_pass_run). */
+    const ms_pass_ops *pass;
     ms_seq *(*seq_new)(ms_model *m);
     void (*seq_free)(ms_seq *s);
     void (*seq_keep)(ms_seq *s, int64_t keep);
@@ -188,6 +222,11 @@ int ms_mrt_finish_pass(ms_model *m, const ms_mat *lm_head, const float *x, int64
                        const ms_batch_item *items, int n);
 /* The first row of x [R][W] holding a NaN or an infinity, or -1. */
 int64_t ms_mrt_nonfinite_row(const float *x, int64_t R, int64_t W);
+/* Run the pass (items as ms_model_forward_batch checked them): embedding, each layer, after each
+ * a failed trunk read or a non-finite hidden state stops it naming the layer, the route observer
+ * and the layer observer; then the tail's rows, the LM head and the logits handed over
+ * (ms_mrt_finish_pass). 0, or -1 with ms_err set. */
+int ms_mrt_pass_run(ms_model *m, const ms_pass_ops *ops, const ms_batch_item *items, int n);
 /* Release everything the runtime holds (the family's free has run). */
 void ms_mrt_release(ms_model *m);
 /* The trunk matrices in the order a forward pass uses them (a traced pass of zero rows).
