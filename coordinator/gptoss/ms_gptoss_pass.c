@@ -253,6 +253,29 @@ static void route(const float *gl, int E, int k, int32_t *ids, float *wts)
     for (int j = 0; j < k; j++) wts[j] = (float)(ex[j] / sum);
 }
 
+/* Predicted routing: the layer's router applied to the residual stream before its attention,
+ * normed as the MoE's input will be, so that the expert store starts reading the likely
+ * experts while the attention computes (ms_experts.prefetch). The router after the attention
+ * decides what is computed; this only reads early. */
+static void predict_route(go_model *g, int l, const float *h, int64_t R, ms_arena *ar)
+{
+    ms_model *m = &g->base;
+    const ms_gptoss_cfg *c = &g->cfg;
+    const go_layer *w = &g->layers[l];
+    int64_t H = c->hidden, E = c->n_experts, k = c->top_k;
+    size_t mark = ms_arena_mark(ar);
+    float *t = ms_arena_take(ar, (size_t)(R * H));                  /* [R][H] normed stream */
+    float *gl = ms_arena_take(ar, (size_t)(R * E));                 /* [R][E] router logits */
+    int32_t *ids = (int32_t *)ms_arena_take(ar, (size_t)(R * k));   /* [R][k] */
+    float *wts = ms_arena_take(ar, (size_t)(R * k));                /* [R][k] */
+    for (int64_t r = 0; r < R; r++) ms_rmsnorm(h + r * H, w->post_norm, H, c->eps, t + r * H);
+    ms_matmul(&w->router, t, R, gl, m->pool);
+    add_bias(gl, w->router_b, R, E);
+    for (int64_t r = 0; r < R; r++) route(gl + r * E, (int)E, (int)k, ids + r * k, wts + r * k);
+    m->experts.prefetch(m->experts.ctx, l, R, (int)k, ids);
+    ms_arena_reset(ar, mark);
+}
+
 /* The MoE block of layer l: h += sum over rank r of w_r * expert_r(rmsnorm(h)). */
 static int moe(go_model *g, int l, float *h, int64_t R, int32_t *ids_out, ms_arena *ar)
 {
@@ -295,6 +318,7 @@ static void go_pass_begin(ms_model *m, ms_pass *p)
 static int go_pass_layer(ms_model *m, ms_pass *p, int l)
 {
     go_model *g = (go_model *)m;
+    if (p->R > 0 && m->experts.prefetch && ms_mat_resident(&g->layers[l].router)) predict_route(g, l, p->h, p->R, p->ar);
     attention(g, l, p->items, p->seg, p->n, p->h, p->R, p->ar);
     return moe(g, l, p->h, p->R, p->route, p->ar);
 }

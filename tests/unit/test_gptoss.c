@@ -73,7 +73,17 @@ static void check_reference(const char *dir, const char *name)
 }
 
 /* Logits of every position of ids[n] (split > 0: fed in pieces of split). */
+static float *logits_stats(const char *dir, const ms_run_opts *o, const int32_t *ids, int64_t n, int split,
+                           ms_model_stats *st);
+
 static float *logits_of(const char *dir, const ms_run_opts *o, const int32_t *ids, int64_t n, int split)
+{
+    return logits_stats(dir, o, ids, n, split, NULL);
+}
+
+/* The logits [n][V] of ids fed in passes of `split` (0: one), and the run's stats into st (may be NULL). */
+static float *logits_stats(const char *dir, const ms_run_opts *o, const int32_t *ids, int64_t n, int split,
+                           ms_model_stats *st)
 {
     ms_model *m = ms_gptoss_model_open(dir, o);
     if (!m) {
@@ -88,6 +98,7 @@ static float *logits_of(const char *dir, const ms_run_opts *o, const int32_t *id
         int64_t c = split > 0 && n - t > split ? split : n - t;
         rc = ms_model_forward(m, s, ids + t, c, 1, all + t * V);
     }
+    if (st) ms_model_get_stats(m, st);
     ms_seq_free(s);
     ms_model_free(m);
     if (rc) free(all);
@@ -211,6 +222,16 @@ static void check_invariants(const char *dir, int64_t V)
     ms_model_free(m);
     float *lb = logits_of(dir, &ob, ids, N, 0);
     T_CHECK(lb && !memcmp(base, lb, bytes), "the least budget (trunk streamed, experts read on demand) == no budget");
+    /* Predicted routing (the router before the attention) only reads early: with it on, experts
+     * read into the cache, token by token, the logits are the reference's and predictions were
+     * read (no more used than read). */
+    ms_run_opts op = {.n_threads = 2, .max_positions = N, .no_mmap = 1, .prefetch = MS_PREFETCH_ON};
+    ms_model_stats pst = {0};
+    float *pf = logits_stats(dir, &op, ids, N, 1, &pst);
+    T_CHECK(pf && !memcmp(base, pf, bytes) && pst.expert_prefetched > 0 && pst.expert_prefetch_used <= pst.expert_prefetched,
+            "predicted routing: the same bits, %llu predicted reads, %llu used", (unsigned long long)pst.expert_prefetched,
+            (unsigned long long)pst.expert_prefetch_used);
+    free(pf);
     free(thr);
     free(inc);
     free(chk);
