@@ -34,6 +34,13 @@ KERNELS = "common/kern/"
 def layers():
     """{folder: set of folders it may include from} from CMakeLists.txt."""
     text = open(os.path.join(ROOT, "CMakeLists.txt")).read()
+    # the families' layers are made in a loop over MS_FAMILIES: expand it
+    fams = re.search(r"set\(MS_FAMILIES\s+([^)]*)\)", text)
+    loops = re.findall(r"foreach\(f \$\{MS_FAMILIES\}\)(.*?)endforeach\(\)", text, re.S)
+    if fams and loops:
+        body = "\n".join(line for loop in loops for line in loop.splitlines() if "ms_layer(" in line)
+        text += "\n" + "\n".join(body.replace("${f}", f) for f in fams.group(1).split())
+        text = text.replace("${ms_family_libs}", " ".join("ms" + f for f in fams.group(1).split()))
     lib_dir, deps = {}, {}
     for m in re.finditer(r"ms_layer\((\w+)\s+([\w/-]+)([^)]*)\)", text):
         name, d, rest = m.group(1), m.group(2), m.group(3)

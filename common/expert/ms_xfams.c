@@ -5,14 +5,17 @@
 
 #include "ms_err.h"
 #include "ms_st.h"
-#include "ms_xfam_gptoss.h"
-#include "ms_xfam_k3.h"
 #include "ms_xfams.h"
 
-/* One row per family (its file: ms_xfam_<family>.c). */
+/* One row per family, generated from CMakeLists.txt's MS_FAMILIES: family f's expert row is
+ * ms_xfam_f (its file: ms_xfam_f.c). */
+#define MS_FAMILY(f) extern const ms_xfam ms_xfam_##f;
+#include "ms_family_list.h"
+#undef MS_FAMILY
 static const ms_xfam *const families[] = {
-    &ms_xfam_k3,
-    &ms_xfam_gptoss,
+#define MS_FAMILY(f) &ms_xfam_##f,
+#include "ms_family_list.h"
+#undef MS_FAMILY
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -6,13 +6,16 @@
 #include "ms_families.h"
 #include "ms_jcfg.h"
 #include "ms_xfams.h"
-#include "ms_gptoss_model.h"
-#include "ms_k3_model.h"
 
-/* A new family: its folder (coordinator/<family>/, a CMake layer linked below) and one row. */
+/* The rows, generated from CMakeLists.txt's MS_FAMILIES: family f's folder coordinator/f/
+ * defines ms_f_family. */
+#define MS_FAMILY(f) extern const ms_family ms_##f##_family;
+#include "ms_family_list.h"
+#undef MS_FAMILY
 static const ms_family *const families[] = {
-    &ms_k3_family,
-    &ms_gptoss_family,
+#define MS_FAMILY(f) &ms_##f##_family,
+#include "ms_family_list.h"
+#undef MS_FAMILY
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
