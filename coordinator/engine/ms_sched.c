@@ -213,6 +213,7 @@ static const char *job_text(sjob *j, size_t n_tok, size_t *len)
     if (n_tok > ng) n_tok = ng;
     /* Decoding concatenates the tokens' bytes: the new tokens' text extends what was decoded. */
     if (n_tok > j->text_tokens) {
+        j->s->st.decoded += n_tok - j->text_tokens;
         if (ms_tok_decode_text(tok, gen + j->text_tokens, n_tok - j->text_tokens, !j->j.keep_special, &text, &n) != 0)
             return NULL;
         ms_sbuf_add(&j->text, text, n);
@@ -221,6 +222,7 @@ static const char *job_text(sjob *j, size_t n_tok, size_t *len)
     }
     *len = j->text.n;
     if (n_tok < j->text_tokens) { /* fewer (the report leaves out a final stop id): less the rest's bytes */
+        j->s->st.decoded += j->text_tokens - n_tok;
         if (ms_tok_decode_text(tok, gen + n_tok, j->text_tokens - n_tok, !j->j.keep_special, &text, &n) != 0) return NULL;
         free(text);
         *len -= n;
@@ -247,10 +249,12 @@ static void on_token(void *ctx, ms_eseq *seq, int32_t token)
     for (int i = 0; i < j->j.n_stop; i++)
         if (strlen(j->j.stop[i]) > maxl) maxl = strlen(j->j.stop[i]);
     char *text = NULL;
+    j->s->st.decoded += 1;
     if (ms_tok_decode_text(tok, &token, 1, !j->j.keep_special, &text, &one) != 0) return;
     free(text);
     j->text_bytes += one;
     size_t from = ng > maxl ? ng - maxl : 0;
+    j->s->st.decoded += ng - from;
     if (ms_tok_decode_text(tok, gen + from, ng - from, !j->j.keep_special, &text, &len) != 0) return;
     size_t best = len + 1;
     for (int i = 0; i < j->j.n_stop; i++) {

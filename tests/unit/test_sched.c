@@ -145,6 +145,38 @@ static void add_stops(int i, ms_sched_job *j)
     }
 }
 
+/* A long streamed answer decodes each token to text a bounded number of times (its text is
+ * extended, not decoded again at every step): the scheduler's decoded ids stay within twice the
+ * tokens generated, where decoding the whole answer at each step would take about n^2 / 2. */
+static void check_linear(void)
+{
+    ms_engine *e = open_engine(1);
+    if (!e) return;
+    record got[1];
+    memset(got, 0, sizeof got);
+    ms_sched *s = ms_sched_new(e, 1, keep, got);
+    ms_sched_set_stream(s, on_delta);
+    int32_t ids[4] = {5, 17, 29, 41};
+    ms_sched_job j = {0};
+    j.prompt = ids;
+    j.n_prompt = 4;
+    j.max_tokens = 56;
+    j.stream = 1;
+    j.user = (void *)(intptr_t)0;
+    ms_sched_add(s, &j);
+    int guard = 0;
+    while (ms_sched_pending(s) && guard++ < 200)
+        if (ms_sched_step(s) != 0) break;
+    ms_sched_stats st;
+    ms_sched_get_stats(s, &st);
+    T_CHECK(got[0].reported == 1 && got[0].n_tok == 56 && got[0].deltas == 56 && st.decoded > 0 &&
+                st.decoded <= 2 * st.generated,
+            "a streamed answer of %zu tokens in %d deltas: %llu ids decoded for %llu generated (at most twice)",
+            got[0].n_tok, got[0].deltas, (unsigned long long)st.decoded, (unsigned long long)st.generated);
+    ms_sched_free(s);
+    ms_engine_free(e);
+}
+
 /* Cancel a running and a waiting job between steps: they are never reported, the others are
  * unchanged, and a waiting job fills the freed place at the next step. */
 static void check_cancel(const record *ref)
@@ -437,6 +469,7 @@ int main(void)
 
     check_cancel(ref);
     check_isolation(ref);
+    check_linear();
     check_choices();
     for (int i = 0; i < NJOB; i++) free(ref[i].rows);
     return ms_t_done();
