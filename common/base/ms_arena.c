@@ -1,7 +1,16 @@
 /* ms_arena: a bump allocator over one buffer for the forward pass's scratch. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <sys/vfs.h>
+#include <unistd.h>
 
 #include "ms_arena.h"
 #include "ms_err.h"
@@ -9,7 +18,7 @@
 void ms_arena_reserve(ms_arena *a, size_t cap)
 {
     if (cap <= a->cap) return;
-    MS_ASSERT(a->used == 0);
+    MS_ASSERT(a->used == 0 && !a->mapped); /* a file-backed arena is sized once */
     free(a->base);
     a->base = NULL;
     if (posix_memalign((void **)&a->base, 64, sizeof(float) * cap) != 0) {
@@ -19,11 +28,151 @@ void ms_arena_reserve(ms_arena *a, size_t cap)
     a->cap = cap;
 }
 
+struct ms_arena_flusher {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int fd, stop;
+};
+
+/* Starts the write-back of the file's dirty pages every 10 ms until told to stop: without it a
+ * memory cgroup fills with dirty pages of the mapping faster than the kernel's flushers write
+ * them, and its reclaim, which may not write them itself, kills the process. */
+static void *flusher_main(void *v)
+{
+    struct ms_arena_flusher *f = v;
+    pthread_mutex_lock(&f->mu);
+    while (!f->stop) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_nsec += 10 * 1000 * 1000;
+        if (t.tv_nsec >= 1000000000) t.tv_sec++, t.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&f->cv, &f->mu, &t);
+        if (f->stop) break;
+        pthread_mutex_unlock(&f->mu);
+        sync_file_range(f->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+        pthread_mutex_lock(&f->mu);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+
+static struct ms_arena_flusher *flusher_start(int fd)
+{
+    struct ms_arena_flusher *f = ms_calloc(1, sizeof *f);
+    f->fd = fd;
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&f->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&f->thread, NULL, flusher_main, f) != 0) {
+        pthread_cond_destroy(&f->cv);
+        pthread_mutex_destroy(&f->mu);
+        free(f);
+        return NULL; /* the kernel's own flushers only */
+    }
+    return f;
+}
+
+static void flusher_stop(struct ms_arena_flusher *f)
+{
+    if (!f) return;
+    pthread_mutex_lock(&f->mu);
+    f->stop = 1;
+    pthread_cond_signal(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    pthread_join(f->thread, NULL);
+    pthread_cond_destroy(&f->cv);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
 void ms_arena_free(ms_arena *a)
 {
-    free(a->base);
+    if (a->mapped) {
+        flusher_stop(a->flusher);
+        a->flusher = NULL;
+        munmap(a->base, sizeof(float) * (a->cap ? a->cap : 1));
+        close(a->fd);
+        a->mapped = 0;
+    } else {
+        free(a->base);
+    }
     a->base = NULL;
     a->cap = a->used = a->peak = 0;
+}
+
+int ms_arena_discard(ms_arena *a, size_t from)
+{
+    if (!a->mapped) return 0;
+    const size_t page = 4096, end = sizeof(float) * (a->cap ? a->cap : 1);
+    size_t at = (sizeof(float) * from + page - 1) / page * page;
+    if (at >= end) return 0;
+    if (fallocate(a->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)at, (off_t)(end - at)) != 0)
+        return 0; /* no holes on this filesystem: the pages stay and are written back as needed */
+    int e = posix_fallocate(a->fd, (off_t)at, (off_t)(end - at));
+    if (e != 0) {
+        ms_err_set("the scratch file of a prefill span: cannot allocate %zu bytes again: %s", end - at, strerror(e));
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    return 0;
+}
+
+#define TMPFS_MAGIC_ 0x01021994
+#define RAMFS_MAGIC_ 0x858458f6
+
+int ms_arena_dir_on_disk(const char *dir)
+{
+    struct statfs sf;
+    if (statfs(dir, &sf) != 0) {
+        ms_err_set("scratch directory %s: %s", dir, strerror(errno));
+        return 0;
+    }
+    if (sf.f_type == TMPFS_MAGIC_ || sf.f_type == RAMFS_MAGIC_) {
+        ms_err_set("scratch directory %s is in memory (tmpfs or ramfs): a scratch file there would be RAM "
+                   "the kernel cannot reclaim", dir);
+        return 0;
+    }
+    return 1;
+}
+
+int ms_arena_reserve_file(ms_arena *a, size_t cap, const char *dir)
+{
+    ms_arena_free(a);
+    if (!ms_arena_dir_on_disk(dir)) return ms_err_set_code(MS_EXIT_IO);
+    size_t bytes = sizeof(float) * (cap ? cap : 1);
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+        /* no unnamed files on this filesystem: a named one, unlinked at once */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/moestream-scratch-XXXXXX", dir);
+        fd = mkstemp(path);
+        if (fd >= 0) unlink(path);
+    }
+    if (fd < 0) {
+        ms_err_set("cannot create a scratch file in %s: %s", dir, strerror(errno));
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    int e = posix_fallocate(fd, 0, (off_t)bytes);
+    if (e != 0) {
+        close(fd);
+        ms_err_set("cannot write a scratch file of %zu bytes in %s: %s", bytes, dir, strerror(e));
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        ms_err_set("cannot map a scratch file of %zu bytes in %s: %s", bytes, dir, strerror(errno));
+        return ms_err_set_code(MS_EXIT_IO);
+    }
+    a->base = p;
+    a->cap = cap;
+    a->fd = fd;
+    a->mapped = 1;
+    a->flusher = flusher_start(fd);
+    return 0;
 }
 
 float *ms_arena_take(ms_arena *a, size_t n)

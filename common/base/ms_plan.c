@@ -155,6 +155,25 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
         }
         p->read_chunks = (uint64_t)bc;
         p->read_prompt = (uint64_t)(p->span_pins ? b2 : spans ? b1 : bc);
+        p->span_in_memory = spans ? (int64_t)s : chunk;
+        /* One span of the whole prompt in a scratch file: the checkpoint read once, and the
+         * part of each layer's scratch the window cannot hold written and read back. */
+        uint64_t fits = s2 > s ? s2 : s; /* the longest span memory can hold */
+        if (in->scratch && fits < P) {
+            uint64_t all = in->work_fixed + span_per_token * P, win = room;
+            uint64_t traffic = 2 * (all > win ? all - win : 0) * (uint64_t)(in->n_layers > 0 ? in->n_layers : 1);
+            double bf = span_bytes(in, p, trunk, P, 0);
+            double now = (double)p->read_prompt;
+            if (in->scratch_forced || bf + (double)traffic < 0.8 * now) {
+                spans = 1;
+                p->scratch = 1;
+                p->scratch_bytes = all;
+                p->scratch_traffic = traffic;
+                p->scratch_window = win;
+                p->read_prompt = (uint64_t)bf;
+                s = P;
+            }
+        }
         if (spans) {
             /* A pass that also carries decoding sequences keeps the pins (lending them costs a
              * second read of them each time); asked for, it takes more prompt rows than a chunk:
@@ -173,6 +192,7 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
             p->span_cache_slots = keep;
         }
     }
+    if (!p->scratch) p->span_in_memory = p->span;
     return 0;
 }
 
@@ -214,6 +234,12 @@ void ms_plan_log(const ms_plan *p)
                p->span_pins ? ", the pinned trunk " : "", p->span_pins ? ms_size_fmt(p->pinned_bytes, c, sizeof c) : "",
                p->span_pins ? ", read again after the prompt" : "");
     }
+    if (p->scratch)
+        ms_log(1, "plan: prefill spans longer than %lld tokens keep their scratch in a file of up to %s (a window of "
+               "%s in memory; a %lld-token prompt writes and reads back about %s of it)",
+               (long long)p->span_in_memory, ms_size_fmt(p->scratch_bytes, a, sizeof a),
+               ms_size_fmt(p->scratch_window, b, sizeof b), (long long)p->in.max_span,
+               ms_size_fmt(p->scratch_traffic, c, sizeof c));
     if (p->read_prompt)
         ms_log(1, "plan: a %lld-token prompt reads about %s from disk (in chunks it would read %s)",
                (long long)p->in.max_span, ms_size_fmt(p->read_prompt, a, sizeof a), ms_size_fmt(p->read_chunks, b, sizeof b));
@@ -221,7 +247,7 @@ void ms_plan_log(const ms_plan *p)
 
 json_t *ms_plan_json(const ms_plan *p)
 {
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:I,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:I,s:I}", "budget_bytes",
+    json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:I,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:I,s:I}", "budget_bytes",
                      (json_int_t)p->in.budget, "fixed_bytes", (json_int_t)p->fixed, "baseline_bytes",
                      (json_int_t)p->in.baseline, "state_bytes", (json_int_t)p->in.state, "work_bytes",
                      (json_int_t)(p->in.work_fixed + p->in.work_per_token * (uint64_t)p->chunk),
@@ -235,4 +261,10 @@ json_t *ms_plan_json(const ms_plan *p)
                      (json_int_t)p->span_cache_slots, "span_lends_pinned_trunk", p->span_pins,
                      "prompt_read_bytes", (json_int_t)p->read_prompt, "prompt_read_bytes_in_chunks",
                      (json_int_t)p->read_chunks);
+    json_object_set_new(j, "prefill_span_in_memory", json_integer((json_int_t)p->span_in_memory));
+    json_object_set_new(j, "scratch_file", json_boolean(p->scratch));
+    json_object_set_new(j, "scratch_file_bytes", json_integer((json_int_t)p->scratch_bytes));
+    json_object_set_new(j, "scratch_traffic_bytes", json_integer((json_int_t)p->scratch_traffic));
+    json_object_set_new(j, "scratch_window_bytes", json_integer((json_int_t)p->scratch_window));
+    return j;
 }

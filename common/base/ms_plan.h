@@ -41,6 +41,12 @@ typedef struct {
     int span_cache_kept;       /* 1: the expert cache lends nothing (it is in worker processes) */
     int64_t mix_wanted;        /* rows of a pass beside decoding sequences, with spans: 0 the
                                   chunk, -1 those that touch 9/10 of a layer's experts, N up to N */
+    /* A scratch file (ms_arena_reserve_file) may hold the scratch of a span memory cannot: one
+     * span of max_span rows, each weight read once, its scratch written and read back through
+     * the memory the cache and spare would have lent (the page cache's window). */
+    int scratch;               /* 1: a scratch directory on disk is there */
+    int scratch_forced;        /* 1: take it whenever memory cannot hold a max_span-row span */
+    int n_layers;              /* layers a pass goes through (the scratch traffic estimate) */
 } ms_plan_in;
 
 /* The plan. */
@@ -59,6 +65,14 @@ typedef struct {
     uint64_t read_chunks;      /* ... in chunks (0 both without max_span) */
     int span_pins;             /* 1: spans borrow the pinned trunk too (fewer spans for the longest
                                   prompt, and fewer bytes read in all counting its reading again) */
+    int scratch;               /* 1: a span longer than span_in_memory keeps its scratch in a file
+                                  (span is then max_span) */
+    int64_t span_in_memory;    /* the longest span whose scratch is in memory (= span without scratch) */
+    uint64_t scratch_bytes;    /* the file for a span-row pass: its work and its rows' matmul copies */
+    uint64_t scratch_traffic;  /* bytes a max_span-token prompt is estimated to write to and read
+                                  back from it: per layer, what of it exceeds the window, twice */
+    uint64_t scratch_window;   /* the memory the kernel may cache the file in (what the cache and
+                                  the spare lend) */
     uint64_t margin;           /* slack for the allocator, thread stacks, small buffers (ms_plan_slack) */
     uint64_t fixed;            /* baseline + state + work + expert_fixed + state_cache + margin (+ ring if streaming) */
     int n_pinned;              /* the first n_pinned trunk matrices stay resident */
@@ -82,7 +96,9 @@ uint64_t ms_plan_default_budget(int percent);
  * with span_pins, the pinned trunk too; spans (and lent pins) are taken when they read a fifth
  * fewer bytes for a max_span-token prompt than chunks (each pass streams the unpinned trunk and
  * reads the experts its rows touch, chunks hitting the cache kept; lent pins stream with every
- * span and are read again once after), or when span_forced; with spans, the rows of a pass that
+ * span and are read again once after), or when span_forced; with a scratch directory, one span
+ * of max_span rows in a scratch file when its bytes (the checkpoint's plus the file's traffic)
+ * are a fifth fewer than the best in memory (or scratch_forced); with spans, the rows of a pass that
  * prefills beside decoding sequences (mix: see ms_plan). Returns 0, or -1 with ms_err
  * set (class MS_EXIT_BUDGET) when the budget is below the fixed costs, listing them and naming
  * the minimum budget that would work as "... about SIZE (N bytes)". */

@@ -10,14 +10,18 @@
 #include "ms_err.h"
 
 #define ALIGN 64
+#define SPILL (SIZE_MAX - 1)
 #define MAX_DEPTH 64 /* pieces live at once on one thread; deeper is a programmer error */
 
 typedef struct {
     uint8_t *base;               /* [MS_SCRATCH_KEEP] owned, ALIGN-aligned; NULL until the first use */
     size_t top;                  /* bytes of it in use */
     void *piece[MAX_DEPTH];      /* live pieces, oldest first */
-    size_t piece_top[MAX_DEPTH]; /* the block's top before each piece, or SIZE_MAX (heap) */
+    size_t piece_top[MAX_DEPTH]; /* the block's top before each piece, or SIZE_MAX (heap), or
+                                    SPILL (the spill region) */
     int depth;
+    uint8_t *spill;              /* [spill_cap] the caller's, or NULL (ms_scratch_spill_set) */
+    size_t spill_cap, spill_top;
     size_t heap_pushes;
 } scratch;
 
@@ -73,6 +77,10 @@ void *ms_scratch_push(size_t bytes)
         p = s->base + s->top;
         s->piece_top[s->depth] = s->top;
         s->top += n;
+    } else if (s->spill && s->spill_top + n <= s->spill_cap) {
+        p = s->spill + s->spill_top;
+        s->piece_top[s->depth] = SPILL;
+        s->spill_top += n;
     } else {
         p = aligned(n);
         s->piece_top[s->depth] = SIZE_MAX;
@@ -96,6 +104,7 @@ void ms_scratch_pop(void *p)
     MS_ASSERT(s && s->depth > 0 && s->piece[s->depth - 1] == p); /* pops in reverse order of pushes */
     s->depth--;
     if (s->piece_top[s->depth] == SIZE_MAX) free(p);
+    else if (s->piece_top[s->depth] == SPILL) s->spill_top = (size_t)((uint8_t *)p - s->spill);
     else s->top = s->piece_top[s->depth];
 }
 
@@ -106,6 +115,14 @@ void ms_scratch_release(void)
     MS_ASSERT(s->depth == 0);
     free(s->base);
     s->base = NULL;
+}
+
+void ms_scratch_spill_set(void *base, size_t bytes)
+{
+    scratch *s = get();
+    MS_ASSERT(s->spill_top == 0 && ((uintptr_t)base % ALIGN) == 0);
+    s->spill = base;
+    s->spill_cap = base ? bytes : 0;
 }
 
 size_t ms_scratch_heap_pushes(void) { return mine ? mine->heap_pushes : 0; }

@@ -26,6 +26,13 @@ void ms_scratch_pop(void *p);
 /* Frees the calling thread's block (it must hold no pieces); the next push makes a new one. */
 void ms_scratch_release(void);
 
+/* Gives the calling thread a spill region [base, base + bytes), 64-byte aligned, owned by the
+ * caller: pieces that do not fit the thread's block are taken from it (last in, first out) while
+ * they fit, before the heap. A long prefill pass's main thread gets one in its scratch file, so
+ * the copies its matmuls make of all its rows leave memory with the rest of the pass's scratch.
+ * NULL clears it; no piece may be in the region then (an assert). */
+void ms_scratch_spill_set(void *base, size_t bytes);
+
 /* Heap pieces (those that did not fit) this thread has pushed so far: what a caller that must
  * not allocate checks. */
 size_t ms_scratch_heap_pushes(void);

@@ -89,7 +89,7 @@ static void chat_usage(FILE *f)
     fputs("usage: moestream chat --model DIR [--system TEXT] [--session FILE] [--max-tokens N] [--max-context N]\n"
           "                      [--temperature T] [--top-p P] [--seed S] [--date YYYY-MM-DD] [--reasoning] [--raw]\n"
           "                      [--ram-budget SIZE] [--threads N] [--buffered-io] [--mmap auto|off] [--io-depth N] [--prefill-chunk N]\n"
-          "                      [--prefill-span N|off] [--prefill-mixed off|auto|N] [--trunk-pack DIR|none]\n"
+          "                      [--prefill-span N|off] [--prefill-mixed off|auto|N] [--scratch-dir DIR|off] [--trunk-pack DIR|none]\n"
           "                      [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                      [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "                      [--speculate auto|off|N] [--draft-file PATH] [--quiet] [--pin-threads]\n"

@@ -8,7 +8,7 @@
 #include "ms_pool.h"
 
 enum { MS_CLI_OPT_SPECULATE = 1001, MS_CLI_OPT_DRAFT, MS_CLI_OPT_PIN, MS_CLI_OPT_PREFETCH, MS_CLI_OPT_SPAN,
-       MS_CLI_OPT_MIXED, MS_CLI_OPT_MMAP }; /* long-only options */
+       MS_CLI_OPT_MIXED, MS_CLI_OPT_MMAP, MS_CLI_OPT_SCRATCH }; /* long-only options */
 
 static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"model", required_argument, 0, 'm'},         {"ram-budget", required_argument, 0, 'B'},
@@ -25,6 +25,7 @@ static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"prefill-span", required_argument, 0, MS_CLI_OPT_SPAN},
     {"prefill-mixed", required_argument, 0, MS_CLI_OPT_MIXED},
     {"mmap", required_argument, 0, MS_CLI_OPT_MMAP},
+    {"scratch-dir", required_argument, 0, MS_CLI_OPT_SCRATCH},
 };
 
 void ms_cli_eopt_table(const struct option *own, int n_own, struct option *out)
@@ -54,6 +55,7 @@ int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, i
     case 'C': bad = ms_opt_int("--prefill-chunk", arg, 1, 65536, &o->chunk); break;
     case 'N': bad = ms_opt_int("--local-workers", arg, 0, 64, &o->local_workers); break;
     case MS_CLI_OPT_DRAFT: o->draft_file = arg; break;
+    case MS_CLI_OPT_SCRATCH: o->scratch_dir = arg; break;
     case MS_CLI_OPT_SPAN:
         if (!strcmp(arg, "off"))
             o->span = -1;
@@ -136,6 +138,7 @@ void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo)
     eo->run.max_chunk = o->chunk;
     eo->run.max_span = o->span;
     eo->run.mixed_rows = o->mixed;
+    eo->run.scratch_dir = o->scratch_dir;
     eo->run.lru = o->lru;
     eo->run.trunk_pack = o->trunk_pack;
     eo->run.prefetch = o->prefetch;

@@ -23,10 +23,11 @@ typedef struct {
     int speculate;                           /* --speculate: MS_SPEC_AUTO (the default), 0 = off, N */
     int speculate_set;                       /* --speculate was given (else auto) */
     const char *draft_file;                  /* --draft-file PATH */
+    const char *scratch_dir;                 /* --scratch-dir DIR|off (NULL: $TMPDIR or /tmp) */
 } ms_cli_eopts;
 
 /* Entries of the shared options in a getopt_long table. */
-#define MS_CLI_EOPT_COUNT 22
+#define MS_CLI_EOPT_COUNT 23
 
 /* Lines of a command's usage text for the speculation options (run, jobs, serve). */
 #define MS_CLI_EOPT_SPEC_HELP                                                                                    \

@@ -46,7 +46,7 @@ static void jobs_usage(FILE *f)
     fputs("usage: moestream jobs --model DIR --input FILE|- --output FILE|- [--max-batch N] [--resume]\n"
           "                      [--ram-budget SIZE] [--max-context N] [--date YYYY-MM-DD] [--json-progress] [--quiet]\n"
           "                      [--threads N] [--buffered-io] [--mmap auto|off] [--io-depth N] [--prefill-chunk N] [--prefill-span N|off]\n"
-          "                      [--prefill-mixed off|auto|N]\n"
+          "                      [--prefill-mixed off|auto|N] [--scratch-dir DIR|off]\n"
           "                      [--lru-cache] [--trunk-pack DIR|none] [--pin-threads] [--expert-prefetch auto|on|off]\n"
           "                      [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                      [--curve-secret FILE] [--insecure] [--worker-timeout SEC] [--dump-logits DIR]\n"

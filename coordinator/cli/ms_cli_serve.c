@@ -38,7 +38,7 @@ static void serve_usage(FILE *f)
           "                       [--read-timeout SEC] [--max-connections N] [--max-connections-per-ip N]\n"
           "                       [--model-name NAME] [--date YYYY-MM-DD] [--cors ORIGINS] [--ram-budget SIZE] [--quiet]\n"
           "                       [--threads N] [--buffered-io] [--mmap auto|off] [--io-depth N] [--prefill-chunk N] [--prefill-span N|off]\n"
-          "                       [--prefill-mixed off|auto|N]\n"
+          "                       [--prefill-mixed off|auto|N] [--scratch-dir DIR|off]\n"
           "                       [--lru-cache] [--trunk-pack DIR|none] [--pin-threads] [--expert-prefetch auto|on|off]\n"
           "                       [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                       [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"

@@ -91,6 +91,11 @@ typedef struct {
                                 spans (ms_model_mix_rows): 0 the chunk; -1 auto, those touching
                                 9/10 of a layer's experts; N up to N; both no more than memory
                                 allows keeping the pins */
+    const char *scratch_dir; /* where a prefill span whose scratch memory cannot hold keeps it
+                                in a file (ms_plan: the file when it reads fewer bytes than
+                                spans in memory); NULL: $TMPDIR, else /tmp; "off": never. A
+                                directory in memory (tmpfs) is not used (logged). */
+    int scratch_forced;      /* 1: the file whenever memory cannot hold the longest span (tests) */
     int all_logits;          /* logits of every prefill row will be asked for */
     int lru;                 /* plain LRU expert cache (benchmarks) */
     int prefetch;            /* predicted-routing reads of routed experts (--expert-prefetch): MS_PREFETCH_AUTO

@@ -12,6 +12,7 @@
 #include "ms_file.h"
 #include "ms_mpin.h"
 #include "ms_mrt.h"
+#include "ms_scratch.h"
 #include "ms_proc.h"
 #include "ms_progress.h"
 
@@ -218,18 +219,66 @@ static void reserve_chunk(ms_model *m)
     ms_arena_reserve(&m->work, m->ops->work_floats(m, rows, out_rows));
 }
 
+/* The scratch file's directory (ms_run_opts.scratch_dir) into m->scratch_dir, *ok = 1 when it
+ * is on a disk. The default ($TMPDIR, /tmp) in memory or missing only goes without (logged); a
+ * directory asked for that cannot hold one is an error: -1 with ms_err set (MS_EXIT_IO). */
+static int scratch_dir_pick(ms_model *m, int *ok)
+{
+    *ok = 0;
+    const char *d = m->opts.scratch_dir;
+    if (d && !strcmp(d, "off")) return 0;
+    int asked = d && *d;
+    if (!asked) d = getenv("TMPDIR");
+    if (!d || !*d) d = "/tmp";
+    if (!ms_arena_dir_on_disk(d)) {
+        if (asked) {
+            ms_err_wrap("--scratch-dir");
+            return ms_err_set_code(MS_EXIT_IO);
+        }
+        ms_log(1, "prefill spans keep their scratch in memory only: %s (--scratch-dir names another)", ms_err_msg());
+        ms_err_clear();
+        return 0;
+    }
+    free(m->scratch_dir);
+    m->scratch_dir = ms_strdup(d);
+    *ok = 1;
+    return 0;
+}
+
+/* Mode 3: m->work maps a scratch file holding the pass's work (work_floats(R, out_rows)) and,
+ * past it, the spill region the pass thread's matmul copies of its rows go to (the plan's
+ * span_extra_per_token a row). Made again only when a pass needs more than it holds. */
+static int scratch_reserve(ms_model *m, int64_t R, int64_t out_rows)
+{
+    size_t work = m->ops->work_floats(m, R, out_rows);
+    work = (work + 15) / 16 * 16; /* the spill region 64-byte aligned */
+    size_t spill = (size_t)((m->plan.in.span_extra_per_token * (uint64_t)R) / 4) + (1u << 16);
+    if (m->in_span == 3 && m->work.cap >= work + spill && m->work.cap - m->work_spill >= work) return 0;
+    if (ms_arena_reserve_file(&m->work, work + spill, m->scratch_dir) != 0) {
+        ms_err_wrap("a prefill span of %lld rows", (long long)R);
+        return -1;
+    }
+    m->work_spill = m->work.cap - work;
+    return 0;
+}
+
 /* Before a pass of R rows: a longer pass than the chunk borrows the expert cache's memory for
  * its scratch (which the family's pass then reserves), and a prefill-only span (!decode) with
  * plan.span_pins too long to fit beside the pins (plan.span_keeping_pins) the pinned trunk's too; the first shorter pass gives them back (and a pass with
  * decoding rows the pins). The scratch is freed in between, so the two never coexist. 0, or -1
  * with ms_err set (the pins could not be read again). */
-static int span_switch(ms_model *m, int64_t R, int decode)
+static int span_switch(ms_model *m, int64_t R, int64_t out_rows, int decode)
 {
     if (!m->planned) return 0;
-    int mode = R <= m->plan.chunk ? 0 : m->plan.span_pins && !m->map_trunk && !decode && R > m->plan.span_keeping_pins ? 2 : 1;
+    int mode = R <= m->plan.chunk                                      ? 0
+               : m->plan.scratch && !decode && R > m->plan.span_in_memory ? 3
+               : m->plan.span_pins && !m->map_trunk && !decode && R > m->plan.span_keeping_pins ? 2
+                                                                          : 1;
+    if (mode == 3 && m->in_span == 3) return scratch_reserve(m, R, out_rows);
     if (mode == m->in_span) return 0;
     int rc = 0;
     ms_arena_free(&m->work);
+    m->work_spill = 0;
     if (m->in_span == 2) rc = ms_mrt_pins_restore(m);
     if (mode == 0) {
         reserve_chunk(m);
@@ -237,7 +286,11 @@ static int span_switch(ms_model *m, int64_t R, int decode)
     }
     if (mode > 0 && m->in_span == 0 && m->xs) ms_xstore_lend(m->xs, (size_t)m->plan.span_cache_slots);
     if (mode == 2) ms_mrt_pins_lend(m);
-    m->in_span = mode;
+    m->in_span = mode == 3 ? 1 : mode;
+    if (mode == 3 && rc == 0) {
+        if (scratch_reserve(m, R, out_rows) != 0) return -1; /* stays mode 1: the next pass may fit */
+        m->in_span = 3;
+    }
     return rc;
 }
 
@@ -325,6 +378,9 @@ int ms_mrt_setup(ms_model *m)
         in.expert_read = have_xf ? ms_xfmt_expert_bytes(&xf) : 0;
         in.route_share = c->n_experts > 0 ? (double)c->top_k / (double)c->n_experts : 0;
         in.span_cache_kept = m->opts.remote_experts;
+        in.n_layers = c->n_layers;
+        in.scratch_forced = m->opts.scratch_forced;
+        if (scratch_dir_pick(m, &in.scratch) != 0) return -1;
     }
     /* Local workers each need their read buffers and a process of their own; remote workers
      * plan their own memory. */
@@ -651,6 +707,7 @@ void ms_model_free(ms_model *m)
     free(m->xlocs);
     ms_expert_table_free(m->table);
     ms_arena_free(&m->work);
+    free(m->scratch_dir);
     ms_pool_free(m->pool);
     if (m->st) free((void *)m->src.paths);
     ms_st_close(m->st);
@@ -714,11 +771,16 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
                 return -1;
             }
     }
-    int64_t R = 0;
+    int64_t R = 0, out_rows = 0;
     int decode = 0;
-    for (int i = 0; i < n; i++) R += items[i].T, decode |= items[i].decode;
-    if (span_switch(m, R, decode) != 0) return -1;
-    return ms_mrt_pass_run(m, m->ops->pass, items, n);
+    for (int i = 0; i < n; i++) R += items[i].T, out_rows += items[i].all_rows ? items[i].T : 1, decode |= items[i].decode;
+    if (span_switch(m, R, out_rows, decode) != 0) return -1;
+    if (m->in_span != 3) return ms_mrt_pass_run(m, m->ops->pass, items, n);
+    /* The rows' matmul copies go to the file too (the pass thread's big scratch pieces). */
+    ms_scratch_spill_set(m->work.base + (m->work.cap - m->work_spill), sizeof(float) * m->work_spill);
+    int rc = ms_mrt_pass_run(m, m->ops->pass, items, n);
+    ms_scratch_spill_set(NULL, 0);
+    return rc;
 }
 
 int ms_model_forward(ms_model *m, ms_seq *s, const int32_t *ids, int64_t T, int all_rows, float *logits)

@@ -38,6 +38,7 @@ int ms_mrt_pass_run(ms_model *m, const ms_pass_ops *ops, const ms_batch_item *it
         int lrc = ops->layer(m, &p, l);
         ms_arena_reset(ar, mark);
         if (lrc != 0 || ms_mrt_stream_check(m) != 0) goto out; /* no answer from partial weights */
+        if (ms_arena_discard(ar, mark) != 0) goto out; /* a scratch file: the layer's temporaries unwritten */
         int64_t bad = ms_mrt_nonfinite_row(p.h, p.R, E);
         if (bad >= 0) {
             int it = item_of_row(&p, bad);

@@ -189,6 +189,12 @@ static void test_demo(void)
     json_t *j = run_json(a, &st);
     T_CHECK(st == 0 && j && json_array_size(json_object_get(j, "generated_ids")) == 4, "demo runs end to end");
     json_decref(j);
+    /* a scratch directory asked for that is not there: exit 4 naming it */
+    snprintf(a, sizeof a, "run --model %s/m --ids 1,2,3 -n 1 --scratch-dir /nonexistent/scratch", d);
+    st = status_of(a);
+    char *se = stderr_of(a);
+    T_CHECK(st == 4 && se && strstr(se, "/nonexistent/scratch"), "--scratch-dir missing: exit %d (4): %s", st, se ? se : "");
+    free(se);
 
     /* What a terminal shows: the prompt, then the text as valid UTF-8 (random weights give broken
      * sequences); --quiet: only the text; --raw: the tokens' bytes as they are. */

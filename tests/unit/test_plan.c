@@ -426,6 +426,46 @@ static void test_spans(void)
             (long long)p.span);
 }
 
+/* A span of the whole prompt in a scratch file when memory holds a shorter one: taken when the
+ * checkpoint's bytes once plus the file's traffic are a fifth fewer than spans in memory. */
+static void test_scratch_file(void)
+{
+    /* test_spans' 2000 MiB case, pins not lendable: spans of 1383 in memory (2 passes, ~32,000
+     * MiB of experts). In a file: one span of 2000 (~16,000 MiB), its file 10 + 2000 = 2010 MiB,
+     * of which the window (the 1383 MiB lent) holds 1383: 627 MiB written and read back a layer. */
+    ms_plan_in in = base_in(2000 * M);
+    in.max_slots = 1000;
+    in.route_share = 0.01;
+    in.max_span = 2000;
+    in.scratch = 1;
+    in.n_layers = 2; /* 2 x 627 x 2 = 2508 MiB of traffic: 18,508 < 0.8 x 32,000 */
+    ms_plan p;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.scratch && p.span == 2000 && p.span_in_memory == 1383 &&
+                p.span_keeping_pins == 1383 && p.scratch_bytes == 2010 * M && p.scratch_window == 1383 * M &&
+                p.scratch_traffic == 2508 * M && p.read_prompt <= 1000 * 16 * M && p.read_prompt > 1000 * 16 * M - 64 * M,
+            "2 layers: one span of %lld in a file (%d) of %llu MiB, window %llu MiB, traffic %llu MiB (2508), reads "
+            "%llu MiB; in memory up to %lld",
+            (long long)p.span, p.scratch, (unsigned long long)(p.scratch_bytes / M),
+            (unsigned long long)(p.scratch_window / M), (unsigned long long)(p.scratch_traffic / M),
+            (unsigned long long)(p.read_prompt / M), (long long)p.span_in_memory);
+    check_invariants("scratch", &p);
+    /* 10 layers: 12,540 MiB of traffic, 28,540 > 25,600: spans in memory; asked for, the file */
+    in.n_layers = 10;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && !p.scratch && p.span == 1383 && p.span_in_memory == 1383,
+            "10 layers: spans of %lld in memory (file %d)", (long long)p.span, p.scratch);
+    in.scratch_forced = 1;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.scratch && p.span == 2000 && p.scratch_traffic == 12540 * M,
+            "asked for: the file (%d), traffic %llu MiB (12540)", p.scratch, (unsigned long long)(p.scratch_traffic / M));
+    /* no directory: never; a prompt memory holds: never */
+    in.scratch = 0;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && !p.scratch && p.span == 1383, "no scratch directory: spans of %lld",
+            (long long)p.span);
+    in.scratch = 1;
+    in.max_span = 1000;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && !p.scratch && p.span == 1000, "a 1000-token prompt fits: no file (%d)",
+            p.scratch);
+}
+
 int main(void)
 {
     test_everything_pinned();
@@ -436,5 +476,6 @@ int main(void)
     test_default_budget();
     test_monotone();
     test_spans();
+    test_scratch_file();
     return ms_t_done();
 }

@@ -1,10 +1,15 @@
 /* test_prefill: prefill spans (passes of prefilling sequences only, longer than a chunk, run layer
  * by layer over all their rows) equal chunked prefill bit for bit, and read each weight once. */
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ms_arena.h"
 #include "ms_engine.h"
 #include "ms_err.h"
 #include "ms_synth.h"
@@ -21,6 +26,8 @@ typedef struct {
     int max_seqs;
     int64_t chunk; /* ms_run_opts.max_chunk; 0: 16 */
     int64_t mixed; /* ms_run_opts.mixed_rows */
+    const char *scratch; /* a directory: the scratch file whenever memory cannot hold a span of
+                            the longest prompt (scratch_forced); NULL: none */
 } how;
 
 static ms_engine *open_engine_quiet(const char *dir, how h, int64_t longest)
@@ -35,6 +42,8 @@ static ms_engine *open_engine_quiet(const char *dir, how h, int64_t longest)
     o.run.max_chunk = h.chunk > 0 ? h.chunk : 16;
     o.run.max_span = h.span;
     o.run.mixed_rows = h.mixed;
+    o.run.scratch_dir = h.scratch ? h.scratch : "off";
+    o.run.scratch_forced = h.scratch != NULL;
     o.max_seqs = h.max_seqs > 0 ? h.max_seqs : 1;
     o.local_workers = h.local_workers;
     o.speculate = 0;
@@ -134,6 +143,7 @@ static uint64_t min_budget(const char *dir, int64_t longest)
     const char *p = strrchr(ms_err_msg(), '(');
     return p ? strtoull(p + 1, NULL, 10) : 0;
 }
+
 
 /* The least budget from minb up (in steps of minb / 1024) whose plan for a 70-token prompt, spans
  * of 70 asked for, lends the pinned trunk to one span of it (pins 1; the plan's estimate keeps the
@@ -472,6 +482,107 @@ static int moe_experts(const char *dir, int per_layer)
     return n;
 }
 
+/* The planned span of the longest prompt in a scratch file (spans memory cannot hold): a 70-token
+ * prompt at the least budget that runs (memory holds a chunk), at one where memory holds a span
+ * shorter than the prompt, and a batch of three lengths: one pass, every logits row and token those of
+ * chunks. Then a file that cannot be written (a file size limit of 4 KiB): the step fails with
+ * MS_EXIT_IO naming the directory, and once the limit is lifted the same sequence goes on and
+ * its rows are still those of chunks. */
+static void check_scratch(const char *what, const char *dir, const char *sdir)
+{
+    const size_t one[1] = {70}, three[3] = {41, 70, 9};
+    ms_t_record ref[MAXSEQ], got[MAXSEQ];
+    memset(ref, 0, sizeof ref);
+    memset(got, 0, sizeof got);
+    uint64_t np_ref, np, minb = min_budget(dir, 70);
+    how chunks = {0, -1, 0, 1};
+    if (run_set(dir, chunks, one, 1, ref, &np_ref, NULL) != 0) return;
+    uint64_t budgets[2] = {minb, budget_where(dir, minb, 0)};
+    for (int b = 0; b < 2; b++) {
+        how h = {budgets[b], 0, 0, 1};
+        h.scratch = sdir;
+        ms_engine *e = open_engine(dir, h, 70);
+        const ms_plan *p = e ? ms_model_plan(ms_engine_model(e)) : NULL;
+        int used = p && p->scratch && p->span == 70 && p->span_in_memory < 70;
+        ms_engine_free(e);
+        if (run_set(dir, h, one, 1, got, &np, NULL) == 0)
+            T_CHECK(used && np == 1 && ms_t_record_same(&ref[0], &got[0], 0),
+                    "%s: budget %llu: one span of 70 in a scratch file (planned %d) = chunks (%llu passes)", what,
+                    (unsigned long long)h.budget, used, (unsigned long long)np);
+        free_set(got, 1);
+    }
+    free_set(ref, 1);
+    if (run_set(dir, chunks, three, 3, ref, &np_ref, NULL) == 0) {
+        how hb = {budgets[1], 0, 0, 3};
+        hb.scratch = sdir;
+        if (run_set(dir, hb, three, 3, got, &np, NULL) == 0) {
+            int ok = 1;
+            for (int i = 0; i < 3; i++) ok &= ms_t_record_same(&ref[i], &got[i], 0);
+            T_CHECK(ok && np == 1, "%s: 3 prompts (41, 70, 9) in one span in a scratch file = chunks (%llu passes)", what,
+                    (unsigned long long)np);
+        }
+        free_set(got, 3);
+    }
+    free_set(ref, 3);
+
+    /* the file cannot be written */
+    if (run_set(dir, chunks, one, 1, ref, &np_ref, NULL) != 0) return;
+    how h = {minb, 0, 0, 1};
+    h.scratch = sdir;
+    ms_engine *e = open_engine(dir, h, 70);
+    if (!e) return;
+    int64_t V = ms_engine_info(e)->vocab;
+    int32_t ids[70];
+    prompt_of(0, ids, 70, V);
+    ms_gen_params gp = {0};
+    gp.max_tokens = NGEN;
+    gp.all_logits = 1;
+    gp.on_token = ms_t_record_token;
+    gp.on_logits = ms_t_record_rows;
+    gp.ctx = &got[0];
+    got[0].V = V;
+    ms_eseq *s = ms_engine_seq_new(e, ids, 70, &gp);
+    struct rlimit was, small;
+    getrlimit(RLIMIT_FSIZE, &was);
+    small = was;
+    small.rlim_cur = 4096;
+    signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &small);
+    int rc = ms_engine_step(e, &s, 1);
+    setrlimit(RLIMIT_FSIZE, &was);
+    T_CHECK(rc != 0 && ms_err_code() == MS_EXIT_IO && strstr(ms_err_msg(), sdir) && ms_engine_seq_prefilled(s) == 0,
+            "%s: a scratch file that cannot be written: the step fails with exit 4 naming %s, nothing prefilled (%s)",
+            what, sdir, ms_err_msg());
+    ms_err_clear();
+    while (s && !ms_engine_seq_done(s))
+        if (ms_engine_step(e, &s, 1) != 0) {
+            T_CHECK(0, "%s: the step after the failed one: %s", what, ms_err_msg());
+            break;
+        }
+    T_CHECK(ms_t_record_same(&ref[0], &got[0], 0), "%s: the same sequence, its file writable again: the rows of chunks",
+            what);
+    ms_engine_seq_free(s);
+    ms_engine_free(e);
+    free_set(got, 1);
+    free_set(ref, 1);
+}
+
+/* A directory on disk for scratch files (the working directory's, not /tmp, which may be in
+ * memory), or NULL after a visible skip. */
+static const char *scratch_dir(void)
+{
+    static char d[4200];
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) return NULL;
+    snprintf(d, sizeof d, "%s/prefill-scratch", cwd);
+    mkdir(d, 0700);
+    if (!ms_arena_dir_on_disk(d)) {
+        ms_t_skip("scratch files: %s", ms_err_msg());
+        return NULL;
+    }
+    return d;
+}
+
 int main(void)
 {
     char k3[1024], go[1024];
@@ -490,5 +601,11 @@ int main(void)
     check_bytes("gpt-oss", go, dir_bytes(go), moe_experts(go, 0));
     check_workers("K3", k3, moe_experts(k3, 1));
     check_workers("gpt-oss", go, moe_experts(go, 1));
+    const char *sd = scratch_dir();
+    if (sd) {
+        check_scratch("K3", k3, sd);
+        check_scratch("gpt-oss", go, sd);
+        rmdir(sd);
+    }
     return ms_t_done();
 }

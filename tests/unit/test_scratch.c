@@ -88,6 +88,33 @@ static void check_lifo(void)
     ms_scratch_pop(a);
 }
 
+/* A spill region: pieces past the block go there (last in, first out) while they fit, then to
+ * the heap; cleared, big pieces go to the heap again. */
+static void check_spill(void)
+{
+    static _Alignas(64) unsigned char region[4 << 20];
+    ms_scratch_spill_set(region, sizeof region);
+    size_t heap0 = ms_scratch_heap_pushes();
+    uint8_t *a = ms_scratch_push(MS_SCRATCH_KEEP + 1);  /* past the block: the region */
+    uint8_t *b = ms_scratch_push(MS_SCRATCH_KEEP + 64); /* the region, after a */
+    uint8_t *c = ms_scratch_push(3 << 20);              /* does not fit what is left: the heap */
+    T_CHECK(a == region && b == region + (MS_SCRATCH_KEEP + 64) && (c < region || c >= region + sizeof region) &&
+                ms_scratch_heap_pushes() == heap0 + 1,
+            "spill: two pieces in the region in order, the third on the heap");
+    memset(c, 1, 3 << 20);
+    ms_scratch_pop(c);
+    ms_scratch_pop(b);
+    uint8_t *d = ms_scratch_push(MS_SCRATCH_KEEP + 1000);
+    T_CHECK(d == b, "spill: a popped piece's place is taken again");
+    ms_scratch_pop(d);
+    ms_scratch_pop(a);
+    ms_scratch_spill_set(NULL, 0);
+    uint8_t *e = ms_scratch_push(MS_SCRATCH_KEEP + 1);
+    T_CHECK((e < region || e >= region + sizeof region) && ms_scratch_heap_pushes() == heap0 + 2,
+            "spill cleared: a big piece on the heap");
+    ms_scratch_pop(e);
+}
+
 static void *thread_main(void *arg)
 {
     (void)arg;
@@ -200,6 +227,7 @@ static void check_family(const char *dir, const char *name)
 int main(void)
 {
     check_lifo();
+    check_spill();
     check_threads();
 #if !COUNTING
     ms_t_skip("allocation counts: a sanitizer build brings its own malloc (the decode steps still run)");
