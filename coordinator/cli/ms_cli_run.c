@@ -14,6 +14,7 @@
 #include "ms_cli_eopt.h"
 #include "ms_engine.h"
 #include "ms_err.h"
+#include "ms_proc.h"
 #include "ms_file.h"
 #include "ms_jtext.h"
 #include "ms_opt.h"
@@ -266,6 +267,12 @@ static void print_json(ms_engine *e, int special, const int32_t *prompt, size_t 
     json_object_set_new(stats, "trunk_pack_bytes_read", json_integer((json_int_t)ms->trunk_pack_read));
     json_object_set_new(stats, "trunk_pack_bytes_decoded", json_integer((json_int_t)ms->trunk_pack_decoded));
     json_object_set_new(stats, "bytes_read_at_load", json_integer((json_int_t)ms->bytes_read_at_load));
+    /* The process's block I/O: with a prefill span's scratch file, what it read beyond the
+     * checkpoint and what it wrote are the file's traffic. */
+    uint64_t io_r, io_w;
+    ms_proc_io(&io_r, &io_w);
+    json_object_set_new(stats, "process_bytes_read", json_integer((json_int_t)io_r));
+    json_object_set_new(stats, "process_bytes_written", json_integer((json_int_t)io_w));
     uint64_t dec_bytes = ms->bytes_read_experts + ms->bytes_read_trunk - after_prefill->bytes_read_experts -
                          after_prefill->bytes_read_trunk;
     json_object_set_new(stats, "decode_bytes_read_per_token",

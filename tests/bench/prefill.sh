@@ -85,10 +85,12 @@ lines = [f"## {section}\n",
          f"many prompt tokens as the memory the expert cache, and where the plan says so the pinned trunk, lends). "
          f"*prefill read* counts every byte read from the checkpoint after load until the prompt is in (experts + "
          f"streamed trunk; the pinned trunk read at load is the *load* column); *decode step* is what the one decode "
-         f"step read, which for *new* includes reading lent pins again.\n",
+         f"step read, which for *new* includes reading lent pins again. *scratch w / r GB*: a span's scratch file "
+         f"(when memory cannot hold the span): what the process wrote (its dirtied pages, less those dropped unwritten: "
+         f"`/proc/self/io`) and what it read beyond the checkpoint's bytes; `-` where the binary does not report them.\n",
          "Command: `sudo bash tests/bench/prefill.sh --old OLD_BINARY`\n",
-         "| prompt | budget | binary | prefill s | passes | prefill read GB | = checkpoint x | decode step GB | load GB | CPU user s | CPU sys s | cgroup peak GiB | OOM kills | load avg | tokens = old |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "| prompt | budget | binary | prefill s | passes | prefill read GB | = checkpoint x | scratch w / r GB | decode step GB | load GB | CPU user s | CPU sys s | cgroup peak GiB | OOM kills | load avg | tokens = old |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for n, b in cases:
         for which in ("old", "new"):
             r = f"{which}-{n}-{b}"
@@ -96,7 +98,7 @@ for n, b in cases:
             try:
                 j = json.load(open(f"{out}/run-{r}.json"))
             except Exception:
-                lines.append(f"| {n} | {b} | {which} | failed | | | | | | | | | | {up} | |")
+                lines.append(f"| {n} | {b} | {which} | failed | | | | | | | | | | | {up} | |")
                 continue
             s = j["stats"]
             cg = dict(x.split("=") for x in open(f"{out}/cgroup-{r}.txt").read().split())
@@ -107,7 +109,11 @@ for n, b in cases:
             except Exception:
                 same = "?"
             passes = s["forward_passes"] - s.get("decode_passes", 0)
-            lines.append(f"| {n} | {b} | {which} | {s['prefill_seconds']:.1f} | {passes} | {rd/1e9:.1f} | {rd/size:.2f} | {dec/1e9:.1f} | "
+            sw = "-"
+            if "process_bytes_written" in s:
+                ck = s["bytes_read_experts"] + s["bytes_read_trunk"] + s["bytes_read_at_load"]
+                sw = f"{s['process_bytes_written']/1e9:.1f} / {max(s['process_bytes_read'] - ck, 0)/1e9:.1f}"
+            lines.append(f"| {n} | {b} | {which} | {s['prefill_seconds']:.1f} | {passes} | {rd/1e9:.1f} | {rd/size:.2f} | {sw} | {dec/1e9:.1f} | "
                          f"{s['bytes_read_at_load']/1e9:.1f} | {s['cpu_user_seconds_prefill']:.1f} | "
                          f"{s['cpu_sys_seconds_prefill']:.1f} | {int(cg.get('peak', 0))/2**30:.2f} | {cg.get('oom_kills', '?')} | "
                          f"{up} | {same} |")
