@@ -160,17 +160,26 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
          * part of each layer's scratch the window cannot hold written and read back. */
         uint64_t fits = s2 > s ? s2 : s; /* the longest span memory can hold */
         if (in->scratch && fits < P) {
-            uint64_t all = in->work_fixed + span_per_token * P, win = room;
-            uint64_t traffic = 2 * (all > win ? all - win : 0) * (uint64_t)(in->n_layers > 0 ? in->n_layers : 1);
-            double bf = span_bytes(in, p, trunk, P, 0);
+            /* The window: what the cache and spare lend, or (lending the pins, which then
+             * stream with the span and are read again after it) that and the pins less a ring. */
+            uint64_t all = in->work_fixed + span_per_token * P, L = (uint64_t)(in->n_layers > 0 ? in->n_layers : 1);
+            uint64_t win[2] = {room, 0}, traffic[2];
+            double bf[2] = {span_bytes(in, p, trunk, P, 0), INFINITY};
+            if (in->span_pins && p->pinned_bytes > 0 && room + p->pinned_bytes > in->ring) {
+                win[1] = room + p->pinned_bytes - in->ring;
+                bf[1] = span_bytes(in, p, trunk, P, 1);
+            }
+            for (int k = 0; k < 2; k++) traffic[k] = 2 * (all > win[k] ? all - win[k] : 0) * L;
+            int k = bf[1] + (double)traffic[1] < bf[0] + (double)traffic[0];
             double now = (double)p->read_prompt;
-            if (in->scratch_forced || bf + (double)traffic < 0.8 * now) {
+            if (in->scratch_forced || bf[k] + (double)traffic[k] < 0.8 * now) {
                 spans = 1;
                 p->scratch = 1;
+                p->scratch_pins = k;
                 p->scratch_bytes = all;
-                p->scratch_traffic = traffic;
-                p->scratch_window = win;
-                p->read_prompt = (uint64_t)bf;
+                p->scratch_traffic = traffic[k];
+                p->scratch_window = win[k];
+                p->read_prompt = (uint64_t)bf[k];
                 s = P;
             }
         }
@@ -236,10 +245,10 @@ void ms_plan_log(const ms_plan *p)
     }
     if (p->scratch)
         ms_log(1, "plan: prefill spans longer than %lld tokens keep their scratch in a file of up to %s (a window of "
-               "%s in memory; a %lld-token prompt writes and reads back about %s of it)",
+               "%s in memory%s; a %lld-token prompt writes and reads back about %s of it)",
                (long long)p->span_in_memory, ms_size_fmt(p->scratch_bytes, a, sizeof a),
-               ms_size_fmt(p->scratch_window, b, sizeof b), (long long)p->in.max_span,
-               ms_size_fmt(p->scratch_traffic, c, sizeof c));
+               ms_size_fmt(p->scratch_window, b, sizeof b), p->scratch_pins ? ", the pinned trunk lent" : "",
+               (long long)p->in.max_span, ms_size_fmt(p->scratch_traffic, c, sizeof c));
     if (p->read_prompt)
         ms_log(1, "plan: a %lld-token prompt reads about %s from disk (in chunks it would read %s)",
                (long long)p->in.max_span, ms_size_fmt(p->read_prompt, a, sizeof a), ms_size_fmt(p->read_chunks, b, sizeof b));
@@ -266,5 +275,6 @@ json_t *ms_plan_json(const ms_plan *p)
     json_object_set_new(j, "scratch_file_bytes", json_integer((json_int_t)p->scratch_bytes));
     json_object_set_new(j, "scratch_traffic_bytes", json_integer((json_int_t)p->scratch_traffic));
     json_object_set_new(j, "scratch_window_bytes", json_integer((json_int_t)p->scratch_window));
+    json_object_set_new(j, "scratch_lends_pinned_trunk", json_boolean(p->scratch_pins));
     return j;
 }

@@ -72,7 +72,9 @@ typedef struct {
     uint64_t scratch_traffic;  /* bytes a max_span-token prompt is estimated to write to and read
                                   back from it: per layer, what of it exceeds the window, twice */
     uint64_t scratch_window;   /* the memory the kernel may cache the file in (what the cache and
-                                  the spare lend) */
+                                  the spare lend, and with scratch_pins the pins less a ring) */
+    int scratch_pins;          /* 1: such a span also lends the pinned trunk (a larger window for
+                                  the pins' second read: fewer bytes in all) */
     uint64_t margin;           /* slack for the allocator, thread stacks, small buffers (ms_plan_slack) */
     uint64_t fixed;            /* baseline + state + work + expert_fixed + state_cache + margin (+ ring if streaming) */
     int n_pinned;              /* the first n_pinned trunk matrices stay resident */

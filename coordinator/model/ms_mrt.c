@@ -253,7 +253,7 @@ static int scratch_reserve(ms_model *m, int64_t R, int64_t out_rows)
     size_t work = m->ops->work_floats(m, R, out_rows);
     work = (work + 15) / 16 * 16; /* the spill region 64-byte aligned */
     size_t spill = (size_t)((m->plan.in.span_extra_per_token * (uint64_t)R) / 4) + (1u << 16);
-    if (m->in_span == 3 && m->work.cap >= work + spill && m->work.cap - m->work_spill >= work) return 0;
+    if (m->in_span >= 3 && m->work.cap >= work + spill && m->work.cap - m->work_spill >= work) return 0;
     if (ms_arena_reserve_file(&m->work, work + spill, m->scratch_dir) != 0) {
         ms_err_wrap("a prefill span of %lld rows", (long long)R);
         return -1;
@@ -270,26 +270,27 @@ static int scratch_reserve(ms_model *m, int64_t R, int64_t out_rows)
 static int span_switch(ms_model *m, int64_t R, int64_t out_rows, int decode)
 {
     if (!m->planned) return 0;
-    int mode = R <= m->plan.chunk                                      ? 0
-               : m->plan.scratch && !decode && R > m->plan.span_in_memory ? 3
+    int file = m->plan.scratch && !decode && R > m->plan.span_in_memory;
+    int mode = R <= m->plan.chunk                                                                ? 0
+               : file ? (m->plan.scratch_pins && !m->map_trunk ? 4 : 3)
                : m->plan.span_pins && !m->map_trunk && !decode && R > m->plan.span_keeping_pins ? 2
-                                                                          : 1;
-    if (mode == 3 && m->in_span == 3) return scratch_reserve(m, R, out_rows);
+                                                                                              : 1;
+    if (mode >= 3 && m->in_span == mode) return scratch_reserve(m, R, out_rows);
     if (mode == m->in_span) return 0;
-    int rc = 0;
+    int rc = 0, lent = m->in_span == 2 || m->in_span == 4, lend = mode == 2 || mode == 4;
     ms_arena_free(&m->work);
     m->work_spill = 0;
-    if (m->in_span == 2) rc = ms_mrt_pins_restore(m);
+    if (lent && !lend) rc = ms_mrt_pins_restore(m);
     if (mode == 0) {
         reserve_chunk(m);
         if (m->xs) ms_xstore_unlend(m->xs);
     }
     if (mode > 0 && m->in_span == 0 && m->xs) ms_xstore_lend(m->xs, (size_t)m->plan.span_cache_slots);
-    if (mode == 2) ms_mrt_pins_lend(m);
-    m->in_span = mode == 3 ? 1 : mode;
-    if (mode == 3 && rc == 0) {
-        if (scratch_reserve(m, R, out_rows) != 0) return -1; /* stays mode 1: the next pass may fit */
-        m->in_span = 3;
+    if (lend && !lent) ms_mrt_pins_lend(m);
+    m->in_span = mode == 3 ? 1 : mode == 4 ? 2 : mode;
+    if (mode >= 3 && rc == 0) {
+        if (scratch_reserve(m, R, out_rows) != 0) return -1; /* in memory until then: the next pass may fit */
+        m->in_span = mode;
     }
     return rc;
 }
@@ -775,7 +776,7 @@ int ms_model_forward_batch(ms_model *m, const ms_batch_item *items, int n)
     int decode = 0;
     for (int i = 0; i < n; i++) R += items[i].T, out_rows += items[i].all_rows ? items[i].T : 1, decode |= items[i].decode;
     if (span_switch(m, R, out_rows, decode) != 0) return -1;
-    if (m->in_span != 3) return ms_mrt_pass_run(m, m->ops->pass, items, n);
+    if (m->in_span < 3) return ms_mrt_pass_run(m, m->ops->pass, items, n);
     /* The rows' matmul copies go to the file too (the pass thread's big scratch pieces). */
     ms_scratch_spill_set(m->work.base + (m->work.cap - m->work_spill), sizeof(float) * m->work_spill);
     int rc = ms_mrt_pass_run(m, m->ops->pass, items, n);

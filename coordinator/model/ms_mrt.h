@@ -115,9 +115,10 @@ struct ms_model {
     int in_span;               /* the last pass: 0 a chunk; 1 longer (work holds its scratch, the
                                   expert cache is lent down to plan.span_cache_slots); 2 a span
                                   that also lent the pinned trunk (plan.span_pins); 3 longer than
-                                  plan.span_in_memory: work maps a scratch file (plan.scratch) */
+                                  plan.span_in_memory: work maps a scratch file (plan.scratch);
+                                  4 the same lending the pinned trunk (plan.scratch_pins) */
     char *scratch_dir;         /* owned: the scratch file's directory when plan.in.scratch */
-    size_t work_spill;         /* in mode 3: floats of work past its pass scratch, the spill
+    size_t work_spill;         /* in modes 3 and 4: floats of work past its pass scratch, the spill
                                   region of the pass thread's ms_scratch */
     /* The trunk schedule, kept for spans that lend the pinned trunk (plan.span_pins): */
     ms_mat **sched;            /* [n_sched] the family's matrices in forward order */

@@ -456,6 +456,17 @@ static void test_scratch_file(void)
     in.scratch_forced = 1;
     T_CHECK(ms_plan_make(&in, &p) == 0 && p.scratch && p.span == 2000 && p.scratch_traffic == 12540 * M,
             "asked for: the file (%d), traffic %llu MiB (12540)", p.scratch, (unsigned long long)(p.scratch_traffic / M));
+    /* pins lendable: 1383 + 265 - 40 = 1608 rows in memory would still take 2 spans, so spans in
+     * memory keep them (up to 1383, as before); in a
+     * file lending them the window is 1608 MiB: 402 MiB a layer, 8040 MiB over 10 layers, plus
+     * the trunk 265 streamed and 265 read again: 16,530 + 8040 < 12,540 + 16,000: lent */
+    in.span_pins = 1;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.scratch && p.scratch_pins && p.scratch_window == 1608 * M &&
+                p.scratch_traffic == 8040 * M && p.span_in_memory == 1383,
+            "pins lendable: the file's span lends them (%d), window %llu MiB (1608), traffic %llu MiB (8040), in "
+            "memory up to %lld (1383)", p.scratch_pins, (unsigned long long)(p.scratch_window / M),
+            (unsigned long long)(p.scratch_traffic / M), (long long)p.span_in_memory);
+    in.span_pins = 0;
     /* no directory: never; a prompt memory holds: never */
     in.scratch = 0;
     T_CHECK(ms_plan_make(&in, &p) == 0 && !p.scratch && p.span == 1383, "no scratch directory: spans of %lld",
