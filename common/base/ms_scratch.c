@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "ms_err.h"
 
@@ -19,6 +20,7 @@ typedef struct {
     void *piece[MAX_DEPTH];      /* live pieces, oldest first */
     size_t piece_top[MAX_DEPTH]; /* the block's top before each piece, or SIZE_MAX (heap), or
                                     SPILL (the spill region) */
+    size_t piece_size[MAX_DEPTH]; /* a mapped piece's bytes */
     int depth;
     uint8_t *spill;              /* [spill_cap] the caller's, or NULL (ms_scratch_spill_set) */
     size_t spill_cap, spill_top;
@@ -82,8 +84,16 @@ void *ms_scratch_push(size_t bytes)
         s->piece_top[s->depth] = SPILL;
         s->spill_top += n;
     } else {
-        p = aligned(n);
+        /* Mapped for itself and unmapped at its pop: malloc would keep a freed piece this big in
+         * the thread's arena (its mmap threshold rises after such frees), and with a piece of
+         * all a span's rows on several threads that memory stays the process's. */
+        p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            fprintf(stderr, "moestream: out of memory allocating %zu bytes\n", n);
+            abort();
+        }
         s->piece_top[s->depth] = SIZE_MAX;
+        s->piece_size[s->depth] = n;
         s->heap_pushes++;
     }
     s->piece[s->depth++] = p;
@@ -103,7 +113,7 @@ void ms_scratch_pop(void *p)
     scratch *s = mine;
     MS_ASSERT(s && s->depth > 0 && s->piece[s->depth - 1] == p); /* pops in reverse order of pushes */
     s->depth--;
-    if (s->piece_top[s->depth] == SIZE_MAX) free(p);
+    if (s->piece_top[s->depth] == SIZE_MAX) munmap(p, s->piece_size[s->depth]);
     else if (s->piece_top[s->depth] == SPILL) s->spill_top = (size_t)((uint8_t *)p - s->spill);
     else s->top = s->piece_top[s->depth];
 }

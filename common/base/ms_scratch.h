@@ -6,7 +6,8 @@
 #include <stddef.h>
 
 /* Each thread has one block of MS_SCRATCH_KEEP bytes, made at its first use (its pages become
- * resident only as pieces reach them); a piece that does not fit goes to the heap. The block is
+ * resident only as pieces reach them); a piece that does not fit is mapped for itself (and
+ * unmapped at its pop, so its memory goes back at once). The block is
  * freed when the thread ends (ms_scratch_release for the calling thread). */
 #define MS_SCRATCH_KEEP ((size_t)1 << 20)
 
