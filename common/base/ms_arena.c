@@ -33,11 +33,68 @@ struct ms_arena_flusher {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int fd, stop;
+    char limit_path[512], stat_path[512]; /* this process's memory cgroup, or "" */
+    const char *dirty_key;                  /* its memory.stat line of dirty file pages */
 };
 
-/* Starts the write-back of the file's dirty pages every 10 ms until told to stop: without it a
- * memory cgroup fills with dirty pages of the mapping faster than the kernel's flushers write
- * them, and its reclaim, which may not write them itself, kills the process. */
+static uint64_t read_u64(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    unsigned long long v = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%llu", &v) != 1) v = 0; /* v2's "max": no limit */
+    fclose(f);
+    return v;
+}
+
+/* This process's memory cgroup limit and usage files (v1 or v2), when it has a limit. */
+static void find_cgroup(struct ms_arena_flusher *f)
+{
+    FILE *p = fopen("/proc/self/cgroup", "r");
+    char line[600];
+    while (p && fgets(line, sizeof line, p)) {
+        line[strcspn(line, "\n")] = 0;
+        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+        if (!b) continue;
+        *b = 0;
+        if (!strcmp(a + 1, "memory")) {
+            snprintf(f->limit_path, sizeof f->limit_path, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", b + 1);
+            snprintf(f->stat_path, sizeof f->stat_path, "/sys/fs/cgroup/memory%s/memory.stat", b + 1);
+            f->dirty_key = "total_dirty ";
+            break;
+        }
+        if (!strcmp(line, "0") && a[1] == 0) {
+            snprintf(f->limit_path, sizeof f->limit_path, "/sys/fs/cgroup%s/memory.max", b + 1);
+            snprintf(f->stat_path, sizeof f->stat_path, "/sys/fs/cgroup%s/memory.stat", b + 1);
+            f->dirty_key = "file_dirty ";
+        }
+    }
+    if (p) fclose(p);
+    uint64_t lim = f->limit_path[0] ? read_u64(f->limit_path) : 0;
+    if (lim == 0 || lim >= (1ull << 60)) f->limit_path[0] = f->stat_path[0] = 0; /* no limit: the kernel's writeback */
+}
+
+/* Whether the cgroup's dirty file pages exceed an eighth of its limit: its reclaim, which
+ * cannot write them, would soon find nothing else to drop. */
+static int too_dirty(const struct ms_arena_flusher *f)
+{
+    uint64_t lim = read_u64(f->limit_path), dirty = 0;
+    FILE *p = fopen(f->stat_path, "r");
+    char line[256];
+    size_t kl = strlen(f->dirty_key);
+    while (p && fgets(line, sizeof line, p))
+        if (!strncmp(line, f->dirty_key, kl)) {
+            dirty = strtoull(line + kl, NULL, 10);
+            break;
+        }
+    if (p) fclose(p);
+    return lim > 0 && dirty > lim / 8;
+}
+
+/* Every 10 ms, when the process's memory cgroup holds many dirty pages, starts the write-back of the
+ * file's dirty pages: without it the cgroup fills with dirty pages of the mapping faster than
+ * the kernel's flushers write them, and its reclaim, which may not write them itself, kills the
+ * process. Only then: a page written back and dirtied again is written twice. */
 static void *flusher_main(void *v)
 {
     struct ms_arena_flusher *f = v;
@@ -50,7 +107,7 @@ static void *flusher_main(void *v)
         pthread_cond_timedwait(&f->cv, &f->mu, &t);
         if (f->stop) break;
         pthread_mutex_unlock(&f->mu);
-        sync_file_range(f->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+        if (too_dirty(f)) sync_file_range(f->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
         pthread_mutex_lock(&f->mu);
     }
     pthread_mutex_unlock(&f->mu);
@@ -61,6 +118,11 @@ static struct ms_arena_flusher *flusher_start(int fd)
 {
     struct ms_arena_flusher *f = ms_calloc(1, sizeof *f);
     f->fd = fd;
+    find_cgroup(f);
+    if (!f->limit_path[0]) {
+        free(f);
+        return NULL; /* no memory cgroup limit: the kernel's flushers suffice */
+    }
     pthread_mutex_init(&f->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

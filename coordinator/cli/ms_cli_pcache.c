@@ -1,6 +1,5 @@
 /* ms_cli_pcache: the prefix-cache options shared by jobs and serve. */
 #include <stdio.h>
-#include <sys/stat.h>
 
 #include "ms_cli.h"
 #include "ms_cli_pcache.h"
@@ -43,9 +42,6 @@ ms_engine *ms_cli_pc_engine_open(ms_cli_pcopts *o, int by_default, uint64_t budg
     }
     if (o->off) o->ram = 0;
     eo->run.state_cache = o->ram;
-    struct stat st;
-    if (o->dir && !eo->run.scratch_dir && stat(o->dir, &st) == 0 && S_ISDIR(st.st_mode))
-        eo->run.scratch_dir = o->dir; /* a long span's scratch file beside the saved states */
     ms_engine *e = ms_engine_open(eo);
     if (!e && dflt && o->ram && ms_err_code() == MS_EXIT_BUDGET) {
         ms_log(1, "%s: the budget cannot spare the default prefix cache (%s): going on without one", cmd, ms_err_msg());

@@ -21,6 +21,14 @@ static const ms_family *const families[] = {
 
 const ms_family *ms_families_default(void) { return families[0]; }
 
+int ms_families_count(void) { return (int)N_FAMILIES; }
+
+const ms_family *ms_families_at(int i)
+{
+    MS_ASSERT(i >= 0 && i < (int)N_FAMILIES);
+    return families[i];
+}
+
 const ms_family *ms_families_find(const char *name)
 {
     for (size_t i = 0; name && i < N_FAMILIES; i++)

@@ -8,6 +8,9 @@
  * detect), or NULL with ms_err set: MS_EXIT_IO if config.json cannot be read, MS_EXIT_MODEL if
  * it is not JSON or names a family this build does not know (listing those it knows). */
 const ms_family *ms_families_detect(const char *dir);
+/* The registered families, in the list's order (CMakeLists.txt's MS_FAMILIES): i in [0, count). */
+int ms_families_count(void);
+const ms_family *ms_families_at(int i);
 /* The family called name ("kimi-k3"), or NULL. */
 const ms_family *ms_families_find(const char *name);
 /* The family `moestream synth` and `demo` write when none is named. */

@@ -91,10 +91,10 @@ typedef struct {
                                 spans (ms_model_mix_rows): 0 the chunk; -1 auto, those touching
                                 9/10 of a layer's experts; N up to N; both no more than memory
                                 allows keeping the pins */
-    const char *scratch_dir; /* where a prefill span whose scratch memory cannot hold keeps it
-                                in a file (ms_plan: the file when it reads fewer bytes than
-                                spans in memory); NULL: $TMPDIR, else /tmp; "off": never. A
-                                directory in memory (tmpfs) is not used (logged). */
+    const char *scratch_dir; /* a directory on disk where a prefill span whose scratch memory
+                                cannot hold may keep it in a file (ms_plan: when that reads
+                                fewer bytes than spans in memory); NULL or "off": never (the
+                                default); one in memory (tmpfs) is refused (MS_EXIT_IO) */
     int scratch_forced;      /* 1: the file whenever memory cannot hold the longest span (tests) */
     int all_logits;          /* logits of every prefill row will be asked for */
     int lru;                 /* plain LRU expert cache (benchmarks) */
