@@ -45,9 +45,14 @@ typedef struct {
      * span of max_span rows, each weight read once, its scratch written and read back through
      * the memory the cache and spare would have lent (the page cache's window). */
     int scratch;               /* 1: a scratch directory on disk is there */
-    int scratch_forced;        /* 1: take it whenever memory cannot hold a max_span-row span */
+    int scratch_forced;        /* 1: take it whenever memory cannot hold a max_span-row span (else
+                                  only with a file at most MS_PLAN_SCRATCH_RATIO times its window) */
     int n_layers;              /* layers a pass goes through (the scratch traffic estimate) */
 } ms_plan_in;
+
+/* The most a span's scratch file may exceed its window (times) for the plan to take it unless
+ * asked (scratch_forced): beyond, measured, the page cache thrashes. */
+#define MS_PLAN_SCRATCH_RATIO 3
 
 /* The plan. */
 typedef struct {

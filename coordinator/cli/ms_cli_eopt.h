@@ -23,7 +23,7 @@ typedef struct {
     int speculate;                           /* --speculate: MS_SPEC_AUTO (the default), 0 = off, N */
     int speculate_set;                       /* --speculate was given (else auto) */
     const char *draft_file;                  /* --draft-file PATH */
-    const char *scratch_dir;                 /* --scratch-dir DIR|off (NULL: off) */
+    const char *scratch_dir;                 /* --scratch-dir DIR|off (NULL: $TMPDIR or /tmp) */
 } ms_cli_eopts;
 
 /* Entries of the shared options in a getopt_long table. */

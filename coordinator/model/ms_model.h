@@ -93,8 +93,10 @@ typedef struct {
                                 allows keeping the pins */
     const char *scratch_dir; /* a directory on disk where a prefill span whose scratch memory
                                 cannot hold may keep it in a file (ms_plan: when that reads
-                                fewer bytes than spans in memory); NULL or "off": never (the
-                                default); one in memory (tmpfs) is refused (MS_EXIT_IO) */
+                                fewer bytes than spans in memory and the file is at most
+                                MS_PLAN_SCRATCH_RATIO times its window); NULL: $TMPDIR, else
+                                /tmp (not used, logged, when in memory); "off": never; one asked
+                                for in memory (tmpfs) is refused (MS_EXIT_IO) */
     int scratch_forced;      /* 1: the file whenever memory cannot hold the longest span (tests) */
     int all_logits;          /* logits of every prefill row will be asked for */
     int lru;                 /* plain LRU expert cache (benchmarks) */

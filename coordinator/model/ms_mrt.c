@@ -219,18 +219,25 @@ static void reserve_chunk(ms_model *m)
     ms_arena_reserve(&m->work, m->ops->work_floats(m, rows, out_rows));
 }
 
-/* The scratch file's directory (ms_run_opts.scratch_dir) into m->scratch_dir, *ok = 1 when one
- * is asked for and on a disk; one that cannot hold a scratch file is an error: -1 with ms_err set
- * (MS_EXIT_IO). Off unless asked for: measured, the kernel's handling of a file much larger
- * than its window thrashes (DESIGN.md, "Spans longer than memory"). */
+/* The scratch file's directory (ms_run_opts.scratch_dir) into m->scratch_dir, *ok = 1 when it
+ * is on a disk. The default ($TMPDIR, else /tmp) in memory or missing only goes without (logged);
+ * a directory asked for that cannot hold one is an error: -1 with ms_err set (MS_EXIT_IO). */
 static int scratch_dir_pick(ms_model *m, int *ok)
 {
     *ok = 0;
     const char *d = m->opts.scratch_dir;
-    if (!d || !*d || !strcmp(d, "off")) return 0;
+    if (d && !strcmp(d, "off")) return 0;
+    int asked = d && *d;
+    if (!asked) d = getenv("TMPDIR");
+    if (!d || !*d) d = "/tmp";
     if (!ms_arena_dir_on_disk(d)) {
-        ms_err_wrap("--scratch-dir");
-        return ms_err_set_code(MS_EXIT_IO);
+        if (asked) {
+            ms_err_wrap("--scratch-dir");
+            return ms_err_set_code(MS_EXIT_IO);
+        }
+        ms_log(2, "prefill spans keep their scratch in memory only: %s (--scratch-dir names another)", ms_err_msg());
+        ms_err_clear();
+        return 0;
     }
     free(m->scratch_dir);
     m->scratch_dir = ms_strdup(d);
