@@ -381,7 +381,6 @@ int ms_mrt_setup(ms_model *m)
         in.span_cache_kept = m->opts.remote_experts;
         in.n_layers = c->n_layers;
         in.scratch_forced = m->opts.scratch_forced;
-        if (scratch_dir_pick(m, &in.scratch) != 0) return -1;
     }
     /* Local workers each need their read buffers and a process of their own; remote workers
      * plan their own memory. */
@@ -400,6 +399,7 @@ int ms_mrt_setup(ms_model *m)
         in.state_cache += (uint64_t)m->opts.state_cache_seqs *
                           (m->ops->state_bytes(m, m->opts.state_cache_positions, 0) + MS_SEQ_SAVE_SLACK);
     int rc = -1;
+    if (m->opts.max_span >= 0 && scratch_dir_pick(m, &in.scratch) != 0) goto out;
     if (plan_window(m, &in) != 0) goto out;
     /* When the raw trunk does not fit, pinned matrices stay packed (ms_mpin, decoded in the
      * kernel like the streamed ones): the plan counts what they hold, so the budget pins more
