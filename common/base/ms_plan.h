@@ -52,7 +52,9 @@ typedef struct {
 
 /* The most a span's scratch file may exceed its window (times) for the plan to take it unless
  * asked (scratch_forced): beyond, measured, the page cache thrashes. */
+#ifndef MS_PLAN_SCRATCH_RATIO
 #define MS_PLAN_SCRATCH_RATIO 3
+#endif
 
 /* The plan. */
 typedef struct {

@@ -69,8 +69,12 @@ typedef struct {
     const float *q;    /* [T][nh*d] rotated queries */
     float *out;        /* [T][nh*d] */
     int64_t p0, T;     /* the first row's position; the rows */
+    int64_t r0, nr;    /* the tile of rows [r0, r0 + nr) this ms_pool_for attends */
     int sliding;
 } attn_ctx;
+
+/* Query rows per attention tile. */
+#define GO_QUERY_TILE 128
 
 /* The key or value row of position pos: the rows' own from the pass, older ones from the cache
  * (which the rows' keys join only after they attend, so a ring still holds what they need). */
@@ -132,9 +136,9 @@ static void attend(void *vctx, int64_t t0, int64_t t1)
     double scale = 1.0 / sqrt((double)d);
     for (int64_t t = t0; t < t1; t++) {
         /* KV head outermost: a thread's contiguous share of tasks takes whole heads over all
-         * the rows, early (short) and late (long) alike */
-        int kvh = (int)(t / a->T);
-        int64_t r = t % a->T, p = a->p0 + r;
+         * the tile's rows, early (short) and late (long) alike */
+        int kvh = (int)(t / a->nr);
+        int64_t r = a->r0 + t % a->nr, p = a->p0 + r;
         int64_t lo = a->sliding && p - c->window + 1 > 0 ? p - c->window + 1 : 0, n = p - lo + 1;
         const float *qg = a->q + r * qd + (int64_t)kvh * G * d; /* [G][d] */
         for (int gi = 0; gi < G; gi++)
@@ -220,8 +224,13 @@ static void attention(go_model *g, int l, const ms_batch_item *items, const ms_r
             rope(g, k + (r0 + s) * kvd, c->n_kv, p0 + s);
         }
         /* causal: each row sees the cache and the rows up to its own */
-        attn_ctx ac = {g, w, kv, k + r0 * kvd, v + r0 * kvd, q + r0 * qd, o + r0 * qd, p0, T, c->sliding[l]};
-        ms_pool_for(pool, T * c->n_kv, 1, attend, &ac);
+        attn_ctx ac = {g, w, kv, k + r0 * kvd, v + r0 * kvd, q + r0 * qd, o + r0 * qd, p0, T, 0, 0, c->sliding[l]};
+        /* A tile of rows at a time, all KV heads within it: a head over a whole span would walk
+         * every q and o row once per head (pages a span whose scratch is in a file reads back). */
+        for (ac.r0 = 0; ac.r0 < T; ac.r0 += GO_QUERY_TILE) {
+            ac.nr = T - ac.r0 < GO_QUERY_TILE ? T - ac.r0 : GO_QUERY_TILE;
+            ms_pool_for(pool, ac.nr * c->n_kv, 1, attend, &ac);
+        }
         /* then the rows' keys join the cache in order (a ring keeps the last of them) */
         go_kv_reserve(kv, p0 + T - 1, kvd);
         for (int64_t s = 0; s < T; s++) {

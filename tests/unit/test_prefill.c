@@ -225,6 +225,16 @@ static void check_family(const char *what, const char *dir)
         free_set(got, 3);
     }
     free_set(ref, 3);
+    /* a prompt longer than the attention's query tiles (128 rows): one span of 300 = chunks */
+    const size_t long1[1] = {300};
+    if (run_set(dir, chunks, long1, 1, ref, &np_ref, NULL) == 0) {
+        if (run_set(dir, hp, long1, 1, got, &np, NULL) == 0)
+            T_CHECK(ms_t_record_same(&ref[0], &got[0], 0) && np == 1,
+                    "%s: 300 prompt tokens in one span (attention by tiles of rows) = chunks (%llu passes)", what,
+                    (unsigned long long)np);
+        free_set(got, 1);
+    }
+    free_set(ref, 1);
 }
 
 /* A state continued with a span: the first 30 tokens in chunks, saved and loaded (what the prefix
