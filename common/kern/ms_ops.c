@@ -94,46 +94,6 @@ void ms_swiglu_clamp_mlp(const ms_mat *gate_up, const float *bgu, const ms_mat *
     ms_scratch_pop(h);
 }
 
-void ms_router_select(const float *logits, const float *bias, int n_experts, int k, int renorm, float scale,
-                      int32_t *ids, float *weights)
-{
-    MS_ASSERT(k >= 1 && k <= n_experts);
-    float sbuf[512];
-    uint8_t pbuf[512];
-    float *s = n_experts <= 512 ? sbuf : ms_malloc(sizeof(float) * (size_t)n_experts);
-    uint8_t *picked = n_experts <= 512 ? pbuf : ms_calloc((size_t)n_experts, 1);
-    memset(picked, 0, (size_t)n_experts);
-    for (int e = 0; e < n_experts; e++) s[e] = ms_sigmoid(logits[e]);
-    /* Repeated max of the biased score, lowest index first on ties; the bias only steers the
-     * choice. The selection order is the canonical combining order. */
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        float bc = 0.0f;
-        for (int e = 0; e < n_experts; e++) {
-            if (picked[e]) continue;
-            float c = s[e] + bias[e];
-            if (best < 0 || c > bc) {
-                best = e;
-                bc = c;
-            }
-        }
-        picked[best] = 1;
-        ids[j] = best;
-        weights[j] = s[best];
-    }
-    if (renorm) {
-        double sum = 0.0;
-        for (int j = 0; j < k; j++) sum += weights[j];
-        float denom = (float)sum + 1e-20f;
-        for (int j = 0; j < k; j++) weights[j] = weights[j] / denom;
-    }
-    for (int j = 0; j < k; j++) weights[j] *= scale;
-    if (s != sbuf) {
-        free(s);
-        free(picked);
-    }
-}
-
 void ms_attnres(const float *const *srcs, int n, int64_t E, const float *fold, float eps, float *out)
 {
     MS_ASSERT(n >= 1 && n <= 64);

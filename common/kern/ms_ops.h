@@ -39,13 +39,6 @@ float ms_swiglu_clamp(float gate, float up, float alpha, float limit);
 void ms_glu_mlp_ws(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
                    int64_t T, float *y, float *work, ms_pool *pool);
 
-/* Router selection (spec §3.7) for one token from its raw gate logits[Ne] and bias[Ne]:
- * picks k experts by sigmoid(logit) + bias (ties: lowest index first), weights from the
- * unbiased sigmoid scores, optionally renormalised, times scale. ids[k] is in selection
- * order (best first): this is the canonical combining order. */
-void ms_router_select(const float *logits, const float *bias, int n_experts, int k, int renorm, float scale,
-                      int32_t *ids, float *weights);
-
 /* AttnRes aggregation (spec §3.10) for one token. srcs[0..n-1]: the n sources (snapshots oldest
  * first, then the prefix), each float[E]. fold: float[E] = norm gain * proj. out: float[E]
  * (must not alias a source). */

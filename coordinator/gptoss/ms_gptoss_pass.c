@@ -6,6 +6,7 @@
 #include "ms_err.h"
 #include "ms_scratch.h"
 #include "ms_gptoss_int.h"
+#include "ms_moe_block.h"
 #include "ms_ops.h"
 #include "ms_rows.h"
 
@@ -244,22 +245,13 @@ static void attention(go_model *g, int l, const ms_batch_item *items, const ms_r
         for (int64_t i = 0; i < H; i++) h[r * H + i] += a[r * H + i] + w->bo[i];
 }
 
-/* Top-k of a row's router logits (largest first, ties to the lower id) and the softmax over them. */
-static void route(const float *gl, int E, int k, int32_t *ids, float *wts)
+/* The layer's gate: top 4 of the router's logits (with its bias), a softmax over them. */
+static ms_moe_gate gate_of(const go_model *g, int l)
 {
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            int taken = 0;
-            for (int i = 0; i < j && !taken; i++) taken = ids[i] == e;
-            if (!taken && (best < 0 || gl[e] > gl[best])) best = e;
-        }
-        ids[j] = best;
-    }
-    double mx = gl[ids[0]], sum = 0;
-    double ex[MS_GPTOSS_MAX_TOPK];
-    for (int j = 0; j < k; j++) sum += (ex[j] = exp((double)gl[ids[j]] - mx));
-    for (int j = 0; j < k; j++) wts[j] = (float)(ex[j] / sum);
+    const ms_gptoss_cfg *c = &g->cfg;
+    const go_layer *w = &g->layers[l];
+    ms_moe_gate gt = {{MS_ROUTE_TOPK_THEN_SOFTMAX, c->n_experts, c->top_k, 0, 0, 0, 1.0f}, &w->router, w->router_b, NULL};
+    return gt;
 }
 
 /* Predicted routing: the layer's router applied to the residual stream before its attention,
@@ -270,18 +262,12 @@ static void predict_route(go_model *g, int l, const float *h, int64_t R, ms_aren
 {
     ms_model *m = &g->base;
     const ms_gptoss_cfg *c = &g->cfg;
-    const go_layer *w = &g->layers[l];
-    int64_t H = c->hidden, E = c->n_experts, k = c->top_k;
+    int64_t H = c->hidden;
     size_t mark = ms_arena_mark(ar);
-    float *t = ms_arena_take(ar, (size_t)(R * H));                  /* [R][H] normed stream */
-    float *gl = ms_arena_take(ar, (size_t)(R * E));                 /* [R][E] router logits */
-    int32_t *ids = (int32_t *)ms_arena_take(ar, (size_t)(R * k));   /* [R][k] */
-    float *wts = ms_arena_take(ar, (size_t)(R * k));                /* [R][k] */
-    for (int64_t r = 0; r < R; r++) ms_rmsnorm(h + r * H, w->post_norm, H, c->eps, t + r * H);
-    ms_matmul(&w->router, t, R, gl, m->pool);
-    add_bias(gl, w->router_b, R, E);
-    for (int64_t r = 0; r < R; r++) route(gl + r * E, (int)E, (int)k, ids + r * k, wts + r * k);
-    m->experts.prefetch(m->experts.ctx, l, R, (int)k, ids);
+    float *t = ms_arena_take(ar, (size_t)(R * H)); /* [R][H] normed stream */
+    for (int64_t r = 0; r < R; r++) ms_rmsnorm(h + r * H, g->layers[l].post_norm, H, c->eps, t + r * H);
+    ms_moe_gate gt = gate_of(g, l);
+    ms_moe_gate_prefetch(&gt, &m->experts, l, t, R, ar, m->pool);
     ms_arena_reset(ar, mark);
 }
 
@@ -290,28 +276,11 @@ static int moe(go_model *g, int l, float *h, int64_t R, int32_t *ids_out, ms_are
 {
     ms_model *m = &g->base;
     const ms_gptoss_cfg *c = &g->cfg;
-    const go_layer *w = &g->layers[l];
-    int64_t H = c->hidden, E = c->n_experts, k = c->top_k;
-    float *t = ms_arena_take(ar, (size_t)(R * H));          /* [R][H] normed input */
-    float *gl = ms_arena_take(ar, (size_t)(R * E));         /* [R][E] router logits */
-    float *wts = ms_arena_take(ar, (size_t)(R * k));        /* [R][k] */
-    float *eo = ms_arena_take(ar, (size_t)(R * k * H));     /* [R][k][H] expert outputs */
-    for (int64_t r = 0; r < R; r++) ms_rmsnorm(h + r * H, w->post_norm, H, c->eps, t + r * H);
-    ms_matmul(&w->router, t, R, gl, m->pool);
-    if (R == 0) return 0; /* the schedule's walk: no experts to ask */
-    add_bias(gl, w->router_b, R, E);
-    for (int64_t r = 0; r < R; r++) route(gl + r * E, (int)E, (int)k, ids_out + r * k, wts + r * k);
-    if (m->experts.compute(m->experts.ctx, l, R, t, (int)k, ids_out, eo) != 0) {
-        ms_err_wrap("layer %d experts", l);
-        return -1;
-    }
-    for (int64_t r = 0; r < R; r++)
-        for (int64_t i = 0; i < H; i++) {
-            float acc = 0;
-            for (int64_t j = 0; j < k; j++) acc += wts[r * k + j] * eo[(r * k + j) * H + i]; /* rank order */
-            h[r * H + i] += acc;
-        }
-    return 0;
+    int64_t H = c->hidden;
+    float *t = ms_arena_take(ar, (size_t)(R * H)); /* [R][H] normed input */
+    for (int64_t r = 0; r < R; r++) ms_rmsnorm(h + r * H, g->layers[l].post_norm, H, c->eps, t + r * H);
+    ms_moe_gate gt = gate_of(g, l);
+    return ms_moe_block_run(&gt, &m->experts, l, t, NULL, R, H, h, 1, ids_out, NULL, ar, m->pool);
 }
 
 

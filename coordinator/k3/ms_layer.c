@@ -34,7 +34,6 @@ static void predict_route(const ms_k3_cfg *c, int layer, const ms_layer_w *w, co
                           int smax, int n, const float *P, int64_t T, float *xp, ms_arena *ar, ms_pool *pool)
 {
     int64_t E = c->hidden;
-    int Ne = c->n_experts, k = c->top_k;
     size_t mark = ms_arena_mark(ar);
     if (!P) {
         float *zero = ms_arena_take(ar, (size_t)(T * E)); /* [T][E] the empty prefix */
@@ -43,13 +42,8 @@ static void predict_route(const ms_k3_cfg *c, int layer, const ms_layer_w *w, co
     }
     attnres_rows(c, snaps, smax, n, P, w->mlp_fold, T, xp); /* xp [T][E] */
     for (int64_t t = 0; t < T; t++) ms_rmsnorm(xp + t * E, w->post_norm, E, c->eps, xp + t * E);
-    float *lg = ms_arena_take(ar, (size_t)(T * Ne));                 /* [T][Ne] */
-    int32_t *ids = (int32_t *)ms_arena_take(ar, (size_t)(T * k));    /* [T][k] */
-    float *wts = ms_arena_take(ar, (size_t)(T * k));                 /* [T][k] */
-    ms_matmul(&w->moe.gate, xp, T, lg, pool);
-    for (int64_t t = 0; t < T; t++)
-        ms_router_select(lg + t * Ne, w->moe.bias, Ne, k, c->renorm, c->routed_scale, ids + t * k, wts + t * k);
-    ex->prefetch(ex->ctx, layer, T, k, ids);
+    ms_moe_gate g = ms_moe_gate_of(c, &w->moe);
+    ms_moe_gate_prefetch(&g, ex, layer, xp, T, ar, pool);
     ms_arena_reset(ar, mark);
 }
 

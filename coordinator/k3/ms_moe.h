@@ -7,6 +7,7 @@
 #include "ms_kern.h"
 #include "ms_arena.h"
 #include "ms_pool.h"
+#include "ms_moe_block.h"
 
 /* Borrowed trunk weights of one MoE layer (routed experts live behind ms_experts). */
 typedef struct {
@@ -18,6 +19,10 @@ typedef struct {
     ms_mat sg, su;        /* [Ns*I, E] shared gate / up */
     ms_mat sd;            /* [E, Ns*I] shared down */
 } ms_moe_w;
+
+/* The layer's gate as the shared MoE block takes it: sigmoid scores with the correction bias,
+ * optionally renormalised, times routed_scaling_factor (spec §3.7). Borrows w. */
+ms_moe_gate ms_moe_gate_of(const ms_k3_cfg *c, const ms_moe_w *w);
 
 /* LatentMoE (spec §3.8) for T rows: x: float[T][E] (post_attention_layernorm output),
  * y: float[T][E]. Routed experts are computed by one call to ex->compute for all T rows.

@@ -10,6 +10,7 @@
 #include "ms_fix.h"
 #include "ms_kern.h"
 #include "ms_ops.h"
+#include "ms_router.h"
 #include "ms_test.h"
 
 static ms_fix_tol tol;
@@ -68,18 +69,6 @@ static void self_checks(void)
     T_CHECK(hist[0][0] == 4.0f && hist[0][1] == 5.0f && hist[0][2] == 6.0f,
             "shortconv history is not the last K-1 raw inputs oldest first: %g %g %g", (double)hist[0][0],
             (double)hist[0][1], (double)hist[0][2]);
-
-    /* Router: bias steers selection only; ties pick the lowest index; weights renormalise. */
-    float logits[6] = {0.0f, 2.0f, 0.0f, 1.0f, 0.0f, 0.0f};
-    float bias[6] = {0.0f, -10.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    int32_t ids[3];
-    float wts[3];
-    ms_router_select(logits, bias, 6, 3, 1, 2.0f, ids, wts);
-    T_CHECK(ids[0] == 3 && ids[1] == 0 && ids[2] == 2, "router picks %d %d %d, want 3 0 2", ids[0], ids[1], ids[2]);
-    double s3 = 1.0 / (1.0 + exp(-1.0)), sum = s3 + 0.5 + 0.5;
-    T_CHECK(ms_t_close(wts[0], (float)(2.0 * s3 / sum), 1e-6, 1e-5) &&
-                ms_t_close(wts[1], (float)(2.0 * 0.5 / sum), 1e-6, 1e-5),
-            "router weights %g %g, want %g %g", (double)wts[0], (double)wts[1], 2.0 * s3 / sum, 1.0 / sum);
 
     /* AttnRes over identical sources returns that source (weights sum to 1, values raw). */
     float src[16], fold[16], out[16];
@@ -205,14 +194,15 @@ static void fx_router(void)
     float *logits = ms_fix_scratch(f, T * Ne); /* [T][Ne] */
     float *got_w = ms_fix_scratch(f, T * k);   /* [T][k] matched to the fixture's order */
     float *zero = ms_fix_scratch(f, Ne);
+    ms_router rt = {MS_ROUTE_SIGMOID_BIAS, Ne, k, 0, 0, cfg.renorm, cfg.routed_scale};
     ms_matmul(&G, in, T, logits, NULL);
     int sets_ok = 1, nchanged = 0;
     for (int t = 0; t < T; t++) {
         int32_t ids[8], ids0[8];
         float w[8], w0[8];
-        ms_router_select(logits + t * Ne, bias, Ne, k, cfg.renorm, cfg.routed_scale, ids, w);
+        ms_router_route(&rt, logits + t * Ne, bias, ids, w);
         /* The same row without the bias: counts the rows where the bias changed the set. */
-        ms_router_select(logits + t * Ne, zero, Ne, k, cfg.renorm, cfg.routed_scale, ids0, w0);
+        ms_router_route(&rt, logits + t * Ne, zero, ids0, w0);
         int distinct = 1, differs = 0;
         for (int j = 0; j < k; j++) {
             for (int i = 0; i < j; i++)
