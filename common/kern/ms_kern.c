@@ -324,6 +324,9 @@ static void mm_chunk(void *vctx, int64_t b0, int64_t b1)
     ms_gemm_rows(c->W, c->X, c->T, c->Y, c->W->rows, r0, r1, c->level);
 }
 
+/* Token rows per matmul tile (a multiple of every kernel's token group: 2 and 3). */
+#define MS_MM_TOKEN_TILE 384
+
 /* Below this many multiply-adds a chunk is not worth waking a thread for. */
 #define MS_MIN_CHUNK_WORK (1 << 15)
 
@@ -395,11 +398,14 @@ static void matmul_packed(ms_mat_packed *pk, int64_t rows, int64_t cols, const f
     MS_ASSERT(pk->n_blocks == (rows + pk->rows_per_block - 1) / pk->rows_per_block);
     ms_kern_init();
     int level = ms_cpu_level();
-    float *xp;
     ms_mat shape = {MS_WT_BF16, rows, cols, NULL, NULL, NULL, NULL};
-    pk_ctx c = {pk, rows, cols, ms_gemm_prep_x(&shape, X, T, level, &xp), T, Y, level};
-    ms_pool_for(pool, pk->n_blocks, 1, pk_task, &c);
-    ms_scratch_pop(xp);
+    for (int64_t t0 = 0; t0 < T; t0 += MS_MM_TOKEN_TILE) { /* see ms_matmul */
+        int64_t nt = T - t0 < MS_MM_TOKEN_TILE ? T - t0 : MS_MM_TOKEN_TILE;
+        float *xp;
+        pk_ctx c = {pk, rows, cols, ms_gemm_prep_x(&shape, X + t0 * cols, nt, level, &xp), nt, Y + t0 * rows, level};
+        ms_pool_for(pool, pk->n_blocks, 1, pk_task, &c);
+        ms_scratch_pop(xp);
+    }
 }
 
 /* Decode a coded chunk of `rows` rows into dst (uint16_t[rows][cols]); 0 or -1 (bad_block set). */
@@ -564,14 +570,22 @@ void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *po
     }
     ms_kern_init();
     int level = ms_cpu_level();
-    float *xp;
-    mm_ctx c = {W, ms_gemm_prep_x(W, X, T, level, &xp), T, Y, level};
     int64_t nblocks = (W->rows + MS_RB - 1) / MS_RB;
-    int64_t block_work = MS_RB * W->cols * T;
-    int64_t grain = (MS_MIN_CHUNK_WORK + block_work - 1) / block_work;
-    if (grain < 4) grain = 4; /* at least 16 rows per chunk */
-    ms_pool_for(pool, nblocks, grain, mm_chunk, &c);
-    ms_scratch_pop(xp);
+    /* Token rows a tile at a time, every weight row within it: the kernels walk all the
+     * tokens they are given once per few weight rows, so a span of thousands (a K3 layer's
+     * 4,096 rows of 7,168 floats: 117 MB, prepared again) would stream the whole prepared X
+     * from memory per panel, and from disk where a span's scratch lives in a file and its
+     * window cannot hold it. Each output is the same canonical dot in any grouping. */
+    for (int64_t t0 = 0; t0 < T; t0 += MS_MM_TOKEN_TILE) {
+        int64_t nt = T - t0 < MS_MM_TOKEN_TILE ? T - t0 : MS_MM_TOKEN_TILE;
+        float *xp;
+        mm_ctx c = {W, ms_gemm_prep_x(W, X + t0 * W->cols, nt, level, &xp), nt, Y + t0 * W->rows, level};
+        int64_t block_work = MS_RB * W->cols * nt;
+        int64_t grain = (MS_MIN_CHUNK_WORK + block_work - 1) / block_work;
+        if (grain < 4) grain = 4; /* at least 16 rows per chunk */
+        ms_pool_for(pool, nblocks, grain, mm_chunk, &c);
+        ms_scratch_pop(xp);
+    }
 }
 
 void ms_matvec(const ms_mat *W, const float *x, float *y, ms_pool *pool)
