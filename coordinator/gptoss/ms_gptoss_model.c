@@ -31,15 +31,15 @@ static void bind_layer(go_model *g, int l)
     int n_refs0 = m->n_refs;
 #define NAME(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
     w->in_norm = vec(m, NAME("input_layernorm.weight"), H);
-    ms_mrt_mat(m, &w->q, NAME("self_attn.q_proj.weight"), qd, H);
-    w->bq = vec(m, NAME("self_attn.q_proj.bias"), qd);
-    ms_mrt_mat(m, &w->k, NAME("self_attn.k_proj.weight"), kvd, H);
-    w->bk = vec(m, NAME("self_attn.k_proj.bias"), kvd);
-    ms_mrt_mat(m, &w->v, NAME("self_attn.v_proj.weight"), kvd, H);
-    w->bv = vec(m, NAME("self_attn.v_proj.bias"), kvd);
-    ms_mrt_mat(m, &w->o, NAME("self_attn.o_proj.weight"), H, qd);
-    w->bo = vec(m, NAME("self_attn.o_proj.bias"), H);
-    w->sinks = vec(m, NAME("self_attn.sinks"), c->n_heads);
+    ms_mrt_mat(m, &w->attn.q, NAME("self_attn.q_proj.weight"), qd, H);
+    w->attn.bq = vec(m, NAME("self_attn.q_proj.bias"), qd);
+    ms_mrt_mat(m, &w->attn.k, NAME("self_attn.k_proj.weight"), kvd, H);
+    w->attn.bk = vec(m, NAME("self_attn.k_proj.bias"), kvd);
+    ms_mrt_mat(m, &w->attn.v, NAME("self_attn.v_proj.weight"), kvd, H);
+    w->attn.bv = vec(m, NAME("self_attn.v_proj.bias"), kvd);
+    ms_mrt_mat(m, &w->attn.o, NAME("self_attn.o_proj.weight"), H, qd);
+    w->attn.bo = vec(m, NAME("self_attn.o_proj.bias"), H);
+    w->attn.sinks = vec(m, NAME("self_attn.sinks"), c->n_heads);
     w->post_norm = vec(m, NAME("post_attention_layernorm.weight"), H);
     ms_mrt_mat(m, &w->router, NAME("mlp.router.weight"), c->n_experts, H);
     w->router_b = vec(m, NAME("mlp.router.bias"), c->n_experts);
@@ -82,25 +82,6 @@ static int check_counts(const ms_gptoss_cfg *c, const ms_tsrc *src)
     return 0;
 }
 
-/* YaRN's inverse frequencies and concentration, computed as the reference does (float32). */
-static void yarn(go_model *g)
-{
-    const ms_gptoss_cfg *c = &g->cfg;
-    int d = c->head_dim, half = d / 2;
-    g->inv_freq = ms_mrt_own(&g->base, ms_malloc(sizeof(float) * (size_t)half));
-    double s = c->yarn_factor, base = c->rope_theta, L0 = c->yarn_orig_ctx;
-    g->concentration = (float)(0.1 * log(s) + 1.0);
-    double low = half * log(L0 / (c->yarn_beta_fast * 2 * M_PI)) / log(base);
-    double high = half * log(L0 / (c->yarn_beta_slow * 2 * M_PI)) / log(base);
-    for (int i = 0; i < half; i++) {
-        float freq = powf((float)base, (float)(2 * i) / (float)d);
-        float interp = 1.0f / ((float)s * freq), extrap = 1.0f / freq;
-        float ramp = (float)(((double)i - low) / (high - low));
-        float mask = 1.0f - (ramp < 0 ? 0 : ramp > 1 ? 1 : ramp);
-        g->inv_freq[i] = interp * (1.0f - mask) + extrap * mask;
-    }
-}
-
 /* ---- sizes ---- */
 
 static size_t k_work_floats(const ms_model *m, int64_t R, int64_t out_rows)
@@ -120,7 +101,8 @@ static uint64_t k_state_bytes(const ms_model *m, int64_t positions, int64_t spec
 
 static uint64_t k_fixed_bytes(const ms_model *m, int threads, int64_t positions)
 {
-    return (uint64_t)threads * go_thread_bytes(&goc(m)->cfg, positions);
+    ms_gqa a = go_gqa(&goc(m)->cfg, 0);
+    return (uint64_t)threads * ms_gqa_thread_bytes(&a, positions);
 }
 
 /* ---- sequences ---- */
@@ -135,8 +117,8 @@ static ms_seq *k_seq_new(ms_model *m)
     s->kv = ms_calloc((size_t)c->n_layers, sizeof *s->kv);
     int64_t kvd = (int64_t)c->n_kv * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
-        s->kv[l].ring = c->sliding[l] ? go_ring_rows(c, spec_rows_of(m)) : 0;
-        if (m->opts.max_positions > 0) go_kv_reserve(&s->kv[l], m->opts.max_positions - 1, kvd); /* the plan's */
+        ms_kv_init(&s->kv[l], kvd, c->sliding[l] ? go_ring_rows(c, spec_rows_of(m)) : 0);
+        if (m->opts.max_positions > 0) ms_kv_reserve(&s->kv[l], m->opts.max_positions - 1); /* the plan's */
     }
     return &s->base;
 }
@@ -144,10 +126,7 @@ static ms_seq *k_seq_new(ms_model *m)
 static void k_seq_free(ms_seq *base)
 {
     go_seq *s = (go_seq *)base;
-    for (int l = 0; l < go(base->m)->cfg.n_layers; l++) {
-        free(s->kv[l].k);
-        free(s->kv[l].v);
-    }
+    for (int l = 0; l < go(base->m)->cfg.n_layers; l++) ms_kv_free(&s->kv[l]);
     free(s->kv);
     free(s);
 }
@@ -156,72 +135,30 @@ static ms_seq *k_seq_clone(const ms_seq *base)
 {
     const go_seq *s = (const go_seq *)base;
     const ms_gptoss_cfg *c = &go(base->m)->cfg;
-    size_t row = sizeof(float) * (size_t)c->n_kv * (size_t)c->head_dim;
     go_seq *d = ms_calloc(1, sizeof *d);
     d->base = *base;
     d->kv = ms_calloc((size_t)c->n_layers, sizeof *d->kv);
-    for (int l = 0; l < c->n_layers; l++) {
-        d->kv[l] = s->kv[l];
-        d->kv[l].k = ms_malloc(row * (size_t)(s->kv[l].alloc ? s->kv[l].alloc : 1));
-        d->kv[l].v = ms_malloc(row * (size_t)(s->kv[l].alloc ? s->kv[l].alloc : 1));
-        if (s->kv[l].alloc) {
-            memcpy(d->kv[l].k, s->kv[l].k, row * (size_t)s->kv[l].alloc);
-            memcpy(d->kv[l].v, s->kv[l].v, row * (size_t)s->kv[l].alloc);
-        }
-    }
+    for (int l = 0; l < c->n_layers; l++) ms_kv_copy(&d->kv[l], &s->kv[l]);
     return &d->base;
 }
 
-/* Saved state: per layer, the first position kept and how many (a full layer: all of them; a
- * sliding one: the last `window`, all attention can still read), then their keys and values
- * in position order, so that a run with another ring size (speculation) places them itself. */
+/* Saved state: per layer what ms_kv_save writes (a sliding layer: the last `window` positions,
+ * all attention can still read), so that a run with another ring size (speculation) places
+ * them itself. */
 static void k_seq_save(const ms_seq *base, ms_sbuf *out)
 {
     const go_seq *s = (const go_seq *)base;
     const ms_gptoss_cfg *c = &go(base->m)->cfg;
-    size_t row = sizeof(float) * (size_t)c->n_kv * (size_t)c->head_dim;
-    for (int l = 0; l < c->n_layers; l++) {
-        const go_kv *kv = &s->kv[l];
-        int64_t first = kv->ring && base->pos > c->window ? base->pos - c->window : 0, count = base->pos - first;
-        ms_sbuf_add(out, (const char *)&first, sizeof first);
-        ms_sbuf_add(out, (const char *)&count, sizeof count);
-        for (int pass = 0; pass < 2; pass++)
-            for (int64_t p = first; p < base->pos; p++) {
-                int64_t at = kv->ring ? p % kv->ring : p;
-                ms_sbuf_add(out, (const char *)((pass ? kv->v : kv->k) + at * (int64_t)(row / sizeof(float))), row);
-            }
-    }
+    for (int l = 0; l < c->n_layers; l++) ms_kv_save(&s->kv[l], base->pos, c->window, out);
 }
 
 static int k_seq_load(ms_seq *base, ms_reader *in)
 {
     go_seq *s = (go_seq *)base;
     const ms_gptoss_cfg *c = &go(base->m)->cfg;
-    int64_t width = (int64_t)c->n_kv * c->head_dim;
-    size_t row = sizeof(float) * (size_t)width;
-    for (int l = 0; l < c->n_layers; l++) {
-        go_kv *kv = &s->kv[l];
-        int64_t first, count;
-        if (ms_reader_take(in, &first, sizeof first) != 0 || ms_reader_take(in, &count, sizeof count) != 0) goto bad;
-        int64_t want = kv->ring && base->pos > c->window ? base->pos - c->window : 0;
-        if (first != want || count != base->pos - first || (size_t)count * row * 2 > in->n - in->at) goto bad;
-        if (base->pos > 0) go_kv_reserve(kv, base->pos - 1, width);
-        for (int pass = 0; pass < 2; pass++)
-            for (int64_t p = first; p < base->pos; p++) {
-                int64_t at = kv->ring ? p % kv->ring : p;
-                int rc = ms_reader_take_floats(in, (pass ? kv->v : kv->k) + at * width, (size_t)width);
-                if (rc == -2) {
-                    ms_err_set("the sequence state holds a non-finite value (NaN or infinity) in layer %d, at byte %zu", l,
-                               in->at);
-                    return -1;
-                }
-                if (rc != 0) goto bad;
-            }
-    }
+    for (int l = 0; l < c->n_layers; l++)
+        if (ms_kv_load(&s->kv[l], base->pos, c->window, in, l) != 0) return -1;
     return 0;
-bad:
-    ms_err_set("the sequence state does not fit this model (layer sizes differ, or it was cut short)");
-    return -1;
 }
 
 /* Rejected rows: positions past the kept ones are never read again and are overwritten next; a
@@ -238,6 +175,7 @@ static void k_free(ms_model *m)
 {
     go_model *g = go(m);
     free(g->layers);
+    ms_rope_free(&g->rope);
     ms_gptoss_cfg_free(&g->cfg);
 }
 
@@ -290,7 +228,11 @@ ms_model *ms_gptoss_model_bind(const ms_gptoss_cfg *cfg, const ms_tsrc *src, con
         ms_model_free(m);
         return NULL;
     }
-    yarn(g);
+    if (ms_rope_init_yarn(&g->rope, c->head_dim, c->rope_theta, c->yarn_factor, c->yarn_orig_ctx, c->yarn_beta_fast,
+                          c->yarn_beta_slow) != 0) {
+        ms_model_free(m);
+        return NULL;
+    }
     ms_mrt_mat(m, &g->embed, "model.embed_tokens.weight", c->vocab, c->hidden);
     g->layers = ms_calloc((size_t)c->n_layers, sizeof *g->layers);
     for (int l = 0; l < c->n_layers && m->n_errors <= 8; l++) bind_layer(g, l);
