@@ -23,7 +23,9 @@ SRC_DIRS = ["common", "coordinator", "expert-worker"]
 
 # 3: the family's own files, and the activation's (kernel, table, compute, wire comment).
 K3_FILES = ("coordinator/k3/", "coordinator/families/ms_families.c", "common/expert/ms_xfam_k3.")
-K3_SYMBOLS = re.compile(r"ms_k3_|\bkda\w*|KDA|\bmla\w*|MLA|block_sparse_moe|first_dense|kv_lora|qk_rope|qk_nope|"
+# (MLA, its latent and rope widths are DeepSeek-V3's architecture too: a shared block in
+# coordinator/blocks/, fenced no more; K3's own wiring of it is.)
+K3_SYMBOLS = re.compile(r"ms_k3_|\bkda\w*|KDA|\bis_mla\b|mla_heads|mla_out_gate|block_sparse_moe|first_dense|"
                         r"attn_res|full_attn|situ_b[12]|SiTU|situ|SITU", re.I)
 ACTIVATION = re.compile(r"SiTU|situ|SITU")
 ACTIVATION_FILES = ("common/kern/ms_ops.", "common/kern/ms_act.", "common/expert/ms_xfmt.", "common/expert/ms_expert.", "proto/moestream.proto")

@@ -163,10 +163,11 @@ static size_t k3_work_floats(const ms_model *m, int64_t R, int64_t out_rows)
 static uint64_t k3_state_bytes(const ms_model *m, int64_t positions, int64_t spec_rows)
 {
     const ms_k3_cfg *c = &k3c(m)->cfg;
+    const ms_mla_cfg mc = ms_k3_mla_cfg(c);
     uint64_t total = 0;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->is_mla[i]) {
-            total += ms_mla_cache_bytes(c, positions);
+            total += ms_mla_cache_bytes(&mc, positions);
         } else {
             total += ms_kda_state_bytes(c);
             /* undoing rejected speculative rows: the state before the pass + per-row inputs */
@@ -180,10 +181,11 @@ static uint64_t k3_fixed_bytes(const ms_model *m, int threads, int64_t positions
 {
     const k3_model *k = k3c(m);
     const ms_k3_cfg *c = &k->cfg;
+    const ms_mla_cfg mc = ms_k3_mla_cfg(c);
     uint64_t kvb = 0; /* kv_b, pulled whole when streamed */
     for (int i = 0; i < c->n_layers; i++)
         if (k->layers[i].is_mla) kvb = ms_mat_bytes(&k->layers[i].mla.kvb);
-    return kvb + (uint64_t)threads * ms_mla_thread_bytes(c, positions) + ms_kda_fixed_bytes(c);
+    return kvb + (uint64_t)threads * ms_mla_thread_bytes(&mc, positions) + ms_kda_fixed_bytes(c);
 }
 
 size_t ms_k3_work_floats(const ms_k3_cfg *c, int64_t R, int64_t out_rows)
@@ -199,13 +201,14 @@ size_t ms_k3_work_floats(const ms_k3_cfg *c, int64_t R, int64_t out_rows)
 static ms_seq *k3_seq_new(ms_model *m)
 {
     const ms_k3_cfg *c = &k3(m)->cfg;
+    const ms_mla_cfg mc = ms_k3_mla_cfg(c);
     k3_seq *s = ms_calloc(1, sizeof *s);
     s->base.m = m;
     s->ls = ms_calloc((size_t)c->n_layers, sizeof *s->ls);
     for (int i = 0; i < c->n_layers; i++) {
         if (c->is_mla[i]) {
             ms_mla_cache_init(&s->ls[i].mla);
-            if (m->opts.max_positions > 0) ms_mla_cache_reserve(&s->ls[i].mla, c, m->opts.max_positions);
+            if (m->opts.max_positions > 0) ms_mla_cache_reserve(&s->ls[i].mla, &mc, m->opts.max_positions);
         } else {
             ms_kda_state_init(&s->ls[i].kda, c);
             if (m->opts.spec_window > 0) ms_kda_spec_reserve(&s->ls[i].kda, c, 1 + m->opts.spec_window);
@@ -230,12 +233,13 @@ static ms_seq *k3_seq_clone(const ms_seq *base)
     const k3_seq *s = (const k3_seq *)base;
     ms_model *m = base->m;
     const ms_k3_cfg *c = &k3(m)->cfg;
+    const ms_mla_cfg mc = ms_k3_mla_cfg(c);
     k3_seq *d = ms_calloc(1, sizeof *d);
     d->base = *base;
     d->ls = ms_calloc((size_t)c->n_layers, sizeof *d->ls);
     for (int i = 0; i < c->n_layers; i++) {
         if (c->is_mla[i]) {
-            ms_mla_cache_copy(&d->ls[i].mla, &s->ls[i].mla, c);
+            ms_mla_cache_copy(&d->ls[i].mla, &s->ls[i].mla, &mc);
         } else {
             ms_kda_state_copy(&d->ls[i].kda, &s->ls[i].kda, c);
             if (m->opts.spec_window > 0) ms_kda_spec_reserve(&d->ls[i].kda, c, 1 + m->opts.spec_window);
@@ -271,6 +275,7 @@ static int k3_seq_load(ms_seq *base, ms_reader *in)
 {
     k3_seq *s = k3s(base);
     const ms_k3_cfg *c = &k3(base->m)->cfg;
+    const ms_mla_cfg mc = ms_k3_mla_cfg(c);
     size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim, H = (size_t)(c->conv_k - 1);
     int rc = 0;
     for (int i = 0; i < c->n_layers && rc == 0; i++) {
@@ -279,7 +284,7 @@ static int k3_seq_load(ms_seq *base, ms_reader *in)
             int64_t n;
             if (ms_reader_take(in, &n, sizeof n) != 0 || n != base->pos || (size_t)n * (size_t)c->kv_lora * 4 > in->n - in->at)
                 goto bad;
-            ms_mla_cache_reserve(kc, c, n > 0 ? n : 1);
+            ms_mla_cache_reserve(kc, &mc, n > 0 ? n : 1);
             rc = ms_reader_take_floats(in, kc->lat, (size_t)n * (size_t)c->kv_lora);
             if (rc == 0 && c->qk_rope > 0) rc = ms_reader_take_floats(in, kc->rope, (size_t)n * (size_t)c->qk_rope);
             if (rc == 0) kc->n = n;

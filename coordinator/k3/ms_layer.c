@@ -1,10 +1,18 @@
 /* ms_layer: one decoder layer with the AttnRes wiring of spec §3.11. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ms_err.h"
 #include "ms_layer.h"
 #include "ms_ops.h"
+
+ms_mla_cfg ms_k3_mla_cfg(const ms_k3_cfg *c)
+{
+    ms_mla_cfg m = {c->mla_heads, c->q_lora, c->kv_lora, c->qk_nope, c->qk_rope, c->v_head, c->mla_out_gate,
+                    1.0 / sqrt((double)(c->qk_nope + c->qk_rope)), NULL, c->eps};
+    return m;
+}
 
 int ms_layer_snaps_after(const ms_k3_cfg *c, int layer)
 {
@@ -49,7 +57,8 @@ static void predict_route(const ms_k3_cfg *c, int layer, const ms_layer_w *w, co
 
 size_t ms_layer_work_floats(const ms_k3_cfg *c, int64_t R)
 {
-    size_t attn = 0, ffn = 0, kda = ms_kda_work_floats(c, R), mla = ms_mla_work_floats(c, R);
+    ms_mla_cfg mc = ms_k3_mla_cfg(c);
+    size_t attn = 0, ffn = 0, kda = ms_kda_work_floats(c, R), mla = ms_mla_work_floats(&mc, R);
     for (int i = 0; i < c->n_layers; i++) {
         size_t a = c->is_mla[i] ? mla : kda;
         size_t f = ms_k3_cfg_is_dense(c, i) ? MS_ARENA_SPAN(2 * (size_t)R * (size_t)c->dense_inter)
@@ -98,7 +107,8 @@ int ms_layer_forward_batch(const ms_k3_cfg *c, int layer, const ms_layer_w *w, m
     if (w->is_mla) {
         ms_mla_cache *kc[MS_MODEL_MAX_SEQS];
         for (int s = 0; s < n_seg; s++) kc[s] = &st[s]->mla;
-        if (ms_mla_forward_batch(c, &w->mla, kc, seg, n_seg, x, T, a, ar, pool) != 0) {
+        ms_mla_cfg mc = ms_k3_mla_cfg(c);
+        if (ms_mla_forward_batch(&mc, &w->mla, kc, seg, n_seg, x, T, a, ar, pool) != 0) {
             rc = -1;
             goto out;
         }

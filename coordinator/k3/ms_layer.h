@@ -32,6 +32,9 @@ typedef struct {
  * 0, B, 2B, ... <= layer pushes one). */
 int ms_layer_snaps_after(const ms_k3_cfg *c, int layer);
 
+/* K3's MLA as the shared block takes it: gated (mla_out_gate), no rotary, scores / sqrt(dq). */
+ms_mla_cfg ms_k3_mla_cfg(const ms_k3_cfg *c);
+
 /* Run layer `layer` on T consecutive tokens of one sequence.
  * h:     float[T][E]            in: previous layer output (the embedding for layer 0);
  *                               out: this layer's output prefix sum

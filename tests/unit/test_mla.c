@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ms_k3_cfg.h"
+#include "ms_layer.h"
 #include "ms_cpu.h"
 #include "ms_err.h"
 #include "ms_fix.h"
@@ -13,6 +14,14 @@
 #include "ms_pool.h"
 #include "ms_test.h"
 
+
+/* K3's shape of the block (ms_k3_mla_cfg), in a static: the calls take its address. */
+static const ms_mla_cfg *MC(const ms_k3_cfg *c)
+{
+    static ms_mla_cfg m;
+    m = ms_k3_mla_cfg(c);
+    return &m;
+}
 static ms_fix_tol tol;
 static ms_k3_cfg cfg;
 
@@ -68,15 +77,43 @@ static void self_checks(void)
     ms_mla_cache a, b;
     ms_mla_cache_init(&a);
     ms_mla_cache_init(&b);
-    ms_mla_forward(&c, &w, &a, x, 5, y1, NULL);
+    ms_mla_forward(MC(&c), &w, &a, x, 5, y1, NULL);
     T_CHECK(a.n == 5, "cache holds %lld positions after 5 tokens", (long long)a.n);
     /* Causality: the first token's output does not depend on later tokens. */
-    ms_mla_forward(&c, &w, &b, x, 1, y2, NULL);
+    ms_mla_forward(MC(&c), &w, &b, x, 1, y2, NULL);
     T_CHECK(ms_fix_maxdiff(y1, y2, 16) <= 1e-5, "token 0 output changes when later tokens are present");
     /* The cached rope key is the raw tail of kv_a (never normalised or rotated). */
     float c0[10];
     ms_matvec(&w.kva, x, c0, NULL);
     T_CHECK(ms_fix_maxdiff(a.rope, c0 + Rkv, dr) <= 1e-6, "cached rope key is not the raw kv_a tail");
+    /* With a rotary (DeepSeek's form, no gate): 5 tokens at once = one at a time, bit for bit;
+     * the cached rope key is the kv_a tail turned at its position (position 0: as it is), so
+     * token 0 is as without the rotary and later tokens are not. */
+    ms_rope rot;
+    ms_rope_init_deepseek_yarn(&rot, dr, 10000.0, 40.0, 4096.0, 32.0, 1.0);
+    ms_mla_cfg rc = ms_k3_mla_cfg(&c), plain = rc;
+    rc.rotary = &rot;
+    rc.out_gate = plain.out_gate = 0;
+    float y3[5 * 16], y4[5 * 16];
+    ms_mla_cache r1, r2, r3;
+    ms_mla_cache_init(&r1);
+    ms_mla_cache_init(&r2);
+    ms_mla_cache_init(&r3);
+    ms_mla_forward(&rc, &w, &r1, x, 5, y3, NULL);
+    for (int t = 0; t < 5; t++) ms_mla_forward(&rc, &w, &r2, x + t * 16, 1, y4 + t * 16, NULL);
+    T_CHECK(!memcmp(y3, y4, sizeof y3), "rotary: 5 tokens at once = one at a time, bit for bit");
+    ms_mla_forward(&plain, &w, &r3, x, 5, y4, NULL);
+    float k4[10], turned[2];
+    ms_matvec(&w.kva, x + 4 * 16, k4, NULL);
+    memcpy(turned, k4 + Rkv, sizeof turned);
+    ms_rope_apply(&rot, turned, 1, dr, 4);
+    T_CHECK(!memcmp(y3, y4, sizeof(float) * 16) && ms_fix_maxdiff(y3 + 16, y4 + 16, 4 * 16) > 1e-4 &&
+                ms_fix_maxdiff(r1.rope + 4 * dr, turned, dr) <= 1e-6,
+            "rotary: token 0 as without it, later ones not; position 4's key is the kv_a tail turned by 4");
+    ms_mla_cache_free(&r1);
+    ms_mla_cache_free(&r2);
+    ms_mla_cache_free(&r3);
+    ms_rope_free(&rot);
     ms_mla_cache_reset(&a);
     T_CHECK(a.n == 0, "ms_mla_cache_reset leaves %lld positions", (long long)a.n);
     ms_mla_cache_free(&a);
@@ -131,7 +168,7 @@ static void fx_mla(void)
     float *out = ms_fix_scratch(f, T * E);
     ms_mla_cache kc;
     ms_mla_cache_init(&kc);
-    ms_mla_forward(&c, &w, &kc, in, T, out, NULL);
+    ms_mla_forward(MC(&c), &w, &kc, in, T, out, NULL);
     T_CHECK(kc.n == T, "mla: cache holds %lld positions, want %d", (long long)kc.n, T);
     ms_fix_cmp(&st, "mla.out", out, want, T * E, tol);
     if (kc.n == T && kc.lat && kc.rope) {
@@ -144,7 +181,7 @@ static void fx_mla(void)
     ms_mla_cache k1;
     ms_mla_cache_init(&k1);
     float *o1 = ms_fix_scratch(f, T * E);
-    for (int t = 0; t < T; t++) ms_mla_forward(&c, &w, &k1, in + t * E, 1, o1 + t * E, NULL);
+    for (int t = 0; t < T; t++) ms_mla_forward(MC(&c), &w, &k1, in + t * E, 1, o1 + t * E, NULL);
     ms_fix_stat st1 = {0};
     ms_fix_cmp(&st1, "mla 6x1-token vs fixture", o1, want, T * E, tol);
     double md = ms_fix_maxdiff(o1, out, T * E);
@@ -165,8 +202,8 @@ static void fx_mla(void)
     float *o2 = ms_fix_scratch(f, T * E);
     int simd = ms_cpu_simd_enabled();
     ms_cpu_set_simd(0);
-    ms_mla_forward(&c, &w, &k2, in, 2, o2, pool);
-    ms_mla_forward(&c, &w, &k2, in + 2 * E, T - 2, o2 + 2 * E, pool);
+    ms_mla_forward(MC(&c), &w, &k2, in, 2, o2, pool);
+    ms_mla_forward(MC(&c), &w, &k2, in + 2 * E, T - 2, o2 + 2 * E, pool);
     ms_cpu_set_simd(simd);
     int64_t d2 = ms_fix_bitdiff(o2, out, T * E);
     printf("  mla: 2+4 split, 2 threads, scalar kernels vs 1 call: %lld elements differ in bits\n", (long long)d2);
@@ -174,7 +211,7 @@ static void fx_mla(void)
 
     /* After a reset the cache restarts at position 0. */
     ms_mla_cache_reset(&k2);
-    ms_mla_forward(&c, &w, &k2, in, T, o2, NULL);
+    ms_mla_forward(MC(&c), &w, &k2, in, T, o2, NULL);
     T_CHECK(ms_fix_bitdiff(o2, out, T * E) == 0 && k2.n == T, "mla: output after ms_mla_cache_reset differs");
 
     ms_pool_free(pool);

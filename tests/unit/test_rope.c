@@ -63,6 +63,49 @@ static void yarn(void)
     ms_rope_free(&p);
 }
 
+static void deepseek(void)
+{
+    /* DeepSeek-V3 (rope dims 64, theta 10000, factor 40, betas 32 and 1): pairs 0..10 unscaled,
+     * 23..31 divided by 40, a line between; Kimi K2 (theta 50000, factor 32, betas 1 and 1):
+     * a step, pairs 0..19 unscaled, 20..31 divided by 32 (its spec §3.4) */
+    struct {
+        double theta, factor, bf, bs;
+        int lo, hi;
+        const char *name;
+    } m[2] = {{10000, 40, 32, 1, 10, 23, "V3"}, {50000, 32, 1, 1, 19, 20, "K2"}};
+    for (int k = 0; k < 2; k++) {
+        ms_rope r, p;
+        T_CHECK(ms_rope_init_deepseek_yarn(&r, 64, m[k].theta, m[k].factor, 4096, m[k].bf, m[k].bs) == 0 && r.interleaved &&
+                    r.concentration == 1.0f,
+                "%s: table: %s", m[k].name, ms_err_msg());
+        ms_rope_init_plain(&p, 64, m[k].theta);
+        int ok = 1;
+        for (int i = 0; i < 32; i++) {
+            if (i <= m[k].lo) ok &= r.inv_freq[i] == p.inv_freq[i];
+            if (i >= m[k].hi) ok &= ms_t_close(r.inv_freq[i], p.inv_freq[i] / (float)m[k].factor, 1e-12, 1e-6);
+            if (i > m[k].lo && i < m[k].hi) ok &= r.inv_freq[i] < p.inv_freq[i] && r.inv_freq[i] > p.inv_freq[i] / (float)m[k].factor;
+        }
+        T_CHECK(ok, "%s: pairs up to %d unscaled, from %d divided by %g", m[k].name, m[k].lo, m[k].hi, m[k].factor);
+        ms_rope_free(&r);
+        ms_rope_free(&p);
+    }
+    /* the scores' factor: 192^-0.5 m^2 (V3 0.13523378, K2 0.13086080) */
+    double v3 = ms_rope_mscale(40, 1.0), k2 = ms_rope_mscale(32, 1.0);
+    T_CHECK(fabs(v3 * v3 / sqrt(192.0) - 0.13523378) < 1e-8 && fabs(k2 * k2 / sqrt(192.0) - 0.13086080) < 1e-8 &&
+                ms_rope_mscale(1.0, 1.0) == 1.0,
+            "mscale: V3 %.8f, K2 %.8f", v3 * v3 / sqrt(192.0), k2 * k2 / sqrt(192.0));
+    /* interleaved pairs: (2i, 2i + 1) turn together, pair 0 at position 5 by 5 rad */
+    ms_rope r;
+    ms_rope_init_deepseek_yarn(&r, 8, 10000, 1, 4096, 32, 1);
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8];
+    memcpy(y, x, sizeof x);
+    ms_rope_apply(&r, y, 1, 8, 5);
+    double c = cos(5.0), s = sin(5.0);
+    T_CHECK(ms_t_close(y[0], (float)(1 * c - 2 * s), 1e-6, 1e-5) && ms_t_close(y[1], (float)(2 * c + 1 * s), 1e-6, 1e-5),
+            "interleaved pair 0: %g %g, want %g %g", (double)y[0], (double)y[1], c - 2 * s, 2 * c + s);
+    ms_rope_free(&r);
+}
+
 static void refusals(void)
 {
     ms_rope r;
@@ -79,6 +122,7 @@ int main(void)
 {
     plain();
     yarn();
+    deepseek();
     refusals();
     return ms_t_done();
 }

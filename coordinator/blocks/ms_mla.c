@@ -1,4 +1,4 @@
-/* ms_mla: gated MLA (spec §3.6) with a compressed KV cache and per-head absorbed attention. */
+/* ms_mla: MLA with a compressed KV cache and per-head absorbed attention (Kimi K3 spec §3.6, DeepSeek-V3 spec §3.3). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,12 +24,12 @@ void ms_mla_cache_free(ms_mla_cache *kc)
 
 static void cache_reserve(ms_mla_cache *kc, int64_t need, int Rkv, int dr);
 
-uint64_t ms_mla_cache_bytes(const ms_k3_cfg *c, int64_t n)
+uint64_t ms_mla_cache_bytes(const ms_mla_cfg *c, int64_t n)
 {
     return 4 * (uint64_t)(c->kv_lora + c->qk_rope) * (uint64_t)n; /* lat and rope rows, as reserved below */
 }
 
-void ms_mla_cache_copy(ms_mla_cache *dst, const ms_mla_cache *src, const ms_k3_cfg *c)
+void ms_mla_cache_copy(ms_mla_cache *dst, const ms_mla_cache *src, const ms_mla_cfg *c)
 {
     ms_mla_cache_init(dst);
     ms_mla_cache_reserve(dst, c, src->cap > 0 ? src->cap : 1);
@@ -38,7 +38,7 @@ void ms_mla_cache_copy(ms_mla_cache *dst, const ms_mla_cache *src, const ms_k3_c
     dst->n = src->n;
 }
 
-uint64_t ms_mla_thread_bytes(const ms_k3_cfg *c, int64_t positions)
+uint64_t ms_mla_thread_bytes(const ms_mla_cfg *c, int64_t positions)
 {
     /* attn_heads' rows: wk [dn+dv][Rkv] floats, qabs and ctxv [Rkv] doubles, ctxf [Rkv] floats,
      * p [positions] doubles */
@@ -46,7 +46,7 @@ uint64_t ms_mla_thread_bytes(const ms_k3_cfg *c, int64_t positions)
            8 * (uint64_t)positions;
 }
 
-void ms_mla_cache_reserve(ms_mla_cache *kc, const ms_k3_cfg *c, int64_t n)
+void ms_mla_cache_reserve(ms_mla_cache *kc, const ms_mla_cfg *c, int64_t n)
 {
     if (n <= kc->cap) return;
     kc->lat = ms_realloc(kc->lat, sizeof(float) * (size_t)(n * c->kv_lora));
@@ -65,11 +65,11 @@ static void cache_reserve(ms_mla_cache *kc, int64_t need, int Rkv, int dr)
 }
 
 /* Attention of T query tokens for a range of heads. The score of head h against cached
- * position s is (q^n_h . Wk_h lat_s + q^r_h . rope_s) / sqrt(dq); with Wk_h absorbed into the
+ * position s is (q^n_h . Wk_h lat_s + q^r_h . rope_s) * scale; with Wk_h absorbed into the
  * query (qabs = Wk_h^T q^n_h) only the compressed cache is needed. The value read is
  * Wv_h (sum_s p_s lat_s). All sums in double, in a fixed order. */
 typedef struct {
-    const ms_k3_cfg *c;
+    const ms_mla_cfg *c;
     const ms_mla_w *w;
     const ms_mat *kvb;   /* resident view of w->kvb */
     const ms_mla_cache *kc;
@@ -81,11 +81,11 @@ typedef struct {
 static void attn_heads(void *vctx, int64_t h0, int64_t h1)
 {
     attn_ctx *a = vctx;
-    const ms_k3_cfg *c = a->c;
+    const ms_mla_cfg *c = a->c;
     int dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head, Rkv = c->kv_lora;
     int dq = dn + dr;
     int64_t npos = a->n0 + a->T;
-    double scale = 1.0 / sqrt((double)dq);
+    double scale = c->scale;
     float *wk = ms_scratch_push(sizeof(float) * (size_t)((dn + dv) * Rkv)); /* [dn+dv][Rkv] head rows */
     double *qabs = ms_scratch_push(sizeof(double) * (size_t)Rkv);           /* [Rkv] */
     double *ctxv = ms_scratch_push(sizeof(double) * (size_t)Rkv);           /* [Rkv] */
@@ -95,7 +95,7 @@ static void attn_heads(void *vctx, int64_t h0, int64_t h1)
         int64_t base = h * (dn + dv);
         for (int r = 0; r < dn + dv; r++) ms_mat_row_f32(a->kvb, base + r, wk + (size_t)r * Rkv);
         for (int64_t t = 0; t < a->T; t++) {
-            const float *qh = a->q + t * (int64_t)c->mla_heads * dq + h * dq;
+            const float *qh = a->q + t * (int64_t)c->heads * dq + h * dq;
             for (int j = 0; j < Rkv; j++) qabs[j] = 0.0;
             for (int i = 0; i < dn; i++) {
                 const float *row = wk + (size_t)i * Rkv;
@@ -140,7 +140,7 @@ static void attn_heads(void *vctx, int64_t h0, int64_t h1)
                 for (int j = 0; j < Rkv; j++) ctxv[j] += ps * (double)lat[j];
             }
             for (int j = 0; j < Rkv; j++) ctxf[j] = (float)ctxv[j];
-            float *oh = a->o + t * (int64_t)c->mla_heads * dv + h * dv;
+            float *oh = a->o + t * (int64_t)c->heads * dv + h * dv;
             for (int i = 0; i < dv; i++) oh[i] = (float)ms_dot_f32(wk + (size_t)(dn + i) * Rkv, ctxf, Rkv);
         }
     }
@@ -151,17 +151,17 @@ static void attn_heads(void *vctx, int64_t h0, int64_t h1)
     ms_scratch_pop(wk);
 }
 
-size_t ms_mla_work_floats(const ms_k3_cfg *c, int64_t R)
+size_t ms_mla_work_floats(const ms_mla_cfg *c, int64_t R)
 {
-    size_t r = (size_t)R, H = (size_t)c->mla_heads, dq = (size_t)(c->qk_nope + c->qk_rope), dv = (size_t)c->v_head;
+    size_t r = (size_t)R, H = (size_t)c->heads, dq = (size_t)(c->qk_nope + c->qk_rope), dv = (size_t)c->v_head;
     return MS_ARENA_SPAN(r * (size_t)c->q_lora) + MS_ARENA_SPAN(r * H * dq) +
            MS_ARENA_SPAN(r * (size_t)(c->kv_lora + c->qk_rope)) + 2 * MS_ARENA_SPAN(r * H * dv);
 }
 
-int ms_mla_forward_batch(const ms_k3_cfg *c, const ms_mla_w *w, ms_mla_cache *const *kc, const ms_rows *seg, int n_seg,
+int ms_mla_forward_batch(const ms_mla_cfg *c, const ms_mla_w *w, ms_mla_cache *const *kc, const ms_rows *seg, int n_seg,
                          const float *x, int64_t R, float *out, ms_arena *ar, ms_pool *pool)
 {
-    int H = c->mla_heads, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head, Rq = c->q_lora, Rkv = c->kv_lora;
+    int H = c->heads, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head, Rq = c->q_lora, Rkv = c->kv_lora;
     int dq = dn + dr;
     size_t mark = ms_arena_mark(ar);
     float *qa = ms_arena_take(ar, (size_t)(R * Rq));            /* [R][Rq] */
@@ -186,7 +186,11 @@ int ms_mla_forward_batch(const ms_k3_cfg *c, const ms_mla_w *w, ms_mla_cache *co
         for (int64_t t = 0; t < T; t++) {
             const float *ct = ckv + (r0 + t) * (Rkv + dr);
             ms_rmsnorm(ct, w->kva_norm, Rkv, c->eps, kcs->lat + (n0 + t) * Rkv);
-            memcpy(kcs->rope + (n0 + t) * dr, ct + Rkv, sizeof(float) * (size_t)dr); /* raw, never rotated */
+            memcpy(kcs->rope + (n0 + t) * dr, ct + Rkv, sizeof(float) * (size_t)dr); /* raw without a rotary */
+            if (c->rotary) { /* the shared key and every head's query part at the row's position */
+                ms_rope_apply(c->rotary, kcs->rope + (n0 + t) * dr, 1, dr, n0 + t);
+                ms_rope_apply(c->rotary, q + (r0 + t) * H * dq + dn, H, dq, n0 + t);
+            }
         }
         kcs->n = n0 + T;
         /* Query rows a tile at a time, every head within it: each head of a tile reads its
@@ -201,7 +205,7 @@ int ms_mla_forward_batch(const ms_k3_cfg *c, const ms_mla_w *w, ms_mla_cache *co
         }
     }
     free(kvb_owned);
-    if (c->mla_out_gate) {
+    if (c->out_gate) {
         float *g = ms_arena_take(ar, (size_t)(R * H * dv)); /* [R][H*dv] */
         ms_matmul(&w->g, x, R, g, pool);
         for (int64_t i = 0; i < R * H * dv; i++) o[i] *= ms_sigmoid(g[i]);
@@ -211,7 +215,7 @@ int ms_mla_forward_batch(const ms_k3_cfg *c, const ms_mla_w *w, ms_mla_cache *co
     return rc;
 }
 
-int ms_mla_forward(const ms_k3_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const float *x, int64_t T, float *out,
+int ms_mla_forward(const ms_mla_cfg *c, const ms_mla_w *w, ms_mla_cache *kc, const float *x, int64_t T, float *out,
                    ms_pool *pool)
 {
     ms_rows seg = {0, T};
