@@ -19,30 +19,6 @@ void ms_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y)
     }
 }
 
-void ms_l2norm(float *x, int64_t n)
-{
-    double ss = ms_dot_f32(x, x, n);
-    float r = (float)(1.0 / sqrt(ss + 1e-6));
-    for (int64_t i = 0; i < n; i++) x[i] *= r;
-}
-
-void ms_shortconv_step(const float *w, int64_t C, int K, float *hist, const float *x, float *y)
-{
-    int H = K - 1;
-    for (int64_t c = 0; c < C; c++) {
-        const float *wc = w + c * K;
-        float *hc = hist + c * H;
-        double pre = 0.0;
-        for (int j = 0; j < H; j++) pre += (double)wc[j] * (double)hc[j];
-        pre += (double)wc[H] * (double)x[c];
-        y[c] = ms_silu((float)pre);
-        if (H > 0) {
-            memmove(hc, hc + 1, sizeof(float) * (size_t)(H - 1));
-            hc[H - 1] = x[c];
-        }
-    }
-}
-
 void ms_glu_mlp_ws(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
                    int64_t T, float *y, float *work, ms_pool *pool)
 {
@@ -92,29 +68,4 @@ void ms_swiglu_clamp_mlp(const ms_mat *gate_up, const float *bgu, const ms_mat *
             for (int64_t o = 0; o < O; o++) y[t * O + o] += bd[o];
     ms_scratch_pop(a);
     ms_scratch_pop(h);
-}
-
-void ms_attnres(const float *const *srcs, int n, int64_t E, const float *fold, float eps, float *out)
-{
-    MS_ASSERT(n >= 1 && n <= 64);
-    double score[64], pi[64];
-    float *tmp = ms_scratch_push(sizeof(float) * (size_t)E); /* [E] normalised key */
-    double mx = -INFINITY;
-    for (int s = 0; s < n; s++) {
-        ms_rmsnorm(srcs[s], NULL, E, eps, tmp);
-        score[s] = (double)(float)ms_dot_f32(tmp, fold, E);
-        if (score[s] > mx) mx = score[s];
-    }
-    double sum = 0.0;
-    for (int s = 0; s < n; s++) {
-        pi[s] = exp(score[s] - mx);
-        sum += pi[s];
-    }
-    for (int s = 0; s < n; s++) pi[s] /= sum;
-    for (int64_t i = 0; i < E; i++) {
-        double acc = 0.0;
-        for (int s = 0; s < n; s++) acc += pi[s] * (double)srcs[s][i];
-        out[i] = (float)acc;
-    }
-    ms_scratch_pop(tmp);
 }

@@ -1,4 +1,4 @@
-/* ms_ops: elementwise and small ops the families share (norms, activations, convolution, routing; K3 spec §3.1-3.4, 3.7, 3.9, 3.10). */
+/* ms_ops: elementwise and small ops the families share (RMSNorm, activations, the gated MLPs). */
 #ifndef MS_OPS_H
 #define MS_OPS_H
 
@@ -11,16 +11,8 @@
  * in double in canonical order, r rounded to float. w may be NULL (unit gain). y may alias x. */
 void ms_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y);
 
-/* L2 normalisation of an attention head (K3 spec §3.2), in place: x / sqrt(sum x^2 + 1e-6). */
-void ms_l2norm(float *x, int64_t n);
-
 static inline float ms_sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 static inline float ms_silu(float x) { return x * ms_sigmoid(x); }
-
-/* One token of the causal depthwise short convolution with fused SiLU (spec §3.4).
- * w: float[C][K] taps (tap K-1 multiplies the current input); hist: float[C][K-1], the previous
- * K-1 raw inputs oldest first, updated in place; x, y: float[C]. */
-void ms_shortconv_step(const float *w, int64_t C, int K, float *hist, const float *x, float *y);
 
 /* Gated MLP y = down * SiTU(gate * x, up * x) for T rows (spec §3.8/3.9 shared and dense MLP,
  * and one routed expert). x: float[T][gate->cols]; y: float[T][down->rows]; gate and up have
@@ -38,10 +30,5 @@ float ms_swiglu_clamp(float gate, float up, float alpha, float limit);
 /* ms_glu_mlp with the caller's scratch: work is float[2][T][gate->rows]. */
 void ms_glu_mlp_ws(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
                    int64_t T, float *y, float *work, ms_pool *pool);
-
-/* AttnRes aggregation (spec §3.10) for one token. srcs[0..n-1]: the n sources (snapshots oldest
- * first, then the prefix), each float[E]. fold: float[E] = norm gain * proj. out: float[E]
- * (must not alias a source). */
-void ms_attnres(const float *const *srcs, int n, int64_t E, const float *fold, float eps, float *out);
 
 #endif

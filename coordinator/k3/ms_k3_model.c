@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_k3_ops.h"
 #include "ms_k3_int.h"
 #include "ms_k3_model.h"
 #include "ms_k3_tensors.h"
@@ -375,7 +376,7 @@ static void k3_tail_row(ms_model *m, const ms_pass *p, int64_t r, float *out)
     MS_ASSERT(k->n_snap == smax && smax <= MS_K3_CFG_MAX_SNAPSHOTS); /* checked by ms_k3_cfg */
     for (int sidx = 0; sidx < smax; sidx++) srcs[sidx] = k->snaps + (r * smax + sidx) * E;
     srcs[smax] = p->h + r * E;
-    ms_attnres(srcs, smax + 1, E, k->out_fold, c->eps, out);
+    ms_k3_attnres(srcs, smax + 1, E, k->out_fold, c->eps, out);
     ms_rmsnorm(out, k->final_norm, E, c->eps, out);
 }
 

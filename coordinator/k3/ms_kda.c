@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_k3_ops.h"
 #include "ms_kda.h"
 #include "ms_ops.h"
 
@@ -175,12 +176,12 @@ void ms_kda_forward_batch(const ms_k3_cfg *c, const ms_kda_w *w, ms_kda_state *c
         ms_kda_state *ss = st[s];
         MS_ASSERT(seg[s].r0 >= 0 && seg[s].r0 + seg[s].T <= R);
         for (int64_t t = seg[s].r0; t < seg[s].r0 + seg[s].T; t++) {
-            ms_shortconv_step(w->q_conv, P, K, ss->hq, q + t * P, cq);
-            ms_shortconv_step(w->k_conv, P, K, ss->hk, k + t * P, ck);
-            ms_shortconv_step(w->v_conv, P, K, ss->hv, v + t * P, cv);
+            ms_k3_shortconv_step(w->q_conv, P, K, ss->hq, q + t * P, cq);
+            ms_k3_shortconv_step(w->k_conv, P, K, ss->hk, k + t * P, ck);
+            ms_k3_shortconv_step(w->v_conv, P, K, ss->hv, v + t * P, cv);
             for (int h = 0; h < Hk; h++) {
-                ms_l2norm(cq + h * D, D);
-                ms_l2norm(ck + h * D, D);
+                ms_k3_l2norm(cq + h * D, D);
+                ms_k3_l2norm(ck + h * D, D);
                 beta[h] = ms_sigmoid(b[t * Hk + h]);
             }
             for (int64_t p = 0; p < P; p++) cq[p] *= qscale;
@@ -263,9 +264,9 @@ void ms_kda_spec_end(ms_kda_state *st, const ms_k3_cfg *c, const ms_kda_w *w, in
     for (int64_t t = 0; t < keep; t++) {
         const float *rr = st->rec + (size_t)t * MS_KDA_REC(P, Hk);
         /* the same history updates and recurrence steps the forward pass ran for this row */
-        ms_shortconv_step(w->q_conv, (int64_t)P, K, st->hq, rr, scratch);
-        ms_shortconv_step(w->k_conv, (int64_t)P, K, st->hk, rr + P, scratch);
-        ms_shortconv_step(w->v_conv, (int64_t)P, K, st->hv, rr + 2 * P, scratch);
+        ms_k3_shortconv_step(w->q_conv, (int64_t)P, K, st->hq, rr, scratch);
+        ms_k3_shortconv_step(w->k_conv, (int64_t)P, K, st->hk, rr + P, scratch);
+        ms_k3_shortconv_step(w->v_conv, (int64_t)P, K, st->hv, rr + 2 * P, scratch);
         recur_ctx rc = {st->S, D, rr + 3 * P, rr + 4 * P, rr + 5 * P, rr + 6 * P, rr + 7 * P, scratch};
         ms_pool_for(pool, Hk, 8, recur_chunk, &rc);
     }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_k3_ops.h"
 #include "ms_layer.h"
 #include "ms_ops.h"
 
@@ -30,7 +31,7 @@ static void attnres_rows(const ms_k3_cfg *c, const float *snaps, int smax, int n
     for (int64_t t = 0; t < T; t++) {
         for (int s = 0; s < n; s++) srcs[s] = snaps + (t * smax + s) * E;
         srcs[n] = P + t * E;
-        ms_attnres(srcs, n + 1, E, fold, c->eps, out + t * E);
+        ms_k3_attnres(srcs, n + 1, E, fold, c->eps, out + t * E);
     }
 }
 
