@@ -96,39 +96,16 @@ static int message(ms_jchat *c, const json_t *o, size_t i, char *why, size_t n, 
     return 0;
 }
 
-static int builtin(const json_t *b, unsigned *out, char *why, size_t n, const char **param)
-{
-    if (!json_is_array(b))
-        return no(why, n, param, "chat_template_kwargs", "chat_template_kwargs.builtin_tools must be an array (\"browser\", \"python\")");
-    for (size_t i = 0; i < json_array_size(b); i++) {
-        const char *s = json_string_value(json_array_get(b, i));
-        if (s && !strcmp(s, "browser"))
-            *out |= MS_CHAT_TOOL_BROWSER;
-        else if (s && !strcmp(s, "python"))
-            *out |= MS_CHAT_TOOL_PYTHON;
-        else
-            return no(why, n, param, "chat_template_kwargs", "chat_template_kwargs.builtin_tools[%zu] is not \"browser\" or \"python\"", i);
-    }
-    return 0;
-}
-
-/* "chat_template_kwargs": the template's variables (vLLM's name for them). */
-static int kwargs(ms_jchat *c, const json_t *kw, int render_only, char *why, size_t n, const char **param)
+/* "chat_template_kwargs": the template's variables (vLLM's name for them): add_generation_prompt
+ * here, the rest the family's format reads (ms_chatfmt.var). */
+static int kwargs(ms_jchat *c, const json_t *kw, const ms_chatfmt *fmt, int render_only, char *why, size_t n,
+                  const char **param)
 {
     const char *k;
     json_t *v;
     if (!json_is_object(kw)) return no(why, n, param, "chat_template_kwargs", "\"chat_template_kwargs\" must be an object");
     json_object_foreach((json_t *)kw, k, v) {
-        if (!strcmp(k, "reasoning_effort") || !strcmp(k, "model_identity")) {
-            if (!json_is_string(v))
-                return no(why, n, param, "chat_template_kwargs", "chat_template_kwargs.%s must be a string", k);
-            const char **dst = k[0] == 'r' ? &c->opts.reasoning_effort : &c->opts.model_identity;
-            if (*dst && strcmp(*dst, json_string_value(v)))
-                return no(why, n, param, "chat_template_kwargs", "\"reasoning_effort\" and chat_template_kwargs.reasoning_effort differ");
-            *dst = json_string_value(v);
-        } else if (!strcmp(k, "builtin_tools")) {
-            if (builtin(v, &c->opts.builtin_tools, why, n, param) != 0) return -1;
-        } else if (!strcmp(k, "add_generation_prompt")) {
+        if (!strcmp(k, "add_generation_prompt")) {
             if (!json_is_boolean(v))
                 return no(why, n, param, "chat_template_kwargs", "chat_template_kwargs.add_generation_prompt must be a boolean");
             if (json_is_false(v) && !render_only)
@@ -136,16 +113,24 @@ static int kwargs(ms_jchat *c, const json_t *kw, int render_only, char *why, siz
                           "chat_template_kwargs.add_generation_prompt false renders a chat for training: only "
                           "`moestream tokenize --chat` takes it");
             c->opts.no_generation_prompt = json_is_false(v);
-        } else {
-            return no(why, n, param, "chat_template_kwargs",
-                      "chat_template_kwargs.%s is not a variable this build's templates read (reasoning_effort, "
-                      "model_identity, builtin_tools, add_generation_prompt)", k);
+            continue;
         }
+        int r = fmt && fmt->var ? fmt->var(k, v, &c->opts, why, n) : 1;
+        if (r < 0) {
+            *param = "chat_template_kwargs";
+            return -1;
+        }
+        if (r > 0)
+            return no(why, n, param, "chat_template_kwargs",
+                      "chat_template_kwargs.%s is not a variable the %s chat format reads (%s%sadd_generation_prompt)", k,
+                      fmt ? fmt->name : "model's", fmt && fmt->vars ? fmt->vars : "",
+                      fmt && fmt->vars && *fmt->vars ? ", " : "");
     }
     return 0;
 }
 
-int ms_jchat_read(json_t *body, const char *date, int render_only, ms_jchat *c, char *why, size_t n, const char **param)
+int ms_jchat_read(json_t *body, const ms_chatfmt *fmt, const char *date, int render_only, ms_jchat *c, char *why, size_t n,
+                  const char **param)
 {
     memset(c, 0, sizeof *c);
     *param = NULL;
@@ -167,7 +152,7 @@ int ms_jchat_read(json_t *body, const char *date, int render_only, ms_jchat *c, 
     if (rc == 0 && tc && !(json_is_string(tc) && !strcmp(json_string_value(tc), "auto")))
         rc = no(why, n, param, "tool_choice",
                 "\"tool_choice\" other than \"auto\" is not supported: the model decides whether to call a tool");
-    if (rc == 0 && kw) rc = kwargs(c, kw, render_only, why, n, param);
+    if (rc == 0 && kw) rc = kwargs(c, kw, fmt, render_only, why, n, param);
     if (rc != 0) ms_jchat_clear(c);
     return rc;
 }

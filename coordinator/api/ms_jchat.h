@@ -22,12 +22,14 @@ typedef struct {
  * "tool_calls": [{"type": "function", "function": {"name", "arguments"}}], arguments as a
  * JSON-text string (OpenAI's form, parsed and re-written as the template's tojson writes an
  * object) or an object), "tools", "tool_choice" (absent, null or "auto"), "reasoning_effort",
- * and "chat_template_kwargs" {"reasoning_effort", "model_identity", "builtin_tools": ["browser",
- * "python"], "add_generation_prompt"}. date: what the system message carries (NULL: today).
+ * and "chat_template_kwargs": "add_generation_prompt" and the variables fmt (the family's chat
+ * format; NULL: none) reads (ms_chatfmt.var; harmony: "reasoning_effort", "model_identity",
+ * "builtin_tools"), any other refused. date: what the system message carries (NULL: today).
  * render_only: 1 lets add_generation_prompt be false (tokenize --chat); serve and jobs refuse it.
  * 0, or -1 with the reason in why[n] (what the client must change, naming the field) and *param
  * the offending request field ("messages", "tools", ...). On failure c holds nothing. */
-int ms_jchat_read(json_t *body, const char *date, int render_only, ms_jchat *c, char *why, size_t n, const char **param);
+int ms_jchat_read(json_t *body, const ms_chatfmt *fmt, const char *date, int render_only, ms_jchat *c, char *why, size_t n,
+                  const char **param);
 void ms_jchat_clear(ms_jchat *c); /* accepts a zeroed struct */
 
 #endif

@@ -181,7 +181,7 @@ static int get_messages(ms_jobspec *j, json_t *body, const ms_jobfile_limits *li
     ms_jchat c;
     char why[768];
     const char *param = NULL;
-    if (ms_jchat_read(body, lim->chat_date, lim->render_only, &c, why, sizeof why, &param) != 0) {
+    if (ms_jchat_read(body, lim->chat, lim->chat_date, lim->render_only, &c, why, sizeof why, &param) != 0) {
         j->err_param = param;
         return bad(j, "invalid_request", "%s", why);
     }

@@ -475,5 +475,32 @@ int ms_gptoss_chat_route(const ms_tok *t, ms_chat_stream *s, int32_t id)
                                                      : MS_CHAT_TO_NONE;
 }
 
+/* harmony's variables: reasoning_effort (as the request's own field), model_identity,
+ * builtin_tools (browser, python). */
+static int var(const char *name, const json_t *v, ms_chat_opts *o, char *why, size_t n)
+{
+    if (!strcmp(name, "reasoning_effort") || !strcmp(name, "model_identity")) {
+        if (!json_is_string(v)) return snprintf(why, n, "chat_template_kwargs.%s must be a string", name), -1;
+        const char **dst = name[0] == 'r' ? &o->reasoning_effort : &o->model_identity;
+        if (*dst && strcmp(*dst, json_string_value(v)))
+            return snprintf(why, n, "\"reasoning_effort\" and chat_template_kwargs.reasoning_effort differ"), -1;
+        *dst = json_string_value(v);
+        return 0;
+    }
+    if (strcmp(name, "builtin_tools")) return 1;
+    if (!json_is_array(v))
+        return snprintf(why, n, "chat_template_kwargs.builtin_tools must be an array (\"browser\", \"python\")"), -1;
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const char *s = json_string_value(json_array_get(v, i));
+        if (s && !strcmp(s, "browser"))
+            o->builtin_tools |= MS_CHAT_TOOL_BROWSER;
+        else if (s && !strcmp(s, "python"))
+            o->builtin_tools |= MS_CHAT_TOOL_PYTHON;
+        else
+            return snprintf(why, n, "chat_template_kwargs.builtin_tools[%zu] is not \"browser\" or \"python\"", i), -1;
+    }
+    return 0;
+}
+
 const ms_chatfmt ms_gptoss_chat = {"harmony", ms_gptoss_chat_encode, stops, ms_gptoss_chat_answer, ms_gptoss_chat_route,
-                                   follow};
+                                   follow, var, "reasoning_effort, model_identity, builtin_tools"};

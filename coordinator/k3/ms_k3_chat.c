@@ -150,4 +150,4 @@ static int follow(const ms_tok *t, int32_t last, const ms_chat_msg *msgs, int n,
     return 0;
 }
 
-const ms_chatfmt ms_k3_chat = {"kimi", encode_fmt, stops, NULL, NULL, follow};
+const ms_chatfmt ms_k3_chat = {"kimi", encode_fmt, stops, NULL, NULL, follow, NULL, ""};

@@ -101,6 +101,12 @@ typedef struct {
      * generation prompt. *ids malloc'ed; 0, or -1 with ms_err set (MS_EXIT_INPUT). */
     int (*follow)(const ms_tok *t, int32_t last, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
                   size_t *n_ids);
+    /* A template variable a request sets (chat_template_kwargs, but add_generation_prompt, which
+     * every format reads): variable `name` = value read into *o (borrowing value): 0; 1 when the
+     * format has no such variable; -1 with why[n] naming it for a bad value. NULL: none. `vars`
+     * lists the variables it reads, for the messages ("" for none). */
+    int (*var)(const char *name, const struct json_t *value, ms_chat_opts *o, char *why, size_t n);
+    const char *vars;
 } ms_chatfmt;
 
 #define MS_CHAT_MAX_STOPS 4

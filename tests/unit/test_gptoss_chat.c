@@ -60,7 +60,8 @@ int main(void)
         ms_jchat jc;
         char why[512];
         const char *param;
-        int rc = ms_jchat_read(body, json_string_value(json_object_get(c, "date")), 1, &jc, why, sizeof why, &param);
+        int rc = ms_jchat_read(body, &ms_gptoss_chat, json_string_value(json_object_get(c, "date")), 1, &jc, why, sizeof why,
+                               &param);
         T_CHECK(rc == 0, "\"%s\": the request reads: %s", name, rc ? why : "");
         char *text = NULL;
         size_t len = 0;

@@ -6,6 +6,8 @@
 
 #include "ms_err.h"
 #include "ms_families.h"
+#include "ms_gptoss_chat.h"
+#include "ms_k3_chat.h"
 #include "ms_jchat.h"
 #include "ms_jobfile.h"
 #include "ms_test.h"
@@ -24,7 +26,7 @@ static int rd(const char *text, int render_only, ms_jchat *c, char *why, size_t 
     MS_ASSERT(b && nk < 64);
     keep[nk++] = b;
     why[0] = 0;
-    return ms_jchat_read(b, "2025-08-05", render_only, c, why, n, param);
+    return ms_jchat_read(b, &ms_gptoss_chat, "2025-08-05", render_only, c, why, n, param);
 }
 
 int main(void)
@@ -79,7 +81,8 @@ int main(void)
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}", "tool_choice",
          "auto", 0},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": {\"foo\": 1}}",
-         "chat_template_kwargs", "foo", 0},
+         "chat_template_kwargs", "foo is not a variable the harmony chat format reads (reasoning_effort, model_identity, "
+         "builtin_tools, add_generation_prompt)", 0},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": {\"builtin_tools\": "
          "[\"shell\"]}}", "chat_template_kwargs", "builtin_tools[0]", 0},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": {\"add_generation_prompt\": "
@@ -96,6 +99,20 @@ int main(void)
                "{\"add_generation_prompt\": false}}", 1, &c, why, sizeof why, &param) == 0 && c.opts.no_generation_prompt,
             "add_generation_prompt false where rendering only (tokenize --chat): %s", why);
     ms_jchat_clear(&c);
+    /* the variables are the family's: Kimi's format reads none of harmony's; with no format, none */
+    json_t *kb = json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": "
+                            "{\"reasoning_effort\": \"high\"}}", 0, NULL);
+    T_CHECK(ms_jchat_read(kb, &ms_k3_chat, NULL, 0, &c, why, sizeof why, &param) == -1 && param &&
+                !strcmp(param, "chat_template_kwargs") &&
+                has(why, "reasoning_effort is not a variable the kimi chat format reads (add_generation_prompt)"),
+            "Kimi's format refuses harmony's variable: %s", why);
+    T_CHECK(ms_jchat_read(kb, NULL, NULL, 0, &c, why, sizeof why, &param) == -1 && has(why, "reasoning_effort"),
+            "no format: no variables: %s", why);
+    T_CHECK(ms_jchat_read(kb, &ms_gptoss_chat, NULL, 0, &c, why, sizeof why, &param) == 0 &&
+                !strcmp(c.opts.reasoning_effort, "high"),
+            "harmony's format reads it: %s", why);
+    ms_jchat_clear(&c);
+    json_decref(kb);
 
     /* Through a job line and each family's format: harmony renders tools; Kimi's refuses them. */
     const char *d = ms_t_tmpdir("jchat");
