@@ -12,7 +12,10 @@ int ms_st_start(ms_st_server *s, const char *tmp, const char *model, const char 
     static char words[4096], log[1100];
     static int n_started;
     snprintf(log, sizeof log, "%s/serve-%d.log", tmp, n_started++);
-    snprintf(words, sizeof words, "--model %s --listen 127.0.0.1:0 --ram-budget 2G %s", model, extra ? extra : "");
+    /* a fixed date: harmony's prompts carry it, so today's would make the answers (and any
+     * check of their text) depend on the day the test runs */
+    snprintf(words, sizeof words, "--model %s --listen 127.0.0.1:0 --ram-budget 2G%s %s", model,
+             extra && strstr(extra, "--date") ? "" : " --date 2025-08-05", extra ? extra : "");
     const char *argv[64];
     int n = 0;
     argv[n++] = ms_t_bin("moestream");

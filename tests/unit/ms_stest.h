@@ -11,8 +11,8 @@ typedef struct {
     int k;             /* files written so far */
 } ms_st_server;
 
-/* Start `moestream serve --model MODEL --listen 127.0.0.1:0 --ram-budget 2G EXTRA` (EXTRA split
- * at spaces) with its files in tmp. Returns 0 when it listens, else its status (a failed check). */
+/* Start `moestream serve --model MODEL --listen 127.0.0.1:0 --ram-budget 2G --date 2025-08-05
+ * EXTRA` (EXTRA split at spaces; the date unless EXTRA gives one) with its files in tmp. Returns 0 when it listens, else its status (a failed check). */
 int ms_st_start(ms_st_server *s, const char *tmp, const char *model, const char *extra);
 /* SIGTERM and wait (up to 30 s): its exit status. */
 int ms_st_stop(ms_st_server *s);

@@ -255,7 +255,8 @@ static const char *choice_text(json_t *c, int chat)
 
 /* n with stop strings (what LangChain sends): each of 3 choices, streamed or not, equals the solo
  * request with seed 5 + its index and the same stop; the stop string is cut from every text. A
- * forked choice once reported its first token before its sequence was set (a crash of serve). */
+ * forked choice once reported its first token before its sequence was set (a crash of serve).
+ * A random model's text may hold a NUL (byte token 0, sent as \u0000): parsed as such. */
 static void check_n_stop(const char *path, const char *what, int chat)
 {
     char body[512], stop[8] = "";
@@ -283,7 +284,7 @@ static void check_n_stop(const char *path, const char *what, int chat)
         char text[3][512] = {"", "", ""};
         int ok = st == 200 && out, finishes = 0;
         if (ok && !stream) {
-            json_t *o = json_loads(out, 0, NULL);
+            json_t *o = json_loads(out, JSON_ALLOW_NUL, NULL);
             json_t *ch = json_object_get(o, "choices");
             ok = json_array_size(ch) == 3;
             for (size_t i = 0; ok && i < 3; i++) {
@@ -298,7 +299,7 @@ static void check_n_stop(const char *path, const char *what, int chat)
         }
         for (char *l = ok && stream ? strtok(out, "\n") : NULL; l; l = strtok(NULL, "\n")) {
             if (strncmp(l, "data: {", 7)) continue;
-            json_t *e = json_loads(l + 6, 0, NULL);
+            json_t *e = json_loads(l + 6, JSON_ALLOW_NUL, NULL);
             json_t *c = json_array_get(json_object_get(e, "choices"), 0);
             json_int_t k = json_integer_value(json_object_get(c, "index"));
             const char *t = chat ? json_string_value(json_object_get(json_object_get(c, "delta"), "content"))
