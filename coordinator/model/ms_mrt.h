@@ -210,10 +210,15 @@ void ms_mrt_pins_lend(ms_model *m);
 /* After such spans: the span ring gone, the unpinned part back on its ring, the pins read again. */
 int ms_mrt_pins_restore(ms_model *m);
 
-/* ---- running (ms_mrt.c) ---- */
+/* ---- opening (ms_mrt_setup.c) ---- */
 
 /* Plan the budget, read the pinned matrices, start the streamer and the expert store. */
 int ms_mrt_setup(ms_model *m);
+/* The pass scratch of the planned chunk (m->work). */
+void ms_mrt_reserve_chunk(ms_model *m);
+
+/* ---- running (ms_mrt.c) ---- */
+
 /* Row `id` of the embedding as floats into out[E] (read from the file when streamed). */
 int ms_mrt_embed_row(ms_model *m, int32_t id, float *out);
 /* After layer `layer` of a pass of R rows: the layer observer, if any (the family's pass calls it). */
