@@ -471,34 +471,21 @@ static int open_engine(const jobs_opts *o, int todo, int64_t longest, int64_t ma
     return rc;
 }
 
-static int jobs_main(const jobs_opts *o)
+/* Step: every line of the input parsed into specs[*n] (bad lines kept, with their error) with the
+ * model's tokenizer and chat format; *lim what they were checked against. 0, or an exit code. */
+static int parse_jobs(const jobs_opts *o, const ms_family *fam, const ms_model_info *info, ms_jobspec **specs, int *n,
+                      ms_jobfile_limits *lim)
 {
     const char *cmd = "jobs";
-    int rc = MS_EXIT_OK, n_specs = 0;
-    char *in = NULL, **done = NULL, **hashes = NULL;
-    size_t in_len = 0, n_done = 0;
-    ms_jobspec *specs = NULL;
     ms_tok *tok = NULL;
-    ms_engine *e = NULL;
-    ms_sched *s = NULL;
-    ms_pcache *pc = NULL;
-    ms_cli_prefix *shared = NULL; /* [n_shared] the jobs' shared prompt beginnings */
-    int n_shared = 0;
-    jobs_run run = {.o = o, .fd = -1};
-    /* Everything is read and checked before the model opens: the plan needs the longest job. */
-    const ms_family *fam = ms_families_detect(o->e.model);
-    ms_model_info info;
-    if (!fam || fam->peek(o->e.model, &info) != 0) return ms_cli_fail_err(cmd);
-    if (ms_tok_present(o->e.model) && !(tok = ms_tok_load(o->e.model))) {
-        rc = ms_cli_fail_err(cmd);
-        goto out;
-    }
+    char *in = NULL;
+    size_t in_len = 0;
+    if (ms_tok_present(o->e.model) && !(tok = ms_tok_load(o->e.model))) return ms_cli_fail_err(cmd);
     if (read_input(o->input, &in, &in_len) != 0) {
-        rc = ms_cli_fail_err(cmd);
-        goto out;
+        ms_tok_free(tok);
+        return ms_cli_fail_err(cmd);
     }
-    ms_jobfile_limits lim = {tok, info.vocab, o->max_context, fam->chat, o->date};
-    run.lim = lim;
+    *lim = (ms_jobfile_limits){tok, info->vocab, o->max_context, fam->chat, o->date};
     int cap = 0, line = 0;
     for (size_t pos = 0; pos < in_len;) {
         const char *nl = memchr(in + pos, '\n', in_len - pos);
@@ -507,90 +494,83 @@ static int jobs_main(const jobs_opts *o)
         size_t k = 0;
         while (k < l && (in[pos + k] == ' ' || in[pos + k] == '\t' || in[pos + k] == '\r')) k++;
         if (k < l) {
-            if (n_specs == cap) specs = ms_realloc(specs, sizeof *specs * (size_t)(cap = cap * 2 + 64));
-            ms_jobspec_parse(in + pos, l, line, &lim, &specs[n_specs++]);
+            if (*n == cap) *specs = ms_realloc(*specs, sizeof **specs * (size_t)(cap = cap * 2 + 64));
+            ms_jobspec_parse(in + pos, l, line, lim, &(*specs)[(*n)++]);
         }
         pos += l + 1;
     }
     free(in);
-    in = NULL;
     ms_tok_free(tok); /* the engine loads its own */
-    tok = NULL;
-    rename_auto_ids(specs, n_specs);
-    if ((rc = check_duplicates(specs, n_specs)) != 0) goto out;
-    if ((rc = lock_output(o, &run.fd)) != 0) goto out;
-    if ((rc = scan_output(o, &done, &hashes, &n_done)) != 0) goto out;
-    if ((rc = check_answers(o, specs, n_specs, done, hashes, n_done)) != 0) goto out;
-    if (n_done) qsort(done, n_done, sizeof *done, cmp_str);
-    run.specs = specs;
-    run.last_sync = ms_cli_now();
-    const char *slash = strrchr(o->e.model, '/');
-    run.model_name = slash && slash[1] ? slash + 1 : o->e.model;
-    run.V = info.vocab;
+    lim->tok = NULL;
+    rename_auto_ids(*specs, *n);
+    return 0;
+}
 
-    /* The jobs to run are planned for; bad lines are answered once the model is open (so that
-     * a model or budget refused leaves the output as it was). */
-    int todo = 0, skipped = 0;
-    int64_t longest = 1, max_prompt = 1;
-    for (int i = 0; i < n_specs; i++) {
+/* What is left to run: jobs answered already (done, sorted) marked (line < 0) and counted in
+ * *skipped; the good ones counted in *todo, with the longest prompt plus answer and prompt. */
+typedef struct {
+    int todo, skipped;
+    int64_t longest, max_prompt;
+} jobs_todo;
+
+static jobs_todo count_todo(ms_jobspec *specs, int n, char **done, size_t n_done)
+{
+    jobs_todo t = {0, 0, 1, 1};
+    for (int i = 0; i < n; i++) {
         ms_jobspec *j = &specs[i];
         if (n_done && bsearch(&j->custom_id, done, n_done, sizeof *done, cmp_str)) {
-            skipped++;
+            t.skipped++;
             j->line = -j->line; /* answered already */
             continue;
         }
         if (j->err_code) continue;
-        todo++;
-        if ((int64_t)j->n_prompt + j->max_tokens + 1 > longest) longest = (int64_t)j->n_prompt + j->max_tokens + 1;
-        if ((int64_t)j->n_prompt > max_prompt) max_prompt = (int64_t)j->n_prompt;
+        t.todo++;
+        if ((int64_t)j->n_prompt + j->max_tokens + 1 > t.longest) t.longest = (int64_t)j->n_prompt + j->max_tokens + 1;
+        if ((int64_t)j->n_prompt > t.max_prompt) t.max_prompt = (int64_t)j->n_prompt;
     }
-    if (skipped) ms_log(1, "jobs: %d jobs already in %s are skipped", skipped, o->output);
-    uint64_t total = (uint64_t)(n_specs - skipped);
-    /* Shared beginnings (without --no-shared-prefill, and not for --dump-logits, whose jobs run
-     * every prompt row themselves). */
-    if (!o->no_share && !o->dump) n_shared = ms_cli_shared_find(specs, n_specs, &shared);
-    if (todo > 0 &&
-        (rc = open_engine(o, todo, longest, max_prompt, n_shared, n_shared ? (int64_t)shared[n_shared - 1].n : 0, &e)) != 0)
-        goto out;
-    run.lim.tok = e ? ms_engine_tok(e) : NULL; /* the parse's tokenizer is freed: answers use the engine's */
-    for (int i = 0; i < n_specs; i++) {
-        ms_jobspec *j = &specs[i];
+    return t;
+}
+
+/* Step: the bad lines' error lines written (once the model is open, so that a refused model or
+ * budget leaves the output as it was). 0, or an exit code. */
+static int answer_bad_lines(jobs_run *run, const ms_jobspec *specs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const ms_jobspec *j = &specs[i];
         if (j->line < 0 || !j->err_code) continue;
         size_t len;
         char *l = ms_jobline_error(j, j->err_code, j->err_msg, &len);
-        run.errors++;
-        int w = put_line(&run, l, len);
+        run->errors++;
+        int w = put_line(run, l, len);
         free(l);
-        if (w != 0) {
-            rc = ms_cli_fail_err(cmd);
-            goto out;
-        }
+        if (w != 0) return ms_cli_fail_err("jobs");
     }
-    if (todo == 0) goto finish;
+    return 0;
+}
 
-    int batch = ms_engine_max_seqs(e);
-    ms_log(1, "jobs: %d jobs to run, up to %d together", todo, batch);
-    s = ms_sched_new(e, batch, on_done, &run);
-    {
-        int pcode = 0;
-        /* The plan's room for kept states beyond --prefix-cache: the shared beginnings' (none when
-         * the budget had no room for them). */
-        const ms_plan *plan = ms_model_plan(ms_engine_model(e));
-        uint64_t room = plan && plan->in.state_cache > o->pc.ram ? plan->in.state_cache - o->pc.ram : 0;
-        if (!room) n_shared = 0;
-        pc = ms_cli_pc_open(&o->pc, room, e, o->e.model, cmd, &pcode);
-        if (pcode) {
-            rc = pcode;
-            goto out;
-        }
-        if (pc) {
-            ms_sched_set_pcache(s, pc, 256);
-            if ((rc = ms_cli_shared_warm(e, pc, shared, n_shared)) != 0) goto out;
-        }
-    }
+/* Step: the prefix cache (--prefix-cache, and the plan's room for the shared beginnings' states,
+ * none of which are kept without it: *n_shared 0) on the scheduler, the shared beginnings
+ * prefilled into it. 0, or an exit code. */
+static int open_cache(const jobs_opts *o, ms_engine *e, ms_sched *s, const ms_cli_prefix *shared, int *n_shared,
+                      ms_pcache **pc)
+{
+    int pcode = 0;
+    const ms_plan *plan = ms_model_plan(ms_engine_model(e));
+    uint64_t room = plan && plan->in.state_cache > o->pc.ram ? plan->in.state_cache - o->pc.ram : 0;
+    if (!room) *n_shared = 0;
+    *pc = ms_cli_pc_open(&o->pc, room, e, o->e.model, "jobs", &pcode);
+    if (pcode) return pcode;
+    if (!*pc) return 0;
+    ms_sched_set_pcache(s, *pc, 256);
+    return ms_cli_shared_warm(e, *pc, shared, *n_shared);
+}
+
+/* Step: every job still to run handed to the scheduler (a chat's turn ends at its format's stops). */
+static void queue_jobs(const jobs_opts *o, const ms_family *fam, ms_engine *e, ms_sched *s, ms_jobspec *specs, int n)
+{
     int32_t stops[MS_CHAT_MAX_STOPS];
     int n_stops = ms_engine_tok(e) && fam->chat ? fam->chat->stop_ids(ms_engine_tok(e), stops, MS_CHAT_MAX_STOPS) : 0;
-    for (int i = 0; i < n_specs; i++) {
+    for (int i = 0; i < n; i++) {
         ms_jobspec *j = &specs[i];
         if (j->line < 0 || j->err_code) continue;
         ms_sched_job sj;
@@ -599,46 +579,55 @@ static int jobs_main(const jobs_opts *o)
         sj.user = j;
         ms_sched_add(s, &sj);
     }
+}
+
+/* Step: the scheduler's steps until every job is answered or a signal comes, with the progress
+ * line (or JSON events). 0, or an exit code (a failed step, an interruption). */
+static int run_jobs(const jobs_opts *o, jobs_run *run, ms_engine *e, ms_sched *s, uint64_t total, int batch)
+{
+    const char *cmd = "jobs";
+    int rc = 0;
     progress pg = {ms_cli_now(), 0, total, 0, 0, isatty(2) && !o->e.quiet && !o->json_progress, 0, 0, 0, 0, {0, 0}};
-    layer_view lv = {&pg, &run, e, s};
+    layer_view lv = {&pg, run, e, s};
     ms_model_set_layer_observer(ms_engine_model(e), jobs_layer, &lv);
-    {
-        ms_engine_stats es;
-        ms_engine_get_stats(e, &es);
-        pg.base_bytes = es.model.bytes_read_experts + es.model.bytes_read_trunk;
-        pg.base_wait = es.model.io_wait_seconds;
-        pg.max_batch = batch;
-    }
-    while (ms_sched_pending(s)) {
-        if (got_signal) break;
+    ms_engine_stats es;
+    ms_engine_get_stats(e, &es);
+    pg.base_bytes = es.model.bytes_read_experts + es.model.bytes_read_trunk;
+    pg.base_wait = es.model.io_wait_seconds;
+    pg.max_batch = batch;
+    while (ms_sched_pending(s) && !got_signal) {
         if (ms_sched_step(s) != 0) {
             ms_progress_line_end(&pg.line, stderr);
-            if (got_signal)
-                rc = ms_cli_fail(cmd, MS_EXIT_INTERRUPTED, "interrupted (signal %d): %s", (int)got_signal, ms_err_msg());
-            else
-                rc = ms_cli_fail_err(cmd);
-            goto out;
+            rc = got_signal ? ms_cli_fail(cmd, MS_EXIT_INTERRUPTED, "interrupted (signal %d): %s", (int)got_signal, ms_err_msg())
+                            : ms_cli_fail_err(cmd);
+            break;
         }
         pg.layer = pg.layers = 0;
         pg.pass_rows = 0;
-        show_progress(&pg, &run, e, s, 0);
+        show_progress(&pg, run, e, s, 0);
     }
     ms_model_set_layer_observer(ms_engine_model(e), NULL, NULL);
-    show_progress(&pg, &run, e, s, 1);
+    if (rc) return rc;
+    show_progress(&pg, run, e, s, 1);
     if (got_signal) {
         ms_sched_stats st;
         ms_sched_get_stats(s, &st);
-        rc = ms_cli_fail(cmd, MS_EXIT_INTERRUPTED,
-                         "interrupted (signal %d): %llu jobs written to %s, %d not finished (--resume runs them)",
-                         (int)got_signal, (unsigned long long)run.answered, o->output, st.running + st.waiting);
-        goto out;
+        return ms_cli_fail(cmd, MS_EXIT_INTERRUPTED,
+                           "interrupted (signal %d): %llu jobs written to %s, %d not finished (--resume runs them)",
+                           (int)got_signal, (unsigned long long)run->answered, o->output, st.running + st.waiting);
     }
-finish:
-    if (!o->e.quiet && o->json_progress) {
-        ms_engine_stats es;
-        if (e) ms_engine_get_stats(e, &es);
-        json_t *sum = json_pack("{s:I,s:s,s:I,s:i,s:I,s:I}", "answered", (json_int_t)run.answered, "output",
-                                o->output, "errors", (json_int_t)run.errors, "skipped", skipped, "draft_tokens",
+    return 0;
+}
+
+/* Step: the closing summary (a JSON line with --json-progress, else lines on stderr). */
+static void summarize(const jobs_opts *o, const jobs_run *run, ms_engine *e, ms_pcache *pc, int skipped)
+{
+    if (o->e.quiet) return;
+    ms_engine_stats es;
+    if (e) ms_engine_get_stats(e, &es);
+    if (o->json_progress) {
+        json_t *sum = json_pack("{s:I,s:s,s:I,s:i,s:I,s:I}", "answered", (json_int_t)run->answered, "output",
+                                o->output, "errors", (json_int_t)run->errors, "skipped", skipped, "draft_tokens",
                                 (json_int_t)(e ? es.drafted : 0), "accepted_draft_tokens", (json_int_t)(e ? es.accepted : 0));
         if (pc) {
             ms_pcache_stats ps;
@@ -649,22 +638,69 @@ finish:
                                                                (json_int_t)ps.bytes_restored));
         }
         json_line(json_pack("{s:o}", "summary", sum));
-    } else if (!o->e.quiet) {
-        fprintf(stderr, "moestream jobs: %llu lines answered in %s (%llu with errors), %d skipped as already there\n",
-                (unsigned long long)run.answered, o->output, (unsigned long long)run.errors, skipped);
-        ms_engine_stats es;
-        if (e) ms_engine_get_stats(e, &es);
-        if (pc) {
-            char line[512];
-            ms_cli_pc_summary(pc, line, sizeof line);
-            fprintf(stderr, "moestream jobs: %s\n", line);
-        }
-        if (e && es.drafted)
-            fprintf(stderr,
-                    "moestream jobs: speculation: %llu draft tokens, %llu accepted, %.2f tokens per decoding pass\n",
-                    (unsigned long long)es.drafted, (unsigned long long)es.accepted,
-                    es.decode_passes ? (double)es.decode_tokens / (double)es.decode_passes : 0.0);
+        return;
     }
+    fprintf(stderr, "moestream jobs: %llu lines answered in %s (%llu with errors), %d skipped as already there\n",
+            (unsigned long long)run->answered, o->output, (unsigned long long)run->errors, skipped);
+    if (pc) {
+        char line[512];
+        ms_cli_pc_summary(pc, line, sizeof line);
+        fprintf(stderr, "moestream jobs: %s\n", line);
+    }
+    if (e && es.drafted)
+        fprintf(stderr, "moestream jobs: speculation: %llu draft tokens, %llu accepted, %.2f tokens per decoding pass\n",
+                (unsigned long long)es.drafted, (unsigned long long)es.accepted,
+                es.decode_passes ? (double)es.decode_tokens / (double)es.decode_passes : 0.0);
+}
+
+/* jobs: parse and check every line before the model opens (the plan needs the longest job),
+ * lock and scan the output (--resume), open the engine for what is left, answer bad lines, run
+ * the rest through the scheduler, summarize. */
+static int jobs_main(const jobs_opts *o)
+{
+    const char *cmd = "jobs";
+    int rc = MS_EXIT_OK, n_specs = 0, n_shared = 0;
+    char **done = NULL, **hashes = NULL;
+    size_t n_done = 0;
+    ms_jobspec *specs = NULL;
+    ms_engine *e = NULL;
+    ms_sched *s = NULL;
+    ms_pcache *pc = NULL;
+    ms_cli_prefix *shared = NULL; /* [n_shared] the jobs' shared prompt beginnings */
+    jobs_run run = {.o = o, .fd = -1};
+    const ms_family *fam = ms_families_detect(o->e.model);
+    ms_model_info info;
+    if (!fam || fam->peek(o->e.model, &info) != 0) return ms_cli_fail_err(cmd);
+    if ((rc = parse_jobs(o, fam, &info, &specs, &n_specs, &run.lim)) != 0) goto out;
+    if ((rc = check_duplicates(specs, n_specs)) != 0) goto out;
+    if ((rc = lock_output(o, &run.fd)) != 0) goto out;
+    if ((rc = scan_output(o, &done, &hashes, &n_done)) != 0) goto out;
+    if ((rc = check_answers(o, specs, n_specs, done, hashes, n_done)) != 0) goto out;
+    if (n_done) qsort(done, n_done, sizeof *done, cmp_str);
+    run.specs = specs;
+    run.last_sync = ms_cli_now();
+    const char *slash = strrchr(o->e.model, '/');
+    run.model_name = slash && slash[1] ? slash + 1 : o->e.model;
+    run.V = info.vocab;
+    jobs_todo t = count_todo(specs, n_specs, done, n_done);
+    if (t.skipped) ms_log(1, "jobs: %d jobs already in %s are skipped", t.skipped, o->output);
+    /* Shared beginnings (without --no-shared-prefill, and not for --dump-logits, whose jobs run
+     * every prompt row themselves). */
+    if (!o->no_share && !o->dump) n_shared = ms_cli_shared_find(specs, n_specs, &shared);
+    if (t.todo > 0 && (rc = open_engine(o, t.todo, t.longest, t.max_prompt, n_shared,
+                                        n_shared ? (int64_t)shared[n_shared - 1].n : 0, &e)) != 0)
+        goto out;
+    run.lim.tok = e ? ms_engine_tok(e) : NULL; /* answers use the engine's tokenizer */
+    if ((rc = answer_bad_lines(&run, specs, n_specs)) != 0) goto out;
+    if (t.todo > 0) {
+        int batch = ms_engine_max_seqs(e);
+        ms_log(1, "jobs: %d jobs to run, up to %d together", t.todo, batch);
+        s = ms_sched_new(e, batch, on_done, &run);
+        if ((rc = open_cache(o, e, s, shared, &n_shared, &pc)) != 0) goto out;
+        queue_jobs(o, fam, e, s, specs, n_specs);
+        if ((rc = run_jobs(o, &run, e, s, (uint64_t)(n_specs - t.skipped), batch)) != 0) goto out;
+    }
+    summarize(o, &run, e, pc, t.skipped);
 out:
     if (run.fd >= 0) {
         int bad = fsync(run.fd) != 0 && errno != EINVAL;
@@ -683,8 +719,6 @@ out:
     }
     free(done);
     free(hashes);
-    free(in);
-    ms_tok_free(tok);
     return rc;
 }
 
