@@ -6,6 +6,7 @@
 
 #include "ms_clock.h"
 #include "ms_dcost.h"
+#include "ms_dpolicy.h"
 #include "ms_draft.h"
 #include "ms_engine.h"
 #include "ms_err.h"
@@ -60,10 +61,7 @@ struct ms_eseq {
     ms_drafter *dr;           /* NULL: this sequence never drafts */
     int32_t *vids;            /* [1 + window] the pass's ids: last generated token, then drafts */
     int n_draft;              /* drafts in the current pass */
-    int k_cur;                /* auto: drafts to ask for next */
-    int pause, backoff;       /* auto: passes left without drafting; the next pause's length */
-    int probe;                /* auto: after the pause, one draft to see whether drafts land now */
-    double acc_w, miss_w;     /* auto: drafts right, and passes with a wrong one (decayed counts) */
+    ms_dpolicy pol;           /* how many drafts it asks for (ms_dpolicy) */
     int stopped;              /* ms_engine_seq_stop was called */
 };
 
@@ -256,17 +254,6 @@ static int check_prompt(ms_engine *e, const int32_t *prompt, size_t n)
     return 0;
 }
 
-/* auto's opening window, before any pass has been timed. Where the plan streams the trunk, a
- * pass costs its streamed bytes whatever its rows, so a wrong draft costs little next to a pass
- * and the whole window opens (a ramp would cost whole passes); else 2: right drafts reach the
- * window of 8 on the next pass (x4), wrong ones pause at once (/4). */
-static int auto_opening(const ms_engine *e)
-{
-    const ms_plan *p = ms_model_plan(e->m);
-    if (p && p->streaming) return e->spec_window;
-    return e->spec_window < 2 ? e->spec_window : 2;
-}
-
 /* Everything of a new sequence but its model state. */
 static ms_eseq *seq_alloc(ms_engine *e, const int32_t *prompt, size_t n, const ms_gen_params *p)
 {
@@ -289,8 +276,8 @@ static ms_eseq *seq_alloc(ms_engine *e, const int32_t *prompt, size_t n, const m
     if (e->spec_window > 0 && !p->no_speculate) {
         s->dr = e->draft_ids ? ms_draft_list_new(e->draft_ids, e->n_draft_ids) : ms_draft_ngram_new(1, 8);
         s->vids = ms_malloc(sizeof(int32_t) * (size_t)(1 + e->spec_window));
-        s->k_cur = e->spec_auto ? auto_opening(e) : e->spec_window;
-        s->backoff = 1;
+        const ms_plan *plan = ms_model_plan(e->m);
+        ms_dpolicy_init(&s->pol, e->spec_window, e->spec_auto, plan && plan->streaming);
     }
     s->last = ms_malloc(sizeof(float) * (size_t)e->V);
     if (p->max_tokens == 0) s->finish = "length";
@@ -407,41 +394,6 @@ static int finish_prefill(ms_eseq *s, const float *rows, int64_t n_rows)
     return 0;
 }
 
-/* auto: passes between probes by their measured cost (ms_dcost_probe_gap); 1 before the fit. */
-static int probe_gap(const ms_engine *e)
-{
-    double a, b;
-    return ms_dcost_fit(&e->cost, &a, &b) == 0 ? ms_dcost_probe_gap(a, b) : 1;
-}
-
-/* auto: after a pass that verified k drafts of which acc were right. A full acceptance
- * quadruples the window (a short answer has few passes to ramp up in), a partial one sets it
- * just past what was right, a complete miss quarters it; at zero, drafting pauses for a number of
- * passes that grows fourfold with each consecutive miss (1, 4, 16, ... 256), and at least the
- * probe gap the measured pass cost gives (ms_dcost_probe_gap: a wrong row costs a whole pass
- * where the trunk is pinned, little where it streams), then one draft probes again. Drafts that
- * never land cost the opening window's rows at pass 1 (auto_opening), then one row at passes
- * 3, 8, 25, 90, ... where rows are cheap, or about every 50 passes where a row costs a pass. */
-
-static void adapt(ms_eseq *s, int k, int acc)
-{
-    int W = s->e->spec_window;
-    s->acc_w = 0.98 * s->acc_w + acc;
-    s->miss_w = 0.98 * s->miss_w + (acc < k);
-    if (acc == k) {
-        s->k_cur = 4 * s->k_cur < W ? 4 * s->k_cur : W;
-        s->backoff = 1;
-    } else if (acc > 0) {
-        s->k_cur = acc + 1 < W ? acc + 1 : W;
-        s->backoff = 1;
-    } else if ((s->k_cur /= 4) == 0) {
-        int g = probe_gap(s->e);
-        s->pause = s->backoff > g ? s->backoff : g;
-        s->backoff = 4 * s->backoff < 256 ? 4 * s->backoff : 256;
-        s->k_cur = 1;
-    }
-}
-
 /* After a decoding pass over the last generated token and n_draft drafts (rows[1 + n_draft][V]):
  * row by row, exactly as one token per step would: hand the row to on_logits, sample the next
  * token with the sequence's RNG and report it; go on to the next row only while the sampled
@@ -476,31 +428,8 @@ static int finish_decode(ms_eseq *s, const float *rows)
     e->decode_tokens += (uint64_t)kept;
     e->drafted += (uint64_t)k;
     e->accepted += (uint64_t)(kept - 1);
-    if (e->spec_auto && k > 0 && rc == 0) adapt(s, k, (int)(kept - 1));
+    if (rc == 0) ms_dpolicy_verified(&s->pol, &e->cost, k, (int)(kept - 1));
     return rc;
-}
-
-/* auto, once the pass times fit (ms_dcost): the draft count that pays best for this sequence's
- * acceptance so far, at most kmax; none starts a pause (1, 4, 16, .. 256 passes, as after a
- * miss) that ends with a one-draft probe, so a text that turns repetitive is noticed. Without a
- * fit yet: k_cur, the acceptance-only rule of adapt. */
-static int64_t auto_drafts(ms_eseq *s, int64_t kmax, int64_t n_base)
-{
-    double a, b;
-    if (s->probe) {
-        s->probe = 0;
-        return 1;
-    }
-    if (ms_dcost_fit(&s->e->cost, &a, &b) != 0) return s->k_cur;
-    double p = (s->acc_w + 0.5) / (s->acc_w + s->miss_w + 1); /* a light prior: ten right drafts give 0.95 */
-    int k = ms_dcost_best_k(p, a, b, n_base, (int)(kmax < s->e->spec_window ? kmax : s->e->spec_window));
-    if (k == 0) {
-        int g = ms_dcost_probe_gap(a, b);
-        s->pause = s->backoff > g ? s->backoff : g;
-        s->backoff = 4 * s->backoff < 256 ? 4 * s->backoff : 256;
-        s->probe = 1;
-    }
-    return k;
 }
 
 /* Drafts for a decoding sequence's next pass, at most room - 1 of them (room: rows left in the
@@ -510,14 +439,11 @@ static int propose(ms_eseq *s, int64_t room, int64_t n_base)
 {
     s->n_draft = 0;
     if (!s->dr) return 0;
-    if (s->pause > 0) {
-        s->pause--;
-        return 0;
-    }
+    if (ms_dpolicy_paused(&s->pol)) return 0;
     int64_t left = s->p.max_tokens - (int64_t)s->n_gen - 1; /* a pass yields at most drafts + 1 tokens */
     int64_t max = left < room - 1 ? left : room - 1;
     if (max <= 0) return 0;
-    int64_t want = s->e->spec_auto ? auto_drafts(s, max, n_base) : s->e->spec_window;
+    int64_t want = ms_dpolicy_want(&s->pol, &s->e->cost, max, n_base);
     if (want < max) max = want;
     if (max <= 0) return 0;
     s->vids[0] = s->gen[s->n_gen - 1];
