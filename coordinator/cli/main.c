@@ -9,18 +9,22 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: moestream <command> [options]\n"
-          "\n"
-          "commands:\n"
-          "  run         generate from a checkpoint (Kimi K3 or gpt-oss, told by its config.json)\n"
-          "  demo        write a small synthetic checkpoint and generate from it\n"
+    char fams[256], fams_or[256];
+    ms_cli_families(fams, sizeof fams, 0, ", ", ", ");
+    ms_cli_families(fams_or, sizeof fams_or, 0, ", ", " or ");
+    fprintf(f, "usage: moestream <command> [options]\n"
+               "\n"
+               "commands:\n"
+               "  run         generate from a checkpoint (%s, told by its config.json)\n", fams_or);
+    fputs("  demo        write a small synthetic checkpoint and generate from it\n"
           "  jobs        run a JSON Lines file of jobs, batched together, resumable\n"
           "  serve       serve an OpenAI-compatible HTTP API, requests batched together\n"
           "  chat        a conversation on the terminal that goes on from its own state (no re-prefill)\n"
           "  tokenize    text -> token ids\n"
-          "  detokenize  token ids -> text\n"
-          "  synth       write a random checkpoint in a family's released layout (Kimi K3, gpt-oss)\n"
-          "  cache-sim   replay a routed-expert trace through LRU, the cache policy and Belady\n"
+          "  detokenize  token ids -> text\n",
+          f);
+    fprintf(f, "  synth       write a random checkpoint in a family's released layout (%s)\n", fams);
+    fputs("  cache-sim   replay a routed-expert trace through LRU, the cache policy and Belady\n"
           "  pack-trunk  write a lossless compressed copy of the BF16 trunk (fewer bytes streamed)\n"
           "  shard       split a checkpoint's experts into per-worker packs (+ a trunk-only checkpoint)\n"
           "  keygen      write a CURVE key pair for workers and coordinators\n"

@@ -68,6 +68,40 @@ char *ms_cli_read_file(const char *path, size_t *len)
 
 double ms_cli_now(void) { return ms_now(); }
 
+const char *ms_cli_families(char *buf, size_t n, int names, const char *sep, const char *last_sep)
+{
+    size_t at = 0;
+    int k = ms_families_count();
+    buf[0] = 0;
+    for (int i = 0; i < k && at < n; i++) {
+        const ms_family *f = ms_families_at(i);
+        at += (size_t)snprintf(buf + at, n - at, "%s%s", i == 0 ? "" : i == k - 1 ? last_sep : sep,
+                               names || !f->title ? f->name : f->title);
+    }
+    return buf;
+}
+
+void ms_cli_put_wrapped(FILE *f, const char *text)
+{
+    int col = 0;
+    for (const char *p = text; *p;) {
+        while (*p == ' ') p++;
+        size_t w = strcspn(p, " ");
+        if (!w) break;
+        if (col > 0 && col + 1 + (int)w > 96) {
+            fputc('\n', f);
+            col = 0;
+        } else if (col > 0) {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(p, 1, w, f);
+        col += (int)w;
+        p += w;
+    }
+    fputc('\n', f);
+}
+
 /* ---- tokenize ---- */
 
 static void tokenize_usage(FILE *f)
@@ -274,16 +308,17 @@ static void synth_usage(FILE *f)
     fputs("usage: moestream synth --out DIR [--preset NAME] [--layers N] [--seed S] [--sparse] [--force]\n"
           "\n"
           "Writes a random checkpoint in a family's released layout; the same preset and seed always give\n"
-          "the same bytes. Kimi K3 (nested config.json, BF16 trunk, F32 small tensors, MXFP4 routed\n"
-          "experts, sharded safetensors with an index, a small tiktoken tokenizer): tiny (default,\n"
-          "< 1 MB), small (about 650 MB, 512 experts a layer), k3-slice (the released K3 widths with\n"
-          "--layers N layers, default 3: about 40 GB), k3-full (the whole 93-layer K3 text path in the\n"
-          "release's shard names: 1.56 TB, use with --sparse). gpt-oss (the Hugging Face layout: its\n"
-          "config fields, zero-based shards + index, BF16 trunk and biases, MXFP4 experts [E, ...] per\n"
-          "layer, a tokenizer.json with the harmony specials): gpt-oss-tiny (a few MB; what\n"
-          "moestream demo --family gpt-oss runs), gpt-oss-20b (the released widths: about 13 GiB),\n"
-          "gpt-oss-120b (61 GiB, use with --sparse).\n"
-          "--sparse writes the headers only: every weight is zero and stored as a hole of a sparse\n"
+          "the same bytes. A family's presets (its demo's is what `moestream demo --family NAME` runs):\n",
+          f);
+    for (int i = 0; i < ms_families_count(); i++) {
+        const ms_family *fam = ms_families_at(i);
+        if (!fam->synth || !fam->synth_help) continue;
+        char para[2048];
+        snprintf(para, sizeof para, "- %s (%s; demo: %s): %s.", fam->title ? fam->title : fam->name, fam->name,
+                 fam->demo_preset, fam->synth_help);
+        ms_cli_put_wrapped(f, para);
+    }
+    fputs("--sparse writes the headers only: every weight is zero and stored as a hole of a sparse\n"
           "file, so the files take almost no disk (reading them costs no device I/O).\n"
           "DIR must be new or empty: synth refuses to write over an existing directory's files (with the\n"
           "k3-full preset they have the release's names), unless --force.\n",

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ms_utf8.h"
 
@@ -45,5 +46,10 @@ int ms_cli_parse_ids(const char *s, int32_t **ids, size_t *n);
 char *ms_cli_read_file(const char *path, size_t *len);
 /* Monotonic seconds. */
 double ms_cli_now(void);
+/* The registered families joined for help texts: their titles (names = 0: "Kimi K3") or names
+ * ("kimi-k3"), separated by sep and the last by last_sep (" or "); into buf[n], which it returns. */
+const char *ms_cli_families(char *buf, size_t n, int names, const char *sep, const char *last_sep);
+/* text to f wrapped at 96 columns (words are not split), then a newline. */
+void ms_cli_put_wrapped(FILE *f, const char *text);
 
 #endif

@@ -38,14 +38,23 @@ typedef struct {
 
 static void run_usage(FILE *f, int demo)
 {
-    if (demo)
-        fputs("usage: moestream demo [--model DIR] [--family kimi-k3|gpt-oss] [run options]\n"
-              "\n"
-              "Writes a small synthetic checkpoint of the family (default kimi-k3: synth preset tiny;\n"
-              "gpt-oss: gpt-oss-tiny; random weights) to DIR (default $TMPDIR/moestream-demo-tiny, or\n"
-              "$TMPDIR/moestream-demo-gpt-oss-tiny) unless one is there, then runs on it: by default 24\n"
-              "tokens after the prompt \"The weather today is\". Every option of run applies:\n\n",
-              f);
+    if (demo) {
+        char names[256], presets[512];
+        size_t at = 0;
+        for (int i = 0; i < ms_families_count() && at < sizeof presets; i++)
+            at += (size_t)snprintf(presets + at, sizeof presets - at, "%s%s: synth preset %s%s", i ? "; " : "",
+                                   ms_families_at(i)->name, ms_families_at(i)->demo_preset, i ? "" : ", the default");
+        fprintf(f, "usage: moestream demo [--model DIR] [--family %s] [run options]\n\n",
+                ms_cli_families(names, sizeof names, 1, "|", "|"));
+        char para[1024];
+        snprintf(para, sizeof para,
+                 "Writes a small synthetic checkpoint of the family (%s; random weights) to DIR (default "
+                 "$TMPDIR/moestream-demo-PRESET) unless one is there, then runs on it: by default 24 tokens after "
+                 "the prompt \"The weather today is\". Every option of run applies:",
+                 presets);
+        ms_cli_put_wrapped(f, para);
+        fputc('\n', f);
+    }
     fputs("usage: moestream run --model DIR (--prompt TEXT | --prompt-file PATH | --ids 1,2,3 | --ids-file PATH)\n"
           "                     [--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--threads N] [--json]\n"
           "                     [--dump-logits PATH] [--allow-special] [--stop-at-eos] [--quiet] [--raw] [--special]\n"
@@ -660,7 +669,11 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 0x6661: /* --family (demo) */
             if (!demo) return ms_cli_fail(cmd, MS_EXIT_USAGE, "--family goes with demo (run reads the family from config.json)");
             if (!ms_families_find(optarg) || !ms_families_find(optarg)->synth)
-                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--family %s: give kimi-k3 or gpt-oss", optarg);
+            {
+                char names[256];
+                return ms_cli_fail(cmd, MS_EXIT_USAGE, "--family %s: give %s", optarg,
+                                   ms_cli_families(names, sizeof names, 1, ", ", " or "));
+            }
             o->family = optarg;
             break;
         case 'Q':

@@ -61,6 +61,7 @@ static int go_trunk(const char *dir, const ms_st *st, const ms_st_tensor ***out)
 
 const ms_family ms_gptoss_family = {
     .name = "gpt-oss",
+    .title = "gpt-oss",
     .xfam = &ms_xfam_gptoss,
     .open = ms_gptoss_model_open,
     .peek = go_peek,
@@ -68,4 +69,8 @@ const ms_family ms_gptoss_family = {
     .trunk_matrices = go_trunk,
     .synth = ms_gptoss_synth,
     .demo_preset = "gpt-oss-tiny",
+    .synth_help = "the Hugging Face layout: its config fields, zero-based shards + index, BF16 trunk and biases, "
+                  "MXFP4 experts [E, ...] per layer, a tokenizer.json with the harmony specials: gpt-oss-tiny (a "
+                  "few MB), gpt-oss-20b (the released widths: about 13 GiB), gpt-oss-120b (61 GiB, use with "
+                  "--sparse)",
 };

@@ -50,6 +50,7 @@ static int k3_synth(const char *dir, const char *preset, int layers, int sparse,
 
 const ms_family ms_k3_family = {
     .name = "kimi-k3",
+    .title = "Kimi K3",
     .xfam = &ms_xfam_k3,
     .open = ms_k3_model_open,
     .peek = k3_peek,
@@ -57,4 +58,9 @@ const ms_family ms_k3_family = {
     .trunk_matrices = k3_trunk,
     .synth = k3_synth,
     .demo_preset = "tiny",
+    .synth_help = "nested config.json, BF16 trunk, F32 small tensors, MXFP4 routed experts, sharded safetensors "
+                  "with an index, a small tiktoken tokenizer: tiny (default, < 1 MB), small (about 650 MB, 512 "
+                  "experts a layer), k3-slice (the released K3 widths with --layers N layers, default 3: about "
+                  "40 GB), k3-full (the whole 93-layer K3 text path in the release's shard names: 1.56 TB, use "
+                  "with --sparse)",
 };

@@ -114,6 +114,7 @@ typedef struct {
 /* A model family: one row of the registry (coordinator/families/ms_families.c). */
 typedef struct {
     const char *name;          /* "kimi-k3" (= its experts' family, xfam->name) */
+    const char *title;         /* for people: "Kimi K3" */
     const ms_xfam *xfam;       /* its experts; xfam->detect recognises its config.json */
     /* Open DIR (ms_model.h's contract for opening). */
     ms_model *(*open)(const char *dir, const ms_run_opts *o);
@@ -130,6 +131,8 @@ typedef struct {
      * ms_err set (MS_EXIT_USAGE for an unknown preset, naming the known ones; MS_EXIT_IO). */
     int (*synth)(const char *dir, const char *preset, int layers, int sparse, uint64_t seed); /* or NULL */
     const char *demo_preset;   /* the small synth preset `demo --family` writes ("tiny") */
+    /* `synth --help`'s paragraph: the layout it writes and its presets ("name (what), ..."). */
+    const char *synth_help;
 } ms_family;
 
 #endif
