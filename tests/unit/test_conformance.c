@@ -12,50 +12,10 @@
 #include "ms_model.h"
 #include "ms_sbuf.h"
 #include "ms_st.h"
+#include "ms_mtest.h"
 #include "ms_test.h"
 
 enum { N = 150 }; /* prompt rows: past a 128-row sliding window, so rings wrap */
-
-/* The logits [n][V] of ids fed in passes of `split` (0: one), stats into st (may be NULL). */
-static float *logits_stats(const char *dir, const ms_run_opts *o, const int32_t *ids, int64_t n, int split,
-                           ms_model_stats *st)
-{
-    ms_model *m = ms_families_open(dir, o);
-    if (!m) {
-        fprintf(stderr, "open %s: %s\n", dir, ms_err_msg());
-        return NULL;
-    }
-    int64_t V = ms_model_get_info(m)->vocab;
-    float *all = malloc(sizeof(float) * (size_t)(n * V)); /* [n][V] */
-    ms_seq *s = ms_seq_new(m);
-    int rc = 0;
-    for (int64_t t = 0; t < n && rc == 0; t += split > 0 ? split : n) {
-        int64_t c = split > 0 && n - t > split ? split : n - t;
-        rc = ms_model_forward(m, s, ids + t, c, 1, all + t * V);
-    }
-    if (st) ms_model_get_stats(m, st);
-    ms_seq_free(s);
-    ms_model_free(m);
-    if (rc) free(all);
-    return rc ? NULL : all;
-}
-
-static float *logits_of(const char *dir, const ms_run_opts *o, const int32_t *ids, int64_t n, int split)
-{
-    return logits_stats(dir, o, ids, n, split, NULL);
-}
-
-/* The least budget the planner accepts for o (baseline 1 byte), from its refusal of 1 byte. */
-static uint64_t least_budget(const char *dir, ms_run_opts o, const char *fam)
-{
-    o.ram_budget = 1;
-    o.baseline = 1;
-    ms_model_free(ms_families_open(dir, &o));
-    const char *p = strrchr(ms_err_msg(), '(');
-    T_CHECK(ms_err_code() == MS_EXIT_BUDGET && p, "%s: a 1-byte budget is refused naming the least: %s", fam,
-            ms_err_msg());
-    return p ? strtoull(p + 1, NULL, 10) : 0;
-}
 
 /* Threads, SIMD paths, prefill chunking, the least budget, predicted routing: all the bits of
  * one call with 1 thread. A batch of three sequences at different positions = each alone; a
@@ -66,21 +26,21 @@ static void check_model(const char *fam, const char *dir, int64_t V)
     for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 97 + 13) % V);
     size_t bytes = sizeof(float) * (size_t)(N * V);
     ms_run_opts o1 = {.n_threads = 1, .max_positions = N + 8}, o2 = {.n_threads = 2, .max_positions = N + 8};
-    float *base = logits_of(dir, &o1, ids, N, 0);
+    float *base = ms_t_logits(dir, &o1, ids, N, 0, NULL);
     T_CHECK(base != NULL, "%s: the reference run", fam);
     if (!base) return;
-    float *x = logits_of(dir, &o2, ids, N, 0);
+    float *x = ms_t_logits(dir, &o2, ids, N, 0, NULL);
     T_CHECK(x && !memcmp(base, x, bytes), "%s: 1 and 2 threads: bit-identical", fam);
     free(x);
-    x = logits_of(dir, &o2, ids, N, 1);
+    x = ms_t_logits(dir, &o2, ids, N, 1, NULL);
     T_CHECK(x && !memcmp(base, x, bytes), "%s: token by token == one call, bit for bit", fam);
     free(x);
-    x = logits_of(dir, &o2, ids, N, 37);
+    x = ms_t_logits(dir, &o2, ids, N, 37, NULL);
     T_CHECK(x && !memcmp(base, x, bytes), "%s: chunks of 37 == one call, bit for bit", fam);
     free(x);
     if (ms_cpu_simd_available()) {
         ms_cpu_set_simd(0);
-        x = logits_of(dir, &o2, ids, N, 0);
+        x = ms_t_logits(dir, &o2, ids, N, 0, NULL);
         ms_cpu_set_simd(1);
         T_CHECK(x && !memcmp(base, x, bytes), "%s: scalar == SIMD, bit for bit", fam);
         free(x);
@@ -88,13 +48,13 @@ static void check_model(const char *fam, const char *dir, int64_t V)
         ms_t_skip("%s: no AVX2+FMA on this CPU: scalar vs SIMD not compared", fam);
     }
     ms_run_opts ob = o2;
-    ob.ram_budget = least_budget(dir, ob, fam);
+    ob.ram_budget = ms_t_least_budget(dir, ob, fam);
     ob.baseline = 1;
     ms_model *m = ms_families_open(dir, &ob);
     T_CHECK(m && ms_model_plan(m) && ms_model_plan(m)->streaming, "%s: the least budget streams the trunk: %s", fam,
             m ? "" : ms_err_msg());
     ms_model_free(m);
-    x = logits_of(dir, &ob, ids, N, 0);
+    x = ms_t_logits(dir, &ob, ids, N, 0, NULL);
     T_CHECK(x && !memcmp(base, x, bytes), "%s: the least budget (trunk streamed, experts read on demand) == no budget",
             fam);
     free(x);
@@ -102,7 +62,7 @@ static void check_model(const char *fam, const char *dir, int64_t V)
     op.no_mmap = 1;
     op.prefetch = MS_PREFETCH_ON;
     ms_model_stats pst = {0};
-    x = logits_stats(dir, &op, ids, N, 1, &pst);
+    x = ms_t_logits(dir, &op, ids, N, 1, &pst);
     T_CHECK(x && !memcmp(base, x, bytes) && pst.expert_prefetched > 0 && pst.expert_prefetch_used <= pst.expert_prefetched,
             "%s: predicted routing: the same bits, %llu predicted reads, %llu used", fam,
             (unsigned long long)pst.expert_prefetched, (unsigned long long)pst.expert_prefetch_used);

@@ -10,6 +10,7 @@
 #include "ms_families.h"
 #include "ms_gptoss_model.h"
 #include "ms_st.h"
+#include "ms_mtest.h"
 #include "ms_test.h"
 
 static int32_t *ids_of(json_t *a, size_t *n)
@@ -73,49 +74,6 @@ static void check_reference(const char *dir, const char *name)
 }
 
 /* Logits of every position of ids[n] (split > 0: fed in pieces of split). */
-static float *logits_stats(const char *dir, const ms_run_opts *o, const int32_t *ids, int64_t n, int split,
-                           ms_model_stats *st);
-
-static float *logits_of(const char *dir, const ms_run_opts *o, const int32_t *ids, int64_t n, int split)
-{
-    return logits_stats(dir, o, ids, n, split, NULL);
-}
-
-/* The logits [n][V] of ids fed in passes of `split` (0: one), and the run's stats into st (may be NULL). */
-static float *logits_stats(const char *dir, const ms_run_opts *o, const int32_t *ids, int64_t n, int split,
-                           ms_model_stats *st)
-{
-    ms_model *m = ms_gptoss_model_open(dir, o);
-    if (!m) {
-        fprintf(stderr, "open %s: %s\n", dir, ms_err_msg());
-        return NULL;
-    }
-    int64_t V = ms_model_get_info(m)->vocab;
-    float *all = malloc(sizeof(float) * (size_t)(n * V)); /* [n][V] */
-    ms_seq *s = ms_seq_new(m);
-    int rc = 0;
-    for (int64_t t = 0; t < n && rc == 0; t += split > 0 ? split : n) {
-        int64_t c = split > 0 && n - t > split ? split : n - t;
-        rc = ms_model_forward(m, s, ids + t, c, 1, all + t * V);
-    }
-    if (st) ms_model_get_stats(m, st);
-    ms_seq_free(s);
-    ms_model_free(m);
-    if (rc) free(all);
-    return rc ? NULL : all;
-}
-
-/* The least budget the planner accepts for o (baseline 1 byte), from its refusal of 1 byte. */
-static uint64_t least_budget(const char *dir, ms_run_opts o)
-{
-    o.ram_budget = 1;
-    o.baseline = 1;
-    ms_model_free(ms_gptoss_model_open(dir, &o));
-    const char *p = strrchr(ms_err_msg(), '(');
-    T_CHECK(ms_err_code() == MS_EXIT_BUDGET && p, "a 1-byte budget is refused naming the least: %s", ms_err_msg());
-    return p ? strtoull(p + 1, NULL, 10) : 0;
-}
-
 /* dir's checkpoint with each KV head repeated `rep` times (k_proj, v_proj rows and biases), so
  * query head h still meets the keys and values it met: written to out. */
 static int widen_kv(const char *dir, int rep, const char *out)
@@ -171,14 +129,14 @@ static void check_kv_groups(const char *dir)
     for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 89 + 7) % V);
     size_t bytes = sizeof(float) * (size_t)(N * V);
     ms_run_opts o = {.n_threads = 2};
-    float *base = logits_of(dir, &o, ids, N, 0);
+    float *base = ms_t_logits(dir, &o, ids, N, 0, NULL);
     T_CHECK(base != NULL, "KV groups: the tiny model's logits");
     for (int rep = 2; rep <= 4 && base; rep *= 2) {
         char name[64];
         snprintf(name, sizeof name, "gptoss-kv%d", rep);
         const char *out = ms_t_tmpdir(name);
         T_CHECK(widen_kv(dir, rep, out) == 0, "KV heads x%d: checkpoint written (%s)", rep, ms_err_msg());
-        float *wide = logits_of(out, &o, ids, N, 0), *chunked = logits_of(out, &o, ids, N, 9);
+        float *wide = ms_t_logits(out, &o, ids, N, 0, NULL), *chunked = ms_t_logits(out, &o, ids, N, 9, NULL);
         T_CHECK(wide && !memcmp(base, wide, bytes), "groups of %d query heads: the logits of groups of 4, bit for bit",
                 4 / rep);
         T_CHECK(chunked && !memcmp(base, chunked, bytes), "groups of %d, chunks of 9: the same logits", 4 / rep);
@@ -195,18 +153,18 @@ static void check_invariants(const char *dir, int64_t V)
     for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 97 + 13) % V);
     size_t bytes = sizeof(float) * (size_t)(N * V);
     ms_run_opts o1 = {.n_threads = 1}, o2 = {.n_threads = 2};
-    float *base = logits_of(dir, &o1, ids, N, 0);
+    float *base = ms_t_logits(dir, &o1, ids, N, 0, NULL);
     T_CHECK(base != NULL, "invariants: the reference run");
     if (!base) return;
-    float *thr = logits_of(dir, &o2, ids, N, 0);
+    float *thr = ms_t_logits(dir, &o2, ids, N, 0, NULL);
     T_CHECK(thr && !memcmp(base, thr, bytes), "1 and 2 threads: bit-identical");
-    float *inc = logits_of(dir, &o2, ids, N, 1);
+    float *inc = ms_t_logits(dir, &o2, ids, N, 1, NULL);
     T_CHECK(inc && !memcmp(base, inc, bytes), "token by token == one call, bit for bit");
-    float *chk = logits_of(dir, &o2, ids, N, 37);
+    float *chk = ms_t_logits(dir, &o2, ids, N, 37, NULL);
     T_CHECK(chk && !memcmp(base, chk, bytes), "chunks of 37 == one call, bit for bit");
     if (ms_cpu_simd_available()) {
         ms_cpu_set_simd(0);
-        float *sc = logits_of(dir, &o2, ids, N, 0);
+        float *sc = ms_t_logits(dir, &o2, ids, N, 0, NULL);
         ms_cpu_set_simd(1);
         T_CHECK(sc && !memcmp(base, sc, bytes), "scalar == SIMD, bit for bit");
         free(sc);
@@ -214,20 +172,20 @@ static void check_invariants(const char *dir, int64_t V)
         ms_t_skip("no AVX2+FMA on this CPU: scalar vs SIMD not compared");
     }
     ms_run_opts ob = {.n_threads = 2, .max_positions = N};
-    ob.ram_budget = least_budget(dir, ob);
+    ob.ram_budget = ms_t_least_budget(dir, ob, "gpt-oss");
     ob.baseline = 1;
     ms_model *m = ms_gptoss_model_open(dir, &ob);
     T_CHECK(m && ms_model_plan(m) && ms_model_plan(m)->streaming, "the least budget streams the trunk: %s",
             m ? "" : ms_err_msg());
     ms_model_free(m);
-    float *lb = logits_of(dir, &ob, ids, N, 0);
+    float *lb = ms_t_logits(dir, &ob, ids, N, 0, NULL);
     T_CHECK(lb && !memcmp(base, lb, bytes), "the least budget (trunk streamed, experts read on demand) == no budget");
     /* Predicted routing (the router before the attention) only reads early: with it on, experts
      * read into the cache, token by token, the logits are the reference's and predictions were
      * read (no more used than read). */
     ms_run_opts op = {.n_threads = 2, .max_positions = N, .no_mmap = 1, .prefetch = MS_PREFETCH_ON};
     ms_model_stats pst = {0};
-    float *pf = logits_stats(dir, &op, ids, N, 1, &pst);
+    float *pf = ms_t_logits(dir, &op, ids, N, 1, &pst);
     T_CHECK(pf && !memcmp(base, pf, bytes) && pst.expert_prefetched > 0 && pst.expert_prefetch_used <= pst.expert_prefetched,
             "predicted routing: the same bits, %llu predicted reads, %llu used", (unsigned long long)pst.expert_prefetched,
             (unsigned long long)pst.expert_prefetch_used);
