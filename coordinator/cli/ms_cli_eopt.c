@@ -1,8 +1,10 @@
 /* ms_cli_eopt: the engine options shared by run, demo and jobs: one table, one parser. */
+#include <signal.h>
 #include <string.h>
 
 #include "ms_cli.h"
 #include "ms_cli_eopt.h"
+#include "ms_cli_pcache.h"
 #include "ms_err.h"
 #include "ms_opt.h"
 #include "ms_pool.h"
@@ -150,4 +152,29 @@ void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo)
     eo->worker_timeout = o->worker_timeout;
     eo->speculate = o->speculate_set ? o->speculate : MS_SPEC_AUTO;
     eo->draft_file = o->draft_file;
+}
+
+int ms_cli_eopt_take_all(ms_cli_eopts *o, struct ms_cli_pcopts_s *pc, const char *cmd, int c, const char *arg, int *code)
+{
+    *code = MS_EXIT_USAGE;
+    int t = pc ? ms_cli_pc_take(pc, cmd, c, arg, code) : 0;
+    return t ? t : ms_cli_eopt_take(o, cmd, c, arg, code);
+}
+
+void ms_cli_catch_signals(void (*handler)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+int ms_cli_eopt_end(int argc, char **argv, const ms_cli_eopts *o, const char *cmd)
+{
+    if (optind != argc) return ms_cli_fail(cmd, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    int rc = ms_cli_eopt_check(o, cmd);
+    if (rc == MS_EXIT_OK) ms_cli_set_output(o->quiet);
+    return rc;
 }

@@ -49,6 +49,21 @@ int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, i
  * usage error's code. */
 int ms_cli_eopt_check(const ms_cli_eopts *o, const char *cmd);
 
+/* After getopt: no argument left over, the checks of ms_cli_eopt_check, the output set up for
+ * --quiet. MS_EXIT_OK, or the printed usage error's code. */
+int ms_cli_eopt_end(int argc, char **argv, const ms_cli_eopts *o, const char *cmd);
+
+struct ms_cli_pcopts_s;
+/* getopt's c for a command with the shared options and (pc not NULL) the prefix-cache ones:
+ * 1 when one of them took it; 0 when it is none of them (the caller prints its usage and returns
+ * *code, MS_EXIT_USAGE); -1 after printing a bad value (*code set). */
+int ms_cli_eopt_take_all(ms_cli_eopts *o, struct ms_cli_pcopts_s *pc, const char *cmd, int c, const char *arg, int *code);
+
+/* SIGINT and SIGTERM to handler, with the calls they land in restarted: a write to a terminal or
+ * pipe would otherwise return EINTR (always while the terminal's output is stopped, Ctrl-S) and
+ * break stdout. */
+void ms_cli_catch_signals(void (*handler)(int));
+
 /* Fill the engine options these describe; the command adds what is its own (prompt_tokens,
  * max_positions, all_logits, max_seqs). */
 void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo);

@@ -436,14 +436,7 @@ static int open_engine(const jobs_opts *o, int todo, int64_t longest, int64_t ma
 {
     ms_engine *e = NULL;
     int rc = MS_EXIT_OK;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    /* The calls the signal lands in restart: a write to a terminal or pipe would otherwise return
-     * EINTR (always while the terminal's output is stopped, Ctrl-S) and break stdout. */
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    ms_cli_catch_signals(on_signal);
     ms_engine_opts eo = {0};
     ms_cli_eopt_engine(&o->e, &eo);
     eo.run.all_logits = o->dump != NULL;
@@ -764,12 +757,9 @@ int ms_cli_jobs(int argc, char **argv)
             break;
         case 'h': jobs_usage(stdout); return MS_EXIT_OK;
         default: {
-            int code = MS_EXIT_USAGE, pt = ms_cli_pc_take(&o.pc, cmd, c, optarg, &code);
-            if (pt > 0) break;
-            if (pt < 0) return code;
-            int took = ms_cli_eopt_take(&o.e, cmd, c, optarg, &code);
-            if (took > 0) break;
-            if (took == 0) jobs_usage(stderr);
+            int code, t = ms_cli_eopt_take_all(&o.e, &o.pc, cmd, c, optarg, &code);
+            if (t > 0) break;
+            if (t == 0) jobs_usage(stderr);
             return code;
         }
         }

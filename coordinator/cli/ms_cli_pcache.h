@@ -9,7 +9,7 @@
 #include "ms_engine.h"
 #include "ms_pcache.h"
 
-typedef struct {
+typedef struct ms_cli_pcopts_s {
     uint64_t ram;        /* --prefix-cache SIZE: states kept in RAM (the plan reserves them); 0: off */
     const char *dir;     /* --state-cache DIR: where states leave RAM for (and are found at the next run) */
     uint64_t disk;       /* --state-cache-size SIZE (default 10G) */

@@ -494,14 +494,7 @@ static int generate(const run_opts *o, const char *cmd)
     eo.run.max_positions = (int64_t)np + o->n + 1;
     eo.run.plan_only = o->plan_only;
     if (o->plan_only && o->plan_seqs > 1) eo.max_seqs = (int)o->plan_seqs;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    /* The calls the signal lands in restart: a write to a terminal or pipe would otherwise return
-     * EINTR (always while the terminal's output is stopped, Ctrl-S) and break stdout. */
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    ms_cli_catch_signals(on_signal);
     if (!(e = ms_engine_open(&eo))) {
         rc = ms_cli_fail_err(cmd);
         goto out;
@@ -699,9 +692,9 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
             run_usage(stdout, demo);
             return -1;
         default: {
-            int code = MS_EXIT_USAGE, took = ms_cli_eopt_take(&o->e, cmd, c, optarg, &code);
-            if (took > 0) break;
-            if (took == 0) run_usage(stderr, demo);
+            int code, t = ms_cli_eopt_take_all(&o->e, NULL, cmd, c, optarg, &code);
+            if (t > 0) break;
+            if (t == 0) run_usage(stderr, demo);
             return code;
         }
         }

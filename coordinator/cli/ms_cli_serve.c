@@ -322,20 +322,14 @@ int ms_cli_serve(int argc, char **argv)
             break;
         case 'h': serve_usage(stdout); return MS_EXIT_OK;
         default: {
-            int code = MS_EXIT_USAGE, pt = ms_cli_pc_take(&o.pc, cmd, c, optarg, &code);
-            if (pt > 0) break;
-            if (pt < 0) return code;
-            int took = ms_cli_eopt_take(&o.e, cmd, c, optarg, &code);
-            if (took > 0) break;
-            if (took == 0) serve_usage(stderr);
+            int code, t = ms_cli_eopt_take_all(&o.e, &o.pc, cmd, c, optarg, &code);
+            if (t > 0) break;
+            if (t == 0) serve_usage(stderr);
             return code;
         }
         }
         if (bad) return ms_cli_fail_err(cmd);
     }
-    if (optind != argc) return ms_cli_fail(cmd, MS_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
-    int rc = ms_cli_eopt_check(&o.e, cmd);
-    if (rc != MS_EXIT_OK) return rc;
-    ms_cli_set_output(o.e.quiet);
-    return serve_main(&o);
+    int rc = ms_cli_eopt_end(argc, argv, &o.e, cmd);
+    return rc != MS_EXIT_OK ? rc : serve_main(&o);
 }
