@@ -47,6 +47,7 @@ static void top_k(const float *v, const uint8_t *allow, int n, int k, int32_t *i
                 bv = v[e];
             }
         }
+        MS_ASSERT(best >= 0); /* a checked rule leaves at least k eligible */
         picked[best] = 1;
         ids[j] = best;
     }

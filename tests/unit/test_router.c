@@ -93,7 +93,8 @@ static void softmax_rules(void)
     /* a row of NaN still names k distinct experts */
     float bad[4] = {NAN, NAN, NAN, NAN};
     for (int s = 0; s < 3; s++) {
-        ms_router rr = s == 0 ? top : s == 1 ? all : (ms_router){MS_ROUTE_SIGMOID_BIAS, 4, 3, 2, 1, 1, 1.0f};
+        ms_router rr = s == 0 ? top : s == 1 ? all : (ms_router){MS_ROUTE_SIGMOID_BIAS, 4, 3, 2, 2, 1, 1.0f};
+        T_CHECK(ms_router_check(&rr, "r") == 0, "rule %d is a checked one: %s", s, ms_err_msg());
         ms_router_route(&rr, bad, NULL, ids, w);
         T_CHECK(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2] && ids[0] >= 0 && ids[2] < 4,
                 "rule %d: a NaN row picks distinct experts (%d %d %d)", s, ids[0], ids[1], ids[2]);
