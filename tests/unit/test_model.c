@@ -287,27 +287,8 @@ static void test_synth_invariants(void)
     float *base = run_logits(dir, 1, ms_cpu_simd_available(), ids, n, 0);
     T_CHECK(base != NULL, "synth model runs");
     if (!base) return;
-    float *thr = run_logits(dir, 2, ms_cpu_simd_available(), ids, n, 0);
-    T_CHECK(thr && !memcmp(base, thr, bytes), "logits bit-identical with 1 and 2 threads");
-    float *inc = run_logits(dir, 2, ms_cpu_simd_available(), ids, n, 1);
-    T_CHECK(inc && !memcmp(base, inc, bytes), "one-call prefill == token-by-token incremental, bit for bit");
-    float *chunk = run_logits(dir, 2, ms_cpu_simd_available(), ids, n, 7);
-    T_CHECK(chunk && !memcmp(base, chunk, bytes), "prefill in chunks of 7 == one call, bit for bit");
-    if (ms_cpu_simd_available()) {
-        float *sc = run_logits(dir, 2, 0, ids, n, 0);
-        T_CHECK(sc && !memcmp(base, sc, bytes), "logits bit-identical between SIMD and scalar paths");
-        free(sc);
-        if (ms_cpu_best_level() > MS_SIMD_AVX2) { /* the narrower path, forced on a wider machine */
-            ms_cpu_set_level(MS_SIMD_AVX2);
-            ms_run_opts o2 = {.n_threads = 2};
-            float *a2 = run_opts_logits(dir, &o2, ids, n, 0, NULL, NULL);
-            ms_cpu_set_simd(1);
-            T_CHECK(a2 && !memcmp(base, a2, bytes), "logits bit-identical between the AVX-512 and the AVX2 path");
-            free(a2);
-        }
-    } else {
-        ms_t_skip("no AVX2+FMA on this CPU: SIMD vs scalar comparison not possible");
-    }
+    /* 1 and 2 threads, one call = token by token = chunks, SIMD = scalar (and AVX2 on an AVX-512
+     * machine): test_conformance holds every family to them, K3's tiny preset included. */
     /* Finite, non-degenerate output: the synthetic model must exercise every op. */
     int finite = 1;
     for (int64_t i = 0; i < n * V; i++) finite &= isfinite(base[i]);
@@ -320,9 +301,6 @@ static void test_synth_invariants(void)
     float *other = run_logits(dir2, 2, ms_cpu_simd_available(), ids, n, 0);
     T_CHECK(other && memcmp(base, other, bytes) != 0, "a different seed gives a different model");
     free(base);
-    free(thr);
-    free(inc);
-    free(chunk);
     free(other);
 }
 
