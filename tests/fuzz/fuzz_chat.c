@@ -39,7 +39,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     ms_jchat c;
     char why[768];
     const char *param = NULL;
-    if (json_is_object(body) && ms_jchat_read(body, "2025-08-05", render_only, &c, why, sizeof why, &param) == 0) {
+    /* the template variables a chat may set are its format's: harmony's, or (bit 1) Kimi's none */
+    const ms_chatfmt *fmt = data[0] & 2 ? ms_families_find("kimi-k3")->chat : &ms_gptoss_chat;
+    if (json_is_object(body) && ms_jchat_read(body, fmt, "2025-08-05", render_only, &c, why, sizeof why, &param) == 0) {
         FUZZ_CHECK(c.n >= 1 && c.msgs);
         char *text = NULL;
         size_t tl = 0;
