@@ -7,9 +7,10 @@
      catches a header reached through a transitive link that the layer did not declare.)
   2. No circle between modules (a module = a .c/.h pair and its private X_int.h: a.c includes
      b.h and b.c includes a.h).
-  3. No Kimi K3 symbol outside the K3 family's files (coordinator/k3/, the registry row, the
-     family's expert row common/expert/ms_xfam_k3.[ch]); the SiTU activation may be named where
-     the activation tables and kernels live.
+  3. No family's symbol outside its own files: Kimi K3's outside coordinator/k3/ (its expert row
+     in coordinator/k3/experts/ included), gpt-oss's outside coordinator/gptoss/, but the
+     generated registry; a family's expert activation (SiTU, the clamped SwiGLU) may be named
+     where the activation tables and kernels live.
   4. No file over 800 lines but the numeric kernels (common/kern/).
 
 Prints every problem and exits 1 if there is one; prints the folder graph with -v.
@@ -21,14 +22,21 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC_DIRS = ["common", "coordinator", "expert-worker"]
 
-# 3: the family's own files, and the activation's (kernel, table, compute, wire comment).
-K3_FILES = ("coordinator/k3/", "coordinator/families/ms_families.c", "common/expert/ms_xfam_k3.")
+# 3: each family's own files, the names only it may use, and its activation's (allowed in the
+# kernel, table, compute and wire files).
 # (MLA, its latent and rope widths are DeepSeek-V3's architecture too: a shared block in
 # coordinator/blocks/, fenced no more; K3's own wiring of it is.)
-K3_SYMBOLS = re.compile(r"ms_k3_|\bkda\w*|KDA|\bis_mla\b|mla_heads|mla_out_gate|block_sparse_moe|first_dense|"
-                        r"attn_res|full_attn|situ_b[12]|SiTU|situ|SITU", re.I)
-ACTIVATION = re.compile(r"SiTU|situ|SITU")
-ACTIVATION_FILES = ("common/kern/ms_ops.", "common/kern/ms_act.", "common/expert/ms_xfmt.", "common/expert/ms_expert.", "proto/moestream.proto")
+FENCES = {
+    "Kimi K3": (("coordinator/k3/",),
+                re.compile(r"ms_k3_|\bkda\w*|KDA|\bis_mla\b|mla_heads|mla_out_gate|block_sparse_moe|first_dense|"
+                           r"attn_res|full_attn|situ_b[12]|SiTU|situ|SITU", re.I),
+                re.compile(r"SiTU|situ|SITU")),
+    "gpt-oss": (("coordinator/gptoss/",),
+                re.compile(r"ms_gptoss_\w*|\bgpt_oss\w*|swiglu_limit|gate_up_proj|swiglu_clamp", re.I),
+                re.compile(r"swiglu_clamp", re.I)),
+}
+REGISTRY = ("coordinator/families/ms_families.c",)
+ACTIVATION_FILES = ("common/kern/ms_ops.", "common/kern/ms_act.", "common/xfmt/ms_xfmt.", "common/expert/ms_expert.", "proto/moestream.proto")
 MAX_LINES = 800
 KERNELS = "common/kern/"
 
@@ -43,6 +51,7 @@ def layers():
         body = "\n".join(line for loop in loops for line in loop.splitlines() if "ms_layer(" in line)
         text += "\n" + "\n".join(body.replace("${f}", f) for f in fams.group(1).split())
         text = text.replace("${ms_family_libs}", " ".join("ms" + f for f in fams.group(1).split()))
+        text = text.replace("${ms_family_expert_libs}", " ".join("ms" + f + "experts" for f in fams.group(1).split()))
     lib_dir, deps = {}, {}
     for m in re.finditer(r"ms_layer\((\w+)\s+([\w/-]+)([^)]*)\)", text):
         name, d, rest = m.group(1), m.group(2), m.group(3)
@@ -107,12 +116,14 @@ def main():
             if target != mod:
                 mod_edges.setdefault(mod, set()).add(target)
         # 3
-        if not f.startswith(K3_FILES):
+        for fam, (own, symbols, activation) in FENCES.items():
+            if f.startswith(own + REGISTRY):
+                continue
             for n, line in enumerate(text.splitlines(), 1):
-                for m in K3_SYMBOLS.finditer(line):
-                    if ACTIVATION.fullmatch(m.group(0)) and f.startswith(ACTIVATION_FILES):
+                for m in symbols.finditer(line):
+                    if activation.fullmatch(m.group(0)) and f.startswith(ACTIVATION_FILES):
                         continue
-                    problems.append(f"{f}:{n}: Kimi K3 symbol '{m.group(0)}' outside the K3 family's files")
+                    problems.append(f"{f}:{n}: {fam} symbol '{m.group(0)}' outside the family's files")
         # 4
         lines = text.count("\n")
         if lines > MAX_LINES and not f.startswith(KERNELS):

@@ -8,12 +8,12 @@
 #include "ms_xfams.h"
 
 /* One row per family, generated from CMakeLists.txt's MS_FAMILIES: family f's expert row is
- * ms_xfam_f (its file: ms_xfam_f.c). */
-#define MS_FAMILY(f) extern const ms_xfam ms_xfam_##f;
+ * ms_f_experts, in its folder's library (coordinator/f/experts/ms_f_experts.c). */
+#define MS_FAMILY(f) extern const ms_xfam ms_##f##_experts;
 #include "ms_family_list.h"
 #undef MS_FAMILY
 static const ms_xfam *const families[] = {
-#define MS_FAMILY(f) &ms_xfam_##f,
+#define MS_FAMILY(f) &ms_##f##_experts,
 #include "ms_family_list.h"
 #undef MS_FAMILY
 };

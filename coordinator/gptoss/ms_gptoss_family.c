@@ -6,7 +6,7 @@
 #include "ms_err.h"
 #include "ms_gptoss_chat.h"
 #include "ms_gptoss_model.h"
-#include "ms_xfam_gptoss.h"
+#include "ms_gptoss_experts.h"
 
 static int load_cfg(const char *dir, ms_gptoss_cfg *c)
 {
@@ -62,7 +62,7 @@ static int go_trunk(const char *dir, const ms_st *st, const ms_st_tensor ***out)
 const ms_family ms_gptoss_family = {
     .name = "gpt-oss",
     .title = "gpt-oss",
-    .xfam = &ms_xfam_gptoss,
+    .xfam = &ms_gptoss_experts,
     .open = ms_gptoss_model_open,
     .peek = go_peek,
     .chat = &ms_gptoss_chat,

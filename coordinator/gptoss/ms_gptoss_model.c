@@ -7,7 +7,7 @@
 #include "ms_err.h"
 #include "ms_gptoss_int.h"
 #include "ms_gptoss_model.h"
-#include "ms_xfam_gptoss.h"
+#include "ms_gptoss_experts.h"
 #include "ms_xfams.h"
 
 static go_model *go(ms_model *m) { return (go_model *)m; }
@@ -195,7 +195,7 @@ static const ms_model_ops go_ops = {
 
 void ms_gptoss_info_of_cfg(const ms_gptoss_cfg *c, ms_model_info *in)
 {
-    in->family = ms_xfam_gptoss.name;
+    in->family = ms_gptoss_experts.name;
     in->vocab = c->vocab;
     in->hidden = c->hidden;
     in->n_layers = c->n_layers;
@@ -218,7 +218,7 @@ ms_model *ms_gptoss_model_bind(const ms_gptoss_cfg *cfg, const ms_tsrc *src, con
     const ms_gptoss_cfg *c = &g->cfg;
     ms_model_info *in = &m->info;
     ms_gptoss_info_of_cfg(c, in);
-    in->have_xfmt = ms_xfam_gptoss_fmt(c->hidden, c->inter, c->swiglu_limit, bias_dtype, &in->xfmt) == 0;
+    in->have_xfmt = ms_gptoss_experts_fmt(c->hidden, c->inter, c->swiglu_limit, bias_dtype, &in->xfmt) == 0;
     if (!in->have_xfmt) snprintf(in->why_no_xfmt, sizeof in->why_no_xfmt, "%s", ms_err_msg());
     int64_t pos = o && o->max_positions > 0 ? o->max_positions : 4096;
     in->state_bytes = k_state_bytes(m, pos, o && o->spec_window > 0 ? 1 + o->spec_window : 0);
@@ -254,7 +254,7 @@ ms_model *ms_gptoss_model_open(const char *dir, const ms_run_opts *o)
     if (ms_gptoss_cfg_load(path, &cfg) != 0) return NULL;
     ms_st *st = ms_st_open_dir(dir);
     ms_xfmt f; /* the biases' dtype as this checkpoint stores them */
-    if (!st || ms_xfam_gptoss_fmt(cfg.hidden, cfg.inter, cfg.swiglu_limit, MS_DT_BF16, &f) != 0 ||
+    if (!st || ms_gptoss_experts_fmt(cfg.hidden, cfg.inter, cfg.swiglu_limit, MS_DT_BF16, &f) != 0 ||
         ms_xfam_refine(&f, 0, st, dir) != 0) {
         ms_st_close(st);
         ms_gptoss_cfg_free(&cfg);

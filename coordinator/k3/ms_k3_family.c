@@ -7,7 +7,7 @@
 #include "ms_k3_model.h"
 #include "ms_k3_tensors.h"
 #include "ms_synth.h"
-#include "ms_xfam_k3.h"
+#include "ms_k3_experts.h"
 
 static int load_cfg(const char *dir, ms_k3_cfg *c)
 {
@@ -51,7 +51,7 @@ static int k3_synth(const char *dir, const char *preset, int layers, int sparse,
 const ms_family ms_k3_family = {
     .name = "kimi-k3",
     .title = "Kimi K3",
-    .xfam = &ms_xfam_k3,
+    .xfam = &ms_k3_experts,
     .open = ms_k3_model_open,
     .peek = k3_peek,
     .chat = &ms_k3_chat,

@@ -12,7 +12,7 @@
 #include "ms_layer.h"
 #include "ms_mrt.h"
 #include "ms_ops.h"
-#include "ms_xfam_k3.h"
+#include "ms_k3_experts.h"
 
 typedef struct {
     ms_seq base;
@@ -416,7 +416,7 @@ static const ms_model_ops k3_ops = {
 
 void ms_k3_info_of_cfg(const ms_k3_cfg *c, ms_model_info *in)
 {
-    in->family = ms_xfam_k3.name;
+    in->family = ms_k3_experts.name;
     in->vocab = c->vocab;
     in->hidden = c->hidden;
     in->n_layers = c->n_layers;
@@ -433,7 +433,7 @@ static void fill_info(k3_model *k, const ms_run_opts *o)
     const ms_k3_cfg *c = &k->cfg;
     ms_model_info *in = &k->base.info;
     ms_k3_info_of_cfg(c, in);
-    in->have_xfmt = ms_xfam_k3_fmt(c->latent, c->moe_inter, c->situ_b1, c->situ_b2, &in->xfmt) == 0;
+    in->have_xfmt = ms_k3_experts_fmt(c->latent, c->moe_inter, c->situ_b1, c->situ_b2, &in->xfmt) == 0;
     if (!in->have_xfmt) snprintf(in->why_no_xfmt, sizeof in->why_no_xfmt, "%s", ms_err_msg());
     int64_t pos = o && o->max_positions > 0 ? o->max_positions : 4096;
     int win = o && o->spec_window > 0 ? o->spec_window : 0;

@@ -4,7 +4,7 @@
 
 #include "ms_err.h"
 #include "ms_k3_tensors.h"
-#include "ms_xfam_k3.h"
+#include "ms_k3_experts.h"
 #include "ms_k3_int.h"
 
 #define LW(f) offsetof(ms_layer_w, f)
@@ -128,7 +128,7 @@ void ms_k3_expert_name(int layer, int expert, int m, int p, char *buf, size_t n)
     static const char *part[3] = {"weight_packed", "weight_scale", "weight"};
     char suffix[32];
     snprintf(suffix, sizeof suffix, "%s.%s", mat[m], part[p]);
-    ms_xfam_k3_tensor(layer, expert, suffix, buf, n); /* the one spelling, shared with shard and the worker */
+    ms_k3_experts_tensor(layer, expert, suffix, buf, n); /* the one spelling, shared with shard and the worker */
 }
 
 int ms_k3_trunk_matrices(const ms_k3_cfg *c, const ms_st *st, const ms_st_tensor ***out)

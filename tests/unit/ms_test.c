@@ -18,7 +18,7 @@
 #include "ms_err.h"
 #include "ms_st.h"
 #include "ms_test.h"
-#include "ms_xfam_k3.h"
+#include "ms_k3_experts.h"
 
 int ms_t_passed, ms_t_failed, ms_t_skipped;
 
@@ -531,7 +531,7 @@ ms_expert_table *ms_t_situ_table(int n_layers, int n_experts, int latent, float 
     return ms_expert_table_new(n_layers, n_experts, latent, MS_XACT_SITU_GLU, p, pool);
 }
 
-int ms_t_k3_xfmt(const ms_k3_cfg *c, ms_xfmt *f) { return ms_xfam_k3_fmt(c->latent, c->moe_inter, c->situ_b1, c->situ_b2, f); }
+int ms_t_k3_xfmt(const ms_k3_cfg *c, ms_xfmt *f) { return ms_k3_experts_fmt(c->latent, c->moe_inter, c->situ_b1, c->situ_b2, f); }
 
 int ms_t_synth_tiny(const char *name, uint64_t seed, char *dir, size_t n, ms_synth_shape *sh)
 {

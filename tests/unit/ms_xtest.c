@@ -6,7 +6,7 @@
 
 #include "ms_err.h"
 #include "ms_io.h"
-#include "ms_xfam_k3.h"
+#include "ms_k3_experts.h"
 #include "ms_xtest.h"
 
 static const char *xt_part_name[6] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
@@ -17,7 +17,7 @@ char xt_root[4096];
 ms_xfmt xt_fmt(int L, int I)
 {
     ms_xfmt f;
-    MS_ASSERT(ms_xfam_k3_fmt(L, I, 4.0f, 25.0f, &f) == 0);
+    MS_ASSERT(ms_k3_experts_fmt(L, I, 4.0f, 25.0f, &f) == 0);
     return f;
 }
 uint64_t xt_bytes(int L, int I)

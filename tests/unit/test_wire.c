@@ -11,7 +11,7 @@
 #include "ms_err.h"
 #include "ms_expert.h"
 #include "ms_test.h"
-#include "ms_xfam_k3.h"
+#include "ms_k3_experts.h"
 #include "ms_wire.h"
 #include "ms_xfmt.h"
 
@@ -23,29 +23,29 @@ static void test_format(void)
 {
     ms_xfmt f, g;
     /* spec §4.5: one K3 expert (L = 3584, I = 3072) is 17,547,264 bytes in six U8 parts */
-    T_CHECK(ms_xfam_k3_fmt(3584, 3072, 4.0f, 25.0f, &f) == 0, "K3 format: %s", ms_err_msg());
+    T_CHECK(ms_k3_experts_fmt(3584, 3072, 4.0f, 25.0f, &f) == 0, "K3 format: %s", ms_err_msg());
     T_CHECK(ms_xfmt_expert_bytes(&f) == 17547264ull && f.n_parts == 6 && f.n_mats == 3, "K3 expert: %llu bytes",
             (unsigned long long)ms_xfmt_expert_bytes(&f));
     T_CHECK(!strcmp(f.part[2].name, "w2.weight_packed") && f.part[2].shape[0] == 3584 &&
                 f.part[2].shape[1] == 3072 / 2 && !strcmp(f.part[5].name, "w3.weight_scale") &&
                 f.part[5].shape[0] == 3072 && f.part[5].shape[1] == 3584 / 32,
             "parts: w2 packed [L, I/2], w3 scale [I, L/32]");
-    T_CHECK(ms_xfam_k3_fmt(48, 64, 4.0f, 25.0f, &g) == -1 && ms_err_code() == MS_EXIT_MODEL && has(ms_err_msg(), "48"),
+    T_CHECK(ms_k3_experts_fmt(48, 64, 4.0f, 25.0f, &g) == -1 && ms_err_code() == MS_EXIT_MODEL && has(ms_err_msg(), "48"),
             "a latent width that is not a multiple of 32 is refused: %s", ms_err_msg());
 
     /* names are plain (they go into JSON manifests and tensor names): a peer's byte 0xb2 in a part
      * name is refused, not turned into a manifest that cannot be written (found by fuzz_xfmt) */
-    ms_xfam_k3_fmt(64, 96, 4.0f, 25.0f, &g);
+    ms_k3_experts_fmt(64, 96, 4.0f, 25.0f, &g);
     g.part[3].name[1] = (char)0xb2;
     char nwhy[300];
     T_CHECK(ms_xfmt_check(&g, nwhy, sizeof nwhy) == -1 && has(nwhy, "parts[3].name"), "a non-plain part name: %s", nwhy);
-    ms_xfam_k3_fmt(64, 96, 4.0f, 25.0f, &g);
+    ms_k3_experts_fmt(64, 96, 4.0f, 25.0f, &g);
     snprintf(g.mat[1].name, sizeof g.mat[1].name, "w 2");
     T_CHECK(ms_xfmt_check(&g, nwhy, sizeof nwhy) == -1 && has(nwhy, "matrices[1].name"), "a non-plain matrix name: %s",
             nwhy);
 
     /* JSON: round trip bit for bit (a constant with no short decimal form too). */
-    ms_xfam_k3_fmt(64, 96, 0.1f, 25.0f, &f);
+    ms_k3_experts_fmt(64, 96, 0.1f, 25.0f, &f);
     json_t *j = ms_xfmt_to_json(&f);
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
@@ -92,10 +92,10 @@ static void test_format(void)
     json_decref(j);
 
     /* Comparison names the first field that differs. */
-    ms_xfam_k3_fmt(64, 96, 4.0f, 25.0f, &f);
-    ms_xfam_k3_fmt(64, 128, 4.0f, 25.0f, &g);
+    ms_k3_experts_fmt(64, 96, 4.0f, 25.0f, &f);
+    ms_k3_experts_fmt(64, 128, 4.0f, 25.0f, &g);
     T_CHECK(ms_xfmt_diff(&f, &g, diff, sizeof diff) && has(diff, "inter: 96 vs 128"), "inter differs: %s", diff);
-    ms_xfam_k3_fmt(64, 96, 4.0f, 25.5f, &g);
+    ms_k3_experts_fmt(64, 96, 4.0f, 25.5f, &g);
     T_CHECK(ms_xfmt_diff(&f, &g, diff, sizeof diff) && has(diff, "activation.b2"), "b2 differs: %s", diff);
     g = f;
     snprintf(g.family, sizeof g.family, "other");
@@ -292,7 +292,7 @@ static void test_hello(void)
     free(buf);
     ms_xfmt f;
     ms_xfmt_pb keep;
-    ms_xfam_k3_fmt(32, 64, 4.0f, 25.0f, &f);
+    ms_k3_experts_fmt(32, 64, 4.0f, 25.0f, &f);
     h.expert_format = ms_xfmt_to_proto(&f, &keep);
     ms_wire_pack(&e, &buf, &len);
     x = ms_wire_unpack(buf, len, why, sizeof why, &code);

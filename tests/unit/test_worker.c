@@ -24,7 +24,7 @@
 #include "ms_synth.h"
 #include "ms_clock.h"
 #include "ms_test.h"
-#include "ms_xfam_k3.h"
+#include "ms_k3_experts.h"
 #include "ms_wtest.h"
 #include "ms_wire.h"
 
@@ -92,7 +92,7 @@ static void test_main_worker(const char *fp)
                 "another SiTU constant refused with FORMAT naming activation.b1 (%s)",
                 e && e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR ? e->error->message : "?");
         ms_wire_free(e);
-        ms_xfam_k3_fmt(wt_xfmt.latent, wt_xfmt.inter + 32, wt_xfmt.param[0], wt_xfmt.param[1], &other);
+        ms_k3_experts_fmt(wt_xfmt.latent, wt_xfmt.inter + 32, wt_xfmt.param[0], wt_xfmt.param[1], &other);
         e = wt_hello_fmt(s, fp, &other, 10000);
         T_CHECK(e && e->body_case == MOESTREAM__ENVELOPE__BODY_ERROR && e->error->code == EC(FORMAT) &&
                     strstr(e->error->message, "inter"),

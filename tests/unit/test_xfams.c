@@ -7,7 +7,7 @@
 #include "ms_st.h"
 #include "ms_synth.h"
 #include "ms_test.h"
-#include "ms_xfam_k3.h"
+#include "ms_k3_experts.h"
 #include "ms_xfams.h"
 
 static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }

@@ -11,7 +11,7 @@
 #include "ms_pool.h"
 #include "ms_st.h"
 #include "ms_test.h"
-#include "ms_xfam_k3.h"
+#include "ms_k3_experts.h"
 #include "ms_xstore.h"
 #include "ms_xtest.h"
 

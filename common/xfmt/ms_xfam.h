@@ -12,7 +12,8 @@ struct ms_st;
 
 /* What everything that handles experts without running the model (shard, packs, the worker's
  * --model mode, the coordinator's planner and binder) needs to know of a checkpoint. A second
- * family adds one file pair (ms_xfam_<family>.[ch]) and one row in ms_xfams.c's table. */
+ * family adds its expert row in its own folder (coordinator/<f>/experts/ms_<f>_experts.[ch], a
+ * library of its own that the worker links) and its word in MS_FAMILIES (CMakeLists.txt). */
 typedef struct {
     char family[32];        /* = fmt.family */
     int n_layers;           /* layers of the model */

@@ -1,4 +1,4 @@
-/* ms_xfam_k3: Kimi K3's row of the expert-family table: its config's expert fields, its expert descriptor, its tensor names. */
+/* ms_k3_experts: Kimi K3's row of the expert-family table: its config's expert fields, its expert descriptor, its tensor names. */
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -6,7 +6,7 @@
 
 #include "ms_err.h"
 #include "ms_st.h"
-#include "ms_xfam_k3.h"
+#include "ms_k3_experts.h"
 
 /* model_type as released (root "kimi_k3", text_config "kimi_linear"); the flat fixture shape
  * carries none. */
@@ -61,12 +61,12 @@ static int k3_describe(ms_jcfg *j, ms_xmodel *out)
     out->first_moe = v.first_dense;
     out->n_experts = v.n_experts;
     out->top_k = v.top_k;
-    out->have_fmt = ms_xfam_k3_fmt(v.latent, v.inter, v.b1, v.b2, &out->fmt) == 0;
+    out->have_fmt = ms_k3_experts_fmt(v.latent, v.inter, v.b1, v.b2, &out->fmt) == 0;
     if (!out->have_fmt) snprintf(out->why, sizeof out->why, "%s", ms_err_msg());
     return 0;
 }
 
-int ms_xfam_k3_fmt(int latent, int inter, float b1, float b2, ms_xfmt *f)
+int ms_k3_experts_fmt(int latent, int inter, float b1, float b2, ms_xfmt *f)
 {
     memset(f, 0, sizeof *f);
     if (ms_xfmt_widths_ok(latent, inter, MS_XENC_MXFP4) != 0) return -1;
@@ -81,7 +81,7 @@ int ms_xfam_k3_fmt(int latent, int inter, float b1, float b2, ms_xfmt *f)
     return 0;
 }
 
-int ms_xfam_k3_tensor(int layer, int expert, const char *suffix, char *buf, size_t n)
+int ms_k3_experts_tensor(int layer, int expert, const char *suffix, char *buf, size_t n)
 {
     int w = snprintf(buf, n, "language_model.model.layers.%d.block_sparse_moe.experts.%d.%s", layer, expert, suffix);
     return w >= 0 && (size_t)w < n ? 0 : -1;
@@ -93,7 +93,7 @@ static int k3_locate(const ms_xfmt *f, int layer, int expert, int part, char *na
 {
     *slice = 0;
     *n_slices = 1;
-    return ms_xfam_k3_tensor(layer, expert, f->part[part].name, name, n);
+    return ms_k3_experts_tensor(layer, expert, f->part[part].name, name, n);
 }
 
 static int k3_make(const ms_xfmt *like, ms_xfmt *out)
@@ -102,7 +102,7 @@ static int k3_make(const ms_xfmt *like, ms_xfmt *out)
         ms_err_set("kimi-k3 experts take 2 activation constants, not %d", like->n_params);
         return ms_err_set_code(MS_EXIT_MODEL);
     }
-    return ms_xfam_k3_fmt(like->latent, like->inter, like->param[0], like->param[1], out);
+    return ms_k3_experts_fmt(like->latent, like->inter, like->param[0], like->param[1], out);
 }
 
-const ms_xfam ms_xfam_k3 = {"kimi-k3", k3_detect, k3_describe, k3_locate, k3_make, NULL};
+const ms_xfam ms_k3_experts = {"kimi-k3", k3_detect, k3_describe, k3_locate, k3_make, NULL};

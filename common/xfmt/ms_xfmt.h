@@ -13,7 +13,7 @@
  * worker handshake, so a worker serving a pack needs no model config, and both sides can check
  * they agree (ms_xfmt_diff names the field that differs). Encodings and activations are rows of
  * the tables in ms_xfmt.c (and their compute in ms_expert.c); a family builds its descriptor
- * from its config with ms_xfmt_begin / ms_xfmt_add_mat (common/expert/ms_xfam_*.c). */
+ * from its config with ms_xfmt_begin / ms_xfmt_add_mat (coordinator/<f>/experts/ms_<f>_experts.c). */
 
 #define MS_XFMT_MAX_MATS 4
 #define MS_XFMT_MAX_PARTS 12 /* at most three parts per matrix (values, scales, bias) */

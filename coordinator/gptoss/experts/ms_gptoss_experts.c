@@ -1,11 +1,11 @@
-/* ms_xfam_gptoss: gpt-oss's row of the expert-family table: its config's expert fields, its descriptor, its per-layer expert tensors. */
+/* ms_gptoss_experts: gpt-oss's row of the expert-family table: its config's expert fields, its descriptor, its per-layer expert tensors. */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ms_err.h"
 #include "ms_st.h"
-#include "ms_xfam_gptoss.h"
+#include "ms_gptoss_experts.h"
 
 #define ALPHA 1.702f /* the SwiGLU's sigmoid slope: a constant of the model, not in its config */
 
@@ -43,12 +43,12 @@ static int go_describe(ms_jcfg *j, ms_xmodel *out)
     out->n_experts = v.n_experts;
     out->top_k = v.top_k;
     /* the release stores biases as BF16; ms_xfam_refine follows a checkpoint's headers */
-    out->have_fmt = ms_xfam_gptoss_fmt(v.hidden, v.inter, v.limit, MS_DT_BF16, &out->fmt) == 0;
+    out->have_fmt = ms_gptoss_experts_fmt(v.hidden, v.inter, v.limit, MS_DT_BF16, &out->fmt) == 0;
     if (!out->have_fmt) snprintf(out->why, sizeof out->why, "%s", ms_err_msg());
     return 0;
 }
 
-int ms_xfam_gptoss_fmt(int hidden, int inter, float limit, int bias_dtype, ms_xfmt *f)
+int ms_gptoss_experts_fmt(int hidden, int inter, float limit, int bias_dtype, ms_xfmt *f)
 {
     memset(f, 0, sizeof *f);
     if (ms_xfmt_widths_ok(hidden, inter, MS_XENC_MXFP4) != 0) return -1;
@@ -78,7 +78,7 @@ static int go_make(const ms_xfmt *like, ms_xfmt *out)
         ms_err_set("gpt-oss experts take 2 matrices and 2 activation constants");
         return ms_err_set_code(MS_EXIT_MODEL);
     }
-    return ms_xfam_gptoss_fmt(like->latent, like->inter, like->param[1], like->mat[0].bias_dtype, out);
+    return ms_gptoss_experts_fmt(like->latent, like->inter, like->param[1], like->mat[0].bias_dtype, out);
 }
 
 /* The biases' dtype as this checkpoint stores them (BF16 as released; F32 in a test model). */
@@ -93,7 +93,7 @@ static int go_refine(ms_xfmt *f, int first_moe, const ms_st *st)
         return ms_err_set_code(MS_EXIT_MODEL);
     }
     float limit = f->param[1];
-    return ms_xfam_gptoss_fmt(f->latent, f->inter, limit, (int)t->dtype, f);
+    return ms_gptoss_experts_fmt(f->latent, f->inter, limit, (int)t->dtype, f);
 }
 
-const ms_xfam ms_xfam_gptoss = {"gpt-oss", go_detect, go_describe, go_locate, go_make, go_refine};
+const ms_xfam ms_gptoss_experts = {"gpt-oss", go_detect, go_describe, go_locate, go_make, go_refine};
