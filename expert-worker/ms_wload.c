@@ -126,6 +126,22 @@ static int parse_spec(const char *spec, const ms_wload *w, const uint8_t *avail,
     return 0;
 }
 
+/* Append to buf[n] (holding *at bytes) SEP (none first), then NAME b TAIL, or NAMES b-last TAIL.
+ * 0; -1 when it no longer fits, buf then ending in "..." (n > 4). */
+static int put_range(char *buf, size_t n, size_t *at, const char *sep, const char *name, const char *names, int b,
+                     int last, const char *tail)
+{
+    const char *s = *at ? sep : "";
+    int k = b == last ? snprintf(buf + *at, n - *at, "%s%s%d%s", s, name, b, tail)
+                      : snprintf(buf + *at, n - *at, "%s%s%d-%d%s", s, names, b, last, tail);
+    if (k < 0 || (size_t)k >= n - *at) {
+        if (n > 4) strcpy(buf + n - 4, "...");
+        return -1;
+    }
+    *at += (size_t)k;
+    return 0;
+}
+
 const char *ms_wload_layer_ranges(const ms_wload *w, int layer, char *buf, size_t n)
 {
     int NE = w->n_experts;
@@ -138,13 +154,7 @@ const char *ms_wload_layer_ranges(const ms_wload *w, int layer, char *buf, size_
         }
         int b = e;
         while (e < NE && ms_wload_owns(w, layer, e)) e++;
-        int k = b + 1 == e ? snprintf(buf + at, n - at, "%s%d", at ? "," : "", b)
-                           : snprintf(buf + at, n - at, "%s%d-%d", at ? "," : "", b, e - 1);
-        if (k < 0 || (size_t)k >= n - at) {
-            if (n > 4) strcpy(buf + n - 4, "...");
-            return buf;
-        }
-        at += (size_t)k;
+        if (put_range(buf, n, &at, ",", "", "", b, e - 1, "") != 0) return buf;
     }
     if (!at) snprintf(buf, n, "none");
     return buf;
@@ -162,13 +172,9 @@ const char *ms_wload_describe(const ms_wload *w, char *buf, size_t n)
         for (l++; l < NL; l++)
             if (strcmp(ms_wload_layer_ranges(w, l, nxt, sizeof nxt), cur)) break;
         if (!strcmp(cur, "none")) continue;
-        int k = b + 1 == l ? snprintf(buf + at, n - at, "%slayer %d: %s", at ? "; " : "", b, cur)
-                           : snprintf(buf + at, n - at, "%slayers %d-%d: %s", at ? "; " : "", b, l - 1, cur);
-        if (k < 0 || (size_t)k >= n - at) {
-            if (n > 4) strcpy(buf + n - 4, "...");
-            return buf;
-        }
-        at += (size_t)k;
+        char tail[sizeof cur + 2];
+        snprintf(tail, sizeof tail, ": %s", cur);
+        if (put_range(buf, n, &at, "; ", "layer ", "layers ", b, l - 1, tail) != 0) return buf;
     }
     if (!at) snprintf(buf, n, "none");
     return buf;

@@ -35,6 +35,16 @@ int ms_err_fail(int code, const char *fmt, ...)
     return -1;
 }
 
+int ms_err_fail_in(int code, const char *where, const char *fmt, ...)
+{
+    char msg[sizeof err_buf];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return ms_err_fail(code, "%s: %s", where, msg);
+}
+
 int ms_err_wrap(const char *fmt, ...)
 {
     char prefix[1024], old[sizeof err_buf];

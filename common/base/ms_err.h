@@ -30,6 +30,8 @@ int ms_err_code(void);
 /* Set the message and its exit-code class at once (ms_err_set + ms_err_set_code); returns -1. */
 int ms_err_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int ms_err_vfail(int code, const char *fmt, va_list ap);
+/* The same with "where: " before the message (a file, a field); returns -1. */
+int ms_err_fail_in(int code, const char *where, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Set the exit-code class of the last error; returns -1. */
 int ms_err_set_code(int code);
 void ms_err_clear(void);

@@ -15,6 +15,7 @@
 
 #include "ms_err.h"
 #include "ms_file.h"
+#include "ms_jcfg.h"
 #include "ms_pack.h"
 #include "ms_progress.h"
 #include "ms_size.h"
@@ -50,30 +51,10 @@ static int parse_hex16(const char *s, uint64_t *v, char *out)
 /* ---------------------------------------------------------------- manifest reader ---- */
 
 /* Set "path: message" with class MS_EXIT_MODEL; returns -1. */
-static int mf_fail(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int mf_fail(const char *path, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    ms_err_set("%s: %s", path, msg);
-    return ms_err_set_code(MS_EXIT_MODEL);
-}
+#define mf_fail(path, ...) ms_err_fail_in(MS_EXIT_MODEL, path, __VA_ARGS__)
 
 /* Integer field key of obj in [lo, hi]; where = "" or "experts[i] ... " names the entry. */
-static int mf_int(const char *path, const char *where, json_t *obj, const char *key, long long lo, long long hi,
-                  long long *out)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!v) return mf_fail(path, "%sfield \"%s\" is missing", where, key);
-    if (!json_is_integer(v)) return mf_fail(path, "%sfield \"%s\" must be an integer", where, key);
-    long long x = (long long)json_integer_value(v);
-    if (x < lo || x > hi) return mf_fail(path, "%sfield \"%s\" is %lld, must be in %lld..%lld", where, key, x, lo, hi);
-    *out = x;
-    return 0;
-}
+#define mf_int(path, where, obj, key, lo, hi, out) ms_jcfg_int_field(path, obj, where, key, lo, hi, out)
 
 static int mf_hex(const char *path, const char *where, json_t *obj, const char *key, uint64_t *v, char *out)
 {

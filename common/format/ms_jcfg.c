@@ -124,6 +124,19 @@ void ms_jcfg_describe(const json_t *v, char *buf, size_t cap)
     }
 }
 
+int ms_jcfg_int_field(const char *where, const json_t *obj, const char *ctx, const char *key, long long lo,
+                      long long hi, long long *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v) return ms_err_fail_in(MS_EXIT_MODEL, where, "%sfield \"%s\" is missing", ctx, key);
+    if (!json_is_integer(v)) return ms_err_fail_in(MS_EXIT_MODEL, where, "%sfield \"%s\" must be an integer", ctx, key);
+    long long x = (long long)json_integer_value(v);
+    if (x < lo || x > hi)
+        return ms_err_fail_in(MS_EXIT_MODEL, where, "%sfield \"%s\" is %lld, must be in %lld..%lld", ctx, key, x, lo, hi);
+    *out = x;
+    return 0;
+}
+
 int ms_jcfg_as_int(const json_t *v, int *out)
 {
     if (json_is_integer(v)) {

@@ -76,6 +76,12 @@ int ms_jcfg_index_list(ms_jcfg *j, const json_t *v, const char *label, int n, in
 int ms_jcfg_as_int(const json_t *v, int *out);
 int ms_jcfg_as_float(const json_t *v, float *out);
 int ms_jcfg_as_bool(const json_t *v, int *out);
+/* Integer field key of obj in [lo, hi] into *out, for files read whole rather than recorded
+ * (manifests, descriptors): 0, or -1 with ms_err set (MS_EXIT_MODEL) to "WHERE: CTXfield "key"
+ * is missing" / "must be an integer" / "is X, must be in LO..HI" (ctx: "" or the entry, e.g.
+ * "experts[3] "). */
+int ms_jcfg_int_field(const char *where, const json_t *obj, const char *ctx, const char *key, long long lo,
+                      long long hi, long long *out);
 /* A short description of a value for messages ("the string \"x\"", "null", "an array"). */
 void ms_jcfg_describe(const json_t *v, char *buf, size_t cap);
 

@@ -27,78 +27,31 @@ typedef struct {
 } peak_ctx;
 
 #if KB_X86
-__attribute__((target("avx2,fma"))) static double loop_f32_avx2(int64_t iters)
-{
-    __m256 a[CHAINS], m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-    for (int k = 0; k < CHAINS; k++) a[k] = _mm256_set1_ps((float)k);
-    for (int64_t i = 0; i < iters; i++) {
-        a[0] = _mm256_fmadd_ps(a[0], m, c);
-        a[1] = _mm256_fmadd_ps(a[1], m, c);
-        a[2] = _mm256_fmadd_ps(a[2], m, c);
-        a[3] = _mm256_fmadd_ps(a[3], m, c);
-        a[4] = _mm256_fmadd_ps(a[4], m, c);
-        a[5] = _mm256_fmadd_ps(a[5], m, c);
-        a[6] = _mm256_fmadd_ps(a[6], m, c);
-        a[7] = _mm256_fmadd_ps(a[7], m, c);
-        a[8] = _mm256_fmadd_ps(a[8], m, c);
-        a[9] = _mm256_fmadd_ps(a[9], m, c);
-        a[10] = _mm256_fmadd_ps(a[10], m, c);
-        a[11] = _mm256_fmadd_ps(a[11], m, c);
+/* One FMA on each of the CHAINS accumulators, written out: the chains must stay in registers. */
+#define FMA_CHAINS(FMA)                                                                                 \
+    (a[0] = FMA(a[0], m, c), a[1] = FMA(a[1], m, c), a[2] = FMA(a[2], m, c), a[3] = FMA(a[3], m, c),   \
+     a[4] = FMA(a[4], m, c), a[5] = FMA(a[5], m, c), a[6] = FMA(a[6], m, c), a[7] = FMA(a[7], m, c),   \
+     a[8] = FMA(a[8], m, c), a[9] = FMA(a[9], m, c), a[10] = FMA(a[10], m, c), a[11] = FMA(a[11], m, c))
+_Static_assert(CHAINS == 12, "FMA_CHAINS writes out 12 chains");
+/* A thread's peak loop on one path: CHAINS independent FMA chains, summed at the end (the sum
+ * only keeps the work alive). */
+#define PEAK_LOOP(NAME, TARGET, VEC, SCALAR, LANES, SET1, FMA, ADD, STOREU)                 \
+    __attribute__((target(TARGET))) static double NAME(int64_t iters)                      \
+    {                                                                                      \
+        VEC a[CHAINS], m = SET1((SCALAR)0.999999), c = SET1((SCALAR)1e-7);                 \
+        for (int k = 0; k < CHAINS; k++) a[k] = SET1((SCALAR)k);                           \
+        for (int64_t i = 0; i < iters; i++) FMA_CHAINS(FMA);                               \
+        VEC s = a[0];                                                                      \
+        for (int k = 1; k < CHAINS; k++) s = ADD(s, a[k]);                                 \
+        SCALAR o[LANES];                                                                   \
+        STOREU(o, s);                                                                      \
+        return o[0];                                                                       \
     }
-    __m256 s = a[0];
-    for (int k = 1; k < CHAINS; k++) s = _mm256_add_ps(s, a[k]);
-    float o[8];
-    _mm256_storeu_ps(o, s);
-    return o[0];
-}
-
-__attribute__((target("avx512f"))) static double loop_f32_avx512(int64_t iters)
-{
-    __m512 a[CHAINS], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-    for (int k = 0; k < CHAINS; k++) a[k] = _mm512_set1_ps((float)k);
-    for (int64_t i = 0; i < iters; i++) {
-        a[0] = _mm512_fmadd_ps(a[0], m, c);
-        a[1] = _mm512_fmadd_ps(a[1], m, c);
-        a[2] = _mm512_fmadd_ps(a[2], m, c);
-        a[3] = _mm512_fmadd_ps(a[3], m, c);
-        a[4] = _mm512_fmadd_ps(a[4], m, c);
-        a[5] = _mm512_fmadd_ps(a[5], m, c);
-        a[6] = _mm512_fmadd_ps(a[6], m, c);
-        a[7] = _mm512_fmadd_ps(a[7], m, c);
-        a[8] = _mm512_fmadd_ps(a[8], m, c);
-        a[9] = _mm512_fmadd_ps(a[9], m, c);
-        a[10] = _mm512_fmadd_ps(a[10], m, c);
-        a[11] = _mm512_fmadd_ps(a[11], m, c);
-    }
-    __m512 s = a[0];
-    for (int k = 1; k < CHAINS; k++) s = _mm512_add_ps(s, a[k]);
-    return _mm512_reduce_add_ps(s);
-}
-
-__attribute__((target("avx2,fma"))) static double loop_f64_avx2(int64_t iters)
-{
-    __m256d a[CHAINS], m = _mm256_set1_pd(0.999999), c = _mm256_set1_pd(1e-7);
-    for (int k = 0; k < CHAINS; k++) a[k] = _mm256_set1_pd((double)k);
-    for (int64_t i = 0; i < iters; i++) {
-        a[0] = _mm256_fmadd_pd(a[0], m, c);
-        a[1] = _mm256_fmadd_pd(a[1], m, c);
-        a[2] = _mm256_fmadd_pd(a[2], m, c);
-        a[3] = _mm256_fmadd_pd(a[3], m, c);
-        a[4] = _mm256_fmadd_pd(a[4], m, c);
-        a[5] = _mm256_fmadd_pd(a[5], m, c);
-        a[6] = _mm256_fmadd_pd(a[6], m, c);
-        a[7] = _mm256_fmadd_pd(a[7], m, c);
-        a[8] = _mm256_fmadd_pd(a[8], m, c);
-        a[9] = _mm256_fmadd_pd(a[9], m, c);
-        a[10] = _mm256_fmadd_pd(a[10], m, c);
-        a[11] = _mm256_fmadd_pd(a[11], m, c);
-    }
-    __m256d s = a[0];
-    for (int k = 1; k < CHAINS; k++) s = _mm256_add_pd(s, a[k]);
-    double o[4];
-    _mm256_storeu_pd(o, s);
-    return o[0];
-}
+PEAK_LOOP(loop_f32_avx2, "avx2,fma", __m256, float, 8, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_storeu_ps)
+PEAK_LOOP(loop_f32_avx512, "avx512f", __m512, float, 16, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps,
+          _mm512_storeu_ps)
+PEAK_LOOP(loop_f64_avx2, "avx2,fma", __m256d, double, 4, _mm256_set1_pd, _mm256_fmadd_pd, _mm256_add_pd,
+          _mm256_storeu_pd)
 #endif
 
 static int lanes(ms_kb_isa isa) { return isa == MS_KB_F32_AVX512 ? 16 : isa == MS_KB_F32_AVX2 ? 8 : 4; }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_jcfg.h"
 #include "ms_st.h"
 #include "ms_xfmt.h"
 
@@ -368,28 +369,15 @@ json_t *ms_xfmt_to_json(const ms_xfmt *f)
                      "activation", act, "matrices", mats, "parts", parts);
 }
 
-static int jfail(const char *where, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int jfail(const char *where, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    ms_err_set("%s: field \"expert_format\": %s", where, msg);
-    return ms_err_set_code(MS_EXIT_MODEL);
-}
+/* Set "where: field "expert_format": message" with class MS_EXIT_MODEL; returns -1. */
+#define jfail(where, ...) ms_err_fail_in(MS_EXIT_MODEL, where, "field \"expert_format\": " __VA_ARGS__)
 
 static int jint(const char *where, json_t *o, const char *ctx, const char *key, long long lo, long long hi,
                 long long *out)
 {
-    json_t *v = json_object_get(o, key);
-    if (!v) return jfail(where, "%sfield \"%s\" is missing", ctx, key);
-    if (!json_is_integer(v)) return jfail(where, "%sfield \"%s\" must be an integer", ctx, key);
-    long long x = (long long)json_integer_value(v);
-    if (x < lo || x > hi) return jfail(where, "%sfield \"%s\" is %lld, must be in %lld..%lld", ctx, key, x, lo, hi);
-    *out = x;
-    return 0;
+    char at[512];
+    snprintf(at, sizeof at, "%s: field \"expert_format\"", where);
+    return ms_jcfg_int_field(at, o, ctx, key, lo, hi, out);
 }
 
 static const char *jstr(const char *where, json_t *o, const char *ctx, const char *key)

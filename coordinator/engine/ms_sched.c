@@ -323,27 +323,17 @@ static void stream_progress(ms_sched *s, sjob *j)
     send_delta(s, j, text, len > hold ? len - hold : 0);
 }
 
+/* The engine's generation parameters for job j: its sampling as the job line or request set it,
+ * the scheduler's callbacks with j as their context. */
 static void params_of(sjob *j, ms_gen_params *out)
 {
-    ms_gen_params p = {0};
-    p.temperature = j->j.temperature;
-    p.top_p = j->j.top_p;
-    p.seed = j->j.seed;
-    p.max_tokens = j->j.max_tokens;
-    p.stop_at_eos = j->j.stop_at_eos;
-    p.all_logits = j->j.keep_logits;
-    p.on_token = on_token;
-    p.on_logits = on_logits;
-    p.ctx = j;
-    p.top_k = j->j.top_k;
-    p.min_p = j->j.min_p;
-    p.presence_penalty = j->j.presence_penalty;
-    p.frequency_penalty = j->j.frequency_penalty;
-    p.logit_bias = j->j.logit_bias;
-    p.n_logit_bias = j->j.n_logit_bias;
-    p.logprobs = j->j.logprobs;
-    p.top_logprobs = j->j.top_logprobs;
-    *out = p;
+    const ms_sched_job *q = &j->j;
+    *out = (ms_gen_params){.temperature = q->temperature, .top_p = q->top_p, .top_k = q->top_k, .min_p = q->min_p,
+                           .seed = q->seed, .max_tokens = q->max_tokens, .stop_at_eos = q->stop_at_eos,
+                           .all_logits = q->keep_logits, .presence_penalty = q->presence_penalty,
+                           .frequency_penalty = q->frequency_penalty, .logit_bias = q->logit_bias,
+                           .n_logit_bias = q->n_logit_bias, .logprobs = q->logprobs, .top_logprobs = q->top_logprobs,
+                           .on_token = on_token, .on_logits = on_logits, .ctx = j};
 }
 
 /* Start j's sequence; a prompt the engine refuses is reported as the job's error (each choice's). */

@@ -87,15 +87,7 @@ static int write_config(const char *dir, const go_shape *s)
     json_object_set_new(c, "transformers_version", json_string("4.55.0.dev0"));
     json_object_set_new(c, "use_cache", json_true());
     json_object_set_new(c, "vocab_size", json_integer(s->vocab));
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    int rc = json_dump_file(c, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    json_decref(c);
-    if (rc != 0) {
-        ms_err_set("cannot write %s: %s", path, strerror(errno));
-        return ms_err_set_code(MS_EXIT_IO);
-    }
-    return 0;
+    return ms_syn_write_config(dir, c, 0);
 }
 
 static void mat(ms_syn_list *l, const char *name, int64_t rows, int64_t cols)
@@ -125,7 +117,7 @@ static void experts(ms_syn_list *l, int layer, const char *which, int64_t E, int
 
 int ms_gptoss_synth(const char *dir, const char *name, int layers, int sparse, uint64_t seed)
 {
-    go_shape s;
+    go_shape s = {0};
     if (preset(name, &s) != 0) return -1;
     if (layers < 0 || layers > 1024) {
         ms_err_set("--layers %d: 1..1024", layers);

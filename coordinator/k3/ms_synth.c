@@ -215,15 +215,7 @@ static int write_config(const char *dir, const ms_synth_shape *s)
         json_object_set_new(tc, "eos_token_id", json_integer(s->tok_ranks + 1));
     }
     json_object_set_new(root, "text_config", tc);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS);
-    json_decref(root);
-    if (rc != 0) {
-        ms_err_set("cannot write %s: %s", path, strerror(errno));
-        return ms_err_set_code(MS_EXIT_IO);
-    }
-    return 0;
+    return ms_syn_write_config(dir, root, 1);
 }
 
 int ms_synth_write(const char *dir, const ms_synth_shape *sh, uint64_t seed)

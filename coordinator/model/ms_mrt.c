@@ -67,37 +67,29 @@ static int span_switch(ms_model *m, int64_t R, int64_t out_rows, int decode)
     return rc;
 }
 
+/* free_fn(p), then p = NULL: released twice, a member is freed once. */
+#define RELEASE(free_fn, p) ((free_fn)(p), (p) = NULL)
+
 void ms_mrt_release(ms_model *m)
 {
-    ms_wstream_free(m->span_ws);
-    m->span_ws = NULL;
+    RELEASE(ms_wstream_free, m->span_ws);
     for (int i = 0; m->pin_buf && i < m->plan.n_pinned; i++) free(m->pin_buf[i]);
-    free(m->pin_buf);
-    m->pin_buf = NULL;
-    free(m->sched);
-    m->sched = NULL;
-    free(m->sched_items);
-    m->sched_items = NULL;
-    ms_xstore_free(m->xs);
-    m->xs = NULL;
-    ms_wstream_free(m->ws);
-    m->ws = NULL;
-    ms_io_free(m->io);
-    m->io = NULL;
-    ms_io_files_close(m->iof);
-    m->iof = NULL;
+    RELEASE(free, m->pin_buf);
+    RELEASE(free, m->sched);
+    RELEASE(free, m->sched_items);
+    RELEASE(ms_xstore_free, m->xs);
+    RELEASE(ms_wstream_free, m->ws);
+    RELEASE(ms_io_free, m->io);
+    RELEASE(ms_io_files_close, m->iof);
     if (m->io_paths)
         for (int i = 0; i <= m->src.n_paths; i++) free(m->io_paths[i]);
-    free(m->io_paths);
-    m->io_paths = NULL;
-    ms_mpin_free(m->mpin); /* borrows the pack's index */
-    m->mpin = NULL;
-    ms_tpack_close(m->tpack);
-    m->tpack = NULL;
-    free(m->embed_io);
-    m->embed_io = NULL;
+    RELEASE(free, m->io_paths);
+    RELEASE(ms_mpin_free, m->mpin); /* borrows the pack's index */
+    RELEASE(ms_tpack_close, m->tpack);
+    RELEASE(free, m->embed_io);
     m->embed_io_bytes = 0;
 }
+#undef RELEASE
 
 int ms_mrt_embed_row(ms_model *m, int32_t id, float *out)
 {

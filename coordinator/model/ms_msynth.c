@@ -165,3 +165,13 @@ int ms_syn_write(const char *dir, ms_syn_list *lp, const ms_syn_files *sh)
     lp->n = lp->cap = 0;
     return rc;
 }
+
+int ms_syn_write_config(const char *dir, json_t *config, int sort_keys)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    int rc = json_dump_file(config, path, JSON_INDENT(2) | (sort_keys ? JSON_SORT_KEYS : JSON_PRESERVE_ORDER));
+    json_decref(config);
+    if (rc != 0) return ms_err_fail(MS_EXIT_IO, "cannot write %s: %s", path, strerror(errno));
+    return 0;
+}

@@ -62,4 +62,9 @@ typedef struct {
  * tensors. Returns 0, or -1 with ms_err set (MS_EXIT_IO) naming the file. */
 int ms_syn_write(const char *dir, ms_syn_list *l, const ms_syn_files *f);
 
+struct json_t;
+/* Write config (taken: released whatever happens) as dir/config.json, indented, with its keys
+ * sorted or in insertion order. 0, or -1 with ms_err set (MS_EXIT_IO) naming the file. */
+int ms_syn_write_config(const char *dir, struct json_t *config, int sort_keys);
+
 #endif

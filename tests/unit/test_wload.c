@@ -62,6 +62,14 @@ static void test_owned_budget_io(const char *fp)
     rc = wt_worker_start(&w, "b", args);
     T_CHECK(rc == 0, "a worker starts at the minimum budget it named (%s bytes; rc %d)", budget, rc);
     if (rc != 0) return;
+    char owns[200];
+    int n_moe = wt_cfg.n_layers - wt_cfg.first_dense;
+    if (n_moe > 1)
+        snprintf(owns, sizeof owns, "owns %d experts: layers %d-%d: 0-3\n", 4 * n_moe, wt_cfg.first_dense,
+                 wt_cfg.n_layers - 1);
+    else
+        snprintf(owns, sizeof owns, "owns 4 experts: layer %d: 0-3\n", wt_cfg.first_dense);
+    T_CHECK(wt_log_has(&w, owns), "its log says what it owns: %s", owns);
     void *s = wt_client(w.ep, NULL, NULL, NULL, ZMQ_DEALER);
     Moestream__Envelope *e = wt_hello(s, fp, 10000);
     int ok = e && e->body_case == MOESTREAM__ENVELOPE__BODY_HELLO_REPLY;
