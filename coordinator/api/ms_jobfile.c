@@ -354,7 +354,8 @@ void ms_jobspec_clear(ms_jobspec *j)
     memset(j, 0, sizeof *j);
 }
 
-void ms_jobspec_sched_job(const ms_jobspec *j, const int32_t *chat_stop, int n_chat_stop, ms_sched_job *sj)
+void ms_jobspec_sched_job(const ms_jobspec *j, const ms_chatfmt *chat, const int32_t *chat_stop, int n_chat_stop,
+                          ms_sched_job *sj)
 {
     memset(sj, 0, sizeof *sj);
     sj->prompt = j->prompt;
@@ -379,6 +380,7 @@ void ms_jobspec_sched_job(const ms_jobspec *j, const int32_t *chat_stop, int n_c
     sj->logprobs = j->logprobs;
     sj->top_logprobs = j->top_logprobs;
     sj->keep_special = j->keep_special;
+    if (j->kind == MS_JOB_CHAT) sj->chat = chat;
 }
 
 static char *uuid_str(const char *prefix)
@@ -572,76 +574,11 @@ char *ms_jobline_result_tok(const ms_jobspec *j, const char *model, int64_t crea
     return result_line(j, model, created, r, NULL, tok, len);
 }
 
-int ms_jobfile_chat_answer(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, ms_chat_answer *a)
-{
-    memset(a, 0, sizeof *a);
-    if (!lim->tok || !lim->chat || !lim->chat->answer) return 1;
-    return lim->chat->answer(lim->tok, ids, n, a) == 0 ? 0 : -1;
-}
-
-/* Bytes of id's text in the result text (special ids count 0 unless keep_special). */
-static size_t id_bytes(const ms_tok *tok, int32_t id, int keep_special)
-{
-    char *t = NULL;
-    size_t l = 0;
-    if (ms_tok_decode_text(tok, &id, 1, !keep_special, &t, &l) != 0) l = 0;
-    free(t);
-    return l;
-}
-
-int ms_jobfile_chat_answer_cut(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, int keep_special,
-                               size_t text_len, ms_chat_answer *a)
-{
-    if (!lim->tok || !lim->chat || !lim->chat->answer || !lim->chat->route) return ms_jobfile_chat_answer(lim, ids, n, a);
-    /* the id the cut falls in, and where its text went */
-    ms_chat_stream cs = {0};
-    size_t pos = 0, k = 0, over = 0;
-    int to = MS_CHAT_TO_NONE;
-    for (; k < n; k++) {
-        size_t l = id_bytes(lim->tok, ids[k], keep_special);
-        to = lim->chat->route(lim->tok, &cs, ids[k]);
-        if (pos + l > text_len) {
-            over = pos + l - text_len;
-            break;
-        }
-        pos += l;
-    }
-    if (k == n) return ms_jobfile_chat_answer(lim, ids, n, a);
-    int rc = ms_jobfile_chat_answer(lim, ids, k + 1, a);
-    if (rc != 0) return rc;
-    /* the id's text ends the field it went to: the one routing names, else (output the format
-     * found no message in, taken whole as content) the one that ends with it */
-    char *t = NULL;
-    size_t l = 0;
-    if (ms_tok_decode_text(lim->tok, &ids[k], 1, !keep_special, &t, &l) != 0) {
-        ms_chat_answer_clear(a);
-        return -1;
-    }
-    char **f[2] = {&a->content, &a->reasoning};
-    size_t *fl[2] = {&a->content_len, &a->reasoning_len};
-    int order[3] = {to == MS_CHAT_TO_REASONING, 0, 1};
-    for (int i = 0; i < 3; i++) {
-        int w = order[i];
-        if (*f[w] && *fl[w] >= l && !memcmp(*f[w] + *fl[w] - l, t, l)) {
-            *fl[w] -= over;
-            (*f[w])[*fl[w]] = 0;
-            break;
-        }
-    }
-    free(t);
-    return 0;
-}
-
 char *ms_jobline_result_chat(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
                              const ms_jobfile_limits *lim, size_t *len)
 {
-    ms_chat_answer a;
-    if (!r->finish || j->kind != MS_JOB_CHAT ||
-        ms_jobfile_chat_answer_cut(lim, r->tokens, r->n_tokens, j->keep_special, r->text ? r->text_len : (size_t)-1, &a) != 0)
-        return ms_jobline_result_tok(j, model, created, r, lim->tok, len);
-    char *line = result_line(j, model, created, r, &a, lim->tok, len);
-    ms_chat_answer_clear(&a);
-    return line;
+    if (!r->finish || j->kind != MS_JOB_CHAT || !r->answer) return ms_jobline_result_tok(j, model, created, r, lim->tok, len);
+    return result_line(j, model, created, r, r->answer, lim->tok, len);
 }
 
 int ms_jobline_scan_hashes(const char *buf, size_t len, char ***ids, char ***hashes, size_t *n, size_t *keep)

@@ -69,9 +69,11 @@ struct json_t;
 void ms_jobspec_parse_body(struct json_t *body, ms_job_kind kind, const ms_jobfile_limits *lim, ms_jobspec *j);
 void ms_jobspec_clear(ms_jobspec *j); /* frees the members; accepts a zeroed spec */
 /* The scheduler job of a good spec (borrowing j's prompt, stops and bias): sampling, limits, eos,
- * and for a chat the ids that end the assistant's turn (chat_stop[n_chat_stop]). The caller sets
- * user, stream and keep_logits. */
-void ms_jobspec_sched_job(const ms_jobspec *j, const int32_t *chat_stop, int n_chat_stop, ms_sched_job *sj);
+ * and for a chat its format (chat, borrowed; NULL: none), which splits its answer, and the ids
+ * that end the assistant's turn (chat_stop[n_chat_stop]). The caller sets user, stream and
+ * keep_logits. */
+void ms_jobspec_sched_job(const ms_jobspec *j, const ms_chatfmt *chat, const int32_t *chat_stop, int n_chat_stop,
+                          ms_sched_job *sj);
 
 /* The output line of a finished job (malloc'ed, one line ending in '\n', *len bytes):
  * {"id": "batch_req_<uuid>", "custom_id", "request_hash" (j->request_hash, when set: which input
@@ -85,10 +87,10 @@ char *ms_jobline_result(const ms_jobspec *j, const char *model, int64_t created,
 /* The same with logprobs (when r has them) named through tok (NULL: by id). */
 char *ms_jobline_result_tok(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
                             const ms_tok *tok, size_t *len);
-/* The same for a chat whose family format separates an answer (lim->chat->answer): the message's
- * content is the answer without markers, its reasoning (harmony's analysis channel) is
- * "reasoning_content", a tool call it ends with is "tool_calls" (finish_reason "tool_calls").
- * Completions and other formats: ms_jobline_result. */
+/* The same for a chat whose result the format split (r->answer, from a job made with its format):
+ * the message's content is the answer without markers, its reasoning (harmony's analysis
+ * channel) is "reasoning_content", a tool call it ends with is "tool_calls" (finish_reason
+ * "tool_calls"). Completions and results without an answer: ms_jobline_result_tok. */
 char *ms_jobline_result_chat(const ms_jobspec *j, const char *model, int64_t created, const ms_sched_result *r,
                              const ms_jobfile_limits *lim, size_t *len);
 /* The "logprobs" of a choice for generated ids[n] with their log-probabilities lp[n] (tok NULL:
@@ -99,16 +101,6 @@ char *ms_jobline_result_chat(const ms_jobspec *j, const char *model, int64_t cre
  * tokens' bytes)}. Never NULL; the caller owns it. */
 struct json_t *ms_jobfile_logprobs_json(int chat, const ms_tok *tok, const int32_t *ids, const ms_token_logprob *lp,
                                         size_t n, int top, size_t *offset);
-/* The answer of a chat's generated ids in lim's format, into *a (ms_chat_answer_clear it). 0
- * when the format separates one (lim->chat->answer), 1 when it does not (use the decoded text;
- * *a zeroed), -1 with ms_err set. */
-int ms_jobfile_chat_answer(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, ms_chat_answer *a);
-/* The same for an answer whose text (the ids' text, special ids left out unless keep_special)
- * was cut at text_len bytes by a stop string: the answer of the ids up to the one the cut falls
- * in, that id's part beyond the cut taken off the content or reasoning it went to. A text_len
- * at or beyond the ids' text is no cut. Returns as ms_jobfile_chat_answer. */
-int ms_jobfile_chat_answer_cut(const ms_jobfile_limits *lim, const int32_t *ids, size_t n, int keep_special,
-                               size_t text_len, ms_chat_answer *a);
 /* The assistant message of an answer, as jobs and serve send it: {"role": "assistant",
  * "content" (null for a tool call without text), "reasoning_content" (when a->reasoning),
  * "tool_calls" (when a->call_name)}. */

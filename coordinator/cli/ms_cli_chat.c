@@ -15,6 +15,7 @@
 #include "ms_cli_pcache.h"
 #include "ms_cli_eopt.h"
 #include "ms_engine.h"
+#include "ms_gentext.h"
 #include "ms_err.h"
 #include "ms_ident.h"
 #include "ms_jtext.h"
@@ -55,7 +56,7 @@ typedef struct {
     char fingerprint[17];       /* the model's, computed at the first /save or /load */
     int tty;                    /* stdin and stdout are terminals */
     /* the current answer */
-    ms_chat_stream cs;
+    ms_gentext *text;           /* its ids' text, routed by the format */
     ms_utf8_stream utf8;
     ms_sbuf content;
     int in_reasoning;
@@ -146,20 +147,18 @@ static void on_token(void *ctx, ms_eseq *s, int32_t id)
     chat *c = ctx;
     for (int i = 0; i < c->n_stops; i++)
         if (id == c->stops[i]) ms_engine_seq_stop(s); /* the end of the assistant's turn */
-    int to = c->fmt->route ? c->fmt->route(c->tok, &c->cs, id) : MS_CHAT_TO_CONTENT;
-    if (to == MS_CHAT_TO_NONE || (to == MS_CHAT_TO_REASONING && !c->o->reasoning)) return;
-    char *t = NULL;
-    size_t n = 0;
-    if (ms_tok_decode_text(c->tok, &id, 1, 1, &t, &n) != 0 || n == 0) {
-        free(t);
-        return;
+    ms_gentext_news nw;
+    if (ms_gentext_add(c->text, id, 0) < 0) return;
+    ms_gentext_take(c->text, 0, 0, &nw); /* no stop strings: each id's text is final at once */
+    for (int r = 1; r >= 0; r--) { /* an id's text goes to one of them */
+        const char *t = r ? nw.reasoning : nw.content;
+        size_t n = r ? nw.reasoning_len : nw.content_len;
+        if (!n || (r && !c->o->reasoning)) continue;
+        if (r != c->in_reasoning && c->tty) fputs(r ? "\033[2m" : "\033[0m", stdout);
+        c->in_reasoning = r;
+        if (!r) ms_sbuf_add(&c->content, t, n);
+        out_text(c, t, n);
     }
-    int r = to == MS_CHAT_TO_REASONING;
-    if (r != c->in_reasoning && c->tty) fputs(r ? "\033[2m" : "\033[0m", stdout);
-    c->in_reasoning = r;
-    if (!r) ms_sbuf_add(&c->content, t, n);
-    out_text(c, t, n);
-    free(t);
     fflush(stdout);
 }
 
@@ -231,7 +230,8 @@ static int answer(chat *c, const char *text, size_t len, int turn)
     p.stop_at_eos = 1;
     p.on_token = on_token;
     p.ctx = c;
-    memset(&c->cs, 0, sizeof c->cs);
+    ms_gentext_free(c->text);
+    c->text = ms_gentext_new(c->tok, c->fmt, 0, NULL, 0);
     memset(&c->utf8, 0, sizeof c->utf8);
     ms_sbuf_free(&c->content);
     c->in_reasoning = 0;
@@ -508,6 +508,7 @@ out:
     reset(&c);
     json_decref(c.log);
     ms_sbuf_free(&c.content);
+    ms_gentext_free(c.text);
     free(c.toks);
     free(c.system);
     ms_pcache_free(c.pc);

@@ -567,7 +567,7 @@ static void queue_jobs(const jobs_opts *o, const ms_family *fam, ms_engine *e, m
         ms_jobspec *j = &specs[i];
         if (j->line < 0 || j->err_code) continue;
         ms_sched_job sj;
-        ms_jobspec_sched_job(j, stops, n_stops, &sj);
+        ms_jobspec_sched_job(j, fam->chat, stops, n_stops, &sj);
         sj.keep_logits = o->dump != NULL;
         sj.user = j;
         ms_sched_add(s, &sj);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_gentext.h"
 #include "ms_pcache.h"
 #include "ms_sbuf.h"
 #include "ms_sched.h"
@@ -14,18 +15,13 @@ typedef struct sjob {
     ms_sched *s;
     ms_eseq *seq;                /* while running */
     int stopped;                 /* a stop id or string ended it */
-    size_t cut;                  /* stop string: text bytes kept */
-    int cut_set;
-    size_t text_bytes;           /* bytes of the generated text so far (with stop strings) */
-    ms_sbuf text;                /* the text of generated tokens [0, text_tokens): each token is
-                                  * decoded once for streaming and the report, not the whole
-                                  * answer again at every step */
-    size_t text_tokens;
+    ms_gentext *text;            /* the generated text (with a tokenizer): each id decoded once,
+                                    as it comes, for stop strings, streaming and the report */
     int alone;                   /* re-run alone after a failed step */
     float *rows;                 /* keep_logits: [n_rows][V] */
     int64_t n_rows, cap_rows;
-    size_t sent_tokens, sent_bytes; /* stream: what the deltas carried so far (kept over a re-run,
-                                       which gives the same tokens) */
+    size_t sent_tokens;          /* stream: the ids the deltas carried so far (kept over a re-run,
+                                    which gives the same tokens; so does the text's) */
     int choice;                  /* of the job's choices; a job not yet forked has j.n_choices > 1 */
     size_t skip;                 /* prompt tokens restored from the prefix cache (not prefilled) */
     size_t kept;                 /* prompt tokens whose state went into the prefix cache */
@@ -81,7 +77,7 @@ static void job_free(sjob *j)
     ms_engine_seq_free(j->seq);
     ms_sched_job_clear(&j->j);
     free(j->rows);
-    ms_sbuf_free(&j->text);
+    ms_gentext_free(j->text);
     free(j);
 }
 
@@ -200,40 +196,17 @@ int ms_sched_cancel(ms_sched *s, const void *user)
 
 int ms_sched_pending(const ms_sched *s) { return (int)(s->wait.n + s->solo.n) + s->n_run; }
 
-/* The generated text of j (malloc'ed), or NULL without a tokenizer. */
-static const char *job_text(sjob *j, size_t n_tok, size_t *len)
+/* The text of a job's generated ids, made as they come (NULL without a tokenizer). */
+static ms_gentext *job_text(sjob *j)
 {
     ms_tok *tok = ms_engine_tok(j->s->e);
-    size_t ng;
-    const int32_t *gen = ms_engine_seq_tokens(j->seq, &ng);
-    char *text = NULL;
-    size_t n = 0;
-    *len = 0;
-    if (!tok) return NULL;
-    if (n_tok > ng) n_tok = ng;
-    /* Decoding concatenates the tokens' bytes: the new tokens' text extends what was decoded. */
-    if (n_tok > j->text_tokens) {
-        j->s->st.decoded += n_tok - j->text_tokens;
-        if (ms_tok_decode_text(tok, gen + j->text_tokens, n_tok - j->text_tokens, !j->j.keep_special, &text, &n) != 0)
-            return NULL;
-        ms_sbuf_add(&j->text, text, n);
-        free(text);
-        j->text_tokens = n_tok;
-    }
-    *len = j->text.n;
-    if (n_tok < j->text_tokens) { /* fewer (the report leaves out a final stop id): less the rest's bytes */
-        j->s->st.decoded += j->text_tokens - n_tok;
-        if (ms_tok_decode_text(tok, gen + n_tok, j->text_tokens - n_tok, !j->j.keep_special, &text, &n) != 0) return NULL;
-        free(text);
-        *len -= n;
-    }
-    return j->text.s ? j->text.s : "";
+    if (!j->text && tok) j->text = ms_gentext_new(tok, j->j.chat, j->j.keep_special, j->j.stop, j->j.n_stop);
+    return j->text;
 }
 
-/* After each generated token: stop ids, then stop strings. Decoding concatenates the tokens'
- * raw bytes, so a stop string of L bytes that ends in the newest token lies in the bytes of the
- * last L tokens; one that ended earlier was found then. The tokens are read from seq, not j->seq:
- * a forked choice's first token is reported before the fork returns its sequence. */
+/* After each generated token: stop ids, then its text (decoded once) and stop strings. The
+ * tokens come in order for each job, a forked choice's first one included (reported through
+ * the choice's own job before the fork returns its sequence). */
 static void on_token(void *ctx, ms_eseq *seq, int32_t token)
 {
     sjob *j = ctx;
@@ -241,33 +214,12 @@ static void on_token(void *ctx, ms_eseq *seq, int32_t token)
     if (j->stopped) return;
     for (int i = 0; i < j->j.n_stop_ids; i++)
         if (token == j->j.stop_ids[i]) j->stopped = 1;
+    ms_gentext *g = job_text(j);
+    if (g) {
+        j->s->st.decoded++;
+        if (ms_gentext_add(g, token, !j->stopped) == 1) j->stopped = 1; /* a stop string */
+    }
     if (j->stopped) ms_engine_seq_stop(seq); /* a speculative step ends here too */
-    ms_tok *tok = ms_engine_tok(j->s->e);
-    if (j->stopped || !j->j.n_stop || !tok) return;
-    size_t ng, maxl = 0, len = 0, one = 0;
-    const int32_t *gen = ms_engine_seq_tokens(seq, &ng);
-    for (int i = 0; i < j->j.n_stop; i++)
-        if (strlen(j->j.stop[i]) > maxl) maxl = strlen(j->j.stop[i]);
-    char *text = NULL;
-    j->s->st.decoded += 1;
-    if (ms_tok_decode_text(tok, &token, 1, !j->j.keep_special, &text, &one) != 0) return;
-    free(text);
-    j->text_bytes += one;
-    size_t from = ng > maxl ? ng - maxl : 0;
-    j->s->st.decoded += ng - from;
-    if (ms_tok_decode_text(tok, gen + from, ng - from, !j->j.keep_special, &text, &len) != 0) return;
-    size_t best = len + 1;
-    for (int i = 0; i < j->j.n_stop; i++) {
-        const char *hit = memmem(text, len, j->j.stop[i], strlen(j->j.stop[i]));
-        if (hit && (size_t)(hit - text) < best) best = (size_t)(hit - text);
-    }
-    if (best <= len) {
-        j->stopped = 1;
-        ms_engine_seq_stop(seq);
-        j->cut = j->text_bytes - len + best;
-        j->cut_set = 1;
-    }
-    free(text);
 }
 
 static int on_logits(void *ctx, ms_eseq *seq, const float *rows, int64_t n)
@@ -285,8 +237,9 @@ static int on_logits(void *ctx, ms_eseq *seq, const float *rows, int64_t n)
     return 0;
 }
 
-/* Hand j's new tokens and the final text[len] beyond what was sent to the stream callback. */
-static void send_delta(ms_sched *s, sjob *j, const char *text, size_t len)
+/* Hand j's new tokens, and the text that is final (done: all of it; drop_last: without a final
+ * stop id), to the stream callback. */
+static void send_delta(ms_sched *s, sjob *j, int done, int drop_last)
 {
     size_t ng;
     const int32_t *gen = ms_engine_seq_tokens(j->seq, &ng);
@@ -300,27 +253,17 @@ static void send_delta(ms_sched *s, sjob *j, const char *text, size_t len)
         d.n_tokens = ng - j->sent_tokens;
         d.logprobs = lp ? lp + j->sent_tokens : NULL;
     }
-    if (text && len > j->sent_bytes) {
-        d.text = text + j->sent_bytes;
-        d.text_len = len - j->sent_bytes;
-    }
+    ms_gentext_news nw = {0};
+    if (j->text) ms_gentext_take(j->text, done, drop_last, &nw);
+    d.text = nw.text;
+    d.text_len = nw.text_len;
+    d.content = nw.content;
+    d.content_len = nw.content_len;
+    d.reasoning = nw.reasoning;
+    d.reasoning_len = nw.reasoning_len;
     if (!d.n_tokens && !d.text_len) return;
     j->sent_tokens = ng;
-    if (d.text_len) j->sent_bytes = len;
     s->stream(s->ctx, &d);
-}
-
-/* A streamed job still running after a step: its new tokens and the text that is final (all of
- * it but the bytes where a stop string may still begin). */
-static void stream_progress(ms_sched *s, sjob *j)
-{
-    size_t ng, len = 0, hold = 0;
-    ms_engine_seq_tokens(j->seq, &ng);
-    if (ng <= j->sent_tokens) return;
-    for (int i = 0; i < j->j.n_stop; i++)
-        if (strlen(j->j.stop[i]) > hold + 1) hold = strlen(j->j.stop[i]) - 1;
-    const char *text = job_text(j, ng, &len);
-    send_delta(s, j, text, len > hold ? len - hold : 0);
 }
 
 /* The engine's generation parameters for job j: its sampling as the job line or request set it,
@@ -405,22 +348,23 @@ static int report(ms_sched *s, sjob *j)
     r.tokens = gen;
     r.n_tokens = ng;
     r.finish = j->stopped ? "stop" : fin;
-    /* The text leaves out a final stop id (eos or one of stop_ids) and anything from a stop string. */
-    size_t keep = ng;
-    if (!j->cut_set && r.finish && !strcmp(r.finish, "stop") && ng > 0) keep = ng - 1;
-    size_t len = 0;
-    const char *text = job_text(j, keep, &len);
-    if (text && j->cut_set && j->cut < len) len = j->cut;
-    r.text = text;
-    r.text_len = len;
+    /* The text leaves out a final stop id (eos or one of stop_ids) and anything from a stop
+     * string; a chat's answer is split by its format. */
+    int drop_last = r.finish && !strcmp(r.finish, "stop") && ng > 0;
+    ms_chat_answer a = {0};
+    if (j->text) {
+        r.text = ms_gentext_text(j->text, drop_last, &r.text_len);
+        if (ms_gentext_answer(j->text, gen, ng, r.text_len, &a) == 0) r.answer = &a;
+    }
     r.logits = j->rows;
     r.n_rows = j->n_rows;
     size_t nl;
     r.logprobs = ms_engine_seq_logprobs(j->seq, &nl);
-    if (j->j.stream && s->stream) send_delta(s, j, text, len);
+    if (j->j.stream && s->stream) send_delta(s, j, 1, drop_last);
     s->st.finished++;
     s->st.tokens += ng;
     int rc = s->done(s->ctx, &r);
+    ms_chat_answer_clear(&a);
     job_free(j);
     return rc;
 }
@@ -451,11 +395,7 @@ static int isolate(ms_sched *s)
             continue;
         }
         j->stopped = 0;
-        j->cut_set = 0;
-        j->cut = 0;
-        j->text_bytes = 0;
-        ms_sbuf_free(&j->text); /* the re-run decodes its own tokens again */
-        j->text_tokens = 0;
+        if (j->text) ms_gentext_restart(j->text); /* the re-run decodes its own tokens again */
         j->n_rows = 0;
         j->alone = 1;
         s->st.retries++;
@@ -507,7 +447,7 @@ int ms_sched_step(ms_sched *s)
             else
                 job_free(j);
         } else {
-            if (j->j.stream && s->stream && rc == 0) stream_progress(s, j);
+            if (j->j.stream && s->stream && rc == 0) send_delta(s, j, 0, 0);
             s->run[k++] = j;
         }
     }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "ms_engine.h"
+#include "ms_family.h"
 
 typedef struct ms_sched ms_sched;
 
@@ -38,6 +39,9 @@ typedef struct {
      * and the others continue from a clone of its state. Admitted when the batch has room for all. */
     int n_choices;
     int keep_special;            /* 1: special tokens' text in the result text (default: left out) */
+    const ms_chatfmt *chat;      /* a chat's format (borrowed; NULL: plain text): splits the
+                                    streamed text into content and reasoning as it comes, and the
+                                    result into its answer */
 } ms_sched_job;
 
 /* What a job produced, handed to the done callback (everything borrowed for the call). */
@@ -56,6 +60,9 @@ typedef struct {
     int64_t n_rows;
     const ms_token_logprob *logprobs; /* [n_tokens] when the job asked for them, else NULL */
     int choice;                  /* which of the job's n_choices this is (0..) */
+    const ms_chat_answer *answer; /* a chat job's answer split by its format (content, reasoning,
+                                    a tool call; the text's cut applied); NULL: no format that
+                                    splits, no tokenizer, or the format could not read it */
     int error_code;              /* failed: the exit class and message of the step that failed */
     const char *error;
 } ms_sched_result;
@@ -77,6 +84,11 @@ typedef struct {
     int choice;                  /* as ms_sched_result.choice */
     const char *text;            /* [text_len] new text bytes; NULL without a tokenizer */
     size_t text_len;
+    /* The same bytes as the chat's format routes them (all content without a format that
+     * routes): to the content, to the reasoning, or nowhere (markers, a tool call's arguments,
+     * which the result's answer has). */
+    const char *content, *reasoning;
+    size_t content_len, reasoning_len;
 } ms_sched_delta;
 typedef void (*ms_sched_stream_fn)(void *ctx, const ms_sched_delta *d);
 

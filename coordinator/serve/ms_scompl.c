@@ -11,30 +11,14 @@
 #include "ms_shttp_int.h"
 #include "ms_sreq.h"
 
-/* A routed byte of a streamed chat waiting to be known to lie before any stop string: where it
- * goes (MS_CHAT_TO_*) and its offset in the answer's text. */
-typedef struct {
-    size_t at;
-    char byte;
-    signed char to;
-} held;
-
-/* One choice of a streamed answer: what it holds back and where its format routes. */
+/* One choice of a streamed answer: what it holds back. */
 typedef struct {
     int first;                   /* no chunk sent yet (the chat delta then carries the role) */
     char *pend;                  /* text bytes held back (an unfinished UTF-8 character) */
     size_t pend_n;
     char *rpend;                 /* the same for reasoning text (a format with channels) */
     size_t rpend_n;
-    ms_chat_stream cs;           /* where the format routes the next token (chat.route) */
-    int32_t *toks;               /* [n_toks] a routed chat's generated ids, for what answer finds at the end */
-    size_t n_toks;
-    size_t content_sent;         /* bytes routed to the content */
-    held *hold;                  /* [n_hold] routed bytes the answer's text does not hold yet */
-    size_t n_hold;
-    size_t text_at;              /* bytes of the answer's text (the scheduler's) of the ids so far */
-    size_t text_final;           /* of them, the bytes the scheduler has made final (no stop string
-                                    can begin there any more) */
+    size_t content_sent;         /* bytes the format routed to the content */
     size_t lp_offset;            /* a completion's logprobs: text_offset of the next token */
 } stream_choice;
 
@@ -85,34 +69,12 @@ static void stream_news(stream *st, ms_sreq_news *nw)
     const ms_jobfile_limits *lim = &st->h->o.lim;
     stream_choice *c = &st->ch[nw->choice];
     int k = nw->choice;
-    if (st->r.chat && lim->tok && lim->chat && lim->chat->route) {
-        /* a format with channels: each token's text to the content, the reasoning or nowhere */
-        c->toks = ms_realloc(c->toks, sizeof *c->toks * (c->n_toks + nw->n_tokens + 1));
-        if (nw->n_tokens) memcpy(c->toks + c->n_toks, nw->tokens, sizeof *c->toks * nw->n_tokens);
-        c->n_toks += nw->n_tokens;
-        /* Each id's text goes where the format routes it, once the scheduler has made the text
-         * at its offset final: a stop string cuts the answer's text, so the bytes from where it
-         * begins go nowhere. */
-        for (size_t i = 0; i < nw->n_tokens; i++) {
-            int to = lim->chat->route(lim->tok, &c->cs, nw->tokens[i]);
-            char *txt = NULL;
-            size_t tl = 0;
-            if (ms_tok_decode_text(lim->tok, &nw->tokens[i], 1, !st->r.spec.keep_special, &txt, &tl) != 0) tl = 0;
-            if (to != MS_CHAT_TO_NONE && tl) {
-                c->hold = ms_realloc(c->hold, sizeof *c->hold * (c->n_hold + tl));
-                for (size_t b = 0; b < tl; b++) c->hold[c->n_hold++] = (held){c->text_at + b, txt[b], (signed char)to};
-            }
-            c->text_at += tl;
-            free(txt);
-        }
-        c->text_final += nw->text_len;
-        size_t b = 0;
-        for (; b < c->n_hold && c->hold[b].at < c->text_final; b++) {
-            if (c->hold[b].to == MS_CHAT_TO_CONTENT) pend_add(&c->pend, &c->pend_n, &c->hold[b].byte, 1), c->content_sent++;
-            else pend_add(&c->rpend, &c->rpend_n, &c->hold[b].byte, 1);
-        }
-        c->n_hold = nw->done ? 0 : c->n_hold - b; /* at the end, what is left lies after the cut */
-        if (c->n_hold) memmove(c->hold, c->hold + b, sizeof *c->hold * c->n_hold);
+    /* a chat's text as the scheduler split it by its format (content, reasoning, nowhere); a
+     * completion's as it is */
+    if (st->r.chat) {
+        pend_add(&c->pend, &c->pend_n, nw->content, nw->content_len);
+        pend_add(&c->rpend, &c->rpend_n, nw->reasoning, nw->reasoning_len);
+        c->content_sent += nw->content_len;
     } else {
         pend_add(&c->pend, &c->pend_n, nw->text, nw->text_len);
     }
@@ -137,16 +99,14 @@ static void stream_news(stream *st, ms_sreq_news *nw)
     if (nw->finish && !st->failed) {
         /* what the answer holds that routing could not send: a tool call it ends with (its
          * arguments were routed nowhere), or content from output with no message at all */
-        ms_chat_answer a = {0};
-        int split = c->toks && ms_jobfile_chat_answer_cut(lim, c->toks, c->n_toks, st->r.spec.keep_special, c->text_final, &a) == 0;
-        int call = split && a.call_name && !strcmp(nw->finish, "stop");
-        int late = split && !c->content_sent && a.content_len;
-        char *ev = call   ? ms_sreq_tool_chunk(&st->r, &st->id, k, &a, c->first, &len)
-                   : late ? ms_sreq_chat_chunk(&st->r, &st->id, k, NULL, 0, a.content, a.content_len, NULL, 0, nw->finish,
+        const ms_chat_answer *a = st->r.chat && nw->has_answer ? &nw->answer : NULL;
+        int call = a && a->call_name && !strcmp(nw->finish, "stop");
+        int late = a && !c->content_sent && a->content_len;
+        char *ev = call   ? ms_sreq_tool_chunk(&st->r, &st->id, k, a, c->first, &len)
+                   : late ? ms_sreq_chat_chunk(&st->r, &st->id, k, NULL, 0, a->content, a->content_len, NULL, 0, nw->finish,
                                                c->first, NULL, &len)
                           : ms_sreq_chunk(&st->r, &st->id, k, NULL, 0, has_text ? "" : NULL, 0, nw->finish, c->first,
                                           NULL, &len);
-        ms_chat_answer_clear(&a);
         out_add(st, ev, len);
         snprintf(st->end, sizeof st->end, "stream finish=%s", call ? "tool_calls" : nw->finish);
         st->code = 200;
@@ -212,8 +172,6 @@ static void stream_free(void *cls)
     for (int i = 0; i < st->n_choices; i++) {
         free(st->ch[i].pend);
         free(st->ch[i].rpend);
-        free(st->ch[i].toks);
-        free(st->ch[i].hold);
     }
     free(st->ch);
     ms_shttp_active_add(st->h, -1);
@@ -234,7 +192,7 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         return res;
     }
     ms_sched_job j;
-    ms_jobspec_sched_job(&r.spec, h->o.chat_stop, h->o.n_chat_stop, &j);
+    ms_jobspec_sched_job(&r.spec, h->o.lim.chat, h->o.chat_stop, h->o.n_chat_stop, &j);
     int n_choices = r.spec.n > 1 ? r.spec.n : 1;
     j.n_choices = n_choices;
     int status = 0;
@@ -286,6 +244,8 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         char *text;
         size_t n_tok, n_text;
         const char *finish;
+        int has_answer;         /* a chat's answer, as the scheduler split it (owned) */
+        ms_chat_answer answer;
     } whole;
     whole *w = ms_calloc((size_t)n_choices, sizeof *w);
     ms_sreq_news nw = {0};
@@ -317,6 +277,9 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
             x->n_text += nw.text_len;
             if (nw.done) {
                 x->finish = nw.finish;
+                x->has_answer = nw.has_answer;
+                x->answer = nw.answer; /* taken over */
+                memset(&nw.answer, 0, sizeof nw.answer);
                 completion_tokens += nw.completion_tokens;
                 if (!nw.finish && !failed) {
                     failed = "failed";
@@ -331,16 +294,15 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         json_t *choices = json_array();
         for (int k = 0; k < n_choices; k++) {
             whole *x = &w[k];
-            ms_chat_answer a = {0}, plain = {h->o.lim.tok ? x->text : NULL, x->n_text, NULL, 0, NULL, NULL, 0};
+            ms_chat_answer plain = {h->o.lim.tok ? x->text : NULL, x->n_text, NULL, 0, NULL, NULL, 0};
             size_t off = 0;
             json_t *lp = x->lps ? ms_jobfile_logprobs_json(r.chat, h->o.lim.tok, x->tok, x->lps, x->n_tok,
                                                            r.spec.top_logprobs, &off)
                                 : NULL;
-            /* harmony: channels, tool calls; a stop string cuts the text where it begins */
-            int split = r.chat && ms_jobfile_chat_answer_cut(&h->o.lim, x->tok, x->n_tok, r.spec.keep_special,
-                                                             h->o.lim.tok ? x->n_text : (size_t)-1, &a) == 0;
-            json_array_append_new(choices, ms_sreq_choice(&r, k, x->tok, x->n_tok, split ? &a : &plain, x->finish, lp));
-            ms_chat_answer_clear(&a);
+            /* a chat's answer as the scheduler split it by the format (harmony: channels, tool
+             * calls; a stop string cut); else the text */
+            const ms_chat_answer *a = r.chat && x->has_answer ? &x->answer : &plain;
+            json_array_append_new(choices, ms_sreq_choice(&r, k, x->tok, x->n_tok, a, x->finish, lp));
         }
         size_t len;
         char *b = ms_sreq_completion_choices(&r, &id, choices, prompt_tokens, completion_tokens, &len);
@@ -357,6 +319,7 @@ out:
         free(w[k].tok);
         free(w[k].lps);
         free(w[k].text);
+        ms_chat_answer_clear(&w[k].answer);
     }
     free(w);
     ms_sreq_clear(&r);

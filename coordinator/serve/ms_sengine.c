@@ -10,6 +10,7 @@
 #include "ms_clock.h"
 #include "ms_err.h"
 #include "ms_pcache.h"
+#include "ms_sbuf.h"
 #include "ms_sengine.h"
 
 /* What one choice of a request got and the HTTP side has not taken yet. */
@@ -17,8 +18,9 @@ typedef struct {
     int32_t *tok;                /* news not taken yet */
     size_t n_tok, cap_tok;
     ms_token_logprob *lp;        /* [cap_tok] with tok, when the job asked for logprobs */
-    char *text;
-    size_t n_text, cap_text;
+    ms_sbuf text, content, reasoning; /* not taken yet: the text, and its routed parts */
+    ms_chat_answer answer;       /* done: a chat's answer split by its format */
+    int has_answer;
     int done, told;              /* it ended; its end was handed over */
     char finish[8];
     size_t completion_tokens;
@@ -78,7 +80,10 @@ static void unref(ms_sreqh *h)
     for (int c = 0; c < h->n_choices; c++) {
         free(h->ch[c].tok);
         free(h->ch[c].lp);
-        free(h->ch[c].text);
+        ms_sbuf_free(&h->ch[c].text);
+        ms_sbuf_free(&h->ch[c].content);
+        ms_sbuf_free(&h->ch[c].reasoning);
+        ms_chat_answer_clear(&h->ch[c].answer);
     }
     free(h->ch);
     pthread_cond_destroy(&h->cv);
@@ -127,14 +132,9 @@ static void on_delta(void *ctx, const ms_sched_delta *d)
         memcpy(c->lp + c->n_tok, d->logprobs, sizeof *c->lp * d->n_tokens);
     }
     c->n_tok += d->n_tokens;
-    if (d->text_len) {
-        if (c->n_text + d->text_len > c->cap_text) {
-            c->cap_text = (c->n_text + d->text_len) * 2 + 64;
-            c->text = ms_realloc(c->text, c->cap_text);
-        }
-        memcpy(c->text + c->n_text, d->text, d->text_len);
-        c->n_text += d->text_len;
-    }
+    if (d->text_len) ms_sbuf_add(&c->text, d->text, d->text_len);
+    if (d->content_len) ms_sbuf_add(&c->content, d->content, d->content_len);
+    if (d->reasoning_len) ms_sbuf_add(&c->reasoning, d->reasoning, d->reasoning_len);
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -144,6 +144,15 @@ static void on_admit(void *ctx, void *user)
     ms_sengine *s = ctx;
     ms_sreqh *h = user;
     ms_smetrics_queue_wait(s->m, ms_now() - h->t_submit);
+}
+
+/* n bytes (which may hold NUL) and a NUL after them, malloc'ed. */
+static char *bytes_dup(const char *p, size_t n)
+{
+    char *d = ms_malloc(n + 1);
+    if (n) memcpy(d, p, n);
+    d[n] = 0;
+    return d;
 }
 
 static int on_done(void *ctx, const ms_sched_result *r)
@@ -157,6 +166,17 @@ static int on_done(void *ctx, const ms_sched_result *r)
     if (!r->finish && !h->error[0]) snprintf(h->error, sizeof h->error, "%s", r->error ? r->error : "generation failed");
     c->done = 1;
     c->completion_tokens = r->n_tokens;
+    if (r->answer) { /* the HTTP side's own copy */
+        const ms_chat_answer *a = r->answer;
+        c->has_answer = 1;
+        c->answer.content = bytes_dup(a->content ? a->content : "", a->content_len);
+        c->answer.content_len = a->content_len;
+        c->answer.reasoning = a->reasoning ? bytes_dup(a->reasoning, a->reasoning_len) : NULL;
+        c->answer.reasoning_len = a->reasoning_len;
+        c->answer.call_name = a->call_name ? ms_strdup(a->call_name) : NULL;
+        c->answer.call_args = a->call_args ? bytes_dup(a->call_args, a->call_args_len) : NULL;
+        c->answer.call_args_len = a->call_args_len;
+    }
     h->prompt_tokens = r->prompt_tokens;
     if (++h->n_done == h->n_choices) {
         h->in_sched = 0;
@@ -424,6 +444,9 @@ void ms_sreq_news_clear(ms_sreq_news *n)
     free(n->tokens);
     free(n->logprobs);
     free(n->text);
+    free(n->content);
+    free(n->reasoning);
+    ms_chat_answer_clear(&n->answer);
     memset(n, 0, sizeof *n);
 }
 
@@ -431,7 +454,7 @@ void ms_sreq_news_clear(ms_sreq_news *n)
 static int pending_choice(const ms_sreqh *h)
 {
     for (int c = 0; c < h->n_choices; c++)
-        if (h->ch[c].n_tok || h->ch[c].n_text || ((h->ch[c].done || h->done) && !h->ch[c].told)) return c;
+        if (h->ch[c].n_tok || h->ch[c].text.n || h->ch[c].content.n || h->ch[c].reasoning.n || ((h->ch[c].done || h->done) && !h->ch[c].told)) return c;
     return -1;
 }
 
@@ -461,12 +484,9 @@ int ms_sreqh_wait(ms_sreqh *h, double timeout_s, ms_sreq_news *n)
             c->tok = NULL;
             c->n_tok = c->cap_tok = 0;
         }
-        if (c->n_text) {
-            n->text = c->text;
-            n->text_len = c->n_text;
-            c->text = NULL;
-            c->n_text = c->cap_text = 0;
-        }
+        if (c->text.n) n->text = ms_sbuf_take(&c->text, &n->text_len);
+        if (c->content.n) n->content = ms_sbuf_take(&c->content, &n->content_len);
+        if (c->reasoning.n) n->reasoning = ms_sbuf_take(&c->reasoning, &n->reasoning_len);
         /* a choice's end is told once everything before it was taken; a request that ended
          * early (cancelled, timed out, failed) ends its choices not done with its error */
         if (c->done || h->done) {
@@ -477,6 +497,10 @@ int ms_sreqh_wait(ms_sreqh *h, double timeout_s, ms_sreq_news *n)
             snprintf(n->error, sizeof n->error, "%s", h->error[0] ? h->error : "the request ended before this choice");
             n->prompt_tokens = h->prompt_tokens;
             n->completion_tokens = c->completion_tokens;
+            n->has_answer = c->has_answer;
+            n->answer = c->answer; /* handed over */
+            memset(&c->answer, 0, sizeof c->answer);
+            c->has_answer = 0;
             n->all_done = pending_choice(h) < 0 && h->done;
             if (n->all_done)
                 for (int i = 0; i < h->n_choices; i++) n->all_done &= h->ch[i].told;

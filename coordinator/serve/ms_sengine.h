@@ -37,6 +37,9 @@ typedef struct {
     ms_token_logprob *logprobs;  /* [n_tokens] theirs when the job asked (malloc'ed), else NULL */
     char *text;                  /* [text_len] new raw text bytes (malloc'ed or NULL) */
     size_t text_len;
+    char *content, *reasoning;   /* of them, what a chat's format routed to the content and to the
+                                    reasoning (malloc'ed or NULL; ms_sched_delta) */
+    size_t content_len, reasoning_len;
     int choice;                  /* whose news (0 .. n_choices - 1): one choice's at a time */
     int done;                    /* this choice's generation ended: the fields below are set */
     int all_done;                /* every choice's ended: the request's last news */
@@ -44,6 +47,8 @@ typedef struct {
     int timed_out;
     char error[512];
     size_t prompt_tokens, completion_tokens; /* the prompt's, and this choice's */
+    int has_answer;              /* done: a chat's answer as its format split it (owned) */
+    ms_chat_answer answer;
 } ms_sreq_news;
 void ms_sreq_news_clear(ms_sreq_news *n);
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_gentext.h"
 #include "ms_gptoss_chat.h"
 #include "ms_jchat.h"
 #include "ms_jobfile.h"
@@ -27,6 +28,21 @@ static void route_all(const ms_tok *t, const int32_t *g, size_t ng, char *conten
         }
         free(txt);
     }
+}
+
+/* The answer of a job whose stop string is `stop` (NULL: none), as the scheduler makes it
+ * (ms_gentext): the ids up to the one the stop string completes in, the text cut there. */
+static int stop_answer(const ms_tok *t, const int32_t *g, size_t ng, const char *stop, ms_chat_answer *a)
+{
+    const char *stops[1] = {stop};
+    ms_gentext *x = ms_gentext_new(t, &ms_gptoss_chat, 0, stops, stop ? 1 : 0);
+    size_t n = 0, len = 0;
+    while (n < ng && ms_gentext_add(x, g[n], 1) == 0) n++;
+    if (n < ng) n++; /* the id that completed it */
+    ms_gentext_text(x, 0, &len);
+    int rc = ms_gentext_answer(x, g, n, len, a);
+    ms_gentext_free(x);
+    return rc;
 }
 
 int main(void)
@@ -145,20 +161,17 @@ int main(void)
         size_t al = 0;
         ms_tok_decode_text(t, g, ng, 1, &all, &al);
         const char *hit = all ? memmem(all, al, "ky", 2) : NULL;
-        ms_jobfile_limits lim = {0};
-        lim.tok = t;
-        lim.chat = &ms_gptoss_chat;
-        T_CHECK(hit && ms_jobfile_chat_answer_cut(&lim, g, ng, 0, (size_t)(hit - all), &a) == 0 && a.content_len == 1 &&
+        T_CHECK(hit && stop_answer(t, g, ng, "ky", &a) == 0 && a.content_len == 1 &&
                     !strcmp(a.content, "S") && a.reasoning && !strcmp(a.reasoning, "Think first."),
                 "stop \"ky\": content '%s', reasoning '%s'", a.content ? a.content : "-", a.reasoning ? a.reasoning : "-");
         ms_chat_answer_clear(&a);
         const char *th = all ? memmem(all, al, "first", 5) : NULL;
-        T_CHECK(th && ms_jobfile_chat_answer_cut(&lim, g, ng, 0, (size_t)(th - all), &a) == 0 && a.content_len == 0 &&
+        T_CHECK(th && stop_answer(t, g, ng, "first", &a) == 0 && a.content_len == 0 &&
                     a.reasoning && !strcmp(a.reasoning, "Think "),
                 "stop \"first\" (in the reasoning): reasoning '%s', no content ('%s')", a.reasoning ? a.reasoning : "-",
                 a.content ? a.content : "-");
         ms_chat_answer_clear(&a);
-        T_CHECK(ms_jobfile_chat_answer_cut(&lim, g, ng, 0, al, &a) == 0 && !strcmp(a.content, "Sky is blue."),
+        T_CHECK(stop_answer(t, g, ng, NULL, &a) == 0 && !strcmp(a.content, "Sky is blue."),
                 "no cut: the whole content '%s'", a.content ? a.content : "-");
         ms_chat_answer_clear(&a);
         free(all);

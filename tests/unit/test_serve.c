@@ -480,8 +480,9 @@ static void check_disconnect(void)
 /* SIGTERM while a stream runs: it finishes whole, probes see 503 draining, new requests 503, exit 0. */
 static void check_drain(void)
 {
+    /* long enough to be running still when the probes come (600 tokens of this model took 0.17 s) */
     if (start_server(noeos, "--max-batch 2 --max-context 8000") != 0) return;
-    ms_t_write_file(ms_t_path(tmp, "drain.json"), "{\"prompt\":[9,8,7],\"max_tokens\":600,\"stream\":true}");
+    ms_t_write_file(ms_t_path(tmp, "drain.json"), "{\"prompt\":[9,8,7],\"max_tokens\":6000,\"stream\":true}");
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "cd %s; (curl -s -N -o drain.out -H 'Authorization: Bearer " KEY "' --data-binary @drain.json "
@@ -508,7 +509,7 @@ static void check_drain(void)
     char *out = ms_t_read_file(ms_t_path(tmp, "drain.out"), NULL), finish[16];
     json_t *ids = NULL, *text = NULL;
     int ok = parse_sse(out, 0, &ids, &text, finish, sizeof finish);
-    T_CHECK(ms_t_file_has(ms_t_path(tmp, "drain.rc"), "0") && ok && json_array_size(ids) == 600 && !strcmp(finish, "length"),
+    T_CHECK(ms_t_file_has(ms_t_path(tmp, "drain.rc"), "0") && ok && json_array_size(ids) == 6000 && !strcmp(finish, "length"),
             "the running stream finished whole: %zu tokens, finish %s, [DONE] %d", json_array_size(ids), finish, ok);
     json_decref(ids);
     json_decref(text);
