@@ -153,6 +153,7 @@ int ms_jchat_read(json_t *body, const ms_chatfmt *fmt, const char *date, int ren
         rc = no(why, n, param, "tool_choice",
                 "\"tool_choice\" other than \"auto\" is not supported: the model decides whether to call a tool");
     if (rc == 0 && kw) rc = kwargs(c, kw, fmt, render_only, why, n, param);
+    if (rc == 0 && kw) c->opts.vars = kw; /* checked: the format reads its own */
     if (rc != 0) ms_jchat_clear(c);
     return rc;
 }

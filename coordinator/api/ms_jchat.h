@@ -12,7 +12,7 @@
 typedef struct {
     ms_chat_msg *msgs;        /* [n] */
     int n;
-    ms_chat_opts opts;        /* tools borrowed from the body */
+    ms_chat_opts opts;        /* tools and vars borrowed from the body */
     char **owned;             /* [n_owned] text this struct allocated */
     int n_owned;
 } ms_jchat;
@@ -24,7 +24,7 @@ typedef struct {
  * object) or an object), "tools", "tool_choice" (absent, null or "auto"), "reasoning_effort",
  * and "chat_template_kwargs": "add_generation_prompt" and the variables fmt (the family's chat
  * format; NULL: none) reads (ms_chatfmt.var; harmony: "reasoning_effort", "model_identity",
- * "builtin_tools"), any other refused. date: what the system message carries (NULL: today).
+ * "builtin_tools"), checked and passed on as they are (opts.vars), any other refused. date: what the system message carries (NULL: today).
  * render_only: 1 lets add_generation_prompt be false (tokenize --chat); serve and jobs refuse it.
  * 0, or -1 with the reason in why[n] (what the client must change, naming the field) and *param
  * the offending request field ("messages", "tools", ...). On failure c holds nothing. */

@@ -81,21 +81,40 @@ static int has_channel_tag(const char *s, size_t n)
     return s && (memmem(s, n, "<|channel|>analysis<|message|>", 30) || memmem(s, n, "<|channel|>final<|message|>", 27));
 }
 
+/* A template variable the request set (o->vars, checked by var below), or NULL. */
+static const json_t *tvar(const ms_chat_opts *o, const char *name)
+{
+    return o && o->vars ? json_object_get((const json_t *)o->vars, name) : NULL;
+}
+
+/* chat_template_kwargs.builtin_tools as MS_GPTOSS_TOOL_* bits. */
+static unsigned builtin_tools(const ms_chat_opts *o)
+{
+    const json_t *v = tvar(o, "builtin_tools");
+    unsigned bits = 0;
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const char *s = json_string_value(json_array_get(v, i));
+        bits |= !s ? 0 : !strcmp(s, "browser") ? MS_GPTOSS_TOOL_BROWSER : !strcmp(s, "python") ? MS_GPTOSS_TOOL_PYTHON : 0;
+    }
+    return bits;
+}
+
 /* The system message: identity, cutoff, date, reasoning, built-in tools, channels. */
 static void system_message(pieces *p, const ms_chat_opts *o, const char *date, const char *effort, int tools)
 {
     char head[512];
+    const char *identity = json_string_value(tvar(o, "model_identity"));
+    unsigned builtin = builtin_tools(o);
     snprintf(head, sizeof head, "%s\nKnowledge cutoff: 2024-06\nCurrent date: %s\n\nReasoning: %s\n\n",
-             o && o->model_identity ? o->model_identity : "You are ChatGPT, a large language model trained by OpenAI.",
-             date, effort);
+             identity ? identity : "You are ChatGPT, a large language model trained by OpenAI.", date, effort);
     mark(p, "<|start|>");
     text(p, "system");
     mark(p, "<|message|>");
     text(p, head);
-    if (o && o->builtin_tools) {
+    if (builtin) {
         text(p, "# Tools\n\n");
-        if (o->builtin_tools & MS_CHAT_TOOL_BROWSER) text(p, ms_gptoss_builtin_text(MS_CHAT_TOOL_BROWSER));
-        if (o->builtin_tools & MS_CHAT_TOOL_PYTHON) text(p, ms_gptoss_builtin_text(MS_CHAT_TOOL_PYTHON));
+        if (builtin & MS_GPTOSS_TOOL_BROWSER) text(p, ms_gptoss_builtin_text(MS_GPTOSS_TOOL_BROWSER));
+        if (builtin & MS_GPTOSS_TOOL_PYTHON) text(p, ms_gptoss_builtin_text(MS_GPTOSS_TOOL_PYTHON));
     }
     text(p, "# Valid channels: analysis, commentary, final. Channel must be included for every message.");
     if (tools) text(p, "\nCalls to these tools must go to the commentary channel: 'functions'.");
@@ -136,7 +155,8 @@ static int build_from(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces
         ms_err_set("a chat needs at least one message");
         return ms_err_set_code(MS_EXIT_INPUT);
     }
-    const char *effort = o && o->reasoning_effort ? o->reasoning_effort : "medium";
+    const char *effort = json_string_value(tvar(o, "reasoning_effort")); /* the same as the field, when both */
+    if (!effort) effort = o && o->reasoning_effort ? o->reasoning_effort : "medium";
     if (strcmp(effort, "low") && strcmp(effort, "medium") && strcmp(effort, "high")) {
         ms_err_set("reasoning_effort must be low, medium or high, not \"%.20s\"", effort);
         return ms_err_set_code(MS_EXIT_INPUT);
@@ -477,14 +497,12 @@ int ms_gptoss_chat_route(const ms_tok *t, ms_chat_stream *s, int32_t id)
 
 /* harmony's variables: reasoning_effort (as the request's own field), model_identity,
  * builtin_tools (browser, python). */
-static int var(const char *name, const json_t *v, ms_chat_opts *o, char *why, size_t n)
+static int var(const char *name, const json_t *v, const ms_chat_opts *o, char *why, size_t n)
 {
     if (!strcmp(name, "reasoning_effort") || !strcmp(name, "model_identity")) {
         if (!json_is_string(v)) return snprintf(why, n, "chat_template_kwargs.%s must be a string", name), -1;
-        const char **dst = name[0] == 'r' ? &o->reasoning_effort : &o->model_identity;
-        if (*dst && strcmp(*dst, json_string_value(v)))
+        if (name[0] == 'r' && o->reasoning_effort && strcmp(o->reasoning_effort, json_string_value(v)))
             return snprintf(why, n, "\"reasoning_effort\" and chat_template_kwargs.reasoning_effort differ"), -1;
-        *dst = json_string_value(v);
         return 0;
     }
     if (strcmp(name, "builtin_tools")) return 1;
@@ -492,11 +510,7 @@ static int var(const char *name, const json_t *v, ms_chat_opts *o, char *why, si
         return snprintf(why, n, "chat_template_kwargs.builtin_tools must be an array (\"browser\", \"python\")"), -1;
     for (size_t i = 0; i < json_array_size(v); i++) {
         const char *s = json_string_value(json_array_get(v, i));
-        if (s && !strcmp(s, "browser"))
-            o->builtin_tools |= MS_CHAT_TOOL_BROWSER;
-        else if (s && !strcmp(s, "python"))
-            o->builtin_tools |= MS_CHAT_TOOL_PYTHON;
-        else
+        if (!s || (strcmp(s, "browser") && strcmp(s, "python")))
             return snprintf(why, n, "chat_template_kwargs.builtin_tools[%zu] is not \"browser\" or \"python\"", i), -1;
     }
     return 0;

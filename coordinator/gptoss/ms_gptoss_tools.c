@@ -47,7 +47,7 @@ static const char python_text[] =
     "Use this tool to execute Python code in your chain of thought. The code will not be shown to the user. This tool should be used for internal reasoning, but not for code that is intended to be visible to the user (e.g. when creating plots, tables, or files).\n\n"
     "When you send a message containing Python code to python, it will be executed in a stateful Jupyter notebook environment. python will respond with the output of the execution or time out after 120.0 seconds. The drive at '/mnt/data' can be used to save and persist user files. Internet access for this session is UNKNOWN. Depends on the cluster.\n\n";
 
-const char *ms_gptoss_builtin_text(int which) { return which == MS_CHAT_TOOL_BROWSER ? browser_text : python_text; }
+const char *ms_gptoss_builtin_text(int which) { return which == MS_GPTOSS_TOOL_BROWSER ? browser_text : python_text; }
 
 /* The template's values follow Jinja's rules: a missing key is undefined, and a value is true
  * unless it is undefined, null, false, 0, "" or an empty array or object. */

@@ -17,7 +17,9 @@
  * that is not a string, a "type" other than "function". */
 char *ms_gptoss_tools_namespace(const json_t *tools, size_t *len);
 
-/* The system message's text of a built-in tool (MS_CHAT_TOOL_BROWSER or MS_CHAT_TOOL_PYTHON). */
+/* harmony's built-in tools (chat_template_kwargs.builtin_tools: "browser", "python"). */
+enum { MS_GPTOSS_TOOL_BROWSER = 1, MS_GPTOSS_TOOL_PYTHON = 2 };
+/* The system message's text of a built-in tool (MS_GPTOSS_TOOL_BROWSER or MS_GPTOSS_TOOL_PYTHON). */
 const char *ms_gptoss_builtin_text(int which);
 
 #endif

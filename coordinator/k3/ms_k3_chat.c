@@ -104,7 +104,6 @@ static int encode_fmt(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_
     *n_ids = 0;
     const char *no = NULL;
     if (o && o->tools && json_array_size((const json_t *)o->tools) > 0) no = "\"tools\"";
-    else if (o && o->builtin_tools) no = "built-in tools";
     else if (o && o->no_generation_prompt) no = "a chat without the generation prompt";
     if (no) {
         ms_err_set("the kimi chat format does not render %s in this build", no);

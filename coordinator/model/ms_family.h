@@ -28,16 +28,17 @@ typedef struct {
 } ms_chat_msg;
 
 struct json_t;
-enum { MS_CHAT_TOOL_BROWSER = 1, MS_CHAT_TOOL_PYTHON = 2 };
 
 /* What a request may say about its chat's rendering; NULL / 0 members (or a NULL struct): the
  * format's defaults. A format refuses what it cannot render (tools it has no syntax for). */
 typedef struct {
     const char *date;              /* "YYYY-MM-DD" a system message carries (harmony: today, UTC) */
-    const char *reasoning_effort;  /* harmony: "low" | "medium" | "high" (default medium) */
-    const char *model_identity;    /* harmony: the system message's first line */
+    const char *reasoning_effort;  /* the request's "reasoning_effort" (harmony: "low" | "medium" |
+                                      "high", default medium), NULL: none */
     const struct json_t *tools;    /* OpenAI "tools" (a JSON array, borrowed), NULL: none */
-    unsigned builtin_tools;        /* MS_CHAT_TOOL_* (harmony's browser and python) */
+    const struct json_t *vars;     /* the template variables the request set (its
+                                      chat_template_kwargs object, borrowed; each one accepted by
+                                      the format's var), NULL: none. The format reads its own. */
     int no_generation_prompt;      /* 1: the chat as it stands, without the assistant's
                                       generation prompt (a last assistant turn then ends the
                                       text: the training form; tokenize --chat only) */
@@ -101,11 +102,12 @@ typedef struct {
      * generation prompt. *ids malloc'ed; 0, or -1 with ms_err set (MS_EXIT_INPUT). */
     int (*follow)(const ms_tok *t, int32_t last, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
                   size_t *n_ids);
-    /* A template variable a request sets (chat_template_kwargs, but add_generation_prompt, which
-     * every format reads): variable `name` = value read into *o (borrowing value): 0; 1 when the
-     * format has no such variable; -1 with why[n] naming it for a bad value. NULL: none. `vars`
-     * lists the variables it reads, for the messages ("" for none). */
-    int (*var)(const char *name, const struct json_t *value, ms_chat_opts *o, char *why, size_t n);
+    /* Check a template variable a request sets (chat_template_kwargs, but add_generation_prompt,
+     * which every format reads; o: the request's other options, for a variable that must agree
+     * with one): 0 when the format reads it and value is good; 1 when the format has no such
+     * variable; -1 with why[n] naming it for a bad value. The encoding then reads it from
+     * o->vars. NULL: none. `vars` lists the variables it reads, for the messages ("" for none). */
+    int (*var)(const char *name, const struct json_t *value, const ms_chat_opts *o, char *why, size_t n);
     const char *vars;
 } ms_chatfmt;
 
