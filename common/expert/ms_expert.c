@@ -171,7 +171,14 @@ static void swiglu_clamp(const float *p, const ms_expert_w *w, const float *z, i
                         w->bias[MS_XROLE_DOWN], p[0], p[1], z, m, out, pool);
 }
 
-static const apply_fn applies[] = {[MS_XACT_SITU_GLU] = situ_glu, [MS_XACT_SWIGLU_CLAMP] = swiglu_clamp};
+static void swiglu(const float *p, const ms_expert_w *w, const float *z, int64_t m, float *out, ms_pool *pool)
+{
+    (void)p;
+    ms_swiglu_mlp(&w->w[MS_XROLE_GATE], &w->w[MS_XROLE_UP], &w->w[MS_XROLE_DOWN], z, m, out, pool);
+}
+
+static const apply_fn applies[] = {[MS_XACT_SITU_GLU] = situ_glu, [MS_XACT_SWIGLU_CLAMP] = swiglu_clamp,
+                                   [MS_XACT_SWIGLU] = swiglu};
 
 void ms_expert_apply(ms_xact act, const float *params, const ms_expert_w *w, const float *z, int64_t m, float *out,
                      ms_pool *pool)

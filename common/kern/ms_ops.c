@@ -48,6 +48,22 @@ float ms_swiglu_clamp(float gate, float up, float alpha, float limit)
     return g * sg * (u + 1.0f);
 }
 
+float ms_swiglu(float g, float u) { return (g * ms_act_sigmoid(g)) * u; }
+
+void ms_swiglu_mlp(const ms_mat *gate, const ms_mat *up, const ms_mat *down, const float *x, int64_t T, float *y,
+                   ms_pool *pool)
+{
+    MS_ASSERT(gate->rows == up->rows && gate->cols == up->cols && down->cols == gate->rows);
+    int64_t I = gate->rows;
+    float *g = ms_scratch_push(sizeof(float) * (size_t)(2 * T * I + 1)); /* [2][T][I]: gate, up */
+    float *u = g + T * I;
+    ms_matmul(gate, x, T, g, pool);
+    ms_matmul(up, x, T, u, pool);
+    for (int64_t i = 0; i < T * I; i++) g[i] = ms_swiglu(g[i], u[i]);
+    ms_matmul(down, g, T, y, pool);
+    ms_scratch_pop(g);
+}
+
 void ms_swiglu_clamp_mlp(const ms_mat *gate_up, const float *bgu, const ms_mat *down, const float *bd, float alpha,
                          float limit, const float *x, int64_t T, float *y, ms_pool *pool)
 {

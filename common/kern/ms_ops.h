@@ -27,6 +27,13 @@ void ms_swiglu_clamp_mlp(const ms_mat *gate_up, const float *bgu, const ms_mat *
                          float limit, const float *x, int64_t T, float *y, ms_pool *pool);
 /* One activation value of it. */
 float ms_swiglu_clamp(float gate, float up, float alpha, float limit);
+/* SwiGLU of gate g and up u: (g sigmoid(g)) u in float, with ms_act_sigmoid (one sequence on
+ * every path). */
+float ms_swiglu(float g, float u);
+/* y[T][O] = down · (silu(gate · x) up · x) for x[T][L]: gate, up [I, L], down [O, I], no biases
+ * (the MLPs and experts of DeepSeek-V3, Kimi K2, Qwen3-MoE). Temporaries from ms_scratch. */
+void ms_swiglu_mlp(const ms_mat *gate, const ms_mat *up, const ms_mat *down, const float *x, int64_t T, float *y,
+                   ms_pool *pool);
 /* ms_glu_mlp with the caller's scratch: work is float[2][T][gate->rows]. */
 void ms_glu_mlp_ws(const ms_mat *gate, const ms_mat *up, const ms_mat *down, float b1, float b2, const float *x,
                    int64_t T, float *y, float *work, ms_pool *pool);

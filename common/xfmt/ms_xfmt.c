@@ -39,6 +39,7 @@ static const struct {
 } acts[] = {
     {MS_XACT_SITU_GLU, "situ_glu", 2, {"b1", "b2"}, 3, {MS_XROLE_GATE, MS_XROLE_DOWN, MS_XROLE_UP}, 0},
     {MS_XACT_SWIGLU_CLAMP, "swiglu_clamp", 2, {"alpha", "limit"}, 2, {MS_XROLE_GATE_UP, MS_XROLE_DOWN}, 1},
+    {MS_XACT_SWIGLU, "swiglu", 0, {0}, 3, {MS_XROLE_GATE, MS_XROLE_UP, MS_XROLE_DOWN}, 0},
 };
 #define N_ACTS (sizeof acts / sizeof acts[0])
 
@@ -69,7 +70,7 @@ const char *ms_xfmt_act_param(ms_xact a, int i)
 }
 
 /* The known names, "a, b", for messages. */
-static const char *known_acts(void) { return "situ_glu, swiglu_clamp"; }
+static const char *known_acts(void) { return "situ_glu, swiglu_clamp, swiglu"; }
 static const char *known_encs(void) { return "mxfp4"; }
 
 static int act_parse(const char *s, ms_xact *a)

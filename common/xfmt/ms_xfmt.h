@@ -27,8 +27,10 @@ typedef enum { MS_XENC_MXFP4 = 1 } ms_xenc;
 /* The expert's function. SITU_GLU: out[L] = down · SiTU(gate · z, up · z) with the constants
  * beta and linear beta (params "b1", "b2"), no biases. SWIGLU_CLAMP: h = gate_up · z + b,
  * out[L] = down · (min(g, limit) sigmoid(alpha min(g, limit)) (clamp(u, ±limit) + 1)) + b over
- * the interleaved gate (even) and up (odd) rows of h (params "alpha", "limit"), with biases. */
-typedef enum { MS_XACT_SITU_GLU = 1, MS_XACT_SWIGLU_CLAMP = 2 } ms_xact;
+ * the interleaved gate (even) and up (odd) rows of h (params "alpha", "limit"), with biases.
+ * SWIGLU: out[L] = down · (silu(gate · z) up · z), silu(g) = g sigmoid(g), no constants, no
+ * biases (DeepSeek-V3, Kimi K2, Qwen3-MoE). */
+typedef enum { MS_XACT_SITU_GLU = 1, MS_XACT_SWIGLU_CLAMP = 2, MS_XACT_SWIGLU = 3 } ms_xact;
 
 /* What a matrix is to the activation. Shapes: gate, up [I, L]; down [L, I]; gate_up [2I, L]
  * (gate and up rows interleaved: row 2i is gate row i, row 2i + 1 up row i). */

@@ -91,6 +91,33 @@ static void test_format(void)
             "a family with a control character is refused: %s", ms_err_msg());
     json_decref(j);
 
+    /* Plain SwiGLU (no constants, gate / up / down, no biases): a descriptor of its own that goes
+     * through JSON and protobuf unchanged; SwiGLU with gpt-oss's gate_up layout is refused. */
+    {
+        static const char *const gp[2] = {"gate_proj.weight", "gate_proj.scale"}, *const upn[2] = {"up_proj.weight", "up_proj.scale"},
+                                 *const dp[2] = {"down_proj.weight", "down_proj.scale"};
+        ms_xfmt s, t;
+        ms_xfmt_begin(&s, "swiglu-test", 64, 96, MS_XACT_SWIGLU, NULL, 0);
+        ms_xfmt_add_mat(&s, "gate", MS_XROLE_GATE, MS_XENC_MXFP4, MS_XFMT_NO_BIAS, gp);
+        ms_xfmt_add_mat(&s, "up", MS_XROLE_UP, MS_XENC_MXFP4, MS_XFMT_NO_BIAS, upn);
+        ms_xfmt_add_mat(&s, "down", MS_XROLE_DOWN, MS_XENC_MXFP4, MS_XFMT_NO_BIAS, dp);
+        char sw[256] = "";
+        T_CHECK(ms_xfmt_check(&s, sw, sizeof sw) == 0 && s.n_parts == 6, "a swiglu descriptor is whole: %s", sw);
+        json_t *sj = ms_xfmt_to_json(&s);
+        T_CHECK(!strcmp(json_string_value(json_object_get(json_object_get(sj, "activation"), "name")), "swiglu") &&
+                    ms_xfmt_from_json(sj, "s.json", &t) == 0 && !ms_xfmt_diff(&s, &t, sw, sizeof sw),
+                "swiglu through JSON (%s)", sw);
+        json_decref(sj);
+        Moestream__ExpertFormat *sp = ms_xfmt_to_proto(&s, &keep);
+        T_CHECK(ms_xfmt_from_proto(sp, &t, sw, sizeof sw) == 0 && !ms_xfmt_diff(&s, &t, sw, sizeof sw) &&
+                    t.act == MS_XACT_SWIGLU,
+                "swiglu through protobuf (%s)", sw);
+        ms_xfmt_begin(&s, "swiglu-test", 64, 96, MS_XACT_SWIGLU, NULL, 0);
+        ms_xfmt_add_mat(&s, "gate_up", MS_XROLE_GATE_UP, MS_XENC_MXFP4, MS_XFMT_NO_BIAS, gp);
+        ms_xfmt_add_mat(&s, "down", MS_XROLE_DOWN, MS_XENC_MXFP4, MS_XFMT_NO_BIAS, dp);
+        T_CHECK(ms_xfmt_check(&s, sw, sizeof sw) == -1, "swiglu over a gate_up matrix is refused: %s", sw);
+    }
+
     /* Comparison names the first field that differs. */
     ms_k3_experts_fmt(64, 96, 4.0f, 25.0f, &f);
     ms_k3_experts_fmt(64, 128, 4.0f, 25.0f, &g);
