@@ -19,24 +19,24 @@
 /* The index of the real K3 checkpoint is a few tens of MiB. */
 #define ST_MAX_INDEX ((uint64_t)256 << 20)
 
-static const char *const dtype_names[] = {"F32", "BF16", "F16", "U8"};
-static const size_t dtype_sizes[] = {4, 2, 2, 1};
+static const char *const dtype_names[MS_DT_COUNT] = {"F32", "BF16", "F16", "U8", "F8_E4M3"};
+static const size_t dtype_sizes[MS_DT_COUNT] = {4, 2, 2, 1, 1};
 
 size_t ms_dtype_size(ms_dtype dt)
 {
-    MS_ASSERT((unsigned)dt < 4);
+    MS_ASSERT((unsigned)dt < MS_DT_COUNT);
     return dtype_sizes[dt];
 }
 
 const char *ms_dtype_name(ms_dtype dt)
 {
-    MS_ASSERT((unsigned)dt < 4);
+    MS_ASSERT((unsigned)dt < MS_DT_COUNT);
     return dtype_names[dt];
 }
 
 static int dtype_parse(const char *s, ms_dtype *dt)
 {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < MS_DT_COUNT; i++)
         if (strcmp(s, dtype_names[i]) == 0) {
             *dt = (ms_dtype)i;
             return 0;
@@ -163,7 +163,7 @@ static int parse_entry(ms_st *st, int fi, const char *name, json_t *e, uint64_t 
         return err_model();
     }
     if (dtype_parse(json_string_value(jd), &dt) != 0) {
-        ms_err_set("%s: tensor '%s': unsupported dtype '%s' (accepted: F32, BF16, F16, U8)", path, name,
+        ms_err_set("%s: tensor '%s': unsupported dtype '%s' (accepted: F32, BF16, F16, U8, F8_E4M3)", path, name,
                    json_string_value(jd));
         return err_model();
     }

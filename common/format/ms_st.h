@@ -5,7 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { MS_DT_F32 = 0, MS_DT_BF16 = 1, MS_DT_F16 = 2, MS_DT_U8 = 3 } ms_dtype;
+typedef enum { MS_DT_F32 = 0, MS_DT_BF16 = 1, MS_DT_F16 = 2, MS_DT_U8 = 3, MS_DT_F8_E4M3 = 4 } ms_dtype;
+#define MS_DT_COUNT 5
 
 #define MS_ST_MAX_DIMS 8
 
@@ -51,7 +52,8 @@ int ms_st_read(const ms_st *st, const ms_st_tensor *t, uint64_t off, void *buf, 
 const char *ms_st_file_path(const ms_st *st, int file);
 int ms_st_file_count(const ms_st *st);
 
-/* Element size of a dtype in bytes, and its safetensors name ("F32", "BF16", "F16", "U8"). */
+/* Element size of a dtype in bytes, and its safetensors name ("F32", "BF16", "F16", "U8",
+ * "F8_E4M3": FP8 weights, whose 128 x 128 block scales are tensors of their own, ms_fp8.h). */
 size_t ms_dtype_size(ms_dtype dt);
 const char *ms_dtype_name(ms_dtype dt);
 

@@ -7,6 +7,7 @@
 
 #include "ms_bfc.h"
 #include "ms_err.h"
+#include "ms_fp8.h"
 #include "ms_scratch.h"
 #include "ms_cpu.h"
 #include "ms_kern.h"
@@ -244,6 +245,9 @@ static void mat_row(const ms_mat *W, int64_t r, float *out, int simd)
 #endif
         bf16_row_scalar((const uint16_t *)W->data + r * c, c, out);
         return;
+    case MS_WT_FP8:
+        ms_fp8_dequant_rows((const uint8_t *)W->data, W->scales, c, r, 1, out);
+        return;
     case MS_WT_MXFP4: {
         const uint8_t *p = (const uint8_t *)W->data + r * (c / 2);
         const uint8_t *s = W->scales + r * (c / 32);
@@ -264,8 +268,9 @@ static void check_mat(const ms_mat *W)
 {
     MS_ASSERT(W && W->rows >= 0 && W->cols >= 0);
     MS_ASSERT(W->data || W->rows == 0 || W->cols == 0);
-    MS_ASSERT(W->type == MS_WT_F32 || W->type == MS_WT_BF16 || W->type == MS_WT_MXFP4);
+    MS_ASSERT(W->type == MS_WT_F32 || W->type == MS_WT_BF16 || W->type == MS_WT_MXFP4 || W->type == MS_WT_FP8);
     if (W->type == MS_WT_MXFP4) MS_ASSERT(W->cols % 32 == 0 && (W->scales || W->rows == 0));
+    if (W->type == MS_WT_FP8) MS_ASSERT(W->scales || W->rows == 0 || W->cols == 0);
 }
 
 void ms_kern_row_scalar(const ms_mat *W, int64_t r, float *out) { mat_row(W, r, out, 0); }
@@ -297,6 +302,8 @@ uint64_t ms_mat_bytes(const ms_mat *W)
         return r * c * 2;
     case MS_WT_MXFP4:
         return r * (c / 2) + r * (c / 32);
+    case MS_WT_FP8:
+        return r * c + (uint64_t)ms_fp8_blocks((int64_t)r) * (uint64_t)ms_fp8_blocks((int64_t)c) * sizeof(float);
     }
     return 0;
 }
@@ -404,6 +411,49 @@ static void matmul_packed(ms_mat_packed *pk, int64_t rows, int64_t cols, const f
         float *xp;
         pk_ctx c = {pk, rows, cols, ms_gemm_prep_x(&shape, X + t0 * cols, nt, level, &xp), nt, Y + t0 * rows, level};
         ms_pool_for(pool, pk->n_blocks, 1, pk_task, &c);
+        ms_scratch_pop(xp);
+    }
+}
+
+/* FP8: each task dequantises FP8_GROUP rows at a time into a per-task buffer (ms_fp8_dequant_rows,
+ * exact) and runs the F32 row kernels on it, so every output element is the canonical dot of the
+ * dequantised row, whatever the path, the grouping or the token tile. */
+enum { FP8_GROUP = 16 };
+
+typedef struct {
+    const ms_mat *W;
+    const float *X;     /* prepared for F32 rows */
+    int64_t T;
+    float *Y;           /* [T][rows] */
+    int level;
+} f8_ctx;
+
+static void f8_task(void *vctx, int64_t g0, int64_t g1)
+{
+    const f8_ctx *c = vctx;
+    const int64_t rows = c->W->rows, cols = c->W->cols;
+    float *buf = ms_scratch_push(sizeof(float) * (size_t)(FP8_GROUP * cols)); /* [FP8_GROUP][cols] */
+    float *y = ms_scratch_push(sizeof(float) * (size_t)(c->T * FP8_GROUP));   /* [T][nr] */
+    for (int64_t g = g0; g < g1; g++) {
+        int64_t r = g * FP8_GROUP, nr = rows - r < FP8_GROUP ? rows - r : FP8_GROUP;
+        ms_fp8_dequant_rows((const uint8_t *)c->W->data, c->W->scales, cols, r, nr, buf);
+        ms_mat blk = {MS_WT_F32, nr, cols, buf, NULL, NULL, NULL};
+        ms_gemm_rows(&blk, c->X, c->T, y, nr, 0, nr, c->level);
+        for (int64_t t = 0; t < c->T; t++) memcpy(c->Y + t * rows + r, y + t * nr, sizeof(float) * (size_t)nr);
+    }
+    ms_scratch_pop(y);
+    ms_scratch_pop(buf);
+}
+
+static void matmul_fp8(const ms_mat *W, const float *X, int64_t T, float *Y, int level, ms_pool *pool)
+{
+    ms_mat shape = {MS_WT_F32, W->rows, W->cols, NULL, NULL, NULL, NULL};
+    int64_t groups = (W->rows + FP8_GROUP - 1) / FP8_GROUP;
+    for (int64_t t0 = 0; t0 < T; t0 += MS_MM_TOKEN_TILE) { /* see ms_matmul */
+        int64_t nt = T - t0 < MS_MM_TOKEN_TILE ? T - t0 : MS_MM_TOKEN_TILE;
+        float *xp;
+        f8_ctx c = {W, ms_gemm_prep_x(&shape, X + t0 * W->cols, nt, level, &xp), nt, Y + t0 * W->rows, level};
+        ms_pool_for(pool, groups, 1, f8_task, &c);
         ms_scratch_pop(xp);
     }
 }
@@ -570,6 +620,10 @@ void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *po
     }
     ms_kern_init();
     int level = ms_cpu_level();
+    if (W->type == MS_WT_FP8) {
+        matmul_fp8(W, X, T, Y, level, pool);
+        return;
+    }
     int64_t nblocks = (W->rows + MS_RB - 1) / MS_RB;
     /* Token rows a tile at a time, every weight row within it: the kernels walk all the
      * tokens they are given once per few weight rows, so a span of thousands (a K3 layer's

@@ -39,8 +39,11 @@
 typedef enum {
     MS_WT_F32 = 0,  /* data: float[rows][cols] */
     MS_WT_BF16 = 1, /* data: uint16_t[rows][cols], bf16 bit patterns */
-    MS_WT_MXFP4 = 2 /* data: uint8_t[rows][cols/2] packed E2M1 (low nibble = even column),
+    MS_WT_MXFP4 = 2, /* data: uint8_t[rows][cols/2] packed E2M1 (low nibble = even column),
                        scales: uint8_t[rows][cols/32] E8M0 (2^(s-127); s = 255 gives 0) */
+    MS_WT_FP8 = 3   /* data: uint8_t[rows][cols] E4M3 codes; scales: the bytes of
+                       float[ceil(rows/128)][ceil(cols/128)], one per 128 x 128 block, multiplied
+                       (ms_fp8.h). Computed as the F32 kernels compute the dequantised matrix. */
 } ms_wtype;
 
 /* BF16 rows still coded as ms_bfc blocks (a trunk pack's chunk): rows_per_block rows a block
