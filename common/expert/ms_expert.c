@@ -189,7 +189,7 @@ void ms_expert_apply(ms_xact act, const float *params, const ms_expert_w *w, con
 }
 
 /* ms_mat types of the encodings (ms_xfmt.c describes their parts). */
-static const ms_wtype enc_wtype[] = {[MS_XENC_MXFP4] = MS_WT_MXFP4};
+static const ms_wtype enc_wtype[] = {[MS_XENC_MXFP4] = MS_WT_MXFP4, [MS_XENC_BF16] = MS_WT_BF16, [MS_XENC_FP8] = MS_WT_FP8};
 
 /* ms_expert_w_of_parts, the biases widened into `space` one after another when it is not NULL
  * (widened[] then all NULL), else each into its own malloc'ed widened[i]. */

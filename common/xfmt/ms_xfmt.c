@@ -20,10 +20,12 @@ static const struct {
     struct {
         ms_xpart_kind kind;
         int dtype;
-        int col_div; /* part shape [rows, cols / col_div] */
+        int row_div, col_div; /* part shape [ceil(rows / row_div), ceil(cols / col_div)] */
     } part[2];
 } encs[] = {
-    {MS_XENC_MXFP4, "mxfp4", 32, 2, {{MS_XPART_VALUES, MS_DT_U8, 2}, {MS_XPART_SCALES, MS_DT_U8, 32}}},
+    {MS_XENC_MXFP4, "mxfp4", 32, 2, {{MS_XPART_VALUES, MS_DT_U8, 1, 2}, {MS_XPART_SCALES, MS_DT_U8, 1, 32}}},
+    {MS_XENC_BF16, "bf16", 1, 1, {{MS_XPART_VALUES, MS_DT_BF16, 1, 1}}},
+    {MS_XENC_FP8, "fp8_e4m3_b128", 1, 2, {{MS_XPART_VALUES, MS_DT_F8_E4M3, 1, 1}, {MS_XPART_SCALES, MS_DT_F32, 128, 128}}},
 };
 #define N_ENCS (sizeof encs / sizeof encs[0])
 
@@ -96,8 +98,8 @@ static int role_parse(const char *s, ms_xrole *r)
 
 static int dtype_parse(const char *s, int *dt)
 {
-    static const ms_dtype all[4] = {MS_DT_F32, MS_DT_BF16, MS_DT_F16, MS_DT_U8};
-    for (int i = 0; i < 4; i++)
+    static const ms_dtype all[5] = {MS_DT_F32, MS_DT_BF16, MS_DT_F16, MS_DT_U8, MS_DT_F8_E4M3};
+    for (int i = 0; i < 5; i++)
         if (s && !strcmp(s, ms_dtype_name(all[i]))) return *dt = (int)all[i], 0;
     return -1;
 }
@@ -141,8 +143,9 @@ static int add_parts(ms_xfmt *f, int m, const char *const *names)
         if (i < encs[k].n_parts) {
             p->kind = encs[k].part[i].kind;
             p->dtype = encs[k].part[i].dtype;
-            p->shape[0] = x->rows;
-            p->shape[1] = x->cols / encs[k].part[i].col_div;
+            int rd = encs[k].part[i].row_div, cd = encs[k].part[i].col_div;
+            p->shape[0] = (x->rows + rd - 1) / rd;
+            p->shape[1] = (x->cols + cd - 1) / cd;
         } else {
             p->kind = MS_XPART_BIAS;
             p->dtype = x->bias_dtype;

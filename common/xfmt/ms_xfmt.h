@@ -20,9 +20,11 @@
 #define MS_XFMT_MAX_PARAMS 4
 #define MS_XFMT_NO_BIAS (-1) /* ms_xfmt_mat.bias_dtype of a matrix without a bias (ms_dtype 0 is F32) */
 
-/* How one matrix is stored. MXFP4: packed E2M1 U8 [rows, cols/2] + E8M0 scales U8
- * [rows, cols/32]; cols must be a multiple of 32. */
-typedef enum { MS_XENC_MXFP4 = 1 } ms_xenc;
+/* How one matrix is stored. MXFP4 ("mxfp4"): packed E2M1 U8 [rows, cols/2] + E8M0 scales U8
+ * [rows, cols/32]; cols must be a multiple of 32. BF16 ("bf16"): BF16 [rows, cols]. FP8
+ * ("fp8_e4m3_b128"): E4M3 codes F8_E4M3 [rows, cols] + F32 scales [ceil(rows/128),
+ * ceil(cols/128)], one per 128 x 128 block, multiplied (ms_fp8.h). */
+typedef enum { MS_XENC_MXFP4 = 1, MS_XENC_BF16 = 2, MS_XENC_FP8 = 3 } ms_xenc;
 
 /* The expert's function. SITU_GLU: out[L] = down · SiTU(gate · z, up · z) with the constants
  * beta and linear beta (params "b1", "b2"), no biases. SWIGLU_CLAMP: h = gate_up · z + b,

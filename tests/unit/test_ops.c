@@ -92,6 +92,50 @@ static void swiglu_checks(void)
     float z[T * L];
     ms_expert_apply(MS_XACT_SWIGLU, NULL, &w, x, T, z, NULL);
     T_CHECK(ms_fix_bitdiff(z, want, T * L) == 0, "the expert activation \"swiglu\" computes it");
+    /* A SwiGLU expert stored as BF16 or as FP8 with block scales (its parts back to back, as the
+     * store and the workers hand them over) = the MLP of its weights as F32, bit for bit. */
+    for (int e = 0; e < 2; e++) {
+        ms_xfmt f;
+        static const char *const pn[6] = {"g", "gs", "u", "us", "d", "ds"};
+        ms_xenc enc = e ? MS_XENC_FP8 : MS_XENC_BF16;
+        ms_xfmt_begin(&f, "t", L, I, MS_XACT_SWIGLU, NULL, 0);
+        ms_xfmt_add_mat(&f, "gate", MS_XROLE_GATE, enc, MS_XFMT_NO_BIAS, pn);
+        ms_xfmt_add_mat(&f, "up", MS_XROLE_UP, enc, MS_XFMT_NO_BIAS, pn + (e ? 2 : 1));
+        ms_xfmt_add_mat(&f, "down", MS_XROLE_DOWN, enc, MS_XFMT_NO_BIAS, pn + (e ? 4 : 2));
+        uint8_t *bytes = malloc(ms_xfmt_expert_bytes(&f));
+        const uint8_t *part[6];
+        float *wf[3] = {malloc(sizeof(float) * I * L), malloc(sizeof(float) * I * L), malloc(sizeof(float) * L * I)};
+        uint64_t at = 0;
+        for (int i = 0; i < f.n_parts; i++) {
+            part[i] = bytes + at;
+            for (uint64_t b = 0; b < f.part[i].bytes; b++) bytes[at + b] = (uint8_t)(b * 37 + (uint64_t)i * 11 + 5);
+            if (f.part[i].kind == MS_XPART_SCALES) /* finite scales near 2^-4 */
+                for (uint64_t b = 0; b < f.part[i].bytes / 4; b++) {
+                    float v = ldexpf(1.0f + (float)(b % 7) / 8.0f, -4);
+                    memcpy(bytes + at + 4 * b, &v, 4);
+                }
+            if (f.part[i].kind == MS_XPART_VALUES && e) /* no NaN codes */
+                for (uint64_t b = 0; b < f.part[i].bytes; b++)
+                    if ((bytes[at + b] & 0x7F) == 0x7F) bytes[at + b] ^= 1;
+            at += f.part[i].bytes;
+        }
+        ms_expert_w pw;
+        float *widened[6];
+        ms_expert_w_of_parts(&f, part, &pw, widened);
+        ms_mat F[3];
+        for (int m = 0; m < 3; m++) {
+            const ms_mat *src = &pw.w[m == 0 ? MS_XROLE_GATE : m == 1 ? MS_XROLE_UP : MS_XROLE_DOWN];
+            for (int64_t r = 0; r < src->rows; r++) ms_mat_row_f32(src, r, wf[m] + r * src->cols);
+            F[m] = (ms_mat){MS_WT_F32, src->rows, src->cols, wf[m], NULL, NULL, NULL};
+        }
+        float got[T * L];
+        ms_expert_run(&f, part, x, T, got, NULL);
+        ms_swiglu_mlp(&F[0], &F[1], &F[2], x, T, want, NULL);
+        T_CHECK(ms_fix_bitdiff(got, want, T * L) == 0,
+                "a SwiGLU expert from %s parts = the MLP of its F32 weights, bit for bit", ms_xfmt_enc_name(enc));
+        for (int m = 0; m < 3; m++) free(wf[m]);
+        free(bytes);
+    }
 }
 
 /* ---- fixtures ---- */

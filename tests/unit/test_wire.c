@@ -116,6 +116,33 @@ static void test_format(void)
         ms_xfmt_add_mat(&s, "gate_up", MS_XROLE_GATE_UP, MS_XENC_MXFP4, MS_XFMT_NO_BIAS, gp);
         ms_xfmt_add_mat(&s, "down", MS_XROLE_DOWN, MS_XENC_MXFP4, MS_XFMT_NO_BIAS, dp);
         T_CHECK(ms_xfmt_check(&s, sw, sizeof sw) == -1, "swiglu over a gate_up matrix is refused: %s", sw);
+        /* BF16 and FP8 experts: their parts' shapes (FP8: a scale per 128 x 128 block, partial
+         * edge blocks), through JSON and protobuf */
+        static const char *const g8[2] = {"gate_proj.weight", "gate_proj.weight_scale_inv"},
+                                 *const u8[2] = {"up_proj.weight", "up_proj.weight_scale_inv"},
+                                 *const d8[2] = {"down_proj.weight", "down_proj.weight_scale_inv"};
+        for (int e = 0; e < 2; e++) {
+            ms_xenc enc = e ? MS_XENC_FP8 : MS_XENC_BF16;
+            ms_xfmt_begin(&s, "swiglu-test", 200, 300, MS_XACT_SWIGLU, NULL, 0);
+            ms_xfmt_add_mat(&s, "gate", MS_XROLE_GATE, enc, MS_XFMT_NO_BIAS, g8);
+            ms_xfmt_add_mat(&s, "up", MS_XROLE_UP, enc, MS_XFMT_NO_BIAS, u8);
+            ms_xfmt_add_mat(&s, "down", MS_XROLE_DOWN, enc, MS_XFMT_NO_BIAS, d8);
+            int parts_ok = e ? s.n_parts == 6 && s.part[0].dtype == MS_DT_F8_E4M3 && s.part[0].bytes == 300 * 200 &&
+                                   s.part[1].dtype == MS_DT_F32 && s.part[1].shape[0] == 3 && s.part[1].shape[1] == 2 &&
+                                   s.part[5].shape[0] == 2 && s.part[5].shape[1] == 3 &&
+                                   ms_xfmt_expert_bytes(&s) == 3ull * 300 * 200 + 3ull * 6 * 4
+                             : s.n_parts == 3 && s.part[2].dtype == MS_DT_BF16 && s.part[2].shape[0] == 200 &&
+                                   s.part[2].shape[1] == 300 && ms_xfmt_expert_bytes(&s) == 3ull * 300 * 200 * 2;
+            T_CHECK(ms_xfmt_check(&s, sw, sizeof sw) == 0 && parts_ok, "%s experts of widths 200, 300: parts as released (%s)",
+                    ms_xfmt_enc_name(enc), sw);
+            json_t *ej = ms_xfmt_to_json(&s);
+            T_CHECK(ms_xfmt_from_json(ej, "e.json", &t) == 0 && !ms_xfmt_diff(&s, &t, sw, sizeof sw), "%s through JSON (%s)",
+                    ms_xfmt_enc_name(enc), sw);
+            json_decref(ej);
+            sp = ms_xfmt_to_proto(&s, &keep);
+            T_CHECK(ms_xfmt_from_proto(sp, &t, sw, sizeof sw) == 0 && !ms_xfmt_diff(&s, &t, sw, sizeof sw),
+                    "%s through protobuf (%s)", ms_xfmt_enc_name(enc), sw);
+        }
     }
 
     /* Comparison names the first field that differs. */
