@@ -88,12 +88,12 @@ int main(void)
         *strrchr(dir, '/') = 0;
         check_tok(dir, "kimi-o200k surrogate");
     }
-    const char *tmp = ms_t_tmpdir("chat");
+    const char *tmp = ms_t_tmpdir("k3-chat");
     T_CHECK(ms_tok_write_synth(tmp, 300) == 0, "synth tokenizer: %s", ms_err_msg());
     check_tok(tmp, "synthetic");
 
     /* a tokenizer without the chat markers is refused by name */
-    const char *old = ms_t_tmpdir("chat-old");
+    const char *old = ms_t_tmpdir("k3-chat-old");
     T_CHECK(ms_tok_write_synth(old, 300) == 0, "synth tokenizer: %s", ms_err_msg());
     FILE *f = fopen(ms_t_path(old, "tokenizer_config.json"), "w");
     fputs("{\"added_tokens_decoder\": {\"300\": {\"content\": \"<|im_end|>\", \"special\": true}}}", f);
