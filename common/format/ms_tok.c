@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <pcre2.h>
+#include <utf8proc.h>
 
 #include "ms_err.h"
 #include "ms_tok.h"
@@ -221,8 +222,48 @@ static tok_pair tok_heap_pop(tok_scratch *s, size_t *hn)
     return top;
 }
 
-static void tok_try_pair(const ms_tok *t, tok_scratch *s, size_t *hn, const uint8_t *p, uint32_t left, uint32_t end)
+static uint64_t merge_key(uint32_t l, uint32_t r) { return ((uint64_t)l << 32 | r) + 1; }
+static size_t merge_slot(uint64_t key) { return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17); }
+
+void ms_tok_merges_index(ms_tok *t, uint32_t *pairs, uint32_t n)
 {
+    size_t cap = 1024;
+    while (cap < 2 * (size_t)n) cap *= 2;
+    t->n_merges = n;
+    t->merge_pairs = pairs;
+    t->merge_keys = ms_calloc(cap, sizeof *t->merge_keys);
+    t->merge_prio = ms_malloc(cap * sizeof *t->merge_prio);
+    t->merge_mask = cap - 1;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t k = merge_key(pairs[2 * i], pairs[2 * i + 1]);
+        size_t j = merge_slot(k) & t->merge_mask;
+        while (t->merge_keys[j] && t->merge_keys[j] != k) j = (j + 1) & t->merge_mask;
+        if (t->merge_keys[j]) continue; /* listed twice: the first listing counts */
+        t->merge_keys[j] = k;
+        t->merge_prio[j] = i;
+    }
+}
+
+/* The list index of merge (l, r), or -1 when it is not listed. */
+static int64_t merge_find(const ms_tok *t, uint32_t l, uint32_t r)
+{
+    uint64_t k = merge_key(l, r);
+    for (size_t j = merge_slot(k) & t->merge_mask; t->merge_keys[j]; j = (j + 1) & t->merge_mask)
+        if (t->merge_keys[j] == k) return t->merge_prio[j];
+    return -1;
+}
+
+/* The pair of parts [left, mid) and [mid, end) as a candidate: by its merge's place in the list
+ * (merges only), else by the rank of the token they make. */
+static void tok_try_pair(const ms_tok *t, tok_scratch *s, size_t *hn, const uint8_t *p, uint32_t left, uint32_t mid,
+                         uint32_t end)
+{
+    if (t->n_merges) {
+        int32_t a = ms_tok_table_find(t, p + left, mid - left), b = a >= 0 ? ms_tok_table_find(t, p + mid, end - mid) : -1;
+        int64_t m = b >= 0 ? merge_find(t, (uint32_t)a, (uint32_t)b) : -1;
+        if (m >= 0) tok_heap_push(s, hn, (tok_pair){(uint32_t)m, left, end});
+        return;
+    }
     int32_t r = ms_tok_table_find(t, p + left, end - left);
     if (r >= 0) tok_heap_push(s, hn, (tok_pair){(uint32_t)r, left, end});
 }
@@ -231,7 +272,7 @@ static void tok_try_pair(const ms_tok *t, tok_scratch *s, size_t *hn, const uint
  * and the same result as repeatedly merging the lowest-rank adjacent pair, leftmost on ties. */
 static int tok_bpe(const ms_tok *t, tok_scratch *s, const uint8_t *p, size_t len, tok_ids *out)
 {
-    int32_t whole = ms_tok_table_find(t, p, len);
+    int32_t whole = t->n_merges ? -1 : ms_tok_table_find(t, p, len);
     if (whole >= 0) {
         tok_ids_push(out, whole);
         return 0;
@@ -250,7 +291,7 @@ static int tok_bpe(const ms_tok *t, tok_scratch *s, const uint8_t *p, size_t len
         s->prv[i] = i ? i - 1 : 0;
         s->alive[i] = 1;
     }
-    for (uint32_t i = 0; i + 1 < n; i++) tok_try_pair(t, s, &hn, p, i, i + 2);
+    for (uint32_t i = 0; i + 1 < n; i++) tok_try_pair(t, s, &hn, p, i, i + 1, i + 2);
     while (hn) {
         tok_pair e = tok_heap_pop(s, &hn);
         uint32_t l = e.left;
@@ -259,8 +300,8 @@ static int tok_bpe(const ms_tok *t, tok_scratch *s, const uint8_t *p, size_t len
         s->alive[r] = 0;
         s->nxt[l] = e.end;
         if (e.end < n) s->prv[e.end] = l;
-        if (l > 0) tok_try_pair(t, s, &hn, p, s->prv[l], e.end);
-        if (e.end < n) tok_try_pair(t, s, &hn, p, l, s->nxt[e.end]);
+        if (l > 0) tok_try_pair(t, s, &hn, p, s->prv[l], l, e.end);
+        if (e.end < n) tok_try_pair(t, s, &hn, p, l, e.end, s->nxt[e.end]);
     }
     for (uint32_t i = 0; i < n; i = s->nxt[i]) {
         int32_t r = ms_tok_table_find(t, p + i, s->nxt[i] - i);
@@ -371,14 +412,15 @@ static int tok_encode_ordinary(const ms_tok *t, tok_matcher *m, tok_scratch *s, 
     return 0;
 }
 
-/* Earliest special-token occurrence in p[from..n), longest at that position: index or -1. */
-static int tok_find_special(const ms_tok *t, const uint8_t *p, size_t n, size_t from, size_t *at)
+/* Earliest added-token occurrence in p[from..n) (special ones only when allowed), longest at
+ * that position: index or -1. */
+static int tok_find_special(const ms_tok *t, const uint8_t *p, size_t n, size_t from, size_t *at, int allow_special)
 {
     for (size_t i = from; i < n; i++) {
         if (!t->spec_first[p[i]]) continue;
         for (int k = 0; k < t->n_special; k++) {
             const tok_special *sp = &t->spec[t->spec_match[k]];
-            if (sp->len <= n - i && memcmp(p + i, sp->content, sp->len) == 0) {
+            if ((allow_special || sp->plain) && sp->len <= n - i && memcmp(p + i, sp->content, sp->len) == 0) {
                 *at = i;
                 return t->spec_match[k];
             }
@@ -418,9 +460,18 @@ int ms_tok_encode(const ms_tok *t, const char *text, size_t len, int allow_speci
     size_t pos = 0;
     while (pos < len) {
         size_t at = len;
-        int k = (allow_special && t->n_special) ? tok_find_special(t, p, len, pos, &at) : -1;
+        int k = t->n_special ? tok_find_special(t, p, len, pos, &at, allow_special) : -1;
         if (k < 0) at = len;
-        if (at > pos && tok_encode_ordinary(t, &m, &s, p + pos, at - pos, &out) != 0) goto fail;
+        if (at > pos && t->nfc) { /* the normaliser: NFC of the text between added tokens */
+            utf8proc_uint8_t *nfc = NULL;
+            utf8proc_ssize_t nl = utf8proc_map(p + pos, (utf8proc_ssize_t)(at - pos), &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            int rc = nl < 0 ? (ms_err_set("tokenizer: NFC: %s", utf8proc_errmsg(nl)), -1)
+                            : tok_encode_ordinary(t, &m, &s, nfc, (size_t)nl, &out);
+            free(nfc);
+            if (rc != 0) goto fail;
+        } else if (at > pos && tok_encode_ordinary(t, &m, &s, p + pos, at - pos, &out) != 0) {
+            goto fail;
+        }
         if (k < 0) break;
         tok_ids_push(&out, t->spec[k].id);
         pos = at + t->spec[k].len;
@@ -472,7 +523,8 @@ static int decode(const ms_tok *t, const int32_t *ids, size_t n, int skip_specia
         if (id >= 0 && id < t->n_ranks) {
             total += t->tok_len[id];
         } else if (id >= t->n_ranks && id < t->n_vocab && t->spec_by_id[id - t->n_ranks] >= 0) {
-            if (!skip_special) total += t->spec[t->spec_by_id[id - t->n_ranks]].len;
+            const tok_special *sp = &t->spec[t->spec_by_id[id - t->n_ranks]];
+            if (!skip_special || sp->plain) total += sp->len;
         } else {
             return tok_fail(MS_EXIT_INPUT,
                             "tokenizer: token id %d at position %zu is out of range (vocabulary has %d ids%s)",
@@ -486,8 +538,9 @@ static int decode(const ms_tok *t, const int32_t *ids, size_t n, int skip_specia
         if (id < t->n_ranks) {
             memcpy(buf + o, t->pool + t->tok_off[id], t->tok_len[id]);
             o += t->tok_len[id];
-        } else if (!skip_special) {
+        } else {
             const tok_special *sp = &t->spec[t->spec_by_id[id - t->n_ranks]];
+            if (skip_special && !sp->plain) continue;
             memcpy(buf + o, sp->content, sp->len);
             o += sp->len;
         }

@@ -124,18 +124,18 @@ static const char *split_pattern(json_t *root, const char *path)
     return re;
 }
 
-/* Ranks from model.vocab (id = rank, 0..n-1, each a distinct byte string), then the merges:
- * merging by rank (tiktoken's BPE, what the encoder does) is what merging by the merges'
- * priority does when the merges follow the ranks of what they make; they must. */
+/* Ranks from model.vocab (id = rank, 0..n-1, each a distinct byte string), then the merges,
+ * which follow the ranks of what they make. ignore_merges true (o200k): the encoder merges by
+ * rank, tiktoken's BPE, and takes a piece that is a token whole. false (Qwen3): only listed
+ * pairs join, the earliest listed first (the merges are kept for that), as Hugging Face's BPE. */
 static int load_model(ms_tok *t, json_t *model, const char *path)
 {
     if (!is_type(model, "BPE")) return hf_fail(MS_EXIT_INPUT, "%s: model.type must be \"BPE\"", path);
     if (json_is_true(field(model, "byte_fallback")))
         return hf_fail(MS_EXIT_INPUT, "%s: model.byte_fallback is not supported (byte-level BPE has no unknowns)", path);
-    if (!json_is_true(field(model, "ignore_merges")))
-        return hf_fail(MS_EXIT_INPUT, "%s: model.ignore_merges must be true (a pre-token in the vocabulary is one "
-                                      "token, as tiktoken encodes)",
-                       path);
+    json_t *im = field(model, "ignore_merges");
+    if (im && !json_is_boolean(im)) return hf_fail(MS_EXIT_INPUT, "%s: model.ignore_merges must be a boolean", path);
+    int keep_merges = !json_is_true(im);
     json_t *vocab = field(model, "vocab"), *merges = field(model, "merges");
     size_t n = json_object_size(vocab);
     if (!json_is_object(vocab) || n == 0 || n > (size_t)INT32_MAX / 4)
@@ -201,6 +201,7 @@ static int load_model(ms_tok *t, json_t *model, const char *path)
     uint8_t *buf = ms_malloc(1024);
     size_t bcap = 1024;
     int32_t last = -1;
+    uint32_t *pairs = keep_merges ? ms_malloc(sizeof *pairs * (2 * nm + 1)) : NULL; /* [nm][left, right] */
     for (size_t i = 0; i < nm && rc == 0; i++) {
         json_t *m = json_array_get(merges, i);
         const char *l, *r;
@@ -235,10 +236,18 @@ static int load_model(ms_tok *t, json_t *model, const char *path)
                          path, i, id, last);
         if (rc == 0 && id != last) memset(seen_split, 0, t->tok_len[id] + 1u); /* merges making one id are adjacent */
         if (rc == 0) seen_split[a] = 1;
+        if (rc == 0 && pairs) {
+            pairs[2 * i] = (uint32_t)ms_tok_table_find(t, buf, (size_t)a);
+            pairs[2 * i + 1] = (uint32_t)ms_tok_table_find(t, buf + a, (size_t)b);
+        }
         last = id;
     }
     free(buf);
     free(seen_split);
+    if (rc == 0 && pairs)
+        ms_tok_merges_index(t, pairs, (uint32_t)nm);
+    else
+        free(pairs);
     return rc;
 }
 
@@ -255,11 +264,13 @@ static int load_added(ms_tok *t, json_t *added, const char *path)
             return hf_fail(MS_EXIT_INPUT, "%s: added_tokens[%zu]: id %lld must be above the vocabulary (0..%d) and "
                                           "near it",
                            path, i, (long long)v, t->n_ranks - 1);
-        if (!json_is_true(field(a, "special")))
-            return hf_fail(MS_EXIT_INPUT, "%s: added_tokens[%zu] (%s) is not special: only special added tokens are "
-                                          "supported",
+        if (json_is_true(field(a, "normalized")) || json_is_true(field(a, "single_word")) ||
+            json_is_true(field(a, "lstrip")) || json_is_true(field(a, "rstrip")))
+            return hf_fail(MS_EXIT_INPUT, "%s: added_tokens[%zu] (%s): normalized, single_word, lstrip and rstrip are "
+                                          "not supported (an added token is matched as its exact text)",
                            path, i, json_string_value(c));
         tok_special *sp = &t->spec[t->n_special++];
+        sp->plain = !json_is_true(field(a, "special"));
         sp->len = json_string_length(c);
         sp->content = ms_malloc(sp->len + 1);
         memcpy(sp->content, json_string_value(c), sp->len + 1);
@@ -318,12 +329,13 @@ static void count_model(const char *s, size_t n, size_t *n_vocab, size_t *n_merg
  * Parsing the JSON and checking its merges takes about a second for o200k; what the encoder
  * uses (the ranks' bytes, the specials, the translated pattern) is kept in the user's private
  * cache directory under the XXH3-128 of the file's bytes, so the same file loads again in a few
- * milliseconds. Little-endian: "MSTOKHF1", u32 version, u32 ranks, u64 pool bytes, the pool,
- * u32 length per rank, u32 specials, per special (i32 id, u32 length, bytes), u32 pattern
+ * milliseconds. Little-endian: "MSTOKHF1", u32 version, u32 flags, u32 ranks, u64 pool bytes, the pool,
+ * u32 length per rank, u32 added tokens, per added token (i32 id, u32 length, u32 plain, bytes), u32 pattern
  * length, pattern, then u64 XXH3-64 of all before. A cache file that is wrong in any way is
  * not used (and is written again). */
 #define HF_CACHE_MAGIC "MSTOKHF1"
-#define HF_CACHE_VERSION 1u
+#define HF_CACHE_VERSION 2u /* 2: u32 flags (bit 0: NFC, bit 1: merges kept) after the version; per added
+                              token a u32 plain flag; the merges' rank pairs after the added tokens */
 
 static void cache_path(const char *text, size_t len, char *out, size_t cap)
 {
@@ -358,15 +370,17 @@ static int cache_load(ms_tok *t, const char *cpath, const char *path)
         return -1;
     }
     crd r = {(const uint8_t *)b, n, 0};
-    uint32_t ver = 0, nr = 0, ns = 0, pl = 0;
+    uint32_t ver = 0, flags = 0, nr = 0, ns = 0, pl = 0;
     uint64_t pool = 0, sum = 0;
     int ok = n >= 16 && !memcmp(b, HF_CACHE_MAGIC, 8) && (memcpy(&sum, b + n - 8, 8), XXH3_64bits(b, n - 8) == sum);
     r.n = ok ? n - 8 : 0;
     r.at = 8;
-    ok = ok && crd_take(&r, &ver, 4) == 0 && ver == HF_CACHE_VERSION && crd_take(&r, &nr, 4) == 0 && nr > 0 &&
+    ok = ok && crd_take(&r, &ver, 4) == 0 && ver == HF_CACHE_VERSION && crd_take(&r, &flags, 4) == 0 && flags <= 3 &&
+         crd_take(&r, &nr, 4) == 0 && nr > 0 &&
          nr <= (uint32_t)INT32_MAX / 4 && crd_take(&r, &pool, 8) == 0 && pool <= r.n - r.at;
     if (ok) {
         t->n_ranks = (int)nr;
+        t->nfc = (int)(flags & 1);
         t->pool = ms_malloc((size_t)pool + 1);
         t->tok_off = ms_malloc(sizeof *t->tok_off * nr);
         t->tok_len = ms_malloc(sizeof *t->tok_len * nr);
@@ -392,9 +406,9 @@ static int cache_load(ms_tok *t, const char *cpath, const char *path)
         t->spec = ms_calloc(ns ? ns : 1, sizeof *t->spec);
         for (uint32_t i = 0; ok && i < ns; i++) {
             int32_t id;
-            uint32_t l;
-            ok = crd_take(&r, &id, 4) == 0 && crd_take(&r, &l, 4) == 0 && l > 0 && l <= r.n - r.at && id >= (int32_t)nr &&
-                 id - (int32_t)nr < TOK_MAX_SPECIAL_SPAN;
+            uint32_t l, plain;
+            ok = crd_take(&r, &id, 4) == 0 && crd_take(&r, &l, 4) == 0 && crd_take(&r, &plain, 4) == 0 && plain <= 1 &&
+                 l > 0 && l <= r.n - r.at && id >= (int32_t)nr && id - (int32_t)nr < TOK_MAX_SPECIAL_SPAN;
             if (!ok) break;
             tok_special *sp = &t->spec[t->n_special++];
             sp->content = ms_malloc((size_t)l + 1);
@@ -402,6 +416,18 @@ static int cache_load(ms_tok *t, const char *cpath, const char *path)
             sp->content[l] = 0;
             sp->len = l;
             sp->id = id;
+            sp->plain = (int)plain;
+        }
+        uint32_t nmg = 0;
+        if (ok && (flags & 2)) {
+            ok = crd_take(&r, &nmg, 4) == 0 && nmg > 0 && nmg <= (r.n - r.at) / 8;
+            uint32_t *pairs = ok ? ms_malloc(sizeof *pairs * 2 * (size_t)nmg) : NULL;
+            ok = ok && crd_take(&r, pairs, sizeof *pairs * 2 * (size_t)nmg) == 0;
+            for (uint32_t i = 0; ok && i < 2 * nmg; i++) ok = pairs[i] < nr;
+            if (ok)
+                ms_tok_merges_index(t, pairs, nmg);
+            else
+                free(pairs);
         }
         ok = ok && ms_tok_specials_index(t, path) == 0 && ms_tok_check_bytes(t, path) == 0;
     }
@@ -435,6 +461,7 @@ static void cache_save(const ms_tok *t, const char *pat, const char *cpath)
     for (int i = 0; i < t->n_ranks; i++) pool += t->tok_len[i];
     ms_sbuf_add(&b, HF_CACHE_MAGIC, 8);
     put32(&b, HF_CACHE_VERSION);
+    put32(&b, (uint32_t)t->nfc | (t->n_merges ? 2u : 0u));
     put32(&b, (uint32_t)t->n_ranks);
     ms_sbuf_add(&b, (const char *)&pool, 8);
     for (int i = 0; i < t->n_ranks; i++) ms_sbuf_add(&b, (const char *)t->pool + t->tok_off[i], t->tok_len[i]);
@@ -443,7 +470,12 @@ static void cache_save(const ms_tok *t, const char *pat, const char *cpath)
     for (int i = 0; i < t->n_special; i++) {
         put32(&b, (uint32_t)t->spec[i].id);
         put32(&b, (uint32_t)t->spec[i].len);
+        put32(&b, (uint32_t)t->spec[i].plain);
         ms_sbuf_add(&b, t->spec[i].content, t->spec[i].len);
+    }
+    if (t->n_merges) {
+        put32(&b, t->n_merges);
+        ms_sbuf_add(&b, (const char *)t->merge_pairs, sizeof *t->merge_pairs * 2 * (size_t)t->n_merges);
     }
     put32(&b, (uint32_t)strlen(pat));
     ms_sbuf_adds(&b, pat);
@@ -483,12 +515,14 @@ int ms_tok_hf_load(ms_tok *t, const char *path)
     const char *pat;
     if (!json_is_object(root)) {
         hf_fail(MS_EXIT_INPUT, "%s: top level is not a JSON object", path);
-    } else if (!json_is_null(field(root, "normalizer")) && field(root, "normalizer")) {
-        hf_fail(MS_EXIT_INPUT, "%s: a normalizer is not supported (byte-level BPE has none)", path);
+    } else if (!json_is_null(field(root, "normalizer")) && field(root, "normalizer") &&
+               !is_type(field(root, "normalizer"), "NFC")) {
+        hf_fail(MS_EXIT_INPUT, "%s: normalizer: only NFC is supported (or none)", path);
     } else if (!is_type(field(root, "decoder"), "ByteLevel")) {
         hf_fail(MS_EXIT_INPUT, "%s: decoder must be ByteLevel", path);
     } else if ((pat = split_pattern(root, path)) && load_model(t, field(root, "model"), path) == 0 &&
                load_added(t, field(root, "added_tokens"), path) == 0) {
+        t->nfc = is_type(field(root, "normalizer"), "NFC");
         char *p = translate(pat, path);
         t->re = p ? ms_tok_regex_compile_pattern(p, &t->jit) : NULL;
         if (p && !t->re) ms_err_wrap("%s: pre_tokenizer pattern", path);

@@ -20,6 +20,8 @@ typedef struct {
     char *content; /* NUL-terminated copy; len bytes (may in theory contain NUL) */
     size_t len;
     int32_t id;
+    int plain;     /* an added token that is not special (Qwen3's <think>): matched in any text,
+                      its text kept when special tokens are skipped */
 } tok_special;
 
 struct ms_tok {
@@ -38,7 +40,21 @@ struct ms_tok {
     uint8_t spec_first[256];  /* 1 if some special content starts with this byte */
     pcre2_code *re;
     int jit; /* 1 if JIT compilation succeeded */
+    int nfc; /* 1: text between added tokens is put in Unicode NFC before it is split (a
+                tokenizer.json normalizer NFC) */
+    /* Merges only (a tokenizer.json BPE with ignore_merges false): two adjacent parts join only
+     * when their pair is a listed merge, the earliest listed first, and a piece that is a token
+     * is not taken whole. n_merges 0: tiktoken's rule (any two parts that make a token, lowest
+     * rank first; a piece that is a token is one token). */
+    uint32_t n_merges;
+    uint32_t *merge_pairs;    /* [2 * n_merges] left, right rank, in the list's order */
+    uint64_t *merge_keys;     /* [merge_mask + 1] hash of (left, right) + 1; 0 = empty */
+    uint32_t *merge_prio;     /* [merge_mask + 1] the pair's index in the list */
+    size_t merge_mask;
 };
+
+/* Index the merges t->merge_pairs[0 .. 2 * n) (owned by t from now on) for lookup. */
+void ms_tok_merges_index(ms_tok *t, uint32_t *pairs, uint32_t n);
 
 /* Insert rank r into t's hash table (t->pool, tok_off, tok_len set for r); returns the rank
  * already holding the same bytes, or -1 if inserted. */

@@ -386,6 +386,9 @@ void ms_tok_reset(ms_tok *t)
     free(t->spec_match);
     free(t->spec_by_id);
     if (t->re) pcre2_code_free(t->re);
+    free(t->merge_pairs);
+    free(t->merge_keys);
+    free(t->merge_prio);
     memset(t, 0, sizeof *t);
 }
 

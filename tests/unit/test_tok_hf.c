@@ -13,7 +13,10 @@
 
 static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
 
-static void check_cases(const ms_tok *t, const char *dir)
+/* dir/cases.jsonl: every case's ids exact and its text back from them (its "decodes_to" when
+ * the tokenizer normalises); allow: added tokens matched in every case (Hugging Face's encode),
+ * else where the case says "allow_special" (tiktoken's). want: the number of cases. */
+static void check_cases(const ms_tok *t, const char *dir, int want, int allow_all)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/cases.jsonl", dir);
@@ -30,7 +33,7 @@ static void check_cases(const ms_tok *t, const char *dir)
         T_CHECK(c != NULL, "case line %d parses: %s", n + 1, je.text);
         if (!c) continue;
         json_t *txt = json_object_get(c, "text"), *ids = json_object_get(c, "ids");
-        int allow = json_is_true(json_object_get(c, "allow_special"));
+        int allow = allow_all || json_is_true(json_object_get(c, "allow_special"));
         specials += allow;
         int32_t *got = NULL;
         size_t ng = 0;
@@ -45,8 +48,9 @@ static void check_cases(const ms_tok *t, const char *dir)
                     ms_t_show(json_string_value(txt), json_string_length(txt)));
         char *back = NULL;
         size_t nb = 0;
+        json_t *back_want = json_object_get(c, "decodes_to") ? json_object_get(c, "decodes_to") : txt;
         if (rc == 0 && ms_tok_decode(t, got, ng, &back, &nb) == 0) {
-            if (nb != json_string_length(txt) || memcmp(back, json_string_value(txt), nb)) bad_dec++;
+            if (nb != json_string_length(back_want) || memcmp(back, json_string_value(back_want), nb)) bad_dec++;
         } else {
             bad_dec++;
         }
@@ -57,10 +61,44 @@ static void check_cases(const ms_tok *t, const char *dir)
     }
     free(line);
     fclose(f);
-    T_CHECK(n == 300 && bad_enc == 0, "%d cases of the official tiktoken core, %d with specials: every id sequence exact "
-            "(%d differ)", n, specials, bad_enc);
+    T_CHECK(n == want && bad_enc == 0, "%s: %d cases of the official encoder, %d with added tokens: every id sequence "
+            "exact (%d differ)", dir, n, specials, bad_enc);
     T_CHECK(bad_dec == 0, "decode gives every case's text back byte for byte (%d differ)", bad_dec);
     printf("tokenizer.json: %d cases, slowest %.1f ms\n", n, worst * 1e3);
+}
+
+/* Qwen3's tokenizer.json as released: an NFC normaliser, added tokens that are not special
+ * (<think>, <tool_call>: matched in any text, kept when specials are skipped), merges that are
+ * not ignored (only listed pairs join), digits one by one; from the file and from its cache. */
+static void check_qwen3(void)
+{
+    const char *p = ms_t_shared("fixtures/tokenizer/qwen3");
+    if (!p) return;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", p);
+    for (int pass = 0; pass < 2; pass++) { /* parsed, then from the cache the first load wrote */
+        ms_tok *t = ms_tok_load(dir);
+        T_CHECK(t != NULL, "Qwen3's tokenizer.json loads%s: %s", pass ? " again" : "", t ? "" : ms_err_msg());
+        if (!t) return;
+        T_CHECK(ms_tok_n_vocab(t) == 151669 && ms_tok_special_id(t, "<|im_end|>") == 151645 &&
+                    ms_tok_special_id(t, "<think>") == 151667,
+                "151,669 ids, <|im_end|> 151645, <think> 151667");
+        check_cases(t, dir, 153, 1);
+        /* <think> is plain text's token too; <|im_end|> only where specials are allowed */
+        int32_t *ids = NULL;
+        size_t n = 0;
+        char *back = NULL;
+        size_t nb = 0;
+        int rc = ms_tok_encode(t, "<think>x<|im_end|>", 18, 0, &ids, &n);
+        T_CHECK(rc == 0 && n >= 2 && ids[0] == 151667 && ids[n - 1] != 151645, "<think> matched without specials, "
+                "<|im_end|> not");
+        free(ids);
+        int32_t two[2] = {151667, 151645};
+        T_CHECK(ms_tok_decode_text(t, two, 2, 1, &back, &nb) == 0 && nb == 7 && !memcmp(back, "<think>", 7),
+                "decoding without specials keeps <think>, drops <|im_end|>");
+        free(back);
+        ms_tok_free(t);
+    }
 }
 
 /* What the loader does not read is refused, naming the field. */
@@ -73,7 +111,8 @@ static void check_refusals(const char *src)
     T_CHECK(full != NULL, "tokenizer.json parses");
     if (!full) return;
     static const char *edits[][3] = {
-        {"model.ignore_merges", "false", "ignore_merges must be true"},
+        {"model.ignore_merges", "\"yes\"", "ignore_merges must be a boolean"},
+        {"normalizer", "{\"type\": \"NFKC\"}", "only NFC is supported"},
         {"model.type", "\"WordPiece\"", "model.type must be \"BPE\""},
         {"decoder", "null", "decoder must be ByteLevel"},
         {"pre_tokenizer", "{\"type\": \"Whitespace\"}", "pre_tokenizer must split by a regex"},
@@ -260,15 +299,16 @@ int main(void)
     T_CHECK(ms_tok_special_id(t, "<|return|>") == 200002 && ms_tok_special_id(t, "<|start|>") == 200006 &&
                 ms_tok_special_id(t, "<|startoftext|>") == 199998,
             "the harmony specials at their ids");
-    check_cases(t, dir);
+    check_cases(t, dir, 300, 0);
     ms_tok_free(t);
     t0 = ms_now();
     t = ms_tok_load(dir); /* from the cache the first load wrote */
     T_CHECK(t != NULL, "tokenizer.json loads again (its cached compiled form): %s", t ? "" : ms_err_msg());
     if (!t) return ms_t_done();
     printf("tokenizer.json loaded again in %.3f s (its compiled form, cached)\n", ms_now() - t0);
-    check_cases(t, dir);
+    check_cases(t, dir, 300, 0);
     ms_tok_free(t);
     check_refusals(dir);
+    check_qwen3();
     return ms_t_done();
 }
