@@ -1,4 +1,4 @@
-/* ms_tok_hf: the tokenizer from a Hugging Face tokenizer.json (byte-level BPE, a Split regex pre-tokenizer, added special tokens), as gpt-oss ships it. */
+/* ms_tok_hf: the tokenizer from a Hugging Face tokenizer.json (byte-level BPE, a Split regex pre-tokenizer, an NFC normaliser, added tokens, merges kept or ignored), as gpt-oss and Qwen3 ship it. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 
 #include <jansson.h>
