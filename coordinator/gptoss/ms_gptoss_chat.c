@@ -501,6 +501,9 @@ static int var(const char *name, const json_t *v, const ms_chat_opts *o, char *w
 {
     if (!strcmp(name, "reasoning_effort") || !strcmp(name, "model_identity")) {
         if (!json_is_string(v)) return snprintf(why, n, "chat_template_kwargs.%s must be a string", name), -1;
+        const char *s = json_string_value(v);
+        if (name[0] == 'r' && strcmp(s, "low") && strcmp(s, "medium") && strcmp(s, "high"))
+            return snprintf(why, n, "reasoning_effort \"%.20s\": harmony's are low, medium and high", s), -1;
         if (name[0] == 'r' && o->reasoning_effort && strcmp(o->reasoning_effort, json_string_value(v)))
             return snprintf(why, n, "\"reasoning_effort\" and chat_template_kwargs.reasoning_effort differ"), -1;
         return 0;

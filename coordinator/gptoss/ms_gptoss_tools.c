@@ -223,10 +223,13 @@ static int function(ms_sbuf *b, const json_t *tool, size_t i)
     if (!json_is_object(f)) return refuse(where, "missing, or not an object");
     const json_t *name = key(f, "name"), *desc = key(f, "description"), *par = key(f, "parameters");
     if (!json_is_string(name) || !json_string_length(name)) return refuse(where, "\"name\" is missing or not a string");
-    if (!json_is_string(desc)) return refuse(where, "\"description\" is missing or not a string (the template writes one for every function)");
-    ms_sbuf_adds(b, "// ");
-    ms_sbuf_add(b, json_string_value(desc), json_string_length(desc));
-    ms_sbuf_adds(b, "\ntype ");
+    if (desc && !json_is_null(desc) && !json_is_string(desc)) return refuse(where, "\"description\" is not a string");
+    if (json_is_string(desc)) { /* optional in OpenAI's API: without one, no comment line */
+        ms_sbuf_adds(b, "// ");
+        ms_sbuf_add(b, json_string_value(desc), json_string_length(desc));
+        ms_sbuf_adds(b, "\n");
+    }
+    ms_sbuf_adds(b, "type ");
     ms_sbuf_add(b, json_string_value(name), json_string_length(name));
     ms_sbuf_adds(b, " = ");
     const json_t *props = key(par, "properties"), *ps;

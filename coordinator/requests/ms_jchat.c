@@ -145,6 +145,14 @@ int ms_jchat_read(json_t *body, const ms_chatfmt *fmt, const char *date, int ren
     const json_t *kw = present(body, "chat_template_kwargs");
     if (rc == 0 && re && !json_is_string(re))
         rc = no(why, n, param, "reasoning_effort", "\"reasoning_effort\" must be a string (low, medium, high)");
+    if (rc == 0 && re && fmt && fmt->var) { /* the format's values (a format without the variable ignores it) */
+        ms_chat_opts none = {0};
+        int r = fmt->var("reasoning_effort", re, &none, why, n);
+        if (r < 0) {
+            *param = "reasoning_effort";
+            rc = -1;
+        }
+    }
     if (rc == 0 && re) c->opts.reasoning_effort = json_string_value(re);
     if (rc == 0 && tools && !json_is_array(tools))
         rc = no(why, n, param, "tools", "\"tools\" must be an array of {\"type\": \"function\", \"function\": {...}}");

@@ -12,15 +12,19 @@
 #include "ms_sreq.h"
 #include "ms_wire.h"
 
+/* "user", "safety_identifier" and "prompt_cache_key" (a client's name for itself, and a hint
+ * for a cache this server keeps by prompt anyway) are strings that change nothing. */
 static const char *const completion_fields[] = {"model", "prompt", "max_tokens", "temperature", "top_p", "seed",
                                                 "stop", "stream", "stream_options", "n", "user", "logprobs",
                                                 "presence_penalty", "frequency_penalty", "logit_bias", "top_k",
-                                                "min_p", "skip_special_tokens", NULL};
+                                                "min_p", "skip_special_tokens", "safety_identifier",
+                                                "prompt_cache_key", NULL};
 static const char *const chat_fields[] = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature",
                                           "top_p", "seed", "stop", "stream", "stream_options", "n", "user",
                                           "reasoning_effort", "tools", "tool_choice", "chat_template_kwargs",
                                           "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
-                                          "logit_bias", "top_k", "min_p", "skip_special_tokens", NULL};
+                                          "logit_bias", "top_k", "min_p", "skip_special_tokens", "safety_identifier",
+                                          "prompt_cache_key", NULL};
 
 static int refuse(ms_sreq *r, int status, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int refuse(ms_sreq *r, int status, const char *code, const char *fmt, ...)
@@ -40,7 +44,7 @@ static int refuse(ms_sreq *r, int status, const char *code, const char *fmt, ...
 /* Fields of OpenAI's request schema this server does not implement, accepted at the value that
  * means "off" (null always counts as absent); any other value is refused naming the field. */
 typedef enum { NEU_ZERO, NEU_FALSE, NEU_ONE, NEU_EMPTY, NEU_TEXT_FORMAT, NEU_TEXT_ONLY, NEU_TIER, NEU_BOOL, NEU_OBJECT,
-               NEU_NONE } neu_kind;
+               NEU_MEDIUM, NEU_NONE } neu_kind;
 static const struct {
     const char *name;
     int chat;      /* 1: chat, 0: completions, 2: both */
@@ -61,6 +65,7 @@ static const struct {
     {"web_search_options", 1, NEU_NONE, "null"},
     {"functions", 1, NEU_EMPTY, "[] (use \"tools\")"},
     {"function_call", 1, NEU_NONE, "null (use \"tool_choice\")"},
+    {"verbosity", 1, NEU_MEDIUM, "\"medium\""},
 };
 
 static int is_neutral(neu_kind k, const json_t *v)
@@ -82,6 +87,7 @@ static int is_neutral(neu_kind k, const json_t *v)
         return json_is_string(v) && (!strcmp(json_string_value(v), "auto") || !strcmp(json_string_value(v), "default"));
     case NEU_BOOL: return json_is_boolean(v);
     case NEU_OBJECT: return json_is_object(v);
+    case NEU_MEDIUM: return json_is_string(v) && !strcmp(json_string_value(v), "medium");
     case NEU_NONE: return 0;
     }
     return 0;
@@ -130,8 +136,14 @@ static int check_fields(ms_sreq *r, json_t *body)
         if (!r->stream) return refuse(r, 400, "invalid_request", "\"stream_options\" needs \"stream\": true");
         r->include_usage = json_is_true(u);
     }
-    v = json_object_get(body, "user");
-    if (v && !json_is_null(v) && !json_is_string(v)) return refuse(r, 400, "invalid_request", "\"user\" must be a string");
+    static const char *const strings[] = {"user", "safety_identifier", "prompt_cache_key"};
+    for (int i = 0; i < 3; i++) {
+        v = json_object_get(body, strings[i]);
+        if (v && !json_is_null(v) && !json_is_string(v)) {
+            r->param = strings[i];
+            return refuse(r, 400, "invalid_request", "\"%s\" must be a string", strings[i]);
+        }
+    }
     /* max_completion_tokens: read with max_tokens by the body parser (ms_jobspec_parse_body) */
     return 0;
 }

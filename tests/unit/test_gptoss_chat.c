@@ -7,6 +7,7 @@
 #include "ms_err.h"
 #include "ms_gentext.h"
 #include "ms_gptoss_chat.h"
+#include "ms_gptoss_tools.h"
 #include "ms_jchat.h"
 #include "ms_jobfile.h"
 #include "ms_test.h"
@@ -45,9 +46,28 @@ static int stop_answer(const ms_tok *t, const int32_t *g, size_t ng, const char 
     return rc;
 }
 
+/* A function without a "description" (optional in OpenAI's API) is written without its comment
+ * line; one with a description that is not a string is refused. */
+static void check_no_description(void)
+{
+    json_t *tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+                               "\"object\", \"properties\": {}}}}]", 0, NULL);
+    size_t len = 0;
+    char *ns = ms_gptoss_tools_namespace(tools, &len);
+    T_CHECK(ns && strstr(ns, "type f = () => any;") && !strstr(ns, "// \ntype f"),
+            "a tool without a description: no comment line (%s)", ns ? ns : ms_err_msg());
+    free(ns);
+    json_object_set_new(json_object_get(json_array_get(tools, 0), "function"), "description", json_integer(3));
+    ns = ms_gptoss_tools_namespace(tools, &len);
+    T_CHECK(!ns && has(ms_err_msg(), "description"), "a description that is not a string is refused: %s", ms_err_msg());
+    free(ns);
+    json_decref(tools);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
+    check_no_description();
     const char *p = ms_t_shared("fixtures/gpt-oss/chat/chat-cases.jsonl");
     const char *tp = p ? ms_t_shared("fixtures/tokenizer/o200k-harmony") : NULL;
     if (!p || !tp) return ms_t_done();

@@ -113,6 +113,16 @@ int main(void)
             "harmony's format reads it (passed on in opts.vars): %s", why);
     ms_jchat_clear(&c);
     json_decref(kb);
+    /* the request's reasoning_effort is the format's to check: harmony refuses "minimal" naming
+     * the field; Kimi's, which has none, lets it be */
+    kb = json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"reasoning_effort\": \"minimal\"}", 0, NULL);
+    T_CHECK(ms_jchat_read(kb, &ms_gptoss_chat, NULL, 0, &c, why, sizeof why, &param) == -1 && param &&
+                !strcmp(param, "reasoning_effort") && has(why, "low, medium and high"),
+            "harmony: reasoning_effort \"minimal\" refused naming reasoning_effort: %s", why);
+    T_CHECK(ms_jchat_read(kb, &ms_k3_chat, NULL, 0, &c, why, sizeof why, &param) == 0, "Kimi: reasoning_effort ignored: %s",
+            why);
+    ms_jchat_clear(&c);
+    json_decref(kb);
 
     /* Through a job line and each family's format: harmony renders tools; Kimi's refuses them. */
     const char *d = ms_t_tmpdir("jchat");
@@ -149,12 +159,18 @@ int main(void)
         ms_jobspec_clear(&j);
         static const char bad_tool[] =
             "{\"body\": {\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}], \"tools\": [{\"type\": \"function\", "
-            "\"function\": {\"name\": \"f\"}}]}, \"url\": \"/v1/chat/completions\"}";
+            "\"function\": {\"name\": \"f\", \"description\": 7}}]}, \"url\": \"/v1/chat/completions\"}";
         ms_jobspec_parse(bad_tool, sizeof bad_tool - 1, 2, &lg, &j);
         T_CHECK(j.err_code && has(j.err_msg, "tools[0].function") && has(j.err_msg, "description") && j.err_param &&
                     !strcmp(j.err_param, "tools"),
-                "a function without a description (the template cannot render it) is named: %s",
-                j.err_msg ? j.err_msg : "(accepted)");
+                "a function whose description is not a string is named: %s", j.err_msg ? j.err_msg : "(accepted)");
+        ms_jobspec_clear(&j);
+        static const char no_desc[] =
+            "{\"body\": {\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}], \"tools\": [{\"type\": \"function\", "
+            "\"function\": {\"name\": \"f\"}}]}, \"url\": \"/v1/chat/completions\"}";
+        ms_jobspec_parse(no_desc, sizeof no_desc - 1, 3, &lg, &j);
+        T_CHECK(!j.err_code, "a function without a description (optional in OpenAI's API) is taken: %s",
+                j.err_msg ? j.err_msg : "");
         ms_jobspec_clear(&j);
     }
     ms_tok_free(tg);

@@ -62,6 +62,9 @@ static void check_bad(void)
         {"{\"prompt\": [1, 512]}", "invalid_prompt", "position 1"},
         {"{\"prompt\": [1, \"a\"]}", "invalid_request", "item 1"},
         {"{\"prompt\": []}", "invalid_prompt", "empty"},
+        {"{\"prompt\": [[1, 2]]}", NULL, NULL},                       /* one prompt of ids, in a batch array */
+        {"{\"prompt\": [[1], [2]]}", "unsupported_value", "2 prompts"}, /* several: a request each */
+        {"{\"prompt\": [[\"a\"]]}", "invalid_request", "prompt\"[0]"},
         {"{\"max_tokens\": 0, \"prompt\": [1]}", "invalid_max_tokens", "at least 1"},
         {"{\"max_tokens\": 1.5, \"prompt\": [1]}", "invalid_request", "max_tokens"},
         {"{\"max_completion_tokens\": 0, \"prompt\": [1]}", "invalid_max_tokens", "\"max_completion_tokens\" must"},

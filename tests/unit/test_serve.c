@@ -60,6 +60,14 @@ static const req reqs[] = {
      "--prompt 'It was the best of times, it was the worst of times' -n 5 --temperature 0.6 --top-p 0.95 --seed 3"},
     {"/v1/completions", "{\"prompt\":[11,22,33,44,55,66,77,88,99,110],\"max_tokens\":10,\"temperature\":0.5,\"seed\":1,\"stream\":false}",
      "--ids 11,22,33,44,55,66,77,88,99,110 -n 10 --temperature 0.5 --seed 1"},
+    /* newer clients: one prompt in an array (LangChain's completions class), prompt_cache_key,
+     * safety_identifier, verbosity at its default: accepted, the same answers */
+    {"/v1/completions", "{\"prompt\":[\"The weather today is\"],\"max_tokens\":6,\"prompt_cache_key\":\"k1\",\"safety_identifier\":\"u1\"}",
+     "--prompt 'The weather today is' -n 6"},
+    {"/v1/chat/completions",
+     "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Name a color.\"}],\"max_tokens\":7,"
+     "\"verbosity\":\"medium\",\"prompt_cache_key\":\"k2\",\"safety_identifier\":\"u2\"}",
+     "--prompt-file CHAT1 --allow-special -n 7"},
 };
 #define NREQ ((int)(sizeof reqs / sizeof reqs[0]))
 
