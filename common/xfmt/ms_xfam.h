@@ -4,7 +4,9 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdio.h>
 
+#include "ms_err.h"
 #include "ms_jcfg.h"
 #include "ms_xfmt.h"
 
@@ -25,6 +27,20 @@ typedef struct {
     ms_xfmt fmt;
     char why[256];
 } ms_xmodel;
+
+/* What a row's describe fills in once its config is read: the layer and expert counts, and the
+ * outcome of making its descriptor (fmt_rc: the constructor's 0, or -1 with ms_err set, whose
+ * message becomes why). Returns 0. */
+static inline int ms_xmodel_set(ms_xmodel *out, int n_layers, int first_moe, int n_experts, int top_k, int fmt_rc)
+{
+    out->n_layers = n_layers;
+    out->first_moe = first_moe;
+    out->n_experts = n_experts;
+    out->top_k = top_k;
+    out->have_fmt = fmt_rc == 0;
+    if (!out->have_fmt) snprintf(out->why, sizeof out->why, "%s", ms_err_msg());
+    return 0;
+}
 
 typedef struct {
     const char *name;       /* the family, as in ms_xfmt.family ("kimi-k3") */

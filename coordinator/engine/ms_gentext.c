@@ -36,12 +36,8 @@ struct ms_gentext {
 ms_gentext *ms_gentext_new(const ms_tok *tok, const ms_chatfmt *chat, int keep_special, const char *const *stop,
                            int n_stop)
 {
-    ms_gentext *g = ms_calloc(1, sizeof *g);
-    g->tok = tok;
-    g->chat = chat;
-    g->keep_special = keep_special;
-    g->stop = stop;
-    g->n_stop = n_stop;
+    ms_gentext *g = ms_malloc(sizeof *g);
+    *g = (ms_gentext){.tok = tok, .chat = chat, .keep_special = keep_special, .stop = stop, .n_stop = n_stop};
     for (int i = 0; i < n_stop; i++)
         if (strlen(stop[i]) > g->hold + 1) g->hold = strlen(stop[i]) - 1;
     return g;

@@ -38,14 +38,9 @@ static int go_describe(ms_jcfg *j, ms_xmodel *out)
         ms_jcfg_problem(j, "experts_per_token = %d exceeds num_local_experts = %d", v.top_k, v.n_experts);
         return -1;
     }
-    out->n_layers = v.n_layers;
-    out->first_moe = 0; /* every layer routes */
-    out->n_experts = v.n_experts;
-    out->top_k = v.top_k;
-    /* the release stores biases as BF16; ms_xfam_refine follows a checkpoint's headers */
-    out->have_fmt = ms_gptoss_experts_fmt(v.hidden, v.inter, v.limit, MS_DT_BF16, &out->fmt) == 0;
-    if (!out->have_fmt) snprintf(out->why, sizeof out->why, "%s", ms_err_msg());
-    return 0;
+    /* every layer routes; the release stores biases as BF16 (ms_xfam_refine follows a checkpoint's headers) */
+    return ms_xmodel_set(out, v.n_layers, 0, v.n_experts, v.top_k,
+                         ms_gptoss_experts_fmt(v.hidden, v.inter, v.limit, MS_DT_BF16, &out->fmt));
 }
 
 int ms_gptoss_experts_fmt(int hidden, int inter, float limit, int bias_dtype, ms_xfmt *f)

@@ -57,13 +57,8 @@ static int k3_describe(ms_jcfg *j, ms_xmodel *out)
         ms_jcfg_problem(j, "num_experts_per_token = %d exceeds num_experts = %d", v.top_k, v.n_experts);
         return -1;
     }
-    out->n_layers = v.n_layers;
-    out->first_moe = v.first_dense;
-    out->n_experts = v.n_experts;
-    out->top_k = v.top_k;
-    out->have_fmt = ms_k3_experts_fmt(v.latent, v.inter, v.b1, v.b2, &out->fmt) == 0;
-    if (!out->have_fmt) snprintf(out->why, sizeof out->why, "%s", ms_err_msg());
-    return 0;
+    return ms_xmodel_set(out, v.n_layers, v.first_dense, v.n_experts, v.top_k,
+                         ms_k3_experts_fmt(v.latent, v.inter, v.b1, v.b2, &out->fmt));
 }
 
 int ms_k3_experts_fmt(int latent, int inter, float b1, float b2, ms_xfmt *f)
