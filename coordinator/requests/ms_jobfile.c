@@ -11,6 +11,7 @@
 #include "ms_err.h"
 #include "ms_jchat.h"
 #include "ms_jobfile.h"
+#include "ms_reqfields.h"
 #include "ms_jtext.h"
 #include "ms_wire.h"
 
@@ -336,6 +337,23 @@ void ms_jobspec_parse(const char *text, size_t len, int line, const ms_jobfile_l
             j->kind = MS_JOB_CHAT;
         else {
             bad(j, "invalid_url", "unknown \"url\" '%s' (known: /v1/completions, /v1/chat/completions)", u);
+            goto out;
+        }
+    }
+    /* the fields serve takes, and no others (a field this build does not implement is not
+     * answered as if it were absent); a line's answer is whole */
+    ms_reqfields_err fe;
+    if (ms_reqfields_check(body, j->kind == MS_JOB_CHAT, body == root ? "custom_id" : NULL, &fe) != 0) {
+        j->err_param = fe.param == fe.param_own ? NULL : fe.param; /* an unknown field: the message names it */
+        bad(j, fe.code, "%s", fe.message);
+        goto out;
+    }
+    static const char *const whole[2] = {"stream", "stream_options"};
+    for (int i = 0; i < 2; i++) {
+        json_t *w = json_object_get(body, whole[i]);
+        if (w && !json_is_null(w) && !json_is_false(w)) {
+            j->err_param = whole[i];
+            bad(j, "unsupported_value", "\"%s\": a jobs line is answered whole (leave it out)", whole[i]);
             goto out;
         }
     }

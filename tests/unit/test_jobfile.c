@@ -63,6 +63,15 @@ static void check_bad(void)
         {"{\"prompt\": [1, \"a\"]}", "invalid_request", "item 1"},
         {"{\"prompt\": []}", "invalid_prompt", "empty"},
         {"{\"prompt\": [[1, 2]]}", NULL, NULL},                       /* one prompt of ids, in a batch array */
+        /* the fields serve takes and no others: nothing is answered as if a field were absent */
+        {"{\"prompt\": [1], \"bogus\": 1}", "unsupported_field", "\"bogus\""},
+        {"{\"prompt\": [1], \"echo\": true}", "unsupported_value", "\"echo\" is not implemented"},
+        {"{\"prompt\": [1], \"echo\": false, \"user\": \"u\", \"prompt_cache_key\": \"k\"}", NULL, NULL},
+        {"{\"prompt\": [1], \"stream\": true}", "unsupported_value", "answered whole"},
+        {"{\"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [], \"response_format\": {\"type\": "
+         "\"json_object\"}}}", "unsupported_value", "response_format"},
+        {"{\"url\": \"/v1/completions\", \"body\": {\"prompt\": [1], \"custom_id\": \"x\"}}", "unsupported_field",
+         "custom_id"}, /* in a body (the long form) it is not a request field */
         {"{\"prompt\": [[1], [2]]}", "unsupported_value", "2 prompts"}, /* several: a request each */
         {"{\"prompt\": [[\"a\"]]}", "invalid_request", "prompt\"[0]"},
         {"{\"max_tokens\": 0, \"prompt\": [1]}", "invalid_max_tokens", "at least 1"},
