@@ -20,5 +20,9 @@ static inline int64_t ms_fp8_blocks(int64_t n) { return (n + MS_FP8_BLOCK - 1) /
  * out[n][cols]: out[i][c] = e4m3(code[r0 + i][c]) * scale[(r0 + i) / 128][c / 128], one float
  * multiply (round to nearest even), as the reference's weight_dequant computes it. */
 void ms_fp8_dequant_rows(const uint8_t *codes, const uint8_t *scales, int64_t cols, int64_t r0, int64_t n, float *out);
+/* The same on a kernel path (MS_SIMD_*: AVX2 and wider decode 8 codes at once by their bits);
+ * the same bits on every path. */
+void ms_fp8_dequant_rows_at(const uint8_t *codes, const uint8_t *scales, int64_t cols, int64_t r0, int64_t n, float *out,
+                            int level);
 
 #endif

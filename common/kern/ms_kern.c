@@ -436,7 +436,7 @@ static void f8_task(void *vctx, int64_t g0, int64_t g1)
     float *y = ms_scratch_push(sizeof(float) * (size_t)(c->T * FP8_GROUP));   /* [T][nr] */
     for (int64_t g = g0; g < g1; g++) {
         int64_t r = g * FP8_GROUP, nr = rows - r < FP8_GROUP ? rows - r : FP8_GROUP;
-        ms_fp8_dequant_rows((const uint8_t *)c->W->data, c->W->scales, cols, r, nr, buf);
+        ms_fp8_dequant_rows_at((const uint8_t *)c->W->data, c->W->scales, cols, r, nr, buf, c->level);
         ms_mat blk = {MS_WT_F32, nr, cols, buf, NULL, NULL, NULL};
         ms_gemm_rows(&blk, c->X, c->T, y, nr, 0, nr, c->level);
         for (int64_t t = 0; t < c->T; t++) memcpy(c->Y + t * rows + r, y + t * nr, sizeof(float) * (size_t)nr);
