@@ -152,12 +152,13 @@ static int get_prompt(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim)
     json_t *p = json_object_get(body, "prompt");
     if (!p) return bad(j, "invalid_request", "a completion needs \"prompt\" (text or an array of token ids)");
     /* OpenAI's batch forms with one prompt: ["text"] (LangChain's completions class sends it),
-     * [[ids]]; several prompts a request are not taken (one request each) */
+     * [[ids]]; several: serve splits them before (ms_sreq), a jobs line takes one (a line each,
+     * as its n is 1) */
     if (json_is_array(p) && json_array_size(p) >= 1 &&
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0)))) {
         if (json_array_size(p) > 1)
-            return bad(j, "unsupported_value", "\"prompt\" holds %zu prompts: this server takes one a request (send "
-                       "each as its own request)", json_array_size(p));
+            return bad(j, "unsupported_value", "\"prompt\" holds %zu prompts: a jobs line takes one (a line each)",
+                       json_array_size(p));
         p = json_array_get(p, 0);
         if (json_is_array(p) && json_array_size(p) > 0 && !json_is_integer(json_array_get(p, 0)))
             return bad(j, "invalid_request", "\"prompt\"[0] must be text or an array of token ids");

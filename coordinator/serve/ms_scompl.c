@@ -25,7 +25,9 @@ typedef struct {
 /* A streamed answer (owned by its MHD response; outlives the conn). */
 typedef struct {
     ms_shttp *h;
-    ms_sreqh *req;
+    ms_sreqh **reqs;             /* [n_reqs] one a prompt (a completion may send several) */
+    int n_reqs, reqs_done, next_req;
+    uint8_t *req_done;           /* [n_reqs] its every choice ended */
     ms_sreq r;
     ms_sreq_ident id;
     int fd, finished, gone;
@@ -122,6 +124,8 @@ static void stream_news(stream *st, ms_sreq_news *nw)
         st->failed = 1;
     }
     if (!nw->all_done) return;
+    st->req_done[nw->choice / (st->n_choices / st->n_reqs)] = 1;
+    if (++st->reqs_done < st->n_reqs) return; /* every prompt's every choice */
     if (!st->failed && st->r.include_usage) {
         char *ev = ms_sreq_usage_chunk(&st->r, &st->id, st->prompt_tokens, st->completion_tokens, &len);
         out_add(st, ev, len);
@@ -147,7 +151,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             out_str(st, ": ping\n\n");
             break;
         }
-        if (ms_sreqh_wait(st->req, POLL_S, &nw)) stream_news(st, &nw);
+        /* the prompts' handles in turn (one a request but for a batch of prompts) */
+        int k = st->next_req, per = st->n_choices / st->n_reqs;
+        while (st->req_done[k]) k = (k + 1) % st->n_reqs; /* one is not done: the stream has not finished */
+        st->next_req = (k + 1) % st->n_reqs;
+        if (ms_sreqh_wait(st->reqs[k], st->n_reqs > 1 ? POLL_S / st->n_reqs : POLL_S, &nw)) {
+            nw.choice += k * per;
+            stream_news(st, &nw);
+        }
         ms_sreq_news_clear(&nw);
     }
     size_t k = st->n - pos < max ? st->n - (size_t)pos : max;
@@ -165,7 +176,9 @@ static void stream_free(void *cls)
     }
     /* counted at its end, by how it ended (the status line said 200 long before) */
     ms_smetrics_request(st->h->m, ms_shttp_ep_names[st->ep], st->code ? st->code : 499, ms_now() - st->t0);
-    ms_sreqh_release(st->req); /* cancels a generation still running */
+    for (int k = 0; k < st->n_reqs; k++) ms_sreqh_release(st->reqs[k]); /* cancels a generation still running */
+    free(st->reqs);
+    free(st->req_done);
     ms_shttp_access_log(st->addr, "POST", st->path, 200, st->prompt_tokens, st->completion_tokens, st->t0, st->end);
     ms_sreq_clear(&st->r);
     free(st->out);
@@ -191,13 +204,24 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         ms_sreq_clear(&r);
         return res;
     }
-    ms_sched_job j;
-    ms_jobspec_sched_job(&r.spec, h->o.lim.chat, h->o.chat_stop, h->o.n_chat_stop, &j);
-    int n_choices = r.spec.n > 1 ? r.spec.n : 1;
-    j.n_choices = n_choices;
-    int status = 0;
-    ms_sreqh *req = ms_sengine_submit(h->s, &j, h->o.request_timeout, &status);
-    if (!req) {
+    /* a job a prompt (a completion may send several: prompt k's choices follow k's before it) */
+    int n_reqs = 1 + r.n_more, per = r.spec.n > 1 ? r.spec.n : 1, n_choices = n_reqs * per, status = 0;
+    ms_sreqh **reqs = ms_calloc((size_t)n_reqs, sizeof *reqs);
+    size_t prompt_tokens = 0;
+    for (int k = 0; k < n_reqs; k++) {
+        const ms_jobspec *sp = k ? &r.more[k - 1] : &r.spec;
+        ms_sched_job j;
+        ms_jobspec_sched_job(sp, h->o.lim.chat, h->o.chat_stop, h->o.n_chat_stop, &j);
+        j.n_choices = per;
+        prompt_tokens += sp->n_prompt;
+        if (!(reqs[k] = ms_sengine_submit(h->s, &j, h->o.request_timeout, &status))) {
+            while (k-- > 0) ms_sreqh_release(reqs[k]);
+            free(reqs);
+            reqs = NULL;
+            break;
+        }
+    }
+    if (!reqs) {
         ms_sreq_clear(&r);
         if (status == 429)
             return ms_shttp_reply_error(mc, c, 429, "queue_full", "the queue is full: retry later", MHD_HTTP_HEADER_RETRY_AFTER, "1");
@@ -208,14 +232,16 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
     if (r.stream) {
         stream *st = ms_calloc(1, sizeof *st);
         st->h = h;
-        st->req = req;
+        st->reqs = reqs;
+        st->n_reqs = n_reqs;
+        st->req_done = ms_calloc((size_t)n_reqs, 1);
         st->r = r;
         st->id = id;
         st->id.model = st->r.spec.model ? st->r.spec.model : h->o.model_name;
         st->fd = c->fd;
         st->ch = ms_calloc((size_t)n_choices, sizeof *st->ch);
         st->n_choices = n_choices;
-        st->prompt_tokens = r.spec.n_prompt;
+        st->prompt_tokens = prompt_tokens;
         for (int i = 0; i < n_choices; i++) st->ch[i].first = 1;
         st->t0 = c->t0;
         snprintf(st->addr, sizeof st->addr, "%s", c->addr);
@@ -254,7 +280,9 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
     const char *failed = NULL; /* a choice that ended without finishing: its news */
     int timed_out = 0;
     char error[512] = "";
-    size_t prompt_tokens = r.spec.n_prompt, completion_tokens = 0;
+    size_t completion_tokens = 0;
+    int reqs_done = 0, next = 0;
+    uint8_t *rdone = ms_calloc((size_t)n_reqs, 1);
     c->prompt_tokens = prompt_tokens;
     c->completion_tokens = 0;
     for (;;) {
@@ -262,8 +290,11 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
             c->status = 499; /* nginx's "client closed request", for the log only */
             goto out;
         }
-        if (ms_sreqh_wait(req, POLL_S, &nw)) {
-            whole *x = &w[nw.choice];
+        int kr = next; /* the prompts' handles in turn, those not done */
+        while (rdone[kr]) kr = (kr + 1) % n_reqs;
+        next = (kr + 1) % n_reqs;
+        if (ms_sreqh_wait(reqs[kr], n_reqs > 1 ? POLL_S / n_reqs : POLL_S, &nw)) {
+            whole *x = &w[kr * per + nw.choice];
             x->tok = ms_realloc(x->tok, sizeof *x->tok * (x->n_tok + nw.n_tokens + 1));
             if (nw.n_tokens) memcpy(x->tok + x->n_tok, nw.tokens, sizeof *x->tok * nw.n_tokens);
             if (nw.logprobs) {
@@ -287,7 +318,8 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
                     snprintf(error, sizeof error, "%s", nw.error);
                 }
             }
-            if (nw.all_done) break;
+            if (nw.all_done) rdone[kr] = 1;
+            if (nw.all_done && ++reqs_done == n_reqs) break;
         }
     }
     if (!failed) {
@@ -313,7 +345,9 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         res = ms_shttp_reply_error(mc, c, 500, "engine_error", error, NULL, NULL);
     }
 out:
-    ms_sreqh_release(req); /* cancels it when the client left */
+    for (int k = 0; k < n_reqs; k++) ms_sreqh_release(reqs[k]); /* cancels them when the client left */
+    free(reqs);
+    free(rdone);
     ms_sreq_news_clear(&nw);
     for (int k = 0; k < n_choices; k++) {
         free(w[k].tok);

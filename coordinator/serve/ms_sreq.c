@@ -77,11 +77,29 @@ int ms_sreq_parse(const char *text, size_t len, int chat, const ms_jobfile_limit
         rc = refuse(r, 400, "unsupported_field", "a chat takes \"messages\", not \"prompt\" (use /v1/completions)");
     else if (check_fields(r, body) != 0)
         rc = -1;
-    if (rc == 0) {
-        ms_jobspec_parse_body(body, chat ? MS_JOB_CHAT : MS_JOB_COMPLETION, lim, &r->spec);
-        if (r->spec.err_code) {
-            rc = refuse(r, 400, r->spec.err_code, "%s", r->spec.err_msg);
-            r->param = r->spec.err_param;
+    /* OpenAI's batch of prompts ("prompt": ["a", "b"] or [[ids], [ids]]): a spec each, the
+     * body otherwise the same */
+    json_t *p = chat ? NULL : json_object_get(body, "prompt");
+    size_t np = json_is_array(p) && json_array_size(p) > 1 &&
+                        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0)))
+                    ? json_array_size(p)
+                    : 1;
+    if (rc == 0 && np > 64) rc = refuse(r, 400, "invalid_request", "\"prompt\" holds %zu prompts: at most 64 a request", np);
+    if (rc == 0 && np > 1) r->more = ms_calloc(np - 1, sizeof *r->more);
+    for (size_t k = 0; rc == 0 && k < np; k++) {
+        ms_jobspec *sp = k ? &r->more[k - 1] : &r->spec;
+        json_t *one = body;
+        if (np > 1) {
+            one = json_copy(body);
+            json_object_set(one, "prompt", json_array_get(p, k));
+        }
+        ms_jobspec_parse_body(one, chat ? MS_JOB_CHAT : MS_JOB_COMPLETION, lim, sp);
+        if (one != body) json_decref(one);
+        if (k) r->n_more = (int)k;
+        if (sp->err_code) {
+            rc = np > 1 ? refuse(r, 400, sp->err_code, "prompt %zu: %s", k, sp->err_msg)
+                        : refuse(r, 400, sp->err_code, "%s", sp->err_msg);
+            r->param = sp->err_param;
         }
     }
     json_decref(body);
@@ -91,6 +109,8 @@ int ms_sreq_parse(const char *text, size_t len, int chat, const ms_jobfile_limit
 void ms_sreq_clear(ms_sreq *r)
 {
     ms_jobspec_clear(&r->spec);
+    for (int k = 0; k < r->n_more; k++) ms_jobspec_clear(&r->more[k]);
+    free(r->more);
     free(r->message);
     memset(r, 0, sizeof *r);
 }

@@ -12,6 +12,9 @@
 /* One parsed request. Owns its members. */
 typedef struct {
     ms_jobspec spec;             /* prompt ids, sampling, stops (as a jobs line's body) */
+    ms_jobspec *more;            /* [n_more] a completion's further prompts ("prompt": [p0, p1, ...]):
+                                    each a spec of its own, choices indexed after the ones before */
+    int n_more;
     int chat;                    /* /v1/chat/completions */
     int stream, include_usage;   /* "stream": true; "stream_options": {"include_usage": true} */
     /* A refused body: the HTTP status (400) and the OpenAI-style error code and message. */

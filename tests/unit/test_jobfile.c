@@ -72,7 +72,7 @@ static void check_bad(void)
          "\"json_object\"}}}", "unsupported_value", "response_format"},
         {"{\"url\": \"/v1/completions\", \"body\": {\"prompt\": [1], \"custom_id\": \"x\"}}", "unsupported_field",
          "custom_id"}, /* in a body (the long form) it is not a request field */
-        {"{\"prompt\": [[1], [2]]}", "unsupported_value", "2 prompts"}, /* several: a request each */
+        {"{\"prompt\": [[1], [2]]}", "unsupported_value", "2 prompts"}, /* several: a line each (serve splits them) */
         {"{\"prompt\": [[\"a\"]]}", "invalid_request", "prompt\"[0]"},
         {"{\"max_tokens\": 0, \"prompt\": [1]}", "invalid_max_tokens", "at least 1"},
         {"{\"max_tokens\": 1.5, \"prompt\": [1]}", "invalid_request", "max_tokens"},

@@ -637,6 +637,71 @@ static void check_local_restarts(void)
     T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
 }
 
+/* A completion with a batch of prompts ("prompt": [p0, p1], OpenAI's form): choice k*n + c is
+ * choice c of prompt k, each equal to the prompt's answer alone, whole and streamed; usage sums
+ * the prompts. */
+static void check_prompt_batch(void)
+{
+    static const char *const one[2] = {"{\"prompt\":\"The weather today is\",\"max_tokens\":6,\"n\":2,\"temperature\":0.8,\"seed\":5}",
+                                       "{\"prompt\":[7,8,9],\"max_tokens\":6,\"n\":2,\"temperature\":0.8,\"seed\":5}"};
+    json_t *want[4] = {0};
+    for (int k = 0; k < 2; k++) {
+        char *out = NULL;
+        int st = http("/v1/completions", one[k], NULL, &out);
+        json_t *o = out ? json_loads(out, 0, NULL) : NULL;
+        for (int c = 0; c < 2; c++)
+            want[2 * k + c] = json_incref(json_object_get(json_array_get(json_object_get(o, "choices"), c), "token_ids"));
+        T_CHECK(st == 200 && want[2 * k] && want[2 * k + 1], "prompt %d alone: 200 (%d)", k, st);
+        json_decref(o);
+        free(out);
+    }
+    for (int streamed = 0; streamed < 2; streamed++) {
+        char body[512], *out = NULL;
+        snprintf(body, sizeof body, "{\"prompt\":[\"The weather today is\",[7,8,9]],\"max_tokens\":6,\"n\":2,"
+                 "\"temperature\":0.8,\"seed\":5%s}", streamed ? ",\"stream\":true,\"stream_options\":{\"include_usage\":true}" : "");
+        int st = http("/v1/completions", body, NULL, &out);
+        json_t *got[4], *usage = NULL;
+        for (int i = 0; i < 4; i++) got[i] = json_array();
+        if (!streamed) {
+            json_t *o = out ? json_loads(out, 0, NULL) : NULL;
+            json_t *ch = json_object_get(o, "choices");
+            for (size_t i = 0; i < json_array_size(ch); i++) {
+                json_t *c = json_array_get(ch, i);
+                json_int_t ix = json_integer_value(json_object_get(c, "index"));
+                if (ix >= 0 && ix < 4) json_array_extend(got[ix], json_object_get(c, "token_ids"));
+            }
+            usage = json_incref(json_object_get(o, "usage"));
+            json_decref(o);
+        } else {
+            for (char *p = out ? strstr(out, "data: {") : NULL; p; p = strstr(p + 1, "data: {")) {
+                char *e = strstr(p, "\n\n");
+                json_t *o = json_loadb(p + 6, e ? (size_t)(e - p - 6) : strlen(p + 6), 0, NULL);
+                json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+                json_int_t ix = json_integer_value(json_object_get(c, "index"));
+                if (c && ix >= 0 && ix < 4) json_array_extend(got[ix], json_object_get(c, "token_ids"));
+                if (json_object_get(o, "usage") && !json_is_null(json_object_get(o, "usage"))) usage = json_incref(json_object_get(o, "usage"));
+                json_decref(o);
+            }
+        }
+        int same = st == 200;
+        for (int i = 0; i < 4; i++) same &= json_equal(got[i], want[i]);
+        T_CHECK(same, "%s batch of 2 prompts x n 2: choices 0-1 prompt 0's, 2-3 prompt 1's, each as alone (%d)",
+                streamed ? "streamed" : "whole", st);
+        T_CHECK(json_integer_value(json_object_get(usage, "prompt_tokens")) > 3 &&
+                    json_integer_value(json_object_get(usage, "completion_tokens")) == 24,
+                "%s: usage counts both prompts and the 4 choices' 24 tokens", streamed ? "streamed" : "whole");
+        for (int i = 0; i < 4; i++) json_decref(got[i]);
+        json_decref(usage);
+        free(out);
+    }
+    for (int i = 0; i < 4; i++) json_decref(want[i]);
+    char *out = NULL;
+    int st = http("/v1/completions", "{\"prompt\":[\"a\",[99999999]],\"max_tokens\":2}", NULL, &out);
+    T_CHECK(st == 400 && out && strstr(out, "prompt 1:") && strstr(out, "\"param\":\"prompt\""),
+            "a bad prompt in a batch: 400 naming it (%d %s)", st, out ? out : "");
+    free(out);
+}
+
 /* The last streamed events of an answer that ends with a tool call, as OpenAI sends them: the
  * call's id and name, then its arguments, then the finish alone (the openai client's stream
  * helper closes a call's arguments when a later event comes: test_serve_node runs it on these). */
@@ -695,6 +760,7 @@ int main(void)
         check_sequential(seq);
         check_concurrent(seq);
         check_stream(seq);
+        check_prompt_batch();
         check_errors();
         check_metrics();
         T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM when idle: exit 0");
