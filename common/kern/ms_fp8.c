@@ -52,56 +52,44 @@ MS_AVX2 static inline __m256 e4m3x8(const uint8_t *q, __m256 scale)
     return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_or_si256(mag, sign)), scale);
 }
 
-MS_AVX2 static void dequant_avx2(const uint8_t *codes, const uint8_t *scales, int64_t cols, int64_t r0, int64_t n,
-                                 float *out)
+/* Columns [c, c1) of one row within one scale block: 8 codes at a time, the tail by the table. */
+MS_AVX2 static void block_avx2(const uint8_t *q, float *o, int64_t c, int64_t c1, float s)
 {
-    const int64_t cb = ms_fp8_blocks(cols);
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t r = r0 + i;
-        const uint8_t *q = codes + r * cols;
-        const uint8_t *srow = scales + (size_t)((r / MS_FP8_BLOCK) * cb) * sizeof(float);
-        float *o = out + i * cols;
-        for (int64_t k = 0; k < cb; k++) {
-            float s;
-            memcpy(&s, srow + k * sizeof(float), sizeof s);
-            int64_t c = k * MS_FP8_BLOCK, c1 = c + MS_FP8_BLOCK < cols ? c + MS_FP8_BLOCK : cols;
-            const __m256 sv = _mm256_set1_ps(s);
-            for (; c + 8 <= c1; c += 8) _mm256_storeu_ps(o + c, e4m3x8(q + c, sv));
-            for (; c < c1; c++) o[c] = table[q[c]] * s;
-        }
-    }
+    const __m256 sv = _mm256_set1_ps(s);
+    for (; c + 8 <= c1; c += 8) _mm256_storeu_ps(o + c, e4m3x8(q + c, sv));
+    for (; c < c1; c++) o[c] = table[q[c]] * s;
 }
 #endif
+
+static void block_scalar(const uint8_t *q, float *o, int64_t c, int64_t c1, float s)
+{
+    for (; c < c1; c++) o[c] = table[q[c]] * s;
+}
 
 void ms_fp8_dequant_rows_at(const uint8_t *codes, const uint8_t *scales, int64_t cols, int64_t r0, int64_t n, float *out,
                             int level)
 {
+    MS_ASSERT(r0 >= 0 && n >= 0 && cols >= 0);
     pthread_once(&table_once, table_build);
+    void (*block)(const uint8_t *, float *, int64_t, int64_t, float) = block_scalar;
 #if MS_KERN_X86
-    if (level >= MS_SIMD_AVX2) {
-        dequant_avx2(codes, scales, cols, r0, n, out);
-        return;
-    }
+    if (level >= MS_SIMD_AVX2) block = block_avx2;
 #endif
     (void)level;
-    ms_fp8_dequant_rows(codes, scales, cols, r0, n, out);
+    const int64_t cb = ms_fp8_blocks(cols);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t r = r0 + i;
+        const uint8_t *srow = scales + (size_t)((r / MS_FP8_BLOCK) * cb) * sizeof(float);
+        for (int64_t k = 0; k < cb; k++) {
+            float s;
+            memcpy(&s, srow + k * sizeof(float), sizeof s); /* the grid may sit unaligned in a file's bytes */
+            int64_t c0 = k * MS_FP8_BLOCK, c1 = c0 + MS_FP8_BLOCK < cols ? c0 + MS_FP8_BLOCK : cols;
+            block(codes + r * cols, out + i * cols, c0, c1, s);
+        }
+    }
 }
 
 void ms_fp8_dequant_rows(const uint8_t *codes, const uint8_t *scales, int64_t cols, int64_t r0, int64_t n, float *out)
 {
-    MS_ASSERT(r0 >= 0 && n >= 0 && cols >= 0);
-    pthread_once(&table_once, table_build);
-    const int64_t cb = ms_fp8_blocks(cols);
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t r = r0 + i;
-        const uint8_t *q = codes + r * cols;
-        const uint8_t *srow = scales + (size_t)((r / MS_FP8_BLOCK) * cb) * sizeof(float);
-        float *o = out + i * cols;
-        for (int64_t k = 0; k < cb; k++) {
-            float s;
-            memcpy(&s, srow + k * sizeof(float), sizeof s); /* the grid may sit unaligned in a file's bytes */
-            int64_t c1 = (k + 1) * MS_FP8_BLOCK < cols ? (k + 1) * MS_FP8_BLOCK : cols;
-            for (int64_t c = k * MS_FP8_BLOCK; c < c1; c++) o[c] = table[q[c]] * s;
-        }
-    }
+    ms_fp8_dequant_rows_at(codes, scales, cols, r0, n, out, MS_SIMD_SCALAR);
 }
