@@ -4,59 +4,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "ms_chatp.h"
 #include "ms_err.h"
 #include "ms_gptoss_chat.h"
 #include "ms_gptoss_tools.h"
 #include "ms_pyjson.h"
-
-/* A prompt as pieces: markers (special tokens) and text, text runs merged. */
-typedef struct {
-    char *buf;            /* all bytes back to back */
-    size_t len, cap;
-    size_t *start;        /* [n + 1] piece i is buf[start[i], start[i + 1]) */
-    uint8_t *special;     /* [n] 1: a marker */
-    int n, cap_p;
-} pieces;
-
-static void put(pieces *p, const char *s, size_t n, int special)
-{
-    if (!special && p->n > 0 && !p->special[p->n - 1]) { /* extend the text run */
-    } else {
-        if (p->n + 2 > p->cap_p) {
-            p->cap_p = p->cap_p ? 2 * p->cap_p : 64;
-            p->start = ms_realloc(p->start, sizeof *p->start * (size_t)(p->cap_p + 1));
-            p->special = ms_realloc(p->special, (size_t)p->cap_p);
-        }
-        p->start[p->n] = p->len;
-        p->special[p->n++] = (uint8_t)special;
-    }
-    if (p->len + n + 1 > p->cap) {
-        p->cap = (p->len + n + 1) * 2;
-        p->buf = ms_realloc(p->buf, p->cap);
-    }
-    memcpy(p->buf + p->len, s, n);
-    p->len += n;
-    p->start[p->n] = p->len;
-}
-
-static void text(pieces *p, const char *s) { put(p, s, strlen(s), 0); }
-static void mark(pieces *p, const char *s) { put(p, s, strlen(s), 1); }
-
-static int valid_utf8(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned c = u[i];
-        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!k || i + k > n || (k == 2 && c < 0xC2)) return 0;
-        for (size_t j = 1; j < k; j++)
-            if ((u[i + j] & 0xC0) != 0x80) return 0;
-        if (k == 3 && ((c == 0xE0 && u[i + 1] < 0xA0) || (c == 0xED && u[i + 1] >= 0xA0))) return 0;
-        if (k == 4 && ((c == 0xF0 && u[i + 1] < 0x90) || c > 0xF4 || (c == 0xF4 && u[i + 1] >= 0x90))) return 0;
-        i += k;
-    }
-    return 1;
-}
 
 static int bad(int i, const char *why)
 {
@@ -65,15 +17,15 @@ static int bad(int i, const char *why)
 }
 
 /* An analysis or final message of the assistant: <|start|>assistant<|channel|>NAME<|message|>BODY END */
-static void said(pieces *p, const char *channel, const char *body, size_t n, const char *end)
+static void said(ms_chatp *p, const char *channel, const char *body, size_t n, const char *end)
 {
-    mark(p, "<|start|>");
-    text(p, "assistant");
-    mark(p, "<|channel|>");
-    text(p, channel);
-    mark(p, "<|message|>");
-    put(p, body ? body : "", body ? n : 0, 0);
-    mark(p, end);
+    ms_chatp_mark(p, "<|start|>");
+    ms_chatp_text(p, "assistant");
+    ms_chatp_mark(p, "<|channel|>");
+    ms_chatp_text(p, channel);
+    ms_chatp_mark(p, "<|message|>");
+    ms_chatp_put(p, body ? body : "", body ? n : 0, 0);
+    ms_chatp_mark(p, end);
 }
 
 static int has_channel_tag(const char *s, size_t n)
@@ -100,30 +52,30 @@ static unsigned builtin_tools(const ms_chat_opts *o)
 }
 
 /* The system message: identity, cutoff, date, reasoning, built-in tools, channels. */
-static void system_message(pieces *p, const ms_chat_opts *o, const char *date, const char *effort, int tools)
+static void system_message(ms_chatp *p, const ms_chat_opts *o, const char *date, const char *effort, int tools)
 {
     char head[512];
     const char *identity = json_string_value(tvar(o, "model_identity"));
     unsigned builtin = builtin_tools(o);
     snprintf(head, sizeof head, "%s\nKnowledge cutoff: 2024-06\nCurrent date: %s\n\nReasoning: %s\n\n",
              identity ? identity : "You are ChatGPT, a large language model trained by OpenAI.", date, effort);
-    mark(p, "<|start|>");
-    text(p, "system");
-    mark(p, "<|message|>");
-    text(p, head);
+    ms_chatp_mark(p, "<|start|>");
+    ms_chatp_text(p, "system");
+    ms_chatp_mark(p, "<|message|>");
+    ms_chatp_text(p, head);
     if (builtin) {
-        text(p, "# Tools\n\n");
-        if (builtin & MS_GPTOSS_TOOL_BROWSER) text(p, ms_gptoss_builtin_text(MS_GPTOSS_TOOL_BROWSER));
-        if (builtin & MS_GPTOSS_TOOL_PYTHON) text(p, ms_gptoss_builtin_text(MS_GPTOSS_TOOL_PYTHON));
+        ms_chatp_text(p, "# Tools\n\n");
+        if (builtin & MS_GPTOSS_TOOL_BROWSER) ms_chatp_text(p, ms_gptoss_builtin_text(MS_GPTOSS_TOOL_BROWSER));
+        if (builtin & MS_GPTOSS_TOOL_PYTHON) ms_chatp_text(p, ms_gptoss_builtin_text(MS_GPTOSS_TOOL_PYTHON));
     }
-    text(p, "# Valid channels: analysis, commentary, final. Channel must be included for every message.");
-    if (tools) text(p, "\nCalls to these tools must go to the commentary channel: 'functions'.");
-    mark(p, "<|end|>");
+    ms_chatp_text(p, "# Valid channels: analysis, commentary, final. Channel must be included for every message.");
+    if (tools) ms_chatp_text(p, "\nCalls to these tools must go to the commentary channel: 'functions'.");
+    ms_chatp_mark(p, "<|end|>");
 }
 
 /* An assistant turn that calls a tool; its thinking (or content) as analysis first unless a later
  * assistant turn answers without a tool call (then the template drops it). */
-static int tool_call(pieces *p, const ms_chat_msg *m, int n, int i)
+static int tool_call(ms_chatp *p, const ms_chat_msg *m, int n, int i)
 {
     if (m[i].n_calls > 1)
         return bad(i, "has more than one tool call; harmony renders one per assistant message (the template reads "
@@ -136,19 +88,19 @@ static int tool_call(pieces *p, const ms_chat_msg *m, int n, int i)
         said(p, "analysis", m[i].content, m[i].len, "<|end|>");
     else if (!later && m[i].thinking_len)
         said(p, "analysis", m[i].thinking, m[i].thinking_len, "<|end|>");
-    mark(p, "<|start|>");
-    text(p, "assistant to=functions.");
-    text(p, m[i].call_name);
-    mark(p, "<|channel|>");
-    text(p, "commentary json");
-    mark(p, "<|message|>");
-    put(p, m[i].call_args, m[i].call_args_len, 0);
-    mark(p, "<|call|>");
+    ms_chatp_mark(p, "<|start|>");
+    ms_chatp_text(p, "assistant to=functions.");
+    ms_chatp_text(p, m[i].call_name);
+    ms_chatp_mark(p, "<|channel|>");
+    ms_chatp_text(p, "commentary json");
+    ms_chatp_mark(p, "<|message|>");
+    ms_chatp_put(p, m[i].call_args, m[i].call_args_len, 0);
+    ms_chatp_mark(p, "<|call|>");
     return 0;
 }
 
 /* follow = 1: the messages only (a conversation going on: no system or developer message). */
-static int build_from(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces *p, int follow)
+static int build_from(const ms_chat_msg *m, int n, const ms_chat_opts *o, ms_chatp *p, int follow)
 {
     memset(p, 0, sizeof *p);
     if (n < 1) {
@@ -172,9 +124,9 @@ static int build_from(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces
     }
     for (int i = 0; i < n; i++) {
         if (!m[i].role) return bad(i, "has no role");
-        if (m[i].content && !valid_utf8(m[i].content, m[i].len)) return bad(i, "content is not valid UTF-8");
-        if (m[i].thinking && !valid_utf8(m[i].thinking, m[i].thinking_len)) return bad(i, "thinking is not valid UTF-8");
-        if (m[i].call_args && !valid_utf8(m[i].call_args, m[i].call_args_len)) return bad(i, "arguments are not valid UTF-8");
+        if (m[i].content && !ms_chatp_valid_utf8(m[i].content, m[i].len)) return bad(i, "content is not valid UTF-8");
+        if (m[i].thinking && !ms_chatp_valid_utf8(m[i].thinking, m[i].thinking_len)) return bad(i, "thinking is not valid UTF-8");
+        if (m[i].call_args && !ms_chatp_valid_utf8(m[i].call_args, m[i].call_args_len)) return bad(i, "arguments are not valid UTF-8");
     }
     const json_t *tools = o && o->tools && json_array_size((const json_t *)o->tools) ? (const json_t *)o->tools : NULL;
     char *ns = NULL;
@@ -189,19 +141,19 @@ static int build_from(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces
         if (m[0].content) dev = m[0].content, devl = m[0].len;
     }
     if (!follow && (devl || tools)) { /* an empty instruction and no tools: no developer message, as the template */
-        mark(p, "<|start|>");
-        text(p, "developer");
-        mark(p, "<|message|>");
+        ms_chatp_mark(p, "<|start|>");
+        ms_chatp_text(p, "developer");
+        ms_chatp_mark(p, "<|message|>");
         if (devl) {
-            text(p, "# Instructions\n\n");
-            put(p, dev, devl, 0);
-            text(p, "\n\n");
+            ms_chatp_text(p, "# Instructions\n\n");
+            ms_chatp_put(p, dev, devl, 0);
+            ms_chatp_text(p, "\n\n");
         }
         if (tools) {
-            text(p, "# Tools\n\n");
-            put(p, ns, nsl, 0);
+            ms_chatp_text(p, "# Tools\n\n");
+            ms_chatp_put(p, ns, nsl, 0);
         }
-        mark(p, "<|end|>");
+        ms_chatp_mark(p, "<|end|>");
     }
     free(ns);
     const char *last_call = NULL; /* a tool message answers the latest tool call */
@@ -210,11 +162,11 @@ static int build_from(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces
         const ms_chat_msg *x = &m[i];
         if (!strcmp(x->role, "user")) {
             if (!x->content) return bad(i, "a user message needs content");
-            mark(p, "<|start|>");
-            text(p, "user");
-            mark(p, "<|message|>");
-            put(p, x->content, x->len, 0);
-            mark(p, "<|end|>");
+            ms_chatp_mark(p, "<|start|>");
+            ms_chatp_text(p, "user");
+            ms_chatp_mark(p, "<|message|>");
+            ms_chatp_put(p, x->content, x->len, 0);
+            ms_chatp_mark(p, "<|end|>");
         } else if (!strcmp(x->role, "assistant")) {
             if (has_channel_tag(x->content, x->len) || has_channel_tag(x->thinking, x->thinking_len))
                 return bad(i, "an assistant message holds <|channel|> tags: give the analysis as \"thinking\" and "
@@ -237,15 +189,15 @@ static int build_from(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces
             size_t cl;
             char *cj = ms_pyjson_dumps(c, &cl); /* the result as a JSON string, as tojson writes it */
             json_decref(c);
-            mark(p, "<|start|>");
-            text(p, "functions.");
-            text(p, last_call);
-            text(p, " to=assistant");
-            mark(p, "<|channel|>");
-            text(p, "commentary");
-            mark(p, "<|message|>");
-            put(p, cj, cl, 0);
-            mark(p, "<|end|>");
+            ms_chatp_mark(p, "<|start|>");
+            ms_chatp_text(p, "functions.");
+            ms_chatp_text(p, last_call);
+            ms_chatp_text(p, " to=assistant");
+            ms_chatp_mark(p, "<|channel|>");
+            ms_chatp_text(p, "commentary");
+            ms_chatp_mark(p, "<|message|>");
+            ms_chatp_put(p, cj, cl, 0);
+            ms_chatp_mark(p, "<|end|>");
             free(cj);
         } else if (!strcmp(x->role, "system") || !strcmp(x->role, "developer")) {
             return bad(i, "a system or developer message is read first only in the harmony format");
@@ -254,41 +206,34 @@ static int build_from(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces
         }
     }
     if (gen) {
-        mark(p, "<|start|>");
-        text(p, "assistant");
+        ms_chatp_mark(p, "<|start|>");
+        ms_chatp_text(p, "assistant");
     }
     return 0;
 }
 
-static int build(const ms_chat_msg *m, int n, const ms_chat_opts *o, pieces *p) { return build_from(m, n, o, p, 0); }
-
-static void pieces_free(pieces *p)
-{
-    free(p->buf);
-    free(p->start);
-    free(p->special);
-}
+static int build(const ms_chat_msg *m, int n, const ms_chat_opts *o, ms_chatp *p) { return build_from(m, n, o, p, 0); }
 
 int ms_gptoss_chat_render(const ms_chat_msg *msgs, int n, const ms_chat_opts *o, char **text_out, size_t *len)
 {
-    pieces p;
+    ms_chatp p;
     if (build(msgs, n, o, &p) != 0) {
-        pieces_free(&p);
+        ms_chatp_free(&p);
         return -1;
     }
     *text_out = p.buf;
     *len = p.len;
     p.buf = NULL;
-    pieces_free(&p);
+    ms_chatp_free(&p);
     return 0;
 }
 
-static int encode_pieces(const ms_tok *t, pieces *p, int rc, int32_t **ids, size_t *n_ids);
+static int encode_pieces(const ms_tok *t, ms_chatp *p, int rc, int32_t **ids, size_t *n_ids);
 
 int ms_gptoss_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
                           size_t *n_ids)
 {
-    pieces p;
+    ms_chatp p;
     int rc = build(msgs, n, o, &p);
     return encode_pieces(t, &p, rc, ids, n_ids);
 }
@@ -305,7 +250,7 @@ static int follow(const ms_tok *t, int32_t last, const ms_chat_msg *msgs, int n,
         ms_err_set("the tokenizer has no <|end|>, which the harmony format needs");
         return ms_err_set_code(MS_EXIT_INPUT);
     }
-    pieces p;
+    ms_chatp p;
     int32_t *rest = NULL;
     size_t nr = 0;
     if (encode_pieces(t, &p, build_from(msgs, n, o, &p, 1), &rest, &nr) != 0) return -1;
@@ -322,45 +267,11 @@ static int follow(const ms_tok *t, int32_t last, const ms_chat_msg *msgs, int n,
     return 0;
 }
 
-static int encode_pieces(const ms_tok *t, pieces *pp, int rc, int32_t **ids, size_t *n_ids)
+static int encode_pieces(const ms_tok *t, ms_chatp *p, int rc, int32_t **ids, size_t *n_ids)
 {
-    pieces p = *pp;
-    int32_t *out = NULL;
-    size_t no = 0, cap = 0;
-    for (int i = 0; i < p.n && rc == 0; i++) {
-        const char *s = p.buf + p.start[i];
-        size_t l = p.start[i + 1] - p.start[i];
-        int32_t *v = NULL;
-        size_t nv = 0;
-        if (p.special[i]) {
-            char name[32];
-            snprintf(name, sizeof name, "%.*s", (int)l, s);
-            int id = ms_tok_special_id(t, name);
-            if (id < 0) {
-                ms_err_set("the tokenizer has no special token %s, which the harmony format needs", name);
-                rc = ms_err_set_code(MS_EXIT_INPUT);
-                break;
-            }
-            v = ms_malloc(sizeof *v);
-            v[0] = id;
-            nv = 1;
-        } else if (ms_tok_encode(t, s, l, 0, &v, &nv) != 0) {
-            rc = -1;
-            break;
-        }
-        if (no + nv > cap) out = ms_realloc(out, sizeof *out * (cap = 2 * (no + nv) + 64));
-        memcpy(out + no, v, sizeof *v * nv);
-        no += nv;
-        free(v);
-    }
-    pieces_free(&p);
-    if (rc != 0) {
-        free(out);
-        return -1;
-    }
-    *ids = out;
-    *n_ids = no;
-    return 0;
+    if (rc == 0) rc = ms_chatp_encode(p, t, "harmony", ids, n_ids);
+    ms_chatp_free(p);
+    return rc;
 }
 
 static int stops(const ms_tok *t, int32_t *ids, int max)
