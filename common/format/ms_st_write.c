@@ -49,7 +49,7 @@ void ms_st_writer_free(ms_st_writer *w)
 static wt_tensor *writer_decl(ms_st_writer *w, const char *name, ms_dtype dt, int ndim, const int64_t *shape)
 {
     MS_ASSERT(w && name);
-    MS_ASSERT((unsigned)dt < 4);
+    MS_ASSERT((unsigned)dt < MS_DT_COUNT);
     MS_ASSERT(ndim >= 0 && ndim <= MS_ST_MAX_DIMS);
     MS_ASSERT(ndim == 0 || shape);
     if (w->n == w->cap) {

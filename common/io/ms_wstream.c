@@ -47,6 +47,10 @@ static int64_t rows_per(const ms_wstream_item *it, uint64_t chunk_bytes)
         r = r / rpb * rpb;
         if (r < rpb) r = rpb;
     }
+    if (it->row_align > 1) { /* whole scale blocks */
+        r = r / it->row_align * it->row_align;
+        if (r < it->row_align) r = it->row_align;
+    }
     if (r < 1) r = 1;
     if (r > it->rows) r = it->rows;
     return r;

@@ -23,6 +23,9 @@ typedef struct {
     const char *pk_path;
     int pk_in_kernel;    /* 1: hand the coded blocks to the matmul kernel (ms_mat_packed), which
                             decodes them in cache; 0: the reader thread decodes into the slot */
+    int64_t row_align;   /* > 1: every chunk starts at a multiple of this many rows (an FP8
+                            matrix's 128-row scale blocks: the kernel takes the chunk's scales
+                            from the resident grid); 0 or 1: any row */
 } ms_wstream_item;
 
 typedef struct ms_wstream ms_wstream;

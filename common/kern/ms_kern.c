@@ -488,6 +488,10 @@ static void matmul_streamed(const ms_mat *W, const float *X, int64_t T, float *Y
         }
         MS_ASSERT(r0 == done && r1 > r0 && r1 <= W->rows);
         MS_ASSERT(!pk || W->type == MS_WT_BF16);
+        if (W->type == MS_WT_FP8) { /* the chunk's rows of the resident scale grid */
+            MS_ASSERT(r0 % MS_FP8_BLOCK == 0 && !scales);
+            scales = W->scales + (size_t)(r0 / MS_FP8_BLOCK) * (size_t)ms_fp8_blocks(W->cols) * sizeof(float);
+        }
         ms_mat sub = {W->type, r1 - r0, W->cols, data, scales, NULL, NULL};
         if (r1 - r0 > cap) {
             cap = r1 - r0;
@@ -526,6 +530,14 @@ static void trace_add(const ms_mat *W)
     t->mats[t->n++] = W;
 }
 
+/* Bytes of n rows' values without their scales (MXFP4's follow the values in a buffer; an FP8
+ * matrix's grid stays resident while its codes stream). */
+static uint64_t data_bytes(const ms_mat *W, int64_t n)
+{
+    if (W->type == MS_WT_FP8) return (uint64_t)n * (uint64_t)W->cols;
+    return rows_bytes(W, n) - (W->type == MS_WT_MXFP4 ? (uint64_t)n * (uint64_t)(W->cols / 32) : 0);
+}
+
 /* W pulled from its stream into buf (ms_mat_bytes(W) + 1 bytes); rows the stream failed to give are zeros. */
 static int materialize(const ms_mat *W, ms_mat *out, uint8_t *buf)
 {
@@ -543,8 +555,7 @@ static int materialize(const ms_mat *W, ms_mat *out, uint8_t *buf)
             break;
         }
         MS_ASSERT(r0 == done && r1 > r0 && r1 <= W->rows);
-        uint64_t body = rows_bytes(W, r1 - r0) - (W->type == MS_WT_MXFP4 ? (uint64_t)(r1 - r0) * (W->cols / 32) : 0);
-        uint64_t at = rows_bytes(W, r0) - (W->type == MS_WT_MXFP4 ? (uint64_t)r0 * (W->cols / 32) : 0);
+        uint64_t body = data_bytes(W, r1 - r0), at = data_bytes(W, r0);
         if (pk) {
             MS_ASSERT(W->type == MS_WT_BF16);
             if (packed_decode(pk, r1 - r0, W->cols, (uint16_t *)(void *)(buf + at)) != 0) rc = -1;
@@ -556,7 +567,7 @@ static int materialize(const ms_mat *W, ms_mat *out, uint8_t *buf)
         done = r1;
     }
     out->data = buf;
-    out->scales = sb ? buf + (nb - sb) : NULL;
+    out->scales = sb ? buf + (nb - sb) : W->type == MS_WT_FP8 ? W->scales : NULL; /* FP8: the resident grid */
     out->stream = NULL;
     return rc;
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "ms_err.h"
+#include "ms_fp8.h"
 #include "ms_file.h"
 #include "ms_mrt.h"
 #include "ms_xfams.h"
@@ -190,7 +191,8 @@ static void add_ref(ms_model *m, ms_mat *dst, const char *name, const ms_tview *
     r->name = ms_strdup(name);
     r->file = tv->fidx;
     r->off = tv->foff;
-    r->bytes = ms_mat_bytes(dst);
+    /* an FP8 matrix's file bytes are its codes; its scale grid was read at binding */
+    r->bytes = dst->type == MS_WT_FP8 ? (uint64_t)dst->rows * (uint64_t)dst->cols : ms_mat_bytes(dst);
     r->layer = -1;
     if (dst == m->embed) m->embed_ref = m->n_refs - 1;
 }
@@ -215,13 +217,31 @@ void ms_mrt_mat(ms_model *m, ms_mat *w, const char *name, int64_t rows, int64_t 
         else
             w->data = tensor_bytes(m, name, &tv, 0, (size_t)ms_mat_bytes(w), tv.dtype == MS_DT_F32 ? 4 : 2);
         break;
+    case MS_DT_F8_E4M3: {
+        /* fine-grained FP8: the codes, and NAME_scale_inv's float per 128 x 128 block (F32 or
+         * BF16 as stored, widened and kept resident: a 4096th of the codes' bytes) */
+        char sn[600];
+        ms_tview sv;
+        int64_t gs[2] = {ms_fp8_blocks(rows), ms_fp8_blocks(cols)};
+        snprintf(sn, sizeof sn, "%s_scale_inv", name);
+        if (!ms_mrt_get(m, sn, &sv, 2, gs)) return;
+        const float *grid = ms_mrt_widen(m, sn, &sv, gs[0] * gs[1]);
+        if (!grid) return;
+        w->type = MS_WT_FP8;
+        w->scales = (const uint8_t *)grid;
+        if (m->files && tv.fidx >= 0)
+            add_ref(m, w, name, &tv);
+        else
+            w->data = tensor_bytes(m, name, &tv, 0, (size_t)(rows * cols), 1);
+        break;
+    }
     case MS_DT_F16: {
         const uint8_t *raw = tensor_bytes(m, name, &tv, 0, 2 * (size_t)(rows * cols), 1);
         if (raw) w->data = widen16(m, raw, MS_DT_F16, rows * cols);
         break;
     }
     default:
-        ms_mrt_error(m, "tensor %s in %s has dtype %s; a dense matrix must be F32, BF16 or F16", name, tv.file,
+        ms_mrt_error(m, "tensor %s in %s has dtype %s; a dense matrix must be F32, BF16, F16 or F8_E4M3", name, tv.file,
                      ms_dtype_name(tv.dtype));
     }
 }

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "ms_err.h"
+#include "ms_fp8.h"
 #include "ms_ident.h"
 #include "ms_file.h"
 #include "ms_mpin.h"
@@ -308,7 +309,7 @@ static void build_schedule(ms_model *m, setup_sched *s)
         sizes[i] = packed_sizes[i] = r->bytes;
         trunk_total += r->bytes;
         items[i] = (ms_wstream_item){sched[i], r->name, r->file, r->off, r->bytes / (uint64_t)sched[i]->rows,
-                                     sched[i]->rows, NULL, 0, NULL};
+                                     sched[i]->rows, NULL, 0, NULL, 0, sched[i]->type == MS_WT_FP8 ? MS_FP8_BLOCK : 0};
         if (m->tpack && sched[i]->type == MS_WT_BF16) {
             items[i].pk = ms_tpack_find(m->tpack, r->name); /* shape checked by pack_check */
             items[i].pk_file = npaths;
