@@ -189,10 +189,18 @@ void ms_expert_apply(ms_xact act, const float *params, const ms_expert_w *w, con
 }
 
 /* ms_mat types of the encodings (ms_xfmt.c describes their parts). */
-static const ms_wtype enc_wtype[] = {[MS_XENC_MXFP4] = MS_WT_MXFP4, [MS_XENC_BF16] = MS_WT_BF16, [MS_XENC_FP8] = MS_WT_FP8};
+static const ms_wtype enc_wtype[] = {[MS_XENC_MXFP4] = MS_WT_MXFP4, [MS_XENC_BF16] = MS_WT_BF16, [MS_XENC_FP8] = MS_WT_FP8,
+                                     [MS_XENC_FP8_BF16S] = MS_WT_FP8};
 
-/* ms_expert_w_of_parts, the biases widened into `space` one after another when it is not NULL
- * (widened[] then all NULL), else each into its own malloc'ed widened[i]. */
+/* Floats a part is widened to: a bias, or a BF16 scale grid (FP8 kernels take float scales). */
+static int64_t widened_floats(const ms_xfmt_part *p)
+{
+    if (p->kind == MS_XPART_BIAS) return p->shape[1];
+    return p->kind == MS_XPART_SCALES && p->dtype == MS_DT_BF16 ? p->shape[0] * p->shape[1] : 0;
+}
+
+/* ms_expert_w_of_parts, the biases (and BF16 scale grids) widened into `space` one after another
+ * when it is not NULL (widened[] then all NULL), else each into its own malloc'ed widened[i]. */
 static void w_of_parts(const ms_xfmt *f, const uint8_t *const *part, ms_expert_w *w, float **widened, float *space)
 {
     memset(w, 0, sizeof *w);
@@ -206,12 +214,10 @@ static void w_of_parts(const ms_xfmt *f, const uint8_t *const *part, ms_expert_w
     for (int i = 0; i < f->n_parts; i++) {
         ms_xrole r = f->mat[f->part[i].mat].role;
         widened[i] = NULL;
-        switch (f->part[i].kind) {
-        case MS_XPART_VALUES: w->w[r].data = part[i]; break;
-        case MS_XPART_SCALES: w->w[r].scales = part[i]; break;
-        case MS_XPART_BIAS: { /* widened: parts may be BF16 and sit at any byte offset */
-            int64_t n = f->part[i].shape[1];
-            float *b = space ? space : (widened[i] = ms_malloc(sizeof(float) * (size_t)n));
+        int64_t n = widened_floats(&f->part[i]);
+        float *b = NULL;
+        if (n > 0) { /* widened: parts may be BF16 and sit at any byte offset */
+            b = space ? space : (widened[i] = ms_malloc(sizeof(float) * (size_t)n));
             if (space) space += n;
             for (int64_t j = 0; j < n; j++) {
                 if (f->part[i].dtype == MS_DT_BF16) {
@@ -222,9 +228,11 @@ static void w_of_parts(const ms_xfmt *f, const uint8_t *const *part, ms_expert_w
                     memcpy(&b[j], part[i] + 4 * j, 4);
                 }
             }
-            w->bias[r] = b;
-            break;
         }
+        switch (f->part[i].kind) {
+        case MS_XPART_VALUES: w->w[r].data = part[i]; break;
+        case MS_XPART_SCALES: w->w[r].scales = b ? (const uint8_t *)b : part[i]; break;
+        case MS_XPART_BIAS: w->bias[r] = b; break;
         }
     }
 }
@@ -239,9 +247,8 @@ void ms_expert_run(const ms_xfmt *f, const uint8_t *const *part, const float *z,
 {
     ms_expert_w w;
     float *widened[MS_XFMT_MAX_PARTS];
-    int64_t nb = 0; /* bias floats, widened into one scratch piece */
-    for (int i = 0; i < f->n_parts; i++)
-        if (f->part[i].kind == MS_XPART_BIAS) nb += f->part[i].shape[1];
+    int64_t nb = 0; /* bias and BF16 scale floats, widened into one scratch piece */
+    for (int i = 0; i < f->n_parts; i++) nb += widened_floats(&f->part[i]);
     float *space = ms_scratch_push(sizeof(float) * (size_t)nb); /* [nb] */
     w_of_parts(f, part, &w, widened, space);
     ms_expert_apply(f->act, f->param, &w, z, m, out, pool);

@@ -26,6 +26,8 @@ static const struct {
     {MS_XENC_MXFP4, "mxfp4", 32, 2, {{MS_XPART_VALUES, MS_DT_U8, 1, 2}, {MS_XPART_SCALES, MS_DT_U8, 1, 32}}},
     {MS_XENC_BF16, "bf16", 1, 1, {{MS_XPART_VALUES, MS_DT_BF16, 1, 1}}},
     {MS_XENC_FP8, "fp8_e4m3_b128", 1, 2, {{MS_XPART_VALUES, MS_DT_F8_E4M3, 1, 1}, {MS_XPART_SCALES, MS_DT_F32, 128, 128}}},
+    {MS_XENC_FP8_BF16S, "fp8_e4m3_b128_bf16s", 1, 2,
+     {{MS_XPART_VALUES, MS_DT_F8_E4M3, 1, 1}, {MS_XPART_SCALES, MS_DT_BF16, 128, 128}}},
 };
 #define N_ENCS (sizeof encs / sizeof encs[0])
 

@@ -23,8 +23,9 @@
 /* How one matrix is stored. MXFP4 ("mxfp4"): packed E2M1 U8 [rows, cols/2] + E8M0 scales U8
  * [rows, cols/32]; cols must be a multiple of 32. BF16 ("bf16"): BF16 [rows, cols]. FP8
  * ("fp8_e4m3_b128"): E4M3 codes F8_E4M3 [rows, cols] + F32 scales [ceil(rows/128),
- * ceil(cols/128)], one per 128 x 128 block, multiplied (ms_fp8.h). */
-typedef enum { MS_XENC_MXFP4 = 1, MS_XENC_BF16 = 2, MS_XENC_FP8 = 3 } ms_xenc;
+ * ceil(cols/128)], one per 128 x 128 block, multiplied (ms_fp8.h); "fp8_e4m3_b128_bf16s": the same
+ * with the scales stored BF16 (widened to float when the expert computes). */
+typedef enum { MS_XENC_MXFP4 = 1, MS_XENC_BF16 = 2, MS_XENC_FP8 = 3, MS_XENC_FP8_BF16S = 4 } ms_xenc;
 
 /* The expert's function. SITU_GLU: out[L] = down · SiTU(gate · z, up · z) with the constants
  * beta and linear beta (params "b1", "b2"), no biases. SWIGLU_CLAMP: h = gate_up · z + b,
@@ -116,7 +117,7 @@ typedef struct {
     Moestream__ExpertFormat__Part parts[MS_XFMT_MAX_PARTS], *part_ptr[MS_XFMT_MAX_PARTS];
     uint64_t shapes[MS_XFMT_MAX_PARTS][2];
     float params[MS_XFMT_MAX_PARAMS];
-    char enc[MS_XFMT_MAX_MATS][16], role[MS_XFMT_MAX_MATS][16], bias[MS_XFMT_MAX_MATS][8];
+    char enc[MS_XFMT_MAX_MATS][24], role[MS_XFMT_MAX_MATS][16], bias[MS_XFMT_MAX_MATS][8];
     char dtype[MS_XFMT_MAX_PARTS][8], act_name[16];
 } ms_xfmt_pb;
 Moestream__ExpertFormat *ms_xfmt_to_proto(const ms_xfmt *f, ms_xfmt_pb *keep);

@@ -94,10 +94,10 @@ static void swiglu_checks(void)
     T_CHECK(ms_fix_bitdiff(z, want, T * L) == 0, "the expert activation \"swiglu\" computes it");
     /* A SwiGLU expert stored as BF16 or as FP8 with block scales (its parts back to back, as the
      * store and the workers hand them over) = the MLP of its weights as F32, bit for bit. */
-    for (int e = 0; e < 2; e++) {
+    for (int e = 0; e < 3; e++) { /* BF16; FP8 with F32 scales; FP8 with BF16 scales */
         ms_xfmt f;
         static const char *const pn[6] = {"g", "gs", "u", "us", "d", "ds"};
-        ms_xenc enc = e ? MS_XENC_FP8 : MS_XENC_BF16;
+        ms_xenc enc = e == 2 ? MS_XENC_FP8_BF16S : e ? MS_XENC_FP8 : MS_XENC_BF16;
         ms_xfmt_begin(&f, "t", L, I, MS_XACT_SWIGLU, NULL, 0);
         ms_xfmt_add_mat(&f, "gate", MS_XROLE_GATE, enc, MS_XFMT_NO_BIAS, pn);
         ms_xfmt_add_mat(&f, "up", MS_XROLE_UP, enc, MS_XFMT_NO_BIAS, pn + (e ? 2 : 1));
@@ -109,10 +109,14 @@ static void swiglu_checks(void)
         for (int i = 0; i < f.n_parts; i++) {
             part[i] = bytes + at;
             for (uint64_t b = 0; b < f.part[i].bytes; b++) bytes[at + b] = (uint8_t)(b * 37 + (uint64_t)i * 11 + 5);
-            if (f.part[i].kind == MS_XPART_SCALES) /* finite scales near 2^-4 */
-                for (uint64_t b = 0; b < f.part[i].bytes / 4; b++) {
+            if (f.part[i].kind == MS_XPART_SCALES) /* finite scales near 2^-4 (exact in BF16 too) */
+                for (uint64_t b = 0; b < f.part[i].bytes / (e == 2 ? 2 : 4); b++) {
                     float v = ldexpf(1.0f + (float)(b % 7) / 8.0f, -4);
-                    memcpy(bytes + at + 4 * b, &v, 4);
+                    uint32_t u;
+                    memcpy(&u, &v, 4);
+                    uint16_t h = (uint16_t)(u >> 16);
+                    if (e == 2) memcpy(bytes + at + 2 * b, &h, 2);
+                    else memcpy(bytes + at + 4 * b, &v, 4);
                 }
             if (f.part[i].kind == MS_XPART_VALUES && e) /* no NaN codes */
                 for (uint64_t b = 0; b < f.part[i].bytes; b++)
@@ -134,6 +138,7 @@ static void swiglu_checks(void)
         T_CHECK(ms_fix_bitdiff(got, want, T * L) == 0,
                 "a SwiGLU expert from %s parts = the MLP of its F32 weights, bit for bit", ms_xfmt_enc_name(enc));
         for (int m = 0; m < 3; m++) free(wf[m]);
+        for (int i = 0; i < f.n_parts; i++) free(widened[i]);
         free(bytes);
     }
 }

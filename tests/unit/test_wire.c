@@ -121,16 +121,16 @@ static void test_format(void)
         static const char *const g8[2] = {"gate_proj.weight", "gate_proj.weight_scale_inv"},
                                  *const u8[2] = {"up_proj.weight", "up_proj.weight_scale_inv"},
                                  *const d8[2] = {"down_proj.weight", "down_proj.weight_scale_inv"};
-        for (int e = 0; e < 2; e++) {
-            ms_xenc enc = e ? MS_XENC_FP8 : MS_XENC_BF16;
+        for (int e = 0; e < 3; e++) {
+            ms_xenc enc = e == 2 ? MS_XENC_FP8_BF16S : e ? MS_XENC_FP8 : MS_XENC_BF16;
             ms_xfmt_begin(&s, "swiglu-test", 200, 300, MS_XACT_SWIGLU, NULL, 0);
             ms_xfmt_add_mat(&s, "gate", MS_XROLE_GATE, enc, MS_XFMT_NO_BIAS, g8);
             ms_xfmt_add_mat(&s, "up", MS_XROLE_UP, enc, MS_XFMT_NO_BIAS, u8);
             ms_xfmt_add_mat(&s, "down", MS_XROLE_DOWN, enc, MS_XFMT_NO_BIAS, d8);
             int parts_ok = e ? s.n_parts == 6 && s.part[0].dtype == MS_DT_F8_E4M3 && s.part[0].bytes == 300 * 200 &&
-                                   s.part[1].dtype == MS_DT_F32 && s.part[1].shape[0] == 3 && s.part[1].shape[1] == 2 &&
-                                   s.part[5].shape[0] == 2 && s.part[5].shape[1] == 3 &&
-                                   ms_xfmt_expert_bytes(&s) == 3ull * 300 * 200 + 3ull * 6 * 4
+                                   s.part[1].dtype == (e == 2 ? MS_DT_BF16 : MS_DT_F32) && s.part[1].shape[0] == 3 &&
+                                   s.part[1].shape[1] == 2 && s.part[5].shape[0] == 2 && s.part[5].shape[1] == 3 &&
+                                   ms_xfmt_expert_bytes(&s) == 3ull * 300 * 200 + 3ull * 6 * (e == 2 ? 2 : 4)
                              : s.n_parts == 3 && s.part[2].dtype == MS_DT_BF16 && s.part[2].shape[0] == 200 &&
                                    s.part[2].shape[1] == 300 && ms_xfmt_expert_bytes(&s) == 3ull * 300 * 200 * 2;
             T_CHECK(ms_xfmt_check(&s, sw, sizeof sw) == 0 && parts_ok, "%s experts of widths 200, 300: parts as released (%s)",
