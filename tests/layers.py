@@ -34,6 +34,9 @@ FENCES = {
     "gpt-oss": (("coordinator/gptoss/",),
                 re.compile(r"ms_gptoss_\w*|\bgpt_oss\w*|swiglu_limit|gate_up_proj|swiglu_clamp", re.I),
                 re.compile(r"swiglu_clamp", re.I)),
+    "Qwen3-MoE": (("coordinator/qwen3/",),
+                  re.compile(r"ms_qwen3_\w*|\bqwen3_moe\w*|norm_topk_prob|mlp_only_layers|decoder_sparse_step", re.I),
+                  re.compile(r"(?!)")),
 }
 REGISTRY = ("coordinator/families/ms_families.c",)
 ACTIVATION_FILES = ("common/kern/ms_ops.", "common/kern/ms_act.", "common/xfmt/ms_xfmt.", "common/expert/ms_expert.", "proto/moestream.proto")

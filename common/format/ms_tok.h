@@ -47,7 +47,8 @@ int ms_tok_is_special(const ms_tok *t, int32_t id);
 int ms_tok_write_synth(const char *dir, int n_ranks);
 /* The same vocabulary as dir/tokenizer.json (Hugging Face byte-level BPE: every split of a token
  * into two tokens as a merge, in rank order; the Split pre-tokenizer `pattern`; the n_specials
- * specials as added tokens from id n_ranks on), for families that ship that format. */
+ * specials as added tokens from id n_ranks on: "special" true for those spelt "<|...", false for
+ * others such as Qwen's "<think>", matched whole all the same), for families that ship that format. */
 int ms_tok_write_synth_hf(const char *dir, int n_ranks, const char *pattern, const char *const *specials,
                           int n_specials);
 

@@ -415,7 +415,8 @@ int ms_tok_write_synth_hf(const char *dir, int n_ranks, const char *pattern, con
     }
     for (int i = 0; i < n_specials; i++)
         json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", n_ranks + i, "content", specials[i],
-                                               "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1));
+                                               "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special",
+                                               strncmp(specials[i], "<|", 2) == 0));
     json_t *root = json_pack(
         "{s:s,s:n,s:n,s:o,s:n,s:{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b,s:b,s:b}]},s:n,s:{s:s,s:b,s:b,s:b},"
         "s:{s:s,s:n,s:n,s:n,s:n,s:b,s:b,s:b,s:o,s:o}}",

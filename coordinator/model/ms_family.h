@@ -133,6 +133,9 @@ typedef struct {
      * ms_err set (MS_EXIT_USAGE for an unknown preset, naming the known ones; MS_EXIT_IO). */
     int (*synth)(const char *dir, const char *preset, int layers, int sparse, uint64_t seed); /* or NULL */
     const char *demo_preset;   /* the small synth preset `demo --family` writes ("tiny") */
+    /* Small presets in the family's other weight formats (FP8 next to BF16), NULL-terminated, or
+     * NULL: the conformance suite holds each of them to everything it holds the demo to. */
+    const char *const *format_presets;
     /* `synth --help`'s paragraph: the layout it writes and its presets ("name (what), ..."). */
     const char *synth_help;
 } ms_family;

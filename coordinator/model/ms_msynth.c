@@ -42,6 +42,19 @@ static void element(const ms_syn_tensor *t, int64_t i, uint8_t *out)
     case MS_SYN_ALOG: v = i < t->valid ? logf(1.0f + 7.5f * (unit(t->seed, i) + 1.0f)) : 0.0f; break;
     case MS_SYN_PACKED: out[0] = (uint8_t)(ms_syn_mix(t->seed ^ ms_syn_mix((uint64_t)i >> 3)) >> (8 * (i & 7))); return;
     case MS_SYN_SCALE: out[0] = (uint8_t)((int)t->amp + (int)(ms_syn_mix(t->seed ^ ms_syn_mix((uint64_t)i)) % 3) - 1); return;
+    case MS_SYN_FP8: {
+        uint64_t r = ms_syn_mix(t->seed ^ ms_syn_mix((uint64_t)i));
+        out[0] = (uint8_t)((r & 0x80) | ((((r >> 3) & 7) + 1) << 3) | (r & 7));
+        return;
+    }
+    case MS_SYN_POSITIVE: { /* BF16-exact, so that F32 and BF16 grids of a seed hold the same values */
+        float f = t->amp * (1.0f + 0.1f * unit(t->seed, i));
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        u &= 0xFFFF0000u;
+        memcpy(&v, &u, 4);
+        break;
+    }
     }
     if (t->dt == MS_DT_F32) {
         memcpy(out, &v, 4);

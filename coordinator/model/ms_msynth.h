@@ -12,7 +12,9 @@ typedef enum {
     MS_SYN_GAIN,    /* 1 + 0.1 uniform (norm gains) */
     MS_SYN_ALOG,    /* log(1 + 7.5 (u + 1)) for the first `valid` entries, 0 after */
     MS_SYN_PACKED,  /* random bytes (MXFP4 values) */
-    MS_SYN_SCALE    /* E8M0 scale bytes around amp (amp - 1 .. amp + 1) */
+    MS_SYN_SCALE,   /* E8M0 scale bytes around amp (amp - 1 .. amp + 1) */
+    MS_SYN_FP8,     /* E4M3 codes of either sign with exponent fields 1..8 (|v| in 2^-6 .. 3.75, no NaN) */
+    MS_SYN_POSITIVE /* amp (1 + 0.1 uniform) cut to BF16 precision (in either dtype): FP8 block scales */
 } ms_syn_kind;
 
 typedef struct {

@@ -1,0 +1,189 @@
+/* ms_qwen3_experts: Qwen3-MoE's row of the expert-family table: its config's expert fields, its descriptor (BF16 or FP8 block-scaled SwiGLU), where each expert's tensors are. */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ms_err.h"
+#include "ms_st.h"
+#include "ms_qwen3_experts.h"
+
+static int qw_detect(json_t *root)
+{
+    const char *s = json_string_value(json_object_get(root, "model_type"));
+    return s && !strcmp(s, "qwen3_moe");
+}
+
+int ms_qwen3_layer_is_moe(int l, int n_experts, int sparse_step, const uint8_t *mlp_only)
+{
+    if (mlp_only && mlp_only[l]) return 0;
+    return n_experts > 0 && sparse_step > 0 && (l + 1) % sparse_step == 0;
+}
+
+int ms_qwen3_weight_enc(ms_jcfg *j, json_t *root)
+{
+    json_t *q = json_object_get(root, "quantization_config");
+    if (!q || json_is_null(q)) return MS_XENC_BF16;
+    if (!json_is_object(q)) {
+        ms_jcfg_problem(j, "quantization_config must be an object");
+        return 0;
+    }
+    const char *m = json_string_value(json_object_get(q, "quant_method"));
+    if (!m || strcmp(m, "fp8")) {
+        ms_jcfg_problem(j, "quantization_config.quant_method must be \"fp8\" (the fine-grained FP8 release); "
+                           "other quantizations are not read");
+        return 0;
+    }
+    json_t *b = json_object_get(q, "weight_block_size");
+    int b0, b1;
+    if (!json_is_array(b) || json_array_size(b) != 2 || ms_jcfg_as_int(json_array_get(b, 0), &b0) != 0 ||
+        ms_jcfg_as_int(json_array_get(b, 1), &b1) != 0 || b0 != 128 || b1 != 128) {
+        ms_jcfg_problem(j, "quantization_config.weight_block_size must be [128, 128]");
+        return 0;
+    }
+    const char *fmt = json_string_value(json_object_get(q, "fmt"));
+    if (json_object_get(q, "fmt") && (!fmt || strcmp(fmt, "e4m3"))) {
+        ms_jcfg_problem(j, "quantization_config.fmt must be \"e4m3\"");
+        return 0;
+    }
+    const char *act = json_string_value(json_object_get(q, "activation_scheme"));
+    if (json_object_get(q, "activation_scheme") && (!act || strcmp(act, "dynamic"))) {
+        /* static activation scales would be tensors of their own; the releases are dynamic
+         * (weight-only here: activations stay float, as the reference values) */
+        ms_jcfg_problem(j, "quantization_config.activation_scheme must be \"dynamic\"");
+        return 0;
+    }
+    return MS_XENC_FP8;
+}
+
+typedef struct {
+    int n_layers, n_experts, top_k, hidden, inter, step;
+} qw_fields;
+
+#define F(n, a, t, m, lo, hi) {n, a, t, 0, 0, offsetof(qw_fields, m), lo, hi, NULL}
+static const ms_jfield fields[] = {
+    F("num_hidden_layers", NULL, MS_JF_INT, n_layers, 1, 1024),
+    F("num_experts", "num_local_experts", MS_JF_INT, n_experts, 1, 16384),
+    F("num_experts_per_tok", NULL, MS_JF_INT, top_k, 1, 64),
+    F("hidden_size", NULL, MS_JF_INT, hidden, 1, 1 << 16),
+    F("moe_intermediate_size", NULL, MS_JF_INT, inter, 1, 1 << 18),
+    F("decoder_sparse_step", NULL, MS_JF_INT, step, 1, 1024),
+};
+#undef F
+
+/* The MoE layers must be the last ones, from the first on (the expert store's layout: layers
+ * [first_moe, n_layers) route); every release routes in every layer. */
+static int moe_suffix(ms_jcfg *j, json_t *root, const qw_fields *v, int *first_moe)
+{
+    uint8_t only[1024];
+    memset(only, 0, sizeof only);
+    json_t *mo = json_object_get(root, "mlp_only_layers");
+    if (!mo) {
+        ms_jcfg_missing(j, "mlp_only_layers");
+        return -1;
+    }
+    size_t i;
+    json_t *x;
+    json_array_foreach(mo, i, x)
+    {
+        int l;
+        if (ms_jcfg_as_int(x, &l) != 0 || l < 0 || l >= v->n_layers) {
+            ms_jcfg_problem(j, "mlp_only_layers[%zu] must be a layer index 0..%d", i, v->n_layers - 1);
+            return -1;
+        }
+        only[l] = 1;
+    }
+    if (!json_is_array(mo)) {
+        ms_jcfg_problem(j, "mlp_only_layers must be an array of layer indexes");
+        return -1;
+    }
+    int first = v->n_layers;
+    for (int l = 0; l < v->n_layers; l++)
+        if (ms_qwen3_layer_is_moe(l, v->n_experts, v->step, only)) {
+            if (first == v->n_layers) first = l;
+        } else if (first < v->n_layers) {
+            ms_jcfg_problem(j, "layer %d is dense after MoE layer %d (mlp_only_layers, decoder_sparse_step = %d): "
+                               "dense layers are read only before the first MoE layer",
+                            l, first, v->step);
+            return -1;
+        }
+    if (first == v->n_layers) {
+        ms_jcfg_problem(j, "no layer routes (mlp_only_layers, decoder_sparse_step = %d)", v->step);
+        return -1;
+    }
+    *first_moe = first;
+    return 0;
+}
+
+static int qw_describe(ms_jcfg *j, ms_xmodel *out)
+{
+    json_t *root = ms_jcfg_root(j);
+    ms_jscope sc = {{root}, {""}, 1, 0, "", 1};
+    qw_fields v;
+    memset(&v, 0, sizeof v);
+    if (ms_jcfg_read(j, fields, sizeof fields / sizeof fields[0], &sc, &v, sizeof v) != 0) return -1;
+    if (v.top_k > v.n_experts) {
+        ms_jcfg_problem(j, "num_experts_per_tok = %d exceeds num_experts = %d", v.top_k, v.n_experts);
+        return -1;
+    }
+    int first = 0, enc = ms_qwen3_weight_enc(j, root);
+    if (!enc || moe_suffix(j, root, &v, &first) != 0) return -1;
+    return ms_xmodel_set(out, v.n_layers, first, v.n_experts, v.top_k, ms_qwen3_experts_fmt(v.hidden, v.inter, enc, &out->fmt));
+}
+
+int ms_qwen3_experts_fmt(int hidden, int inter, int enc, ms_xfmt *f)
+{
+    memset(f, 0, sizeof *f);
+    if (enc != MS_XENC_BF16 && enc != MS_XENC_FP8 && enc != MS_XENC_FP8_BF16S) {
+        ms_err_set("Qwen3-MoE experts are BF16 or FP8 (e4m3, 128 x 128 blocks)");
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    if (ms_xfmt_widths_ok(hidden, inter, (ms_xenc)enc) != 0) return -1;
+    ms_xfmt_begin(f, "qwen3-moe", hidden, inter, MS_XACT_SWIGLU, NULL, 0);
+    static const char *const names[3] = {"gate", "up", "down"};
+    static const ms_xrole roles[3] = {MS_XROLE_GATE, MS_XROLE_UP, MS_XROLE_DOWN};
+    for (int i = 0; i < 3; i++) {
+        char w[40], s[40];
+        snprintf(w, sizeof w, "%s_proj.weight", names[i]);
+        snprintf(s, sizeof s, "%s_proj.weight_scale_inv", names[i]);
+        const char *parts[2] = {w, s};
+        ms_xfmt_add_mat(f, names[i], roles[i], (ms_xenc)enc, MS_XFMT_NO_BIAS, parts);
+    }
+    return 0;
+}
+
+/* Part `part` of expert e: the whole tensor model.layers.L.mlp.experts.E.<part name>. */
+static int qw_locate(const ms_xfmt *f, int layer, int expert, int part, char *name, size_t n, int *slice,
+                     int *n_slices)
+{
+    *slice = 0;
+    *n_slices = 1;
+    int w = snprintf(name, n, "model.layers.%d.mlp.experts.%d.%s", layer, expert, f->part[part].name);
+    return w >= 0 && (size_t)w < n ? 0 : -1;
+}
+
+static int qw_make(const ms_xfmt *like, ms_xfmt *out)
+{
+    if (like->n_mats != 3 || like->n_params != 0) {
+        ms_err_set("Qwen3-MoE experts take 3 matrices and no activation constants");
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    return ms_qwen3_experts_fmt(like->latent, like->inter, like->mat[0].enc, out);
+}
+
+/* The scale grids' dtype as this checkpoint stores them: F32 or BF16 (both are seen in FP8
+ * releases of this layout). */
+static int qw_refine(ms_xfmt *f, int first_moe, const ms_st *st)
+{
+    if (f->mat[0].enc != MS_XENC_FP8 && f->mat[0].enc != MS_XENC_FP8_BF16S) return 0;
+    char name[160];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.0.gate_proj.weight_scale_inv", first_moe);
+    const ms_st_tensor *t = ms_st_find(st, name);
+    if (!t) return 1;
+    if (t->dtype != MS_DT_F32 && t->dtype != MS_DT_BF16) {
+        ms_err_set("tensor %s is %s; FP8 block scales must be F32 or BF16", name, ms_dtype_name(t->dtype));
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    return ms_qwen3_experts_fmt(f->latent, f->inter, t->dtype == MS_DT_BF16 ? MS_XENC_FP8_BF16S : MS_XENC_FP8, f);
+}
+
+const ms_xfam ms_qwen3_experts = {"qwen3-moe", qw_detect, qw_describe, qw_locate, qw_make, qw_refine};
