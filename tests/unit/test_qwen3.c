@@ -96,6 +96,51 @@ static void check_budgets(const char *dir, const char *name)
     free(lb);
 }
 
+/* tie_word_embeddings: a tied config's head is the embedding. Two copies of a tiny checkpoint:
+ * one with lm_head's bytes overwritten by the embedding's (untied), one with the config tied
+ * (lm_head then unread): the same logits, bit for bit; and not those of the original. */
+static void check_tied(const char *dir)
+{
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/head-is-embed", ms_t_tmpdir("qwen3-tied-a"));
+    snprintf(b, sizeof b, "%s/tied", ms_t_tmpdir("qwen3-tied-b"));
+    int rc = ms_t_runf(NULL, NULL, "rm -rf %s %s && cp -r %s %s && cp -r %s %s", a, b, dir, a, dir, b);
+    ms_st *st = rc == 0 ? ms_st_open_dir(a) : NULL;
+    const ms_st_tensor *e = st ? ms_st_find(st, "model.embed_tokens.weight") : NULL;
+    const ms_st_tensor *h = st ? ms_st_find(st, "lm_head.weight") : NULL;
+    int copied = 0;
+    if (e && h && e->nbytes == h->nbytes) {
+        char *buf = malloc(e->nbytes);
+        FILE *fe = fopen(ms_st_file_path(st, e->file), "rb"), *fh = fopen(ms_st_file_path(st, h->file), "r+b");
+        copied = fe && fh && fseek(fe, (long)e->offset, SEEK_SET) == 0 && fread(buf, 1, e->nbytes, fe) == e->nbytes &&
+                 fseek(fh, (long)h->offset, SEEK_SET) == 0 && fwrite(buf, 1, e->nbytes, fh) == e->nbytes;
+        if (fe) fclose(fe);
+        if (fh && fclose(fh) != 0) copied = 0;
+        free(buf);
+    }
+    ms_st_close(st);
+    char cfg[1300];
+    snprintf(cfg, sizeof cfg, "%s/config.json", b);
+    json_error_t je;
+    json_t *c = json_load_file(cfg, 0, &je);
+    json_object_set_new(c, "tie_word_embeddings", json_true());
+    int wrote = c && json_dump_file(c, cfg, JSON_INDENT(2)) == 0;
+    json_decref(c);
+    T_CHECK(copied && wrote, "tied: the two copies written");
+    enum { N = 12 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 41 + 7) % 480);
+    ms_run_opts o = {.n_threads = 2, .max_positions = N};
+    float *la = ms_t_logits(a, &o, ids, N, 0, NULL), *lb = ms_t_logits(b, &o, ids, N, 0, NULL),
+          *l0 = ms_t_logits(dir, &o, ids, N, 0, NULL);
+    size_t bytes = sizeof(float) * N * 512;
+    T_CHECK(la && lb && l0 && !memcmp(la, lb, bytes) && memcmp(la, l0, bytes),
+            "tie_word_embeddings true: the embedding is the head (= a head holding its bytes), not lm_head.weight");
+    free(la);
+    free(lb);
+    free(l0);
+}
+
 /* synth's presets: the tiny ones (BF16 and FP8) run, with their tokenizer and chat format, in
  * jobs; a released width's layout (sparse) opens and generates at an 8 GiB budget. */
 static void check_synth(void)
@@ -110,6 +155,7 @@ static void check_synth(void)
     T_CHECK(q && q->dtype == MS_DT_F8_E4M3 && sc && sc->dtype == MS_DT_F32 && sc->shape[0] == 1 && sc->shape[1] == 1,
             "synth -fp8: F8_E4M3 experts with an F32 [ceil(128/128), ceil(64/128)] scale grid");
     ms_st_close(st);
+    check_tied(dir);
     check_budgets(dir, "synth qwen3-moe-tiny-fp8");
     /* the same values with BF16 scale grids (experts and trunk): the same bits */
     char d16[1024];
