@@ -22,6 +22,24 @@ void ms_mla_cache_free(ms_mla_cache *kc)
     memset(kc, 0, sizeof *kc);
 }
 
+void ms_mla_cache_save(const ms_mla_cache *kc, const ms_mla_cfg *c, ms_sbuf *out)
+{
+    ms_sbuf_add(out, (const char *)&kc->n, sizeof kc->n);
+    ms_sbuf_add(out, (const char *)kc->lat, sizeof(float) * (size_t)kc->n * (size_t)c->kv_lora);
+    if (c->qk_rope > 0) ms_sbuf_add(out, (const char *)kc->rope, sizeof(float) * (size_t)kc->n * (size_t)c->qk_rope);
+}
+
+int ms_mla_cache_load(ms_mla_cache *kc, const ms_mla_cfg *c, int64_t pos, ms_reader *in)
+{
+    int64_t n;
+    if (ms_reader_take(in, &n, sizeof n) != 0 || n != pos || (size_t)n * (size_t)c->kv_lora * 4 > in->n - in->at) return -1;
+    ms_mla_cache_reserve(kc, c, n > 0 ? n : 1);
+    int rc = ms_reader_take_floats(in, kc->lat, (size_t)n * (size_t)c->kv_lora);
+    if (rc == 0 && c->qk_rope > 0) rc = ms_reader_take_floats(in, kc->rope, (size_t)n * (size_t)c->qk_rope);
+    if (rc == 0) kc->n = n;
+    return rc;
+}
+
 static void cache_reserve(ms_mla_cache *kc, int64_t need, int Rkv, int dr);
 
 uint64_t ms_mla_cache_bytes(const ms_mla_cfg *c, int64_t n)

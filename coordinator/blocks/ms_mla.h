@@ -7,6 +7,7 @@
 #include "ms_rope.h"
 #include "ms_rows.h"
 #include "ms_arena.h"
+#include "ms_sbuf.h"
 
 /* A layer's shape (a value; rotary is borrowed). dq = qk_nope + qk_rope. */
 typedef struct {
@@ -56,6 +57,11 @@ void ms_mla_cache_reset(ms_mla_cache *kc);
 /* Make room for n positions now (so the memory plan holds; the cache still grows if needed). */
 void ms_mla_cache_reserve(ms_mla_cache *kc, const ms_mla_cfg *c, int64_t n);
 void ms_mla_cache_free(ms_mla_cache *kc); /* accepts NULL */
+/* A sequence's cache as bytes appended to out: its positions (int64), the latents, the rope keys. */
+void ms_mla_cache_save(const ms_mla_cache *kc, const ms_mla_cfg *c, ms_sbuf *out);
+/* Read back what ms_mla_cache_save wrote for a sequence at position pos: 0; -1 when it does not
+ * fit (another count or width, cut short); -2 when it holds a non-finite value. */
+int ms_mla_cache_load(ms_mla_cache *kc, const ms_mla_cfg *c, int64_t pos, ms_reader *in);
 
 /* The MLA module for T consecutive tokens at positions kc->n .. kc->n+T-1 (causal), appending
  * them to the cache. x: float[T][E] (input_layernorm output), out: float[T][E].

@@ -256,12 +256,10 @@ static void k3_seq_save(const ms_seq *base, ms_sbuf *out)
     const k3_seq *s = (const k3_seq *)base;
     const ms_k3_cfg *c = &k3c(base->m)->cfg;
     size_t P = (size_t)c->kda_heads * (size_t)c->kda_head_dim, H = (size_t)(c->conv_k - 1);
+    const ms_mla_cfg mc = ms_k3_mla_cfg(c);
     for (int i = 0; i < c->n_layers; i++) {
         if (c->is_mla[i]) {
-            const ms_mla_cache *kc = &s->ls[i].mla;
-            ms_sbuf_add(out, (const char *)&kc->n, sizeof kc->n);
-            ms_sbuf_add(out, (const char *)kc->lat, sizeof(float) * (size_t)kc->n * (size_t)c->kv_lora);
-            if (c->qk_rope > 0) ms_sbuf_add(out, (const char *)kc->rope, sizeof(float) * (size_t)kc->n * (size_t)c->qk_rope);
+            ms_mla_cache_save(&s->ls[i].mla, &mc, out);
         } else {
             const ms_kda_state *st = &s->ls[i].kda;
             ms_sbuf_add(out, (const char *)st->S, sizeof(float) * P * (size_t)c->kda_head_dim);
@@ -281,14 +279,7 @@ static int k3_seq_load(ms_seq *base, ms_reader *in)
     int rc = 0;
     for (int i = 0; i < c->n_layers && rc == 0; i++) {
         if (c->is_mla[i]) {
-            ms_mla_cache *kc = &s->ls[i].mla;
-            int64_t n;
-            if (ms_reader_take(in, &n, sizeof n) != 0 || n != base->pos || (size_t)n * (size_t)c->kv_lora * 4 > in->n - in->at)
-                goto bad;
-            ms_mla_cache_reserve(kc, &mc, n > 0 ? n : 1);
-            rc = ms_reader_take_floats(in, kc->lat, (size_t)n * (size_t)c->kv_lora);
-            if (rc == 0 && c->qk_rope > 0) rc = ms_reader_take_floats(in, kc->rope, (size_t)n * (size_t)c->qk_rope);
-            if (rc == 0) kc->n = n;
+            rc = ms_mla_cache_load(&s->ls[i].mla, &mc, base->pos, in);
         } else {
             ms_kda_state *st = &s->ls[i].kda;
             rc = ms_reader_take_floats(in, st->S, P * (size_t)c->kda_head_dim);
@@ -302,7 +293,6 @@ static int k3_seq_load(ms_seq *base, ms_reader *in)
         }
     }
     if (rc == 0) return 0;
-bad:
     ms_err_set("the sequence state does not fit this model (layer sizes differ, or it was cut short)");
     return -1;
 }
