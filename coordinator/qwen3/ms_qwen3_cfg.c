@@ -7,6 +7,7 @@
 #include "ms_jcfg.h"
 #include "ms_qwen3_cfg.h"
 #include "ms_qwen3_experts.h"
+#include "ms_xfp8.h"
 
 #define P 1 /* counts and widths are positive */
 #define F(n, a, t, m, lo, hi) {n, a, t, 0, 0, offsetof(ms_qwen3_cfg, m), lo, hi, NULL}
@@ -96,7 +97,7 @@ static int from_jcfg(ms_jcfg *j, ms_qwen3_cfg *c)
     if (VALID(eps) && !(c->eps > 0)) ms_jcfg_problem(j, "rms_norm_eps must be > 0, got %g", c->eps);
     if (VALID(vocab) && VALID(eos_id) && c->eos_id >= c->vocab) ms_jcfg_problem(j, "eos_token_id must be an id of the vocabulary");
     if (VALID(vocab) && VALID(bos_id) && c->bos_id >= c->vocab) ms_jcfg_problem(j, "bos_token_id must be an id of the vocabulary");
-    c->fp8 = ms_qwen3_weight_enc(j, root) == MS_XENC_FP8;
+    c->fp8 = ms_xfp8_config_enc(j, root) == MS_XENC_FP8;
     /* the layer kinds: the experts' row reads the same fields (dense layers first, then MoE) */
     if (VALID(n_layers) && VALID(n_experts) && VALID(sparse_step) && ms_jcfg_n_problems(j) == 0) {
         ms_xmodel xm;

@@ -6,6 +6,7 @@
 #include "ms_err.h"
 #include "ms_st.h"
 #include "ms_qwen3_experts.h"
+#include "ms_xfp8.h"
 
 static int qw_detect(json_t *root)
 {
@@ -17,42 +18,6 @@ int ms_qwen3_layer_is_moe(int l, int n_experts, int sparse_step, const uint8_t *
 {
     if (mlp_only && mlp_only[l]) return 0;
     return n_experts > 0 && sparse_step > 0 && (l + 1) % sparse_step == 0;
-}
-
-int ms_qwen3_weight_enc(ms_jcfg *j, json_t *root)
-{
-    json_t *q = json_object_get(root, "quantization_config");
-    if (!q || json_is_null(q)) return MS_XENC_BF16;
-    if (!json_is_object(q)) {
-        ms_jcfg_problem(j, "quantization_config must be an object");
-        return 0;
-    }
-    const char *m = json_string_value(json_object_get(q, "quant_method"));
-    if (!m || strcmp(m, "fp8")) {
-        ms_jcfg_problem(j, "quantization_config.quant_method must be \"fp8\" (the fine-grained FP8 release); "
-                           "other quantizations are not read");
-        return 0;
-    }
-    json_t *b = json_object_get(q, "weight_block_size");
-    int b0, b1;
-    if (!json_is_array(b) || json_array_size(b) != 2 || ms_jcfg_as_int(json_array_get(b, 0), &b0) != 0 ||
-        ms_jcfg_as_int(json_array_get(b, 1), &b1) != 0 || b0 != 128 || b1 != 128) {
-        ms_jcfg_problem(j, "quantization_config.weight_block_size must be [128, 128]");
-        return 0;
-    }
-    const char *fmt = json_string_value(json_object_get(q, "fmt"));
-    if (json_object_get(q, "fmt") && (!fmt || strcmp(fmt, "e4m3"))) {
-        ms_jcfg_problem(j, "quantization_config.fmt must be \"e4m3\"");
-        return 0;
-    }
-    const char *act = json_string_value(json_object_get(q, "activation_scheme"));
-    if (json_object_get(q, "activation_scheme") && (!act || strcmp(act, "dynamic"))) {
-        /* static activation scales would be tensors of their own; the releases are dynamic
-         * (weight-only here: activations stay float, as the reference values) */
-        ms_jcfg_problem(j, "quantization_config.activation_scheme must be \"dynamic\"");
-        return 0;
-    }
-    return MS_XENC_FP8;
 }
 
 typedef struct {
@@ -125,7 +90,7 @@ static int qw_describe(ms_jcfg *j, ms_xmodel *out)
         ms_jcfg_problem(j, "num_experts_per_tok = %d exceeds num_experts = %d", v.top_k, v.n_experts);
         return -1;
     }
-    int first = 0, enc = ms_qwen3_weight_enc(j, root);
+    int first = 0, enc = ms_xfp8_config_enc(j, root);
     if (!enc || moe_suffix(j, root, &v, &first) != 0) return -1;
     return ms_xmodel_set(out, v.n_layers, first, v.n_experts, v.top_k, ms_qwen3_experts_fmt(v.hidden, v.inter, enc, &out->fmt));
 }
@@ -177,13 +142,8 @@ static int qw_refine(ms_xfmt *f, int first_moe, const ms_st *st)
     if (f->mat[0].enc != MS_XENC_FP8 && f->mat[0].enc != MS_XENC_FP8_BF16S) return 0;
     char name[160];
     snprintf(name, sizeof name, "model.layers.%d.mlp.experts.0.gate_proj.weight_scale_inv", first_moe);
-    const ms_st_tensor *t = ms_st_find(st, name);
-    if (!t) return 1;
-    if (t->dtype != MS_DT_F32 && t->dtype != MS_DT_BF16) {
-        ms_err_set("tensor %s is %s; FP8 block scales must be F32 or BF16", name, ms_dtype_name(t->dtype));
-        return ms_err_set_code(MS_EXIT_MODEL);
-    }
-    return ms_qwen3_experts_fmt(f->latent, f->inter, t->dtype == MS_DT_BF16 ? MS_XENC_FP8_BF16S : MS_XENC_FP8, f);
+    int enc = 0, rc = ms_xfp8_scale_enc(st, name, &enc);
+    return rc != 0 ? rc : ms_qwen3_experts_fmt(f->latent, f->inter, enc, f);
 }
 
 const ms_xfam ms_qwen3_experts = {"qwen3-moe", qw_detect, qw_describe, qw_locate, qw_make, qw_refine};

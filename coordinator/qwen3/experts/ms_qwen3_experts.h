@@ -23,9 +23,4 @@ int ms_qwen3_experts_fmt(int hidden, int inter, int enc, ms_xfmt *f);
  * mlp_only: [n_layers] 1 for a listed layer (NULL: none). */
 int ms_qwen3_layer_is_moe(int l, int n_experts, int sparse_step, const uint8_t *mlp_only);
 
-/* The weight encoding a config's quantization_config names: MS_XENC_BF16 when absent,
- * MS_XENC_FP8 for {"quant_method": "fp8", "weight_block_size": [128, 128]}; other values are
- * recorded as problems in j (naming the field) and give 0. */
-int ms_qwen3_weight_enc(ms_jcfg *j, json_t *root);
-
 #endif
