@@ -35,8 +35,11 @@ FENCES = {
                 re.compile(r"ms_gptoss_\w*|\bgpt_oss\w*|swiglu_limit|gate_up_proj|swiglu_clamp", re.I),
                 re.compile(r"swiglu_clamp", re.I)),
     "Qwen3-MoE": (("coordinator/qwen3/",),
-                  re.compile(r"ms_qwen3_\w*|\bqwen3_moe\w*|norm_topk_prob|mlp_only_layers|decoder_sparse_step", re.I),
+                  re.compile(r"ms_qwen3_\w*|\bqwen3_moe\w*|mlp_only_layers|decoder_sparse_step", re.I),
                   re.compile(r"(?!)")),
+    "DeepSeek-V3": (("coordinator/dsv3/",),
+                    re.compile(r"ms_dsv3_\w*|\bdeepseek_v3\w*|\bkimi_k2\b|\bds_(model|seq|layer)\b|\beh_proj\b"),
+                    re.compile(r"(?!)")),
 }
 REGISTRY = ("coordinator/families/ms_families.c",)
 ACTIVATION_FILES = ("common/kern/ms_ops.", "common/kern/ms_act.", "common/xfmt/ms_xfmt.", "common/expert/ms_expert.", "proto/moestream.proto")

@@ -1,0 +1,279 @@
+/* ms_dsv3_model: DeepSeek-V3 / Kimi K2 behind the family interface: binding of the Hugging Face layout (FP8 or BF16), sequences of MLA caches, sizes, opening. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_dsv3_experts.h"
+#include "ms_dsv3_int.h"
+#include "ms_dsv3_model.h"
+#include "ms_err.h"
+#include "ms_xfams.h"
+
+static ds_model *ds(ms_model *m) { return (ds_model *)m; }
+static const ds_model *dsc(const ms_model *m) { return (const ds_model *)m; }
+
+/* ---- binding ---- */
+
+static const float *vec(ms_model *m, const char *name, int64_t n)
+{
+    int64_t s[1] = {n};
+    return ms_mrt_vec(m, name, n, 1, s);
+}
+
+static void bind_layer(ds_model *g, int l)
+{
+    ms_model *m = &g->base;
+    const ms_dsv3_cfg *c = &g->cfg;
+    ds_layer *w = &g->layers[l];
+    int64_t H = c->hidden, dq = c->qk_nope + c->qk_rope, nh = c->n_heads, SI = (int64_t)c->n_shared * c->moe_inter;
+    char n[256];
+    int n_refs0 = m->n_refs;
+#define NAME(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
+    w->in_norm = vec(m, NAME("input_layernorm.weight"), H);
+    ms_mrt_mat(m, &w->mla.qa, NAME("self_attn.q_a_proj.weight"), c->q_lora, H);
+    w->mla.qa_norm = vec(m, NAME("self_attn.q_a_layernorm.weight"), c->q_lora);
+    ms_mrt_mat(m, &w->mla.qb, NAME("self_attn.q_b_proj.weight"), nh * dq, c->q_lora);
+    ms_mrt_mat(m, &w->mla.kva, NAME("self_attn.kv_a_proj_with_mqa.weight"), c->kv_lora + c->qk_rope, H);
+    w->mla.kva_norm = vec(m, NAME("self_attn.kv_a_layernorm.weight"), c->kv_lora);
+    ms_mrt_mat(m, &w->mla.kvb, NAME("self_attn.kv_b_proj.weight"), nh * (c->qk_nope + c->v_head), c->kv_lora);
+    ms_mrt_mat(m, &w->mla.o, NAME("self_attn.o_proj.weight"), H, nh * c->v_head);
+    w->mla.kvb_buf = &g->kvb_buf;
+    w->post_norm = vec(m, NAME("post_attention_layernorm.weight"), H);
+    if (l < c->n_dense) {
+        ms_mrt_mat(m, &w->gate, NAME("mlp.gate_proj.weight"), c->inter, H);
+        ms_mrt_mat(m, &w->up, NAME("mlp.up_proj.weight"), c->inter, H);
+        ms_mrt_mat(m, &w->down, NAME("mlp.down_proj.weight"), H, c->inter);
+    } else {
+        ms_mrt_mat(m, &w->router, NAME("mlp.gate.weight"), c->n_experts, H);
+        w->select_bias = vec(m, NAME("mlp.gate.e_score_correction_bias"), c->n_experts);
+        if (SI > 0) {
+            ms_mrt_mat(m, &w->sgate, NAME("mlp.shared_experts.gate_proj.weight"), SI, H);
+            ms_mrt_mat(m, &w->sup, NAME("mlp.shared_experts.up_proj.weight"), SI, H);
+            ms_mrt_mat(m, &w->sdown, NAME("mlp.shared_experts.down_proj.weight"), H, SI);
+        }
+    }
+#undef NAME
+    ms_mrt_refs_layer(m, n_refs0, l);
+    if (l < c->n_dense || m->opts.remote_experts) return;
+    if (!m->info.have_xfmt) {
+        ms_mrt_error(m, "layer %d experts: %s", l, m->info.why_no_xfmt);
+        return;
+    }
+    for (int e = 0; e < c->n_experts && m->n_errors <= 8; e++)
+        if (ms_mrt_expert(m, &m->info.xfmt, l, e) == 0) {
+            char name[256];
+            int slice, ns;
+            ms_xfam_locate(&m->info.xfmt, l, e, 0, name, sizeof name, &slice, &ns);
+            ms_mrt_error(m, "tensor %s is missing from %s", name, m->src.what);
+        }
+}
+
+/* The config's depth and experts against the checkpoint, before anything is sized from them. */
+static int check_counts(const ms_dsv3_cfg *c, const ms_tsrc *src)
+{
+    char n[256];
+    ms_tview tv;
+    snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", c->n_layers - 1);
+    if (!src->find(src->ctx, n, &tv)) {
+        ms_err_set("%s: config says num_hidden_layers = %d, but the checkpoint has no tensor %s", src->what,
+                   c->n_layers, n);
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.gate_proj.weight", c->n_dense, c->n_experts);
+    if (src->find(src->ctx, n, &tv)) {
+        ms_err_set("%s: config says n_routed_experts = %d, but the checkpoint has tensor %s", src->what, c->n_experts, n);
+        return ms_err_set_code(MS_EXIT_MODEL);
+    }
+    return 0;
+}
+
+/* ---- sizes ---- */
+
+static size_t k_work_floats(const ms_model *m, int64_t R, int64_t out_rows) { return ds_work_floats(dsc(m), R, out_rows); }
+
+static uint64_t k_state_bytes(const ms_model *m, int64_t positions, int64_t spec_rows)
+{
+    (void)spec_rows; /* the caches keep every position: rejected rows are overwritten */
+    ms_mla_cfg mc = ds_mla_cfg(dsc(m));
+    return ms_mla_cache_bytes(&mc, positions) * (uint64_t)dsc(m)->cfg.n_layers;
+}
+
+static uint64_t k_fixed_bytes(const ms_model *m, int threads, int64_t positions)
+{
+    ms_mla_cfg mc = ds_mla_cfg(dsc(m));
+    return (uint64_t)threads * ms_mla_thread_bytes(&mc, positions);
+}
+
+/* ---- sequences ---- */
+
+static ms_seq *k_seq_new(ms_model *m)
+{
+    const ms_dsv3_cfg *c = &ds(m)->cfg;
+    ms_mla_cfg mc = ds_mla_cfg(ds(m));
+    ds_seq *s = ms_calloc(1, sizeof *s);
+    s->base.m = m;
+    s->kv = ms_calloc((size_t)c->n_layers, sizeof *s->kv);
+    for (int l = 0; l < c->n_layers; l++) {
+        ms_mla_cache_init(&s->kv[l]);
+        if (m->opts.max_positions > 0) ms_mla_cache_reserve(&s->kv[l], &mc, m->opts.max_positions);
+    }
+    return &s->base;
+}
+
+static void k_seq_free(ms_seq *base)
+{
+    ds_seq *s = (ds_seq *)base;
+    for (int l = 0; l < ds(base->m)->cfg.n_layers; l++) ms_mla_cache_free(&s->kv[l]);
+    free(s->kv);
+    free(s);
+}
+
+static ms_seq *k_seq_clone(const ms_seq *base)
+{
+    const ds_seq *s = (const ds_seq *)base;
+    ms_mla_cfg mc = ds_mla_cfg(ds(base->m));
+    int n = ds(base->m)->cfg.n_layers;
+    ds_seq *d = ms_calloc(1, sizeof *d);
+    d->base = *base;
+    d->kv = ms_calloc((size_t)n, sizeof *d->kv);
+    for (int l = 0; l < n; l++) ms_mla_cache_copy(&d->kv[l], &s->kv[l], &mc);
+    return &d->base;
+}
+
+static void k_seq_save(const ms_seq *base, ms_sbuf *out)
+{
+    const ds_seq *s = (const ds_seq *)base;
+    ms_mla_cfg mc = ds_mla_cfg(ds(base->m));
+    for (int l = 0; l < ds(base->m)->cfg.n_layers; l++) ms_mla_cache_save(&s->kv[l], &mc, out);
+}
+
+static int k_seq_load(ms_seq *base, ms_reader *in)
+{
+    ds_seq *s = (ds_seq *)base;
+    ms_mla_cfg mc = ds_mla_cfg(ds(base->m));
+    for (int l = 0; l < ds(base->m)->cfg.n_layers; l++) {
+        int rc = ms_mla_cache_load(&s->kv[l], &mc, base->pos, in);
+        if (rc == -2) {
+            ms_err_set("the sequence state holds a non-finite value (NaN or infinity) in layer %d, at byte %zu", l, in->at);
+            return -1;
+        }
+        if (rc != 0) {
+            ms_err_set("the sequence state does not fit this model (layer sizes differ, or it was cut short)");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Rejected rows: the caches' positions past the kept ones are never read and are overwritten next. */
+static void k_seq_keep(ms_seq *base, int64_t keep)
+{
+    ds_seq *s = (ds_seq *)base;
+    int64_t drop = base->spec_rows - keep;
+    for (int l = 0; l < ds(base->m)->cfg.n_layers; l++) {
+        MS_ASSERT(s->kv[l].n >= drop);
+        s->kv[l].n -= drop;
+    }
+    base->pos -= drop;
+    base->spec_rows = 0;
+}
+
+/* ---- opening ---- */
+
+static void k_free(ms_model *m)
+{
+    ds_model *g = ds(m);
+    free(g->layers);
+    ms_rope_free(&g->rope);
+    ms_mat_buf_free(&g->kvb_buf);
+}
+
+static const ms_model_ops ds_ops = {
+    .free = k_free,
+    .pass = &ds_pass,
+    .seq_new = k_seq_new,
+    .seq_free = k_seq_free,
+    .seq_keep = k_seq_keep,
+    .seq_clone = k_seq_clone,
+    .seq_save = k_seq_save,
+    .seq_load = k_seq_load,
+    .work_floats = k_work_floats,
+    .state_bytes = k_state_bytes,
+    .fixed_bytes = k_fixed_bytes,
+};
+
+void ms_dsv3_info_of_cfg(const ms_dsv3_cfg *c, ms_model_info *in)
+{
+    in->family = ms_dsv3_experts.name;
+    in->vocab = c->vocab;
+    in->hidden = c->hidden;
+    in->n_layers = c->n_layers;
+    in->first_moe = c->n_dense;
+    in->n_experts = c->n_experts;
+    in->top_k = c->top_k;
+    in->bos_id = c->bos_id; /* the chat templates begin with it */
+    in->eos_id = c->eos_id;
+    in->max_context = c->max_positions;
+}
+
+ms_model *ms_dsv3_model_bind(const ms_dsv3_cfg *cfg, const ms_tsrc *src, const ms_run_opts *o, int enc)
+{
+    if (check_counts(cfg, src) != 0) return NULL;
+    ds_model *g = ms_calloc(1, sizeof *g);
+    ms_model *m = &g->base;
+    g->cfg = *cfg;
+    const ms_dsv3_cfg *c = &g->cfg;
+    ms_model_info *in = &m->info;
+    ms_dsv3_info_of_cfg(c, in);
+    in->have_xfmt = ms_dsv3_experts_fmt(c->hidden, c->moe_inter, enc, &in->xfmt) == 0;
+    if (!in->have_xfmt) snprintf(in->why_no_xfmt, sizeof in->why_no_xfmt, "%s", ms_err_msg());
+    if (ms_rope_init_deepseek_yarn(&g->rope, c->qk_rope, c->rope_theta, c->yarn_factor, c->yarn_orig_ctx,
+                                   c->yarn_beta_fast, c->yarn_beta_slow) != 0) {
+        free(g);
+        return NULL;
+    }
+    int64_t pos = o && o->max_positions > 0 ? o->max_positions : 4096;
+    in->state_bytes = k_state_bytes(m, pos, 0);
+    in->scratch_row_bytes = 4 * (ds_work_floats(g, 1, 1) - ds_work_floats(g, 0, 0));
+    m->embed = &g->embed;
+    if (ms_mrt_init(m, &ds_ops, src, o, MS_XACT_SWIGLU, NULL, c->hidden) != 0) {
+        ms_model_free(m);
+        return NULL;
+    }
+    ms_mrt_mat(m, &g->embed, "model.embed_tokens.weight", c->vocab, c->hidden);
+    g->layers = ms_calloc((size_t)c->n_layers, sizeof *g->layers);
+    for (int l = 0; l < c->n_layers && m->n_errors <= 8; l++) bind_layer(g, l);
+    int64_t s1[1] = {c->hidden};
+    g->final_norm = ms_mrt_vec(m, "model.norm.weight", c->hidden, 1, s1);
+    ms_mrt_mat(m, &g->lm_head, "lm_head.weight", c->vocab, c->hidden);
+    if (ms_mrt_bind_done(m) != 0) {
+        ms_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+ms_model *ms_dsv3_model_open(const char *dir, const ms_run_opts *o)
+{
+    char path[4096];
+    ms_dsv3_cfg cfg;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (ms_dsv3_cfg_load(path, &cfg) != 0) return NULL;
+    ms_st *st = ms_st_open_dir(dir);
+    ms_xfmt f;
+    if (!st || ms_dsv3_experts_fmt(cfg.hidden, cfg.moe_inter, cfg.fp8 ? MS_XENC_FP8 : MS_XENC_BF16, &f) != 0 ||
+        ms_xfam_refine(&f, cfg.n_dense, st, dir) < 0) {
+        ms_st_close(st);
+        return NULL;
+    }
+    ms_tsrc src;
+    ms_mrt_source(st, dir, &src);
+    ms_model *m = ms_dsv3_model_bind(&cfg, &src, o, f.mat[0].enc);
+    if (!m) {
+        free((void *)src.paths);
+        ms_st_close(st);
+        return NULL;
+    }
+    ms_mrt_adopt(m, st, &src);
+    return m;
+}
