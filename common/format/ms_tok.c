@@ -359,16 +359,16 @@ typedef struct {
 } tok_matcher;
 
 /* Next match at or after pos in subj[0..n): 1 with [*ms, *me), 0 for none, -1 on error. */
-static int tok_next_match(const ms_tok *t, tok_matcher *m, const uint8_t *subj, size_t n, size_t pos, size_t *ms,
+static int tok_next_match(const pcre2_code *re, tok_matcher *m, const uint8_t *subj, size_t n, size_t pos, size_t *ms,
                           size_t *me)
 {
     /* Each call may take steps linear in what is left of the text (the built-in patterns repeat
      * single classes); a pattern from a tokenizer.json that backtracks exponentially, like
      * (a+)+$, reaches the limit and the text is refused instead of running for hours. */
     pcre2_set_match_limit(m->mctx, (uint32_t)(n - pos > (1u << 22) ? UINT32_MAX : 10000000u + 256u * (n - pos)));
-    int rc = pcre2_match(t->re, subj, n, pos, PCRE2_NO_UTF_CHECK, m->md, m->mctx);
+    int rc = pcre2_match(re, subj, n, pos, PCRE2_NO_UTF_CHECK, m->md, m->mctx);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* the interpreter's frames are on the heap, bounded below */
-        rc = pcre2_match(t->re, subj, n, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, m->md, m->mctx);
+        rc = pcre2_match(re, subj, n, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, m->md, m->mctx);
     if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
         rc == PCRE2_ERROR_JIT_STACKLIMIT)
         return tok_fail(MS_EXIT_INPUT, "tokenizer: the split pattern backtracks too much on this text (PCRE2 %s limit "
@@ -387,6 +387,38 @@ static int tok_next_match(const ms_tok *t, tok_matcher *m, const uint8_t *subj, 
     return 1;
 }
 
+/* A Sequence's earlier split `level` (of t->n_pre) over p[0..n): its matches and the text
+ * between them (an Isolated split keeps both) are each split by the next level, the last by
+ * t->re in tok_encode_ordinary. */
+static int tok_encode_ordinary(const ms_tok *t, tok_matcher *m, tok_scratch *s, const uint8_t *p, size_t n,
+                               tok_ids *out);
+static int tok_encode_level(const ms_tok *t, int level, tok_matcher *m, tok_scratch *s, const uint8_t *p, size_t n,
+                            tok_ids *out)
+{
+    size_t pos = 0;
+    while (pos < n) {
+        size_t a = n, b = n;
+        int rc = tok_next_match(t->pre[level], m, p, n, pos, &a, &b);
+        if (rc < 0) return -1;
+        if (rc == 0) a = b = n;
+        if (b == a && rc == 1) { /* an empty match splits nothing: step over one code point */
+            b = a + 1;
+            while (b < n && (p[b] & 0xc0) == 0x80) b++;
+            a = b;
+        }
+        for (int k = 0; k < 2; k++) { /* the gap before the match, then the match */
+            size_t x = k ? a : pos, y = k ? b : a;
+            if (y <= x) continue;
+            int r2 = level + 1 < t->n_pre ? tok_encode_level(t, level + 1, m, s, p + x, y - x, out)
+                                          : tok_encode_ordinary(t, m, s, p + x, y - x, out);
+            if (r2 != 0) return -1;
+        }
+        if (rc == 0) break;
+        pos = b;
+    }
+    return 0;
+}
+
 /* Tokenize ordinary text (no special-token handling) like tiktoken's find_iter + BPE. */
 static int tok_encode_ordinary(const ms_tok *t, tok_matcher *m, tok_scratch *s, const uint8_t *p, size_t n,
                                tok_ids *out)
@@ -394,7 +426,7 @@ static int tok_encode_ordinary(const ms_tok *t, tok_matcher *m, tok_scratch *s, 
     size_t pos = 0;
     while (pos < n) {
         size_t a = 0, b = 0;
-        int rc = tok_next_match(t, m, p, n, pos, &a, &b);
+        int rc = tok_next_match(t->re, m, p, n, pos, &a, &b);
         if (rc < 0) return -1;
         if (rc == 0) a = b = n;
         /* The pattern matches every code point, so gaps cannot occur; if they did, keep the
@@ -466,10 +498,12 @@ int ms_tok_encode(const ms_tok *t, const char *text, size_t len, int allow_speci
             utf8proc_uint8_t *nfc = NULL;
             utf8proc_ssize_t nl = utf8proc_map(p + pos, (utf8proc_ssize_t)(at - pos), &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
             int rc = nl < 0 ? (ms_err_set("tokenizer: NFC: %s", utf8proc_errmsg(nl)), -1)
-                            : tok_encode_ordinary(t, &m, &s, nfc, (size_t)nl, &out);
+                            : t->n_pre ? tok_encode_level(t, 0, &m, &s, nfc, (size_t)nl, &out)
+                                       : tok_encode_ordinary(t, &m, &s, nfc, (size_t)nl, &out);
             free(nfc);
             if (rc != 0) goto fail;
-        } else if (at > pos && tok_encode_ordinary(t, &m, &s, p + pos, at - pos, &out) != 0) {
+        } else if (at > pos && (t->n_pre ? tok_encode_level(t, 0, &m, &s, p + pos, at - pos, &out)
+                                         : tok_encode_ordinary(t, &m, &s, p + pos, at - pos, &out)) != 0) {
             goto fail;
         }
         if (k < 0) break;

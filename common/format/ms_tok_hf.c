@@ -1,4 +1,4 @@
-/* ms_tok_hf: the tokenizer from a Hugging Face tokenizer.json (byte-level BPE, a Split regex pre-tokenizer, an NFC normaliser, added tokens, merges kept or ignored), as gpt-oss and Qwen3 ship it. */
+/* ms_tok_hf: the tokenizer from a Hugging Face tokenizer.json (byte-level BPE, a Split regex pre-tokenizer or a Sequence of them, an NFC normaliser, added tokens, merges kept or ignored), as gpt-oss, Qwen3 and DeepSeek-V3 ship it. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 
 #include <jansson.h>
@@ -92,36 +92,43 @@ static int is_type(json_t *o, const char *type)
     return t && !strcmp(t, type);
 }
 
-/* The pre-tokenizer: Sequence[Split(Regex, Isolated), ByteLevel(use_regex false)], or a
- * single Split before a ByteLevel decoder. Returns the regex (borrowed) or NULL after a problem. */
-static const char *split_pattern(json_t *root, const char *path)
+/* One Split pre-tokenizer's regex (pattern.Regex, behavior Isolated, not inverted), or NULL. */
+static const char *split_regex(json_t *split)
 {
-    json_t *pt = field(root, "pre_tokenizer"), *split = NULL;
-    if (is_type(pt, "Sequence")) {
-        json_t *l = field(pt, "pretokenizers");
-        size_t n = json_array_size(l);
-        for (size_t i = 0; i < n; i++) {
-            json_t *p = json_array_get(l, i);
-            if (is_type(p, "Split") && !split)
-                split = p;
-            else if (!is_type(p, "ByteLevel") || json_is_true(field(p, "use_regex")) ||
-                     json_is_true(field(p, "add_prefix_space")))
-                return hf_fail(MS_EXIT_INPUT, "%s: pre_tokenizer.pretokenizers[%zu] is not one this loader reads "
-                                              "(a Split regex, then ByteLevel without its own regex or prefix space)",
-                               path, i),
-                       NULL;
-        }
-    } else if (is_type(pt, "Split")) {
-        split = pt;
-    }
     const char *re = json_string_value(field(field(split, "pattern"), "Regex"));
     const char *beh = json_string_value(field(split, "behavior"));
-    if (!split || !re || !beh || strcmp(beh, "Isolated") || json_is_true(field(split, "invert")))
+    return re && beh && !strcmp(beh, "Isolated") && !json_is_true(field(split, "invert")) ? re : NULL;
+}
+
+/* The pre-tokenizer: a Split, or a Sequence of up to MS_TOK_MAX_SPLITS Splits (each applied to
+ * the pieces of the one before, DeepSeek-V3's three) and a ByteLevel without its own regex or
+ * prefix space. The regexes (borrowed) into re[], their count returned; -1 after a problem. */
+static int split_patterns(json_t *root, const char *path, const char **re)
+{
+    json_t *pt = field(root, "pre_tokenizer");
+    int n = 0;
+    if (is_type(pt, "Sequence")) {
+        json_t *l = field(pt, "pretokenizers");
+        for (size_t i = 0; i < json_array_size(l); i++) {
+            json_t *p = json_array_get(l, i);
+            if (is_type(p, "Split") && n < MS_TOK_MAX_SPLITS && (re[n] = split_regex(p))) {
+                n++;
+                continue;
+            }
+            if (!is_type(p, "ByteLevel") || json_is_true(field(p, "use_regex")) || json_is_true(field(p, "add_prefix_space")))
+                return hf_fail(MS_EXIT_INPUT, "%s: pre_tokenizer.pretokenizers[%zu] is not one this loader reads "
+                                              "(up to %d Splits by a regex, behavior Isolated, then ByteLevel without "
+                                              "its own regex or prefix space)",
+                               path, i, MS_TOK_MAX_SPLITS);
+        }
+    } else if (is_type(pt, "Split") && (re[0] = split_regex(pt))) {
+        n = 1;
+    }
+    if (n == 0)
         return hf_fail(MS_EXIT_INPUT, "%s: pre_tokenizer must split by a regex (Split, pattern.Regex, behavior "
                                       "Isolated, invert false), as byte-level BPE tokenizers do",
-                       path),
-               NULL;
-    return re;
+                       path);
+    return n;
 }
 
 /* Ranks from model.vocab (id = rank, 0..n-1, each a distinct byte string), then the merges,
@@ -334,7 +341,7 @@ static void count_model(const char *s, size_t n, size_t *n_vocab, size_t *n_merg
  * length, pattern, then u64 XXH3-64 of all before. A cache file that is wrong in any way is
  * not used (and is written again). */
 #define HF_CACHE_MAGIC "MSTOKHF1"
-#define HF_CACHE_VERSION 2u /* 2: u32 flags (bit 0: NFC, bit 1: merges kept) after the version; per added
+#define HF_CACHE_VERSION 3u /* 3: the split patterns as a count and each (length, bytes); 2: u32 flags (bit 0: NFC, bit 1: merges kept) after the version; per added
                               token a u32 plain flag; the merges' rank pairs after the added tokens */
 
 static void cache_path(const char *text, size_t len, char *out, size_t cap)
@@ -431,15 +438,24 @@ static int cache_load(ms_tok *t, const char *cpath, const char *path)
         }
         ok = ok && ms_tok_specials_index(t, path) == 0 && ms_tok_check_bytes(t, path) == 0;
     }
-    char *pat = NULL;
-    if (ok && crd_take(&r, &pl, 4) == 0 && pl <= r.n - r.at && r.at + pl == r.n) {
-        pat = ms_malloc((size_t)pl + 1);
-        crd_take(&r, pat, pl);
-        pat[pl] = 0;
-        t->re = ms_tok_regex_compile_pattern(pat, &t->jit);
+    uint32_t np = 0;
+    ok = ok && crd_take(&r, &np, 4) == 0 && np >= 1 && np <= MS_TOK_MAX_SPLITS;
+    for (uint32_t k = 0; ok && k < np; k++) {
+        char *pat = NULL;
+        ok = crd_take(&r, &pl, 4) == 0 && pl <= r.n - r.at && (k + 1 < np || r.at + pl == r.n);
+        if (ok) {
+            pat = ms_malloc((size_t)pl + 1);
+            crd_take(&r, pat, pl);
+            pat[pl] = 0;
+            int jit = 0;
+            pcre2_code *re = ms_tok_regex_compile_pattern(pat, &jit);
+            if (k + 1 < np) t->pre[t->n_pre++] = re;
+            else t->re = re, t->jit = jit;
+            ok = re != NULL;
+        }
+        free(pat);
     }
     ok = ok && t->re;
-    free(pat);
     free(b);
     if (!ok) {
         ms_tok_reset(t);
@@ -453,7 +469,7 @@ static void put32(ms_sbuf *b, uint32_t v) { ms_sbuf_add(b, (const char *)&v, 4);
 
 /* Keep what t holds (loaded from path; its split pattern translated as pat) at cpath. Best
  * effort: a cache that cannot be written is not an error. */
-static void cache_save(const ms_tok *t, const char *pat, const char *cpath)
+static void cache_save(const ms_tok *t, char *const *pat, int np, const char *cpath)
 {
     if (!cpath[0]) return;
     ms_sbuf b = {0};
@@ -477,8 +493,11 @@ static void cache_save(const ms_tok *t, const char *pat, const char *cpath)
         put32(&b, t->n_merges);
         ms_sbuf_add(&b, (const char *)t->merge_pairs, sizeof *t->merge_pairs * 2 * (size_t)t->n_merges);
     }
-    put32(&b, (uint32_t)strlen(pat));
-    ms_sbuf_adds(&b, pat);
+    put32(&b, (uint32_t)np);
+    for (int k = 0; k < np; k++) {
+        put32(&b, (uint32_t)strlen(pat[k]));
+        ms_sbuf_adds(&b, pat[k]);
+    }
     uint64_t sum = XXH3_64bits(b.s, b.n);
     ms_sbuf_add(&b, (const char *)&sum, 8);
     char tmp[4200];
@@ -511,8 +530,8 @@ int ms_tok_hf_load(ms_tok *t, const char *path)
     json_t *root = json_loadb(text, len, 0, &je);
     free(text);
     if (!root) return hf_fail(MS_EXIT_INPUT, "%s:%d: bad JSON: %s", path, je.line, je.text);
-    int rc = -1;
-    const char *pat;
+    int rc = -1, np = 0;
+    const char *pat[MS_TOK_MAX_SPLITS];
     if (!json_is_object(root)) {
         hf_fail(MS_EXIT_INPUT, "%s: top level is not a JSON object", path);
     } else if (!json_is_null(field(root, "normalizer")) && field(root, "normalizer") &&
@@ -520,15 +539,21 @@ int ms_tok_hf_load(ms_tok *t, const char *path)
         hf_fail(MS_EXIT_INPUT, "%s: normalizer: only NFC is supported (or none)", path);
     } else if (!is_type(field(root, "decoder"), "ByteLevel")) {
         hf_fail(MS_EXIT_INPUT, "%s: decoder must be ByteLevel", path);
-    } else if ((pat = split_pattern(root, path)) && load_model(t, field(root, "model"), path) == 0 &&
+    } else if ((np = split_patterns(root, path, pat)) > 0 && load_model(t, field(root, "model"), path) == 0 &&
                load_added(t, field(root, "added_tokens"), path) == 0) {
         t->nfc = is_type(field(root, "normalizer"), "NFC");
-        char *p = translate(pat, path);
-        t->re = p ? ms_tok_regex_compile_pattern(p, &t->jit) : NULL;
-        if (p && !t->re) ms_err_wrap("%s: pre_tokenizer pattern", path);
-        if (t->re) cache_save(t, p, cpath);
-        free(p);
-        rc = t->re ? 0 : -1;
+        char *p[MS_TOK_MAX_SPLITS] = {0};
+        rc = 0;
+        for (int k = 0; k < np && rc == 0; k++) {
+            int jit = 0;
+            pcre2_code *re = (p[k] = translate(pat[k], path)) ? ms_tok_regex_compile_pattern(p[k], &jit) : NULL;
+            if (p[k] && !re) ms_err_wrap("%s: pre_tokenizer pattern %d", path, k);
+            if (!re) rc = -1;
+            else if (k + 1 < np) t->pre[t->n_pre++] = re;
+            else t->re = re, t->jit = jit;
+        }
+        if (rc == 0) cache_save(t, p, np, cpath);
+        for (int k = 0; k < np; k++) free(p[k]);
     }
     json_decref(root);
     return rc;

@@ -24,6 +24,8 @@ typedef struct {
                       its text kept when special tokens are skipped */
 } tok_special;
 
+#define MS_TOK_MAX_SPLITS 4 /* Split pre-tokenizers in a tokenizer.json Sequence */
+
 struct ms_tok {
     int n_ranks;        /* ranks 0..n_ranks-1, token id = rank */
     int n_vocab;        /* one more than the largest id */
@@ -38,8 +40,11 @@ struct ms_tok {
     int *spec_match;          /* [n_special] indices into spec, longest content first */
     int *spec_by_id;          /* [n_vocab - n_ranks] index into spec or -1 */
     uint8_t spec_first[256];  /* 1 if some special content starts with this byte */
-    pcre2_code *re;
+    pcre2_code *re;           /* the split regex (of a Sequence of splits, the last) */
     int jit; /* 1 if JIT compilation succeeded */
+    pcre2_code *pre[MS_TOK_MAX_SPLITS - 1]; /* a tokenizer.json Sequence's earlier Split regexes:
+                                               each splits the pieces of the one before (DeepSeek-V3) */
+    int n_pre;
     int nfc; /* 1: text between added tokens is put in Unicode NFC before it is split (a
                 tokenizer.json normalizer NFC) */
     /* Merges only (a tokenizer.json BPE with ignore_merges false): two adjacent parts join only

@@ -386,6 +386,7 @@ void ms_tok_reset(ms_tok *t)
     free(t->spec_match);
     free(t->spec_by_id);
     if (t->re) pcre2_code_free(t->re);
+    for (int i = 0; i < t->n_pre; i++) pcre2_code_free(t->pre[i]);
     free(t->merge_pairs);
     free(t->merge_keys);
     free(t->merge_prio);

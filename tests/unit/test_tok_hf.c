@@ -275,6 +275,83 @@ static void check_cache(const char *src, const char *cache)
     for (int i = 0; i < 3; i++) free(want[i]);
 }
 
+/* A Sequence of Splits (DeepSeek-V3's pre-tokenizer: digits in runs of up to three, then CJK
+ * runs, then words), each splitting the pieces of the one before, Isolated (the text between
+ * matches is a piece too): a text's ids are those of its pieces, each encoded alone by the
+ * last split; loaded again from the cache, the same. */
+static json_t *split_re(const char *re)
+{
+    return json_pack("{s:s,s:{s:s},s:s,s:b}", "type", "Split", "pattern", "Regex", re, "behavior", "Isolated", "invert", 0);
+}
+static const char *const words_re = "[A-Za-z]+| ?[^\\sA-Za-z0-9]+|\\s+|.";
+static void ed_seq3(json_t *j)
+{
+    json_t *l = json_pack("[o,o,o,{s:s,s:b,s:b,s:b}]", split_re("\\p{N}{1,3}"),
+                          split_re("[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+"), split_re(words_re),
+                          "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 0);
+    json_object_set_new(j, "pre_tokenizer", json_pack("{s:s,s:o}", "type", "Sequence", "pretokenizers", l));
+}
+static void ed_seq1(json_t *j)
+{
+    json_t *l = json_pack("[o,{s:s,s:b,s:b,s:b}]", split_re(words_re), "type", "ByteLevel", "add_prefix_space", 0,
+                          "trim_offsets", 1, "use_regex", 0);
+    json_object_set_new(j, "pre_tokenizer", json_pack("{s:s,s:o}", "type", "Sequence", "pretokenizers", l));
+}
+static void ed_seq5(json_t *j)
+{
+    json_t *l = json_pack("[o,o,o,o,o]", split_re("a"), split_re("b"), split_re("c"), split_re("d"), split_re("e"));
+    json_object_set_new(j, "pre_tokenizer", json_pack("{s:s,s:o}", "type", "Sequence", "pretokenizers", l));
+}
+
+static void check_split_sequence(const char *src)
+{
+    char seq[1200], one[1200];
+    /* edited() starts its directory afresh: each result moves to a directory of its own */
+    snprintf(seq, sizeof seq, "%s/seq3", ms_t_tmpdir("tok-hf-seq3"));
+    snprintf(one, sizeof one, "%s/seq1", ms_t_tmpdir("tok-hf-seq1"));
+    T_CHECK(ms_t_runf(NULL, NULL, "mv %s %s", edited(src, "seq3", ed_seq3), seq) == 0 &&
+                ms_t_runf(NULL, NULL, "mv %s %s", edited(src, "seq1", ed_seq1), one) == 0,
+            "the two tokenizer.json written");
+    static const char text[] = "abc12345 漢字xyz, 7 ひらがなカタカナ!\n  99999Ab";
+    /* the pieces the three splits make, by hand */
+    static const char *const pieces[] = {"abc", "123", "45", " ", "漢字", "xyz, ", "7", " ", "ひらがなカタカナ", "!\n  ",
+                                         "999", "99", "Ab"};
+    for (int pass = 0; pass < 2; pass++) { /* parsed, then from the cache */
+        ms_tok *t3 = ms_tok_load(seq), *t1 = ms_tok_load(one);
+        T_CHECK(t3 && t1, "a Sequence of three Splits loads (%s): %s", pass ? "cached" : "parsed", t3 ? "" : ms_err_msg());
+        if (!t3 || !t1) {
+            ms_tok_free(t3);
+            ms_tok_free(t1);
+            return;
+        }
+        int32_t *got = NULL, want[256];
+        size_t ng = 0, nw = 0;
+        for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
+            int32_t *v = NULL;
+            size_t nv = 0;
+            ms_tok_encode(t1, pieces[i], strlen(pieces[i]), 0, &v, &nv);
+            for (size_t k = 0; k < nv && nw < 256; k++) want[nw++] = v[k];
+            free(v);
+        }
+        int rc = ms_tok_encode(t3, text, sizeof text - 1, 0, &got, &ng);
+        T_CHECK(rc == 0 && ng == nw && !memcmp(got, want, sizeof *got * nw),
+                "digits in runs of three, CJK runs, then words: the ids of the pieces each encoded alone (%zu ids, want %zu; %s)",
+                ng, nw, pass ? "cached" : "parsed");
+        char *back = NULL;
+        size_t nb = 0;
+        T_CHECK(rc == 0 && ms_tok_decode(t3, got, ng, &back, &nb) == 0 && nb == sizeof text - 1 && !memcmp(back, text, nb),
+                "and they decode back to the text");
+        free(back);
+        free(got);
+        ms_tok_free(t3);
+        ms_tok_free(t1);
+    }
+    ms_tok *t5 = ms_tok_load(edited(src, "seq5", ed_seq5));
+    T_CHECK(!t5 && ms_err_code() == MS_EXIT_INPUT && has(ms_err_msg(), "pretokenizers[4]") && has(ms_err_msg(), "up to 4 Splits"),
+            "five Splits are refused, naming the one too many: %s", ms_err_msg());
+    ms_tok_free(t5);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -285,6 +362,7 @@ int main(void)
     T_CHECK(ms_gptoss_synth(syn, "gpt-oss-tiny", 0, 0, 7) == 0, "synth gpt-oss-tiny: %s", ms_err_msg());
     check_cache(syn, cache);
     check_hostile(syn);
+    check_split_sequence(syn);
     const char *p = ms_t_shared("fixtures/tokenizer/o200k-harmony");
     if (!p) return ms_t_done();
     char dir[4096];
