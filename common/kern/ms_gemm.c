@@ -6,6 +6,7 @@
 #include "ms_err.h"
 #include "ms_scratch.h"
 #include "ms_kern.h"
+#include "ms_fp8.h"
 #include "ms_kern_int.h"
 
 /* The canonical dot product (ms_kern.h): 16 FP32 lanes, element i fused-multiply-added into lane
@@ -36,7 +37,7 @@ static inline float elem(ms_wtype ty, const void *w, int64_t c)
  * dec_mx_avx2), for BF16 on AVX2 in the half layout of dec_bf16_avx2. */
 static inline int lane_pos(ms_wtype ty, int level, int e)
 {
-    if (level < MS_SIMD_AVX2 || ty == MS_WT_F32) return e;
+    if (level < MS_SIMD_AVX2 || ty == MS_WT_F32 || ty == MS_WT_FP8) return e;
     if (ty == MS_WT_BF16) return level == MS_SIMD_AVX512 ? e : (e & 3) + ((e & 4) << 1) + ((e & 8) >> 1);
     if (level == MS_SIMD_AVX512) return e < 8 ? 2 * e : 2 * (e - 8) + 1;
     return (e & 1) * 4 + (e >> 2) + (e & 2) * 4;
@@ -73,8 +74,18 @@ static inline const void *row_ptr(const ms_mat *W, int64_t r)
     switch (W->type) {
     case MS_WT_F32: return (const float *)W->data + r * W->cols;
     case MS_WT_BF16: return (const uint16_t *)W->data + r * W->cols;
+    case MS_WT_FP8: return (const uint8_t *)W->data + r * W->cols;
     default: return (const uint8_t *)W->data + r * (W->cols / 2);
     }
+}
+
+/* Row r's scales: MXFP4's E8M0 bytes, or an FP8 row's floats of its 128-row block of the grid
+ * (one a 128 columns); NULL for F32 and BF16. */
+static inline const uint8_t *row_scales(const ms_mat *W, int64_t r)
+{
+    if (W->type == MS_WT_MXFP4) return W->scales + r * (W->cols / 32);
+    if (W->type == MS_WT_FP8) return W->scales + (size_t)(r / MS_FP8_BLOCK) * (size_t)ms_fp8_blocks(W->cols) * sizeof(float);
+    return NULL;
 }
 
 /* After the vector loop: lanes in a[16] per (row, token); the tail elements (F32 / BF16 only:
@@ -109,7 +120,7 @@ static inline __attribute__((always_inline)) void pf_row(const ms_mat *W, const 
 
 static inline __attribute__((always_inline)) void pf_scales(const ms_mat *W, int64_t r, int R)
 {
-    if (!W->scales || r + 2 * (int64_t)R > W->rows) return;
+    if (W->type != MS_WT_MXFP4 || !W->scales || r + 2 * (int64_t)R > W->rows) return;
     int64_t n = (int64_t)R * (W->cols / 32);
     const uint8_t *s = W->scales + (r + R) * (W->cols / 32);
     for (int64_t b = 0; b < n; b += 64) __builtin_prefetch(s + b);
@@ -168,6 +179,31 @@ MS_AVX2 static inline void dec_mx_avx2(const void *w, const uint8_t *s, int64_t 
     o[3] = _mm256_castsi256_ps(_mm256_and_si256(u1, hi16));
 }
 
+/* 8 E4M3 codes' values times their block's scale, in order: a code's magnitude bits shifted to
+ * a float's exponent and mantissa make it times 2^-120 (a subnormal code a subnormal float of
+ * the same value times 2^-120), so one exact multiply by 2^120 gives the code's value; the sign
+ * bit moves to the float's; 0x7F / 0xFF are NaN. Then the one float multiply by the scale, as
+ * ms_fp8_dequant_rows: the same bits as the table. */
+MS_AVX2 static inline __m256 fp8x8_avx2(const uint8_t *q, __m256 scale)
+{
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q));
+    __m256i mag = _mm256_and_si256(v, _mm256_set1_epi32(0x7F));
+    __m256 f = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 20)), _mm256_set1_ps(0x1p120f));
+    f = _mm256_or_ps(f, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24)));
+    f = _mm256_blendv_ps(f, _mm256_set1_ps(NAN), _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F))));
+    return _mm256_mul_ps(f, scale);
+}
+
+/* 16 FP8 elements in order (o[0] 0-7, o[1] 8-15); s: the row's scales (row_scales). */
+MS_AVX2 static inline void dec_fp8_avx2(const void *w, const uint8_t *s, int64_t i, __m256 o[2])
+{
+    float sc;
+    memcpy(&sc, s + (i >> 7) * (int64_t)sizeof(float), sizeof sc); /* a grid may sit unaligned in a file's bytes */
+    const __m256 sv = _mm256_set1_ps(sc);
+    o[0] = fp8x8_avx2((const uint8_t *)w + i, sv);
+    o[1] = fp8x8_avx2((const uint8_t *)w + i + 8, sv);
+}
+
 /* The tree of ms_gemm_dot over lanes lo (0-7) and hi (8-15), in registers: s8 = lo + hi, s4 =
  * halves of s8 added, then (s4[0] + s4[2]) + (s4[1] + s4[3]). */
 MS_AVX2 static inline float tree_avx2(__m256 lo, __m256 hi)
@@ -216,7 +252,7 @@ MS_AVX2 static inline float tree_avx2m(__m256 a, __m256 b)
         _Pragma("GCC unroll 6") for (int k = 0; k < R; k++)                                                           \
         {                                                                                                              \
             w[k] = row_ptr(tl->W, tl->r + k);                                                                          \
-            sc[k] = tl->W->scales ? tl->W->scales + (tl->r + k) * (tl->cols / 32) : NULL;                             \
+            sc[k] = row_scales(tl->W, tl->r + k);                                                                      \
             _Pragma("GCC unroll 6") for (int t = 0; t < TB; t++) lo[k][t] = hi[k][t] = _mm256_setzero_ps();           \
         }                                                                                                              \
         int64_t n16 = tl->cols & ~(int64_t)15;                                                                         \
@@ -269,6 +305,7 @@ MS_AVX2 static inline float tree_avx2m(__m256 a, __m256 b)
 MS_TILES_AVX2(f32, dec_f32_avx2, tree_avx2, 8, 1)
 MS_TILES_AVX2(bf16, dec_bf16_avx2, tree_avx2h, 4, 1)
 MS_TILES_AVX2(mx, dec_mx_avx2, tree_avx2m, 1, 2) /* no tails: cols % 32 == 0 */
+MS_TILES_AVX2(fp8, dec_fp8_avx2, tree_avx2, 2, 1) /* no tails: ms_matmul takes these for cols % 16 == 0 */
 /* MXFP4 at 4-6 tokens: one row, each decoded group serving all the tokens. The decode (a dozen
  * instructions for 32 weights) is the cost, so a tile is as fast as it has tokens: on Zen 1, 2
  * threads, k3 expert up, 2 x 2 + 2 x 2 tiles gave 39 GFLOP/s at 4 tokens, 1 x 4 53; at 5 and 6
@@ -279,14 +316,15 @@ MS_TILE_AVX2(t_mx_a2_1_6, dec_mx_avx2, tree_avx2m, 1, 2, 1, 6)
 
 typedef void (*tile_fn)(const tile *);
 /* [type][R - 1][TB - 1] (R = 1, 2, 4) */
-static const tile_fn avx2_tiles[3][4][6] = {
+static const tile_fn avx2_tiles[4][4][6] = {
 #define ROW(T)                                                                                                         \
     {{t_##T##_a2_1_1, t_##T##_a2_1_2, t_##T##_a2_1_3},                                                                 \
      {t_##T##_a2_2_1, t_##T##_a2_2_2, t_##T##_a2_2_3},                                                                 \
      {0},                                                                                                              \
      {t_##T##_a2_4_1}}
     ROW(f32), ROW(bf16),
-    {{t_mx_a2_1_1, t_mx_a2_1_2, t_mx_a2_1_3, t_mx_a2_1_4, t_mx_a2_1_5, t_mx_a2_1_6}, {t_mx_a2_2_1, t_mx_a2_2_2, t_mx_a2_2_3}, {0}, {t_mx_a2_4_1}}
+    {{t_mx_a2_1_1, t_mx_a2_1_2, t_mx_a2_1_3, t_mx_a2_1_4, t_mx_a2_1_5, t_mx_a2_1_6}, {t_mx_a2_2_1, t_mx_a2_2_2, t_mx_a2_2_3}, {0}, {t_mx_a2_4_1}},
+    ROW(fp8)
 #undef ROW
 };
 
@@ -321,6 +359,20 @@ MS_AVX512 static inline __m512 dec_mx_512(const void *w, const uint8_t *s, int64
     memcpy(&q, (const uint8_t *)w + (i >> 1), 8);
     __m512i idx = _mm512_srlv_epi64(_mm512_set1_epi64((long long)q), sh);
     return _mm512_permutexvar_ps(idx, _mm512_load_ps(ms_mx_tab16[s[i >> 5]]));
+}
+
+/* 16 FP8 elements in order, as fp8x8_avx2 does 8. */
+MS_AVX512 static inline __m512 dec_fp8_512(const void *w, const uint8_t *s, int64_t i)
+{
+    float sc;
+    memcpy(&sc, s + (i >> 7) * (int64_t)sizeof(float), sizeof sc);
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((const uint8_t *)w + i)));
+    __m512i mag = _mm512_and_si512(v, _mm512_set1_epi32(0x7F));
+    __m512 f = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)), _mm512_set1_ps(0x1p120f));
+    f = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(f),
+                                            _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24)));
+    f = _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F)), _mm512_set1_ps(NAN));
+    return _mm512_mul_ps(f, _mm512_set1_ps(sc));
 }
 
 static inline long long ld64(const uint8_t *p)
@@ -360,7 +412,7 @@ MS_AVX512 static inline float tree_512p(__m512 v)
         _Pragma("GCC unroll 6") for (int k = 0; k < R; k++)                                                           \
         {                                                                                                              \
             w[k] = row_ptr(tl->W, tl->r + k);                                                                          \
-            sc[k] = tl->W->scales ? tl->W->scales + (tl->r + k) * (tl->cols / 32) : NULL;                             \
+            sc[k] = row_scales(tl->W, tl->r + k);                                                                      \
             _Pragma("GCC unroll 6") for (int t = 0; t < TB; t++) acc[k][t] = _mm512_setzero_ps();                     \
         }                                                                                                              \
         int64_t n16 = tl->cols & ~(int64_t)15;                                                                         \
@@ -412,6 +464,7 @@ MS_AVX512 static inline float tree_512p(__m512 v)
     MS_TILE_512(t_##T##_z_4_6, DEC, TREE, EB2, 4, 6)
 MS_TILES_512(f32, dec_f32_512, tree_512, 8)
 MS_TILES_512(bf16, dec_bf16_512, tree_512, 4)
+MS_TILES_512(fp8, dec_fp8_512, tree_512, 2)
 
 /* MXFP4 tiles step a whole scale group (32 columns): the group's 16 scaled values are loaded
  * into a register once and looked up by both halves, each a broadcast 8 bytes, one shift and
@@ -535,13 +588,13 @@ MS_TILE_512(t_mx_z_2_6, dec_mx_512, tree_512p, 1, 2, 6)
 MS_TILE_512(t_mx_z_4_5, dec_mx_512, tree_512p, 1, 4, 5)
 MS_TILE_512(t_mx_z_4_6, dec_mx_512, tree_512p, 1, 4, 6)
 
-static const tile_fn z_tiles[3][4][6] = {
+static const tile_fn z_tiles[4][4][6] = {
 #define ROW(T)                                                                                                         \
     {{t_##T##_z_1_1, t_##T##_z_1_2, t_##T##_z_1_3, t_##T##_z_1_4, t_##T##_z_1_5, t_##T##_z_1_6},                       \
      {t_##T##_z_2_1, t_##T##_z_2_2, t_##T##_z_2_3, t_##T##_z_2_4, t_##T##_z_2_5, t_##T##_z_2_6},                       \
      {0},                                                                                                              \
      {t_##T##_z_4_1, t_##T##_z_4_2, t_##T##_z_4_3, t_##T##_z_4_4, t_##T##_z_4_5, t_##T##_z_4_6}}
-    ROW(f32), ROW(bf16), ROW(mx)
+    ROW(f32), ROW(bf16), ROW(mx), ROW(fp8)
 #undef ROW
 };
 
@@ -552,7 +605,7 @@ static const tile_fn z_tiles[3][4][6] = {
 static void rows_tiled(const ms_mat *W, const float *X, int64_t T, float *Y, int64_t ldy, int64_t r0, int64_t r1,
                        int level)
 {
-    int ty = W->type == MS_WT_F32 ? 0 : W->type == MS_WT_BF16 ? 1 : 2;
+    int ty = W->type == MS_WT_F32 ? 0 : W->type == MS_WT_BF16 ? 1 : W->type == MS_WT_FP8 ? 3 : 2;
     int tbmax = level == MS_SIMD_AVX512 ? 6 : 3;
     int rmax = T == 1 || level == MS_SIMD_AVX512 ? 4 : 2; /* a GEMV: more rows, more chains */
     /* An AVX-512 MXFP4 GEMV: 8 rows, each step two dependent FMAs a row (measured 5-7% over 4) */
@@ -615,6 +668,7 @@ static inline int64_t panel_kb(int level) { return level == MS_SIMD_AVX512 ? 512
  * BF16 1.06-1.20x at 48 with two threads, MXFP4 1.07-1.23x with one and two). */
 static inline int panel_min(ms_wtype type, int level)
 {
+    if (type == MS_WT_FP8) return INT32_MAX; /* tiles only: wider FP8 passes dequantise (ms_kern.c) */
     if (type == MS_WT_F32) return 4;
     if (level != MS_SIMD_AVX512) return type == MS_WT_BF16 ? 8 : 7;
     if (ms_cpu_is_amd()) return 40;

@@ -420,6 +420,13 @@ static void matmul_packed(ms_mat_packed *pk, int64_t rows, int64_t cols, const f
  * dequantised row, whatever the path, the grouping or the token tile. */
 enum { FP8_GROUP = 16 };
 
+/* Token rows up to which FP8 matrices go through the tiles, which decode the codes in registers,
+ * rather than being dequantised 16 rows at a time for the F32 kernels (`tests/bench/kernels-ab.sh`
+ * with `moestream bench`'s fp8 shapes, Zen 5, 2 threads: AVX-512 tiles 4.0-4.4x at 1 token,
+ * 1.3-1.7x at 16 and 32, 0.9-1.4x at 64; AVX2 tiles 2.4x at 1, 1.2-1.3x at 4, 0.5-1.0x from 16;
+ * docs/PERFORMANCE.md "FP8 tiles"). */
+static int fp8_tile_tokens(int level) { return level >= MS_SIMD_AVX512 ? 32 : level >= MS_SIMD_AVX2 ? 4 : 0; }
+
 typedef struct {
     const ms_mat *W;
     const float *X;     /* prepared for F32 rows */
@@ -631,7 +638,10 @@ void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *po
     }
     ms_kern_init();
     int level = ms_cpu_level();
-    if (W->type == MS_WT_FP8) {
+    /* FP8: up to fp8_tile_tokens rows go through the tiles, which decode the codes in registers
+     * (the same values, each output the same canonical dot); more are dequantised 16 rows at a
+     * time for the F32 kernels, whose panels then take them */
+    if (W->type == MS_WT_FP8 && !(T <= fp8_tile_tokens(level) && W->cols % 16 == 0)) {
         matmul_fp8(W, X, T, Y, level, pool);
         return;
     }

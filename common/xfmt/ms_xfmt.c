@@ -75,7 +75,7 @@ const char *ms_xfmt_act_param(ms_xact a, int i)
 
 /* The known names, "a, b", for messages. */
 static const char *known_acts(void) { return "situ_glu, swiglu_clamp, swiglu"; }
-static const char *known_encs(void) { return "mxfp4"; }
+static const char *known_encs(void) { return "mxfp4, bf16, fp8_e4m3_b128, fp8_e4m3_b128_bf16s"; }
 
 static int act_parse(const char *s, ms_xact *a)
 {

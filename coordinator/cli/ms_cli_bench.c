@@ -28,7 +28,8 @@ static void usage(FILE *f)
           "    and again after the kernels (--json's ratios are of the larger);\n"
           "  - every weight kernel (f32; bf16; bf16 decoded from trunk-pack blocks, each checked as when\n"
           "    streamed (bf16-packed) or verified once as when pinned (bf16-pinned); mxfp4) at a Kimi K3 and\n"
-          "    a gpt-oss shape for each row count T of --rows: GFLOP/s (2 x rows x cols x T per call), GB/s of\n"
+          "    a gpt-oss shape, and fp8 (E4M3 with 128 x 128 block scales) at a DeepSeek-V3 and a Qwen3 shape,\n"
+          "    for each row count T of --rows: GFLOP/s (2 x rows x cols x T per call), GB/s of\n"
           "    weights read, and their ratios to the widest FP32 peak and to the bandwidth. Weights are resident\n"
           "    (several copies cycled, more than the caches hold).\n"
           "\n"
@@ -61,6 +62,8 @@ static const bench_case cases[] = {
     {"bf16-pinned", "gpt-oss qkv", 5120, 2880},
     {"mxfp4", "k3 expert up (I x L)", 3072, 3584},
     {"mxfp4", "gpt-oss expert gate_up", 5760, 2880},
+    {"fp8", "deepseek-v3 expert gate", 2048, 7168},
+    {"fp8", "qwen3-30b expert gate", 768, 2048},
 };
 
 enum { MAX_COPIES = 64 }; /* copies of a case's matrix cycled through (small matrices need many) */
@@ -226,7 +229,10 @@ int ms_cli_bench(int argc, char **argv)
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const bench_case *bc = &cases[ci];
         int64_t R = bc->rows, C = bc->cols;
-        ms_wtype ty = !strcmp(bc->kernel, "f32") ? MS_WT_F32 : !strcmp(bc->kernel, "mxfp4") ? MS_WT_MXFP4 : MS_WT_BF16;
+        ms_wtype ty = !strcmp(bc->kernel, "f32")     ? MS_WT_F32
+                      : !strcmp(bc->kernel, "mxfp4") ? MS_WT_MXFP4
+                      : !strcmp(bc->kernel, "fp8")   ? MS_WT_FP8
+                                                     : MS_WT_BF16;
         ms_mat one = {ty, R, C, NULL, NULL, NULL, NULL};
         uint64_t bytes = ms_mat_bytes(&one);
         int copies = (int)((256ull << 20) / bytes) + 1; /* 256 MiB or more: 8x any L3 here */
@@ -246,6 +252,17 @@ int ms_cli_bench(int argc, char **argv)
             } else if (ty == MS_WT_BF16) {
                 uint16_t *w = mem[k];
                 for (int64_t i = 0; i < R * C; i++) w[i] = ms_f32_to_bf16_trunc(small(&seed));
+            } else if (ty == MS_WT_FP8) { /* codes of either sign, exponents 1..8 (no NaN); scales near 2^-4 */
+                uint8_t *w = mem[k];
+                for (int64_t i = 0; i < R * C; i++) {
+                    uint64_t r = rng_next(&seed);
+                    w[i] = (uint8_t)((r & 0x80) | ((((r >> 3) & 7) + 1) << 3) | (r & 7));
+                }
+                for (uint64_t i = (uint64_t)(R * C); i + 4 <= bytes; i += 4) {
+                    float s = 0.0625f * (1.0f + (float)(rng_next(&seed) % 8) / 8.0f);
+                    memcpy(w + i, &s, 4);
+                }
+                W[k].scales = w + R * C;
             } else {
                 uint8_t *w = mem[k];
                 for (uint64_t i = 0; i < (uint64_t)(R * C / 2); i++) w[i] = (uint8_t)rng_next(&seed);

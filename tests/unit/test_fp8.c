@@ -159,8 +159,8 @@ static int check_shape(int64_t R, int64_t C, int64_t T, ms_pool *pool)
 
 static void matmuls(void)
 {
-    static const int64_t rows[] = {1, 16, 127, 128, 129, 300}, cols[] = {5, 128, 200, 257};
-    static const int64_t tokens[] = {1, 3, 37, 400}; /* 400: past a token tile */
+    static const int64_t rows[] = {1, 16, 127, 128, 129, 300}, cols[] = {5, 128, 200, 257, 272}; /* 128, 272: the tiles */
+    static const int64_t tokens[] = {1, 2, 3, 37, 400}; /* up to 3: FP8 tiles (cols % 16 == 0); 400: past a token tile */
     ms_pool *pool = ms_pool_new(2);
     int levels[3] = {MS_SIMD_SCALAR, MS_SIMD_AVX2, MS_SIMD_AVX512};
     for (int l = 0; l < 3; l++) {
