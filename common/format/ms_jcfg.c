@@ -346,3 +346,33 @@ int ms_jcfg_finish(ms_jcfg *j)
     free(msg);
     return ms_err_set_code(MS_EXIT_MODEL);
 }
+
+void ms_jcfg_want_string(ms_jcfg *j, json_t *obj, const char *key, const char *label, const char *want)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v)
+        ms_jcfg_missing(j, "%s", label);
+    else if (!json_is_string(v) || strcmp(json_string_value(v), want))
+        ms_jcfg_problem(j, "%s must be \"%s\"", label, want);
+}
+
+void ms_jcfg_want_bool(ms_jcfg *j, json_t *obj, const char *key, const char *label, int want, const char *why)
+{
+    json_t *v = json_object_get(obj, key);
+    int b;
+    if (!v)
+        ms_jcfg_missing(j, "%s", label);
+    else if (ms_jcfg_as_bool(v, &b) != 0)
+        ms_jcfg_problem(j, "%s must be a boolean", label);
+    else if (b != want)
+        ms_jcfg_problem(j, "%s is %s; it must be %s (%s)", label, b ? "true" : "false", want ? "true" : "false", why);
+}
+
+void ms_jcfg_read_bool(ms_jcfg *j, json_t *obj, const char *key, int *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v)
+        ms_jcfg_missing(j, "%s", key);
+    else if (ms_jcfg_as_bool(v, out) != 0)
+        ms_jcfg_problem(j, "%s must be a boolean", key);
+}

@@ -67,6 +67,12 @@ json_t *ms_jcfg_find(const ms_jscope *s, const char *name, const char *alias, ch
 /* How a missing key of scope s is named. */
 void ms_jcfg_missing_name(const ms_jscope *s, const char *name, const char *alias, char *buf, size_t cap);
 
+/* A key of obj whose one value the math has: missing recorded (as label); another value a
+ * problem "LABEL must be \"WANT\"" / "LABEL is B; it must be WANT (WHY)". */
+void ms_jcfg_want_string(ms_jcfg *j, json_t *obj, const char *key, const char *label, const char *want);
+void ms_jcfg_want_bool(ms_jcfg *j, json_t *obj, const char *key, const char *label, int want, const char *why);
+/* A required boolean key of obj into *out (missing or not a boolean: recorded). */
+void ms_jcfg_read_bool(ms_jcfg *j, json_t *obj, const char *key, int *out);
 /* Read a list of one-based indexes 1..n (n <= 0: unchecked), none twice. Returns the count with
  * *out malloc'ed, or -1 after recording the problems. */
 int ms_jcfg_index_list(ms_jcfg *j, const json_t *v, const char *label, int n, int **out);

@@ -45,26 +45,6 @@ static const ms_jfield yarn_fields[] = {
 #undef F
 #undef P
 
-/* A field with the one value the math has. */
-static void want_string(ms_jcfg *j, json_t *o, const char *key, const char *label, const char *want)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v)
-        ms_jcfg_missing(j, "%s", label);
-    else if (!json_is_string(v) || strcmp(json_string_value(v), want))
-        ms_jcfg_problem(j, "%s must be \"%s\"", label, want);
-}
-
-static void want_bool(ms_jcfg *j, json_t *o, const char *key, int want, const char *why)
-{
-    json_t *v = json_object_get(o, key);
-    int b;
-    if (!v)
-        ms_jcfg_missing(j, "%s", key);
-    else if (ms_jcfg_as_bool(v, &b) != 0 || b != want)
-        ms_jcfg_problem(j, "%s must be %s (%s)", key, want ? "true" : "false", why);
-}
-
 static void read_yarn(ms_jcfg *j, json_t *root, ms_dsv3_cfg *c, unsigned char *valid)
 {
     json_t *rs = ms_jcfg_object(j, root, "rope_scaling", "rope_scaling");
@@ -110,10 +90,10 @@ static int from_jcfg(ms_jcfg *j, ms_dsv3_cfg *c)
         ms_jcfg_missing(j, "moe_layer_freq");
     else if (ms_jcfg_as_int(mf, &freq) != 0 || freq != 1)
         ms_jcfg_problem(j, "moe_layer_freq must be 1 (every layer from first_k_dense_replace routes)");
-    want_string(j, root, "topk_method", "topk_method", "noaux_tc");
-    want_string(j, root, "scoring_func", "scoring_func", "sigmoid");
-    want_bool(j, root, "norm_topk_prob", 1, "the reference normalises the sigmoid weights");
-    want_bool(j, root, "tie_word_embeddings", 0, "the releases keep lm_head apart");
+    ms_jcfg_want_string(j, root, "topk_method", "topk_method", "noaux_tc");
+    ms_jcfg_want_string(j, root, "scoring_func", "scoring_func", "sigmoid");
+    ms_jcfg_want_bool(j, root, "norm_topk_prob", "norm_topk_prob", 1, "the reference normalises the sigmoid weights");
+    ms_jcfg_want_bool(j, root, "tie_word_embeddings", "tie_word_embeddings", 0, "the releases keep lm_head apart");
     read_yarn(j, root, c, valid);
     if (VALID(qk_rope) && c->qk_rope % 2) ms_jcfg_problem(j, "qk_rope_head_dim = %d is odd (RoPE turns pairs)", c->qk_rope);
     if (VALID(n_experts) && VALID(n_group) && c->n_experts % c->n_group)

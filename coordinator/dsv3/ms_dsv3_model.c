@@ -54,18 +54,7 @@ static void bind_layer(ds_model *g, int l)
     }
 #undef NAME
     ms_mrt_refs_layer(m, n_refs0, l);
-    if (l < c->n_dense || m->opts.remote_experts) return;
-    if (!m->info.have_xfmt) {
-        ms_mrt_error(m, "layer %d experts: %s", l, m->info.why_no_xfmt);
-        return;
-    }
-    for (int e = 0; e < c->n_experts && m->n_errors <= 8; e++)
-        if (ms_mrt_expert(m, &m->info.xfmt, l, e) == 0) {
-            char name[256];
-            int slice, ns;
-            ms_xfam_locate(&m->info.xfmt, l, e, 0, name, sizeof name, &slice, &ns);
-            ms_mrt_error(m, "tensor %s is missing from %s", name, m->src.what);
-        }
+    if (l >= c->n_dense) ms_mrt_bind_experts(m, l);
 }
 
 /* The config's depth and experts against the checkpoint, before anything is sized from them. */
@@ -89,16 +78,16 @@ static int check_counts(const ms_dsv3_cfg *c, const ms_tsrc *src)
 
 /* ---- sizes ---- */
 
-static size_t k_work_floats(const ms_model *m, int64_t R, int64_t out_rows) { return ds_work_floats(dsc(m), R, out_rows); }
+static size_t ds_op_work_floats(const ms_model *m, int64_t R, int64_t out_rows) { return ds_work_floats(dsc(m), R, out_rows); }
 
-static uint64_t k_state_bytes(const ms_model *m, int64_t positions, int64_t spec_rows)
+static uint64_t ds_state_bytes(const ms_model *m, int64_t positions, int64_t spec_rows)
 {
     (void)spec_rows; /* the caches keep every position: rejected rows are overwritten */
     ms_mla_cfg mc = ds_mla_cfg(dsc(m));
     return ms_mla_cache_bytes(&mc, positions) * (uint64_t)dsc(m)->cfg.n_layers;
 }
 
-static uint64_t k_fixed_bytes(const ms_model *m, int threads, int64_t positions)
+static uint64_t ds_fixed_bytes(const ms_model *m, int threads, int64_t positions)
 {
     ms_mla_cfg mc = ds_mla_cfg(dsc(m));
     return (uint64_t)threads * ms_mla_thread_bytes(&mc, positions);
@@ -106,7 +95,7 @@ static uint64_t k_fixed_bytes(const ms_model *m, int threads, int64_t positions)
 
 /* ---- sequences ---- */
 
-static ms_seq *k_seq_new(ms_model *m)
+static ms_seq *ds_seq_new(ms_model *m)
 {
     const ms_dsv3_cfg *c = &ds(m)->cfg;
     ms_mla_cfg mc = ds_mla_cfg(ds(m));
@@ -120,7 +109,7 @@ static ms_seq *k_seq_new(ms_model *m)
     return &s->base;
 }
 
-static void k_seq_free(ms_seq *base)
+static void ds_seq_free(ms_seq *base)
 {
     ds_seq *s = (ds_seq *)base;
     for (int l = 0; l < ds(base->m)->cfg.n_layers; l++) ms_mla_cache_free(&s->kv[l]);
@@ -128,7 +117,7 @@ static void k_seq_free(ms_seq *base)
     free(s);
 }
 
-static ms_seq *k_seq_clone(const ms_seq *base)
+static ms_seq *ds_seq_clone(const ms_seq *base)
 {
     const ds_seq *s = (const ds_seq *)base;
     ms_mla_cfg mc = ds_mla_cfg(ds(base->m));
@@ -140,14 +129,14 @@ static ms_seq *k_seq_clone(const ms_seq *base)
     return &d->base;
 }
 
-static void k_seq_save(const ms_seq *base, ms_sbuf *out)
+static void ds_seq_save(const ms_seq *base, ms_sbuf *out)
 {
     const ds_seq *s = (const ds_seq *)base;
     ms_mla_cfg mc = ds_mla_cfg(ds(base->m));
     for (int l = 0; l < ds(base->m)->cfg.n_layers; l++) ms_mla_cache_save(&s->kv[l], &mc, out);
 }
 
-static int k_seq_load(ms_seq *base, ms_reader *in)
+static int ds_seq_load(ms_seq *base, ms_reader *in)
 {
     ds_seq *s = (ds_seq *)base;
     ms_mla_cfg mc = ds_mla_cfg(ds(base->m));
@@ -166,7 +155,7 @@ static int k_seq_load(ms_seq *base, ms_reader *in)
 }
 
 /* Rejected rows: the caches' positions past the kept ones are never read and are overwritten next. */
-static void k_seq_keep(ms_seq *base, int64_t keep)
+static void ds_seq_keep(ms_seq *base, int64_t keep)
 {
     ds_seq *s = (ds_seq *)base;
     int64_t drop = base->spec_rows - keep;
@@ -180,7 +169,7 @@ static void k_seq_keep(ms_seq *base, int64_t keep)
 
 /* ---- opening ---- */
 
-static void k_free(ms_model *m)
+static void ds_free(ms_model *m)
 {
     ds_model *g = ds(m);
     free(g->layers);
@@ -189,17 +178,17 @@ static void k_free(ms_model *m)
 }
 
 static const ms_model_ops ds_ops = {
-    .free = k_free,
+    .free = ds_free,
     .pass = &ds_pass,
-    .seq_new = k_seq_new,
-    .seq_free = k_seq_free,
-    .seq_keep = k_seq_keep,
-    .seq_clone = k_seq_clone,
-    .seq_save = k_seq_save,
-    .seq_load = k_seq_load,
-    .work_floats = k_work_floats,
-    .state_bytes = k_state_bytes,
-    .fixed_bytes = k_fixed_bytes,
+    .seq_new = ds_seq_new,
+    .seq_free = ds_seq_free,
+    .seq_keep = ds_seq_keep,
+    .seq_clone = ds_seq_clone,
+    .seq_save = ds_seq_save,
+    .seq_load = ds_seq_load,
+    .work_floats = ds_op_work_floats,
+    .state_bytes = ds_state_bytes,
+    .fixed_bytes = ds_fixed_bytes,
 };
 
 void ms_dsv3_info_of_cfg(const ms_dsv3_cfg *c, ms_model_info *in)
@@ -233,7 +222,7 @@ ms_model *ms_dsv3_model_bind(const ms_dsv3_cfg *cfg, const ms_tsrc *src, const m
         return NULL;
     }
     int64_t pos = o && o->max_positions > 0 ? o->max_positions : 4096;
-    in->state_bytes = k_state_bytes(m, pos, 0);
+    in->state_bytes = ds_state_bytes(m, pos, 0);
     in->scratch_row_bytes = 4 * (ds_work_floats(g, 1, 1) - ds_work_floats(g, 0, 0));
     m->embed = &g->embed;
     if (ms_mrt_init(m, &ds_ops, src, o, MS_XACT_SWIGLU, NULL, c->hidden) != 0) {
@@ -253,27 +242,19 @@ ms_model *ms_dsv3_model_bind(const ms_dsv3_cfg *cfg, const ms_tsrc *src, const m
     return m;
 }
 
+static ms_model *bind_refined(const void *cfg, const ms_tsrc *src, const ms_run_opts *o, const ms_xfmt *f)
+{
+    return ms_dsv3_model_bind(cfg, src, o, f->mat[0].enc);
+}
+
 ms_model *ms_dsv3_model_open(const char *dir, const ms_run_opts *o)
 {
     char path[4096];
     ms_dsv3_cfg cfg;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (ms_dsv3_cfg_load(path, &cfg) != 0) return NULL;
-    ms_st *st = ms_st_open_dir(dir);
     ms_xfmt f;
-    if (!st || ms_dsv3_experts_fmt(cfg.hidden, cfg.moe_inter, cfg.fp8 ? MS_XENC_FP8 : MS_XENC_BF16, &f) != 0 ||
-        ms_xfam_refine(&f, cfg.n_dense, st, dir) < 0) {
-        ms_st_close(st);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (ms_dsv3_cfg_load(path, &cfg) != 0 ||
+        ms_dsv3_experts_fmt(cfg.hidden, cfg.moe_inter, cfg.fp8 ? MS_XENC_FP8 : MS_XENC_BF16, &f) != 0)
         return NULL;
-    }
-    ms_tsrc src;
-    ms_mrt_source(st, dir, &src);
-    ms_model *m = ms_dsv3_model_bind(&cfg, &src, o, f.mat[0].enc);
-    if (!m) {
-        free((void *)src.paths);
-        ms_st_close(st);
-        return NULL;
-    }
-    ms_mrt_adopt(m, st, &src);
-    return m;
+    return ms_mrt_open_dir(dir, o, &f, cfg.n_dense, bind_refined, &cfg);
 }

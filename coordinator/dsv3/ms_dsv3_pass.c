@@ -124,13 +124,6 @@ static void predict_route(ds_model *g, int l, const float *h, int64_t R, ms_aren
 
 /* ---- the pass: layers and tail for the runtime's ms_mrt_pass_run ---- */
 
-static void ds_pass_begin(ms_model *m, ms_pass *p)
-{
-    (void)m;
-    for (int i = 0; i < p->n; i++)
-        if (p->items[i].spec) p->items[i].seq->spec_rows = p->items[i].T;
-}
-
 static int ds_pass_layer(ms_model *m, ms_pass *p, int l)
 {
     ds_model *g = (ds_model *)m;
@@ -151,7 +144,6 @@ static void ds_tail_row(ms_model *m, const ms_pass *p, int64_t r, float *out)
 static const ms_mat *ds_lm_head(ms_model *m) { return &((ds_model *)m)->lm_head; }
 
 const ms_pass_ops ds_pass = {
-    .pass_begin = ds_pass_begin,
     .layer = ds_pass_layer,
     .layer_routes = ds_layer_routes,
     .tail_row = ds_tail_row,

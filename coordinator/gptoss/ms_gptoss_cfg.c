@@ -38,28 +38,6 @@ static const ms_jfield yarn_fields[] = {
 #undef F
 #undef P
 
-/* A boolean field that must have one value (the math has no other branch). */
-static void want_bool(ms_jcfg *j, json_t *o, const char *key, const char *label, int want)
-{
-    json_t *v = json_object_get(o, key);
-    int b;
-    if (!v)
-        ms_jcfg_missing(j, "%s", label);
-    else if (ms_jcfg_as_bool(v, &b) != 0)
-        ms_jcfg_problem(j, "%s must be a boolean", label);
-    else if (b != want)
-        ms_jcfg_problem(j, "%s is %s; gpt-oss has %s", label, b ? "true" : "false", want ? "true" : "false");
-}
-
-static void want_string(ms_jcfg *j, json_t *o, const char *key, const char *label, const char *want)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v)
-        ms_jcfg_missing(j, "%s", label);
-    else if (!json_is_string(v) || strcmp(json_string_value(v), want))
-        ms_jcfg_problem(j, "%s must be \"%s\"", label, want);
-}
-
 static void read_layer_types(ms_jcfg *j, json_t *root, ms_gptoss_cfg *c, int n_layers)
 {
     json_t *lt = json_object_get(root, "layer_types");
@@ -120,8 +98,8 @@ static int from_jcfg(ms_jcfg *j, ms_gptoss_cfg *c)
     if (rs) {
         ms_jscope ys = {{rs}, {"rope_scaling."}, 1, 0, "rope_scaling.", 0};
         ms_jcfg_fields(j, yarn_fields, sizeof yarn_fields / sizeof yarn_fields[0], &ys, c, valid);
-        want_string(j, rs, "rope_type", "rope_scaling.rope_type", "yarn");
-        want_bool(j, rs, "truncate", "rope_scaling.truncate", 0);
+        ms_jcfg_want_string(j, rs, "rope_type", "rope_scaling.rope_type", "yarn");
+        ms_jcfg_want_bool(j, rs, "truncate", "rope_scaling.truncate", 0, "gpt-oss has no other");
         json_t *o = json_object_get(rs, "original_max_position_embeddings");
         int L0;
         if (!o)
@@ -135,11 +113,11 @@ static int from_jcfg(ms_jcfg *j, ms_gptoss_cfg *c)
             ms_jcfg_problem(j, "rope_scaling: beta_fast (%g) must be above beta_slow (%g) > 0", c->yarn_beta_fast,
                             c->yarn_beta_slow);
     }
-    want_bool(j, root, "attention_bias", "attention_bias", 1);
-    want_bool(j, root, "tie_word_embeddings", "tie_word_embeddings", 0);
+    ms_jcfg_want_bool(j, root, "attention_bias", "attention_bias", 1, "gpt-oss has no other");
+    ms_jcfg_want_bool(j, root, "tie_word_embeddings", "tie_word_embeddings", 0, "gpt-oss has no other");
     json_t *q = ms_jcfg_object(j, root, "quantization_config", "quantization_config");
     if (!json_object_get(root, "quantization_config")) ms_jcfg_missing(j, "quantization_config");
-    if (q) want_string(j, q, "quant_method", "quantization_config.quant_method", "mxfp4");
+    if (q) ms_jcfg_want_string(j, q, "quant_method", "quantization_config.quant_method", "mxfp4");
     /* eos: an id or a list of ids (the first ends generation here; the list is the tokenizer's) */
     json_t *eos = json_object_get(root, "eos_token_id");
     c->eos_id = -1;

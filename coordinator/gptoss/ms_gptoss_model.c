@@ -45,18 +45,7 @@ static void bind_layer(go_model *g, int l)
     w->router_b = vec(m, NAME("mlp.router.bias"), c->n_experts);
 #undef NAME
     ms_mrt_refs_layer(m, n_refs0, l);
-    if (m->opts.remote_experts) return;
-    if (!m->info.have_xfmt) {
-        ms_mrt_error(m, "layer %d experts: %s", l, m->info.why_no_xfmt);
-        return;
-    }
-    for (int e = 0; e < c->n_experts && m->n_errors <= 8; e++)
-        if (ms_mrt_expert(m, &m->info.xfmt, l, e) == 0) {
-            char name[256];
-            int slice, ns;
-            ms_xfam_locate(&m->info.xfmt, l, e, 0, name, sizeof name, &slice, &ns);
-            ms_mrt_error(m, "tensor %s is missing from %s", name, m->src.what);
-        }
+    ms_mrt_bind_experts(m, l);
 }
 
 /* The config's counts against the checkpoint, before anything is sized from them: the last
@@ -246,30 +235,22 @@ ms_model *ms_gptoss_model_bind(const ms_gptoss_cfg *cfg, const ms_tsrc *src, con
     return m;
 }
 
+static ms_model *bind_refined(const void *cfg, const ms_tsrc *src, const ms_run_opts *o, const ms_xfmt *f)
+{
+    return ms_gptoss_model_bind(cfg, src, o, f->mat[0].bias_dtype);
+}
+
 ms_model *ms_gptoss_model_open(const char *dir, const ms_run_opts *o)
 {
     char path[4096];
     ms_gptoss_cfg cfg;
+    ms_xfmt f; /* the biases' dtype as this checkpoint stores them, once refined */
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (ms_gptoss_cfg_load(path, &cfg) != 0) return NULL;
-    ms_st *st = ms_st_open_dir(dir);
-    ms_xfmt f; /* the biases' dtype as this checkpoint stores them */
-    if (!st || ms_gptoss_experts_fmt(cfg.hidden, cfg.inter, cfg.swiglu_limit, MS_DT_BF16, &f) != 0 ||
-        ms_xfam_refine(&f, 0, st, dir) != 0) {
-        ms_st_close(st);
-        ms_gptoss_cfg_free(&cfg);
-        return NULL;
-    }
-    ms_tsrc src;
-    ms_mrt_source(st, dir, &src);
-    ms_model *m = ms_gptoss_model_bind(&cfg, &src, o, f.mat[0].bias_dtype);
+    ms_model *m = ms_gptoss_experts_fmt(cfg.hidden, cfg.inter, cfg.swiglu_limit, MS_DT_BF16, &f) == 0
+                      ? ms_mrt_open_dir(dir, o, &f, 0, bind_refined, &cfg)
+                      : NULL;
     ms_gptoss_cfg_free(&cfg);
-    if (!m) {
-        free((void *)src.paths);
-        ms_st_close(st);
-        return NULL;
-    }
-    ms_mrt_adopt(m, st, &src);
     return m;
 }
 

@@ -92,13 +92,6 @@ static int moe(go_model *g, int l, float *h, int64_t R, int32_t *ids_out, ms_are
 
 /* ---- the pass: layers and tail for the runtime's ms_mrt_pass_run ---- */
 
-static void go_pass_begin(ms_model *m, ms_pass *p)
-{
-    (void)m;
-    for (int i = 0; i < p->n; i++)
-        if (p->items[i].spec) p->items[i].seq->spec_rows = p->items[i].T;
-}
-
 static int go_pass_layer(ms_model *m, ms_pass *p, int l)
 {
     go_model *g = (go_model *)m;
@@ -122,7 +115,6 @@ static void go_tail_row(ms_model *m, const ms_pass *p, int64_t r, float *out)
 static const ms_mat *go_lm_head(ms_model *m) { return &((go_model *)m)->lm_head; }
 
 const ms_pass_ops go_pass = {
-    .pass_begin = go_pass_begin,
     .layer = go_pass_layer,
     .layer_routes = go_layer_routes,
     .tail_row = go_tail_row,

@@ -306,7 +306,6 @@ static void spec_begin(k3_seq *s, int64_t T)
             ms_kda_spec_reserve(&s->ls[i].kda, c, T);
             ms_kda_spec_begin(&s->ls[i].kda, c);
         }
-    s->base.spec_rows = T;
 }
 
 static void k3_seq_keep(ms_seq *base, int64_t keep)
@@ -465,27 +464,20 @@ ms_model *ms_k3_model_bind(const ms_k3_cfg *cfg, const ms_tsrc *src, const ms_ru
     return m;
 }
 
+static ms_model *bind_cfg(const void *cfg, const ms_tsrc *src, const ms_run_opts *o, const ms_xfmt *f)
+{
+    (void)f; /* K3's experts are described by its config alone */
+    return ms_k3_model_bind(cfg, src, o);
+}
+
 ms_model *ms_k3_model_open(const char *dir, const ms_run_opts *o)
 {
     char path[4096];
     ms_k3_cfg cfg;
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (ms_k3_cfg_load(path, &cfg) != 0) return NULL;
-    ms_st *st = ms_st_open_dir(dir);
-    if (!st) {
-        ms_k3_cfg_free(&cfg);
-        return NULL;
-    }
-    ms_tsrc src;
-    ms_mrt_source(st, dir, &src);
-    ms_model *m = ms_k3_model_bind(&cfg, &src, o);
+    ms_model *m = ms_mrt_open_dir(dir, o, NULL, 0, bind_cfg, &cfg);
     ms_k3_cfg_free(&cfg);
-    if (!m) {
-        free((void *)src.paths);
-        ms_st_close(st);
-        return NULL;
-    }
-    ms_mrt_adopt(m, st, &src);
     return m;
 }
 

@@ -40,6 +40,42 @@ void ms_mrt_adopt(ms_model *m, ms_st *st, const ms_tsrc *src)
     m->src.paths = src->paths;
 }
 
+ms_model *ms_mrt_open_dir(const char *dir, const ms_run_opts *o, ms_xfmt *f, int first_moe, ms_mrt_bind_fn bind,
+                          const void *cfg)
+{
+    ms_st *st = ms_st_open_dir(dir);
+    if (!st || (f && ms_xfam_refine(f, first_moe, st, dir) < 0)) {
+        ms_st_close(st);
+        return NULL;
+    }
+    ms_tsrc src;
+    ms_mrt_source(st, dir, &src);
+    ms_model *m = bind(cfg, &src, o, f);
+    if (!m) {
+        free((void *)src.paths);
+        ms_st_close(st);
+        return NULL;
+    }
+    ms_mrt_adopt(m, st, &src);
+    return m;
+}
+
+void ms_mrt_bind_experts(ms_model *m, int layer)
+{
+    if (m->opts.remote_experts) return;
+    if (!m->info.have_xfmt) {
+        ms_mrt_error(m, "layer %d experts: %s", layer, m->info.why_no_xfmt);
+        return;
+    }
+    for (int e = 0; e < m->info.n_experts && m->n_errors <= 8; e++)
+        if (ms_mrt_expert(m, &m->info.xfmt, layer, e) == 0) {
+            char name[256];
+            int slice, ns;
+            ms_xfam_locate(&m->info.xfmt, layer, e, 0, name, sizeof name, &slice, &ns);
+            ms_mrt_error(m, "tensor %s is missing from %s", name, m->src.what);
+        }
+}
+
 int ms_mrt_init(ms_model *m, const ms_model_ops *ops, const ms_tsrc *src, const ms_run_opts *o, ms_xact act,
                 const float *params, int latent)
 {

@@ -34,8 +34,9 @@ typedef struct ms_pass {
  * runtime reserved at ms_model_ops.work_floats (that count includes the runtime's h, route,
  * the tail's rows and the logits). */
 typedef struct {
-    /* Before the first layer: take what the family carries across layers from p->ar (K3's
-     * AttnRes snapshots), note speculative rows. NULL: nothing. */
+    /* Before the first layer (a speculative item's seq->spec_rows already set to its rows):
+     * take what the family carries across layers from p->ar (K3's AttnRes snapshots), ready
+     * what undoing its rows needs (K3's recurrent-state records). NULL: nothing. */
     void (*pass_begin)(ms_model *m, ms_pass *p);
     /* Layer l over all R rows of p->h, in place, each item's rows against its own sequence's
      * state; a layer that routes writes p->route. With R = 0, every trunk matrix of the layer
@@ -186,11 +187,24 @@ int ms_mrt_bind_done(ms_model *m);
 /* Layer of the refs added since n_refs0 (for messages and the pack). */
 void ms_mrt_refs_layer(ms_model *m, int n_refs0, int layer);
 
+/* Every routed expert of `layer` bound by the model's expert format (info.xfmt), a missing one
+ * reported by its first part's name; nothing with remote experts; a problem when the widths made
+ * no format (info.why_no_xfmt). */
+void ms_mrt_bind_experts(ms_model *m, int layer);
+
 /* A weight source over the checkpoint st opened from dir: tensors are read from its files
  * (never mapped). src->paths is malloc'ed: free it, or let the model adopt it. */
 void ms_mrt_source(ms_st *st, const char *dir, ms_tsrc *src);
 /* After binding m from ms_mrt_source(st, ...): the model owns st and the paths (freed with it). */
 void ms_mrt_adopt(ms_model *m, ms_st *st, const ms_tsrc *src);
+/* A family's binder over a weight source: cfg is the family's parsed config, f its experts'
+ * descriptor as the checkpoint's headers refined it. */
+typedef ms_model *(*ms_mrt_bind_fn)(const void *cfg, const ms_tsrc *src, const ms_run_opts *o, const ms_xfmt *f);
+/* Open DIR's safetensors (one file, or shards + index), refine f (the experts' descriptor the
+ * config makes, of layers from first_moe; NULL: none to refine) from the headers, and bind: the
+ * model owns the checkpoint. NULL with ms_err set on failure (nothing left open). */
+ms_model *ms_mrt_open_dir(const char *dir, const ms_run_opts *o, ms_xfmt *f, int first_moe, ms_mrt_bind_fn bind,
+                          const void *cfg);
 
 /* ---- the pinned trunk (ms_mpins.c) ---- */
 

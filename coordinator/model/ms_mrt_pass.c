@@ -32,6 +32,8 @@ int ms_mrt_pass_run(ms_model *m, const ms_pass_ops *ops, const ms_batch_item *it
     for (int i = 0; i < n; i++)
         for (int64_t t = 0; t < items[i].T; t++)
             if (ms_mrt_embed_row(m, items[i].ids[t], p.h + (p.seg[i].r0 + t) * E) != 0) goto out;
+    for (int i = 0; i < n; i++) /* a speculative item's rows are settled later (ms_seq_keep) */
+        if (items[i].spec) items[i].seq->spec_rows = items[i].T;
     if (ops->pass_begin) ops->pass_begin(m, &p);
     for (int l = 0; l < c->n_layers; l++) {
         size_t mark = ms_arena_mark(ar);

@@ -31,15 +31,6 @@ static const ms_jfield fields[] = {
 #undef F
 #undef P
 
-static void read_bool(ms_jcfg *j, json_t *root, const char *key, int *out)
-{
-    json_t *v = json_object_get(root, key);
-    if (!v)
-        ms_jcfg_missing(j, "%s", key);
-    else if (ms_jcfg_as_bool(v, out) != 0)
-        ms_jcfg_problem(j, "%s must be a boolean", key);
-}
-
 /* A field whose only value the math has (anything else is refused, never ignored). */
 static void want_false(ms_jcfg *j, json_t *root, const char *key, const char *why)
 {
@@ -79,8 +70,8 @@ static int from_jcfg(ms_jcfg *j, ms_qwen3_cfg *c)
     memset(valid, 0, sizeof valid);
     ms_jcfg_fields(j, fields, sizeof fields / sizeof fields[0], &sc, c, valid);
 #define VALID(m) valid[offsetof(ms_qwen3_cfg, m)]
-    read_bool(j, root, "norm_topk_prob", &c->norm_topk);
-    read_bool(j, root, "tie_word_embeddings", &c->tied);
+    ms_jcfg_read_bool(j, root, "norm_topk_prob", &c->norm_topk);
+    ms_jcfg_read_bool(j, root, "tie_word_embeddings", &c->tied);
     read_rope(j, root, c, valid);
     want_false(j, root, "attention_bias", "Qwen3-MoE has no biases");
     want_false(j, root, "use_sliding_window", "every release attends to all positions");

@@ -46,18 +46,7 @@ static void bind_layer(qw_model *g, int l)
     }
 #undef NAME
     ms_mrt_refs_layer(m, n_refs0, l);
-    if (l < c->first_moe || m->opts.remote_experts) return;
-    if (!m->info.have_xfmt) {
-        ms_mrt_error(m, "layer %d experts: %s", l, m->info.why_no_xfmt);
-        return;
-    }
-    for (int e = 0; e < c->n_experts && m->n_errors <= 8; e++)
-        if (ms_mrt_expert(m, &m->info.xfmt, l, e) == 0) {
-            char name[256];
-            int slice, ns;
-            ms_xfam_locate(&m->info.xfmt, l, e, 0, name, sizeof name, &slice, &ns);
-            ms_mrt_error(m, "tensor %s is missing from %s", name, m->src.what);
-        }
+    if (l >= c->first_moe) ms_mrt_bind_experts(m, l);
 }
 
 /* The config's depth against the checkpoint, before anything is sized from it. */
@@ -81,19 +70,19 @@ static int check_counts(const ms_qwen3_cfg *c, const ms_tsrc *src)
 
 /* ---- sizes ---- */
 
-static size_t k_work_floats(const ms_model *m, int64_t R, int64_t out_rows)
+static size_t qw_op_work_floats(const ms_model *m, int64_t R, int64_t out_rows)
 {
     return qw_work_floats(&qwc(m)->cfg, R, out_rows);
 }
 
-static uint64_t k_state_bytes(const ms_model *m, int64_t positions, int64_t spec_rows)
+static uint64_t qw_state_bytes(const ms_model *m, int64_t positions, int64_t spec_rows)
 {
     (void)spec_rows; /* the caches keep every position: rejected rows are overwritten */
     const ms_qwen3_cfg *c = &qwc(m)->cfg;
     return 2 * 4 * (uint64_t)c->n_kv * (uint64_t)c->head_dim * (uint64_t)positions * (uint64_t)c->n_layers;
 }
 
-static uint64_t k_fixed_bytes(const ms_model *m, int threads, int64_t positions)
+static uint64_t qw_fixed_bytes(const ms_model *m, int threads, int64_t positions)
 {
     ms_gqa a = qw_gqa(&qwc(m)->cfg);
     return (uint64_t)threads * ms_gqa_thread_bytes(&a, positions);
@@ -101,7 +90,7 @@ static uint64_t k_fixed_bytes(const ms_model *m, int threads, int64_t positions)
 
 /* ---- sequences ---- */
 
-static ms_seq *k_seq_new(ms_model *m)
+static ms_seq *qw_seq_new(ms_model *m)
 {
     const ms_qwen3_cfg *c = &qw(m)->cfg;
     qw_seq *s = ms_calloc(1, sizeof *s);
@@ -114,7 +103,7 @@ static ms_seq *k_seq_new(ms_model *m)
     return &s->base;
 }
 
-static void k_seq_free(ms_seq *base)
+static void qw_seq_free(ms_seq *base)
 {
     qw_seq *s = (qw_seq *)base;
     for (int l = 0; l < qw(base->m)->cfg.n_layers; l++) ms_kv_free(&s->kv[l]);
@@ -122,7 +111,7 @@ static void k_seq_free(ms_seq *base)
     free(s);
 }
 
-static ms_seq *k_seq_clone(const ms_seq *base)
+static ms_seq *qw_seq_clone(const ms_seq *base)
 {
     const qw_seq *s = (const qw_seq *)base;
     const ms_qwen3_cfg *c = &qw(base->m)->cfg;
@@ -133,13 +122,13 @@ static ms_seq *k_seq_clone(const ms_seq *base)
     return &d->base;
 }
 
-static void k_seq_save(const ms_seq *base, ms_sbuf *out)
+static void qw_seq_save(const ms_seq *base, ms_sbuf *out)
 {
     const qw_seq *s = (const qw_seq *)base;
     for (int l = 0; l < qw(base->m)->cfg.n_layers; l++) ms_kv_save(&s->kv[l], base->pos, 0, out);
 }
 
-static int k_seq_load(ms_seq *base, ms_reader *in)
+static int qw_seq_load(ms_seq *base, ms_reader *in)
 {
     qw_seq *s = (qw_seq *)base;
     for (int l = 0; l < qw(base->m)->cfg.n_layers; l++)
@@ -148,7 +137,7 @@ static int k_seq_load(ms_seq *base, ms_reader *in)
 }
 
 /* Rejected rows: positions past the kept ones are never read again and are overwritten next. */
-static void k_seq_keep(ms_seq *s, int64_t keep)
+static void qw_seq_keep(ms_seq *s, int64_t keep)
 {
     s->pos -= s->spec_rows - keep;
     s->spec_rows = 0;
@@ -156,7 +145,7 @@ static void k_seq_keep(ms_seq *s, int64_t keep)
 
 /* ---- opening ---- */
 
-static void k_free(ms_model *m)
+static void qw_free(ms_model *m)
 {
     qw_model *g = qw(m);
     free(g->layers);
@@ -164,17 +153,17 @@ static void k_free(ms_model *m)
 }
 
 static const ms_model_ops qw_ops = {
-    .free = k_free,
+    .free = qw_free,
     .pass = &qw_pass,
-    .seq_new = k_seq_new,
-    .seq_free = k_seq_free,
-    .seq_keep = k_seq_keep,
-    .seq_clone = k_seq_clone,
-    .seq_save = k_seq_save,
-    .seq_load = k_seq_load,
-    .work_floats = k_work_floats,
-    .state_bytes = k_state_bytes,
-    .fixed_bytes = k_fixed_bytes,
+    .seq_new = qw_seq_new,
+    .seq_free = qw_seq_free,
+    .seq_keep = qw_seq_keep,
+    .seq_clone = qw_seq_clone,
+    .seq_save = qw_seq_save,
+    .seq_load = qw_seq_load,
+    .work_floats = qw_op_work_floats,
+    .state_bytes = qw_state_bytes,
+    .fixed_bytes = qw_fixed_bytes,
 };
 
 void ms_qwen3_info_of_cfg(const ms_qwen3_cfg *c, ms_model_info *in)
@@ -203,7 +192,7 @@ ms_model *ms_qwen3_model_bind(const ms_qwen3_cfg *cfg, const ms_tsrc *src, const
     in->have_xfmt = ms_qwen3_experts_fmt(c->hidden, c->moe_inter, enc, &in->xfmt) == 0;
     if (!in->have_xfmt) snprintf(in->why_no_xfmt, sizeof in->why_no_xfmt, "%s", ms_err_msg());
     int64_t pos = o && o->max_positions > 0 ? o->max_positions : 4096;
-    in->state_bytes = k_state_bytes(m, pos, 0);
+    in->state_bytes = qw_state_bytes(m, pos, 0);
     in->scratch_row_bytes = 4 * (qw_work_floats(c, 1, 1) - qw_work_floats(c, 0, 0));
     m->embed = &g->embed;
     if (ms_mrt_init(m, &qw_ops, src, o, MS_XACT_SWIGLU, NULL, c->hidden) != 0 ||
@@ -227,27 +216,19 @@ ms_model *ms_qwen3_model_bind(const ms_qwen3_cfg *cfg, const ms_tsrc *src, const
     return m;
 }
 
+static ms_model *bind_refined(const void *cfg, const ms_tsrc *src, const ms_run_opts *o, const ms_xfmt *f)
+{
+    return ms_qwen3_model_bind(cfg, src, o, f->mat[0].enc);
+}
+
 ms_model *ms_qwen3_model_open(const char *dir, const ms_run_opts *o)
 {
     char path[4096];
     ms_qwen3_cfg cfg;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (ms_qwen3_cfg_load(path, &cfg) != 0) return NULL;
-    ms_st *st = ms_st_open_dir(dir);
     ms_xfmt f;
-    if (!st || ms_qwen3_experts_fmt(cfg.hidden, cfg.moe_inter, cfg.fp8 ? MS_XENC_FP8 : MS_XENC_BF16, &f) != 0 ||
-        ms_xfam_refine(&f, cfg.first_moe, st, dir) < 0) {
-        ms_st_close(st);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (ms_qwen3_cfg_load(path, &cfg) != 0 ||
+        ms_qwen3_experts_fmt(cfg.hidden, cfg.moe_inter, cfg.fp8 ? MS_XENC_FP8 : MS_XENC_BF16, &f) != 0)
         return NULL;
-    }
-    ms_tsrc src;
-    ms_mrt_source(st, dir, &src);
-    ms_model *m = ms_qwen3_model_bind(&cfg, &src, o, f.mat[0].enc);
-    if (!m) {
-        free((void *)src.paths);
-        ms_st_close(st);
-        return NULL;
-    }
-    ms_mrt_adopt(m, st, &src);
-    return m;
+    return ms_mrt_open_dir(dir, o, &f, cfg.first_moe, bind_refined, &cfg);
 }

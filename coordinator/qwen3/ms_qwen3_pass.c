@@ -97,13 +97,6 @@ static int mlp(qw_model *g, int l, float *h, int64_t R, int32_t *ids_out, ms_are
 
 /* ---- the pass: layers and tail for the runtime's ms_mrt_pass_run ---- */
 
-static void qw_pass_begin(ms_model *m, ms_pass *p)
-{
-    (void)m;
-    for (int i = 0; i < p->n; i++)
-        if (p->items[i].spec) p->items[i].seq->spec_rows = p->items[i].T;
-}
-
 static int qw_pass_layer(ms_model *m, ms_pass *p, int l)
 {
     qw_model *g = (qw_model *)m;
@@ -124,7 +117,6 @@ static void qw_tail_row(ms_model *m, const ms_pass *p, int64_t r, float *out)
 static const ms_mat *qw_lm_head(ms_model *m) { return &((qw_model *)m)->lm_head; }
 
 const ms_pass_ops qw_pass = {
-    .pass_begin = qw_pass_begin,
     .layer = qw_pass_layer,
     .layer_routes = qw_layer_routes,
     .tail_row = qw_tail_row,

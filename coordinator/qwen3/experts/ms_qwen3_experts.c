@@ -7,6 +7,7 @@
 #include "ms_st.h"
 #include "ms_qwen3_experts.h"
 #include "ms_xfp8.h"
+#include "ms_xhf.h"
 
 static int qw_detect(json_t *root)
 {
@@ -97,33 +98,7 @@ static int qw_describe(ms_jcfg *j, ms_xmodel *out)
 
 int ms_qwen3_experts_fmt(int hidden, int inter, int enc, ms_xfmt *f)
 {
-    memset(f, 0, sizeof *f);
-    if (enc != MS_XENC_BF16 && enc != MS_XENC_FP8 && enc != MS_XENC_FP8_BF16S) {
-        ms_err_set("Qwen3-MoE experts are BF16 or FP8 (e4m3, 128 x 128 blocks)");
-        return ms_err_set_code(MS_EXIT_MODEL);
-    }
-    if (ms_xfmt_widths_ok(hidden, inter, (ms_xenc)enc) != 0) return -1;
-    ms_xfmt_begin(f, "qwen3-moe", hidden, inter, MS_XACT_SWIGLU, NULL, 0);
-    static const char *const names[3] = {"gate", "up", "down"};
-    static const ms_xrole roles[3] = {MS_XROLE_GATE, MS_XROLE_UP, MS_XROLE_DOWN};
-    for (int i = 0; i < 3; i++) {
-        char w[40], s[40];
-        snprintf(w, sizeof w, "%s_proj.weight", names[i]);
-        snprintf(s, sizeof s, "%s_proj.weight_scale_inv", names[i]);
-        const char *parts[2] = {w, s};
-        ms_xfmt_add_mat(f, names[i], roles[i], (ms_xenc)enc, MS_XFMT_NO_BIAS, parts);
-    }
-    return 0;
-}
-
-/* Part `part` of expert e: the whole tensor model.layers.L.mlp.experts.E.<part name>. */
-static int qw_locate(const ms_xfmt *f, int layer, int expert, int part, char *name, size_t n, int *slice,
-                     int *n_slices)
-{
-    *slice = 0;
-    *n_slices = 1;
-    int w = snprintf(name, n, "model.layers.%d.mlp.experts.%d.%s", layer, expert, f->part[part].name);
-    return w >= 0 && (size_t)w < n ? 0 : -1;
+    return ms_xhf_swiglu_fmt(f, "qwen3-moe", hidden, inter, enc);
 }
 
 static int qw_make(const ms_xfmt *like, ms_xfmt *out)
@@ -135,15 +110,4 @@ static int qw_make(const ms_xfmt *like, ms_xfmt *out)
     return ms_qwen3_experts_fmt(like->latent, like->inter, like->mat[0].enc, out);
 }
 
-/* The scale grids' dtype as this checkpoint stores them: F32 or BF16 (both are seen in FP8
- * releases of this layout). */
-static int qw_refine(ms_xfmt *f, int first_moe, const ms_st *st)
-{
-    if (f->mat[0].enc != MS_XENC_FP8 && f->mat[0].enc != MS_XENC_FP8_BF16S) return 0;
-    char name[160];
-    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.0.gate_proj.weight_scale_inv", first_moe);
-    int enc = 0, rc = ms_xfp8_scale_enc(st, name, &enc);
-    return rc != 0 ? rc : ms_qwen3_experts_fmt(f->latent, f->inter, enc, f);
-}
-
-const ms_xfam ms_qwen3_experts = {"qwen3-moe", qw_detect, qw_describe, qw_locate, qw_make, qw_refine};
+const ms_xfam ms_qwen3_experts = {"qwen3-moe", qw_detect, qw_describe, ms_xhf_locate, qw_make, ms_xhf_refine};
