@@ -6,6 +6,7 @@
 #include "ms_dsv3_experts.h"
 #include "ms_dsv3_model.h"
 #include "ms_err.h"
+#include "ms_kimichat.h"
 
 static int load_cfg(const char *dir, ms_dsv3_cfg *c)
 {
@@ -64,13 +65,43 @@ static int ds_trunk(const char *dir, const ms_st *st, const ms_st_tensor ***out)
     return n;
 }
 
+/* The chat format by the tokenizer the checkpoint ships: Kimi K2's (the Kimi tokenizer, whose
+ * <|im_user|> marks Kimi's format) is Kimi's; DeepSeek's own template is not rendered yet, so a
+ * chat on a DeepSeek tokenizer is refused saying so, never rendered in another format. */
+static int is_kimi(const ms_tok *t) { return ms_tok_special_id(t, "<|im_user|>") >= 0; }
+
+static int no_deepseek_chat(void)
+{
+    ms_err_set("the DeepSeek-V3 chat template is not rendered in this build (Kimi K2's is): use a prompt of text or ids");
+    return ms_err_set_code(MS_EXIT_INPUT);
+}
+
+static int ds_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
+                          size_t *n_ids)
+{
+    return is_kimi(t) ? ms_kimichat.encode(t, msgs, n, o, ids, n_ids) : no_deepseek_chat();
+}
+
+static int ds_chat_stops(const ms_tok *t, int32_t *ids, int max)
+{
+    return is_kimi(t) ? ms_kimichat.stop_ids(t, ids, max) : 0;
+}
+
+static int ds_chat_follow(const ms_tok *t, int32_t last, const ms_chat_msg *msgs, int n, const ms_chat_opts *o,
+                          int32_t **ids, size_t *n_ids)
+{
+    return is_kimi(t) ? ms_kimichat.follow(t, last, msgs, n, o, ids, n_ids) : no_deepseek_chat();
+}
+
+static const ms_chatfmt ds_chat = {"kimi", ds_chat_encode, ds_chat_stops, NULL, NULL, ds_chat_follow, NULL, ""};
+
 const ms_family ms_dsv3_family = {
     .name = "deepseek-v3",
     .title = "DeepSeek-V3 / Kimi K2",
     .xfam = &ms_dsv3_experts,
     .open = ms_dsv3_model_open,
     .peek = ds_peek,
-    .chat = NULL,
+    .chat = &ds_chat,
     .trunk_matrices = ds_trunk,
     .synth = ms_dsv3_synth,
     .demo_preset = "deepseek-v3-tiny",

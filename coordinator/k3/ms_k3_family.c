@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "ms_err.h"
-#include "ms_k3_chat.h"
+#include "ms_kimichat.h"
 #include "ms_k3_model.h"
 #include "ms_k3_tensors.h"
 #include "ms_synth.h"
@@ -54,7 +54,7 @@ const ms_family ms_k3_family = {
     .xfam = &ms_k3_experts,
     .open = ms_k3_model_open,
     .peek = k3_peek,
-    .chat = &ms_k3_chat,
+    .chat = &ms_kimichat,
     .trunk_matrices = k3_trunk,
     .synth = k3_synth,
     .demo_preset = "tiny",

@@ -88,6 +88,20 @@ static void check_synth(void)
         snprintf(cmd, sizeof cmd, "%s synth --preset %s --sparse --out %s 2>/dev/null && %s run --model %s --ids 1,2,3 -n 2 "
                  "--ram-budget 8G --json > /dev/null", bin, big[i], d, bin, d);
         T_CHECK(ms_t_run(cmd, NULL) == 0, "synth --preset %s --sparse runs at --ram-budget 8G", big[i]);
+        /* a chat: Kimi K2's tokenizer renders Kimi's format; DeepSeek's template is refused, saying so */
+        char body[1200], *out = NULL, *err = NULL;
+        snprintf(body, sizeof body, "%s/chat.json", ms_t_tmpdir("dsv3-chat"));
+        FILE *f = fopen(body, "w");
+        if (f) fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}", f), fclose(f);
+        int st = ms_t_runf(&out, &err, "%s tokenize --model %s --chat %s --json", bin, d, body);
+        if (i == 1)
+            T_CHECK(st == 0 && out && strstr(out, "<|im_user|>user<|im_middle|>Hi<|im_end|><|im_assistant|>assistant<|im_middle|>"),
+                    "kimi-k2: a chat renders in Kimi's format (%s)", out ? out : "");
+        else
+            T_CHECK(st == 5 && err && strstr(err, "DeepSeek-V3 chat template is not rendered"),
+                    "deepseek-v3: a chat is refused, naming what is missing (status %d: %s)", st, err ? err : "");
+        free(out);
+        free(err);
     }
 }
 

@@ -7,7 +7,7 @@
 #include "ms_err.h"
 #include "ms_families.h"
 #include "ms_gptoss_chat.h"
-#include "ms_k3_chat.h"
+#include "ms_kimichat.h"
 #include "ms_jchat.h"
 #include "ms_jobfile.h"
 #include "ms_test.h"
@@ -102,7 +102,7 @@ int main(void)
     /* the variables are the family's: Kimi's format reads none of harmony's; with no format, none */
     json_t *kb = json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": "
                             "{\"reasoning_effort\": \"high\"}}", 0, NULL);
-    T_CHECK(ms_jchat_read(kb, &ms_k3_chat, NULL, 0, &c, why, sizeof why, &param) == -1 && param &&
+    T_CHECK(ms_jchat_read(kb, &ms_kimichat, NULL, 0, &c, why, sizeof why, &param) == -1 && param &&
                 !strcmp(param, "chat_template_kwargs") &&
                 has(why, "reasoning_effort is not a variable the kimi chat format reads (add_generation_prompt)"),
             "Kimi's format refuses harmony's variable: %s", why);
@@ -119,7 +119,7 @@ int main(void)
     T_CHECK(ms_jchat_read(kb, &ms_gptoss_chat, NULL, 0, &c, why, sizeof why, &param) == -1 && param &&
                 !strcmp(param, "reasoning_effort") && has(why, "low, medium and high"),
             "harmony: reasoning_effort \"minimal\" refused naming reasoning_effort: %s", why);
-    T_CHECK(ms_jchat_read(kb, &ms_k3_chat, NULL, 0, &c, why, sizeof why, &param) == 0, "Kimi: reasoning_effort ignored: %s",
+    T_CHECK(ms_jchat_read(kb, &ms_kimichat, NULL, 0, &c, why, sizeof why, &param) == 0, "Kimi: reasoning_effort ignored: %s",
             why);
     ms_jchat_clear(&c);
     json_decref(kb);

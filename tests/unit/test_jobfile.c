@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ms_k3_chat.h"
+#include "ms_kimichat.h"
 #include "ms_err.h"
 #include "ms_jobfile.h"
 #include "ms_test.h"
@@ -41,7 +41,7 @@ static void check_good(void)
     ms_jobspec_clear(&j);
     parse("{\"custom_id\": \"c\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"stop\": \"x\"}", 2, &j);
     ms_chat_msg m = {"user", "hi", 2};
-    ms_k3_chat_encode(lim.tok, &m, 1, &ids, &n);
+    ms_kimichat_encode(lim.tok, &m, 1, &ids, &n);
     T_CHECK(!j.err_code && j.kind == MS_JOB_CHAT && j.n_prompt == n && !memcmp(j.prompt, ids, n * 4) && j.n_stop == 1,
             "short form with messages is a chat, rendered by ms_chat; stop as one string");
     free(ids);
@@ -222,7 +222,7 @@ int main(void)
     T_CHECK(ms_tok_write_synth(d, 502) == 0, "synth tokenizer: %s", ms_err_msg());
     ms_tok *t = ms_tok_load(d);
     if (!t) return ms_t_done();
-    lim = (ms_jobfile_limits){t, 512, 64, &ms_k3_chat}; /* a Kimi-style tokenizer: the Kimi chat format */
+    lim = (ms_jobfile_limits){t, 512, 64, &ms_kimichat}; /* a Kimi-style tokenizer: the Kimi chat format */
     check_good();
     check_bad();
     check_lines();

@@ -1,58 +1,13 @@
-/* ms_k3_chat: renders chat messages in Kimi's format straight to token ids. */
+/* ms_kimichat: Kimi's chat format (Kimi K3, Kimi K2): messages -> prompt pieces -> token ids. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ms_k3_chat.h"
+#include "ms_chatp.h"
+#include "ms_kimichat.h"
 #include "ms_err.h"
 
-/* Growing id array. */
-typedef struct {
-    int32_t *v;
-    size_t n, cap;
-} ids_buf;
-
-static void push(ids_buf *b, const int32_t *ids, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 16;
-        b->v = ms_realloc(b->v, sizeof(int32_t) * b->cap);
-    }
-    if (n) memcpy(b->v + b->n, ids, sizeof(int32_t) * n);
-    b->n += n;
-}
-
-static int push_special(ids_buf *b, const ms_tok *t, const char *name)
-{
-    int id = ms_tok_special_id(t, name);
-    if (id < 0) {
-        ms_err_set("the tokenizer has no special token %s, which the chat format needs", name);
-        return ms_err_set_code(MS_EXIT_INPUT);
-    }
-    int32_t v = id;
-    push(b, &v, 1);
-    return 0;
-}
-
-static int push_text(ids_buf *b, const ms_tok *t, const char *text, size_t len)
-{
-    int32_t *ids = NULL;
-    size_t n = 0;
-    if (ms_tok_encode(t, text, len, 0, &ids, &n) != 0) return ms_err_set_code(MS_EXIT_INPUT);
-    push(b, ids, n);
-    free(ids);
-    return 0;
-}
-
-/* <|im_X|>role<|im_middle|> */
-static int push_header(ids_buf *b, const ms_tok *t, const char *marker, const char *role)
-{
-    if (push_special(b, t, marker) != 0) return -1;
-    if (push_text(b, t, role, strlen(role)) != 0) return -1;
-    return push_special(b, t, "<|im_middle|>");
-}
-
-int ms_k3_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t **ids, size_t *n_ids)
+int ms_kimichat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t **ids, size_t *n_ids)
 {
     *ids = NULL;
     *n_ids = 0;
@@ -60,7 +15,7 @@ int ms_k3_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t *
         ms_err_set("a chat needs at least one message");
         return ms_err_set_code(MS_EXIT_INPUT);
     }
-    ids_buf b = {0};
+    ms_chatp p = {0};
     for (int i = 0; i < n; i++) {
         const char *role = msgs[i].role, *marker;
         /* Kimi's template gives every role but user and assistant the system marker, with the
@@ -72,27 +27,30 @@ int ms_k3_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t *
         else if (!strcmp(role, "assistant"))
             marker = "<|im_assistant|>";
         else {
+            ms_chatp_free(&p);
             ms_err_set("message %d: unknown role '%s' (known: system, developer, user, assistant)", i, role);
-            ms_err_set_code(MS_EXIT_INPUT);
-            goto fail;
+            return ms_err_set_code(MS_EXIT_INPUT);
         }
-        if (push_header(&b, t, marker, role) != 0) goto fail;
-        if (push_text(&b, t, msgs[i].content, msgs[i].len) != 0) {
-            ms_err_wrap("message %d", i);
-            goto fail;
+        if (msgs[i].content && !ms_chatp_valid_utf8(msgs[i].content, msgs[i].len)) {
+            ms_chatp_free(&p);
+            ms_err_set("message %d: content is not valid UTF-8", i);
+            return ms_err_set_code(MS_EXIT_INPUT);
         }
-        if (push_special(&b, t, "<|im_end|>") != 0) goto fail;
+        ms_chatp_mark(&p, marker);
+        ms_chatp_text(&p, role);
+        ms_chatp_mark(&p, "<|im_middle|>");
+        ms_chatp_put(&p, msgs[i].content ? msgs[i].content : "", msgs[i].content ? msgs[i].len : 0, 0);
+        ms_chatp_mark(&p, "<|im_end|>");
     }
-    if (push_header(&b, t, "<|im_assistant|>", "assistant") != 0) goto fail;
-    *ids = b.v;
-    *n_ids = b.n;
-    return 0;
-fail:
-    free(b.v);
-    return -1;
+    ms_chatp_mark(&p, "<|im_assistant|>");
+    ms_chatp_text(&p, "assistant");
+    ms_chatp_mark(&p, "<|im_middle|>");
+    int rc = ms_chatp_encode(&p, t, "kimi", ids, n_ids);
+    ms_chatp_free(&p);
+    return rc;
 }
 
-int32_t ms_k3_chat_end_id(const ms_tok *t) { return ms_tok_special_id(t, "<|im_end|>"); }
+int32_t ms_kimichat_end_id(const ms_tok *t) { return ms_tok_special_id(t, "<|im_end|>"); }
 
 /* Kimi's format has no date, reasoning effort or model identity: those options do not change it
  * (a template ignores variables it does not read); a reasoning sent back with an earlier answer
@@ -116,12 +74,12 @@ static int encode_fmt(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_
                                            : "needs content");
             return ms_err_set_code(MS_EXIT_INPUT);
         }
-    return ms_k3_chat_encode(t, msgs, n, ids, n_ids);
+    return ms_kimichat_encode(t, msgs, n, ids, n_ids);
 }
 
 static int stops(const ms_tok *t, int32_t *ids, int max)
 {
-    int32_t e = ms_k3_chat_end_id(t);
+    int32_t e = ms_kimichat_end_id(t);
     if (e < 0 || max < 1) return 0;
     ids[0] = e;
     return 1;
@@ -132,7 +90,7 @@ static int stops(const ms_tok *t, int32_t *ids, int max)
 static int follow(const ms_tok *t, int32_t last, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
                   size_t *n_ids)
 {
-    int32_t end = ms_k3_chat_end_id(t), *rest = NULL;
+    int32_t end = ms_kimichat_end_id(t), *rest = NULL;
     size_t nr = 0;
     if (end < 0) {
         ms_err_set("the tokenizer has no <|im_end|>, which the kimi chat format needs");
@@ -149,4 +107,4 @@ static int follow(const ms_tok *t, int32_t last, const ms_chat_msg *msgs, int n,
     return 0;
 }
 
-const ms_chatfmt ms_k3_chat = {"kimi", encode_fmt, stops, NULL, NULL, follow, NULL, ""};
+const ms_chatfmt ms_kimichat = {"kimi", encode_fmt, stops, NULL, NULL, follow, NULL, ""};

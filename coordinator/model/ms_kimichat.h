@@ -1,6 +1,6 @@
-/* ms_k3_chat: Kimi's chat format: a list of messages -> prompt token ids with the tokenizer's special tokens. */
-#ifndef MS_K3_CHAT_H
-#define MS_K3_CHAT_H
+/* ms_kimichat: Kimi's chat format, shared by Kimi K3 and Kimi K2 (the DeepSeek-V3 family): a list of messages -> prompt token ids with the tokenizer's special tokens. */
+#ifndef MS_KIMICHAT_H
+#define MS_KIMICHAT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -21,12 +21,12 @@
  * On success *ids is malloc'ed (*n ids) and 0 is returned; -1 with ms_err set (MS_EXIT_INPUT)
  * on no messages, an unknown role (naming the message's index), invalid UTF-8, or a tokenizer
  * without the markers. */
-int ms_k3_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t **ids, size_t *n_ids);
+int ms_kimichat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, int32_t **ids, size_t *n_ids);
 
 /* Id of <|im_end|> (the end of an assistant turn: generation stops there), or -1. */
-int32_t ms_k3_chat_end_id(const ms_tok *t);
+int32_t ms_kimichat_end_id(const ms_tok *t);
 
 /* The format as the family registry holds it. */
-extern const ms_chatfmt ms_k3_chat;
+extern const ms_chatfmt ms_kimichat;
 
 #endif
