@@ -15,4 +15,10 @@ float *ms_t_logits(const char *dir, const ms_run_opts *o, const int32_t *ids, in
  * 1-byte budget names; a check that it is refused that way (what names the caller in its message). */
 uint64_t ms_t_least_budget(const char *dir, ms_run_opts o, const char *what);
 
+/* A family's fixture checkpoint dir against its official reference (ref_logits.json,
+ * ref_greedy.json): it opens as `family` with o, the prompt's logits and the 16 greedy steps'
+ * within 1e-4 of the reference's (relative to the largest), the greedy tokens exact; `how` names
+ * the options in the checks' lines (pinned, streamed). */
+void ms_t_check_reference(const char *dir, const char *name, const char *family, const ms_run_opts *o, const char *how);
+
 #endif
