@@ -93,7 +93,7 @@ static void chat_usage(FILE *f)
           "                      [--prefill-span N|off] [--prefill-mixed off|auto|N] [--scratch-dir DIR|off] [--trunk-pack DIR|none]\n"
           "                      [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                      [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
-          "                      [--speculate auto|off|N] [--draft-file PATH] [--quiet] [--pin-threads]\n"
+          "                      [--speculate auto|off|N] [--draft auto|ngram|mtp] [--draft-file PATH] [--quiet] [--pin-threads]\n"
           "                      [--expert-prefetch auto|on|off]\n"
           "                      " MS_CLI_PC_USAGE "\n"
           "\n"

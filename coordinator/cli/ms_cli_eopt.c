@@ -10,7 +10,7 @@
 #include "ms_pool.h"
 
 enum { MS_CLI_OPT_SPECULATE = 1001, MS_CLI_OPT_DRAFT, MS_CLI_OPT_PIN, MS_CLI_OPT_PREFETCH, MS_CLI_OPT_SPAN,
-       MS_CLI_OPT_MIXED, MS_CLI_OPT_MMAP, MS_CLI_OPT_SCRATCH }; /* long-only options */
+       MS_CLI_OPT_MIXED, MS_CLI_OPT_MMAP, MS_CLI_OPT_SCRATCH, MS_CLI_OPT_DRAFTS }; /* long-only options */
 
 static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"model", required_argument, 0, 'm'},         {"ram-budget", required_argument, 0, 'B'},
@@ -28,6 +28,7 @@ static const struct option shared[MS_CLI_EOPT_COUNT] = {
     {"prefill-mixed", required_argument, 0, MS_CLI_OPT_MIXED},
     {"mmap", required_argument, 0, MS_CLI_OPT_MMAP},
     {"scratch-dir", required_argument, 0, MS_CLI_OPT_SCRATCH},
+    {"draft", required_argument, 0, MS_CLI_OPT_DRAFTS},
 };
 
 void ms_cli_eopt_table(const struct option *own, int n_own, struct option *out)
@@ -58,6 +59,18 @@ int ms_cli_eopt_take(ms_cli_eopts *o, const char *cmd, int c, const char *arg, i
     case 'N': bad = ms_opt_int("--local-workers", arg, 0, 64, &o->local_workers); break;
     case MS_CLI_OPT_DRAFT: o->draft_file = arg; break;
     case MS_CLI_OPT_SCRATCH: o->scratch_dir = arg; break;
+    case MS_CLI_OPT_DRAFTS:
+        if (!strcmp(arg, "auto"))
+            o->draft_source = MS_DRAFT_AUTO;
+        else if (!strcmp(arg, "ngram"))
+            o->draft_source = MS_DRAFT_NGRAM;
+        else if (!strcmp(arg, "mtp"))
+            o->draft_source = MS_DRAFT_HEAD;
+        else {
+            *code = ms_cli_fail(cmd, MS_EXIT_USAGE, "--draft takes auto, ngram or mtp, got '%s'", arg);
+            return -1;
+        }
+        break;
     case MS_CLI_OPT_SPAN:
         if (!strcmp(arg, "off"))
             o->span = -1;
@@ -125,6 +138,13 @@ int ms_cli_eopt_check(const ms_cli_eopts *o, const char *cmd)
         return ms_cli_fail(cmd, MS_EXIT_USAGE, "--model DIR is required (see moestream %s --help)", cmd);
     if (!!o->workers + !!o->cluster + (o->local_workers > 0) > 1)
         return ms_cli_fail(cmd, MS_EXIT_USAGE, "give at most one of --workers, --cluster and --local-workers");
+    if (o->draft_source == MS_DRAFT_HEAD && o->draft_file)
+        return ms_cli_fail(cmd, MS_EXIT_USAGE, "give at most one of --draft mtp and --draft-file");
+    if (o->draft_source == MS_DRAFT_HEAD && (o->workers || o->cluster || o->local_workers > 0))
+        return ms_cli_fail(cmd, MS_EXIT_USAGE, "--draft mtp runs the MTP layer's experts in this process: it cannot be "
+                                              "combined with --workers, --cluster or --local-workers yet");
+    if (o->draft_source == MS_DRAFT_HEAD && o->speculate_set && o->speculate == 0)
+        return ms_cli_fail(cmd, MS_EXIT_USAGE, "--draft mtp drafts for speculation: not with --speculate off");
     return MS_EXIT_OK;
 }
 
@@ -152,6 +172,7 @@ void ms_cli_eopt_engine(const ms_cli_eopts *o, ms_engine_opts *eo)
     eo->worker_timeout = o->worker_timeout;
     eo->speculate = o->speculate_set ? o->speculate : MS_SPEC_AUTO;
     eo->draft_file = o->draft_file;
+    eo->draft_source = o->draft_source;
 }
 
 int ms_cli_eopt_take_all(ms_cli_eopts *o, struct ms_cli_pcopts_s *pc, const char *cmd, int c, const char *arg, int *code)

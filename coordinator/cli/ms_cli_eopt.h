@@ -23,18 +23,21 @@ typedef struct {
     int speculate;                           /* --speculate: MS_SPEC_AUTO (the default), 0 = off, N */
     int speculate_set;                       /* --speculate was given (else auto) */
     const char *draft_file;                  /* --draft-file PATH */
+    int draft_source;                        /* --draft: MS_DRAFT_AUTO (0), _NGRAM, _HEAD */
     const char *scratch_dir;                 /* --scratch-dir DIR|off (NULL: $TMPDIR or /tmp) */
 } ms_cli_eopts;
 
 /* Entries of the shared options in a getopt_long table. */
-#define MS_CLI_EOPT_COUNT 23
+#define MS_CLI_EOPT_COUNT 24
 
 /* Lines of a command's usage text for the speculation options (run, jobs, serve). */
 #define MS_CLI_EOPT_SPEC_HELP                                                                                    \
     "--speculate auto|off|N (default auto) verifies up to N drafted tokens in each decoding pass and keeps the\n" \
     "longest prefix the model itself produces: tokens and logits are identical to off; auto adapts N (up to 8)\n"  \
-    "to the drafts' acceptance and pauses drafting while they miss. Drafts come from n-gram lookup in the\n"      \
-    "sequence's own tokens, or with --draft-file PATH from an id list (syntax of --ids; draft i is id i).\n"
+    "to the drafts' acceptance and pauses drafting while they miss. --draft auto|ngram|mtp (default auto): where\n" \
+    "drafts come from: the checkpoint's own MTP layer (DeepSeek-V3/R1/V3.1: one draft a pass, from the model's\n"  \
+    "last hidden state) when it has one and no workers run the experts, else n-gram lookup in the sequence's\n"    \
+    "own tokens; --draft-file PATH drafts an id list (syntax of --ids; draft i is id i).\n"
 
 /* A command's getopt_long table: its own n_own entries, then the shared ones, then the zero
  * entry. out has room for n_own + MS_CLI_EOPT_COUNT + 1 entries. */

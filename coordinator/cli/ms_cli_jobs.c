@@ -50,7 +50,7 @@ static void jobs_usage(FILE *f)
           "                      [--lru-cache] [--trunk-pack DIR|none] [--pin-threads] [--expert-prefetch auto|on|off]\n"
           "                      [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                      [--curve-secret FILE] [--insecure] [--worker-timeout SEC] [--dump-logits DIR]\n"
-          "                      [--speculate auto|off|N] [--draft-file PATH] [--no-shared-prefill]\n"
+          "                      [--speculate auto|off|N] [--draft auto|ngram|mtp] [--draft-file PATH] [--no-shared-prefill]\n"
           "                      " MS_CLI_PC_USAGE "\n"
           "\n"
           "Runs every job of FILE (JSON Lines, OpenAI Batch API shape; - reads standard input) and appends\n"

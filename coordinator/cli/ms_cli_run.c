@@ -65,7 +65,7 @@ static void run_usage(FILE *f, int demo)
           "                     [--expert-prefetch auto|on|off] [--plan-only [--plan-seqs N]]\n"
           "                     [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                     [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
-          "                     [--speculate auto|off|N] [--draft-file PATH]\n"
+          "                     [--speculate auto|off|N] [--draft auto|ngram|mtp] [--draft-file PATH]\n"
           "\n"
           "Generates N tokens (default 16; -n N is the same) after the prompt. --temperature 0 (the\n"
           "default) is greedy.\n"
@@ -338,6 +338,8 @@ static void print_json(ms_engine *e, int special, const int32_t *prompt, size_t 
                                   (json_int_t)(ms->expert_cache_misses - after_prefill->expert_cache_misses)));
     json_object_set_new(stats, "forward_passes", json_integer((json_int_t)es->passes));
     json_object_set_new(stats, "speculate_window", json_integer(es->spec_window));
+    json_object_set_new(stats, "draft_source", json_string(es->draft_source));
+    json_object_set_new(stats, "draft_seconds", json_real(es->draft_seconds));
     json_object_set_new(stats, "draft_tokens", json_integer((json_int_t)es->drafted));
     json_object_set_new(stats, "accepted_draft_tokens", json_integer((json_int_t)es->accepted));
     json_object_set_new(stats, "decode_passes", json_integer((json_int_t)es->decode_passes));
@@ -403,11 +405,12 @@ static void print_report(const char *cmd, size_t np, size_t ng, const ms_engine_
     }
     if (es->drafted)
         fprintf(stderr,
-                "moestream %s: speculation: %llu draft tokens, %llu accepted (%.0f%%), %.2f tokens per decoding pass "
-                "(window %d)\n",
-                cmd, (unsigned long long)es->drafted, (unsigned long long)es->accepted,
+                "moestream %s: speculation: %llu %s draft tokens, %llu accepted (%.0f%%), %.2f tokens per decoding pass "
+                "(window %d), %.3f s drafting\n",
+                cmd, (unsigned long long)es->drafted, es->draft_source, (unsigned long long)es->accepted,
                 100.0 * (double)es->accepted / (double)es->drafted,
-                es->decode_passes ? (double)es->decode_tokens / (double)es->decode_passes : 0.0, es->spec_window);
+                es->decode_passes ? (double)es->decode_tokens / (double)es->decode_passes : 0.0, es->spec_window,
+                es->draft_seconds);
 }
 
 /* --plan-only: the plan and the bytes one pass reads with it (trunk streamed; routed experts

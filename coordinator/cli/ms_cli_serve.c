@@ -42,7 +42,7 @@ static void serve_usage(FILE *f)
           "                       [--lru-cache] [--trunk-pack DIR|none] [--pin-threads] [--expert-prefetch auto|on|off]\n"
           "                       [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                       [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
-          "                       [--speculate auto|off|N] [--draft-file PATH]\n"
+          "                       [--speculate auto|off|N] [--draft auto|ngram|mtp] [--draft-file PATH]\n"
           "                       " MS_CLI_PC_USAGE "\n"
           "\n"
           "Serves an OpenAI-compatible HTTP API (see docs/API.md): POST /v1/completions and\n"

@@ -107,6 +107,8 @@ const ms_family ms_dsv3_family = {
     .demo_preset = "deepseek-v3-tiny",
     .synth_help = "the Hugging Face layout: its config fields, one-based shards with a six-digit total + index, FP8 "
                   "projections and experts with an F32 weight_scale_inv per 128 x 128 block, BF16 embeddings, routers "
-                  "and head, the MTP layer where the release has one: deepseek-v3-tiny (a few MB), deepseek-v3 (the "
+                  "and head, the MTP layer where the release has one: deepseek-v3-tiny (a few MB), deepseek-v3-tiny-mtp (the same "
+                  "shape, its layers adding little and its MTP layer passing the next token's embedding to the head: "
+                  "drafts the model accepts, for measuring MTP speculation), deepseek-v3 (the "
                   "released 671B: 641 GiB), kimi-k2 (958 GiB), the last two for --sparse",
 };

@@ -20,11 +20,11 @@ static const float *vec(ms_model *m, const char *name, int64_t n)
     return ms_mrt_vec(m, name, n, 1, s);
 }
 
-static void bind_layer(ds_model *g, int l)
+/* Layer l's tensors into w (the MTP layer's too: l = N). */
+static void bind_layer(ds_model *g, int l, ds_layer *w)
 {
     ms_model *m = &g->base;
     const ms_dsv3_cfg *c = &g->cfg;
-    ds_layer *w = &g->layers[l];
     int64_t H = c->hidden, dq = c->qk_nope + c->qk_rope, nh = c->n_heads, SI = (int64_t)c->n_shared * c->moe_inter;
     char n[256];
     int n_refs0 = m->n_refs;
@@ -57,6 +57,36 @@ static void bind_layer(ds_model *g, int l)
     if (l >= c->n_dense) ms_mrt_bind_experts(m, l);
 }
 
+/* The MTP layer (layer N) as the draft head: its matrices read whole now (a draft runs between
+ * passes, outside the trunk's schedule), its experts the store's layer N. */
+static void bind_mtp(ds_model *g)
+{
+    ms_model *m = &g->base;
+    const ms_dsv3_cfg *c = &g->cfg;
+    int64_t H = c->hidden;
+    int N = c->n_layers;
+    char n[256];
+    m->bind_resident = 1;
+    bind_layer(g, N, &g->mtp.layer);
+#define NAME(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, N), n)
+    g->mtp.enorm = vec(m, NAME("enorm.weight"), H);
+    g->mtp.hnorm = vec(m, NAME("hnorm.weight"), H);
+    ms_mrt_mat(m, &g->mtp.eh_proj, NAME("eh_proj.weight"), H, 2 * H);
+    g->mtp.head_norm = vec(m, NAME("shared_head.norm.weight"), H);
+#undef NAME
+    m->bind_resident = 0;
+}
+
+/* Whether to bind the MTP layer: asked for, in the config, and in the checkpoint. */
+static int mtp_wanted(const ms_dsv3_cfg *c, const ms_tsrc *src, const ms_run_opts *o)
+{
+    if (!o || !o->draft_head || c->n_mtp < 1) return 0;
+    char n[256];
+    ms_tview tv;
+    snprintf(n, sizeof n, "model.layers.%d.eh_proj.weight", c->n_layers);
+    return src->find(src->ctx, n, &tv);
+}
+
 /* The config's depth and experts against the checkpoint, before anything is sized from them. */
 static int check_counts(const ms_dsv3_cfg *c, const ms_tsrc *src)
 {
@@ -84,7 +114,7 @@ static uint64_t ds_state_bytes(const ms_model *m, int64_t positions, int64_t spe
 {
     (void)spec_rows; /* the caches keep every position: rejected rows are overwritten */
     ms_mla_cfg mc = ds_mla_cfg(dsc(m));
-    return ms_mla_cache_bytes(&mc, positions) * (uint64_t)dsc(m)->cfg.n_layers;
+    return ms_mla_cache_bytes(&mc, positions) * (uint64_t)dsc(m)->cfg.n_layers + ds_mtp_state_bytes(dsc(m), positions);
 }
 
 static uint64_t ds_fixed_bytes(const ms_model *m, int threads, int64_t positions)
@@ -106,6 +136,7 @@ static ms_seq *ds_seq_new(ms_model *m)
         ms_mla_cache_init(&s->kv[l]);
         if (m->opts.max_positions > 0) ms_mla_cache_reserve(&s->kv[l], &mc, m->opts.max_positions);
     }
+    ds_mtp_seq_init(ds(m), s);
     return &s->base;
 }
 
@@ -114,6 +145,7 @@ static void ds_seq_free(ms_seq *base)
     ds_seq *s = (ds_seq *)base;
     for (int l = 0; l < ds(base->m)->cfg.n_layers; l++) ms_mla_cache_free(&s->kv[l]);
     free(s->kv);
+    ds_mtp_seq_free(s);
     free(s);
 }
 
@@ -126,6 +158,9 @@ static ms_seq *ds_seq_clone(const ms_seq *base)
     d->base = *base;
     d->kv = ms_calloc((size_t)n, sizeof *d->kv);
     for (int l = 0; l < n; l++) ms_mla_cache_copy(&d->kv[l], &s->kv[l], &mc);
+    d->mtp_f = s->mtp_f;
+    d->mtp_lost = s->mtp_lost;
+    ds_mtp_seq_copy(ds(base->m), d, s);
     return &d->base;
 }
 
@@ -134,6 +169,7 @@ static void ds_seq_save(const ms_seq *base, ms_sbuf *out)
     const ds_seq *s = (const ds_seq *)base;
     ms_mla_cfg mc = ds_mla_cfg(ds(base->m));
     for (int l = 0; l < ds(base->m)->cfg.n_layers; l++) ms_mla_cache_save(&s->kv[l], &mc, out);
+    ds_mtp_seq_save(ds(base->m), s, out);
 }
 
 static int ds_seq_load(ms_seq *base, ms_reader *in)
@@ -151,7 +187,7 @@ static int ds_seq_load(ms_seq *base, ms_reader *in)
             return -1;
         }
     }
-    return 0;
+    return ds_mtp_seq_load(ds(base->m), s, in);
 }
 
 /* Rejected rows: the caches' positions past the kept ones are never read and are overwritten next. */
@@ -189,6 +225,7 @@ static const ms_model_ops ds_ops = {
     .work_floats = ds_op_work_floats,
     .state_bytes = ds_state_bytes,
     .fixed_bytes = ds_fixed_bytes,
+    .seq_draft = ds_mtp_draft,
 };
 
 void ms_dsv3_info_of_cfg(const ms_dsv3_cfg *c, ms_model_info *in)
@@ -214,6 +251,8 @@ ms_model *ms_dsv3_model_bind(const ms_dsv3_cfg *cfg, const ms_tsrc *src, const m
     const ms_dsv3_cfg *c = &g->cfg;
     ms_model_info *in = &m->info;
     ms_dsv3_info_of_cfg(c, in);
+    g->mtp_on = mtp_wanted(c, src, o);
+    in->draft_layers = g->mtp_on;
     in->have_xfmt = ms_dsv3_experts_fmt(c->hidden, c->moe_inter, enc, &in->xfmt) == 0;
     if (!in->have_xfmt) snprintf(in->why_no_xfmt, sizeof in->why_no_xfmt, "%s", ms_err_msg());
     if (ms_rope_init_deepseek_yarn(&g->rope, c->qk_rope, c->rope_theta, c->yarn_factor, c->yarn_orig_ctx,
@@ -231,7 +270,8 @@ ms_model *ms_dsv3_model_bind(const ms_dsv3_cfg *cfg, const ms_tsrc *src, const m
     }
     ms_mrt_mat(m, &g->embed, "model.embed_tokens.weight", c->vocab, c->hidden);
     g->layers = ms_calloc((size_t)c->n_layers, sizeof *g->layers);
-    for (int l = 0; l < c->n_layers && m->n_errors <= 8; l++) bind_layer(g, l);
+    for (int l = 0; l < c->n_layers && m->n_errors <= 8; l++) bind_layer(g, l, &g->layers[l]);
+    if (g->mtp_on && m->n_errors <= 8) bind_mtp(g);
     int64_t s1[1] = {c->hidden};
     g->final_norm = ms_mrt_vec(m, "model.norm.weight", c->hidden, 1, s1);
     ms_mrt_mat(m, &g->lm_head, "lm_head.weight", c->vocab, c->hidden);

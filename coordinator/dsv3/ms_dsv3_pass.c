@@ -22,13 +22,15 @@ ms_mla_cfg ds_mla_cfg(const ds_model *g)
 
 /* The layer's gate (spec §3.6): sigmoid scores, the choice by score + bias within the best
  * topk_group groups, weights from the unbiased scores normalised and scaled. */
-static ms_moe_gate gate_of(const ds_model *g, int l)
+ms_moe_gate ds_gate(const ds_model *g, const ds_layer *w)
 {
     const ms_dsv3_cfg *c = &g->cfg;
     ms_moe_gate gt = {{MS_ROUTE_SIGMOID_BIAS, c->n_experts, c->top_k, c->n_group, c->topk_group, 1, c->routed_scale},
-                      l >= 0 ? &g->layers[l].router : NULL, NULL, l >= 0 ? g->layers[l].select_bias : NULL};
+                      w ? &w->router : NULL, NULL, w ? w->select_bias : NULL};
     return gt;
 }
+
+static ms_moe_gate gate_of(const ds_model *g, int l) { return ds_gate(g, l >= 0 ? &g->layers[l] : NULL); }
 
 size_t ds_work_floats(const ds_model *g, int64_t R, int64_t out_rows)
 {
@@ -38,8 +40,12 @@ size_t ds_work_floats(const ds_model *g, int64_t R, int64_t out_rows)
     ms_moe_gate gt = gate_of(g, -1);
     /* the pass's h; the attention's t and output and the block's; the MLP's t, y, the shared
      * expert's output and the MoE block's; the tail's rows and logits */
-    return MS_ARENA_SPAN(r * H) + 2 * MS_ARENA_SPAN(r * H) + ms_mla_work_floats(&a, R) + 3 * MS_ARENA_SPAN(r * H) +
-           ms_moe_block_work_floats(&gt, R, (int64_t)H) + MS_ARENA_SPAN(o * H) + MS_ARENA_SPAN(o * (size_t)c->vocab);
+    size_t pass = MS_ARENA_SPAN(r * H) + 2 * MS_ARENA_SPAN(r * H) + ms_mla_work_floats(&a, R) + 3 * MS_ARENA_SPAN(r * H) +
+                  ms_moe_block_work_floats(&gt, R, (int64_t)H) + MS_ARENA_SPAN(o * H) + MS_ARENA_SPAN(o * (size_t)c->vocab);
+    if (!g->mtp_on) return pass;
+    /* the draft head's pending rows (kept apart, counted here), and its own pass between ours */
+    size_t head = ds_mtp_work_floats(g, R);
+    return (pass > head ? pass : head) + r * H;
 }
 
 /* The attention block of layer l: h += MLA(rmsnorm(h)). */
@@ -148,4 +154,5 @@ const ms_pass_ops ds_pass = {
     .layer_routes = ds_layer_routes,
     .tail_row = ds_tail_row,
     .lm_head = ds_lm_head,
+    .pass_end = ds_mtp_pass_end,
 };

@@ -15,12 +15,16 @@ typedef struct {
     int n_layers, n_dense, hidden, inter, moe_inter, n_heads, q_lora, kv_lora, nope, rope, v_head;
     int n_experts, top_k, n_shared, n_group, topk_group, vocab, n_mtp, n_shards, kimi;
     float routed_scale, theta, factor, beta_fast;
+    int mtp_agrees; /* the tiny -mtp preset: layers that add little, an MTP layer that passes the
+                       next token's embedding to the same head (it predicts what the model does) */
 } ds_shape;
 
 static int preset(const char *name, ds_shape *s)
 {
-    if (!strcmp(name, "deepseek-v3-tiny")) /* a few MB: one dense layer, then MoE with 4 groups; an MTP layer */
-        *s = (ds_shape){3, 1, 256, 320, 96, 4, 192, 128, 32, 16, 32, 16, 4, 1, 4, 2, 600, 1, 1, 0, 2.5f, 10000, 40, 32};
+    if (!strcmp(name, "deepseek-v3-tiny") || !strcmp(name, "deepseek-v3-tiny-mtp"))
+        /* a few MB: one dense layer, then MoE with 4 groups; an MTP layer (-mtp: one that agrees) */
+        *s = (ds_shape){3, 1, 256, 320, 96, 4, 192, 128, 32, 16, 32, 16, 4, 1, 4, 2, 600, 1, 1, 0, 2.5f, 10000, 40, 32,
+                        !strcmp(name, "deepseek-v3-tiny-mtp")};
     else if (!strcmp(name, "deepseek-v3")) /* the released 671B: 641 GiB (use with --sparse) */
         *s = (ds_shape){61, 3, 7168, 18432, 2048, 128, 1536, 512, 128, 64, 128, 256, 8, 1, 8, 4, 129280, 1, 163, 0, 2.5f,
                         10000, 40, 32};
@@ -28,7 +32,8 @@ static int preset(const char *name, ds_shape *s)
         *s = (ds_shape){61, 1, 7168, 18432, 2048, 64, 1536, 512, 128, 64, 128, 384, 8, 1, 1, 1, 163840, 0, 62, 1, 2.827f,
                         50000, 32, 1};
     else {
-        ms_err_set("unknown DeepSeek-V3 synth preset '%s' (known: deepseek-v3-tiny, deepseek-v3, kimi-k2)", name);
+        ms_err_set("unknown DeepSeek-V3 synth preset '%s' (known: deepseek-v3-tiny, deepseek-v3-tiny-mtp, deepseek-v3, "
+                   "kimi-k2)", name);
         return ms_err_set_code(MS_EXIT_USAGE);
     }
     return 0;
@@ -97,14 +102,23 @@ static void bf16(ms_syn_list *l, const char *name, int64_t rows, int64_t cols, f
     ms_syn_add(l, name, MS_DT_BF16, 2, sh, MS_SYN_UNIFORM, amp);
 }
 
-/* An FP8 projection [rows, cols] and its F32 weight_scale_inv grid, std about 1/sqrt(cols). */
-static void fp8(ms_syn_list *l, const char *name, int64_t rows, int64_t cols)
+/* An FP8 projection [rows, cols] and its F32 weight_scale_inv grid, std about gain/sqrt(cols). */
+static void fp8g(ms_syn_list *l, const char *name, int64_t rows, int64_t cols, float gain)
 {
     int64_t sh[2] = {rows, cols}, g[2] = {ms_fp8_blocks(rows), ms_fp8_blocks(cols)};
     char sn[300];
     ms_syn_add(l, name, MS_DT_F8_E4M3, 2, sh, MS_SYN_FP8, 0.0f);
     snprintf(sn, sizeof sn, "%s_scale_inv", name);
-    ms_syn_add(l, sn, MS_DT_F32, 2, g, MS_SYN_POSITIVE, ms_syn_amp(cols) / 1.7f);
+    ms_syn_add(l, sn, MS_DT_F32, 2, g, MS_SYN_POSITIVE, gain * ms_syn_amp(cols) / 1.7f);
+}
+
+static void fp8(ms_syn_list *l, const char *name, int64_t rows, int64_t cols) { fp8g(l, name, rows, cols, 1.0f); }
+
+/* A norm's gains: drawn, or ones where the MTP layer is to agree with the model. */
+static void norm(ms_syn_list *l, const ds_shape *s, const char *name, int64_t n)
+{
+    int64_t sh[1] = {n};
+    ms_syn_add(l, name, MS_DT_BF16, 1, sh, s->mtp_agrees ? MS_SYN_EYE : MS_SYN_GAIN, 1.0f);
 }
 
 /* Decoder layer i (the MTP layer too: its block is a MoE decoder layer). */
@@ -112,6 +126,7 @@ static void layer(ms_syn_list *l, const ds_shape *s, int i)
 {
     char n[200];
     int64_t H = s->hidden, dq = s->nope + s->rope, SI = (int64_t)s->n_shared * s->moe_inter;
+    float out = s->mtp_agrees ? 0.02f : 1.0f; /* what a block adds to the residual stream */
 #define NM(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, i), n)
     vec(l, NM("input_layernorm.weight"), H, MS_SYN_GAIN);
     fp8(l, NM("self_attn.q_a_proj.weight"), s->q_lora, H);
@@ -120,12 +135,12 @@ static void layer(ms_syn_list *l, const ds_shape *s, int i)
     fp8(l, NM("self_attn.kv_a_proj_with_mqa.weight"), s->kv_lora + s->rope, H);
     vec(l, NM("self_attn.kv_a_layernorm.weight"), s->kv_lora, MS_SYN_GAIN);
     fp8(l, NM("self_attn.kv_b_proj.weight"), (int64_t)s->n_heads * (s->nope + s->v_head), s->kv_lora);
-    fp8(l, NM("self_attn.o_proj.weight"), H, (int64_t)s->n_heads * s->v_head);
+    fp8g(l, NM("self_attn.o_proj.weight"), H, (int64_t)s->n_heads * s->v_head, out);
     vec(l, NM("post_attention_layernorm.weight"), H, MS_SYN_GAIN);
     if (i < s->n_dense) {
         fp8(l, NM("mlp.gate_proj.weight"), s->inter, H);
         fp8(l, NM("mlp.up_proj.weight"), s->inter, H);
-        fp8(l, NM("mlp.down_proj.weight"), H, s->inter);
+        fp8g(l, NM("mlp.down_proj.weight"), H, s->inter, out);
         return;
     }
     bf16(l, NM("mlp.gate.weight"), s->n_experts, H, ms_syn_amp(H));
@@ -134,14 +149,14 @@ static void layer(ms_syn_list *l, const ds_shape *s, int i)
     if (SI > 0) {
         fp8(l, NM("mlp.shared_experts.gate_proj.weight"), SI, H);
         fp8(l, NM("mlp.shared_experts.up_proj.weight"), SI, H);
-        fp8(l, NM("mlp.shared_experts.down_proj.weight"), H, SI);
+        fp8g(l, NM("mlp.shared_experts.down_proj.weight"), H, SI, out);
     }
 #undef NM
     for (int x = 0; x < s->n_experts; x++) {
         static const char *const which[3] = {"gate_proj", "up_proj", "down_proj"};
         for (int k = 0; k < 3; k++) {
             snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s.weight", i, x, which[k]);
-            fp8(l, n, k < 2 ? s->moe_inter : H, k < 2 ? H : s->moe_inter);
+            fp8g(l, n, k < 2 ? s->moe_inter : H, k < 2 ? H : s->moe_inter, k < 2 ? 1.0f : out);
         }
     }
 }
@@ -185,18 +200,23 @@ int ms_dsv3_synth(const char *dir, const char *name, int layers, int sparse, uin
         snprintf(n, sizeof n, "model.layers.%d.embed_tokens.weight", i);
         ms_syn_add(&l, n, MS_DT_BF16, 2, emb, MS_SYN_UNIFORM, 1.0f);
         snprintf(n, sizeof n, "model.layers.%d.enorm.weight", i);
-        vec(&l, n, s.hidden, MS_SYN_GAIN);
+        norm(&l, &s, n, s.hidden);
         snprintf(n, sizeof n, "model.layers.%d.hnorm.weight", i);
-        vec(&l, n, s.hidden, MS_SYN_GAIN);
+        norm(&l, &s, n, s.hidden);
         snprintf(n, sizeof n, "model.layers.%d.eh_proj.weight", i);
-        bf16(&l, n, s.hidden, 2 * (int64_t)s.hidden, ms_syn_amp(2 * (int64_t)s.hidden));
+        if (s.mtp_agrees) { /* the embedding half through as it is: u = enorm(embedding) */
+            int64_t eh[2] = {s.hidden, 2 * (int64_t)s.hidden};
+            ms_syn_add(&l, n, MS_DT_BF16, 2, eh, MS_SYN_EYE, 1.0f);
+        } else {
+            bf16(&l, n, s.hidden, 2 * (int64_t)s.hidden, ms_syn_amp(2 * (int64_t)s.hidden));
+        }
         snprintf(n, sizeof n, "model.layers.%d.shared_head.norm.weight", i);
-        vec(&l, n, s.hidden, MS_SYN_GAIN);
+        norm(&l, &s, n, s.hidden);
         snprintf(n, sizeof n, "model.layers.%d.shared_head.head.weight", i);
         bf16(&l, n, s.vocab, s.hidden, ms_syn_amp(s.hidden));
     }
     l.shard = s.n_shards - 1;
-    vec(&l, "model.norm.weight", s.hidden, MS_SYN_GAIN);
+    norm(&l, &s, "model.norm.weight", s.hidden);
     bf16(&l, "lm_head.weight", s.vocab, s.hidden, ms_syn_amp(s.hidden));
     /* the release's shard names: one-based, a six-digit total */
     ms_syn_files f = {s.n_shards, 1, 0, 6, sparse};

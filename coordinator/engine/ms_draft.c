@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ms_draft.h"
+#include "ms_model.h"
 #include "ms_err.h"
 #include "ms_ids.h"
 #include "ms_file.h"
@@ -109,4 +110,44 @@ int ms_draft_read_file(const char *path, int32_t **ids, size_t *n)
         return ms_err_set_code(MS_EXIT_INPUT);
     }
     return 0;
+}
+
+/* ---- the model's draft head ---- */
+
+typedef struct {
+    ms_drafter base;
+    struct ms_seq *const *seq;
+    int64_t V;
+    float *logits; /* [V] the head's */
+} head_drafter;
+
+static int head_propose(ms_drafter *d, const int32_t *toks, size_t n, size_t n_prompt, int32_t *out, int max)
+{
+    (void)n_prompt;
+    (void)max;
+    head_drafter *h = (head_drafter *)d;
+    int rc = ms_seq_draft(*h->seq, toks, n, h->logits);
+    if (rc <= 0) return rc;
+    int64_t best = 0;
+    for (int64_t v = 1; v < h->V; v++)
+        if (h->logits[v] > h->logits[best]) best = v;
+    out[0] = (int32_t)best;
+    return 1;
+}
+
+static void head_destroy(ms_drafter *d)
+{
+    free(((head_drafter *)d)->logits);
+    free(d);
+}
+
+ms_drafter *ms_draft_head_new(struct ms_seq *const *seq, int64_t V)
+{
+    head_drafter *h = ms_calloc(1, sizeof *h);
+    h->base.propose = head_propose;
+    h->base.destroy = head_destroy;
+    h->seq = seq;
+    h->V = V;
+    h->logits = ms_malloc(sizeof(float) * (size_t)V);
+    return &h->base;
 }

@@ -11,7 +11,8 @@ typedef struct ms_drafter ms_drafter;
 struct ms_drafter {
     /* Propose up to max tokens to follow toks[0, n): the sequence's prompt (its first
      * n_prompt tokens) and then every token generated so far. Writes out[0, count) and returns
-     * count (0: nothing to propose). Drafts are only guesses: the engine verifies each one. */
+     * count (0: nothing to propose), or -1 with ms_err set when a source that reads weights
+     * failed. Drafts are only guesses: the engine verifies each one. */
     int (*propose)(ms_drafter *d, const int32_t *toks, size_t n, size_t n_prompt, int32_t *out, int max);
     void (*destroy)(ms_drafter *d);
 };
@@ -27,6 +28,12 @@ void ms_drafter_free(ms_drafter *d); /* accepts NULL */
  * occurred before, at its most recent earlier occurrence; the tokens that followed it there
  * are the draft. */
 ms_drafter *ms_draft_ngram_new(int min_n, int max_n);
+
+/* The model's draft head (ms_seq_draft) on the sequence *seq points to (read at each proposal:
+ * the engine may replace the sequence), V its vocabulary: one draft, the head's most likely token
+ * (the lowest id among equal logits). */
+struct ms_seq;
+ms_drafter *ms_draft_head_new(struct ms_seq *const *seq, int64_t V);
 
 /* A fixed list (copied): the draft for generated token i is ids[i] (nothing past the list). */
 ms_drafter *ms_draft_list_new(const int32_t *ids, size_t n);

@@ -33,8 +33,11 @@ struct ms_engine {
     uint64_t passes, pass_rows;
     int spec_window, spec_auto;  /* drafts per pass planned; adaptive (MS_SPEC_AUTO) */
     int32_t *draft_ids;          /* [n_draft_ids] --draft-file, or NULL (n-gram lookup) */
+    int draft_head;              /* 1: drafts come from the model's draft head (ms_seq_draft) */
     size_t n_draft_ids;
     uint64_t drafted, accepted, decode_passes, decode_tokens;
+    double draft_seconds;        /* proposing drafts, in all */
+    double pass_draft_seconds;   /* proposing the next pass's drafts (auto's cost counts them) */
     ms_dcost cost;               /* auto: decoding-pass time against rows */
     ms_sample_ws sample_ws;      /* the picks' work memory, kept between tokens */
 };
@@ -166,12 +169,22 @@ ms_engine *ms_engine_open(const ms_engine_opts *o)
     MS_ASSERT(o->speculate == MS_SPEC_AUTO || (o->speculate >= 0 && o->speculate <= MS_SPEC_MAX));
     ro.spec_window = o->speculate == MS_SPEC_AUTO ? MS_SPEC_AUTO_MAX : o->speculate;
     ro.spec_fit = o->speculate == MS_SPEC_AUTO;
+    /* the checkpoint's draft head: its experts are read here, so not beside workers */
+    ro.draft_head = o->speculate != 0 && !o->draft_file && !remote && o->draft_source != MS_DRAFT_NGRAM;
     e->spec_auto = o->speculate == MS_SPEC_AUTO;
     if (o->draft_file && ms_draft_read_file(o->draft_file, &e->draft_ids, &e->n_draft_ids) != 0) goto fail;
     if (ms_tok_present(o->model_dir) && !(e->tok = ms_tok_load(o->model_dir))) goto fail;
     if (!(e->fam = ms_families_detect(o->model_dir)) || !(e->m = e->fam->open(o->model_dir, &ro))) goto fail;
     e->V = ms_model_get_info(e->m)->vocab;
     e->spec_window = ms_model_spec_window(e->m);
+    e->draft_head = ms_model_get_info(e->m)->draft_layers > 0;
+    if (o->draft_source == MS_DRAFT_HEAD && !e->draft_head) {
+        ms_err_set("--draft mtp: %s has no draft head (a DeepSeek-V3 checkpoint with num_nextn_predict_layers = 1 "
+                   "and its MTP layer's tensors)%s",
+                   o->model_dir, remote ? ", or workers run the experts" : "");
+        ms_err_set_code(MS_EXIT_USAGE);
+        goto fail;
+    }
     for (size_t i = 0; i < e->n_draft_ids; i++)
         if (e->draft_ids[i] >= e->V) {
             ms_err_set("draft file %s: token id %d (item %zu) is outside the model's vocabulary (%lld ids)",
@@ -274,7 +287,9 @@ static ms_eseq *seq_alloc(ms_engine *e, const int32_t *prompt, size_t n, const m
     s->n_prompt = n;
     s->gen = s->toks + n;
     if (e->spec_window > 0 && !p->no_speculate) {
-        s->dr = e->draft_ids ? ms_draft_list_new(e->draft_ids, e->n_draft_ids) : ms_draft_ngram_new(1, 8);
+        s->dr = e->draft_ids    ? ms_draft_list_new(e->draft_ids, e->n_draft_ids)
+                : e->draft_head ? ms_draft_head_new(&s->seq, e->V)
+                                : ms_draft_ngram_new(1, 8);
         s->vids = ms_malloc(sizeof(int32_t) * (size_t)(1 + e->spec_window));
         const ms_plan *plan = ms_model_plan(e->m);
         ms_dpolicy_init(&s->pol, e->spec_window, e->spec_auto, plan && plan->streaming);
@@ -447,8 +462,14 @@ static int propose(ms_eseq *s, int64_t room, int64_t n_base)
     if (want < max) max = want;
     if (max <= 0) return 0;
     s->vids[0] = s->gen[s->n_gen - 1];
-    s->n_draft = ms_drafter_propose(s->dr, s->toks, s->n_prompt + s->n_gen, s->n_prompt, s->vids + 1, (int)max);
-    MS_ASSERT(s->n_draft >= 0 && s->n_draft <= max);
+    double t0 = ms_now();
+    int got = ms_drafter_propose(s->dr, s->toks, s->n_prompt + s->n_gen, s->n_prompt, s->vids + 1, (int)max);
+    double dt = ms_now() - t0;
+    s->e->draft_seconds += dt;
+    s->e->pass_draft_seconds += dt;
+    if (got < 0) return -1;
+    s->n_draft = got;
+    MS_ASSERT(s->n_draft <= max);
     return s->n_draft;
 }
 
@@ -477,7 +498,9 @@ static int run_pass(ms_engine *e, ms_eseq *const *set, int n)
     for (int i = 0; i < n; i++) decoding &= set[i]->fed >= set[i]->n_prompt;
     double t0 = ms_now();
     if (ms_model_forward_batch(e->m, it, n) != 0) goto out;
-    if (decoding && e->spec_auto) ms_dcost_add(&e->cost, rows, ms_now() - t0);
+    /* a draft costs its rows in the pass and what proposing it took (the MTP head's step) */
+    if (decoding && e->spec_auto) ms_dcost_add(&e->cost, rows, ms_now() - t0 + e->pass_draft_seconds);
+    e->pass_draft_seconds = 0;
     e->passes++;
     e->pass_rows += (uint64_t)rows;
     for (int i = 0; i < n; i++) {
@@ -489,6 +512,8 @@ static int run_pass(ms_engine *e, ms_eseq *const *set, int n)
         } else if (finish_decode(s, s->rows) != 0) {
             goto out;
         }
+        /* the draft head catches up with the rows whose next token is now known */
+        if (e->draft_head && !s->finish && ms_seq_draft(s->seq, s->toks, s->n_prompt + s->n_gen, NULL) < 0) goto out;
     }
     rc = 0;
 out:
@@ -536,7 +561,12 @@ int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
             if (!prefill) {
                 int64_t room = cap - rows - --n_dec; /* rows this one may take */
                 if (room > 1 + drafts) room = 1 + drafts;
-                want += propose(s, room, n_base);
+                int got = propose(s, room, n_base);
+                if (got < 0) {
+                    rc = -1;
+                    break;
+                }
+                want += got;
                 drafts -= (int)(want - 1);
             }
             s->take = want < cap - rows ? want : cap - rows;
@@ -563,6 +593,8 @@ void ms_engine_get_stats(ms_engine *e, ms_engine_stats *st)
     st->accepted = e->accepted;
     st->decode_passes = e->decode_passes;
     st->decode_tokens = e->decode_tokens;
+    st->draft_source = !e->spec_window ? "off" : e->draft_ids ? "file" : e->draft_head ? "mtp" : "ngram";
+    st->draft_seconds = e->draft_seconds;
     if (e->remote) {
         st->workers = e->n_workers;
         ms_remote_get_stats(e->remote, &st->remote);

@@ -39,7 +39,12 @@ typedef struct {
     int speculate;
     const char *draft_file;    /* drafts from this id list (ms_draft_read_file) instead of n-gram
                                   lookup: the draft for generated token i is its i-th id */
+    int draft_source;          /* MS_DRAFT_AUTO: the checkpoint's draft head (DeepSeek-V3's MTP
+                                  layer) when it has one and the experts run here, else n-gram
+                                  lookup; MS_DRAFT_NGRAM; MS_DRAFT_HEAD: the head or an error */
 } ms_engine_opts;
+
+enum { MS_DRAFT_AUTO = 0, MS_DRAFT_NGRAM = 1, MS_DRAFT_HEAD = 2 };
 
 #define MS_SPEC_AUTO (-1)
 #define MS_SPEC_AUTO_MAX 8
@@ -165,6 +170,8 @@ typedef struct {
     uint64_t drafted, accepted;      /* draft tokens verified, and those the model confirmed */
     uint64_t decode_passes;          /* a decoding sequence's share of a pass (its verification) */
     uint64_t decode_tokens;          /* tokens those produced (accepted drafts + 1 each) */
+    const char *draft_source;        /* "mtp", "ngram", "file", or "off" (not speculating) */
+    double draft_seconds;            /* spent proposing drafts (the MTP head's steps) */
 } ms_engine_stats;
 void ms_engine_get_stats(ms_engine *e, ms_engine_stats *st);
 

@@ -87,9 +87,11 @@ int ms_mrt_init(ms_model *m, const ms_model_ops *ops, const ms_tsrc *src, const 
     m->pool = ms_pool_new(m->opts.n_threads);
     if (!m->pool) return -1;
     const ms_model_info *in = &m->info;
-    m->table = ms_expert_table_new(in->n_layers, in->n_experts, latent, act, params, m->pool);
+    /* a draft head's routed experts are one more layer of the table and the store */
+    int xl = in->n_layers + in->draft_layers;
+    m->table = ms_expert_table_new(xl, in->n_experts, latent, act, params, m->pool);
     m->experts = ms_expert_table_iface(m->table);
-    if (m->files) m->xlocs = ms_calloc((size_t)in->n_layers * (size_t)in->n_experts, sizeof *m->xlocs);
+    if (m->files) m->xlocs = ms_calloc((size_t)xl * (size_t)in->n_experts, sizeof *m->xlocs);
     return 0;
 }
 
@@ -248,7 +250,7 @@ void ms_mrt_mat(ms_model *m, ms_mat *w, const char *name, int64_t rows, int64_t 
     case MS_DT_F32:
     case MS_DT_BF16:
         w->type = tv.dtype == MS_DT_F32 ? MS_WT_F32 : MS_WT_BF16;
-        if (m->files && tv.fidx >= 0)
+        if (m->files && tv.fidx >= 0 && !m->bind_resident)
             add_ref(m, w, name, &tv); /* data comes later: pinned read or stream */
         else
             w->data = tensor_bytes(m, name, &tv, 0, (size_t)ms_mat_bytes(w), tv.dtype == MS_DT_F32 ? 4 : 2);
@@ -265,7 +267,7 @@ void ms_mrt_mat(ms_model *m, ms_mat *w, const char *name, int64_t rows, int64_t 
         if (!grid) return;
         w->type = MS_WT_FP8;
         w->scales = (const uint8_t *)grid;
-        if (m->files && tv.fidx >= 0)
+        if (m->files && tv.fidx >= 0 && !m->bind_resident)
             add_ref(m, w, name, &tv);
         else
             w->data = tensor_bytes(m, name, &tv, 0, (size_t)(rows * cols), 1);

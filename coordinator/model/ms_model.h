@@ -58,6 +58,8 @@ typedef struct {
                                   with what undoing its speculative rows needs */
     uint64_t scratch_row_bytes;/* the forward pass's scratch per row */
     int64_t max_context;       /* positions a sequence may reach; 0: no limit of the family's own */
+    int draft_layers;          /* 1: a draft head is bound (ms_seq_draft) whose routed experts are
+                                  the store's layer n_layers; 0: none */
 } ms_model_info;
 
 /* ms_run_opts.prefetch. Why auto: a read from the page cache is a copy on the computing cores,
@@ -107,6 +109,9 @@ typedef struct {
                                 sequence keeps what undoing rejected rows needs); 0 = none */
     int spec_fit;            /* 1: plan for the largest window up to spec_window that fits
                                 (ms_model_spec_window says which) instead of refusing */
+    int draft_head;          /* 1: bind the checkpoint's draft head when it has one (DeepSeek-V3's
+                                MTP layer: ms_seq_draft), its matrices resident and its routed
+                                experts in the store; 0: never read it */
     uint64_t baseline;       /* planner's resident baseline; 0 = measure this process (tests
                                 set it to make plans independent of the allocator's state) */
     int remote_experts;      /* routed experts come from workers: not bound here (the checkpoint
@@ -243,6 +248,21 @@ typedef struct {
  * restored and the kept rows replayed: the family's), so the sequence is bit for bit as if the
  * pass had carried only the kept rows. Must be called before the sequence's next pass. */
 void ms_seq_keep(ms_seq *s, int64_t keep);
+
+/* The draft head (a checkpoint's own next-token predictor, DeepSeek-V3's MTP layer; bound with
+ * ms_run_opts.draft_head, info.draft_layers = 1) proposes a token from a sequence's last hidden
+ * state. Its state (a cache of its own and the model's final hidden states not yet through it)
+ * is part of the sequence: kept, cut back by ms_seq_keep, cloned and saved with it. Drafts are
+ * guesses the main model verifies: nothing here changes a logit of the main model.
+ *
+ * toks[0, n) are the sequence's tokens (toks[p] the one at position p: the prompt, then what was
+ * generated), n >= ms_seq_pos(s) (tokens not yet through the model may follow). Without logits
+ * (NULL): the head catches up with every position whose next token is known, but the last one
+ * when toks[n - 1] is the next token to feed (a draft's row). With logits [vocab]: n must be
+ * ms_seq_pos(s) + 1; the head's logits for the token after toks[n - 1]; returns 1, or 0 when this
+ * sequence cannot draft (its state was saved by a run without the head: logits untouched).
+ * Without a draft head: 0 and nothing done. -1 with ms_err set when an expert read failed. */
+int ms_seq_draft(ms_seq *s, const int32_t *toks, size_t n, float *logits);
 
 /* One pass over n sequences at once (n <= MS_MODEL_MAX_SEQS, each at its own position, with its
  * own state): the rows of all items go through each layer together, so every trunk matrix is

@@ -79,6 +79,7 @@ void ms_mrt_release(ms_model *m)
     RELEASE(free, m->sched_items);
     RELEASE(ms_xstore_free, m->xs);
     RELEASE(ms_wstream_free, m->ws);
+    RELEASE(ms_wstream_free, m->draft_ws);
     RELEASE(ms_io_free, m->io);
     RELEASE(ms_io_files_close, m->iof);
     if (m->io_paths)
@@ -90,6 +91,33 @@ void ms_mrt_release(ms_model *m)
     m->embed_io_bytes = 0;
 }
 #undef RELEASE
+
+int ms_mrt_head_item(const ms_model *m, const ms_wstream_item *items, int n)
+{
+    const ms_mat *hd = m->ops->pass->lm_head((ms_model *)m);
+    for (int i = 0; i < n; i++)
+        if (items[i].key == hd) return i;
+    return -1;
+}
+
+const ms_mat *ms_mrt_draft_lm_head(ms_model *m)
+{
+    const ms_mat *hd = m->ops->pass->lm_head(m);
+    if (hd->data || !hd->stream || hd->stream->resident) return hd; /* pinned (raw or packed) now */
+    if (!m->draft_ws) {
+        int i = ms_mrt_head_item(m, m->sched_items, m->n_sched);
+        MS_ASSERT(i >= 0);
+        ms_wstream_item it = m->sched_items[i];
+        it.key = &m->draft_lm_head;
+        m->draft_lm_head = *hd;
+        m->draft_ws = ms_wstream_new(m->io, &it, 1, m->chunk_bytes, MS_MRT_RING_SLOTS);
+        m->draft_lm_head.stream = ms_wstream_iface(m->draft_ws);
+        m->draft_lm_head.key = &m->draft_lm_head;
+    }
+    return &m->draft_lm_head;
+}
+
+int ms_mrt_draft_check(ms_model *m) { return m->draft_ws ? ms_wstream_check(m->draft_ws) : 0; }
 
 int ms_mrt_embed_row(ms_model *m, int32_t id, float *out)
 {
@@ -148,6 +176,9 @@ void ms_model_get_stats(ms_model *m, ms_model_stats *st)
     if (m->span_ws) ms_wstream_get_stats(m->span_ws, &v);
     if (m->span_ws) w.bytes_read += v.bytes_read, w.bytes_packed += v.bytes_packed, w.bytes_unpacked += v.bytes_unpacked;
     if (m->span_ws) w.wait_seconds += v.wait_seconds;
+    if (m->draft_ws) ms_wstream_get_stats(m->draft_ws, &v);
+    if (m->draft_ws) w.bytes_read += v.bytes_read, w.bytes_packed += v.bytes_packed, w.bytes_unpacked += v.bytes_unpacked;
+    if (m->draft_ws) w.wait_seconds += v.wait_seconds;
     st->io_wait_seconds += w.wait_seconds;
     st->trunk_bytes_streamed = w.bytes_read;
     st->trunk_pack_read = w.bytes_packed;

@@ -49,6 +49,9 @@ typedef struct {
     void (*tail_row)(ms_model *m, const ms_pass *p, int64_t r, float *out);
     /* The LM head [vocab][hidden]. */
     const ms_mat *(*lm_head)(ms_model *m);
+    /* After the last layer, before the tail (e.g. the draft head's input rows kept per
+     * sequence); items' seq->pos still the positions before the pass. NULL: nothing. */
+    void (*pass_end)(ms_model *m, ms_pass *p);
 } ms_pass_ops;
 
 /* What a family does; the runtime calls these. */
@@ -73,6 +76,8 @@ typedef struct {
     /* Bytes of one sequence's state at `positions`, with what undoing spec_rows speculative
      * rows needs (0: none), sized by the functions that allocate it. */
     uint64_t (*state_bytes)(const ms_model *m, int64_t positions, int64_t spec_rows);
+    /* The draft head (ms_seq_draft, same contract); NULL: the family has none. */
+    int (*seq_draft)(ms_seq *s, const int32_t *toks, size_t n, float *logits);
     /* Fixed buffers outside the arena for `threads` workers and sequences of up to `positions`
      * (e.g. attention rows per thread), sized by the functions that allocate them. */
     uint64_t (*fixed_bytes)(const ms_model *m, int threads, int64_t positions);
@@ -143,6 +148,11 @@ struct ms_model {
     void *layer_ctx;
     void **owned;              /* widened vectors and converted matrices */
     size_t n_owned, cap_owned;
+    int bind_resident;         /* 1 while binding matrices that are read whole into memory at
+                                  once (a draft head's: used outside the pass's schedule) */
+    ms_mat draft_lm_head;      /* the LM head as the draft head uses it, between passes: the
+                                  pass's own when resident, else streamed through draft_ws */
+    ms_wstream *draft_ws;      /* a ring over the LM head alone, or NULL */
     int n_errors;              /* binding problems found so far */
     int bind_io;               /* 1 if one of them was a failed read (exit code MS_EXIT_IO) */
     char errors[1500];
@@ -235,6 +245,14 @@ void ms_mrt_reserve_chunk(ms_model *m);
 
 /* Row `id` of the embedding as floats into out[E] (read from the file when streamed). */
 int ms_mrt_embed_row(ms_model *m, int32_t id, float *out);
+/* The index of the LM head's item in items[0, n) (a schedule's), or -1. */
+int ms_mrt_head_item(const ms_model *m, const ms_wstream_item *items, int n);
+/* The LM head as a draft head uses it between passes: the pass's own while it is resident
+ * (pinned, raw or packed), else a view streamed through a ring of its own over the head alone
+ * (made at first use; the plan counts its memory when info.draft_layers is set). */
+const ms_mat *ms_mrt_draft_lm_head(ms_model *m);
+/* 0, or -1 with ms_err set when that ring's read failed (no draft from partial weights). */
+int ms_mrt_draft_check(ms_model *m);
 /* After layer `layer` of a pass of R rows: the layer observer, if any (the family's pass calls it). */
 void ms_mrt_layer_done(ms_model *m, int layer, int64_t R);
 /* 0, or -1 with ms_err set if a streamed trunk read failed (no answer from partial weights). */

@@ -52,6 +52,7 @@ int ms_mrt_pass_run(ms_model *m, const ms_pass_ops *ops, const ms_batch_item *it
         if (m->route_fn && p.R > 0 && ops->layer_routes(m, l)) m->route_fn(m->route_ctx, l, p.R, c->top_k, p.route);
         ms_mrt_layer_done(m, l, p.R);
     }
+    if (ops->pass_end) ops->pass_end(m, &p);
     int64_t o = 0;
     for (int i = 0; i < n; i++)
         for (int64_t t = items[i].all_rows ? 0 : items[i].T - 1; t < items[i].T; t++, o++)

@@ -368,10 +368,13 @@ static void plan_inputs(ms_model *m, const setup_sched *s, uint64_t baseline, in
     /* With only remote workers the coordinator keeps no expert cache: they plan their own. */
     in->expert_bytes = nproc && have_xf ? ms_xstore_slot_bytes(&xf) : 0;
     in->min_cache = (uint64_t)(2 * nproc) * in->expert_bytes; /* at least two experts per process */
-    in->max_slots = (uint64_t)(c->n_layers - c->first_moe) * (uint64_t)c->n_experts;
+    in->max_slots = (uint64_t)(c->n_layers + c->draft_layers - c->first_moe) * (uint64_t)c->n_experts;
     in->trunk = s->sizes;
     in->n_trunk = ns;
     in->ring = ms_wstream_ring_bytes(s->items, ns, s->chunk_bytes, MS_MRT_RING_SLOTS);
+    int hi = c->draft_layers ? ms_mrt_head_item(m, s->items, ns) : -1;
+    if (hi >= 0) /* the draft head's own ring over the LM head, should the plan stream it */
+        in->ring += ms_wstream_ring_bytes(&s->items[hi], 1, s->chunk_bytes, MS_MRT_RING_SLOTS);
     in->state_cache = m->opts.state_cache;
     if (m->opts.state_cache_seqs > 0) /* + the saved form's own few bytes (position, counts) */
         in->state_cache += (uint64_t)m->opts.state_cache_seqs *
@@ -436,6 +439,7 @@ static int plan_choose(ms_model *m, setup_sched *s, ms_plan_in *in, int *pin_pac
     return 0;
 }
 
+
 /* Step 5: the schedule handed to the model; the trunk pinned (in place where the cache would
  * hold every expert) and the rest streamed through its ring. 0, or -1 with ms_err set. */
 static int load_trunk(ms_model *m, setup_sched *s, int pin_packed, uint64_t *n_routed)
@@ -455,7 +459,8 @@ static int load_trunk(ms_model *m, setup_sched *s, int pin_packed, uint64_t *n_r
      * used in place from the files' mappings instead, and so is the trunk when all of it is
      * pinned, raw (not from a pack) and never lent to a span. */
     *n_routed = 0;
-    for (size_t i = 0; m->xlocs && i < (size_t)c->n_layers * (size_t)c->n_experts; i++) *n_routed += m->xlocs[i].len[0] > 0;
+    size_t n_xl = (size_t)(c->n_layers + c->draft_layers);
+    for (size_t i = 0; m->xlocs && i < n_xl * (size_t)c->n_experts; i++) *n_routed += m->xlocs[i].len[0] > 0;
     m->mapped = !m->opts.no_mmap && *n_routed > 0 && have_xf && m->plan.cache / ms_xstore_slot_bytes(&xf) >= *n_routed;
     if (m->mapped && ms_io_files_map_all(m->iof) != 0) {
         ms_log(1, "plan: %s; reading experts into the cache instead", ms_err_msg());
@@ -496,7 +501,8 @@ static int open_experts(ms_model *m, int depth, uint64_t n_routed)
     /* grow_bg: the cache's memory is faulted in ahead of need, off the critical path where the
      * grower keeps up (docs/PERFORMANCE.md "The RAM dial"), and never inside a read; its first
      * MRT_CACHE_SYNC bytes at load */
-    ms_xstore_opts xo = {.n_layers = c->n_layers,
+    int n_xl = c->n_layers + c->draft_layers; /* a draft head's experts: layer n_layers */
+    ms_xstore_opts xo = {.n_layers = n_xl,
                          .n_experts = c->n_experts,
                          .fmt = xf,
                          .cache_bytes = m->plan.cache,
@@ -515,14 +521,14 @@ static int open_experts(ms_model *m, int depth, uint64_t n_routed)
     if (any) {
         m->xs = ms_xstore_new(&xo, m->iof, m->pool);
         if (!m->xs) return -1;
-        for (int i = 0; i < c->n_layers; i++)
+        for (int i = 0; i < n_xl; i++)
             for (int e = 0; e < c->n_experts; e++) {
                 const ms_xloc *x = &m->xlocs[(size_t)i * (size_t)c->n_experts + (size_t)e];
                 if (x->len[0]) ms_xstore_set(m->xs, i, e, x);
             }
         m->experts = ms_xstore_iface(m->xs);
         int direct = 1; /* every file an expert is read from bypasses the page cache */
-        for (size_t i = 0; i < (size_t)c->n_layers * (size_t)c->n_experts; i++)
+        for (size_t i = 0; i < (size_t)n_xl * (size_t)c->n_experts; i++)
             for (int p = 0; p < MS_XFMT_MAX_PARTS && m->xlocs[i].len[0]; p++)
                 if (m->xlocs[i].len[p]) direct &= ms_io_files_direct(m->iof, m->xlocs[i].file[p]) != 0;
         if (m->opts.prefetch == MS_PREFETCH_OFF || (m->opts.prefetch == MS_PREFETCH_AUTO && (!direct || xo.mapped)))

@@ -20,6 +20,13 @@ void ms_seq_keep(ms_seq *s, int64_t keep)
     MS_ASSERT(s->spec_rows == 0);
 }
 
+int ms_seq_draft(ms_seq *s, const int32_t *toks, size_t n, float *logits)
+{
+    if (!s->m->info.draft_layers || !s->m->ops->seq_draft) return 0;
+    MS_ASSERT(s->spec_rows == 0 && (int64_t)n >= s->pos && (!logits || (int64_t)n == s->pos + 1));
+    return s->m->ops->seq_draft(s, toks, n, logits);
+}
+
 ms_seq *ms_seq_clone(const ms_seq *s)
 {
     MS_ASSERT(s->spec_rows == 0); /* a settled sequence: no speculative rows pending */

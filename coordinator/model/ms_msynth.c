@@ -39,6 +39,7 @@ static void element(const ms_syn_tensor *t, int64_t i, uint8_t *out)
     switch (t->k) {
     case MS_SYN_UNIFORM: v = t->amp * unit(t->seed, i); break;
     case MS_SYN_GAIN: v = 1.0f + 0.1f * unit(t->seed, i); break;
+    case MS_SYN_EYE: v = t->ndim < 2 || i / t->shape[1] == i % t->shape[1] ? t->amp : 0.0f; break;
     case MS_SYN_ALOG: v = i < t->valid ? logf(1.0f + 7.5f * (unit(t->seed, i) + 1.0f)) : 0.0f; break;
     case MS_SYN_PACKED: out[0] = (uint8_t)(ms_syn_mix(t->seed ^ ms_syn_mix((uint64_t)i >> 3)) >> (8 * (i & 7))); return;
     case MS_SYN_SCALE: out[0] = (uint8_t)((int)t->amp + (int)(ms_syn_mix(t->seed ^ ms_syn_mix((uint64_t)i)) % 3) - 1); return;

@@ -14,7 +14,8 @@ typedef enum {
     MS_SYN_PACKED,  /* random bytes (MXFP4 values) */
     MS_SYN_SCALE,   /* E8M0 scale bytes around amp (amp - 1 .. amp + 1) */
     MS_SYN_FP8,     /* E4M3 codes of either sign with exponent fields 1..8 (|v| in 2^-6 .. 3.75, no NaN) */
-    MS_SYN_POSITIVE /* amp (1 + 0.1 uniform) cut to BF16 precision (in either dtype): FP8 block scales */
+    MS_SYN_POSITIVE, /* amp (1 + 0.1 uniform) cut to BF16 precision (in either dtype): FP8 block scales */
+    MS_SYN_EYE      /* amp on a matrix's diagonal (row == column), 0 elsewhere; a vector all amp */
 } ms_syn_kind;
 
 typedef struct {

@@ -162,6 +162,31 @@ static void check_cli(const char *fam, const char *dir)
     json_decref(j);
     free(js);
 
+    /* the checkpoint's own draft head where its config has one (DeepSeek-V3's MTP layer): == off;
+     * elsewhere --draft mtp is refused, naming what is missing */
+    char cfgp[4200], sm[1200], *err = NULL;
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+    json_t *cj = json_load_file(cfgp, 0, &je);
+    int head = json_integer_value(json_object_get(cj, "num_nextn_predict_layers")) > 0;
+    json_decref(cj);
+    snprintf(sm, sizeof sm, "%s/specm.bin", ms_t_tmpdir("conf-specm"));
+    js = NULL;
+    int rm = ms_t_runf(&js, &err, "%s run --model %s --ids %s -n 24 --quiet --json --dump-logits %s --speculate 4 "
+                       "--draft mtp", bin, dir, ids, sm);
+    j = js ? json_loads(js, 0, &je) : NULL;
+    st = json_object_get(j, "stats");
+    if (head)
+        T_CHECK(rm == 0 && ms_t_same_file(s0, sm) && json_integer_value(json_object_get(st, "draft_tokens")) > 0 &&
+                    !strcmp(json_string_value(json_object_get(st, "draft_source")) ? json_string_value(json_object_get(st, "draft_source")) : "", "mtp"),
+                "%s: --speculate 4 --draft mtp (its MTP layer's drafts) == off, bit for bit (status %d: %s)", fam, rm,
+                err ? err : "");
+    else
+        T_CHECK(rm == 2 && err && strstr(err, "has no draft head"), "%s: --draft mtp without a draft head is refused (status %d: %s)",
+                fam, rm, err ? err : "");
+    json_decref(j);
+    free(js);
+    free(err);
+
     char model[1200], packs[1200], c[1200];
     snprintf(model, sizeof model, "%s/m", ms_t_tmpdir("conf-shard"));
     snprintf(packs, sizeof packs, "%s/packs", ms_t_tmpdir("conf-shard-out"));
