@@ -47,14 +47,14 @@ for p in deepseek-v3 kimi-k2; do
     # bytes and CPU a pass, and the tokens a pass brings
     drop
     set +e
-    bash tests/cgroup-run.sh "$(to_bytes 8G)" "$out/cgroup-$p-mtp.txt" "$bin" run --model "$m" --ids 1,2,3,4 -n "$((2 * n))" \
+    bash tests/cgroup-run.sh "$(to_bytes 8G)" "$out/cgroup-$p-mtp.txt" "$bin" run --model "$m" --ids 1,2,3,4 -n "$((4 * n))" \
       --temperature 0 --json --quiet --ram-budget 8G --speculate 1 --draft mtp > "$out/run-$p-mtp.json"
     rc=$?
     set -e
     [ $rc -eq 0 ] || echo "deepseek bench: $p with MTP drafts failed with status $rc" >&2
   fi
   for b in 8G 16G 32G 64G; do
-    "$bin" run --model "$m" --ids 1 -n 1 --ram-budget "$b" --plan-only --json --quiet > "$out/plan-$p-$b.json"
+    "$bin" run --model "$m" --ids 1 -n 1 --ram-budget "$b" --plan-only --json --quiet --speculate off > "$out/plan-$p-$b.json"
   done
   echo "deepseek bench: $p done" >&2
 done
@@ -70,7 +70,9 @@ lines = ["## DeepSeek-V3 / Kimi K2 at 8 GiB\n",
          f"deepseek-v3 --sparse` (the released 671B layout: 61 layers, 58 MoE layers of 256 FP8 experts of 44,050,944 bytes, "
          f"8 per token, FP8 MLA and shared experts, and its MTP layer) and `--preset kimi-k2 --sparse` (1T: 60 MoE layers of "
          f"384 experts), every weight a hole: the reads cost no device time, so the CPU per token is this machine's "
-         f"compute alone. A prompt of 4 tokens, {n} generated, at `--ram-budget 8G` inside an 8 GiB memory cgroup.\n",
+         f"compute alone. A prompt of 4 tokens, {n} generated, at `--ram-budget 8G` inside an 8 GiB memory cgroup, `--speculate off` (a model whose weights are all zero "
+         f"generates one token over and over, which any draft predicts: per-token numbers with drafts would flatter it; the "
+         f"plans below are those without drafts too).\n",
          "Command: `sudo bash tests/bench/deepseek.sh`\n"]
 res = []
 for p, title in (("deepseek-v3", "DeepSeek-V3"), ("kimi-k2", "Kimi K2")):
@@ -98,7 +100,7 @@ for p, title in (("deepseek-v3", "DeepSeek-V3"), ("kimi-k2", "Kimi K2")):
         lines.append(f"| {b} | {qp['trunk_pinned_bytes']/G:.2f} GiB | {pt['trunk_streamed_bytes']/1e9:.2f} GB | {qp['expert_cache_slots']} | "
                      f"{pt['expert_bytes_all_misses']/1e9:.2f} GB | {miss/1e9:.2f} GB | {(miss + pt['trunk_streamed_bytes'])/1e9:.2f} GB |")
     lines.append("")
-    if p == "deepseek-v3": res.append(f"DeepSeek-V3 at 8 GiB projects to {p5:.2f} s/token at 5 GB/s ({'met' if p5 < 7 else 'NOT met'})")
+    if p == "deepseek-v3": res.append(f"DeepSeek-V3 at 8 GiB without drafts projects to {p5:.2f} s/token at 5 GB/s ({'met' if p5 < 7 else 'NOT met'})")
     if p == "deepseek-v3":
         try:
             jm = json.load(open(f"{out}/run-{p}-mtp.json"))
@@ -110,7 +112,7 @@ for p, title in (("deepseek-v3", "DeepSeek-V3"), ("kimi-k2", "Kimi K2")):
         # per pass = per token x tokens a pass; the head's own share = a pass with it less a pass without
         bpp, cpp = sm["decode_bytes_read_per_token"] * tpp, sm["decode_cpu_seconds_per_token"] * tpp
         mb, mc = bpp - bpt, cpp - cpt
-        lines.append(f"**DeepSeek-V3 with its MTP layer drafting** (`--speculate 1 --draft mtp`, {2*int(n)} tokens, same cgroup): "
+        lines.append(f"**DeepSeek-V3 with its MTP layer drafting** (`--speculate 1 --draft mtp`, {4*int(n)} tokens, same cgroup): "
                      f"peak RSS {sm['peak_rss_bytes']/G:.2f} GiB, cgroup peak {int(cgm.get('peak','0'))/G:.2f} GiB, OOM kills "
                      f"{cgm.get('oom_kills','?')}; trunk pinned {plm.get('trunk_pinned_bytes',0)/G:.2f} GiB (the head's matrices are "
                      f"resident beside it); {sm['draft_tokens']} drafts, {sm['accepted_draft_tokens']} accepted, **{tpp:.2f} tokens a "
@@ -127,6 +129,8 @@ for p, title in (("deepseek-v3", "DeepSeek-V3"), ("kimi-k2", "Kimi K2")):
         lines.append("|---|---|---|---|")
         lines += rows
         lines.append("")
+        t85 = (cpp + bpp / 5e9) / 1.85
+        res.append(f"with its MTP layer drafting at the report's 85% acceptance, {t85:.2f} s/token ({'met' if t85 < 7 else 'NOT met'})")
 lines.append(f"Target (issue 40): DeepSeek-V3 at 8 GiB projected under 7 s/token at 5 GB/s. Here: {'; '.join(res)}. "
              f"*Uniform routing*: the expert cache's expected hits if every expert were equally likely (slots / experts); "
              f"a real model's routing is skewed, which only helps the cache.\n")
