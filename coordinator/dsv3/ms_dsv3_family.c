@@ -66,34 +66,47 @@ static int ds_trunk(const char *dir, const ms_st *st, const ms_st_tensor ***out)
 }
 
 /* The chat format by the tokenizer the checkpoint ships: Kimi K2's (the Kimi tokenizer, whose
- * <|im_user|> marks Kimi's format) is Kimi's; DeepSeek's own template is not rendered yet, so a
- * chat on a DeepSeek tokenizer is refused saying so, never rendered in another format. */
+ * <|im_user|> marks Kimi's format) is Kimi's; DeepSeek's is DeepSeek-V3's (ms_dsv3_chat). */
 static int is_kimi(const ms_tok *t) { return ms_tok_special_id(t, "<|im_user|>") >= 0; }
-
-static int no_deepseek_chat(void)
-{
-    ms_err_set("the DeepSeek-V3 chat template is not rendered in this build (Kimi K2's is): use a prompt of text or ids");
-    return ms_err_set_code(MS_EXIT_INPUT);
-}
 
 static int ds_chat_encode(const ms_tok *t, const ms_chat_msg *msgs, int n, const ms_chat_opts *o, int32_t **ids,
                           size_t *n_ids)
 {
-    return is_kimi(t) ? ms_kimichat.encode(t, msgs, n, o, ids, n_ids) : no_deepseek_chat();
+    return (is_kimi(t) ? &ms_kimichat : &ms_dsv3_chat)->encode(t, msgs, n, o, ids, n_ids);
 }
 
 static int ds_chat_stops(const ms_tok *t, int32_t *ids, int max)
 {
-    return is_kimi(t) ? ms_kimichat.stop_ids(t, ids, max) : 0;
+    return (is_kimi(t) ? &ms_kimichat : &ms_dsv3_chat)->stop_ids(t, ids, max);
+}
+
+static int ds_chat_answer(const ms_tok *t, const int32_t *ids, size_t n, ms_chat_answer *a)
+{
+    if (!is_kimi(t)) return ms_dsv3_chat.answer(t, ids, n, a);
+    memset(a, 0, sizeof *a); /* Kimi's: the decoded text is the content */
+    return ms_tok_decode(t, ids, n, &a->content, &a->content_len);
+}
+
+static int ds_chat_route(const ms_tok *t, ms_chat_stream *s, int32_t id)
+{
+    return is_kimi(t) ? MS_CHAT_TO_CONTENT : ms_dsv3_chat.route(t, s, id);
 }
 
 static int ds_chat_follow(const ms_tok *t, int32_t last, const ms_chat_msg *msgs, int n, const ms_chat_opts *o,
                           int32_t **ids, size_t *n_ids)
 {
-    return is_kimi(t) ? ms_kimichat.follow(t, last, msgs, n, o, ids, n_ids) : no_deepseek_chat();
+    return (is_kimi(t) ? &ms_kimichat : &ms_dsv3_chat)->follow(t, last, msgs, n, o, ids, n_ids);
 }
 
-static const ms_chatfmt ds_chat = {"kimi", ds_chat_encode, ds_chat_stops, NULL, NULL, ds_chat_follow, NULL, ""};
+/* The variables are DeepSeek-V3.1's (Kimi's format reads none, and ignores them as a template
+ * does a variable it does not read). */
+static int ds_chat_var(const char *name, const struct json_t *v, const ms_chat_opts *o, char *why, size_t n)
+{
+    return ms_dsv3_chat.var(name, v, o, why, n);
+}
+
+static const ms_chatfmt ds_chat = {"deepseek-v3 (Kimi K2: kimi)", ds_chat_encode, ds_chat_stops, ds_chat_answer,
+                                   ds_chat_route, ds_chat_follow, ds_chat_var, "thinking"};
 
 const ms_family ms_dsv3_family = {
     .name = "deepseek-v3",

@@ -31,7 +31,7 @@ static void check_synth(void)
                  "--ids 1,2,3 -n 2 --ram-budget 8G --json > /dev/null", bin, big[i], d, bin, d);
         T_CHECK(ms_t_run(cmd, NULL) == 0, "synth --preset %s --sparse --layers 6 (the released widths) runs at --ram-budget 8G",
                 big[i]);
-        /* a chat: Kimi K2's tokenizer renders Kimi's format; DeepSeek's template is refused, saying so */
+        /* a chat: Kimi K2's tokenizer renders Kimi's format, DeepSeek's DeepSeek-V3's */
         char body[1200], *out = NULL, *err = NULL;
         snprintf(body, sizeof body, "%s/chat.json", ms_t_tmpdir("dsv3-chat"));
         FILE *f = fopen(body, "w");
@@ -41,8 +41,8 @@ static void check_synth(void)
             T_CHECK(st == 0 && out && strstr(out, "<|im_user|>user<|im_middle|>Hi<|im_end|><|im_assistant|>assistant<|im_middle|>"),
                     "kimi-k2: a chat renders in Kimi's format (%s)", out ? out : "");
         else
-            T_CHECK(st == 5 && err && strstr(err, "DeepSeek-V3 chat template is not rendered"),
-                    "deepseek-v3: a chat is refused, naming what is missing (status %d: %s)", st, err ? err : "");
+            T_CHECK(st == 0 && out && strstr(out, "<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜>"),
+                    "deepseek-v3: a chat renders in DeepSeek's format (status %d: %s)", st, out ? out : "");
         free(out);
         free(err);
     }

@@ -1,0 +1,182 @@
+/* test_dsv3_chat: DeepSeek-V3's chat format (spec §5): prompts (text and ids), R1's <think> answers split whole and streamed alike, V3.1's non-thinking switch, conversations going on, refusals naming what is missing. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ms_dsv3_model.h"
+#include "ms_err.h"
+#include "ms_jchat.h"
+#include "ms_test.h"
+#include "ms_tok.h"
+
+#define BOS "<｜begin▁of▁sentence｜>"
+#define EOS "<｜end▁of▁sentence｜>"
+#define USER "<｜User｜>"
+#define ASSISTANT "<｜Assistant｜>"
+
+/* The prompt text a request body renders to, or NULL with *why set. */
+static char *render(const char *body_json, char *why, size_t n)
+{
+    json_error_t je;
+    json_t *body = json_loads(body_json, 0, &je);
+    ms_jchat jc;
+    const char *param;
+    char *text = NULL;
+    size_t len = 0;
+    if (ms_jchat_read(body, &ms_dsv3_chat, NULL, 1, &jc, why, n, &param) == 0) {
+        if (ms_dsv3_chat_render(jc.msgs, jc.n, &jc.opts, &text, &len) != 0) snprintf(why, n, "%s", ms_err_msg());
+        ms_jchat_clear(&jc);
+    }
+    json_decref(body);
+    return text;
+}
+
+static void check_text(const char *what, const char *body, const char *want)
+{
+    char why[600] = "";
+    char *got = render(body, why, sizeof why);
+    T_CHECK(got && !strcmp(got, want), "%s: renders as the template does (%s)", what, got ? got : why);
+    if (got && strcmp(got, want)) fprintf(stderr, "  got  %s\n  want %s\n", got, want);
+    free(got);
+}
+
+static void check_refused(const char *what, const char *body, const char *says)
+{
+    char why[600] = "";
+    char *got = render(body, why, sizeof why);
+    T_CHECK(!got && strstr(why, says), "%s: refused, saying \"%s\" (%s)", what, says, got ? got : why);
+    free(got);
+}
+
+static void check_prompts(void)
+{
+    check_text("system and user", "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+               "\"content\": \"Hi\"}]}", BOS "Be brief." USER "Hi" ASSISTANT);
+    check_text("no system", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}", BOS USER "Hi" ASSISTANT);
+    /* every system message, wherever it stands, after BOS, joined by a blank line (developer too) */
+    check_text("two system messages", "{\"messages\": [{\"role\": \"system\", \"content\": \"A\"}, {\"role\": \"user\", "
+               "\"content\": \"Hi\"}, {\"role\": \"developer\", \"content\": \"B\"}]}", BOS "A\n\nB" USER "Hi" ASSISTANT);
+    /* an earlier answer: its reasoning dropped (R1), closed by EOS */
+    check_text("history", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": "
+               "\"<think>\\nhm\\n</think>\\n\\nHello\", \"reasoning_content\": \"apart\"}, {\"role\": \"user\", \"content\": "
+               "\"2+2?\"}]}", BOS USER "Hi" ASSISTANT "\n\nHello" EOS USER "2+2?" ASSISTANT);
+    /* V3.1's non-thinking form: </think> after each <｜Assistant｜> */
+    check_text("V3.1 thinking false", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", "
+               "\"content\": \"Hello\"}, {\"role\": \"user\", \"content\": \"Bye\"}], \"chat_template_kwargs\": {\"thinking\": "
+               "false}}", BOS USER "Hi" ASSISTANT "</think>Hello" EOS USER "Bye" ASSISTANT "</think>");
+    check_refused("tools", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"tools\": [{\"type\": \"function\", "
+                  "\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}]}", "does not render \"tools\"");
+    check_refused("a tool result", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"tool\", "
+                  "\"tool_call_id\": \"c1\", \"content\": \"42\"}]}", "tool");
+    check_refused("thinking true", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"chat_template_kwargs\": "
+                  "{\"thinking\": true}}", "thinking = true");
+    check_refused("thinking not a boolean", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+                  "\"chat_template_kwargs\": {\"thinking\": 1}}", "must be a boolean");
+}
+
+/* ids of text (no specials), appended to v at *n */
+static void add_text(const ms_tok *t, const char *s, int32_t *v, size_t *n)
+{
+    int32_t *ids = NULL;
+    size_t k = 0;
+    ms_tok_encode(t, s, strlen(s), 0, &ids, &k);
+    memcpy(v + *n, ids, sizeof(int32_t) * k);
+    *n += k;
+    free(ids);
+}
+
+/* An answer split whole and streamed: the same reasoning and content. */
+static void check_answer(const ms_tok *t, const char *what, const int32_t *ids, size_t n, const char *reasoning,
+                         const char *content)
+{
+    ms_chat_answer a;
+    int rc = ms_dsv3_chat.answer(t, ids, n, &a);
+    int ok = rc == 0 && !strcmp(a.content, content) &&
+             (reasoning ? a.reasoning && !strcmp(a.reasoning, reasoning) : a.reasoning == NULL);
+    T_CHECK(ok, "%s: reasoning \"%s\", content \"%s\" (got \"%s\", \"%s\")", what, reasoning ? reasoning : "(none)", content,
+            rc == 0 && a.reasoning ? a.reasoning : "(none)", rc == 0 ? a.content : ms_err_msg());
+    /* streamed: each id's text where route sends it */
+    ms_chat_stream cs = {0};
+    char r[400] = "", c[400] = "";
+    for (size_t i = 0; i < n; i++) {
+        int to = ms_dsv3_chat.route(t, &cs, ids[i]);
+        char *s = NULL;
+        size_t l = 0;
+        ms_tok_decode(t, ids + i, 1, &s, &l);
+        if (to == MS_CHAT_TO_REASONING) strncat(r, s, sizeof r - strlen(r) - 1);
+        if (to == MS_CHAT_TO_CONTENT) strncat(c, s, sizeof c - strlen(c) - 1);
+        free(s);
+    }
+    T_CHECK(!strcmp(c, content) && !strcmp(r, reasoning ? reasoning : ""), "%s: streamed id by id alike (\"%s\", \"%s\")",
+            what, r, c);
+    ms_chat_answer_clear(&a);
+}
+
+static void check_answers(const ms_tok *t)
+{
+    int32_t think = ms_tok_special_id(t, "<think>"), end = ms_tok_special_id(t, "</think>"), v[64];
+    size_t n = 0;
+    v[n++] = think;
+    add_text(t, "\n", v, &n);
+    add_text(t, "let me see", v, &n);
+    size_t cut = n;
+    v[n++] = end;
+    add_text(t, "\n\n", v, &n);
+    add_text(t, "Four.", v, &n);
+    check_answer(t, "R1's answer", v, n, "let me see", "Four.");
+    check_answer(t, "R1's answer cut in its reasoning", v, cut, "let me see", "");
+    n = 0;
+    add_text(t, "Four.", v, &n);
+    check_answer(t, "V3's answer", v, n, NULL, "Four.");
+}
+
+static void check_conversation(const ms_tok *t)
+{
+    int32_t eos = ms_tok_special_id(t, EOS), st[4];
+    T_CHECK(ms_dsv3_chat.stop_ids(t, st, 4) == 1 && st[0] == eos, "the answer stops at %s", EOS);
+    ms_chat_msg m = {.role = "user", .content = "More", .len = 4};
+    int32_t *ids = NULL, *want = NULL;
+    size_t n = 0, nw = 0;
+    int rc = ms_dsv3_chat.follow(t, eos, &m, 1, NULL, &ids, &n);
+    /* EOS (the stop id, not fed), then the user turn and the generation prompt */
+    int32_t tail[3] = {ms_tok_special_id(t, USER), 0, ms_tok_special_id(t, ASSISTANT)};
+    ms_tok_encode(t, "More", 4, 0, &want, &nw);
+    int ok = rc == 0 && n == 3 + nw && ids[0] == eos && ids[1] == tail[0] && !memcmp(ids + 2, want, sizeof(int32_t) * nw) &&
+             ids[n - 1] == tail[2];
+    T_CHECK(ok, "a conversation goes on: %s, then the user's turn and %s (%zu ids)", EOS, ASSISTANT, n);
+    free(ids);
+    /* an answer that was cut: its last id, then EOS */
+    rc = ms_dsv3_chat.follow(t, 7, &m, 1, NULL, &ids, &n);
+    T_CHECK(rc == 0 && n == 4 + nw && ids[0] == 7 && ids[1] == eos, "a cut answer is closed with %s before the next turn", EOS);
+    free(ids);
+    free(want);
+    /* encode = the rendered text's pieces: markers are special ids, text runs encoded whole */
+    ms_chat_msg u = {.role = "user", .content = "Hi", .len = 2};
+    rc = ms_dsv3_chat.encode(t, &u, 1, NULL, &ids, &n);
+    int32_t hi[8];
+    size_t nh = 0;
+    add_text(t, "Hi", hi, &nh);
+    ok = rc == 0 && n == 3 + nh && ids[0] == ms_tok_special_id(t, BOS) && ids[1] == tail[0] && ids[n - 1] == tail[2] &&
+         !memcmp(ids + 2, hi, sizeof(int32_t) * nh);
+    T_CHECK(ok, "a user turn's ids: BOS, %s, the text's ids, %s", USER, ASSISTANT);
+    free(ids);
+}
+
+int main(void)
+{
+    ms_log_set_level(0);
+    check_prompts();
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/m", ms_t_tmpdir("dsv3-chat-tok"));
+    T_CHECK(ms_dsv3_synth(dir, "deepseek-v3-tiny", 0, 1, 1) == 0, "synth deepseek-v3-tiny (its tokenizer.json): %s",
+            ms_err_msg());
+    ms_tok *t = ms_tok_load(dir);
+    T_CHECK(t != NULL, "the DeepSeek tokenizer loads: %s", ms_err_msg());
+    if (t) {
+        check_answers(t);
+        check_conversation(t);
+    }
+    ms_tok_free(t);
+    return ms_t_done();
+}
