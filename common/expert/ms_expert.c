@@ -190,13 +190,16 @@ void ms_expert_apply(ms_xact act, const float *params, const ms_expert_w *w, con
 
 /* ms_mat types of the encodings (ms_xfmt.c describes their parts). */
 static const ms_wtype enc_wtype[] = {[MS_XENC_MXFP4] = MS_WT_MXFP4, [MS_XENC_BF16] = MS_WT_BF16, [MS_XENC_FP8] = MS_WT_FP8,
-                                     [MS_XENC_FP8_BF16S] = MS_WT_FP8};
+                                     [MS_XENC_FP8_BF16S] = MS_WT_FP8, [MS_XENC_INT4_G32] = MS_WT_INT4};
 
-/* Floats a part is widened to: a bias, or a BF16 scale grid (FP8 kernels take float scales). */
-static int64_t widened_floats(const ms_xfmt_part *p)
+/* Floats a part is widened to: a bias, or an FP8 matrix's BF16 scale grid (FP8 kernels take float
+ * scales; INT4's take their BF16 scales as stored). */
+static int64_t widened_floats(const ms_xfmt *f, const ms_xfmt_part *p)
 {
     if (p->kind == MS_XPART_BIAS) return p->shape[1];
-    return p->kind == MS_XPART_SCALES && p->dtype == MS_DT_BF16 ? p->shape[0] * p->shape[1] : 0;
+    return p->kind == MS_XPART_SCALES && p->dtype == MS_DT_BF16 && f->mat[p->mat].enc != MS_XENC_INT4_G32
+               ? p->shape[0] * p->shape[1]
+               : 0;
 }
 
 /* ms_expert_w_of_parts, the biases (and BF16 scale grids) widened into `space` one after another
@@ -214,7 +217,7 @@ static void w_of_parts(const ms_xfmt *f, const uint8_t *const *part, ms_expert_w
     for (int i = 0; i < f->n_parts; i++) {
         ms_xrole r = f->mat[f->part[i].mat].role;
         widened[i] = NULL;
-        int64_t n = widened_floats(&f->part[i]);
+        int64_t n = widened_floats(f, &f->part[i]);
         float *b = NULL;
         if (n > 0) { /* widened: parts may be BF16 and sit at any byte offset */
             b = space ? space : (widened[i] = ms_malloc(sizeof(float) * (size_t)n));
@@ -248,7 +251,7 @@ void ms_expert_run(const ms_xfmt *f, const uint8_t *const *part, const float *z,
     ms_expert_w w;
     float *widened[MS_XFMT_MAX_PARTS];
     int64_t nb = 0; /* bias and BF16 scale floats, widened into one scratch piece */
-    for (int i = 0; i < f->n_parts; i++) nb += widened_floats(&f->part[i]);
+    for (int i = 0; i < f->n_parts; i++) nb += widened_floats(f, &f->part[i]);
     float *space = ms_scratch_push(sizeof(float) * (size_t)nb); /* [nb] */
     w_of_parts(f, part, &w, widened, space);
     ms_expert_apply(f->act, f->param, &w, z, m, out, pool);

@@ -19,8 +19,8 @@
 /* The index of the real K3 checkpoint is a few tens of MiB. */
 #define ST_MAX_INDEX ((uint64_t)256 << 20)
 
-static const char *const dtype_names[MS_DT_COUNT] = {"F32", "BF16", "F16", "U8", "F8_E4M3"};
-static const size_t dtype_sizes[MS_DT_COUNT] = {4, 2, 2, 1, 1};
+static const char *const dtype_names[MS_DT_COUNT] = {"F32", "BF16", "F16", "U8", "F8_E4M3", "I32"};
+static const size_t dtype_sizes[MS_DT_COUNT] = {4, 2, 2, 1, 1, 4};
 
 size_t ms_dtype_size(ms_dtype dt)
 {

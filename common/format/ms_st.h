@@ -5,8 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { MS_DT_F32 = 0, MS_DT_BF16 = 1, MS_DT_F16 = 2, MS_DT_U8 = 3, MS_DT_F8_E4M3 = 4 } ms_dtype;
-#define MS_DT_COUNT 5
+/* I32: compressed-tensors' packed INT4 words and weight shapes (Kimi K2-Thinking's experts). */
+typedef enum { MS_DT_F32 = 0, MS_DT_BF16 = 1, MS_DT_F16 = 2, MS_DT_U8 = 3, MS_DT_F8_E4M3 = 4, MS_DT_I32 = 5 } ms_dtype;
+#define MS_DT_COUNT 6
 
 #define MS_ST_MAX_DIMS 8
 

@@ -8,6 +8,7 @@
 #include "ms_bfc.h"
 #include "ms_err.h"
 #include "ms_fp8.h"
+#include "ms_int4.h"
 #include "ms_scratch.h"
 #include "ms_cpu.h"
 #include "ms_kern.h"
@@ -248,6 +249,9 @@ static void mat_row(const ms_mat *W, int64_t r, float *out, int simd)
     case MS_WT_FP8:
         ms_fp8_dequant_rows((const uint8_t *)W->data, W->scales, c, r, 1, out);
         return;
+    case MS_WT_INT4:
+        ms_int4_dequant_rows_at((const uint8_t *)W->data, W->scales, c, r, 1, out, simd ? ms_cpu_level() : MS_SIMD_SCALAR);
+        return;
     case MS_WT_MXFP4: {
         const uint8_t *p = (const uint8_t *)W->data + r * (c / 2);
         const uint8_t *s = W->scales + r * (c / 32);
@@ -268,8 +272,9 @@ static void check_mat(const ms_mat *W)
 {
     MS_ASSERT(W && W->rows >= 0 && W->cols >= 0);
     MS_ASSERT(W->data || W->rows == 0 || W->cols == 0);
-    MS_ASSERT(W->type == MS_WT_F32 || W->type == MS_WT_BF16 || W->type == MS_WT_MXFP4 || W->type == MS_WT_FP8);
-    if (W->type == MS_WT_MXFP4) MS_ASSERT(W->cols % 32 == 0 && (W->scales || W->rows == 0));
+    MS_ASSERT(W->type == MS_WT_F32 || W->type == MS_WT_BF16 || W->type == MS_WT_MXFP4 || W->type == MS_WT_FP8 ||
+              W->type == MS_WT_INT4);
+    if (W->type == MS_WT_MXFP4 || W->type == MS_WT_INT4) MS_ASSERT(W->cols % 32 == 0 && (W->scales || W->rows == 0));
     if (W->type == MS_WT_FP8) MS_ASSERT(W->scales || W->rows == 0 || W->cols == 0);
 }
 
@@ -304,6 +309,8 @@ uint64_t ms_mat_bytes(const ms_mat *W)
         return r * (c / 2) + r * (c / 32);
     case MS_WT_FP8:
         return r * c + (uint64_t)ms_fp8_blocks((int64_t)r) * (uint64_t)ms_fp8_blocks((int64_t)c) * sizeof(float);
+    case MS_WT_INT4:
+        return r * (c / 2) + r * (c / 32) * 2;
     }
     return 0;
 }
@@ -415,8 +422,8 @@ static void matmul_packed(ms_mat_packed *pk, int64_t rows, int64_t cols, const f
     }
 }
 
-/* FP8: each task dequantises FP8_GROUP rows at a time into a per-task buffer (ms_fp8_dequant_rows,
- * exact) and runs the F32 row kernels on it, so every output element is the canonical dot of the
+/* FP8 and INT4: each task dequantises FP8_GROUP rows at a time into a per-task buffer
+ * (ms_fp8_dequant_rows_at, ms_int4_dequant_rows_at: exact) and runs the F32 row kernels on it, so every output element is the canonical dot of the
  * dequantised row, whatever the path, the grouping or the token tile. */
 enum { FP8_GROUP = 16 };
 
@@ -443,7 +450,10 @@ static void f8_task(void *vctx, int64_t g0, int64_t g1)
     float *y = ms_scratch_push(sizeof(float) * (size_t)(c->T * FP8_GROUP));   /* [T][nr] */
     for (int64_t g = g0; g < g1; g++) {
         int64_t r = g * FP8_GROUP, nr = rows - r < FP8_GROUP ? rows - r : FP8_GROUP;
-        ms_fp8_dequant_rows_at((const uint8_t *)c->W->data, c->W->scales, cols, r, nr, buf, c->level);
+        if (c->W->type == MS_WT_INT4)
+            ms_int4_dequant_rows_at((const uint8_t *)c->W->data, c->W->scales, cols, r, nr, buf, c->level);
+        else
+            ms_fp8_dequant_rows_at((const uint8_t *)c->W->data, c->W->scales, cols, r, nr, buf, c->level);
         ms_mat blk = {MS_WT_F32, nr, cols, buf, NULL, NULL, NULL};
         ms_gemm_rows(&blk, c->X, c->T, y, nr, 0, nr, c->level);
         for (int64_t t = 0; t < c->T; t++) memcpy(c->Y + t * rows + r, y + t * nr, sizeof(float) * (size_t)nr);
@@ -641,7 +651,7 @@ void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *po
     /* FP8: up to fp8_tile_tokens rows go through the tiles, which decode the codes in registers
      * (the same values, each output the same canonical dot); more are dequantised 16 rows at a
      * time for the F32 kernels, whose panels then take them */
-    if (W->type == MS_WT_FP8 && !(T <= fp8_tile_tokens(level) && W->cols % 16 == 0)) {
+    if ((W->type == MS_WT_FP8 && !(T <= fp8_tile_tokens(level) && W->cols % 16 == 0)) || W->type == MS_WT_INT4) {
         matmul_fp8(W, X, T, Y, level, pool);
         return;
     }

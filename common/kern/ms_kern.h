@@ -1,4 +1,4 @@
-/* ms_kern: numeric kernels for f32, bf16 and MXFP4 weight matrices (scalar, AVX2+FMA, AVX-512). */
+/* ms_kern: numeric kernels for f32, bf16, MXFP4, FP8 and INT4 weight matrices (scalar, AVX2+FMA, AVX-512). */
 #ifndef MS_KERN_H
 #define MS_KERN_H
 
@@ -41,9 +41,13 @@ typedef enum {
     MS_WT_BF16 = 1, /* data: uint16_t[rows][cols], bf16 bit patterns */
     MS_WT_MXFP4 = 2, /* data: uint8_t[rows][cols/2] packed E2M1 (low nibble = even column),
                        scales: uint8_t[rows][cols/32] E8M0 (2^(s-127); s = 255 gives 0) */
-    MS_WT_FP8 = 3   /* data: uint8_t[rows][cols] E4M3 codes; scales: the bytes of
+    MS_WT_FP8 = 3,  /* data: uint8_t[rows][cols] E4M3 codes; scales: the bytes of
                        float[ceil(rows/128)][ceil(cols/128)], one per 128 x 128 block, multiplied
                        (ms_fp8.h). Computed as the F32 kernels compute the dequantised matrix. */
+    MS_WT_INT4 = 4  /* data: uint8_t[rows][cols/2] packed nibbles u (low nibble = even column),
+                       scales: the bytes of uint16_t[rows][cols/32] BF16; value (u - 8) * scale
+                       (ms_int4.h); cols % 32 == 0. Computed as the F32 kernels compute the
+                       dequantised matrix. */
 } ms_wtype;
 
 /* BF16 rows still coded as ms_bfc blocks (a trunk pack's chunk): rows_per_block rows a block

@@ -28,6 +28,7 @@ static const struct {
     {MS_XENC_FP8, "fp8_e4m3_b128", 1, 2, {{MS_XPART_VALUES, MS_DT_F8_E4M3, 1, 1}, {MS_XPART_SCALES, MS_DT_F32, 128, 128}}},
     {MS_XENC_FP8_BF16S, "fp8_e4m3_b128_bf16s", 1, 2,
      {{MS_XPART_VALUES, MS_DT_F8_E4M3, 1, 1}, {MS_XPART_SCALES, MS_DT_BF16, 128, 128}}},
+    {MS_XENC_INT4_G32, "int4_g32_bf16s", 32, 2, {{MS_XPART_VALUES, MS_DT_I32, 1, 8}, {MS_XPART_SCALES, MS_DT_BF16, 1, 32}}},
 };
 #define N_ENCS (sizeof encs / sizeof encs[0])
 
@@ -75,7 +76,7 @@ const char *ms_xfmt_act_param(ms_xact a, int i)
 
 /* The known names, "a, b", for messages. */
 static const char *known_acts(void) { return "situ_glu, swiglu_clamp, swiglu"; }
-static const char *known_encs(void) { return "mxfp4, bf16, fp8_e4m3_b128, fp8_e4m3_b128_bf16s"; }
+static const char *known_encs(void) { return "mxfp4, bf16, fp8_e4m3_b128, fp8_e4m3_b128_bf16s, int4_g32_bf16s"; }
 
 static int act_parse(const char *s, ms_xact *a)
 {
@@ -100,8 +101,8 @@ static int role_parse(const char *s, ms_xrole *r)
 
 static int dtype_parse(const char *s, int *dt)
 {
-    static const ms_dtype all[5] = {MS_DT_F32, MS_DT_BF16, MS_DT_F16, MS_DT_U8, MS_DT_F8_E4M3};
-    for (int i = 0; i < 5; i++)
+    static const ms_dtype all[6] = {MS_DT_F32, MS_DT_BF16, MS_DT_F16, MS_DT_U8, MS_DT_F8_E4M3, MS_DT_I32};
+    for (int i = 0; i < 6; i++)
         if (s && !strcmp(s, ms_dtype_name(all[i]))) return *dt = (int)all[i], 0;
     return -1;
 }

@@ -24,8 +24,11 @@
  * [rows, cols/32]; cols must be a multiple of 32. BF16 ("bf16"): BF16 [rows, cols]. FP8
  * ("fp8_e4m3_b128"): E4M3 codes F8_E4M3 [rows, cols] + F32 scales [ceil(rows/128),
  * ceil(cols/128)], one per 128 x 128 block, multiplied (ms_fp8.h); "fp8_e4m3_b128_bf16s": the same
- * with the scales stored BF16 (widened to float when the expert computes). */
-typedef enum { MS_XENC_MXFP4 = 1, MS_XENC_BF16 = 2, MS_XENC_FP8 = 3, MS_XENC_FP8_BF16S = 4 } ms_xenc;
+ * with the scales stored BF16 (widened to float when the expert computes). INT4 ("int4_g32_bf16s":
+ * compressed-tensors' pack-quantized, symmetric, group 32): I32 [rows, cols/8] of eight nibbles
+ * each (the first in the lowest bits) + BF16 scales [rows, cols/32]; value (u - 8) * scale
+ * (ms_int4.h); cols must be a multiple of 32. */
+typedef enum { MS_XENC_MXFP4 = 1, MS_XENC_BF16 = 2, MS_XENC_FP8 = 3, MS_XENC_FP8_BF16S = 4, MS_XENC_INT4_G32 = 5 } ms_xenc;
 
 /* The expert's function. SITU_GLU: out[L] = down · SiTU(gate · z, up · z) with the constants
  * beta and linear beta (params "b1", "b2"), no biases. SWIGLU_CLAMP: h = gate_up · z + b,

@@ -15,6 +15,13 @@ struct ms_st;
  * recorded as a problem in j naming the field, and 0 returned. */
 int ms_xfp8_config_enc(ms_jcfg *j, json_t *root);
 
+/* As ms_xfp8_config_enc, and also compressed-tensors' pack-quantized INT4 ({"quant_method":
+ * "compressed-tensors", "format": "pack-quantized", one config group of 4-bit symmetric "int"
+ * weights in groups of 32, no activation quantization}: Kimi K2-Thinking's routed experts) ->
+ * MS_XENC_INT4_G32; its other fields ("ignore": the modules left unquantised) are not needed:
+ * every tensor's dtype is read from its header. */
+int ms_xquant_config_enc(ms_jcfg *j, json_t *root);
+
 /* The FP8 encoding a checkpoint's scale grid `scale_name` says (its dtype: F32 -> MS_XENC_FP8,
  * BF16 -> MS_XENC_FP8_BF16S) into *enc: 0; 1 when st has no such tensor (a trunk without
  * experts); -1 with ms_err set (MS_EXIT_MODEL) for another dtype, naming the tensor. */

@@ -9,8 +9,8 @@
 int ms_xhf_swiglu_fmt(ms_xfmt *f, const char *family, int hidden, int inter, int enc)
 {
     memset(f, 0, sizeof *f);
-    if (enc != MS_XENC_BF16 && enc != MS_XENC_FP8 && enc != MS_XENC_FP8_BF16S) {
-        ms_err_set("%s experts are BF16 or FP8 (e4m3, 128 x 128 blocks)", family);
+    if (enc != MS_XENC_BF16 && enc != MS_XENC_FP8 && enc != MS_XENC_FP8_BF16S && enc != MS_XENC_INT4_G32) {
+        ms_err_set("%s experts are BF16, FP8 (e4m3, 128 x 128 blocks) or INT4 (pack-quantized, groups of 32)", family);
         return ms_err_set_code(MS_EXIT_MODEL);
     }
     if (ms_xfmt_widths_ok(hidden, inter, (ms_xenc)enc) != 0) return -1;
@@ -19,8 +19,9 @@ int ms_xhf_swiglu_fmt(ms_xfmt *f, const char *family, int hidden, int inter, int
     static const ms_xrole roles[3] = {MS_XROLE_GATE, MS_XROLE_UP, MS_XROLE_DOWN};
     for (int i = 0; i < 3; i++) {
         char w[40], s[40];
-        snprintf(w, sizeof w, "%s_proj.weight", names[i]);
-        snprintf(s, sizeof s, "%s_proj.weight_scale_inv", names[i]);
+        int q4 = enc == MS_XENC_INT4_G32; /* compressed-tensors' names */
+        snprintf(w, sizeof w, "%s_proj.weight%s", names[i], q4 ? "_packed" : "");
+        snprintf(s, sizeof s, "%s_proj.weight_scale%s", names[i], q4 ? "" : "_inv");
         const char *parts[2] = {w, s};
         ms_xfmt_add_mat(f, names[i], roles[i], (ms_xenc)enc, MS_XFMT_NO_BIAS, parts);
     }

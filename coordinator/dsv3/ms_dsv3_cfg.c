@@ -113,7 +113,7 @@ static int from_jcfg(ms_jcfg *j, ms_dsv3_cfg *c)
         ms_jcfg_problem(j, "routed_scaling_factor must be > 0, got %g", c->routed_scale);
     if (VALID(vocab) && VALID(eos_id) && c->eos_id >= c->vocab) ms_jcfg_problem(j, "eos_token_id must be an id of the vocabulary");
     if (VALID(n_mtp) && c->n_mtp > 1) ms_jcfg_problem(j, "num_nextn_predict_layers = %d: one MTP layer is read", c->n_mtp);
-    c->fp8 = ms_xfp8_config_enc(j, root) == MS_XENC_FP8;
+    c->xenc = ms_xquant_config_enc(j, root);
 #undef VALID
     if (ms_jcfg_finish(j) != 0) {
         memset(c, 0, sizeof *c);

@@ -24,7 +24,9 @@ typedef struct {
     int max_positions;       /* max_position_embeddings */
     int n_mtp;               /* num_nextn_predict_layers */
     int bos_id, eos_id;
-    int fp8;                 /* quantization_config: fine-grained FP8 */
+    int xenc;                /* the routed experts' encoding quantization_config names:
+                                MS_XENC_BF16 (none), _FP8 (fine-grained FP8), _INT4_G32
+                                (compressed-tensors' pack-quantized: K2-Thinking) */
     int kimi;                /* model_type kimi_k2 */
 } ms_dsv3_cfg;
 

@@ -108,6 +108,9 @@ static int ds_chat_var(const char *name, const struct json_t *v, const ms_chat_o
 static const ms_chatfmt ds_chat = {"deepseek-v3 (Kimi K2: kimi)", ds_chat_encode, ds_chat_stops, ds_chat_answer,
                                    ds_chat_route, ds_chat_follow, ds_chat_var, "thinking"};
 
+/* The conformance suite's other weight formats: K2-Thinking's (BF16 trunk, INT4 experts). */
+static const char *const ds_format_presets[] = {"deepseek-v3-tiny-int4", NULL};
+
 const ms_family ms_dsv3_family = {
     .name = "deepseek-v3",
     .title = "DeepSeek-V3 / Kimi K2",
@@ -118,10 +121,13 @@ const ms_family ms_dsv3_family = {
     .trunk_matrices = ds_trunk,
     .synth = ms_dsv3_synth,
     .demo_preset = "deepseek-v3-tiny",
+    .format_presets = ds_format_presets,
     .synth_help = "the Hugging Face layout: its config fields, one-based shards with a six-digit total + index, FP8 "
                   "projections and experts with an F32 weight_scale_inv per 128 x 128 block, BF16 embeddings, routers "
                   "and head, the MTP layer where the release has one: deepseek-v3-tiny (a few MB), deepseek-v3-tiny-mtp (the same "
                   "shape, its layers adding little and its MTP layer passing the next token's embedding to the head: "
-                  "drafts the model accepts, for measuring MTP speculation), deepseek-v3 (the "
-                  "released 671B: 641 GiB), kimi-k2 (958 GiB), the last two for --sparse",
+                  "drafts the model accepts, for measuring MTP speculation), deepseek-v3-tiny-int4 (the same in Kimi "
+                  "K2-Thinking's form: a BF16 trunk, routed experts compressed-tensors INT4 in groups of 32), "
+                  "deepseek-v3 (the "
+                  "released 671B: 641 GiB), kimi-k2 (958 GiB), kimi-k2-thinking (594 GB), the last three for --sparse",
 };

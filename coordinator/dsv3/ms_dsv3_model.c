@@ -98,7 +98,8 @@ static int check_counts(const ms_dsv3_cfg *c, const ms_tsrc *src)
                    c->n_layers, n);
         return ms_err_set_code(MS_EXIT_MODEL);
     }
-    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.gate_proj.weight", c->n_dense, c->n_experts);
+    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.gate_proj.weight%s", c->n_dense, c->n_experts,
+             c->xenc == MS_XENC_INT4_G32 ? "_packed" : "");
     if (src->find(src->ctx, n, &tv)) {
         ms_err_set("%s: config says n_routed_experts = %d, but the checkpoint has tensor %s", src->what, c->n_experts, n);
         return ms_err_set_code(MS_EXIT_MODEL);
@@ -294,7 +295,7 @@ ms_model *ms_dsv3_model_open(const char *dir, const ms_run_opts *o)
     ms_xfmt f;
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (ms_dsv3_cfg_load(path, &cfg) != 0 ||
-        ms_dsv3_experts_fmt(cfg.hidden, cfg.moe_inter, cfg.fp8 ? MS_XENC_FP8 : MS_XENC_BF16, &f) != 0)
+        ms_dsv3_experts_fmt(cfg.hidden, cfg.moe_inter, cfg.xenc, &f) != 0)
         return NULL;
     return ms_mrt_open_dir(dir, o, &f, cfg.n_dense, bind_refined, &cfg);
 }

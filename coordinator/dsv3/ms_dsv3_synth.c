@@ -15,25 +15,28 @@ typedef struct {
     int n_layers, n_dense, hidden, inter, moe_inter, n_heads, q_lora, kv_lora, nope, rope, v_head;
     int n_experts, top_k, n_shared, n_group, topk_group, vocab, n_mtp, n_shards, kimi;
     float routed_scale, theta, factor, beta_fast;
+    int int4;       /* K2-Thinking's form: a BF16 trunk, INT4 routed experts (compressed-tensors) */
     int mtp_agrees; /* the tiny -mtp preset: layers that add little, an MTP layer that passes the
                        next token's embedding to the same head (it predicts what the model does) */
 } ds_shape;
 
 static int preset(const char *name, ds_shape *s)
 {
-    if (!strcmp(name, "deepseek-v3-tiny") || !strcmp(name, "deepseek-v3-tiny-mtp"))
-        /* a few MB: one dense layer, then MoE with 4 groups; an MTP layer (-mtp: one that agrees) */
+    if (!strcmp(name, "deepseek-v3-tiny") || !strcmp(name, "deepseek-v3-tiny-mtp") || !strcmp(name, "deepseek-v3-tiny-int4"))
+        /* a few MB: one dense layer, then MoE with 4 groups; an MTP layer (-mtp: one that agrees;
+         * -int4: a BF16 trunk and INT4 experts, K2-Thinking's form) */
         *s = (ds_shape){3, 1, 256, 320, 96, 4, 192, 128, 32, 16, 32, 16, 4, 1, 4, 2, 600, 1, 1, 0, 2.5f, 10000, 40, 32,
-                        !strcmp(name, "deepseek-v3-tiny-mtp")};
+                        !strcmp(name, "deepseek-v3-tiny-int4"), !strcmp(name, "deepseek-v3-tiny-mtp")};
     else if (!strcmp(name, "deepseek-v3")) /* the released 671B: 641 GiB (use with --sparse) */
         *s = (ds_shape){61, 3, 7168, 18432, 2048, 128, 1536, 512, 128, 64, 128, 256, 8, 1, 8, 4, 129280, 1, 163, 0, 2.5f,
-                        10000, 40, 32};
-    else if (!strcmp(name, "kimi-k2")) /* the released Kimi K2 1T: 958 GiB (use with --sparse) */
+                        10000, 40, 32, 0, 0};
+    else if (!strcmp(name, "kimi-k2") || !strcmp(name, "kimi-k2-thinking"))
+        /* the released Kimi K2 1T: 958 GiB; K2-Thinking: its experts INT4, 594 GB (use with --sparse) */
         *s = (ds_shape){61, 1, 7168, 18432, 2048, 64, 1536, 512, 128, 64, 128, 384, 8, 1, 1, 1, 163840, 0, 62, 1, 2.827f,
-                        50000, 32, 1};
+                        50000, 32, 1, !strcmp(name, "kimi-k2-thinking"), 0};
     else {
-        ms_err_set("unknown DeepSeek-V3 synth preset '%s' (known: deepseek-v3-tiny, deepseek-v3-tiny-mtp, deepseek-v3, "
-                   "kimi-k2)", name);
+        ms_err_set("unknown DeepSeek-V3 synth preset '%s' (known: deepseek-v3-tiny, deepseek-v3-tiny-mtp, "
+                   "deepseek-v3-tiny-int4, deepseek-v3, kimi-k2, kimi-k2-thinking)", name);
         return ms_err_set_code(MS_EXIT_USAGE);
     }
     return 0;
@@ -71,8 +74,18 @@ static int write_config(const char *dir, const ds_shape *s, int bos, int eos)
     json_object_set_new(c, "q_lora_rank", json_integer(s->q_lora));
     json_object_set_new(c, "qk_nope_head_dim", json_integer(s->nope));
     json_object_set_new(c, "qk_rope_head_dim", json_integer(s->rope));
-    json_object_set_new(c, "quantization_config", json_pack("{s:s,s:s,s:s,s:[i,i]}", "activation_scheme", "dynamic", "fmt",
-                                                            "e4m3", "quant_method", "fp8", "weight_block_size", 128, 128));
+    if (s->int4) /* compressed-tensors' pack-quantized experts, everything else BF16 */
+        json_object_set_new(
+            c, "quantization_config",
+            json_pack("{s:{s:{s:n,s:n,s:[s],s:{s:n,s:b,s:i,s:i,s:s,s:s,s:b,s:s}}},s:s,s:[s],s:n,s:s,s:s}", "config_groups",
+                      "group_0", "input_activations", "output_activations", "targets", "Linear", "weights", "actorder",
+                      "dynamic", 0, "group_size", 32, "num_bits", 4, "observer", "minmax", "strategy", "group",
+                      "symmetric", 1, "type", "int", "format", "pack-quantized", "ignore", "lm_head", "kv_cache_scheme",
+                      "quant_method", "compressed-tensors", "quantization_status", "compressed"));
+    else
+        json_object_set_new(c, "quantization_config",
+                            json_pack("{s:s,s:s,s:s,s:[i,i]}", "activation_scheme", "dynamic", "fmt", "e4m3", "quant_method",
+                                      "fp8", "weight_block_size", 128, 128));
     json_object_set_new(c, "rms_norm_eps", json_real(1e-6));
     json_object_set_new(c, "rope_scaling",
                         json_pack("{s:f,s:f,s:f,s:f,s:f,s:i,s:s}", "beta_fast", (double)s->beta_fast, "beta_slow", 1.0,
@@ -112,7 +125,33 @@ static void fp8g(ms_syn_list *l, const char *name, int64_t rows, int64_t cols, f
     ms_syn_add(l, sn, MS_DT_F32, 2, g, MS_SYN_POSITIVE, gain * ms_syn_amp(cols) / 1.7f);
 }
 
-static void fp8(ms_syn_list *l, const char *name, int64_t rows, int64_t cols) { fp8g(l, name, rows, cols, 1.0f); }
+/* A trunk projection: FP8 as DeepSeek-V3 and Kimi K2 release it, BF16 in K2-Thinking. */
+static void proj(ms_syn_list *l, const ds_shape *s, const char *name, int64_t rows, int64_t cols, float gain)
+{
+    if (s->int4)
+        bf16(l, name, rows, cols, gain * ms_syn_amp(cols));
+    else
+        fp8g(l, name, rows, cols, gain);
+}
+
+/* A routed expert's matrix NAME (".weight" stripped): FP8, or compressed-tensors' INT4 (packed
+ * words, BF16 scales per 32 columns, the shape). */
+static void expert_mat(ms_syn_list *l, const ds_shape *s, const char *name, int64_t rows, int64_t cols, float gain)
+{
+    char n[300];
+    if (!s->int4) {
+        snprintf(n, sizeof n, "%s.weight", name);
+        fp8g(l, n, rows, cols, gain);
+        return;
+    }
+    int64_t pk[2] = {rows, cols / 8}, sc[2] = {rows, cols / 32}, two[1] = {2};
+    snprintf(n, sizeof n, "%s.weight_packed", name);
+    ms_syn_add(l, n, MS_DT_I32, 2, pk, MS_SYN_PACKED, 0.0f);
+    snprintf(n, sizeof n, "%s.weight_scale", name);
+    ms_syn_add(l, n, MS_DT_BF16, 2, sc, MS_SYN_POSITIVE, gain * ms_syn_amp(cols) / 4.6f); /* (u - 8) has std 4.6 */
+    snprintf(n, sizeof n, "%s.weight_shape", name);
+    ms_syn_add(l, n, MS_DT_I32, 1, two, MS_SYN_DIMS, (float)rows)->valid = (int)cols;
+}
 
 /* A norm's gains: drawn, or ones where the MTP layer is to agree with the model. */
 static void norm(ms_syn_list *l, const ds_shape *s, const char *name, int64_t n)
@@ -129,34 +168,34 @@ static void layer(ms_syn_list *l, const ds_shape *s, int i)
     float out = s->mtp_agrees ? 0.02f : 1.0f; /* what a block adds to the residual stream */
 #define NM(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, i), n)
     vec(l, NM("input_layernorm.weight"), H, MS_SYN_GAIN);
-    fp8(l, NM("self_attn.q_a_proj.weight"), s->q_lora, H);
+    proj(l, s, NM("self_attn.q_a_proj.weight"), s->q_lora, H, 1.0f);
     vec(l, NM("self_attn.q_a_layernorm.weight"), s->q_lora, MS_SYN_GAIN);
-    fp8(l, NM("self_attn.q_b_proj.weight"), (int64_t)s->n_heads * dq, s->q_lora);
-    fp8(l, NM("self_attn.kv_a_proj_with_mqa.weight"), s->kv_lora + s->rope, H);
+    proj(l, s, NM("self_attn.q_b_proj.weight"), (int64_t)s->n_heads * dq, s->q_lora, 1.0f);
+    proj(l, s, NM("self_attn.kv_a_proj_with_mqa.weight"), s->kv_lora + s->rope, H, 1.0f);
     vec(l, NM("self_attn.kv_a_layernorm.weight"), s->kv_lora, MS_SYN_GAIN);
-    fp8(l, NM("self_attn.kv_b_proj.weight"), (int64_t)s->n_heads * (s->nope + s->v_head), s->kv_lora);
-    fp8g(l, NM("self_attn.o_proj.weight"), H, (int64_t)s->n_heads * s->v_head, out);
+    proj(l, s, NM("self_attn.kv_b_proj.weight"), (int64_t)s->n_heads * (s->nope + s->v_head), s->kv_lora, 1.0f);
+    proj(l, s, NM("self_attn.o_proj.weight"), H, (int64_t)s->n_heads * s->v_head, out);
     vec(l, NM("post_attention_layernorm.weight"), H, MS_SYN_GAIN);
     if (i < s->n_dense) {
-        fp8(l, NM("mlp.gate_proj.weight"), s->inter, H);
-        fp8(l, NM("mlp.up_proj.weight"), s->inter, H);
-        fp8g(l, NM("mlp.down_proj.weight"), H, s->inter, out);
+        proj(l, s, NM("mlp.gate_proj.weight"), s->inter, H, 1.0f);
+        proj(l, s, NM("mlp.up_proj.weight"), s->inter, H, 1.0f);
+        proj(l, s, NM("mlp.down_proj.weight"), H, s->inter, out);
         return;
     }
     bf16(l, NM("mlp.gate.weight"), s->n_experts, H, ms_syn_amp(H));
     int64_t e[1] = {s->n_experts};
     ms_syn_add(l, NM("mlp.gate.e_score_correction_bias"), MS_DT_F32, 1, e, MS_SYN_UNIFORM, 0.05f);
     if (SI > 0) {
-        fp8(l, NM("mlp.shared_experts.gate_proj.weight"), SI, H);
-        fp8(l, NM("mlp.shared_experts.up_proj.weight"), SI, H);
-        fp8g(l, NM("mlp.shared_experts.down_proj.weight"), H, SI, out);
+        proj(l, s, NM("mlp.shared_experts.gate_proj.weight"), SI, H, 1.0f);
+        proj(l, s, NM("mlp.shared_experts.up_proj.weight"), SI, H, 1.0f);
+        proj(l, s, NM("mlp.shared_experts.down_proj.weight"), H, SI, out);
     }
 #undef NM
     for (int x = 0; x < s->n_experts; x++) {
         static const char *const which[3] = {"gate_proj", "up_proj", "down_proj"};
         for (int k = 0; k < 3; k++) {
-            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s.weight", i, x, which[k]);
-            fp8g(l, n, k < 2 ? s->moe_inter : H, k < 2 ? H : s->moe_inter, k < 2 ? 1.0f : out);
+            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s", i, x, which[k]);
+            expert_mat(l, s, n, k < 2 ? s->moe_inter : H, k < 2 ? H : s->moe_inter, k < 2 ? 1.0f : out);
         }
     }
 }

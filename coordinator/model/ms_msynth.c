@@ -40,6 +40,7 @@ static void element(const ms_syn_tensor *t, int64_t i, uint8_t *out)
     case MS_SYN_UNIFORM: v = t->amp * unit(t->seed, i); break;
     case MS_SYN_GAIN: v = 1.0f + 0.1f * unit(t->seed, i); break;
     case MS_SYN_EYE: v = t->ndim < 2 || i / t->shape[1] == i % t->shape[1] ? t->amp : 0.0f; break;
+    case MS_SYN_DIMS: v = i == 0 ? t->amp : (float)t->valid; break;
     case MS_SYN_ALOG: v = i < t->valid ? logf(1.0f + 7.5f * (unit(t->seed, i) + 1.0f)) : 0.0f; break;
     case MS_SYN_PACKED: out[0] = (uint8_t)(ms_syn_mix(t->seed ^ ms_syn_mix((uint64_t)i >> 3)) >> (8 * (i & 7))); return;
     case MS_SYN_SCALE: out[0] = (uint8_t)((int)t->amp + (int)(ms_syn_mix(t->seed ^ ms_syn_mix((uint64_t)i)) % 3) - 1); return;
@@ -59,6 +60,9 @@ static void element(const ms_syn_tensor *t, int64_t i, uint8_t *out)
     }
     if (t->dt == MS_DT_F32) {
         memcpy(out, &v, 4);
+    } else if (t->dt == MS_DT_I32) {
+        int32_t x = (int32_t)v;
+        memcpy(out, &x, 4);
     } else {
         uint16_t b = ms_f32_to_bf16_trunc(v);
         memcpy(out, &b, 2);

@@ -15,7 +15,8 @@ typedef enum {
     MS_SYN_SCALE,   /* E8M0 scale bytes around amp (amp - 1 .. amp + 1) */
     MS_SYN_FP8,     /* E4M3 codes of either sign with exponent fields 1..8 (|v| in 2^-6 .. 3.75, no NaN) */
     MS_SYN_POSITIVE, /* amp (1 + 0.1 uniform) cut to BF16 precision (in either dtype): FP8 block scales */
-    MS_SYN_EYE      /* amp on a matrix's diagonal (row == column), 0 elsewhere; a vector all amp */
+    MS_SYN_EYE,     /* amp on a matrix's diagonal (row == column), 0 elsewhere; a vector all amp */
+    MS_SYN_DIMS     /* a pair: amp, then `valid` (a matrix's shape, as compressed-tensors' weight_shape) */
 } ms_syn_kind;
 
 typedef struct {
@@ -25,7 +26,7 @@ typedef struct {
     int64_t shape[MS_ST_MAX_DIMS];
     ms_syn_kind k;
     float amp;
-    int valid;     /* MS_SYN_ALOG: meaningful entries */
+    int valid;     /* MS_SYN_ALOG: meaningful entries; MS_SYN_DIMS: the second value */
     int shard;     /* which shard file holds it */
     uint64_t seed;
 } ms_syn_tensor;

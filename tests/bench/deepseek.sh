@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# DeepSeek-V3 and Kimi K2 at 8 GiB: both released layouts (`synth --preset deepseek-v3 | kimi-k2
-# --sparse`: the real headers, every weight a hole, so reads cost no device time) planned and
+# DeepSeek-V3, Kimi K2 and K2-Thinking at 8 GiB: the released layouts (`synth --preset deepseek-v3 |
+# kimi-k2 | kimi-k2-thinking --sparse`: the real headers, every weight a hole, so reads cost no device time) planned and
 # generating at --ram-budget 8G inside an 8 GiB cgroup; the planner's bytes per decode token at
 # 8, 16, 32 and 64 GiB; the decode time per token projected to a 3 GB/s and a 5 GB/s NVMe from
 # the bytes read and the CPU used per token at 8 GiB (measured here on the sparse layout, as the
-# K3 projection is). Writes docs/PERFORMANCE.md (section "DeepSeek-V3 / Kimi K2 at 8 GiB").
+# K3 projection is); DeepSeek-V3 again with its MTP layer drafting. Writes docs/PERFORMANCE.md (section "DeepSeek-V3 / Kimi K2 at 8 GiB").
 #
 # usage: tests/bench/deepseek.sh [--dir DIR] [-n N] [--bin BINARY]
 # Needs root (cgroups, drop_caches); the sparse layouts take almost no disk.
@@ -32,7 +32,7 @@ if [ -z "$bin" ]; then
 fi
 out=$(mktemp -d)
 mkdir -p "$dir"
-for p in deepseek-v3 kimi-k2; do
+for p in deepseek-v3 kimi-k2 kimi-k2-thinking; do
   m=$dir/$p-sparse
   [ -f "$m/config.json" ] || "$bin" synth --preset "$p" --sparse --out "$m"
   drop
@@ -69,13 +69,14 @@ lines = ["## DeepSeek-V3 / Kimi K2 at 8 GiB\n",
          f"Measured {datetime.date.today()} on {cpu}, {os.cpu_count()} cores, {mem} GiB RAM. Models: `moestream synth --preset "
          f"deepseek-v3 --sparse` (the released 671B layout: 61 layers, 58 MoE layers of 256 FP8 experts of 44,050,944 bytes, "
          f"8 per token, FP8 MLA and shared experts, and its MTP layer) and `--preset kimi-k2 --sparse` (1T: 60 MoE layers of "
-         f"384 experts), every weight a hole: the reads cost no device time, so the CPU per token is this machine's "
+         f"384 experts) and `--preset kimi-k2-thinking --sparse` (its experts compressed-tensors INT4 in groups of 32, "
+         f"25 MB each, the trunk BF16), every weight a hole: the reads cost no device time, so the CPU per token is this machine's "
          f"compute alone. A prompt of 4 tokens, {n} generated, at `--ram-budget 8G` inside an 8 GiB memory cgroup, `--speculate off` (a model whose weights are all zero "
          f"generates one token over and over, which any draft predicts: per-token numbers with drafts would flatter it; the "
          f"plans below are those without drafts too).\n",
          "Command: `sudo bash tests/bench/deepseek.sh`\n"]
 res = []
-for p, title in (("deepseek-v3", "DeepSeek-V3"), ("kimi-k2", "Kimi K2")):
+for p, title in (("deepseek-v3", "DeepSeek-V3"), ("kimi-k2", "Kimi K2"), ("kimi-k2-thinking", "Kimi K2-Thinking")):
     try:
         j = json.load(open(f"{out}/run-{p}.json"))
         cg = dict(x.split("=") for x in open(f"{out}/cgroup-{p}.txt").read().split())

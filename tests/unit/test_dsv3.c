@@ -21,8 +21,8 @@ static void check_synth(void)
     snprintf(cmd, sizeof cmd, "TMPDIR=%s %s demo --family deepseek-v3 -n 4 --quiet > /dev/null 2>&1",
              ms_t_tmpdir("dsv3-demo"), bin);
     T_CHECK(ms_t_run(cmd, NULL) == 0, "demo --family deepseek-v3 writes its tiny checkpoint and runs it");
-    static const char *const big[2] = {"deepseek-v3", "kimi-k2"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const big[3] = {"deepseek-v3", "kimi-k2", "kimi-k2-thinking"};
+    for (int i = 0; i < 3; i++) {
         char d[1024];
         snprintf(d, sizeof d, "%s/m", ms_t_tmpdir(big[i]));
         /* the released widths, 6 of the 61 layers (the whole depth is tests/bench/deepseek.sh's: a
@@ -37,9 +37,9 @@ static void check_synth(void)
         FILE *f = fopen(body, "w");
         if (f) fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}", f), fclose(f);
         int st = ms_t_runf(&out, &err, "%s tokenize --model %s --chat %s --json", bin, d, body);
-        if (i == 1)
+        if (i > 0)
             T_CHECK(st == 0 && out && strstr(out, "<|im_user|>user<|im_middle|>Hi<|im_end|><|im_assistant|>assistant<|im_middle|>"),
-                    "kimi-k2: a chat renders in Kimi's format (%s)", out ? out : "");
+                    "%s: a chat renders in Kimi's format (%s)", big[i], out ? out : "");
         else
             T_CHECK(st == 0 && out && strstr(out, "<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜>"),
                     "deepseek-v3: a chat renders in DeepSeek's format (status %d: %s)", st, out ? out : "");

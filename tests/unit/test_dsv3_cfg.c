@@ -7,6 +7,7 @@
 #include "ms_dsv3_cfg.h"
 #include "ms_err.h"
 #include "ms_test.h"
+#include "ms_xfmt.h"
 
 static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
 
@@ -34,7 +35,7 @@ int main(void)
                 c.v_head == 128 && c.n_experts == 256 && c.top_k == 8 && c.n_shared == 1 && c.n_group == 8 &&
                 c.topk_group == 4 && c.routed_scale == 2.5f && c.rope_theta == 10000.0f && c.yarn_factor == 40.0f &&
                 c.yarn_beta_fast == 32.0f && c.yarn_beta_slow == 1.0f && c.yarn_mscale == 1.0f && c.yarn_orig_ctx == 4096 &&
-                c.vocab == 129280 && c.n_mtp == 1 && c.fp8 && !c.kimi && c.bos_id == 0 && c.eos_id == 1,
+                c.vocab == 129280 && c.n_mtp == 1 && c.xenc == MS_XENC_FP8 && !c.kimi && c.bos_id == 0 && c.eos_id == 1,
             "DeepSeek-V3 as released: the spec's dimensions (%s)", rc ? ms_err_msg() : "ok");
     rc = ms_dsv3_cfg_load(k2, &c);
     T_CHECK(rc == 0 && c.n_dense == 1 && c.n_heads == 64 && c.n_experts == 384 && c.n_group == 1 && c.topk_group == 1 &&
@@ -81,7 +82,48 @@ int main(void)
     /* a BF16 copy (quantization_config absent) reads as BF16 */
     json_t *j = json_load_file(v3, 0, &je);
     json_object_del(j, "quantization_config");
-    T_CHECK(read_json(j, d, "bf16", &c) == 0 && !c.fp8, "without quantization_config: BF16 weights");
+    T_CHECK(read_json(j, d, "bf16", &c) == 0 && c.xenc == MS_XENC_BF16, "without quantization_config: BF16 weights");
     json_decref(j);
+    /* Kimi K2-Thinking: compressed-tensors' pack-quantized INT4 experts (spec §4), and what it must be */
+    static const char q4[] =
+        "{\"quant_method\": \"compressed-tensors\", \"format\": \"pack-quantized\", \"quantization_status\": "
+        "\"compressed\", \"ignore\": [\"lm_head\"], \"kv_cache_scheme\": null, \"config_groups\": {\"group_0\": "
+        "{\"targets\": [\"Linear\"], \"input_activations\": null, \"output_activations\": null, \"weights\": "
+        "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true, \"group_size\": 32, \"strategy\": \"group\", "
+        "\"dynamic\": false, \"actorder\": null, \"observer\": \"minmax\"}}}}";
+    static const struct {
+        const char *what, *from, *to, *want; /* the INT4 config with `from` replaced by `to` */
+    } q4bad[] = {
+        {NULL, NULL, NULL, NULL},
+        {"8-bit integers", "\"num_bits\": 4", "\"num_bits\": 8", "must be 4-bit symmetric"},
+        {"groups of 128", "\"group_size\": 32", "\"group_size\": 128", "in groups of 32"},
+        {"asymmetric", "\"symmetric\": true", "\"symmetric\": false", "config_groups.group_0.weights"},
+        {"floats", "\"type\": \"int\"", "\"type\": \"float\"", "config_groups.group_0.weights"},
+        {"quantized activations", "\"input_activations\": null", "\"input_activations\": {\"num_bits\": 8}",
+         "input_activations must be null"},
+        {"another packing", "\"pack-quantized\"", "\"float-quantized\"", "format must be \"pack-quantized\""},
+    };
+    for (size_t i = 0; i < sizeof q4bad / sizeof q4bad[0]; i++) {
+        char text[2048];
+        snprintf(text, sizeof text, "%s", q4);
+        if (q4bad[i].from) {
+            char *at = strstr(text, q4bad[i].from), rest[2048];
+            if (!at) continue;
+            snprintf(rest, sizeof rest, "%s", at + strlen(q4bad[i].from));
+            snprintf(at, sizeof text - (size_t)(at - text), "%s%s", q4bad[i].to, rest);
+        }
+        json_t *k = json_load_file(k2, 0, &je);
+        json_object_set_new(k, "quantization_config", json_loads(text, 0, &je));
+        char name[32];
+        snprintf(name, sizeof name, "q4-%zu", i);
+        rc = read_json(k, d, name, &c);
+        if (!q4bad[i].from)
+            T_CHECK(rc == 0 && c.xenc == MS_XENC_INT4_G32, "Kimi K2-Thinking's quantization_config: INT4 experts (%s)",
+                    rc ? ms_err_msg() : "ok");
+        else
+            T_CHECK(rc == -1 && ms_err_code() == MS_EXIT_MODEL && has(ms_err_msg(), q4bad[i].want),
+                    "INT4 with %s: refused naming it (%s)", q4bad[i].what, ms_err_msg());
+        json_decref(k);
+    }
     return ms_t_done();
 }

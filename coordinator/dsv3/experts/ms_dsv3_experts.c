@@ -42,7 +42,7 @@ static int ds_describe(ms_jcfg *j, ms_xmodel *out)
         ms_jcfg_problem(j, "first_k_dense_replace = %d leaves no MoE layer of %d", v.n_dense, v.n_layers);
         return -1;
     }
-    int enc = ms_xfp8_config_enc(j, root);
+    int enc = ms_xquant_config_enc(j, root);
     if (!enc) return -1;
     return ms_xmodel_set(out, v.n_layers, v.n_dense, v.n_experts, v.top_k,
                          ms_dsv3_experts_fmt(v.hidden, v.inter, enc, &out->fmt));
