@@ -232,6 +232,7 @@ static int answer(chat *c, const char *text, size_t len, int turn)
     p.ctx = c;
     ms_gentext_free(c->text);
     c->text = ms_gentext_new(c->tok, c->fmt, 0, NULL, 0);
+    ms_gentext_prompt(c->text, ids, nid); /* the answer follows these ids */
     memset(&c->utf8, 0, sizeof c->utf8);
     ms_sbuf_free(&c->content);
     c->in_reasoning = 0;

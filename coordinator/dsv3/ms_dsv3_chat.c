@@ -1,4 +1,4 @@
-/* ms_dsv3_chat: DeepSeek-V3's chat format (V3, R1, V3.1; spec §5): the system prompt after BOS, <｜User｜> and <｜Assistant｜> turns each answer closed by EOS, R1's <think> reasoning split from the answer and dropped from history, V3.1's non-thinking switch. */
+/* ms_dsv3_chat: DeepSeek-V3's chat format (V3, R1, V3.1; spec §5): the system prompt after BOS, <｜User｜> and <｜Assistant｜> turns each answer closed by EOS, R1's <think> reasoning split from the answer and dropped from history, V3.1's thinking switch. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +22,7 @@ static int refuse(const char *what)
     return ms_err_set_code(MS_EXIT_INPUT);
 }
 
-/* V3.1's `thinking` variable: -1 unset (V3, R1: the template's plain generation prompt), 0 false. */
+/* V3.1's `thinking` variable: -1 unset (V3, R1: the template's plain generation prompt), 0 false, 1 true. */
 static int thinking_of(const ms_chat_opts *o)
 {
     const json_t *v = o && o->vars ? json_object_get((const json_t *)o->vars, "thinking") : NULL;
@@ -75,7 +75,7 @@ static int build(const ms_chat_msg *m, int n, const ms_chat_opts *o, ms_chatp *p
             ms_chatp_put(p, m[i].content, m[i].len, 0);
         } else if (is(&m[i], "assistant")) {
             ms_chatp_mark(p, DS_ASSISTANT);
-            if (think == 0) ms_chatp_mark(p, "</think>"); /* V3.1: a non-thinking turn */
+            if (think >= 0) ms_chatp_mark(p, "</think>"); /* V3.1: earlier turns without their thinking */
             history_answer(p, &m[i]);
             ms_chatp_mark(p, DS_EOS);
         } else {
@@ -84,9 +84,9 @@ static int build(const ms_chat_msg *m, int n, const ms_chat_opts *o, ms_chatp *p
             return ms_err_set_code(MS_EXIT_INPUT);
         }
     }
-    if (!(o && o->no_generation_prompt)) {
+    if (!(o && o->no_generation_prompt)) { /* V3.1 thinks after <think>, answers at once after </think> */
         ms_chatp_mark(p, DS_ASSISTANT);
-        if (think == 0) ms_chatp_mark(p, "</think>");
+        if (think >= 0) ms_chatp_mark(p, think ? "<think>" : "</think>");
     }
     return 0;
 }
@@ -203,19 +203,20 @@ static int route(const ms_tok *t, ms_chat_stream *s, int32_t id)
     return s->mode == S_THINK ? MS_CHAT_TO_REASONING : MS_CHAT_TO_CONTENT;
 }
 
-/* V3.1's `thinking` (a boolean): false renders its non-thinking form (</think> after each
- * <｜Assistant｜>). Its thinking form opens the reasoning in the prompt, which the answer's split
- * here does not follow yet: refused rather than put the reasoning in the content. */
+/* V3.1's `thinking` (a boolean): true ends the generation prompt with <think> (the answer's
+ * reasoning comes first: `opening` tells the split), false with </think>. */
 static int var(const char *name, const json_t *v, const ms_chat_opts *o, char *why, size_t n)
 {
     (void)o;
     if (strcmp(name, "thinking")) return 1;
     if (!json_is_boolean(v)) return snprintf(why, n, "chat_template_kwargs.thinking must be a boolean"), -1;
-    if (json_is_true(v))
-        return snprintf(why, n, "chat_template_kwargs.thinking = true (DeepSeek-V3.1's thinking mode) is not rendered in "
-                                "this build; false is, and R1's own <think> answers are split"),
-               -1;
     return 0;
 }
 
-const ms_chatfmt ms_dsv3_chat = {"deepseek-v3", encode, stops, answer, route, follow, var, "thinking"};
+/* A prompt that ends with <think> opens the answer's reasoning. */
+static int opening(const ms_tok *t, const int32_t *prompt, size_t n)
+{
+    return n > 0 && prompt[n - 1] == ms_tok_special_id(t, "<think>") ? 1 : 0;
+}
+
+const ms_chatfmt ms_dsv3_chat = {"deepseek-v3", encode, stops, answer, route, follow, var, "thinking", opening};

@@ -105,8 +105,13 @@ static int ds_chat_var(const char *name, const struct json_t *v, const ms_chat_o
     return ms_dsv3_chat.var(name, v, o, why, n);
 }
 
+static int ds_chat_opening(const ms_tok *t, const int32_t *prompt, size_t n)
+{
+    return is_kimi(t) ? 0 : ms_dsv3_chat.opening(t, prompt, n);
+}
+
 static const ms_chatfmt ds_chat = {"deepseek-v3 (Kimi K2: kimi)", ds_chat_encode, ds_chat_stops, ds_chat_answer,
-                                   ds_chat_route, ds_chat_follow, ds_chat_var, "thinking"};
+                                   ds_chat_route, ds_chat_follow, ds_chat_var, "thinking", ds_chat_opening};
 
 /* The conformance suite's other weight formats: K2-Thinking's (BF16 trunk, INT4 experts). */
 static const char *const ds_format_presets[] = {"deepseek-v3-tiny-int4", NULL};

@@ -31,6 +31,8 @@ struct ms_gentext {
     size_t text_sent;            /* text bytes handed out (kept over a restart) */
     size_t routed;               /* text bytes routed and handed out, or routed nowhere (kept too) */
     ms_sbuf content, reasoning;  /* the last take's */
+    int32_t open[4];             /* [n_open] the prompt's ids that open the answer */
+    int n_open;
 };
 
 ms_gentext *ms_gentext_new(const ms_tok *tok, const ms_chatfmt *chat, int keep_special, const char *const *stop,
@@ -53,6 +55,22 @@ void ms_gentext_free(ms_gentext *g)
     free(g);
 }
 
+/* The routing state the answer starts in: after the ids that open it. */
+static void route_open(ms_gentext *g)
+{
+    memset(&g->cs, 0, sizeof g->cs);
+    for (int i = 0; i < g->n_open && g->chat && g->chat->route; i++) g->chat->route(g->tok, &g->cs, g->open[i]);
+}
+
+void ms_gentext_prompt(ms_gentext *g, const int32_t *prompt, size_t n)
+{
+    int k = g->chat && g->chat->opening ? g->chat->opening(g->tok, prompt, n) : 0;
+    MS_ASSERT(k >= 0 && (size_t)k <= n && k <= (int)(sizeof g->open / sizeof g->open[0]) && g->n_ids == 0);
+    g->n_open = k;
+    memcpy(g->open, prompt + n - k, sizeof(int32_t) * (size_t)k);
+    route_open(g);
+}
+
 void ms_gentext_restart(ms_gentext *g)
 {
     g->text.n = 0;
@@ -60,8 +78,20 @@ void ms_gentext_restart(ms_gentext *g)
     g->last_len = 0;
     g->cut_set = 0;
     g->cut = 0;
-    memset(&g->cs, 0, sizeof g->cs);
+    route_open(g);
     g->head = g->n = 0;
+}
+
+/* The format's answer over the opening ids and then ids[n]. */
+static int fmt_answer(const ms_gentext *g, const int32_t *ids, size_t n, ms_chat_answer *a)
+{
+    if (!g->n_open) return g->chat->answer(g->tok, ids, n, a);
+    int32_t *all = ms_malloc(sizeof(int32_t) * (n + (size_t)g->n_open));
+    memcpy(all, g->open, sizeof(int32_t) * (size_t)g->n_open);
+    memcpy(all + g->n_open, ids, sizeof(int32_t) * n);
+    int rc = g->chat->answer(g->tok, all, n + (size_t)g->n_open, a);
+    free(all);
+    return rc;
 }
 
 /* A stop string that completes in the bytes from `from` on: the earliest such start, cut there.
@@ -162,9 +192,9 @@ int ms_gentext_answer(const ms_gentext *g, const int32_t *ids, size_t n, size_t 
             over = s->start + s->len - text_len;
             break;
         }
-    if (!s) return g->chat->answer(g->tok, ids, n, a) == 0 ? 0 : -1;
+    if (!s) return fmt_answer(g, ids, n, a) == 0 ? 0 : -1;
     if (k + 1 > n) k = n - 1;
-    if (g->chat->answer(g->tok, ids, k + 1, a) != 0) return -1;
+    if (fmt_answer(g, ids, k + 1, a) != 0) return -1;
     /* that id's text ends the field it went to: the reasoning, or the content (also for an id
      * routed nowhere: output in which the format found no message is the answer's content whole;
      * a marker or a call's header is in no field, and its text ends none) */

@@ -17,6 +17,11 @@ ms_gentext *ms_gentext_new(const ms_tok *tok, const ms_chatfmt *chat, int keep_s
                            int n_stop);
 void ms_gentext_free(ms_gentext *g); /* accepts NULL */
 
+/* The prompt the answer follows (prompt[n], borrowed for the call): the ids its format says
+ * open the answer (ms_chatfmt.opening) are routed first and come before the generated ids in
+ * the answer's split; their text is not the answer's. Before the first add; a restart keeps it. */
+void ms_gentext_prompt(ms_gentext *g, const int32_t *prompt, size_t n);
+
 /* The next generated id: decoded (once) and routed; searched for a stop string when `search`
  * (not for an id that ends the turn by itself: a stop id's text is never part of the answer).
  * Returns 1 when a stop string now appears (the text ends where it begins; later ids are

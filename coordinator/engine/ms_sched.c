@@ -200,7 +200,10 @@ int ms_sched_pending(const ms_sched *s) { return (int)(s->wait.n + s->solo.n) + 
 static ms_gentext *job_text(sjob *j)
 {
     ms_tok *tok = ms_engine_tok(j->s->e);
-    if (!j->text && tok) j->text = ms_gentext_new(tok, j->j.chat, j->j.keep_special, j->j.stop, j->j.n_stop);
+    if (!j->text && tok) {
+        j->text = ms_gentext_new(tok, j->j.chat, j->j.keep_special, j->j.stop, j->j.n_stop);
+        ms_gentext_prompt(j->text, j->j.prompt, j->j.n_prompt);
+    }
     return j->text;
 }
 

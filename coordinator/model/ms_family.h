@@ -109,6 +109,11 @@ typedef struct {
      * o->vars. NULL: none. `vars` lists the variables it reads, for the messages ("" for none). */
     int (*var)(const char *name, const struct json_t *value, const ms_chat_opts *o, char *why, size_t n);
     const char *vars;
+    /* How many of a prompt's last ids open the answer: a generation prompt that ends inside a
+     * block of the answer (DeepSeek-V3.1's thinking form ends with <think>). The answer's
+     * routing starts after them, and answer sees them before the generated ids, so the answer
+     * splits as if the model had written them. NULL: none. */
+    int (*opening)(const ms_tok *t, const int32_t *prompt, size_t n);
 } ms_chatfmt;
 
 #define MS_CHAT_MAX_STOPS 4

@@ -6,6 +6,7 @@
 
 #include "ms_dsv3_model.h"
 #include "ms_err.h"
+#include "ms_gentext.h"
 #include "ms_jchat.h"
 #include "ms_test.h"
 #include "ms_tok.h"
@@ -69,8 +70,11 @@ static void check_prompts(void)
                   "\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}]}", "does not render \"tools\"");
     check_refused("a tool result", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"tool\", "
                   "\"tool_call_id\": \"c1\", \"content\": \"42\"}]}", "tool");
-    check_refused("thinking true", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"chat_template_kwargs\": "
-                  "{\"thinking\": true}}", "thinking = true");
+    /* V3.1's thinking form: the generation prompt opens the reasoning; earlier turns without theirs */
+    check_text("V3.1 thinking true", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": "
+               "\"assistant\", \"content\": \"Hello\"}, {\"role\": \"user\", \"content\": \"Bye\"}], "
+               "\"chat_template_kwargs\": {\"thinking\": true}}",
+               BOS USER "Hi" ASSISTANT "</think>Hello" EOS USER "Bye" ASSISTANT "<think>");
     check_refused("thinking not a boolean", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
                   "\"chat_template_kwargs\": {\"thinking\": 1}}", "must be a boolean");
 }
@@ -129,6 +133,37 @@ static void check_answers(const ms_tok *t)
     n = 0;
     add_text(t, "Four.", v, &n);
     check_answer(t, "V3's answer", v, n, NULL, "Four.");
+    /* V3.1 thinking: the prompt ends with <think>, the answer opens with its reasoning; the
+     * engine's text (ms_gentext, as jobs, serve and chat make it) splits it whole and streamed */
+    int32_t prompt[2] = {ms_tok_special_id(t, ASSISTANT), think};
+    T_CHECK(ms_dsv3_chat.opening(t, prompt, 2) == 1 && ms_dsv3_chat.opening(t, prompt, 1) == 0,
+            "a prompt ending with <think> opens the answer's reasoning");
+    n = 0;
+    add_text(t, "let me see", v, &n);
+    v[n++] = end;
+    add_text(t, "\n\n", v, &n);
+    add_text(t, "Four.", v, &n);
+    ms_gentext *g = ms_gentext_new(t, &ms_dsv3_chat, 0, NULL, 0);
+    ms_gentext_prompt(g, prompt, 2);
+    char r[200] = "", c[200] = "";
+    for (size_t i = 0; i < n; i++) {
+        ms_gentext_news nw;
+        ms_gentext_add(g, v[i], 1);
+        ms_gentext_take(g, i + 1 == n, 0, &nw);
+        strncat(r, nw.reasoning ? nw.reasoning : "", nw.reasoning_len);
+        strncat(c, nw.content ? nw.content : "", nw.content_len);
+    }
+    ms_gentext_restart(g); /* a re-run makes the same ids: the split starts after the opening again */
+    for (size_t i = 0; i < n; i++) ms_gentext_add(g, v[i], 1);
+    size_t tl;
+    ms_gentext_text(g, 0, &tl);
+    ms_chat_answer a;
+    int rc = ms_gentext_answer(g, v, n, tl, &a);
+    T_CHECK(rc == 0 && a.reasoning && !strcmp(a.reasoning, "let me see") && !strcmp(a.content, "Four.") &&
+                !strcmp(r, "let me see") && !strcmp(c, "Four."),
+            "V3.1 thinking: reasoning \"let me see\", content \"Four.\", whole and streamed (\"%s\", \"%s\")", r, c);
+    if (rc == 0) ms_chat_answer_clear(&a);
+    ms_gentext_free(g);
 }
 
 static void check_conversation(const ms_tok *t)
