@@ -51,8 +51,8 @@ void ms_mla_cache_copy(ms_mla_cache *dst, const ms_mla_cache *src, const ms_mla_
 {
     ms_mla_cache_init(dst);
     ms_mla_cache_reserve(dst, c, src->cap > 0 ? src->cap : 1);
-    memcpy(dst->lat, src->lat, sizeof(float) * (size_t)(src->n * c->kv_lora));
-    if (c->qk_rope > 0) memcpy(dst->rope, src->rope, sizeof(float) * (size_t)(src->n * c->qk_rope));
+    if (src->n > 0) memcpy(dst->lat, src->lat, sizeof(float) * (size_t)(src->n * c->kv_lora));
+    if (src->n > 0 && c->qk_rope > 0) memcpy(dst->rope, src->rope, sizeof(float) * (size_t)(src->n * c->qk_rope));
     dst->n = src->n;
 }
 
