@@ -59,8 +59,9 @@ ms_moe_gate ds_gate(const ds_model *g, const ds_layer *w);
 
 /* ---- the MTP draft head (ms_dsv3_mtp.c) ---- */
 void ds_mtp_pass_end(ms_model *m, ms_pass *p);         /* ms_pass_ops.pass_end */
-int ds_mtp_draft(ms_seq *s, const int32_t *toks, size_t n, float *logits); /* ms_model_ops.seq_draft */
-size_t ds_mtp_work_floats(const ds_model *g, int64_t R);
+int ds_mtp_draft(ms_seq *const *s, int k, const int32_t *const *toks, const size_t *n, float *logits,
+                 int *ok); /* ms_model_ops.seq_draft */
+size_t ds_mtp_work_floats(const ds_model *g, int64_t R, int64_t k);
 void ds_mtp_seq_init(ds_model *g, ds_seq *s);
 void ds_mtp_seq_free(ds_seq *s);
 void ds_mtp_seq_copy(const ds_model *g, ds_seq *d, const ds_seq *s);

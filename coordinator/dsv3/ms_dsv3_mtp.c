@@ -36,96 +36,135 @@ void ds_mtp_pass_end(ms_model *m, ms_pass *p)
     }
 }
 
-size_t ds_mtp_work_floats(const ds_model *g, int64_t R)
+size_t ds_mtp_work_floats(const ds_model *g, int64_t R, int64_t k)
 {
-    size_t r = (size_t)R, H = (size_t)g->cfg.hidden;
+    size_t r = (size_t)R, H = (size_t)g->cfg.hidden, kk = (size_t)k;
     ms_mla_cfg a = ds_mla_cfg(g);
     ms_moe_gate gt = ds_gate(g, NULL);
-    /* x2, u, t, a over R rows; the last row's t, y, shared output, normed row; the logits */
-    return MS_ARENA_SPAN(2 * r * H) + 3 * MS_ARENA_SPAN(r * H) + ms_mla_work_floats(&a, R) + 4 * MS_ARENA_SPAN(H) +
-           ms_moe_block_work_floats(&gt, 1, (int64_t)H) + MS_ARENA_SPAN(g->cfg.vocab);
+    /* x2, u, t, a over R rows; the k drafts' rows, normed rows, expert sums, shared outputs,
+     * head inputs; their logits */
+    return MS_ARENA_SPAN(2 * r * H) + 3 * MS_ARENA_SPAN(r * H) + ms_mla_work_floats(&a, R) + 5 * MS_ARENA_SPAN(kk * H) +
+           ms_moe_block_work_floats(&gt, k, (int64_t)H) + MS_ARENA_SPAN(kk * (size_t)g->cfg.vocab);
 }
 
-/* The head's rows at positions [s->mtp_f, s->mtp_f + R) through eh_proj and the layer's MLA
- * (appending them to its cache); with logits, the last row on through the MoE block and the LM
- * head. toks[p + 1] is row p's next token. 0, or -1 with ms_err set. */
-static int head_rows(ds_model *g, ds_seq *s, const int32_t *toks, int64_t R, float *logits)
+/* The head's rows of k sequences: sequence i's at positions [mtp_f, mtp_f + R[i]) through
+ * eh_proj and the layer's MLA (appending them to its cache); with logits [k][V], each one's last
+ * row on through the MoE block and the LM head, all k together (the head read once). toks[i][p +
+ * 1] is row p's next token. Each row is what it would be alone. 0, or -1 with ms_err set and
+ * every sequence as it was. */
+static int head_rows(ds_model *g, ds_seq *const *ss, const int32_t *const *toks, const int64_t *Rs, int k, float *logits)
 {
     ms_model *m = &g->base;
     const ms_dsv3_cfg *c = &g->cfg;
     const ds_mtp *w = &g->mtp;
-    int64_t H = c->hidden, p0 = s->mtp_f;
+    int64_t H = c->hidden, R = 0, p0[MS_MODEL_MAX_SEQS];
+    ms_rows seg[MS_MODEL_MAX_SEQS];
+    ms_mla_cache *kc[MS_MODEL_MAX_SEQS];
+    MS_ASSERT(k >= 1 && k <= MS_MODEL_MAX_SEQS);
+    for (int i = 0; i < k; i++) {
+        p0[i] = ss[i]->mtp_f;
+        MS_ASSERT(ss[i]->mtp_kv.n == p0[i] && Rs[i] >= 1);
+        seg[i] = (ms_rows){R, Rs[i]};
+        kc[i] = &ss[i]->mtp_kv;
+        R += Rs[i];
+    }
     ms_arena *ar = &m->work;
-    MS_ASSERT(ar->used == 0 && s->mtp_kv.n == p0);
-    ms_arena_reserve(ar, ds_mtp_work_floats(g, R));
+    MS_ASSERT(ar->used == 0);
+    ms_arena_reserve(ar, ds_mtp_work_floats(g, R, k));
     int rc = -1;
     float *x2 = ms_arena_take(ar, (size_t)(2 * R * H)); /* [R][2H] enorm(embedding) ; hnorm(hidden) */
     float *u = ms_arena_take(ar, (size_t)(R * H));      /* [R][H] eh_proj x2: the layer's input */
     float *t = ms_arena_take(ar, (size_t)(R * H));      /* [R][H] its normed input */
     float *a = ms_arena_take(ar, (size_t)(R * H));      /* [R][H] the attention's output */
-    for (int64_t r = 0; r < R; r++) {
-        float *e = x2 + r * 2 * H;
-        if (ms_mrt_embed_row(m, toks[p0 + r + 1], e) != 0) goto out;
-        ms_rmsnorm(e, w->enorm, H, c->eps, e);
-        ms_rmsnorm(pend_row(s, p0 + r, H), w->hnorm, H, c->eps, e + H);
-    }
+    for (int i = 0; i < k; i++)
+        for (int64_t r = 0; r < Rs[i]; r++) {
+            float *e = x2 + (seg[i].r0 + r) * 2 * H;
+            if (ms_mrt_embed_row(m, toks[i][p0[i] + r + 1], e) != 0) goto out;
+            ms_rmsnorm(e, w->enorm, H, c->eps, e);
+            ms_rmsnorm(pend_row(ss[i], p0[i] + r, H), w->hnorm, H, c->eps, e + H);
+        }
     ms_matmul(&w->eh_proj, x2, R, u, m->pool);
     for (int64_t r = 0; r < R; r++) ms_rmsnorm(u + r * H, w->layer.in_norm, H, c->eps, t + r * H);
     ms_mla_cfg mc = ds_mla_cfg(g);
-    ms_mla_cache *kc = &s->mtp_kv;
-    ms_rows seg = {0, R};
-    if (ms_mla_forward_batch(&mc, &w->layer.mla, &kc, &seg, 1, t, R, a, ar, m->pool) != 0) {
+    if (ms_mla_forward_batch(&mc, &w->layer.mla, kc, seg, k, t, R, a, ar, m->pool) != 0) {
         ms_err_set("the MTP layer's attention: %s", ms_err_msg());
         goto out;
     }
-    s->mtp_f = p0 + R;
-    if (logits) { /* only the last row's output is a draft; the others only fill the cache */
-        float *x = u + (R - 1) * H, *xa = a + (R - 1) * H;
-        float *tn = ms_arena_take(ar, (size_t)H); /* [H] */
-        float *y = ms_arena_take(ar, (size_t)H);  /* [H] the routed experts' sum */
-        float *sh = ms_arena_take(ar, (size_t)H); /* [H] the shared expert's */
-        float *xn = ms_arena_take(ar, (size_t)H); /* [H] the head's input */
-        for (int64_t i = 0; i < H; i++) x[i] += xa[i];
-        ms_rmsnorm(x, w->layer.post_norm, H, c->eps, tn);
+    if (logits) { /* only each one's last row is a draft; the others only fill the cache */
+        float *x = ms_arena_take(ar, (size_t)(k * H));  /* [k][H] the drafts' rows after the attention */
+        float *tn = ms_arena_take(ar, (size_t)(k * H)); /* [k][H] normed */
+        float *y = ms_arena_take(ar, (size_t)(k * H));  /* [k][H] the routed experts' sums */
+        float *sh = ms_arena_take(ar, (size_t)(k * H)); /* [k][H] the shared expert's */
+        float *xn = ms_arena_take(ar, (size_t)(k * H)); /* [k][H] the head's inputs */
+        for (int i = 0; i < k; i++) {
+            int64_t last = seg[i].r0 + Rs[i] - 1;
+            for (int64_t j = 0; j < H; j++) x[i * H + j] = u[last * H + j] + a[last * H + j];
+            ms_rmsnorm(x + i * H, w->layer.post_norm, H, c->eps, tn + i * H);
+        }
         ms_moe_gate gt = ds_gate(g, &w->layer);
-        if (ms_moe_block_run(&gt, &m->experts, c->n_layers, tn, NULL, 1, H, y, 0, NULL, NULL, ar, m->pool) != 0) goto out;
-        if (c->n_shared > 0) ms_swiglu_mlp(&w->layer.sgate, &w->layer.sup, &w->layer.sdown, tn, 1, sh, m->pool);
-        for (int64_t i = 0; i < H; i++) x[i] += c->n_shared > 0 ? y[i] + sh[i] : y[i];
-        ms_rmsnorm(x, w->head_norm, H, c->eps, xn);
-        ms_matmul(ms_mrt_draft_lm_head(m), xn, 1, logits, m->pool);
+        if (ms_moe_block_run(&gt, &m->experts, c->n_layers, tn, NULL, k, H, y, 0, NULL, NULL, ar, m->pool) != 0) goto out;
+        if (c->n_shared > 0) ms_swiglu_mlp(&w->layer.sgate, &w->layer.sup, &w->layer.sdown, tn, k, sh, m->pool);
+        for (int64_t i = 0; i < k * H; i++) x[i] += c->n_shared > 0 ? y[i] + sh[i] : y[i];
+        for (int i = 0; i < k; i++) ms_rmsnorm(x + i * H, w->head_norm, H, c->eps, xn + i * H);
+        ms_matmul(ms_mrt_draft_lm_head(m), xn, k, logits, m->pool);
         if (ms_mrt_draft_check(m) != 0) goto out;
-        for (int64_t v = 0; v < c->vocab; v++)
+        for (int64_t v = 0; v < (int64_t)k * c->vocab; v++)
             if (!(logits[v] - logits[v] == 0)) {
-                ms_err_set("the MTP layer produced a non-finite logit (token %lld); its weights are corrupt", (long long)v);
+                ms_err_set("the MTP layer produced a non-finite logit (token %lld); its weights are corrupt",
+                           (long long)(v % c->vocab));
                 goto out;
             }
     }
     rc = 0;
 out:
+    for (int i = 0; i < k; i++) {
+        if (rc == 0) { /* the rows done leave the pending list */
+            int64_t left = ss[i]->base.pos - (p0[i] + Rs[i]);
+            if (left > 0)
+                memmove(ss[i]->pend, ss[i]->pend + (size_t)Rs[i] * (size_t)H, sizeof(float) * (size_t)left * (size_t)H);
+        }
+        ss[i]->mtp_kv.n = rc == 0 ? p0[i] + Rs[i] : p0[i]; /* a failure leaves nothing of its rows */
+        ss[i]->mtp_f = rc == 0 ? p0[i] + Rs[i] : p0[i];
+    }
     ms_arena_reset(ar, 0);
     return rc;
 }
 
-int ds_mtp_draft(ms_seq *base, const int32_t *toks, size_t n, float *logits)
+int ds_mtp_draft(ms_seq *const *bs, int k, const int32_t *const *toks, const size_t *n, float *logits, int *ok)
 {
-    ds_seq *s = (ds_seq *)base;
-    ds_model *g = (ds_model *)base->m;
+    ds_model *g = (ds_model *)bs[0]->m;
     if (!g->mtp_on) return 0;
-    if (s->mtp_lost) return 0;
-    int64_t pos = base->pos;
-    /* with logits, every row up to the draft's (the last); without, the rows whose next token
-     * is known but the draft's row when its token is the next to feed */
-    int64_t upto = logits || (int64_t)n - 1 > pos ? pos : pos - 1;
-    int64_t R = upto - s->mtp_f;
-    if (R <= 0) {
-        MS_ASSERT(!logits);
-        return 0;
+    ds_seq *ss[MS_MODEL_MAX_SEQS];
+    const int32_t *tk[MS_MODEL_MAX_SEQS];
+    int64_t Rs[MS_MODEL_MAX_SEQS];
+    int at[MS_MODEL_MAX_SEQS], nk = 0;
+    MS_ASSERT(k >= 1 && k <= MS_MODEL_MAX_SEQS);
+    for (int i = 0; i < k; i++) {
+        ds_seq *s = (ds_seq *)bs[i];
+        int64_t pos = s->base.pos;
+        if (ok) ok[i] = 0;
+        if (s->mtp_lost) continue;
+        /* with logits, every row up to the draft's (the last); without, the rows whose next
+         * token is known but the draft's row when its token is the next to feed */
+        int64_t upto = logits || (int64_t)n[i] - 1 > pos ? pos : pos - 1;
+        if (upto - s->mtp_f <= 0) {
+            MS_ASSERT(!logits);
+            continue;
+        }
+        ss[nk] = s, tk[nk] = toks[i], Rs[nk] = upto - s->mtp_f, at[nk++] = i;
     }
-    if (head_rows(g, s, toks, R, logits) != 0) return -1;
-    /* the rows done leave the pending list */
-    int64_t H = g->cfg.hidden, left = pos - s->mtp_f;
-    if (left > 0) memmove(s->pend, s->pend + (size_t)R * (size_t)H, sizeof(float) * (size_t)left * (size_t)H);
-    return logits ? 1 : 0;
+    if (nk == 0) return 0;
+    int64_t V = g->cfg.vocab;
+    float *lg = logits && nk < k ? ms_malloc(sizeof(float) * (size_t)(nk * V)) : logits; /* [nk][V] */
+    int rc = head_rows(g, ss, tk, Rs, nk, lg);
+    if (rc == 0 && logits) {
+        for (int j = nk - 1; j >= 0; j--) { /* each drafted row to its sequence's place */
+            if (lg != logits || at[j] != j) memmove(logits + (size_t)at[j] * (size_t)V, lg + (size_t)j * (size_t)V, sizeof(float) * (size_t)V);
+            if (ok) ok[at[j]] = 1;
+        }
+    }
+    if (lg != logits) free(lg);
+    return rc == 0 ? nk : -1;
 }
 
 /* ---- the head's state in a sequence ---- */

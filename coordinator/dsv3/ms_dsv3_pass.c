@@ -44,7 +44,7 @@ size_t ds_work_floats(const ds_model *g, int64_t R, int64_t out_rows)
                   ms_moe_block_work_floats(&gt, R, (int64_t)H) + MS_ARENA_SPAN(o * H) + MS_ARENA_SPAN(o * (size_t)c->vocab);
     if (!g->mtp_on) return pass;
     /* the draft head's pending rows (kept apart, counted here), and its own pass between ours */
-    size_t head = ds_mtp_work_floats(g, R);
+    size_t head = ds_mtp_work_floats(g, R, 1);
     return (pass > head ? pass : head) + r * H;
 }
 

@@ -119,20 +119,56 @@ typedef struct {
     struct ms_seq *const *seq;
     int64_t V;
     float *logits; /* [V] the head's */
+    int32_t ready; /* a draft made with others' (ms_draft_heads_run), for ready_n tokens; -1: none */
+    size_t ready_n;
 } head_drafter;
+
+static int32_t argmax(const float *x, int64_t V)
+{
+    int64_t best = 0;
+    for (int64_t v = 1; v < V; v++)
+        if (x[v] > x[best]) best = v;
+    return (int32_t)best;
+}
 
 static int head_propose(ms_drafter *d, const int32_t *toks, size_t n, size_t n_prompt, int32_t *out, int max)
 {
     (void)n_prompt;
     (void)max;
     head_drafter *h = (head_drafter *)d;
+    if (h->ready >= 0 && h->ready_n == n) { /* made beside the other sequences' */
+        out[0] = h->ready;
+        h->ready = -1;
+        return 1;
+    }
+    h->ready = -1;
     int rc = ms_seq_draft(*h->seq, toks, n, h->logits);
     if (rc <= 0) return rc;
-    int64_t best = 0;
-    for (int64_t v = 1; v < h->V; v++)
-        if (h->logits[v] > h->logits[best]) best = v;
-    out[0] = (int32_t)best;
+    out[0] = argmax(h->logits, h->V);
     return 1;
+}
+
+int ms_draft_heads_run(ms_drafter *const *d, int k, const int32_t *const *toks, const size_t *n)
+{
+    MS_ASSERT(k >= 1 && k <= MS_MODEL_MAX_SEQS);
+    head_drafter *h0 = (head_drafter *)d[0];
+    ms_seq *seqs[MS_MODEL_MAX_SEQS];
+    int ok[MS_MODEL_MAX_SEQS];
+    for (int i = 0; i < k; i++) {
+        MS_ASSERT(d[i]->propose == head_propose);
+        seqs[i] = *((head_drafter *)d[i])->seq;
+        ((head_drafter *)d[i])->ready = -1;
+    }
+    float *lg = ms_malloc(sizeof(float) * (size_t)k * (size_t)h0->V); /* [k][V] */
+    int rc = ms_seqs_draft(seqs, k, toks, n, lg, ok);
+    for (int i = 0; rc >= 0 && i < k; i++)
+        if (ok[i]) {
+            head_drafter *h = (head_drafter *)d[i];
+            h->ready = argmax(lg + (size_t)i * (size_t)h0->V, h0->V);
+            h->ready_n = n[i];
+        }
+    free(lg);
+    return rc < 0 ? -1 : 0;
 }
 
 static void head_destroy(ms_drafter *d)
@@ -149,5 +185,6 @@ ms_drafter *ms_draft_head_new(struct ms_seq *const *seq, int64_t V)
     h->seq = seq;
     h->V = V;
     h->logits = ms_malloc(sizeof(float) * (size_t)V);
+    h->ready = -1;
     return &h->base;
 }

@@ -34,6 +34,12 @@ ms_drafter *ms_draft_ngram_new(int min_n, int max_n);
  * (the lowest id among equal logits). */
 struct ms_seq;
 ms_drafter *ms_draft_head_new(struct ms_seq *const *seq, int64_t V);
+/* Drafts of k head drafters (each made by ms_draft_head_new, on k different sequences of one
+ * model) for tokens toks[i][0, n[i]) made together (ms_seqs_draft: the head's weights read once
+ * for all), each the bits it would be alone; each drafter's next proposal for exactly n[i]
+ * tokens returns its draft without computing it again (any other proposal drops it). 0, or -1
+ * with ms_err set (every sequence as it was). */
+int ms_draft_heads_run(ms_drafter *const *d, int k, const int32_t *const *toks, const size_t *n);
 
 /* A fixed list (copied): the draft for generated token i is ids[i] (nothing past the list). */
 ms_drafter *ms_draft_list_new(const int32_t *ids, size_t n);

@@ -521,6 +521,34 @@ out:
     return rc;
 }
 
+/* The draft head's proposals for the decoding sequences that will ask for one, made together
+ * (the head's weights, its LM head above all, read once for all of them); propose() takes them. */
+static int heads_ahead(ms_engine *e, ms_eseq *const *seqs, int n)
+{
+    ms_drafter **d = ms_scratch_push(sizeof *d * (size_t)n); /* [n] */
+    const int32_t **toks = ms_scratch_push(sizeof *toks * (size_t)n); /* [n] */
+    size_t *len = ms_scratch_push(sizeof *len * (size_t)n);        /* [n] */
+    int k = 0, rc = 0;
+    for (int i = 0; i < n; i++) {
+        ms_eseq *s = seqs[i];
+        if (s->finish || s->fed < s->n_prompt || !s->dr || ms_dpolicy_paused(&s->pol) ||
+            s->p.max_tokens - (int64_t)s->n_gen - 1 <= 0)
+            continue;
+        d[k] = s->dr, toks[k] = s->toks, len[k++] = s->n_prompt + s->n_gen;
+    }
+    if (k > 1) {
+        double t0 = ms_now();
+        rc = ms_draft_heads_run(d, k, toks, len);
+        double dt = ms_now() - t0;
+        e->draft_seconds += dt;
+        e->pass_draft_seconds += dt;
+    }
+    ms_scratch_pop(len);
+    ms_scratch_pop(toks);
+    ms_scratch_pop(d);
+    return rc;
+}
+
 int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
 {
     int64_t cap = ms_engine_pass_rows(e);
@@ -541,6 +569,7 @@ int ms_engine_step(ms_engine *e, ms_eseq *const *seqs, int n)
     if (n_dec == 0) cap = ms_model_span(e->m);
     else if (n_pre > 0) cap = ms_model_mix_rows(e->m);
     const int64_t n_base = n_dec < cap ? n_dec : cap; /* a pass's rows before drafts */
+    if (e->draft_head && n_dec > 1 && heads_ahead(e, seqs, n) != 0) rc = -1;
     /* Decoding sequences first (one row each, plus their drafts), then prompt chunks in the
      * rows left; a pass that is full runs and the next one starts. */
     for (int round = 0; round < 2 && rc == 0; round++)

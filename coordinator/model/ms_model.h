@@ -263,6 +263,12 @@ void ms_seq_keep(ms_seq *s, int64_t keep);
  * sequence cannot draft (its state was saved by a run without the head: logits untouched).
  * Without a draft head: 0 and nothing done. -1 with ms_err set when an expert read failed. */
 int ms_seq_draft(ms_seq *s, const int32_t *toks, size_t n, float *logits);
+/* The same for k sequences of one model at once (k <= MS_MODEL_MAX_SEQS): sequence i's tokens
+ * toks[i][0, n[i]); with logits [k][vocab], row i is sequence i's, computed together (the LM head
+ * read once for all) and the bits each would have alone; ok[i] (when not NULL) 1 where a row was
+ * drafted (0: that sequence cannot draft, its row untouched). Returns the count drafted (or
+ * caught up), 0 without a draft head, -1 with ms_err set and every sequence as it was. */
+int ms_seqs_draft(ms_seq *const *s, int k, const int32_t *const *toks, const size_t *n, float *logits, int *ok);
 
 /* One pass over n sequences at once (n <= MS_MODEL_MAX_SEQS, each at its own position, with its
  * own state): the rows of all items go through each layer together, so every trunk matrix is

@@ -76,8 +76,8 @@ typedef struct {
     /* Bytes of one sequence's state at `positions`, with what undoing spec_rows speculative
      * rows needs (0: none), sized by the functions that allocate it. */
     uint64_t (*state_bytes)(const ms_model *m, int64_t positions, int64_t spec_rows);
-    /* The draft head (ms_seq_draft, same contract); NULL: the family has none. */
-    int (*seq_draft)(ms_seq *s, const int32_t *toks, size_t n, float *logits);
+    /* The draft head (ms_seqs_draft, same contract); NULL: the family has none. */
+    int (*seq_draft)(ms_seq *const *s, int k, const int32_t *const *toks, const size_t *n, float *logits, int *ok);
     /* Fixed buffers outside the arena for `threads` workers and sequences of up to `positions`
      * (e.g. attention rows per thread), sized by the functions that allocate them. */
     uint64_t (*fixed_bytes)(const ms_model *m, int threads, int64_t positions);

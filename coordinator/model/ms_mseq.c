@@ -1,5 +1,6 @@
 /* ms_mseq: the sequence calls of ms_model.h (new, free, keep, clone, save, load), passed to the family's ops. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "ms_err.h"
 #include "ms_mrt.h"
@@ -20,11 +21,21 @@ void ms_seq_keep(ms_seq *s, int64_t keep)
     MS_ASSERT(s->spec_rows == 0);
 }
 
+int ms_seqs_draft(ms_seq *const *s, int k, const int32_t *const *toks, const size_t *n, float *logits, int *ok)
+{
+    MS_ASSERT(k >= 1 && k <= MS_MODEL_MAX_SEQS);
+    if (ok) memset(ok, 0, sizeof(int) * (size_t)k);
+    if (!s[0]->m->info.draft_layers || !s[0]->m->ops->seq_draft) return 0;
+    for (int i = 0; i < k; i++)
+        MS_ASSERT(s[i]->m == s[0]->m && s[i]->spec_rows == 0 && (int64_t)n[i] >= s[i]->pos &&
+                  (!logits || (int64_t)n[i] == s[i]->pos + 1));
+    return s[0]->m->ops->seq_draft(s, k, toks, n, logits, ok);
+}
+
 int ms_seq_draft(ms_seq *s, const int32_t *toks, size_t n, float *logits)
 {
-    if (!s->m->info.draft_layers || !s->m->ops->seq_draft) return 0;
-    MS_ASSERT(s->spec_rows == 0 && (int64_t)n >= s->pos && (!logits || (int64_t)n == s->pos + 1));
-    return s->m->ops->seq_draft(s, toks, n, logits);
+    int ok = 0, rc = ms_seqs_draft(&s, 1, &toks, &n, logits, &ok);
+    return rc < 0 ? -1 : logits ? ok : 0;
 }
 
 ms_seq *ms_seq_clone(const ms_seq *s)

@@ -140,6 +140,33 @@ static void check_mtp(const char *dir, const char *name, ms_run_opts o, const ch
     T_CHECK(ok2 && !memcmp(lc, lg, sizeof(float) * (size_t)V),
             "%s (%s): the head filled over chunks of 7 drafts the last row bit for bit as token by token", name, how);
     ms_seq_free(t);
+    /* three sequences at different places, their heads behind by different counts, drafted
+     * together (the head read once): each the bits it drafts alone */
+    enum { K = 3 };
+    ms_seq *b[K], *solo[K];
+    const int32_t *bt[K];
+    size_t bn[K];
+    int bok[K] = {0}, okb = 1, sameb = 1;
+    float *bl = malloc(sizeof(float) * (size_t)V * K); /* [K][V] */
+    for (int i = 0; i < K; i++) {
+        bn[i] = P + 1 + (size_t)(3 * i); /* < L: the fixture's text is longer */
+        b[i] = ms_seq_new(m);
+        okb &= bn[i] < L && ms_model_forward(m, b[i], full, (int64_t)bn[i] - 1, 0, lc) == 0;
+        solo[i] = ms_seq_clone(b[i]);
+        bt[i] = full;
+    }
+    okb = okb && ms_seqs_draft(b, K, bt, bn, bl, bok) == K;
+    for (int i = 0; i < K && okb; i++) {
+        okb &= bok[i] == 1 && ms_seq_draft(solo[i], full, bn[i], lc) == 1;
+        sameb &= okb && !memcmp(lc, bl + (size_t)i * (size_t)V, sizeof(float) * (size_t)V);
+    }
+    T_CHECK(okb && sameb, "%s (%s): three sequences drafted together, each the bits drafted alone: %s", name, how,
+            okb ? "" : ms_err_msg());
+    for (int i = 0; i < K; i++) {
+        ms_seq_free(b[i]);
+        ms_seq_free(solo[i]);
+    }
+    free(bl);
     ms_seq_free(s);
     ms_model_free(m);
     free(lg);
@@ -202,6 +229,17 @@ static void check_mtp_agrees(void)
     T_CHECK(same, "tiny-mtp: jobs sharing a prefilled beginning, MTP drafts == off for each, bit for bit (status %d, %d: %s)",
             j0, j1, err ? err : "");
     free(err);
+    /* usage: the head's experts run here, so not beside workers; not with --speculate off or a draft file */
+    static const char *const bad[3][2] = {{"--local-workers 2", "cannot be combined with --workers"},
+                                         {"--speculate off", "not with --speculate off"},
+                                         {"--draft-file /dev/null", "at most one of --draft mtp and --draft-file"}};
+    for (int i = 0; i < 3; i++) {
+        err = NULL;
+        int st = ms_t_runf(NULL, &err, "%s run --model %s --ids %s -n 2 --quiet --draft mtp %s", bin, d, ids, bad[i][0]);
+        T_CHECK(st == 2 && err && strstr(err, bad[i][1]), "--draft mtp with %s: a usage error saying so (status %d: %s)",
+                bad[i][0], st, err ? err : "");
+        free(err);
+    }
 }
 
 int main(void)
