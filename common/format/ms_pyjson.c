@@ -84,7 +84,7 @@ static void str(ms_sbuf *b, const char *s, size_t n)
     ms_sbuf_add(b, "\"", 1);
 }
 
-static void dump(ms_sbuf *b, const json_t *v)
+static void dump(ms_sbuf *b, const json_t *v, int compact)
 {
     char num[40];
     switch (json_typeof(v)) {
@@ -94,11 +94,11 @@ static void dump(ms_sbuf *b, const json_t *v)
         int first = 1;
         ms_sbuf_add(b, "{", 1);
         json_object_foreach((json_t *)v, k, x) { /* jansson keeps insertion order, as Python's dict */
-            if (!first) ms_sbuf_add(b, ", ", 2);
+            if (!first) ms_sbuf_add(b, ", ", compact ? 1 : 2);
             first = 0;
             str(b, k, strlen(k));
-            ms_sbuf_add(b, ": ", 2);
-            dump(b, x);
+            ms_sbuf_add(b, ": ", compact ? 1 : 2);
+            dump(b, x, compact);
         }
         ms_sbuf_add(b, "}", 1);
         break;
@@ -106,8 +106,8 @@ static void dump(ms_sbuf *b, const json_t *v)
     case JSON_ARRAY:
         ms_sbuf_add(b, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) ms_sbuf_add(b, ", ", 2);
-            dump(b, json_array_get(v, i));
+            if (i) ms_sbuf_add(b, ", ", compact ? 1 : 2);
+            dump(b, json_array_get(v, i), compact);
         }
         ms_sbuf_add(b, "]", 1);
         break;
@@ -130,6 +130,14 @@ char *ms_pyjson_dumps(const json_t *v, size_t *len)
 {
     assert(v);
     ms_sbuf b = {0};
-    dump(&b, v);
+    dump(&b, v, 0);
+    return ms_sbuf_take(&b, len);
+}
+
+char *ms_pyjson_dumps_compact(const json_t *v, size_t *len)
+{
+    assert(v);
+    ms_sbuf b = {0};
+    dump(&b, v, 1);
     return ms_sbuf_take(&b, len);
 }

@@ -15,6 +15,8 @@
  * The text of v, malloc'ed, NUL-terminated (*len bytes when len is not NULL). Never fails
  * (jansson values are always representable); v must not be NULL. */
 char *ms_pyjson_dumps(const json_t *v, size_t *len);
+/* The same with separators "," and ":" (tojson(separators=(',', ':')), Kimi's tool list). */
+char *ms_pyjson_dumps_compact(const json_t *v, size_t *len);
 
 /* Python's repr of a double into buf (at least 32 bytes): "0.1", "-0.0", "1e+16", "1.5e-07". */
 void ms_pyjson_float(double d, char *buf, size_t n);

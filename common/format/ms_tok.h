@@ -45,6 +45,11 @@ int ms_tok_is_special(const ms_tok *t, int32_t id);
  * MS_TOK_SYNTH_SPECIALS. Returns 0 or -1 with ms_err set. */
 #define MS_TOK_SYNTH_SPECIALS 10
 int ms_tok_write_synth(const char *dir, int n_ranks);
+/* The same; with_tools: MS_TOK_SYNTH_TOOL_SPECIALS more specials after those, Kimi's tool-call
+ * markers "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+ * "<|tool_call_argument_begin|>", "<|tool_call_end|>" (Kimi K2's tokenizer has them). */
+#define MS_TOK_SYNTH_TOOL_SPECIALS 5
+int ms_tok_write_synth_kimi(const char *dir, int n_ranks, int with_tools);
 /* The same vocabulary as dir/tokenizer.json (Hugging Face byte-level BPE: every split of a token
  * into two tokens as a merge, in rank order; the Split pre-tokenizer `pattern`; the n_specials
  * specials as added tokens from id n_ranks on: "special" true for those spelt "<|...", false for

@@ -101,7 +101,7 @@ static int tok_cmp_u64(const void *a, const void *b)
 
 /* Write the whole synthetic vocabulary; vocab bytes in pool via off/len. */
 static int tok_synth_write_files(const char *dir, const uint8_t *pool, const size_t *off, const size_t *len,
-                                 int n_ranks)
+                                 int n_ranks, int with_tools)
 {
     char *path = tok_path(dir, "tiktoken.model");
     FILE *f = fopen(path, "wb");
@@ -125,12 +125,16 @@ static int tok_synth_write_files(const char *dir, const uint8_t *pool, const siz
 
     /* The ten specials of the workspace's Kimi tokenizer surrogate, in its order: the chat
      * format (ms_chat) needs the <|im_*|> ones. */
-    static const char *names[MS_TOK_SYNTH_SPECIALS] = {"[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>",
-                                                  "<|start_header_id|>", "<|end_header_id|>", "[EOT]",
-                                                  "<|im_system|>", "<|im_middle|>"};
+    static const char *names[MS_TOK_SYNTH_SPECIALS + MS_TOK_SYNTH_TOOL_SPECIALS] = {
+        "[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|start_header_id|>", "<|end_header_id|>",
+        "[EOT]", "<|im_system|>", "<|im_middle|>",
+        /* with_tools: Kimi's tool-call markers */
+        "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+        "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
+    int n_specials = MS_TOK_SYNTH_SPECIALS + (with_tools ? MS_TOK_SYNTH_TOOL_SPECIALS : 0);
     json_t *root = json_object();
     json_t *dec = json_object();
-    for (int i = 0; i < MS_TOK_SYNTH_SPECIALS; i++) {
+    for (int i = 0; i < n_specials; i++) {
         char key[32];
         snprintf(key, sizeof key, "%d", n_ranks + i);
         json_t *e = json_object();
@@ -322,12 +326,14 @@ static int tok_synth_begin(const char *dir, int n_ranks)
     return 0;
 }
 
-int ms_tok_write_synth(const char *dir, int n_ranks)
+int ms_tok_write_synth(const char *dir, int n_ranks) { return ms_tok_write_synth_kimi(dir, n_ranks, 0); }
+
+int ms_tok_write_synth_kimi(const char *dir, int n_ranks, int with_tools)
 {
     uint8_t *pool;
     size_t *off, *len;
     if (tok_synth_begin(dir, n_ranks) != 0 || tok_synth_vocab(n_ranks, &pool, &off, &len) != 0) return -1;
-    int rc = tok_synth_write_files(dir, pool, off, len, n_ranks);
+    int rc = tok_synth_write_files(dir, pool, off, len, n_ranks, with_tools);
     free(pool);
     free(off);
     free(len);

@@ -82,14 +82,12 @@ static int ds_chat_stops(const ms_tok *t, int32_t *ids, int max)
 
 static int ds_chat_answer(const ms_tok *t, const int32_t *ids, size_t n, ms_chat_answer *a)
 {
-    if (!is_kimi(t)) return ms_dsv3_chat.answer(t, ids, n, a);
-    memset(a, 0, sizeof *a); /* Kimi's: the decoded text is the content */
-    return ms_tok_decode(t, ids, n, &a->content, &a->content_len);
+    return (is_kimi(t) ? &ms_kimichat : &ms_dsv3_chat)->answer(t, ids, n, a);
 }
 
 static int ds_chat_route(const ms_tok *t, ms_chat_stream *s, int32_t id)
 {
-    return is_kimi(t) ? MS_CHAT_TO_CONTENT : ms_dsv3_chat.route(t, s, id);
+    return (is_kimi(t) ? &ms_kimichat : &ms_dsv3_chat)->route(t, s, id);
 }
 
 static int ds_chat_follow(const ms_tok *t, int32_t last, const ms_chat_msg *msgs, int n, const ms_chat_opts *o,
@@ -114,7 +112,7 @@ static const ms_chatfmt ds_chat = {"deepseek-v3 (Kimi K2: kimi)", ds_chat_encode
                                    ds_chat_route, ds_chat_follow, ds_chat_var, "thinking", ds_chat_opening};
 
 /* The conformance suite's other weight formats: K2-Thinking's (BF16 trunk, INT4 experts). */
-static const char *const ds_format_presets[] = {"deepseek-v3-tiny-int4", NULL};
+static const char *const ds_format_presets[] = {"deepseek-v3-tiny-int4", "kimi-k2-tiny", NULL};
 
 const ms_family ms_dsv3_family = {
     .name = "deepseek-v3",
@@ -133,6 +131,7 @@ const ms_family ms_dsv3_family = {
                   "shape, its layers adding little and its MTP layer passing the next token's embedding to the head: "
                   "drafts the model accepts, for measuring MTP speculation), deepseek-v3-tiny-int4 (the same in Kimi "
                   "K2-Thinking's form: a BF16 trunk, routed experts compressed-tensors INT4 in groups of 32), "
-                  "deepseek-v3 (the "
+                  "kimi-k2-tiny (the tiny shape in Kimi K2's form: no expert groups, no MTP layer, Kimi's tokenizer "
+                  "with its tool-call markers), deepseek-v3 (the "
                   "released 671B: 641 GiB), kimi-k2 (958 GiB), kimi-k2-thinking (594 GB), the last three for --sparse",
 };

@@ -27,6 +27,10 @@ static int preset(const char *name, ds_shape *s)
          * -int4: a BF16 trunk and INT4 experts, K2-Thinking's form) */
         *s = (ds_shape){3, 1, 256, 320, 96, 4, 192, 128, 32, 16, 32, 16, 4, 1, 4, 2, 600, 1, 1, 0, 2.5f, 10000, 40, 32,
                         !strcmp(name, "deepseek-v3-tiny-int4"), !strcmp(name, "deepseek-v3-tiny-mtp")};
+    else if (!strcmp(name, "kimi-k2-tiny"))
+        /* the tiny shape in Kimi K2's form: no expert groups, no MTP layer, Kimi's tokenizer (its
+         * chat format and tool-call markers) */
+        *s = (ds_shape){3, 1, 256, 320, 96, 4, 192, 128, 32, 16, 32, 16, 4, 1, 1, 1, 600, 0, 1, 1, 2.827f, 50000, 32, 1, 0, 0};
     else if (!strcmp(name, "deepseek-v3")) /* the released 671B: 641 GiB (use with --sparse) */
         *s = (ds_shape){61, 3, 7168, 18432, 2048, 128, 1536, 512, 128, 64, 128, 256, 8, 1, 8, 4, 129280, 1, 163, 0, 2.5f,
                         10000, 40, 32, 0, 0};
@@ -36,7 +40,7 @@ static int preset(const char *name, ds_shape *s)
                         50000, 32, 1, !strcmp(name, "kimi-k2-thinking"), 0};
     else {
         ms_err_set("unknown DeepSeek-V3 synth preset '%s' (known: deepseek-v3-tiny, deepseek-v3-tiny-mtp, "
-                   "deepseek-v3-tiny-int4, deepseek-v3, kimi-k2, kimi-k2-thinking)", name);
+                   "deepseek-v3-tiny-int4, kimi-k2-tiny, deepseek-v3, kimi-k2, kimi-k2-thinking)", name);
         return ms_err_set_code(MS_EXIT_USAGE);
     }
     return 0;
@@ -260,6 +264,6 @@ int ms_dsv3_synth(const char *dir, const char *name, int layers, int sparse, uin
     /* the release's shard names: one-based, a six-digit total */
     ms_syn_files f = {s.n_shards, 1, 0, 6, sparse};
     int rc = ms_syn_write(dir, &l, &f);
-    if (rc == 0) rc = s.kimi ? ms_tok_write_synth(dir, ranks) : ms_tok_write_synth_hf(dir, ranks, ds_split, ds_specials, 6);
+    if (rc == 0) rc = s.kimi ? ms_tok_write_synth_kimi(dir, ranks, 1) : ms_tok_write_synth_hf(dir, ranks, ds_split, ds_specials, 6);
     return rc;
 }

@@ -25,6 +25,12 @@ typedef struct {
     const char *call_name;     /*   its function's name */
     const char *call_args;     /*   its arguments as JSON text (call_args_len bytes), as tojson writes them */
     size_t call_args_len;
+    const char *call_id;       /*   its id as the client sent it, NULL: none */
+    const char *call_args_sent; /*  its arguments when sent as a string (OpenAI's form), verbatim
+                                    (call_args_sent_len bytes); NULL: sent as an object */
+    size_t call_args_sent_len;
+    const char *tool_call_id;  /* a tool turn's "tool_call_id": the call it answers, NULL: none */
+    const char *name;          /* the message's "name" (a tool turn's: the function), NULL: none */
 } ms_chat_msg;
 
 struct json_t;

@@ -17,7 +17,12 @@
  * tokenizer_config.json, never hard-coded); role names and contents are encoded as plain text, so
  * a marker written inside a content is text, never a control token. No default system message
  * is added. The same ids as ms_tok_encode of that string with allow_special = 1 when no content
- * holds a marker.
+ * holds a marker. Through ms_kimichat.encode also Kimi K2's tool turns: the request's tools first
+ * (<|im_system|>tool_declare<|im_middle|>TOOLS<|im_end|>, compact tojson), an assistant's call
+ * after its content (<|tool_calls_section_begin|><|tool_call_begin|>ID<|tool_call_argument_begin|>
+ * ARGS<|tool_call_end|><|tool_calls_section_end|>), a tool result as
+ * <|im_system|>NAME<|im_middle|>## Return of ID\nCONTENT<|im_end|>; a message's "name" is the role
+ * name written.
  * On success *ids is malloc'ed (*n ids) and 0 is returned; -1 with ms_err set (MS_EXIT_INPUT)
  * on no messages, an unknown role (naming the message's index), invalid UTF-8, or a tokenizer
  * without the markers. */

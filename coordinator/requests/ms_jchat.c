@@ -80,6 +80,12 @@ static int message(ms_jchat *c, const json_t *o, size_t i, char *why, size_t n, 
     ms_chat_msg *m = &c->msgs[c->n];
     *m = (ms_chat_msg){json_string_value(role), text, text_len};
     if (th || rc) m->thinking = json_string_value(th ? th : rc), m->thinking_len = json_string_length(th ? th : rc);
+    const json_t *tcid = present(o, "tool_call_id"), *nm = present(o, "name");
+    if ((tcid && !json_is_string(tcid)) || (nm && !json_is_string(nm)))
+        return no(why, n, param, "messages", "message %zu: \"%s\" must be a string", i,
+                  tcid && !json_is_string(tcid) ? "tool_call_id" : "name");
+    m->tool_call_id = tcid ? json_string_value(tcid) : NULL;
+    m->name = nm ? json_string_value(nm) : NULL;
     if (calls && json_array_size(calls)) {
         const json_t *f = json_object_get(json_array_get(calls, 0), "function"), *name = json_object_get(f, "name");
         const json_t *a = json_object_get(f, "arguments"), *ty = json_object_get(json_array_get(calls, 0), "type");
@@ -87,8 +93,13 @@ static int message(ms_jchat *c, const json_t *o, size_t i, char *why, size_t n, 
             return no(why, n, param, "messages", "message %zu: tool_calls[0].type must be \"function\"", i);
         if (!json_is_string(name) || !json_string_length(name) || !a || json_is_null(a))
             return no(why, n, param, "messages", "message %zu: tool_calls[0] needs function.name and function.arguments", i);
+        const json_t *id = json_object_get(json_array_get(calls, 0), "id");
+        if (id && !json_is_null(id) && !json_is_string(id))
+            return no(why, n, param, "messages", "message %zu: tool_calls[0].id must be a string", i);
         m->n_calls = (int)json_array_size(calls);
         m->call_name = json_string_value(name);
+        m->call_id = json_is_string(id) ? json_string_value(id) : NULL;
+        if (json_is_string(a)) m->call_args_sent = json_string_value(a), m->call_args_sent_len = json_string_length(a);
         c->owned = ms_realloc(c->owned, sizeof *c->owned * (size_t)(c->n_owned + 1));
         m->call_args = c->owned[c->n_owned++] = arguments(a, &m->call_args_len);
     }

@@ -6,6 +6,7 @@
 
 #include "ms_dsv3_model.h"
 #include "ms_err.h"
+#include "ms_families.h"
 #include "ms_gentext.h"
 #include "ms_jchat.h"
 #include "ms_test.h"
@@ -198,6 +199,61 @@ static void check_conversation(const ms_tok *t)
     free(ids);
 }
 
+/* Kimi K2 (kimi-k2-tiny: Kimi's tokenizer with its call markers): the family chats in Kimi's
+ * format, tools and all: an answer's call is split out through the family's format, and a
+ * request with tools, a call and its result runs in jobs. */
+static void check_kimi_k2_tools(void)
+{
+    char dir[1100], in[1200], out[1200];
+    snprintf(dir, sizeof dir, "%s/m", ms_t_tmpdir("dsv3-chat-k2"));
+    const char *bin = ms_t_bin("moestream");
+    int sy = ms_t_runf(NULL, NULL, "%s synth --preset kimi-k2-tiny --out %s --force", bin, dir);
+    T_CHECK(sy == 0, "synth --preset kimi-k2-tiny (status %d)", sy);
+    const ms_family *fam = ms_families_detect(dir);
+    ms_tok *t = ms_tok_load(dir);
+    T_CHECK(fam && fam->chat && t, "kimi-k2-tiny: its family and tokenizer load: %s", ms_err_msg());
+    if (!fam || !fam->chat || !t) {
+        ms_tok_free(t);
+        return;
+    }
+    const char *ans = "Checking.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+                      "<|tool_call_argument_begin|>{\"city\":\"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    ms_chat_answer a;
+    int rc = ms_tok_encode(t, ans, strlen(ans), 1, &ids, &n) == 0 ? fam->chat->answer(t, ids, n, &a) : -1;
+    T_CHECK(rc == 0 && !strcmp(a.content, "Checking.") && a.call_name && !strcmp(a.call_name, "get_weather") &&
+                a.call_args_len == 15 && !memcmp(a.call_args, "{\"city\":\"Oslo\"}", 15),
+            "kimi-k2-tiny: the family's format splits a Kimi tool call from the content");
+    if (rc == 0) ms_chat_answer_clear(&a);
+    free(ids);
+    ms_tok_free(t);
+    snprintf(in, sizeof in, "%s/jobs.jsonl", ms_t_tmpdir("dsv3-chat-k2-jobs"));
+    snprintf(out, sizeof out, "%s/out.jsonl", ms_t_tmpdir("dsv3-chat-k2-jobs"));
+    FILE *f = fopen(in, "w");
+    if (f) {
+        fputs("{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": "
+              "[{\"role\": \"user\", \"content\": \"Weather in Paris?\"}, {\"role\": \"assistant\", \"content\": null, "
+              "\"tool_calls\": [{\"id\": \"functions.get_weather:0\", \"type\": \"function\", \"function\": {\"name\": "
+              "\"get_weather\", \"arguments\": \"{\\\"city\\\":\\\"Paris\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": "
+              "\"functions.get_weather:0\", \"name\": \"get_weather\", \"content\": \"21C\"}], \"tools\": [{\"type\": "
+              "\"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather now\", \"parameters\": "
+              "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}], \"max_tokens\": 4, "
+              "\"temperature\": 0}}\n",
+              f);
+        fclose(f);
+    }
+    char *err = NULL;
+    int j = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --quiet", bin, dir, in, out);
+    json_error_t je;
+    json_t *line = json_load_file(out, JSON_DISABLE_EOF_CHECK, &je);
+    json_t *resp = json_object_get(line, "response");
+    T_CHECK(j == 0 && json_integer_value(json_object_get(resp, "status_code")) == 200,
+            "kimi-k2-tiny: a chat with tools, a call and its result runs in jobs (status %d: %s)", j, err ? err : "");
+    json_decref(line);
+    free(err);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -213,5 +269,6 @@ int main(void)
         check_conversation(t);
     }
     ms_tok_free(t);
+    check_kimi_k2_tools();
     return ms_t_done();
 }

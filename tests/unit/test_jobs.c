@@ -55,7 +55,7 @@ static const struct {
     {"{\"custom_id\":\"b4\",\"prompt\":[1,2],\"max_tokens\":500}", "context_length_exceeded"},
     {"{\"custom_id\":\"b5\",\"url\":\"/v1/embeddings\",\"body\":{\"input\":\"x\"}}", "invalid_url"},
     {"{\"custom_id\":\"b6\",\"prompt\":\"x\",\"temperature\":\"hot\"}", "invalid_request"},
-    {"{\"custom_id\":\"b7\",\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "invalid_prompt"},
+    {"{\"custom_id\":\"b7\",\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "invalid_prompt"},
 };
 #define NBADS ((int)(sizeof bads / sizeof bads[0]))
 

@@ -327,10 +327,10 @@ static void check_errors(void)
         {"/v1/completions", "{\"prompt\":[1,99999]}", "invalid_prompt", 400},
         {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":0}", "invalid_max_tokens", 400},
         {"/v1/completions", "{\"prompt\":[1,2],\"max_tokens\":200}", "context_length_exceeded", 400},
-        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "invalid_prompt", 400, "messages"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "invalid_prompt", 400, "messages"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}",
          "invalid_request", 400, "tool_choice"},
-        /* Kimi's format here renders no tools: said, not ignored */
+        /* tools for a Kimi tokenizer without the call markers (this synthetic one): said, not ignored */
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
          "\"function\",\"function\":{\"name\":\"f\",\"description\":\"d\"}}]}", "invalid_prompt", 400, "messages"},
         {"/v1/chat/completions", "{\"prompt\":\"x\"}", "unsupported_field", 400},
