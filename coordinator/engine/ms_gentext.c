@@ -145,6 +145,16 @@ static size_t text_end(const ms_gentext *g, int drop_last)
     return drop_last ? g->text.n - g->last_len : g->text.n;
 }
 
+int ms_gentext_stop_index(const ms_gentext *g)
+{
+    if (!g->cut_set) return -1;
+    for (int i = 0; i < g->n_stop; i++) {
+        size_t l = strlen(g->stop[i]);
+        if (l && g->text.n - g->cut >= l && !memcmp(g->text.s + g->cut, g->stop[i], l)) return i;
+    }
+    return -1;
+}
+
 const char *ms_gentext_text(const ms_gentext *g, int drop_last, size_t *len)
 {
     *len = text_end(g, drop_last);

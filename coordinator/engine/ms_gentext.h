@@ -34,6 +34,9 @@ void ms_gentext_restart(ms_gentext *g);
 /* The answer's text: every id's bytes, cut at a stop string; drop_last: without the last id's
  * (a final stop id or eos, which the answer leaves out). Borrowed until the next add. */
 const char *ms_gentext_text(const ms_gentext *g, int drop_last, size_t *len);
+/* Which stop string the text was cut at (its index in the list given to ms_gentext_new; the
+ * first that matches there), or -1: none. */
+int ms_gentext_stop_index(const ms_gentext *g);
 
 /* What can no longer change since the last take: text, and the part of it routed to the
  * content and to the reasoning (routed nowhere: the format's markers, a tool call's arguments).

@@ -351,6 +351,7 @@ static int report(ms_sched *s, sjob *j)
     r.tokens = gen;
     r.n_tokens = ng;
     r.finish = j->stopped ? "stop" : fin;
+    r.stop_index = j->text ? ms_gentext_stop_index(j->text) : -1;
     /* The text leaves out a final stop id (eos or one of stop_ids) and anything from a stop
      * string; a chat's answer is split by its format. */
     int drop_last = r.finish && !strcmp(r.finish, "stop") && ng > 0;

@@ -51,6 +51,7 @@ typedef struct {
     const int32_t *tokens;       /* [n_tokens] every generated id, a final stop id included */
     size_t n_tokens;
     const char *finish;          /* "stop" (eos, a stop id or a stop string) or "length"; NULL: failed */
+    int stop_index;              /* finish "stop" at a stop string: its index in the job's list; else -1 */
     const char *text;            /* the generated text without a final stop id (and without special
                                     tokens unless keep_special), cut before the first stop string;
                                     NULL when the engine has no tokenizer */

@@ -9,6 +9,7 @@
 #include "ms_err.h"
 #include "ms_sconn.h"
 #include "ms_shttp_int.h"
+#include "ms_smsg.h"
 #include "ms_sreq.h"
 
 /* One choice of a streamed answer: what it holds back. */
@@ -41,6 +42,8 @@ typedef struct {
     size_t prompt_tokens, completion_tokens; /* completion: over every choice */
     double t0;
     char addr[80], path[128], end[40];
+    int messages;                /* /v1/messages: Anthropic's events (one choice) */
+    ms_smsg_stream ms;
 } stream;
 
 /* ---- streamed answers ---- */
@@ -65,8 +68,46 @@ static void pend_add(char **p, size_t *n, const char *bytes, size_t len)
     *n += len;
 }
 
+/* The same for /v1/messages: typed events, one block per kind of text, the end as its events. */
+static void stream_news_messages(stream *st, ms_sreq_news *nw)
+{
+    stream_choice *c = &st->ch[0];
+    size_t len = 0;
+    pend_add(&c->pend, &c->pend_n, nw->content, nw->content_len);
+    pend_add(&c->rpend, &c->rpend_n, nw->reasoning, nw->reasoning_len);
+    size_t ready = nw->done ? c->pend_n : ms_sreq_utf8_ready(c->pend, c->pend_n);
+    size_t rready = nw->done ? c->rpend_n : ms_sreq_utf8_ready(c->rpend, c->rpend_n);
+    char *ev = ms_smsg_stream_text(&st->ms, c->rpend, rready, c->pend, ready, &len);
+    if (ev) out_add(st, ev, len);
+    if (ready) memmove(c->pend, c->pend + ready, c->pend_n - ready);
+    c->pend_n -= ready;
+    if (rready) memmove(c->rpend, c->rpend + rready, c->rpend_n - rready);
+    c->rpend_n -= rready;
+    st->completion_tokens += nw->n_tokens;
+    if (!nw->done) return;
+    if (nw->finish && !st->failed) {
+        const char *seq = nw->stop_index >= 0 && nw->stop_index < st->r.spec.n_stop ? st->r.spec.stop[nw->stop_index] : NULL;
+        ev = ms_smsg_stream_end(&st->ms, nw->has_answer ? &nw->answer : NULL, nw->finish, seq, nw->completion_tokens, &len);
+        if (ev) out_add(st, ev, len);
+        snprintf(st->end, sizeof st->end, "stream stop_reason=%s",
+                 ms_smsg_stop_reason(nw->has_answer ? &nw->answer : NULL, nw->finish, seq));
+        st->code = 200;
+    } else if (!st->failed) {
+        ev = ms_smsg_stream_error(nw->timed_out ? 504 : 500, nw->error, &len);
+        out_add(st, ev, len);
+        snprintf(st->end, sizeof st->end, "stream %s", nw->timed_out ? "deadline" : "error");
+        st->code = nw->timed_out ? 504 : 500;
+        st->failed = 1;
+    }
+    if (nw->all_done) st->finished = 1;
+}
+
 static void stream_news(stream *st, ms_sreq_news *nw)
 {
+    if (st->messages) {
+        stream_news_messages(st, nw);
+        return;
+    }
     size_t len;
     const ms_jobfile_limits *lim = &st->h->o.lim;
     stream_choice *c = &st->ch[nw->choice];
@@ -197,12 +238,45 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
 {
     ms_shttp *h = c->h;
     ms_sreq r;
-    if (ms_sreq_parse(c->body ? c->body : "", c->n, c->ep == EP_CHAT, &h->o.lim, &r) != 0) {
+    int messages = c->ep == EP_MESSAGES || c->ep == EP_COUNT_TOKENS;
+    char *chat_body = NULL; /* /v1/messages: the request as the chat request it is */
+    size_t chat_len = 0;
+    if (messages) {
+        char why[600];
+        const char *param = NULL;
+        json_t *cb = ms_smsg_to_chat(c->body ? c->body : "", c->n, c->ep == EP_COUNT_TOKENS, why, sizeof why, &param);
+        if (!cb) {
+            char msg[700];
+            snprintf(msg, sizeof msg, "%s%s%s", param ? param : "", param ? ": " : "", why);
+            return ms_shttp_reply_error(mc, c, 400, "invalid_request", msg, NULL, NULL);
+        }
+        chat_body = json_dumps(cb, JSON_COMPACT);
+        chat_len = strlen(chat_body);
+        json_decref(cb);
+    }
+    int prc = ms_sreq_parse(messages ? chat_body : c->body ? c->body : "", messages ? chat_len : c->n,
+                            c->ep == EP_CHAT || messages, &h->o.lim, &r);
+    free(chat_body);
+    if (prc != 0) {
         size_t el;
-        char *eb = ms_sreq_error_json(r.status, r.code, r.message, r.param, &el);
+        char *eb;
+        if (messages) {
+            char msg[700];
+            snprintf(msg, sizeof msg, "%s%s%s", r.param ? r.param : "", r.param ? ": " : "", r.message);
+            eb = ms_smsg_error_json(r.status, msg, &el);
+        } else {
+            eb = ms_sreq_error_json(r.status, r.code, r.message, r.param, &el);
+        }
         enum MHD_Result res = ms_shttp_reply(mc, c, r.status, "application/json", eb, el, NULL, NULL);
         ms_sreq_clear(&r);
         return res;
+    }
+    if (c->ep == EP_COUNT_TOKENS) { /* the prompt the request renders to, counted */
+        json_t *o = json_pack("{s:I}", "input_tokens", (json_int_t)r.spec.n_prompt);
+        char *b = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        ms_sreq_clear(&r);
+        return ms_shttp_reply(mc, c, 200, "application/json", b, strlen(b), NULL, NULL);
     }
     /* a job a prompt (a completion may send several: prompt k's choices follow k's before it) */
     int n_reqs = 1 + r.n_more, per = r.spec.n > 1 ? r.spec.n : 1, n_choices = n_reqs * per, status = 0;
@@ -247,6 +321,14 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         snprintf(st->addr, sizeof st->addr, "%s", c->addr);
         snprintf(st->path, sizeof st->path, "%s", c->path);
         st->ep = c->ep;
+        if (messages) {
+            char mid[64];
+            size_t sl;
+            ms_smsg_id_new(mid);
+            st->messages = 1;
+            char *ev = ms_smsg_stream_start(&st->ms, mid, st->id.model, prompt_tokens, &sl);
+            out_add(st, ev, sl);
+        }
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free);
         if (!resp) {
             ms_shttp_active_add(h, 1);
@@ -270,6 +352,7 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         char *text;
         size_t n_tok, n_text;
         const char *finish;
+        int stop_index;         /* the stop string it ended at, or -1 */
         int has_answer;         /* a chat's answer, as the scheduler split it (owned) */
         ms_chat_answer answer;
     } whole;
@@ -308,6 +391,7 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
             x->n_text += nw.text_len;
             if (nw.done) {
                 x->finish = nw.finish;
+                x->stop_index = nw.stop_index;
                 x->has_answer = nw.has_answer;
                 x->answer = nw.answer; /* taken over */
                 memset(&nw.answer, 0, sizeof nw.answer);
@@ -322,7 +406,17 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
             if (nw.all_done && ++reqs_done == n_reqs) break;
         }
     }
-    if (!failed) {
+    if (!failed && messages) { /* one choice, as a message */
+        whole *x = &w[0];
+        ms_chat_answer plain = {h->o.lim.tok ? x->text : NULL, x->n_text, NULL, 0, NULL, NULL, 0};
+        const char *seq = x->stop_index >= 0 && x->stop_index < r.spec.n_stop ? r.spec.stop[x->stop_index] : NULL;
+        char mid[64];
+        size_t len;
+        ms_smsg_id_new(mid);
+        char *b = ms_smsg_message(mid, id.model, x->has_answer ? &x->answer : &plain, x->finish, seq, prompt_tokens,
+                                  completion_tokens, &len);
+        res = ms_shttp_reply(mc, c, 200, "application/json", b, len, NULL, NULL);
+    } else if (!failed) {
         json_t *choices = json_array();
         for (int k = 0; k < n_choices; k++) {
             whole *x = &w[k];

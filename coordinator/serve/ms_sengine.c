@@ -23,6 +23,7 @@ typedef struct {
     int has_answer;
     int done, told;              /* it ended; its end was handed over */
     char finish[8];
+    int stop_index;              /* done: the stop string it ended at, or -1 */
     size_t completion_tokens;
 } choice_buf;
 
@@ -165,6 +166,7 @@ static int on_done(void *ctx, const ms_sched_result *r)
     snprintf(c->finish, sizeof c->finish, "%s", r->finish ? r->finish : "");
     if (!r->finish && !h->error[0]) snprintf(h->error, sizeof h->error, "%s", r->error ? r->error : "generation failed");
     c->done = 1;
+    c->stop_index = r->finish ? r->stop_index : -1;
     c->completion_tokens = r->n_tokens;
     if (r->answer) { /* the HTTP side's own copy */
         const ms_chat_answer *a = r->answer;
@@ -493,6 +495,7 @@ int ms_sreqh_wait(ms_sreqh *h, double timeout_s, ms_sreq_news *n)
             c->told = 1;
             n->done = 1;
             n->finish = !c->done ? NULL : !strcmp(c->finish, "stop") ? "stop" : !strcmp(c->finish, "length") ? "length" : NULL;
+            n->stop_index = c->done ? c->stop_index : -1;
             n->timed_out = h->timed_out;
             snprintf(n->error, sizeof n->error, "%s", h->error[0] ? h->error : "the request ended before this choice");
             n->prompt_tokens = h->prompt_tokens;

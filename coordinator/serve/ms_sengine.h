@@ -44,6 +44,7 @@ typedef struct {
     int done;                    /* this choice's generation ended: the fields below are set */
     int all_done;                /* every choice's ended: the request's last news */
     const char *finish;          /* "stop", "length", or NULL: failed (error) or timed out */
+    int stop_index;              /* finish "stop" at one of the job's stop strings: its index; else -1 */
     int timed_out;
     char error[512];
     size_t prompt_tokens, completion_tokens; /* the prompt's, and this choice's */

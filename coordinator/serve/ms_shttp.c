@@ -24,11 +24,13 @@
 #include "ms_sconn.h"
 #include "ms_shttp.h"
 #include "ms_shttp_int.h"
+#include "ms_smsg.h"
 #include "ms_sreq.h"
 
 #define OVERFLOW 32 /* connections beyond --max-connections that are still accepted, to be told 503 */
 
-const char *const ms_shttp_ep_names[] = {"completions", "chat_completions", "models", "health", "metrics", "other"};
+const char *const ms_shttp_ep_names[] = {"completions", "chat_completions", "models", "health", "metrics", "messages",
+                                          "count_tokens", "other"};
 
 void ms_shttp_active_add(ms_shttp *h, int d)
 {
@@ -88,7 +90,8 @@ enum MHD_Result ms_shttp_reply_error(struct MHD_Connection *mc, conn *c, int sta
                                    const char *hname, const char *hval)
 {
     size_t len;
-    char *b = ms_sreq_error_json(status, code, msg, NULL, &len);
+    char *b = c->ep == EP_MESSAGES || c->ep == EP_COUNT_TOKENS ? ms_smsg_error_json(status, msg, &len)
+                                                               : ms_sreq_error_json(status, code, msg, NULL, &len);
     return ms_shttp_reply(mc, c, status, "application/json", b, len, hname, hval);
 }
 
@@ -131,7 +134,8 @@ static enum MHD_Result preflight(struct MHD_Connection *mc, conn *c)
     if (!resp) return MHD_NO;
     ms_shttp_cors(c->h, mc, resp);
     MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     c->status = 204;
     enum MHD_Result r = MHD_queue_response(mc, MHD_HTTP_NO_CONTENT, resp);
@@ -139,12 +143,23 @@ static enum MHD_Result preflight(struct MHD_Connection *mc, conn *c)
     return r;
 }
 
-/* The Bearer check, in time independent of where the key differs. */
+/* a[la] against the key, in time independent of where they differ. */
+static int key_equal(const char *k, const char *a, size_t la)
+{
+    size_t lk = strlen(k);
+    unsigned char diff = (unsigned char)(la != lk);
+    for (size_t i = 0; i < lk; i++) diff |= (unsigned char)(k[i] ^ (i < la ? a[i] : 0));
+    return diff == 0;
+}
+
+/* The key as "Authorization: Bearer KEY" (OpenAI's clients) or "x-api-key: KEY" (Anthropic's). */
 static int authorized(ms_shttp *h, struct MHD_Connection *mc)
 {
     if (!h->o.api_key) return 1;
     const char *a = NULL;
     size_t la = 0;
+    if (MHD_lookup_connection_value_n(mc, MHD_HEADER_KIND, "x-api-key", 9, &a, &la) == MHD_YES && a)
+        return key_equal(h->o.api_key, a, la);
     /* with its length, so that nothing but the whole key matches (libmicrohttpd itself ends a
      * header value at a NUL byte: "KEY\0junk" arrives as "KEY", a prefix of KEY never matches) */
     if (MHD_lookup_connection_value_n(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
@@ -159,11 +174,7 @@ static int authorized(ms_shttp *h, struct MHD_Connection *mc)
         a++;
         la--;
     }
-    const char *k = h->o.api_key;
-    size_t lk = strlen(k);
-    unsigned char diff = (unsigned char)(la != lk);
-    for (size_t i = 0; i < lk; i++) diff |= (unsigned char)(k[i] ^ (i < la ? a[i] : 0));
-    return diff == 0;
+    return key_equal(h->o.api_key, a, la);
 }
 
 /* ---- the other endpoints ---- */
@@ -244,6 +255,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *
                 : !strcmp(url, "/v1/models") || (!strncmp(url, "/v1/models/", 11) && url[11]) ? EP_MODELS
                 : !strcmp(url, "/health")              ? EP_HEALTH
                 : !strcmp(url, "/metrics")             ? EP_METRICS
+                : !strcmp(url, "/v1/messages")         ? EP_MESSAGES
+                : !strcmp(url, "/v1/messages/count_tokens") ? EP_COUNT_TOKENS
                                                        : EP_OTHER;
         ms_shttp_active_add(h, 1);
         *con_cls = c;
@@ -276,9 +289,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *
     if (!strcmp(method, "OPTIONS")) return preflight(mc, c);
     if (c->ep == EP_HEALTH && !strcmp(method, "GET")) return health(mc, c);
     if (!authorized(h, mc))
-        return ms_shttp_reply_error(mc, c, 401, "invalid_api_key", "a valid \"Authorization: Bearer KEY\" header is required",
+        return ms_shttp_reply_error(mc, c, 401, "invalid_api_key",
+                                    "a valid \"Authorization: Bearer KEY\" or \"x-api-key: KEY\" header is required",
                            MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    int post = c->ep == EP_COMPLETIONS || c->ep == EP_CHAT;
+    int post = c->ep == EP_COMPLETIONS || c->ep == EP_CHAT || c->ep == EP_MESSAGES || c->ep == EP_COUNT_TOKENS;
     if (c->ep == EP_OTHER) return ms_shttp_reply_error(mc, c, 404, "not_found", "unknown path (see docs/API.md)", NULL, NULL);
     if (strcmp(method, post ? "POST" : "GET") != 0)
         return ms_shttp_reply_error(mc, c, 405, "method_not_allowed", post ? "use POST" : "use GET", MHD_HTTP_HEADER_ALLOW,

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 
 #include "ms_err.h"
+#include "ms_sbuf.h"
+#include "ms_smsg.h"
 #include "ms_family.h"
 #include "ms_sreq.h"
 #include "ms_synth.h"
@@ -50,19 +52,20 @@ static const char *node_env(void)
     }
     snprintf(nd, sizeof nd, "%.1000s/node-tests", b);
     if (ms_t_runf(NULL, NULL, "mkdir -p %s && cp %s/tests/node/package.json %s/tests/node/package-lock.json "
-                  "%s/tests/node/serve-openai.mjs %s/tests/node/tool-stream.mjs %s/",
-                  nd, src, src, src, src, nd) != 0) {
+                  "%s/tests/node/serve-openai.mjs %s/tests/node/tool-stream.mjs %s/tests/node/serve-anthropic.mjs %s/",
+                  nd, src, src, src, src, src, nd) != 0) {
         T_CHECK(0, "copy tests/node to %s", nd);
         return NULL;
     }
     struct stat sb;
-    char mod[1300];
+    char mod[1300], mod2[1300];
     snprintf(mod, sizeof mod, "%s/node_modules/openai/package.json", nd);
-    if (stat(mod, &sb) != 0) {
+    snprintf(mod2, sizeof mod2, "%s/node_modules/@anthropic-ai/sdk/package.json", nd);
+    if (stat(mod, &sb) != 0 || stat(mod2, &sb) != 0) {
         char *err = NULL;
         int st = ms_t_runf(NULL, &err, "cd %s && timeout 300 npm ci --no-audit --no-fund --loglevel=error 2>&1 >/dev/null", nd);
         free(err);
-        if (st != 0 || stat(mod, &sb) != 0) {
+        if (st != 0 || stat(mod, &sb) != 0 || stat(mod2, &sb) != 0) {
             ms_t_skip("SKIP: `npm ci` in %s failed (no npm registry?): the OpenAI Node client test did not run", nd);
             return NULL;
         }
@@ -95,6 +98,63 @@ static void check_tool_stream(const char *nd)
     free(err);
     free(ev);
     ms_chat_answer_clear(&a);
+}
+
+/* The Anthropic client on serve at url (key): a message whole and streamed equal `text` (the
+ * reference: `run` alone, or the same chat through /v1/chat/completions when tools is set, which
+ * the script fetches), count_tokens its input_tokens, 401 for a wrong key, 400 for an image; its
+ * stream helper on ms_smsg's events of an answer that calls a tool rebuilds the call. */
+static void check_anthropic(const char *nd, const char *url, const char *text, size_t n_tok, int tools, const char *what)
+{
+    ms_chat_answer a = {ms_strdup("Let me look."), 12, NULL, 0, ms_strdup("get_weather"), ms_strdup("{\"city\":\"Oslo\"}"), 15};
+    ms_sbuf ev = {0};
+    ms_smsg_stream ss;
+    size_t len;
+    char *e = ms_smsg_stream_start(&ss, "msg_x", "m", 9, &len);
+    ms_sbuf_add(&ev, e, len);
+    free(e);
+    e = ms_smsg_stream_text(&ss, "", 0, a.content, a.content_len, &len);
+    ms_sbuf_add(&ev, e, len);
+    free(e);
+    e = ms_smsg_stream_end(&ss, &a, "stop", NULL, 6, &len);
+    ms_sbuf_add(&ev, e, len);
+    free(e);
+    ms_t_write_file(ms_t_path(tmp, "anthropic-tool-events.txt"), ev.s);
+    ms_sbuf_free(&ev);
+    ms_chat_answer_clear(&a);
+    char *out = NULL, *err = NULL;
+    int st = ms_t_runf(&out, &err, "cd %s && node serve-anthropic.mjs %s %s %s%s", nd, url, KEY,
+                       ms_t_path(tmp, "anthropic-tool-events.txt"), tools ? " tools" : "");
+    json_t *r = out ? json_loads(out, JSON_ALLOW_NUL, NULL) : NULL;
+    T_CHECK(st == 0 && r, "%s: the Anthropic client ran (exit %d): %s", what, st, err ? err : "");
+    json_t *w = json_object_get(r, "whole"), *s = json_object_get(r, "stream"), *c = json_object_get(r, "chat");
+    const char *want = tools ? json_string_value(json_object_get(c, "text")) : text;
+    json_int_t want_n = tools ? json_integer_value(json_object_get(json_object_get(c, "usage"), "completion_tokens")) : (json_int_t)n_tok;
+    const char *wt = json_string_value(json_object_get(w, "text")), *st_t = json_string_value(json_object_get(s, "text"));
+    if (!tools)
+        T_CHECK(wt && want && !strcmp(wt, want) &&
+                    json_integer_value(json_object_get(json_object_get(w, "usage"), "output_tokens")) == want_n &&
+                    !strcmp(json_string_value(json_object_get(w, "type")), "message"),
+                "%s: messages.create answers run's text and token count", what);
+    T_CHECK(st_t && want && !strcmp(st_t, want) && json_integer_value(json_object_get(s, "deltas")) >= 1 &&
+                json_integer_value(json_object_get(json_object_get(s, "usage"), "output_tokens")) == want_n,
+            "%s: messages.stream%s: finalMessage's text and tokens are %s's (%s / %s)", what, tools ? " with a tool" : "",
+            tools ? "the same chat completion" : "run", st_t ? st_t : "-", want ? want : "-");
+    T_CHECK(json_integer_value(json_object_get(r, "count")) ==
+                json_integer_value(json_object_get(json_object_get(w, "usage"), "input_tokens")) &&
+                json_integer_value(json_object_get(r, "count")) > 0,
+            "%s: messages.countTokens = the message's input_tokens", what);
+    T_CHECK(json_integer_value(json_object_get(r, "wrong_key")) == 401 && json_integer_value(json_object_get(r, "bad")) == 400,
+            "%s: a wrong key: the client sees 401; an image block: 400", what);
+    json_t *tc = json_object_get(json_object_get(r, "tool"), "content"), *tu = json_array_get(tc, 1);
+    T_CHECK(json_array_size(tc) == 2 && !strcmp(json_string_value(json_object_get(tu, "type")), "tool_use") &&
+                !strcmp(json_string_value(json_object_get(tu, "name")), "get_weather") &&
+                !strcmp(json_string_value(json_object_get(json_object_get(tu, "input"), "city")), "Oslo") &&
+                !strcmp(json_string_value(json_object_get(json_object_get(r, "tool"), "stop")), "tool_use"),
+            "%s: the client's MessageStream rebuilds a text block and the tool_use (input parsed) from serve's events", what);
+    json_decref(r);
+    free(out);
+    free(err);
 }
 
 int main(void)
@@ -219,7 +279,23 @@ int main(void)
     json_decref(r);
     free(out);
     free(err);
+    /* the Anthropic client: request 2's chat as a message */
+    check_anthropic(nd, srv.ep, json_string_value(ref_text[2]), json_array_size(ref_ids[2]), 0, "tiny");
     T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
+    /* a model whose chat format takes tools (Kimi K2's): the stream offers one */
+    char k2[1100];
+    snprintf(k2, sizeof k2, "%.1024s/k2", tmp);
+    int sy = ms_t_runf(NULL, NULL, "%s synth --preset kimi-k2-tiny --out %s --force", bin, k2);
+    T_CHECK(sy == 0, "synth kimi-k2-tiny (%d)", sy);
+    const char *argv2[] = {bin, "serve", "--model", k2, "--listen", "127.0.0.1:0", "--ram-budget", "2G", "--max-context", "512",
+                           "--api-key-file", key, NULL};
+    char logf2[1100];
+    snprintf(logf2, sizeof logf2, "%s/serve-k2.log", tmp); /* its own: the listening line is read from it */
+    ms_t_worker_opts wo2 = {logf2, NULL, NULL, 60};
+    if (sy == 0 && ms_t_worker_start(&srv, argv2, &wo2) == 0) {
+        check_anthropic(nd, srv.ep, NULL, 0, 1, "kimi-k2-tiny");
+        T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
+    }
     for (int i = 0; i < NREQ; i++) {
         json_decref(ref_ids[i]);
         json_decref(ref_text[i]);
