@@ -10,6 +10,7 @@
 #include "ms_sconn.h"
 #include "ms_shttp_int.h"
 #include "ms_smsg.h"
+#include "ms_sresp.h"
 #include "ms_sreq.h"
 
 /* One choice of a streamed answer: what it holds back. */
@@ -44,6 +45,9 @@ typedef struct {
     char addr[80], path[128], end[40];
     int messages;                /* /v1/messages: Anthropic's events (one choice) */
     ms_smsg_stream ms;
+    int responses;               /* /v1/responses: its events (one choice), the turn kept at the end */
+    ms_sresp_req rq;
+    ms_sresp_stream rs;
 } stream;
 
 /* ---- streamed answers ---- */
@@ -102,8 +106,46 @@ static void stream_news_messages(stream *st, ms_sreq_news *nw)
     if (nw->all_done) st->finished = 1;
 }
 
+/* The same for /v1/responses. */
+static void stream_news_responses(stream *st, ms_sreq_news *nw)
+{
+    stream_choice *c = &st->ch[0];
+    size_t len = 0;
+    pend_add(&c->pend, &c->pend_n, nw->content, nw->content_len);
+    pend_add(&c->rpend, &c->rpend_n, nw->reasoning, nw->reasoning_len);
+    size_t ready = nw->done ? c->pend_n : ms_sreq_utf8_ready(c->pend, c->pend_n);
+    size_t rready = nw->done ? c->rpend_n : ms_sreq_utf8_ready(c->rpend, c->rpend_n);
+    char *ev = ms_sresp_stream_text(&st->rs, &st->rq, c->rpend, rready, c->pend, ready, &len);
+    if (ev) out_add(st, ev, len);
+    if (ready) memmove(c->pend, c->pend + ready, c->pend_n - ready);
+    c->pend_n -= ready;
+    if (rready) memmove(c->rpend, c->rpend + rready, c->rpend_n - rready);
+    c->rpend_n -= rready;
+    st->completion_tokens += nw->n_tokens;
+    if (!nw->done) return;
+    if (nw->finish && !st->failed) {
+        const ms_chat_answer *a = nw->has_answer ? &nw->answer : NULL;
+        ev = ms_sresp_stream_end(&st->rs, &st->rq, a, nw->finish, st->prompt_tokens, nw->completion_tokens, &len);
+        if (ev) out_add(st, ev, len);
+        ms_sresp_store_put(st->h->responses, &st->rq, a);
+        snprintf(st->end, sizeof st->end, "stream finish=%s", nw->finish);
+        st->code = 200;
+    } else if (!st->failed) {
+        ev = ms_sresp_stream_error(&st->rs, &st->rq, nw->error, &len);
+        if (ev) out_add(st, ev, len);
+        snprintf(st->end, sizeof st->end, "stream %s", nw->timed_out ? "deadline" : "error");
+        st->code = nw->timed_out ? 504 : 500;
+        st->failed = 1;
+    }
+    if (nw->all_done) st->finished = 1;
+}
+
 static void stream_news(stream *st, ms_sreq_news *nw)
 {
+    if (st->responses) {
+        stream_news_responses(st, nw);
+        return;
+    }
     if (st->messages) {
         stream_news_messages(st, nw);
         return;
@@ -222,6 +264,8 @@ static void stream_free(void *cls)
     free(st->req_done);
     ms_shttp_access_log(st->addr, "POST", st->path, 200, st->prompt_tokens, st->completion_tokens, st->t0, st->end);
     ms_sreq_clear(&st->r);
+    ms_sresp_req_clear(&st->rq);
+    ms_sresp_stream_clear(&st->rs);
     free(st->out);
     for (int i = 0; i < st->n_choices; i++) {
         free(st->ch[i].pend);
@@ -238,9 +282,26 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
 {
     ms_shttp *h = c->h;
     ms_sreq r;
-    int messages = c->ep == EP_MESSAGES || c->ep == EP_COUNT_TOKENS;
-    char *chat_body = NULL; /* /v1/messages: the request as the chat request it is */
+    int messages = c->ep == EP_MESSAGES || c->ep == EP_COUNT_TOKENS, responses = c->ep == EP_RESPONSES;
+    char *chat_body = NULL; /* /v1/messages, /v1/responses: the request as the chat request it is */
     size_t chat_len = 0;
+    ms_sresp_req rq = {0};
+    if (responses) {
+        char why[600];
+        const char *param = NULL;
+        int status = 400;
+        json_t *cb = ms_sresp_to_chat(c->body ? c->body : "", c->n, h->responses, h->o.model_name, &rq, &status, why,
+                                      sizeof why, &param);
+        if (!cb) {
+            size_t el;
+            char *eb = ms_sreq_error_json(status, status == 404 ? "previous_response_not_found" : "invalid_request", why,
+                                          param, &el);
+            return ms_shttp_reply(mc, c, status, "application/json", eb, el, NULL, NULL);
+        }
+        chat_body = json_dumps(cb, JSON_COMPACT);
+        chat_len = strlen(chat_body);
+        json_decref(cb);
+    }
     if (messages) {
         char why[600];
         const char *param = NULL;
@@ -254,8 +315,8 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         chat_len = strlen(chat_body);
         json_decref(cb);
     }
-    int prc = ms_sreq_parse(messages ? chat_body : c->body ? c->body : "", messages ? chat_len : c->n,
-                            c->ep == EP_CHAT || messages, &h->o.lim, &r);
+    int prc = ms_sreq_parse(chat_body ? chat_body : c->body ? c->body : "", chat_body ? chat_len : c->n,
+                            c->ep == EP_CHAT || messages || responses, &h->o.lim, &r);
     free(chat_body);
     if (prc != 0) {
         size_t el;
@@ -269,6 +330,7 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
         }
         enum MHD_Result res = ms_shttp_reply(mc, c, r.status, "application/json", eb, el, NULL, NULL);
         ms_sreq_clear(&r);
+        ms_sresp_req_clear(&rq);
         return res;
     }
     if (c->ep == EP_COUNT_TOKENS) { /* the prompt the request renders to, counted */
@@ -297,6 +359,7 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
     }
     if (!reqs) {
         ms_sreq_clear(&r);
+        ms_sresp_req_clear(&rq);
         if (status == 429)
             return ms_shttp_reply_error(mc, c, 429, "queue_full", "the queue is full: retry later", MHD_HTTP_HEADER_RETRY_AFTER, "1");
         return ms_shttp_reply_error(mc, c, 503, "unavailable", "the server is shutting down or its engine failed", NULL, NULL);
@@ -327,6 +390,14 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
             ms_smsg_id_new(mid);
             st->messages = 1;
             char *ev = ms_smsg_stream_start(&st->ms, mid, st->id.model, prompt_tokens, &sl);
+            out_add(st, ev, sl);
+        }
+        if (responses) {
+            size_t sl;
+            st->responses = 1;
+            st->rq = rq; /* taken over */
+            memset(&rq, 0, sizeof rq);
+            char *ev = ms_sresp_stream_start(&st->rs, &st->rq, &sl);
             out_add(st, ev, sl);
         }
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free);
@@ -406,7 +477,15 @@ enum MHD_Result ms_scompl_answer(struct MHD_Connection *mc, conn *c)
             if (nw.all_done && ++reqs_done == n_reqs) break;
         }
     }
-    if (!failed && messages) { /* one choice, as a message */
+    if (!failed && responses) { /* one choice, as a response; its turn kept */
+        whole *x = &w[0];
+        ms_chat_answer plain = {h->o.lim.tok ? x->text : NULL, x->n_text, NULL, 0, NULL, NULL, 0};
+        const ms_chat_answer *a = x->has_answer ? &x->answer : &plain;
+        size_t len;
+        char *b = ms_sresp_response(&rq, a, x->finish, prompt_tokens, completion_tokens, &len);
+        ms_sresp_store_put(h->responses, &rq, a);
+        res = ms_shttp_reply(mc, c, 200, "application/json", b, len, NULL, NULL);
+    } else if (!failed && messages) { /* one choice, as a message */
         whole *x = &w[0];
         ms_chat_answer plain = {h->o.lim.tok ? x->text : NULL, x->n_text, NULL, 0, NULL, NULL, 0};
         const char *seq = x->stop_index >= 0 && x->stop_index < r.spec.n_stop ? r.spec.stop[x->stop_index] : NULL;
@@ -451,5 +530,6 @@ out:
     }
     free(w);
     ms_sreq_clear(&r);
+    ms_sresp_req_clear(&rq);
     return res;
 }

@@ -25,12 +25,13 @@
 #include "ms_shttp.h"
 #include "ms_shttp_int.h"
 #include "ms_smsg.h"
+#include "ms_sresp.h"
 #include "ms_sreq.h"
 
 #define OVERFLOW 32 /* connections beyond --max-connections that are still accepted, to be told 503 */
 
 const char *const ms_shttp_ep_names[] = {"completions", "chat_completions", "models", "health", "metrics", "messages",
-                                          "count_tokens", "other"};
+                                          "count_tokens", "responses", "other"};
 
 void ms_shttp_active_add(ms_shttp *h, int d)
 {
@@ -257,6 +258,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *
                 : !strcmp(url, "/metrics")             ? EP_METRICS
                 : !strcmp(url, "/v1/messages")         ? EP_MESSAGES
                 : !strcmp(url, "/v1/messages/count_tokens") ? EP_COUNT_TOKENS
+                : !strcmp(url, "/v1/responses")        ? EP_RESPONSES
                                                        : EP_OTHER;
         ms_shttp_active_add(h, 1);
         *con_cls = c;
@@ -292,7 +294,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *
         return ms_shttp_reply_error(mc, c, 401, "invalid_api_key",
                                     "a valid \"Authorization: Bearer KEY\" or \"x-api-key: KEY\" header is required",
                            MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    int post = c->ep == EP_COMPLETIONS || c->ep == EP_CHAT || c->ep == EP_MESSAGES || c->ep == EP_COUNT_TOKENS;
+    int post = c->ep == EP_COMPLETIONS || c->ep == EP_CHAT || c->ep == EP_MESSAGES || c->ep == EP_COUNT_TOKENS ||
+               c->ep == EP_RESPONSES;
     if (c->ep == EP_OTHER) return ms_shttp_reply_error(mc, c, 404, "not_found", "unknown path (see docs/API.md)", NULL, NULL);
     if (strcmp(method, post ? "POST" : "GET") != 0)
         return ms_shttp_reply_error(mc, c, 405, "method_not_allowed", post ? "use POST" : "use GET", MHD_HTTP_HEADER_ALLOW,
@@ -486,6 +489,7 @@ ms_shttp *ms_shttp_start(const ms_shttp_opts *o, ms_sengine *s, ms_smetrics *m)
     h->s = s;
     h->m = m;
     pthread_mutex_init(&h->mu, NULL);
+    h->responses = ms_sresp_store_new(MS_SRESP_KEEP);
     h->listen_fd = bind_listen(o->listen, h->url, sizeof h->url);
     if (h->listen_fd < 0) {
         ms_shttp_stop(h);
@@ -550,5 +554,6 @@ void ms_shttp_stop(ms_shttp *h)
     ms_sconn_free(h->g); /* after the daemon: every connection is closed */
     if (h->listen_fd >= 0) close(h->listen_fd);
     pthread_mutex_destroy(&h->mu);
+    ms_sresp_store_free(h->responses);
     free(h);
 }

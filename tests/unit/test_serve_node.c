@@ -52,8 +52,9 @@ static const char *node_env(void)
     }
     snprintf(nd, sizeof nd, "%.1000s/node-tests", b);
     if (ms_t_runf(NULL, NULL, "mkdir -p %s && cp %s/tests/node/package.json %s/tests/node/package-lock.json "
-                  "%s/tests/node/serve-openai.mjs %s/tests/node/tool-stream.mjs %s/tests/node/serve-anthropic.mjs %s/",
-                  nd, src, src, src, src, src, nd) != 0) {
+                  "%s/tests/node/serve-openai.mjs %s/tests/node/tool-stream.mjs %s/tests/node/serve-anthropic.mjs "
+                  "%s/tests/node/responses-openai.mjs %s/",
+                  nd, src, src, src, src, src, src, nd) != 0) {
         T_CHECK(0, "copy tests/node to %s", nd);
         return NULL;
     }
@@ -277,6 +278,29 @@ int main(void)
             "openai client: penalties and logit_bias accepted, the same answer twice");
     T_CHECK(r && json_equal(json_object_get(json_object_get(r, "after"), "ids"), ref_ids[0]), "still serving afterwards");
     json_decref(r);
+    free(out);
+    free(err);
+    /* the Responses API: request 2's chat as a response, whole, streamed and through the helper */
+    out = err = NULL;
+    st = ms_t_runf(&out, &err, "cd %s && node responses-openai.mjs %s %s", nd, srv.ep, KEY);
+    json_t *rr = out ? json_loads(out, JSON_ALLOW_NUL, NULL) : NULL;
+    T_CHECK(st == 0 && rr, "the OpenAI client's Responses API ran (exit %d): %s", st, err ? err : "");
+    json_t *rw = json_object_get(rr, "whole"), *rs = json_object_get(rr, "streamed"), *fo = json_object_get(rr, "follow");
+    T_CHECK(json_equal(json_object_get(rw, "text"), ref_text[2]) &&
+                json_integer_value(json_object_get(json_object_get(rw, "usage"), "output_tokens")) ==
+                    (json_int_t)json_array_size(ref_ids[2]),
+            "openai client: responses.create's output_text and tokens are run's");
+    T_CHECK(json_equal(json_object_get(rs, "text"), ref_text[2]) && json_integer_value(json_object_get(rs, "deltas")) >= 1 &&
+                json_equal(json_object_get(rr, "streamed_final"), ref_text[2]),
+            "openai client: responses.create streamed: the output_text deltas and the final response are run's text");
+    T_CHECK(json_equal(json_object_get(json_object_get(rr, "helper"), "text"), ref_text[2]),
+            "openai client: responses.stream().finalResponse() has run's text");
+    T_CHECK(json_equal(json_object_get(fo, "prev"), json_object_get(rw, "id")) &&
+                json_integer_value(json_object_get(fo, "input_tokens")) >
+                    json_integer_value(json_object_get(json_object_get(rw, "usage"), "input_tokens")) &&
+                json_integer_value(json_object_get(rr, "unknown")) == 404,
+            "openai client: a follow-up by previous_response_id carries the first turn; an unknown id is 404");
+    json_decref(rr);
     free(out);
     free(err);
     /* the Anthropic client: request 2's chat as a message */
