@@ -53,15 +53,15 @@ static const char *node_env(void)
     snprintf(nd, sizeof nd, "%.1000s/node-tests", b);
     if (ms_t_runf(NULL, NULL, "mkdir -p %s && cp %s/tests/node/package.json %s/tests/node/package-lock.json "
                   "%s/tests/node/serve-openai.mjs %s/tests/node/tool-stream.mjs %s/tests/node/serve-anthropic.mjs "
-                  "%s/tests/node/responses-openai.mjs %s/",
-                  nd, src, src, src, src, src, src, nd) != 0) {
+                  "%s/tests/node/responses-openai.mjs %s/tests/node/ai-langchain.mjs %s/",
+                  nd, src, src, src, src, src, src, src, nd) != 0) {
         T_CHECK(0, "copy tests/node to %s", nd);
         return NULL;
     }
     struct stat sb;
     char mod[1300], mod2[1300];
     snprintf(mod, sizeof mod, "%s/node_modules/openai/package.json", nd);
-    snprintf(mod2, sizeof mod2, "%s/node_modules/@anthropic-ai/sdk/package.json", nd);
+    snprintf(mod2, sizeof mod2, "%s/node_modules/@langchain/openai/package.json", nd); /* the last added */
     if (stat(mod, &sb) != 0 || stat(mod2, &sb) != 0) {
         char *err = NULL;
         int st = ms_t_runf(NULL, &err, "cd %s && timeout 300 npm ci --no-audit --no-fund --loglevel=error 2>&1 >/dev/null", nd);
@@ -301,6 +301,24 @@ int main(void)
                 json_integer_value(json_object_get(rr, "unknown")) == 404,
             "openai client: a follow-up by previous_response_id carries the first turn; an unknown id is 404");
     json_decref(rr);
+    free(out);
+    free(err);
+    /* the Vercel AI SDK and LangChain: request 2's chat through each one's default and chat
+     * models, request 0's prompt through LangChain's completions class (a prompt array) */
+    out = err = NULL;
+    st = ms_t_runf(&out, &err, "cd %s && node ai-langchain.mjs %s %s", nd, srv.ep, KEY);
+    json_t *al = out ? json_loads(out, JSON_ALLOW_NUL, NULL) : NULL;
+    T_CHECK(st == 0 && al, "the AI SDK / LangChain script ran (exit %d): %s", st, err ? err : "");
+    static const char *const via[] = {"ai_responses", "ai_responses_stream", "ai_chat", "lc_responses", "lc_chat"};
+    for (int i = 0; i < 5; i++) {
+        char ek[64];
+        snprintf(ek, sizeof ek, "%s_error", via[i]);
+        T_CHECK(json_equal(json_object_get(al, via[i]), ref_text[2]), "%s: run's text (%s)", via[i],
+                json_string_value(json_object_get(al, ek)) ? json_string_value(json_object_get(al, ek)) : "");
+    }
+    T_CHECK(json_equal(json_object_get(al, "lc_completions"), ref_text[0]), "LangChain's completions class: run's text (%s)",
+            json_string_value(json_object_get(al, "lc_completions_error")) ? json_string_value(json_object_get(al, "lc_completions_error")) : "");
+    json_decref(al);
     free(out);
     free(err);
     /* the Anthropic client: request 2's chat as a message */
