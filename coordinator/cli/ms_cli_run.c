@@ -16,6 +16,7 @@
 #include "ms_err.h"
 #include "ms_proc.h"
 #include "ms_file.h"
+#include "ms_grammar.h"
 #include "ms_jtext.h"
 #include "ms_opt.h"
 #include "ms_plan.h"
@@ -29,7 +30,7 @@
 
 typedef struct {
     ms_cli_eopts e; /* model, budget, I/O, threads, workers */
-    const char *prompt, *prompt_file, *ids, *ids_file, *dump, *trace;
+    const char *prompt, *prompt_file, *ids, *ids_file, *dump, *trace, *grammar;
     long long n, seed, plan_seqs;
     const char *family;        /* demo --family */
     float temperature, top_p;
@@ -66,6 +67,7 @@ static void run_usage(FILE *f, int demo)
           "                     [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                     [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "                     [--speculate auto|off|N] [--draft auto|ngram|mtp] [--draft-file PATH]\n"
+          "                     [--grammar FILE]\n"
           "\n"
           "Generates N tokens (default 16; -n N is the same) after the prompt. --temperature 0 (the\n"
           "default) is greedy.\n"
@@ -77,6 +79,10 @@ static void run_usage(FILE *f, int demo)
           "the tokens' bytes as they are. Special tokens (<|im_end|>, ...) are left out of the text\n"
           "(printed and --json's) unless --special. Without a tokenizer the generated ids are printed.\n"
           "--json prints one JSON object: prompt_ids, generated_ids, text (with a tokenizer), stats.\n"
+          "--grammar FILE constrains the text to the sentences of a grammar (docs/API.md, Grammars: rules\n"
+          "`name ::= ...` with \"literals\", [classes], groups and * + ? {m,n}; the sentences are root's):\n"
+          "each token is the one sampling picks from the tokens that keep the text a prefix of a sentence\n"
+          "(greedy: the most likely of them); once the text is whole, the model's eos may end it. Needs a tokenizer.\n"
           "--dump-logits writes little-endian f32 rows of vocab_size values: every prompt position,\n"
           "then each generated position whose logits were computed (prompt + N - 1 rows).\n"
           "--threads 0 (default) uses one thread per CPU; results do not depend on it. --pin-threads binds\n"
@@ -471,6 +477,7 @@ static int generate(const run_opts *o, const char *cmd)
     cpu.start = cpu_now();
     ms_engine *e = NULL;
     ms_eseq *seq = NULL;
+    ms_grammar *grammar = NULL; /* --grammar: outlives seq */
     int32_t *prompt = NULL;
     size_t np = 0;
     FILE *dump = NULL, *trace = NULL;
@@ -478,6 +485,17 @@ static int generate(const run_opts *o, const char *cmd)
     ms_engine_opts eo = {0};
     ms_cli_eopt_engine(&o->e, &eo);
     eo.run.all_logits = o->dump != NULL;
+    if (o->grammar) { /* read and checked before the model opens: a bad one fails at once */
+        size_t gl = 0;
+        char *gt = ms_cli_read_file(o->grammar, &gl);
+        if (!gt) return ms_cli_fail_err(cmd);
+        grammar = ms_grammar_parse(gt, gl);
+        free(gt);
+        if (!grammar) {
+            ms_err_wrap("--grammar %s", o->grammar);
+            return ms_cli_fail_err(cmd);
+        }
+    }
     /* The prompt is read before the model opens so that the plan knows its length; the
      * tokenizer it may need is the model directory's. */
     {
@@ -485,10 +503,16 @@ static int generate(const run_opts *o, const char *cmd)
         char cpath[4200];
         snprintf(cpath, sizeof cpath, "%s/config.json", o->e.model);
         int cfd = ms_file_open(cpath, "config", 0, 0, NULL);
-        if (cfd < 0) return ms_cli_fail_err(cmd);
+        if (cfd < 0) {
+            rc = ms_cli_fail_err(cmd);
+            goto out;
+        }
         close(cfd);
         ms_tok *tok = NULL;
-        if (!o->ids && !o->ids_file && ms_tok_present(o->e.model) && !(tok = ms_tok_load(o->e.model))) return ms_cli_fail_err(cmd);
+        if (!o->ids && !o->ids_file && ms_tok_present(o->e.model) && !(tok = ms_tok_load(o->e.model))) {
+            rc = ms_cli_fail_err(cmd);
+            goto out;
+        }
         rc = read_prompt(o, tok, &prompt, &np);
         ms_tok_free(tok);
         if (rc != MS_EXIT_OK) goto out;
@@ -523,6 +547,17 @@ static int generate(const run_opts *o, const char *cmd)
     run_ctx rctx = {o, ms_engine_tok(e), dump, c->vocab, prompt, np, {{0}, 0}};
     ms_gen_params gp = {o->temperature, o->top_p, (uint64_t)o->seed, o->n, o->stop_eos, dump != NULL,
                         print_token, dump_rows, &rctx};
+    int32_t eos = c->eos_id;
+    if (grammar) {
+        if (!ms_engine_tok(e)) {
+            rc = ms_cli_fail(cmd, MS_EXIT_USAGE, "--grammar needs a tokenizer in the model directory (the mask is over its "
+                             "tokens' text)");
+            goto out;
+        }
+        gp.grammar = grammar;
+        gp.end_ids = &eos; /* a whole sentence may end at the model's eos */
+        gp.n_end_ids = eos >= 0 ? 1 : 0;
+    }
     if (!(seq = ms_engine_seq_new(e, prompt, np, &gp))) {
         rc = ms_cli_fail_err(cmd);
         goto out;
@@ -614,6 +649,7 @@ out:
     if (dump) fclose(dump);
     if (trace) fclose(trace);
     ms_engine_seq_free(seq);
+    ms_grammar_free(grammar);
     ms_engine_free(e);
     free(prompt);
     return rc;
@@ -641,6 +677,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         {"plan-seqs", required_argument, 0, 'Q'},
         {"family", required_argument, 0, 0x6661},
         {"max-tokens", required_argument, 0, 'n'},
+        {"grammar", required_argument, 0, 0x6772},
     };
     enum { N_OWN = sizeof own / sizeof own[0] };
     struct option opts[N_OWN + MS_CLI_EOPT_COUNT + 1];
@@ -661,6 +698,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 0x7370: o->special = 1; break; /* --special */
         case 'e': o->stop_eos = 1; break;
         case 'R': o->trace = optarg; break;
+        case 0x6772: o->grammar = optarg; break; /* --grammar */
         case 'Y': o->plan_only = 1; break;
         case 0x6661: /* --family (demo) */
             if (!demo) return ms_cli_fail(cmd, MS_EXIT_USAGE, "--family goes with demo (run reads the family from config.json)");

@@ -12,6 +12,7 @@
 #include "ms_err.h"
 #include "ms_scratch.h"
 #include "ms_families.h"
+#include "ms_grammar.h"
 #include "ms_ident.h"
 #include "ms_local.h"
 #include "ms_proc.h"
@@ -40,6 +41,7 @@ struct ms_engine {
     double pass_draft_seconds;   /* proposing the next pass's drafts (auto's cost counts them) */
     ms_dcost cost;               /* auto: decoding-pass time against rows */
     ms_sample_ws sample_ws;      /* the picks' work memory, kept between tokens */
+    ms_gvocab *gvocab;           /* the tokenizer's tokens as bytes, made for the first grammar */
 };
 
 struct ms_eseq {
@@ -66,6 +68,10 @@ struct ms_eseq {
     int n_draft;              /* drafts in the current pass */
     ms_dpolicy pol;           /* how many drafts it asks for (ms_dpolicy) */
     int stopped;              /* ms_engine_seq_stop was called */
+    /* constrained decoding (p.grammar) */
+    ms_gstate *gs;            /* where the text is in the grammar, or NULL */
+    uint8_t *allowed;         /* [V] this pick's allowed tokens */
+    float *masked;            /* [V] the row with the others at -infinity */
 };
 
 static void stop_workers(ms_engine *e)
@@ -207,6 +213,7 @@ void ms_engine_free(ms_engine *e)
     ms_tok_free(e->tok);
     free(e->draft_ids);
     ms_sample_ws_free(&e->sample_ws);
+    ms_gvocab_free(e->gvocab);
     free(e);
 }
 
@@ -295,6 +302,13 @@ static ms_eseq *seq_alloc(ms_engine *e, const int32_t *prompt, size_t n, const m
         ms_dpolicy_init(&s->pol, e->spec_window, e->spec_auto, plan && plan->streaming);
     }
     s->last = ms_malloc(sizeof(float) * (size_t)e->V);
+    if (p->grammar) {
+        MS_ASSERT(e->tok); /* callers refuse a grammar without a tokenizer */
+        if (!e->gvocab) e->gvocab = ms_gvocab_new(e->tok);
+        s->gs = ms_gstate_new(p->grammar);
+        s->allowed = ms_malloc((size_t)e->V);
+        s->masked = ms_malloc(sizeof(float) * (size_t)e->V);
+    }
     if (p->max_tokens == 0) s->finish = "length";
     return s;
 }
@@ -330,6 +344,9 @@ void ms_engine_seq_free(ms_eseq *s)
     ms_drafter_free(s->dr);
     free(s->last);
     free(s->rows);
+    ms_gstate_free(s->gs);
+    free(s->allowed);
+    free(s->masked);
     free(s);
 }
 
@@ -374,10 +391,35 @@ static void logprob_of(const float *row, int64_t V, int32_t tok, int k, ms_token
     for (int i = 0; i < out->n_top; i++) out->top_logprob[i] = (float)((double)row[out->top_id[i]] - lse);
 }
 
-/* The next token from a logits row: sampled, and its log-probabilities kept when asked for. */
+static int is_end(const ms_eseq *s, int32_t id)
+{
+    for (int i = 0; i < s->p.n_end_ids; i++)
+        if (s->p.end_ids[i] == id) return 1;
+    return 0;
+}
+
+/* The row with every token that would break the grammar at -infinity: what the text allows
+ * next, and the end ids once it is a whole sentence. A text that nothing the vocabulary writes
+ * can continue (a grammar needing a character no token holds) may only end. */
+static const float *constrain(ms_eseq *s, const float *row)
+{
+    ms_engine *e = s->e;
+    int64_t V = e->V, n = 0;
+    memset(s->allowed, 0, (size_t)V);
+    if (ms_gstate_open(s->gs)) n = ms_gstate_mask(s->gs, e->gvocab, s->allowed); /* the tokenizer's ids: <= V */
+    int end = ms_gstate_complete(s->gs) || n == 0;
+    for (int i = 0; end && i < s->p.n_end_ids; i++)
+        if (s->p.end_ids[i] >= 0 && s->p.end_ids[i] < V) s->allowed[s->p.end_ids[i]] = 1, n++;
+    if (n == 0) s->allowed[ms_argmax(row, V)] = 1; /* no way on and no end: the sequence stops after it (emit) */
+    for (int64_t i = 0; i < V; i++) s->masked[i] = s->allowed[i] ? row[i] : -INFINITY;
+    return s->masked;
+}
+
+/* The next token from a logits row: sampled (from the allowed ones under a grammar), and its
+ * log-probabilities (under the model) kept when asked for. */
 static int32_t pick(ms_eseq *s, const float *row)
 {
-    int32_t t = ms_sampler_pick_ws(&s->sp, row, s->e->V, &s->e->sample_ws);
+    int32_t t = ms_sampler_pick_ws(&s->sp, s->gs ? constrain(s, row) : row, s->e->V, &s->e->sample_ws);
     if (s->lp) logprob_of(row, s->e->V, t, s->p.top_logprobs, &s->lp[s->n_gen]);
     return t;
 }
@@ -387,9 +429,18 @@ static void emit(ms_eseq *s, int32_t next)
 {
     ms_sampler_accept(&s->sp, next);
     s->gen[s->n_gen++] = next;
+    int closed = 0; /* the grammar's text ended with it */
+    if (s->gs) {
+        size_t bl;
+        const char *b = ms_gvocab_bytes(s->e->gvocab, next, &bl);
+        if (is_end(s, next) || !bl || !ms_gstate_accept(s->gs, b, bl)) closed = 1; /* an end id, or the forced last */
+        else closed = !ms_gstate_open(s->gs) && s->p.n_end_ids == 0;
+    }
     if (s->p.on_token) s->p.on_token(s->p.ctx, s, next);
     if ((int64_t)s->n_gen >= s->p.max_tokens)
         s->finish = "length";
+    else if (closed)
+        s->finish = "stop";
     else if (s->p.stop_at_eos && next == ms_model_get_info(s->e->m)->eos_id)
         s->finish = "stop";
     else if (s->stopped)

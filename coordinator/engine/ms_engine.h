@@ -93,6 +93,17 @@ typedef struct {
      * logits row, before bias, penalties or temperature) and of the top_logprobs (0..
      * MS_MAX_TOP_LOGPROBS) most probable tokens there (ms_engine_seq_logprobs). */
     int logprobs, top_logprobs;
+    /* Constrained decoding: every generated token keeps the text a prefix of a sentence of
+     * grammar (borrowed, outliving the sequence; NULL: free text; needs the engine's
+     * tokenizer). The token chosen is the one the sampler picks from the same logits with the
+     * tokens that would break the text removed (greedy: the argmax over the allowed ones;
+     * sampled: the same draw over them, renormalised). Once the text is a whole sentence the end
+     * ids (end_ids[n_end_ids], borrowed: eos, a chat's end of turn) are allowed too, and alone
+     * once nothing may follow; an end id, or a sentence that cannot go on when there are none,
+     * ends the sequence ("stop"). */
+    const struct ms_grammar *grammar;
+    const int32_t *end_ids;
+    int n_end_ids;
 } ms_gen_params;
 
 #define MS_MAX_TOP_LOGPROBS 20

@@ -25,6 +25,8 @@ typedef struct sjob {
     int choice;                  /* of the job's choices; a job not yet forked has j.n_choices > 1 */
     size_t skip;                 /* prompt tokens restored from the prefix cache (not prefilled) */
     size_t kept;                 /* prompt tokens whose state went into the prefix cache */
+    int32_t end_ids[MS_SCHED_MAX_END]; /* a grammar's end ids: the stop ids, and eos with stop_at_eos */
+    int n_end;
 } sjob;
 
 /* A FIFO of jobs. */
@@ -274,12 +276,16 @@ static void send_delta(ms_sched *s, sjob *j, int done, int drop_last)
 static void params_of(sjob *j, ms_gen_params *out)
 {
     const ms_sched_job *q = &j->j;
+    j->n_end = 0;
+    for (int i = 0; i < q->n_stop_ids && j->n_end < MS_SCHED_MAX_END; i++) j->end_ids[j->n_end++] = q->stop_ids[i];
+    if (q->stop_at_eos && j->n_end < MS_SCHED_MAX_END) j->end_ids[j->n_end++] = ms_engine_info(j->s->e)->eos_id;
     *out = (ms_gen_params){.temperature = q->temperature, .top_p = q->top_p, .top_k = q->top_k, .min_p = q->min_p,
                            .seed = q->seed, .max_tokens = q->max_tokens, .stop_at_eos = q->stop_at_eos,
                            .all_logits = q->keep_logits, .presence_penalty = q->presence_penalty,
                            .frequency_penalty = q->frequency_penalty, .logit_bias = q->logit_bias,
                            .n_logit_bias = q->n_logit_bias, .logprobs = q->logprobs, .top_logprobs = q->top_logprobs,
-                           .on_token = on_token, .on_logits = on_logits, .ctx = j};
+                           .on_token = on_token, .on_logits = on_logits, .ctx = j, .grammar = q->grammar,
+                           .end_ids = j->end_ids, .n_end_ids = j->n_end};
 }
 
 /* Start j's sequence; a prompt the engine refuses is reported as the job's error (each choice's). */

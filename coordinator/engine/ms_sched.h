@@ -12,6 +12,7 @@
 typedef struct ms_sched ms_sched;
 
 /* One job. Everything is copied by ms_sched_add. */
+#define MS_SCHED_MAX_END 8 /* end ids a grammar's job can have */
 typedef struct {
     const int32_t *prompt;       /* [n_prompt] ids, checked against the vocabulary when admitted */
     size_t n_prompt;
@@ -38,6 +39,9 @@ typedef struct {
      * reported on its own (ms_sched_result.choice), all sharing one prefill: the prompt runs once
      * and the others continue from a clone of its state. Admitted when the batch has room for all. */
     int n_choices;
+    /* The output constrained to a grammar's sentences (borrowed, outliving the job; NULL: free
+     * text): ms_gen_params.grammar, its end ids the stop ids and eos with stop_at_eos. */
+    const struct ms_grammar *grammar;
     int keep_special;            /* 1: special tokens' text in the result text (default: left out) */
     const ms_chatfmt *chat;      /* a chat's format (borrowed; NULL: plain text): splits the
                                     streamed text into content and reasoning as it comes, and the
