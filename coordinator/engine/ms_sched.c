@@ -8,6 +8,7 @@
 #include "ms_gentext.h"
 #include "ms_pcache.h"
 #include "ms_sbuf.h"
+#include "ms_grammar.h"
 #include "ms_sched.h"
 
 typedef struct sjob {
@@ -27,6 +28,7 @@ typedef struct sjob {
     size_t kept;                 /* prompt tokens whose state went into the prefix cache */
     int32_t end_ids[MS_SCHED_MAX_END]; /* a grammar's end ids: the stop ids, and eos with stop_at_eos */
     int n_end;
+    ms_grammar *grammar;         /* j.grammar_text compiled (at its first sequence) */
 } sjob;
 
 /* A FIFO of jobs. */
@@ -77,6 +79,7 @@ static void job_free(sjob *j)
 {
     if (!j) return;
     ms_engine_seq_free(j->seq);
+    ms_grammar_free(j->grammar); /* after the sequence that used it */
     ms_sched_job_clear(&j->j);
     free(j->rows);
     ms_gentext_free(j->text);
@@ -138,6 +141,7 @@ void ms_sched_job_copy(ms_sched_job *dst, const ms_sched_job *in)
     const char **st = ms_calloc((size_t)in->n_stop + 1, sizeof *st);
     for (int i = 0; i < in->n_stop; i++) st[i] = ms_strdup(in->stop[i]);
     dst->stop = st;
+    dst->grammar_text = in->grammar_text ? ms_strdup(in->grammar_text) : NULL;
     ms_logit_bias *b = ms_malloc(sizeof *b * (size_t)(in->n_logit_bias + 1));
     if (in->n_logit_bias) memcpy(b, in->logit_bias, sizeof *b * (size_t)in->n_logit_bias);
     dst->logit_bias = b;
@@ -148,6 +152,7 @@ void ms_sched_job_clear(ms_sched_job *j)
     free((void *)j->prompt);
     free((void *)j->stop_ids);
     free((void *)j->logit_bias);
+    free((void *)j->grammar_text);
     for (int i = 0; i < j->n_stop; i++) free((void *)j->stop[i]);
     free((void *)j->stop);
     memset(j, 0, sizeof *j);
@@ -276,6 +281,10 @@ static void send_delta(ms_sched *s, sjob *j, int done, int drop_last)
 static void params_of(sjob *j, ms_gen_params *out)
 {
     const ms_sched_job *q = &j->j;
+    if (q->grammar_text && !j->grammar) {
+        j->grammar = ms_grammar_parse(q->grammar_text, strlen(q->grammar_text));
+        MS_ASSERT(j->grammar); /* the request parsers compiled it before */
+    }
     j->n_end = 0;
     for (int i = 0; i < q->n_stop_ids && j->n_end < MS_SCHED_MAX_END; i++) j->end_ids[j->n_end++] = q->stop_ids[i];
     if (q->stop_at_eos && j->n_end < MS_SCHED_MAX_END) j->end_ids[j->n_end++] = ms_engine_info(j->s->e)->eos_id;
@@ -284,7 +293,7 @@ static void params_of(sjob *j, ms_gen_params *out)
                            .all_logits = q->keep_logits, .presence_penalty = q->presence_penalty,
                            .frequency_penalty = q->frequency_penalty, .logit_bias = q->logit_bias,
                            .n_logit_bias = q->n_logit_bias, .logprobs = q->logprobs, .top_logprobs = q->top_logprobs,
-                           .on_token = on_token, .on_logits = on_logits, .ctx = j, .grammar = q->grammar,
+                           .on_token = on_token, .on_logits = on_logits, .ctx = j, .grammar = j->grammar,
                            .end_ids = j->end_ids, .n_end_ids = j->n_end};
 }
 

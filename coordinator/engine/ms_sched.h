@@ -39,9 +39,10 @@ typedef struct {
      * reported on its own (ms_sched_result.choice), all sharing one prefill: the prompt runs once
      * and the others continue from a clone of its state. Admitted when the batch has room for all. */
     int n_choices;
-    /* The output constrained to a grammar's sentences (borrowed, outliving the job; NULL: free
-     * text): ms_gen_params.grammar, its end ids the stop ids and eos with stop_at_eos. */
-    const struct ms_grammar *grammar;
+    /* The output constrained to the sentences of this grammar (ms_grammar's text, copied; it must
+     * compile, as the request parsers check; NULL: free text): ms_gen_params.grammar, its end ids
+     * the stop ids and eos with stop_at_eos. */
+    const char *grammar_text;
     int keep_special;            /* 1: special tokens' text in the result text (default: left out) */
     const ms_chatfmt *chat;      /* a chat's format (borrowed; NULL: plain text): splits the
                                     streamed text into content and reasoning as it comes, and the

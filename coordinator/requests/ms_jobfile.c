@@ -9,7 +9,9 @@
 #include "ms_xxh.h" /* XXH3, dispatched */
 
 #include "ms_err.h"
+#include "ms_grammar.h"
 #include "ms_jchat.h"
+#include "ms_jschema.h"
 #include "ms_jobfile.h"
 #include "ms_reqfields.h"
 #include "ms_jtext.h"
@@ -207,6 +209,38 @@ static int get_messages(ms_jobspec *j, json_t *body, const ms_jobfile_limits *li
     return rc;
 }
 
+/* "response_format": text (the default), json_object (any JSON object) or json_schema (its
+ * "schema", compiled by ms_jschema): the answer held to it by the grammar engine. */
+static int get_response_format(ms_jobspec *j, json_t *body)
+{
+    json_t *rf = json_object_get(body, "response_format");
+    if (!rf || json_is_null(rf)) return 0;
+    j->err_param = "response_format";
+    const char *ty = json_string_value(json_object_get(rf, "type"));
+    if (!json_is_object(rf) || !ty)
+        return bad(j, "invalid_request", "\"response_format\" must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
+    char why[600] = "";
+    if (!strcmp(ty, "text")) {
+        j->err_param = NULL;
+        return 0;
+    } else if (!strcmp(ty, "json_object")) {
+        j->grammar = ms_strdup(ms_jschema_any_object());
+    } else if (!strcmp(ty, "json_schema")) {
+        json_t *js = json_object_get(rf, "json_schema"), *schema = json_object_get(js, "schema");
+        if (!json_is_object(js) || !json_is_string(json_object_get(js, "name")))
+            return bad(j, "invalid_request", "response_format json_schema needs \"json_schema\": {\"name\", \"schema\", ...}");
+        if (!(j->grammar = ms_jschema_grammar(schema ? schema : json_true(), why, sizeof why)))
+            return bad(j, "invalid_request", "response_format.json_schema.schema: %s", why);
+    } else {
+        return bad(j, "invalid_request", "response_format type \"%s\" (text, json_object, json_schema)", ty);
+    }
+    ms_grammar *g = ms_grammar_parse(j->grammar, strlen(j->grammar)); /* what the engine will compile */
+    if (!g) return bad(j, "invalid_request", "response_format: the schema's grammar: %s", ms_err_msg());
+    ms_grammar_free(g);
+    j->err_param = NULL;
+    return 0;
+}
+
 /* The fields of a body (model, prompt or messages, max_tokens, sampling, stop) into j. */
 static void parse_body(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim)
 {
@@ -254,6 +288,7 @@ static void parse_body(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim
     j->max_tokens = mt;
     j->seed = (uint64_t)seed;
     if ((j->kind == MS_JOB_CHAT ? get_messages(j, body, lim) : get_prompt(j, body, lim)) != 0) return;
+    if (j->kind == MS_JOB_CHAT && get_response_format(j, body) != 0) return;
     if (j->n_prompt == 0) {
         bad(j, "invalid_prompt", "the prompt is empty (no tokens)");
         return;
@@ -380,6 +415,7 @@ void ms_jobspec_clear(ms_jobspec *j)
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->stop);
     free(j->logit_bias);
+    free(j->grammar);
     free(j->err_msg);
     memset(j, 0, sizeof *j);
 }
@@ -410,6 +446,7 @@ void ms_jobspec_sched_job(const ms_jobspec *j, const ms_chatfmt *chat, const int
     sj->logprobs = j->logprobs;
     sj->top_logprobs = j->top_logprobs;
     sj->keep_special = j->keep_special;
+    sj->grammar_text = j->grammar;
     if (j->kind == MS_JOB_CHAT) sj->chat = chat;
 }
 

@@ -37,6 +37,8 @@ typedef struct {
     int logprobs, top_logprobs; /* chat "logprobs": true + "top_logprobs": N; completions "logprobs": N */
     int n;                     /* choices ("n", default 1; serve only, jobs refuses n > 1) */
     int keep_special;          /* "skip_special_tokens": false (vLLM's field): special tokens stay in the text */
+    char *grammar;             /* a chat's "response_format" json_object / json_schema as grammar text
+                                  (ms_jschema; checked to compile), or NULL: free text */
     /* A bad line: answered with an error line, never run. */
     const char *err_code;      /* static string, e.g. "invalid_json"; NULL when good */
     char *err_msg;             /* "line N: ..." */

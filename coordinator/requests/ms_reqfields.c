@@ -17,7 +17,7 @@ static const char *const chat_fields[] = {"model", "messages", "max_tokens", "ma
                                           "reasoning_effort", "tools", "tool_choice", "chat_template_kwargs",
                                           "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
                                           "logit_bias", "top_k", "min_p", "skip_special_tokens", "safety_identifier",
-                                          "prompt_cache_key", NULL};
+                                          "prompt_cache_key", "response_format", NULL};
 
 /* Fields of OpenAI's request schema this server does not implement, accepted at the value that
  * means "off" (null always counts as absent); any other value is refused naming the field. */
@@ -29,7 +29,6 @@ static const struct {
     neu_kind kind;
     const char *neutral; /* for the message */
 } neutral_fields[] = {
-    {"response_format", 1, NEU_TEXT_FORMAT, "{\"type\": \"text\"}"},
     {"echo", 0, NEU_FALSE, "false"},
     {"best_of", 0, NEU_ONE, "1"},
     {"suffix", 0, NEU_EMPTY, "\"\""},

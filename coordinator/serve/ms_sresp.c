@@ -285,10 +285,11 @@ json_t *ms_sresp_to_chat(const char *body, size_t len, ms_sresp_store *st, const
     if (text && !json_is_null(text)) {
         const char *ft = str_of(fmt, "type"), *verb = str_of(text, "verbosity");
         json_t *vb = json_object_get(text, "verbosity");
-        if (!json_is_object(text) || (fmt && !json_is_null(fmt) && (!ft || strcmp(ft, "text"))) ||
+        if (!json_is_object(text) ||
+            (fmt && !json_is_null(fmt) && (!ft || (strcmp(ft, "text") && strcmp(ft, "json_object") && strcmp(ft, "json_schema")))) ||
             (vb && !json_is_null(vb) && (!verb || strcmp(verb, "medium")))) {
-            no(why, n, param, "text", "\"text\": format {\"type\": \"text\"} only (structured outputs are not served yet) "
-               "and verbosity \"medium\"");
+            no(why, n, param, "text", "\"text\": format {\"type\": \"text\" | \"json_object\" | \"json_schema\"} and "
+               "verbosity \"medium\"");
             goto done;
         }
     }
@@ -366,6 +367,18 @@ json_t *ms_sresp_to_chat(const char *body, size_t len, ms_sresp_store *st, const
     for (int i = 0; same[i]; i++)
         if ((v = json_object_get(in, same[i]))) json_object_set(out, same[i], v);
     if ((v = json_object_get(in, "max_output_tokens")) && !json_is_null(v)) json_object_set(out, "max_tokens", v);
+    if (fmt && !json_is_null(fmt) && str_of(fmt, "type") && strcmp(str_of(fmt, "type"), "text")) {
+        /* structured outputs: the chat's response_format (json_schema's fields one level down there) */
+        if (!strcmp(str_of(fmt, "type"), "json_object")) {
+            json_object_set_new(out, "response_format", json_pack("{s:s}", "type", "json_object"));
+        } else {
+            json_t *js = json_object();
+            const char *keys[4] = {"name", "schema", "strict", "description"};
+            for (int i = 0; i < 4; i++)
+                if (json_object_get(fmt, keys[i])) json_object_set(js, keys[i], json_object_get(fmt, keys[i]));
+            json_object_set_new(out, "response_format", json_pack("{s:s,s:o}", "type", "json_schema", "json_schema", js));
+        }
+    }
     if ((v = json_object_get(in, "user")) && !json_is_null(v)) json_object_set(out, "user", v);
     if (rs && (v = json_object_get(rs, "effort")) && !json_is_null(v)) json_object_set(out, "reasoning_effort", v);
     if ((v = json_object_get(in, "tools")) && !json_is_null(v)) {
@@ -388,7 +401,8 @@ json_t *ms_sresp_to_chat(const char *body, size_t len, ms_sresp_store *st, const
     /* what the response object repeats */
     r->echo = json_object();
     static const char *const echo[] = {"instructions", "previous_response_id", "tools", "tool_choice", "temperature", "top_p",
-                                       "max_output_tokens", "metadata", "user", "reasoning", "parallel_tool_calls", NULL};
+                                       "max_output_tokens", "metadata", "user", "reasoning", "parallel_tool_calls", "text",
+                                       NULL};
     for (int i = 0; echo[i]; i++)
         if ((v = json_object_get(in, echo[i])) && !json_is_null(v)) json_object_set(r->echo, echo[i], v);
     {
@@ -462,7 +476,7 @@ static json_t *response_obj(const ms_sresp_req *r, const char *status, json_t *o
     json_object_set_new(o, "parallel_tool_calls", (v = json_object_get(e, "parallel_tool_calls")) ? json_incref(v) : json_true());
     v = json_object_get(json_object_get(e, "reasoning"), "effort");
     json_object_set_new(o, "reasoning", json_pack("{s:O,s:n}", "effort", v ? v : json_null(), "summary"));
-    json_object_set_new(o, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
+    json_object_set_new(o, "text", (v = json_object_get(e, "text")) ? json_incref(v) : json_pack("{s:{s:s}}", "format", "type", "text"));
     json_object_set_new(o, "usage", usage ? usage : json_null());
     return o;
 }

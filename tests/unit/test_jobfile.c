@@ -68,8 +68,9 @@ static void check_bad(void)
         {"{\"prompt\": [1], \"echo\": true}", "unsupported_value", "\"echo\" is not implemented"},
         {"{\"prompt\": [1], \"echo\": false, \"user\": \"u\", \"prompt_cache_key\": \"k\"}", NULL, NULL},
         {"{\"prompt\": [1], \"stream\": true}", "unsupported_value", "answered whole"},
-        {"{\"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [], \"response_format\": {\"type\": "
-         "\"json_object\"}}}", "unsupported_value", "response_format"},
+        {"{\"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+         "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"s\", \"schema\": {\"type\": "
+         "\"string\", \"pattern\": \"a+\"}}}}}", "invalid_request", "response_format"},
         {"{\"url\": \"/v1/completions\", \"body\": {\"prompt\": [1], \"custom_id\": \"x\"}}", "unsupported_field",
          "custom_id"}, /* in a body (the long form) it is not a request field */
         {"{\"prompt\": [[1], [2]]}", "unsupported_value", "2 prompts"}, /* several: a line each (serve splits them) */

@@ -319,7 +319,8 @@ static void check_errors(void)
          "invalid_request", 400, "logit_bias"},
         {"/v1/completions", "{\"prompt\":\"x\",\"min_p\":1.5}", "invalid_request", 400, "min_p"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
-         "\"json_object\"}}", "unsupported_value", 400, "response_format"},
+         "\"json_schema\",\"json_schema\":{\"name\":\"s\",\"schema\":{\"type\":\"string\",\"format\":\"email\"}}}}",
+         "invalid_request", 400, "response_format"},
         {"/v1/completions", "{\"prompt\":\"x\",\"frobnicate\":1}", "unsupported_field", 400, "frobnicate"},
         {"/v1/completions", "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "invalid_request", 400, "stop"},
         {"/v1/completions", "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "invalid_request", 400, "temperature"},

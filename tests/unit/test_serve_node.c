@@ -53,8 +53,8 @@ static const char *node_env(void)
     snprintf(nd, sizeof nd, "%.1000s/node-tests", b);
     if (ms_t_runf(NULL, NULL, "mkdir -p %s && cp %s/tests/node/package.json %s/tests/node/package-lock.json "
                   "%s/tests/node/serve-openai.mjs %s/tests/node/tool-stream.mjs %s/tests/node/serve-anthropic.mjs "
-                  "%s/tests/node/responses-openai.mjs %s/tests/node/ai-langchain.mjs %s/",
-                  nd, src, src, src, src, src, src, src, nd) != 0) {
+                  "%s/tests/node/responses-openai.mjs %s/tests/node/ai-langchain.mjs %s/tests/node/structured.mjs %s/",
+                  nd, src, src, src, src, src, src, src, src, nd) != 0) {
         T_CHECK(0, "copy tests/node to %s", nd);
         return NULL;
     }
@@ -319,6 +319,30 @@ int main(void)
     T_CHECK(json_equal(json_object_get(al, "lc_completions"), ref_text[0]), "LangChain's completions class: run's text (%s)",
             json_string_value(json_object_get(al, "lc_completions_error")) ? json_string_value(json_object_get(al, "lc_completions_error")) : "");
     json_decref(al);
+    free(out);
+    free(err);
+    /* structured outputs through every client: objects that validate, the same from each (one
+     * schema, one prompt, the default sampling with seed 0) */
+    out = err = NULL;
+    st = ms_t_runf(&out, &err, "cd %s && node structured.mjs %s %s", nd, srv.ep, KEY);
+    json_t *so = out ? json_loads(out, JSON_ALLOW_NUL, NULL) : NULL;
+    T_CHECK(st == 0 && so, "the structured-output script ran (exit %d): %s", st, err ? err : "");
+    static const char *const sov[] = {"ai_object", "ai_object_chat", "lc_structured", "openai_parse", "openai_responses_parse"};
+    json_t *first = json_object_get(so, sov[0]);
+    for (int i = 0; i < 5; i++) {
+        json_t *ob = json_object_get(so, sov[i]), *nm = json_object_get(ob, "name"), *tg = json_object_get(ob, "tags");
+        char ek[64];
+        snprintf(ek, sizeof ek, "%s_error", sov[i]);
+        int ok = json_is_object(ob) && json_object_size(ob) == 3 && json_is_string(nm) &&
+                 json_is_integer(json_object_get(ob, "age")) && json_is_array(tg) && json_array_size(tg) <= 3 &&
+                 json_equal(ob, first);
+        for (size_t k = 0; ok && k < json_array_size(tg); k++)
+            ok = json_is_string(json_array_get(tg, k)) && (!strcmp(json_string_value(json_array_get(tg, k)), "a") ||
+                                                          !strcmp(json_string_value(json_array_get(tg, k)), "b"));
+        T_CHECK(ok, "%s: an object that validates against the schema, the same as %s's (%s)", sov[i], sov[0],
+                json_string_value(json_object_get(so, ek)) ? json_string_value(json_object_get(so, ek)) : "");
+    }
+    json_decref(so);
     free(out);
     free(err);
     /* the Anthropic client: request 2's chat as a message */

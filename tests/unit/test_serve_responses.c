@@ -155,7 +155,8 @@ static void check_errors(void)
         const char *body, *param;
     } bad[] = {
         {"{\"model\":\"m\"}", "input"},
-        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"a\",\"schema\":{}}}}", "text"},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"a\",\"schema\":{\"pattern\":\"x\"}}}}",
+         "response_format"},
         {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"http://x\"}]}]}", "input"},
         {"{\"input\":\"x\",\"tools\":[{\"type\":\"file_search\"}]}", "tools"},
         {"{\"input\":\"x\",\"temperature\":\"hot\"}", "temperature"},

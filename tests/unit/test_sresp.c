@@ -95,8 +95,13 @@ static void check_requests(void)
 
     check("no input", "{\"model\": \"m\"}", NULL, 400, "input", NULL);
     check("an unknown field", "{\"input\": \"x\", \"prompt\": {\"id\": \"p\"}}", NULL, 400, "body", NULL);
-    check("structured outputs (not yet)", "{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\"}}}", NULL, 400,
-          "text", NULL);
+    check("structured outputs: text.format json_schema is the chat's response_format",
+          "{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\", \"name\": \"a\", \"strict\": true, \"schema\": "
+          "{\"type\": \"object\"}}}}",
+          "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\", "
+          "\"json_schema\": {\"name\": \"a\", \"strict\": true, \"schema\": {\"type\": \"object\"}}}}",
+          0, NULL, NULL);
+    check("an unknown text.format", "{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"xml\"}}}", NULL, 400, "text", NULL);
     check("a reasoning summary", "{\"input\": \"x\", \"reasoning\": {\"summary\": \"auto\"}}", NULL, 400, "reasoning", NULL);
     check("background", "{\"input\": \"x\", \"background\": true}", NULL, 400, "background", NULL);
     check("an image part", "{\"input\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_image\", \"image_url\": \"x\"}]}]}",
