@@ -16,7 +16,7 @@
 #include "ms_err.h"
 #include "ms_proc.h"
 #include "ms_file.h"
-#include "ms_grammar.h"
+#include "ms_cli_grammar.h"
 #include "ms_jtext.h"
 #include "ms_opt.h"
 #include "ms_plan.h"
@@ -30,7 +30,7 @@
 
 typedef struct {
     ms_cli_eopts e; /* model, budget, I/O, threads, workers */
-    const char *prompt, *prompt_file, *ids, *ids_file, *dump, *trace, *grammar;
+    const char *prompt, *prompt_file, *ids, *ids_file, *dump, *trace, *grammar, *json_schema;
     long long n, seed, plan_seqs;
     const char *family;        /* demo --family */
     float temperature, top_p;
@@ -67,7 +67,7 @@ static void run_usage(FILE *f, int demo)
           "                     [--workers EP[,EP...] | --cluster FILE | --local-workers N]\n"
           "                     [--curve-secret FILE] [--insecure] [--worker-timeout SEC]\n"
           "                     [--speculate auto|off|N] [--draft auto|ngram|mtp] [--draft-file PATH]\n"
-          "                     [--grammar FILE]\n"
+          "                     [--grammar FILE | --json-schema FILE]\n"
           "\n"
           "Generates N tokens (default 16; -n N is the same) after the prompt. --temperature 0 (the\n"
           "default) is greedy.\n"
@@ -83,6 +83,8 @@ static void run_usage(FILE *f, int demo)
           "`name ::= ...` with \"literals\", [classes], groups and * + ? {m,n}; the sentences are root's):\n"
           "each token is the one sampling picks from the tokens that keep the text a prefix of a sentence\n"
           "(greedy: the most likely of them); once the text is whole, the model's eos may end it. Needs a tokenizer.\n"
+          "--json-schema FILE does the same with a JSON Schema (structured outputs: docs/API.md, response_format):\n"
+          "the answer is a JSON text that validates; keywords it cannot be held to are refused, naming them.\n"
           "--dump-logits writes little-endian f32 rows of vocab_size values: every prompt position,\n"
           "then each generated position whose logits were computed (prompt + N - 1 rows).\n"
           "--threads 0 (default) uses one thread per CPU; results do not depend on it. --pin-threads binds\n"
@@ -153,6 +155,7 @@ typedef struct {
     const int32_t *prompt;     /* [n_prompt] shown before the first token (not with --quiet) */
     size_t n_prompt;
     ms_utf8_stream utf8;       /* the text so far ends inside a character (not with --raw) */
+    int32_t end_id;            /* under a grammar, the id that ends the answer (its text is no part of it), else -1 */
 } run_ctx;
 
 static void print_text(run_ctx *r, const char *bytes, size_t len) { ms_cli_put_text(r->o->raw, &r->utf8, bytes, len); }
@@ -162,7 +165,7 @@ static void print_token(void *ctx, ms_eseq *s, int32_t token)
     run_ctx *r = ctx;
     size_t ng;
     ms_engine_seq_tokens(s, &ng);
-    if (r->o->json) return;
+    if (r->o->json || token == r->end_id) return;
     if (ng == 1) {
         ms_progress_end(); /* the prefill bar's line ends before the text starts */
         if (!r->o->e.quiet && r->tok) { /* the prompt, then its continuation */
@@ -258,7 +261,7 @@ typedef struct {
  * page faults and CPU time tell what a budget costs besides reads (docs/PERFORMANCE.md). */
 static struct rusage ru_dec[2];
 
-static void print_json(ms_engine *e, int special, const int32_t *prompt, size_t np, const int32_t *gen,
+static void print_json(ms_engine *e, int special, int32_t end_id, const int32_t *prompt, size_t np, const int32_t *gen,
                        size_t ng, const ms_engine_stats *es, const ms_model_stats *after_prefill, double t_load,
                        double t_prefill, double t_decode, double wall, const run_cpu *cpu)
 {
@@ -365,7 +368,8 @@ static void print_json(ms_engine *e, int special, const int32_t *prompt, size_t 
     if (tok) {
         char *text = NULL;
         size_t len = 0;
-        if (ms_tok_decode_text(tok, gen, ng, !special, &text, &len) == 0) json_object_set_new(out, "text", ms_jtext(text, len));
+        size_t nt = ng > 0 && gen[ng - 1] == end_id ? ng - 1 : ng; /* a grammar's end is no part of the text */
+        if (ms_tok_decode_text(tok, gen, nt, !special, &text, &len) == 0) json_object_set_new(out, "text", ms_jtext(text, len));
         free(text);
     }
     json_dumpf(out, stdout, JSON_COMPACT);
@@ -485,17 +489,10 @@ static int generate(const run_opts *o, const char *cmd)
     ms_engine_opts eo = {0};
     ms_cli_eopt_engine(&o->e, &eo);
     eo.run.all_logits = o->dump != NULL;
-    if (o->grammar) { /* read and checked before the model opens: a bad one fails at once */
-        size_t gl = 0;
-        char *gt = ms_cli_read_file(o->grammar, &gl);
-        if (!gt) return ms_cli_fail_err(cmd);
-        grammar = ms_grammar_parse(gt, gl);
-        free(gt);
-        if (!grammar) {
-            ms_err_wrap("--grammar %s", o->grammar);
-            return ms_cli_fail_err(cmd);
-        }
-    }
+    if (o->grammar && o->json_schema) return ms_cli_fail(cmd, MS_EXIT_USAGE, "give --grammar or --json-schema, not both");
+    /* read and checked before the model opens: a bad one fails at once */
+    if ((o->grammar || o->json_schema) && !(grammar = ms_cli_grammar_load(o->grammar ? o->grammar : o->json_schema, !o->grammar)))
+        return ms_cli_fail_err(cmd);
     /* The prompt is read before the model opens so that the plan knows its length; the
      * tokenizer it may need is the model directory's. */
     {
@@ -544,7 +541,7 @@ static int generate(const run_opts *o, const char *cmd)
     }
     double t_load = ms_cli_now() - t0;
     cpu.load = cpu_now();
-    run_ctx rctx = {o, ms_engine_tok(e), dump, c->vocab, prompt, np, {{0}, 0}};
+    run_ctx rctx = {o, ms_engine_tok(e), dump, c->vocab, prompt, np, {{0}, 0}, -1};
     ms_gen_params gp = {o->temperature, o->top_p, (uint64_t)o->seed, o->n, o->stop_eos, dump != NULL,
                         print_token, dump_rows, &rctx};
     int32_t eos = c->eos_id;
@@ -557,6 +554,7 @@ static int generate(const run_opts *o, const char *cmd)
         gp.grammar = grammar;
         gp.end_ids = &eos; /* a whole sentence may end at the model's eos */
         gp.n_end_ids = eos >= 0 ? 1 : 0;
+        rctx.end_id = eos;
     }
     if (!(seq = ms_engine_seq_new(e, prompt, np, &gp))) {
         rc = ms_cli_fail_err(cmd);
@@ -636,7 +634,7 @@ static int generate(const run_opts *o, const char *cmd)
     double wall = ms_cli_now() - t0;
     cpu.end = cpu_now();
     if (o->json) {
-        print_json(e, o->special, prompt, np, gen, ng, &es, &after_prefill, t_load, t_prefill, t_decode, wall, &cpu);
+        print_json(e, o->special, rctx.end_id, prompt, np, gen, ng, &es, &after_prefill, t_load, t_prefill, t_decode, wall, &cpu);
     } else {
         char tail[12];
         fwrite(tail, 1, ms_utf8_stream_end(&rctx.utf8, tail), stdout);
@@ -678,6 +676,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         {"family", required_argument, 0, 0x6661},
         {"max-tokens", required_argument, 0, 'n'},
         {"grammar", required_argument, 0, 0x6772},
+        {"json-schema", required_argument, 0, 0x6a73},
     };
     enum { N_OWN = sizeof own / sizeof own[0] };
     struct option opts[N_OWN + MS_CLI_EOPT_COUNT + 1];
@@ -699,6 +698,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int demo)
         case 'e': o->stop_eos = 1; break;
         case 'R': o->trace = optarg; break;
         case 0x6772: o->grammar = optarg; break; /* --grammar */
+        case 0x6a73: o->json_schema = optarg; break; /* --json-schema */
         case 'Y': o->plan_only = 1; break;
         case 0x6661: /* --family (demo) */
             if (!demo) return ms_cli_fail(cmd, MS_EXIT_USAGE, "--family goes with demo (run reads the family from config.json)");

@@ -192,6 +192,7 @@ int ms_gentext_answer(const ms_gentext *g, const int32_t *ids, size_t n, size_t 
 {
     memset(a, 0, sizeof *a);
     if (!g->chat || !g->chat->answer) return 1;
+    if (n == 0) return fmt_answer(g, ids, 0, a) == 0 ? 0 : -1;
     /* the id the end falls in (its bytes run past it), among those not handed out */
     size_t k = n, over = 0;
     const seg *s = NULL;

@@ -373,7 +373,14 @@ static int report(ms_sched *s, sjob *j)
     ms_chat_answer a = {0};
     if (j->text) {
         r.text = ms_gentext_text(j->text, drop_last, &r.text_len);
-        if (ms_gentext_answer(j->text, gen, ng, r.text_len, &a) == 0) r.answer = &a;
+        /* the answer's ids end before a final stop id (eos or a stop id: the turn's end, no part of it) */
+        size_t na = ng;
+        if (drop_last && ng > 0) {
+            int stop_id = j->j.stop_at_eos && gen[ng - 1] == ms_engine_info(s->e)->eos_id;
+            for (int i = 0; i < j->j.n_stop_ids && !stop_id; i++) stop_id = gen[ng - 1] == j->j.stop_ids[i];
+            if (stop_id) na = ng - 1;
+        }
+        if (ms_gentext_answer(j->text, gen, na, r.text_len, &a) == 0) r.answer = &a;
     }
     r.logits = j->rows;
     r.n_rows = j->n_rows;

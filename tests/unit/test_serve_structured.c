@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ms_err.h"
+#include "ms_families.h"
 #include "ms_sbuf.h"
 #include "ms_stest.h"
 #include "ms_synth.h"
@@ -118,6 +119,55 @@ static void check_others(void)
     free(out);
 }
 
+/* Every family's demo model under its own chat format (harmony, ChatML with thinking, DeepSeek's,
+ * Kimi's): jobs with a json_schema answer JSON that validates; run --json-schema the same. */
+static void check_families(void)
+{
+    const char *bin = ms_t_bin("moestream");
+    for (int f = 0; f < ms_families_count(); f++) {
+        const ms_family *fam = ms_families_at(f);
+        if (!fam->synth || !fam->demo_preset || !fam->chat) continue;
+        char d[1200], in[1300], outp[1300], sc[1300];
+        snprintf(d, sizeof d, "%s/fam-%s", tmp, fam->name);
+        snprintf(in, sizeof in, "%s/jobs.jsonl", d);
+        snprintf(outp, sizeof outp, "%s/out.jsonl", d);
+        snprintf(sc, sizeof sc, "%s/schema.json", d);
+        int sy = fam->synth(d, fam->demo_preset, 0, 0, 3);
+        FILE *fp = sy == 0 ? fopen(in, "w") : NULL;
+        for (int k = 0; fp && k < 3; k++)
+            fprintf(fp, "{\"custom_id\":\"p%d\",\"url\":\"/v1/chat/completions\",\"body\":{\"messages\":[{\"role\":\"user\","
+                        "\"content\":\"Give me a person.\"}],\"max_tokens\":300,\"temperature\":%s,\"seed\":%d,\"response_format\":"
+                        "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"person\",\"strict\":true,\"schema\":" SCHEMA "}}}}\n",
+                    k, k ? "0.8" : "0", k);
+        if (fp) fclose(fp);
+        ms_t_write_file(sc, SCHEMA);
+        int st = ms_t_runf(NULL, NULL, "%s jobs --model %s --input %s --output %s --quiet --ram-budget 2G --max-context 512", bin,
+                           d, in, outp);
+        int good = 0;
+        FILE *r = st == 0 ? fopen(outp, "r") : NULL;
+        char line[1 << 16];
+        while (r && fgets(line, sizeof line, r)) {
+            json_t *o = json_loads(line, 0, NULL);
+            const char *t = json_string_value(json_object_get(
+                json_object_get(json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"),
+                                                               "choices"), 0), "message"), "content"));
+            good += valid(t);
+            json_decref(o);
+        }
+        if (r) fclose(r);
+        char *out = NULL;
+        int rs = ms_t_runf(&out, NULL, "%s run --model %s --prompt 'A person:' -n 300 --json-schema %s --json --quiet "
+                           "--ram-budget 2G --temperature 0.7 --seed 5", bin, d, sc);
+        json_t *o = out ? json_loads(out, 0, NULL) : NULL;
+        int rv = valid(json_string_value(json_object_get(o, "text")));
+        json_decref(o);
+        free(out);
+        T_CHECK(sy == 0 && st == 0 && good == 3 && rs == 0 && rv,
+                "%s (%s's chat format): 3 jobs answers and run --json-schema's validate (%d of 3; run %d)", fam->demo_preset,
+                fam->name, good, rs);
+    }
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -168,5 +218,6 @@ int main(void)
         free(off[i]);
         free(on[i]);
     }
+    check_families();
     return ms_t_done();
 }
