@@ -225,6 +225,21 @@ static void check_engine(void)
     o.run.baseline = 1;
     o.run.max_positions = 256;
     o.run.prompt_tokens = 16;
+    /* drafts from a list (a sentence's own tokens, so some are right), verified under the grammar
+     * (run 1; run 2 goes without) */
+    char dfile[1200];
+    snprintf(dfile, sizeof dfile, "%s/drafts.txt", dir);
+    ms_tok *dt = ms_tok_load(dir);
+    const char *dtext = "{\"n\": 12, \"ok\": true, \"w\": \"ab\"}";
+    int32_t *dids = NULL;
+    size_t nd = 0;
+    FILE *df = dt && ms_tok_encode(dt, dtext, strlen(dtext), 0, &dids, &nd) == 0 ? fopen(dfile, "w") : NULL;
+    for (size_t i = 0; df && i < nd; i++) fprintf(df, "%d ", dids[i]);
+    if (df) fclose(df);
+    free(dids);
+    ms_tok_free(dt);
+    o.speculate = 4;
+    o.draft_file = dfile;
     ms_engine *e = ms_engine_open(&o);
     T_CHECK(e && ms_engine_tok(e), "engine opens with its tokenizer: %s", e ? "" : ms_err_msg());
     if (!e || !ms_engine_tok(e)) {
@@ -238,6 +253,7 @@ static void check_engine(void)
     T_CHECK(g != NULL, "the bounded grammar parses: %s", g ? "" : ms_err_msg());
     int32_t eos = ms_engine_info(e)->eos_id, prompt[4] = {5, 9, 13, 17};
     char *texts[3] = {0};
+    uint64_t drafted = 0;
     for (int run = 0; g && run < 3; run++) {
         rec r = {NULL, 0, 0, V};
         ms_gen_params p = {.temperature = run ? 0.8f : 0, .top_p = 1, .seed = 7, .max_tokens = 120, .on_logits = on_rows,
@@ -289,8 +305,14 @@ static void check_engine(void)
         ms_gstate_free(x);
         ms_engine_seq_free(s);
         free(r.rows);
+        if (run == 1) {
+            ms_engine_stats es;
+            ms_engine_get_stats(e, &es);
+            drafted = es.drafted;
+        }
     }
-    T_CHECK(texts[1] && texts[2] && !strcmp(texts[1], texts[2]), "sampled with drafts = without (the same draws)");
+    T_CHECK(drafted > 0 && texts[1] && texts[2] && !strcmp(texts[1], texts[2]),
+            "sampled with drafts (%llu proposed) = without (the same draws)", (unsigned long long)drafted);
     for (int i = 0; i < 3; i++) free(texts[i]);
     ms_grammar_free(g);
     ms_engine_free(e);
