@@ -431,10 +431,10 @@ static void emit(ms_eseq *s, int32_t next)
     s->gen[s->n_gen++] = next;
     int closed = 0; /* the grammar's text ended with it */
     if (s->gs) {
-        size_t bl;
-        const char *b = ms_gvocab_bytes(s->e->gvocab, next, &bl);
-        if (is_end(s, next) || !bl || !ms_gstate_accept(s->gs, b, bl)) closed = 1; /* an end id, or the forced last */
-        else closed = !ms_gstate_open(s->gs) && s->p.n_end_ids == 0;
+        /* a token the grammar takes (text, or a special token it names: harmony's <|call|> may
+         * be both its last symbol and an end id); else an end id, or the forced last */
+        if (!ms_gstate_accept_id(s->gs, s->e->gvocab, next)) closed = 1;
+        else closed = !ms_gstate_open(s->gs) && (s->p.n_end_ids == 0 || is_end(s, next));
     }
     if (s->p.on_token) s->p.on_token(s->p.ctx, s, next);
     if ((int64_t)s->n_gen >= s->p.max_tokens)

@@ -17,6 +17,8 @@ void ms_grammar_free(ms_grammar *g)
     free(g->alt);
     free(g->alt0);
     free(g->nalt);
+    for (int i = 0; i < g->n_sp; i++) free(g->sp[i]);
+    free(g->sp);
     free(g);
 }
 
@@ -41,6 +43,8 @@ typedef struct {
     int nr, cap;
     uint32_t *rng;
     size_t nrng, caprng;
+    char **sp;      /* [nsp] special tokens named, by their text */
+    int nsp, capsp;
     int failed;
     long total;     /* elements made so far: bounded (a matcher's expansion recurses through them) */
 } parser;
@@ -320,6 +324,23 @@ static void sequence(parser *p, seq *q, int in_group)
             p->s++;
             if (!n && !neg) return fail(p, "an empty class matches nothing");
             seq_add(q, char_elem(p, lh, n, neg));
+        } else if (c == '<') { /* a special token by its text: <|call|>, <tool_call> */
+            const char *t0 = p->s++;
+            while (p->s < p->end && *p->s != '>' && *p->s != ' ' && *p->s != '\t' && *p->s != '\n' && *p->s != '"') p->s++;
+            if (p->s >= p->end || *p->s != '>' || p->s == t0 + 1)
+                return fail(p, "a special token is written <TEXT> (its text, brackets included, without spaces)");
+            size_t tl = (size_t)(++p->s - t0);
+            int k = 0;
+            while (k < p->nsp && !(strlen(p->sp[k]) == tl && !memcmp(p->sp[k], t0, tl))) k++;
+            if (k == p->nsp) {
+                if (k == MS_GSPECIAL_MAX) return fail(p, "more than %d special tokens", MS_GSPECIAL_MAX);
+                if (p->nsp == p->capsp) p->sp = ms_realloc(p->sp, sizeof *p->sp * (size_t)(p->capsp = p->capsp * 2 + 8));
+                p->sp[p->nsp] = ms_malloc(tl + 1);
+                memcpy(p->sp[p->nsp], t0, tl);
+                p->sp[p->nsp++][tl] = 0;
+            }
+            uint32_t lh[2] = {MS_GSPECIAL0 + (uint32_t)k, MS_GSPECIAL0 + (uint32_t)k};
+            seq_add(q, char_elem(p, lh, 1, 0));
         } else if (c == '.') {
             p->s++;
             seq_add(q, char_elem(p, NULL, 0, 1));
@@ -441,7 +462,7 @@ static int check_left(parser *p)
 
 ms_grammar *ms_grammar_parse(const char *text, size_t len)
 {
-    parser p = {text, text + len, text, 1, NULL, 0, 0, NULL, 0, 0, 0, 0};
+    parser p = {text, text + len, text, 1, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, 0, 0};
     ms_grammar *g = NULL;
     for (;;) {
         skip(&p);
@@ -511,6 +532,10 @@ ms_grammar *ms_grammar_parse(const char *text, size_t len)
     g->rng = p.rng;
     g->n_rng = p.nrng;
     p.rng = NULL;
+    g->sp = p.sp;
+    g->n_sp = p.nsp;
+    p.sp = NULL;
+    p.nsp = 0;
 out:
     for (int i = 0; i < p.nr; i++) {
         for (int a = 0; a < p.r[i].n; a++) free(p.r[i].alts[a].e);
@@ -519,6 +544,8 @@ out:
     }
     free(p.r);
     free(p.rng);
+    for (int i = 0; i < p.nsp; i++) free(p.sp[i]);
+    free(p.sp);
     return g;
 }
 

@@ -120,6 +120,7 @@ static void expand(const ms_grammar *g, pool *p, gpos *out, uint32_t pos, gnode 
 
 static int matches(const ms_grammar *g, const elem *e, uint32_t cp)
 {
+    if (cp >= MS_GSPECIAL0 && e->neg) return 0; /* no text class (., [^...]) takes a special token */
     int in = 0;
     for (uint32_t i = 0; i < e->n && !in; i++) in = cp >= g->rng[2 * (e->a + i)] && cp <= g->rng[2 * (e->a + i) + 1];
     return in != e->neg;
@@ -172,6 +173,8 @@ static void pos_copy(gpos *d, const gpos *s)
     d->total = s->total;
 }
 
+static int step_symbol(const ms_grammar *g, pool *p, const gpos *in, uint32_t cp, gpos *out);
+
 /* in + one byte -> out (out's memory reused); 1 when something may still follow or it is whole. */
 static int step(const ms_grammar *g, pool *p, const gpos *in, uint8_t b, gpos *out)
 {
@@ -205,6 +208,12 @@ static int step(const ms_grammar *g, pool *p, const gpos *in, uint8_t b, gpos *o
         }
         if (cp < 0x80 || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
     }
+    return step_symbol(g, p, in, cp, out);
+}
+
+/* in + one whole symbol (a code point, or a special token's MS_GSPECIAL0 + k) -> out. */
+static int step_symbol(const ms_grammar *g, pool *p, const gpos *in, uint32_t cp, gpos *out)
+{
     out->n = 0;
     out->accept = 0;
     out->need = 0;
@@ -262,6 +271,24 @@ int ms_gstate_accept(ms_gstate *s, const char *b, size_t n)
     return ok;
 }
 
+/* The grammar's index of the special token named t[n], or -1. */
+static int special_index(const ms_grammar *g, const char *t, size_t n)
+{
+    for (int k = 0; k < g->n_sp; k++)
+        if (strlen(g->sp[k]) == n && !memcmp(g->sp[k], t, n)) return k;
+    return -1;
+}
+
+static int accept_special(ms_gstate *s, int k)
+{
+    if (k < 0 || s->at.need) return 0;
+    gpos out = {0};
+    int ok = step_symbol(s->g, s->p, &s->at, MS_GSPECIAL0 + (uint32_t)k, &out);
+    if (ok) pos_copy(&s->at, &out);
+    free(out.top);
+    return ok;
+}
+
 int ms_gstate_complete(const ms_gstate *s) { return s->at.accept && !s->at.need; }
 int ms_gstate_open(const ms_gstate *s) { return s->at.n > 0; }
 
@@ -270,6 +297,9 @@ int ms_gstate_open(const ms_gstate *s) { return s->at.n > 0; }
 struct ms_gvocab {
     int64_t n_vocab;
     uint32_t *id_off, *id_len; /* [n_vocab] each id's bytes in text (length 0: none) */
+    uint32_t *sp_len;  /* [n_vocab] a special token's text length (its text at id_off), 0: not special */
+    int n_sp;
+    int32_t *sp_id;    /* [n_sp] the special tokens, sorted by their text */
     int n;             /* tokens with text */
     int32_t *id;       /* [n] sorted by their bytes */
     uint32_t *off, *len, *lcp; /* [n] their bytes in text; the prefix shared with the one before */
@@ -296,23 +326,33 @@ ms_gvocab *ms_gvocab_new(const ms_tok *t)
     size_t cap = 1 << 16, used = 0;
     v->text = ms_malloc(cap);
     int32_t *ids = ms_malloc(sizeof *ids * (size_t)v->n_vocab);
+    v->sp_len = ms_calloc((size_t)v->n_vocab, sizeof *v->sp_len);
+    v->sp_id = ms_malloc(sizeof *v->sp_id * (size_t)v->n_vocab);
     for (int32_t i = 0; i < (int32_t)v->n_vocab; i++) {
         char *s = NULL;
         size_t l = 0;
         off[i] = len[i] = 0;
-        if (ms_tok_is_special(t, i) || ms_tok_decode(t, &i, 1, &s, &l) != 0 || l == 0) {
+        if (ms_tok_decode(t, &i, 1, &s, &l) != 0 || l == 0) {
             free(s);
             continue;
         }
         if (used + l > cap) v->text = ms_realloc(v->text, cap = (used + l) * 2);
         memcpy(v->text + used, s, l);
-        off[i] = (uint32_t)used, len[i] = (uint32_t)l;
+        off[i] = (uint32_t)used;
         used += l;
         free(s);
+        if (ms_tok_is_special(t, i)) { /* its text names it in a grammar: <|call|> */
+            v->sp_len[i] = (uint32_t)l;
+            v->sp_id[v->n_sp++] = i;
+            continue;
+        }
+        len[i] = (uint32_t)l;
         ids[v->n++] = i;
         if (l > v->max_len) v->max_len = (uint32_t)l;
     }
-    sort_text = v->text, sort_off = off, sort_len = len;
+    sort_text = v->text, sort_off = off, sort_len = v->sp_len;
+    qsort(v->sp_id, (size_t)v->n_sp, sizeof *v->sp_id, by_bytes);
+    sort_len = len;
     qsort(ids, (size_t)v->n, sizeof *ids, by_bytes);
     v->id = ids;
     v->off = ms_malloc(sizeof *v->off * (size_t)(v->n ? v->n : 1));
@@ -336,12 +376,39 @@ const char *ms_gvocab_bytes(const ms_gvocab *v, int32_t id, size_t *len)
     return *len ? v->text + v->id_off[id] : "";
 }
 
+/* The special token whose text is t[n], or -1 (binary search over the sorted ones). */
+static int32_t special_of(const ms_gvocab *v, const char *t, size_t n)
+{
+    int lo = 0, hi = v->n_sp - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        int32_t id = v->sp_id[mid];
+        uint32_t l = v->sp_len[id];
+        int c = memcmp(v->text + v->id_off[id], t, l < n ? l : n);
+        if (!c) c = l < n ? -1 : l > n ? 1 : 0;
+        if (!c) return id;
+        if (c < 0) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+int ms_gstate_accept_id(ms_gstate *s, const ms_gvocab *v, int32_t id)
+{
+    if (id < 0 || id >= v->n_vocab) return 0;
+    if (v->id_len[id]) return ms_gstate_accept(s, v->text + v->id_off[id], v->id_len[id]);
+    if (!v->sp_len[id]) return 0;
+    return accept_special(s, special_index(s->g, v->text + v->id_off[id], v->sp_len[id]));
+}
+
 void ms_gvocab_free(ms_gvocab *v)
 {
     if (!v) return;
     free(v->id);
     free(v->id_off);
     free(v->id_len);
+    free(v->sp_len);
+    free(v->sp_id);
     free(v->off);
     free(v->len);
     free(v->lcp);
@@ -378,5 +445,13 @@ int64_t ms_gstate_mask(const ms_gstate *s, const ms_gvocab *v, uint8_t *allowed)
     for (uint32_t d = 0; d <= v->max_len; d++) free(st[d].top);
     free(st);
     pool_unref(p);
+    /* the special tokens the grammar names where the text is now (none inside a character) */
+    for (int i = 0; i < s->at.n && !s->at.need; i++) {
+        const elem *e = &s->g->el[s->at.top[i]->pos];
+        if (e->neg || e->n != 1 || s->g->rng[2 * e->a] < MS_GSPECIAL0) continue;
+        const char *name = s->g->sp[s->g->rng[2 * e->a] - MS_GSPECIAL0];
+        int32_t id = special_of(v, name, strlen(name));
+        if (id >= 0 && !allowed[id]) allowed[id] = 1, count++;
+    }
     return count;
 }

@@ -12,8 +12,10 @@
  * continued on indented lines; alternatives separated by `|`; a sequence of items: "literal"
  * (escapes \n \r \t \\ \" \xHH \uHHHH), [character class] ([a-z0-9_], [^"\\], the same escapes, a
  * code point range a-b), a rule name, ( group ); each item may be followed by *, +, ?, {m},
- * {m,}, {m,n}; # starts a comment to the end of the line. Characters are Unicode code points;
- * the text is UTF-8. The grammar's sentences are those of the rule `root`.
+ * {m,}, {m,n}; <TEXT> (no spaces: <|call|>, <tool_call>) is the tokenizer's special token of
+ * that text, one symbol no text matches (no class or . takes it); # starts a comment to the
+ * end of the line. Characters are Unicode code points; the text is UTF-8. The grammar's
+ * sentences are those of the rule `root`.
  *
  * A compiled grammar: immutable, shared by every generation that uses it. NULL with ms_err set
  * (MS_EXIT_INPUT) naming the line and column of a syntax error, an undefined rule, a missing
@@ -41,15 +43,21 @@ int ms_gstate_complete(const ms_gstate *s);
 int ms_gstate_open(const ms_gstate *s);
 
 /* The tokens of a tokenizer as the bytes they write, sorted (a trie in order): built once per
- * tokenizer, read by every mask. Special tokens are left out (no text a grammar matches). */
+ * tokenizer, read by every mask. Special tokens are kept apart, by their text: a grammar's
+ * <TEXT> terminals, never text. */
 typedef struct ms_gvocab ms_gvocab;
 ms_gvocab *ms_gvocab_new(const ms_tok *t);
 void ms_gvocab_free(ms_gvocab *v); /* accepts NULL */
 /* The bytes token id writes (borrowed; *len 0 for a special token or an id outside). */
 const char *ms_gvocab_bytes(const ms_gvocab *v, int32_t id, size_t *len);
 
-/* allowed[id] = 1 for every token whose bytes the state accepts next (0 for the others and for
- * special tokens; allowed has the tokenizer's n_vocab entries). Tokens sharing a prefix are walked once, a dead
+/* Take token id (v's tokenizer): its bytes (ms_gstate_accept), or for a special token the
+ * grammar's <TEXT> terminal of its text. 1 and the state moved; 0 and unchanged otherwise. */
+int ms_gstate_accept_id(ms_gstate *s, const ms_gvocab *v, int32_t id);
+
+/* allowed[id] = 1 for every token whose bytes the state accepts next and every special token
+ * the grammar names where the text is (0 for the others; allowed has the tokenizer's n_vocab
+ * entries). Tokens sharing a prefix are walked once, a dead
  * prefix skips all of them. Returns how many are allowed. */
 int64_t ms_gstate_mask(const ms_gstate *s, const ms_gvocab *v, uint8_t *allowed);
 

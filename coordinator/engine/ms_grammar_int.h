@@ -8,6 +8,8 @@
 #include "ms_grammar.h"
 
 enum { E_END = 0, E_CHAR, E_REF };
+#define MS_GSPECIAL0 0x110000u /* the first special token's symbol */
+#define MS_GSPECIAL_MAX 4096  /* special tokens one grammar may name */
 typedef struct {
     uint8_t kind, neg; /* E_CHAR: neg 1 = any code point outside the ranges */
     uint32_t a, n;     /* E_CHAR: ranges [a, a + n) of g->rng (lo, hi pairs); E_REF: a = the rule */
@@ -21,6 +23,9 @@ struct ms_grammar {
     uint32_t *alt;     /* [n_alt] first element of each alternative, by rule */
     uint32_t *alt0, *nalt; /* [n_rules] a rule's alternatives: alt[alt0[r] .. alt0[r] + nalt[r]) */
     int n_rules, root;
+    char **sp;         /* [n_sp] the special tokens the grammar names (<|call|>): terminal k is the
+                          one-point class MS_GSPECIAL0 + k, beyond every code point text has */
+    int n_sp;
 };
 
 #endif

@@ -166,6 +166,9 @@ static void check_mask(void)
                 ok = ms_gstate_accept(x, b, bl);
                 ms_gstate_free(x);
             }
+            ms_gstate *y = ms_gstate_clone(s); /* a special token's terminal: the JSON grammar names none */
+            if (ms_gstate_accept_id(y, v, id) != ok) same = 0;
+            ms_gstate_free(y);
             free(b);
             brute += ok;
             if (ok != m[id]) same = 0;
@@ -187,6 +190,94 @@ static void check_mask(void)
     ms_gstate_free(s);
     free(ids);
     free(m);
+    ms_gvocab_free(v);
+    ms_grammar_free(g);
+    ms_tok_free(t);
+}
+
+/* Special tokens as terminals: <|im_middle|> is the tokenizer's special id, never the text that
+ * spells it; text classes never take a special token; the mask lists the ones named where the
+ * text is (mask = each id tried alone, specials included, at every step). */
+static void check_special(void)
+{
+    const char *bad[] = {"root ::= <>", "root ::= <a b>", "root ::= \"x\" <|im_end|"};
+    for (int i = 0; i < 3; i++) {
+        ms_grammar *g = parse(bad[i]);
+        T_CHECK(!g && strstr(ms_err_msg(), "special token is written"), "refused: %s (%s)", bad[i], g ? "parsed" : ms_err_msg());
+        ms_grammar_free(g);
+    }
+    const char *dir = ms_t_tmpdir("grammar-special");
+    T_CHECK(ms_tok_write_synth(dir, 600) == 0, "synth tokenizer: %s", ms_err_msg());
+    ms_tok *t = ms_tok_load(dir);
+    ms_grammar *g = parse("root ::= \"a\" <|im_middle|> [^x]* <|im_end|> | \"b\" .* <|im_end|> | \"c\" <|nowhere|>");
+    T_CHECK(t && g, "the grammar with special tokens parses: %s", g ? "" : ms_err_msg());
+    if (!t || !g) {
+        ms_tok_free(t);
+        ms_grammar_free(g);
+        return;
+    }
+    ms_gvocab *v = ms_gvocab_new(t);
+    int64_t V = ms_tok_n_vocab(t);
+    int32_t mid = ms_tok_special_id(t, "<|im_middle|>"), end = ms_tok_special_id(t, "<|im_end|>");
+    int32_t usr = ms_tok_special_id(t, "<|im_user|>");
+    int32_t *hello = NULL;
+    size_t nh = 0;
+    ms_tok_encode(t, "hello <|im_end|> there", 22, 0, &hello, &nh); /* the marker's text as text */
+    int32_t a_id = -1;
+    for (int32_t id = 0; id < V && a_id < 0; id++) {
+        size_t bl;
+        const char *b = ms_gvocab_bytes(v, id, &bl);
+        if (bl == 1 && b[0] == 'a') a_id = id;
+    }
+    /* the sentence: a <|im_middle|> hello... <|im_end|> */
+    int32_t seq[64];
+    size_t ns = 0;
+    seq[ns++] = a_id;
+    seq[ns++] = mid;
+    for (size_t i = 0; i < nh && ns < 62; i++) seq[ns++] = hello[i];
+    seq[ns++] = end;
+    uint8_t *m = ms_malloc((size_t)V);
+    ms_gstate *s = ms_gstate_new(g);
+    int same = 1, took = 1, specials_seen = 0;
+    for (size_t k = 0; k <= ns && same; k++) {
+        int64_t c = ms_gstate_mask(s, v, m), brute = 0;
+        for (int32_t id = 0; id < V; id++) {
+            ms_gstate *x = ms_gstate_clone(s);
+            int ok = ms_gstate_accept_id(x, v, id);
+            ms_gstate_free(x);
+            brute += ok;
+            if (ok != m[id]) same = 0;
+            if (ok && ms_tok_is_special(t, id)) specials_seen++;
+        }
+        same &= brute == c;
+        if (k == ns) break;
+        took &= m[seq[k]] == 1 && ms_gstate_accept_id(s, v, seq[k]);
+        if (k == 0) same &= c > 1 && !m[mid];                  /* a, b or c first; no special */
+        if (k == 1) same &= m[mid] == 1 && m[end] == 0 && m[usr] == 0; /* after a: <|im_middle|> alone */
+    }
+    T_CHECK(same && took && specials_seen > 0 && a_id >= 0 && mid >= 0 && end >= 0 && usr >= 0,
+            "mask = each id tried alone (specials included) at every step of a <|im_middle|> text <|im_end|>; every id "
+            "of the sentence allowed where it came (%d specials allowed in all)", specials_seen);
+    T_CHECK(ms_gstate_complete(s) && !ms_gstate_open(s), "after <|im_end|> the sentence is whole and closed");
+    ms_gstate *x = ms_gstate_new(g);
+    int text_is_text = ms_gstate_accept(x, "a", 1) && !ms_gstate_accept(x, "<|im_middle|>", 13) &&
+                       ms_gstate_accept_id(x, v, mid) && ms_gstate_accept(x, "<|im_end|>", 10) && !ms_gstate_complete(x) &&
+                       !ms_gstate_accept_id(x, v, usr) && ms_gstate_accept_id(x, v, end) && ms_gstate_complete(x);
+    ms_gstate_free(x);
+    T_CHECK(text_is_text, "a marker's text is text, not the marker (and [^x]* takes no special token)");
+    x = ms_gstate_new(g);
+    ms_gstate_accept(x, "c", 1);
+    int64_t nc = ms_gstate_mask(x, v, m);
+    ms_gstate_free(x);
+    T_CHECK(nc == 0, "a special token the tokenizer lacks (<|nowhere|>) is never allowed (%lld allowed)", (long long)nc);
+    x = ms_gstate_new(g);
+    ms_gstate_accept(x, "b", 1);
+    int dot_special = ms_gstate_accept_id(x, v, usr);
+    ms_gstate_free(x);
+    T_CHECK(!dot_special, ". takes no special token");
+    ms_gstate_free(s);
+    free(m);
+    free(hello);
     ms_gvocab_free(v);
     ms_grammar_free(g);
     ms_tok_free(t);
@@ -354,6 +445,7 @@ int main(void)
     check_takes();
     check_json();
     check_mask();
+    check_special();
     check_engine();
     check_cli();
     return ms_t_done();
