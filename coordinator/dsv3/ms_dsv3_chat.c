@@ -219,4 +219,17 @@ static int opening(const ms_tok *t, const int32_t *prompt, size_t n)
     return n > 0 && prompt[n - 1] == ms_tok_special_id(t, "<think>") ? 1 : 0;
 }
 
-const ms_chatfmt ms_dsv3_chat = {"deepseek-v3", encode, stops, answer, route, follow, var, "thinking", opening};
+/* A constrained answer: R1's <think> block, or V3.1's reasoning after a prompt that opened it
+ * (text, then </think>), then the content. No tool calls (the format has none here). */
+static char *rules(const ms_tok *t, const ms_chat_rules *r)
+{
+    if (r->calls != MS_CHAT_CALLS_NO) {
+        ms_err_set("the deepseek-v3 chat format has no tool calls here");
+        return ms_err_set_code(MS_EXIT_INPUT), NULL;
+    }
+    if (ms_tok_special_id(t, "<think>") < 0 || ms_tok_special_id(t, "</think>") < 0) return ms_strdup("root ::= content\n");
+    return ms_strdup(r->opened ? "root ::= .* </think> \"\\n\"{0,2} content\n"
+                                : "root ::= ( <think> .* </think> \"\\n\"{0,2} )? content\n");
+}
+
+const ms_chatfmt ms_dsv3_chat = {"deepseek-v3", encode, stops, answer, route, follow, var, "thinking", opening, rules};

@@ -108,8 +108,13 @@ static int ds_chat_opening(const ms_tok *t, const int32_t *prompt, size_t n)
     return is_kimi(t) ? 0 : ms_dsv3_chat.opening(t, prompt, n);
 }
 
+static char *ds_chat_rules(const ms_tok *t, const ms_chat_rules *r)
+{
+    return (is_kimi(t) ? &ms_kimichat : &ms_dsv3_chat)->rules(t, r);
+}
+
 static const ms_chatfmt ds_chat = {"deepseek-v3 (Kimi K2: kimi)", ds_chat_encode, ds_chat_stops, ds_chat_answer,
-                                   ds_chat_route, ds_chat_follow, ds_chat_var, "thinking", ds_chat_opening};
+                                   ds_chat_route, ds_chat_follow, ds_chat_var, "thinking", ds_chat_opening, ds_chat_rules};
 
 /* The conformance suite's other weight formats: K2-Thinking's (BF16 trunk, INT4 experts). */
 static const char *const ds_format_presets[] = {"deepseek-v3-tiny-int4", "kimi-k2-tiny", NULL};

@@ -22,11 +22,26 @@ typedef struct pchunk {
     gnode n[4096];
 } pchunk;
 
+/* A mask remembered for a position: a text often comes back to the same stacks (each character
+ * of a JSON string, each digit of a number) and their mask is the same; keyed by the sorted tops,
+ * which are the pool's nodes (made once: equal stacks are equal pointers). */
+#define MASK_CACHE 16
+typedef struct {
+    const void *v;     /* the vocabulary (NULL: empty slot) */
+    gnode **top;       /* [n] sorted */
+    int n, accept;
+    uint64_t hash, used;
+    uint8_t *bits;     /* [n_vocab / 8 + 1] allowed, one bit an id */
+    int64_t count;
+} mcache;
+
 typedef struct {
     pchunk *top;
     gnode **tab;       /* open addressing by (pos, next) */
     size_t cap, count;
     int refs;
+    mcache mc[MASK_CACHE];
+    uint64_t tick;
 } pool;
 
 static pool *pool_new(void)
@@ -47,6 +62,10 @@ static void pool_unref(pool *p)
         free(c);
     }
     free(p->tab);
+    for (int i = 0; i < MASK_CACHE; i++) {
+        free(p->mc[i].top);
+        free(p->mc[i].bits);
+    }
     free(p);
 }
 
@@ -112,8 +131,9 @@ static void expand(const ms_grammar *g, pool *p, gpos *out, uint32_t pos, gnode 
         else expand(g, p, out, next->pos, next->next);
     } else if (e->kind == E_CHAR) {
         set_add(out, node(p, pos, next));
-    } else {
-        gnode *cont = node(p, pos + 1, next);
+    } else { /* a rule: its alternatives, then what follows it (a rule last in its alternative
+              * returns straight to the caller's continuation: X* stays one stack however long) */
+        gnode *cont = g->el[pos + 1].kind == E_END ? next : node(p, pos + 1, next);
         for (uint32_t a = 0; a < g->nalt[e->a]; a++) expand(g, p, out, g->alt[g->alt0[e->a] + a], cont);
     }
 }
@@ -126,9 +146,17 @@ static int matches(const ms_grammar *g, const elem *e, uint32_t cp)
     return in != e->neg;
 }
 
+static int may_match_range(const ms_grammar *g, const gpos *in, uint32_t lo, uint32_t hi);
+
 /* Can a top of in match some code point in [lo, hi]? (A character begun: only those its bytes so
- * far allow.) */
+ * far allow; never a surrogate, which UTF-8 cannot hold: a character begun ED A0 can never end.) */
 static int may_match(const ms_grammar *g, const gpos *in, uint32_t lo, uint32_t hi)
+{
+    return (lo <= 0xD7FF && may_match_range(g, in, lo, hi < 0xD7FF ? hi : 0xD7FF)) ||
+           (hi >= 0xE000 && may_match_range(g, in, lo > 0xE000 ? lo : 0xE000, hi));
+}
+
+static int may_match_range(const ms_grammar *g, const gpos *in, uint32_t lo, uint32_t hi)
 {
     for (int i = 0; i < in->n; i++) {
         const elem *e = &g->el[in->top[i]->pos];
@@ -416,7 +444,57 @@ void ms_gvocab_free(ms_gvocab *v)
     free(v);
 }
 
+static int by_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(gnode *const *)a, y = (uintptr_t)*(gnode *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int64_t mask_walk(const ms_gstate *s, const ms_gvocab *v, uint8_t *allowed);
+
 int64_t ms_gstate_mask(const ms_gstate *s, const ms_gvocab *v, uint8_t *allowed)
+{
+    if (s->at.need) return mask_walk(s, v, allowed); /* inside a character: rare, not kept */
+    pool *pl = s->p;
+    gnode **key = ms_malloc(sizeof *key * (size_t)(s->at.n ? s->at.n : 1));
+    if (s->at.n) memcpy(key, s->at.top, sizeof *key * (size_t)s->at.n);
+    qsort(key, (size_t)s->at.n, sizeof *key, by_ptr);
+    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)s->at.accept;
+    for (int i = 0; i < s->at.n; i++) h = (h ^ (uint64_t)(uintptr_t)key[i]) * 0x100000001b3ull;
+    size_t nb = (size_t)v->n_vocab / 8 + 1;
+    mcache *hit = NULL, *old = &pl->mc[0];
+    for (int i = 0; i < MASK_CACHE && !hit; i++) {
+        mcache *c = &pl->mc[i];
+        if (c->v == v && c->hash == h && c->n == s->at.n && c->accept == s->at.accept &&
+            (!c->n || !memcmp(c->top, key, sizeof *key * (size_t)c->n)))
+            hit = c;
+        if (!c->v || (old->v && c->used < old->used)) old = c;
+    }
+    if (hit) {
+        free(key);
+        hit->used = ++pl->tick;
+        for (int64_t id = 0; id < v->n_vocab; id++) allowed[id] = (uint8_t)((hit->bits[id >> 3] >> (id & 7)) & 1);
+        return hit->count;
+    }
+    int64_t count = mask_walk(s, v, allowed);
+    free(old->top);
+    old->v = v;
+    old->top = key;
+    old->n = s->at.n;
+    old->accept = s->at.accept;
+    old->hash = h;
+    old->used = ++pl->tick;
+    old->count = count;
+    old->bits = ms_realloc(old->bits, nb); /* a vocabulary of its own size */
+    memset(old->bits, 0, nb);
+    for (int64_t id = 0; id < v->n_vocab; id++)
+        if (allowed[id]) old->bits[id >> 3] |= (uint8_t)(1u << (id & 7));
+    return count;
+}
+
+/* The mask walked: every token's bytes from the state, a dead prefix skipping the tokens
+ * behind it; then the special tokens the grammar names where the text is. */
+static int64_t mask_walk(const ms_gstate *s, const ms_gvocab *v, uint8_t *allowed)
 {
     memset(allowed, 0, (size_t)v->n_vocab);
     pool *p = pool_new(); /* this walk's nodes: gone after it */

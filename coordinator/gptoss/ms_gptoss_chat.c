@@ -9,6 +9,7 @@
 #include "ms_gptoss_chat.h"
 #include "ms_gptoss_tools.h"
 #include "ms_pyjson.h"
+#include "ms_sbuf.h"
 
 static int bad(int i, const char *why)
 {
@@ -430,5 +431,33 @@ static int var(const char *name, const json_t *v, const ms_chat_opts *o, char *w
     return 0;
 }
 
+/* A constrained answer: analysis messages (free text), then the final message's content, or a
+ * call on the commentary channel (to=functions.NAME <|constrain|>json) ended by <|call|>. */
+static char *rules(const ms_tok *t, const ms_chat_rules *r)
+{
+    static const char *const marks[] = {"<|channel|>", "<|message|>", "<|end|>", "<|start|>", "<|constrain|>", "<|call|>"};
+    for (int i = 0; i < 6; i++)
+        if ((i < 4 || r->calls != MS_CHAT_CALLS_NO) && ms_tok_special_id(t, marks[i]) < 0) {
+            ms_err_set("the harmony format needs %s, which the tokenizer lacks", marks[i]);
+            ms_err_set_code(MS_EXIT_INPUT);
+            return NULL;
+        }
+    ms_sbuf b = {0};
+    ms_sbuf_adds(&b, "root ::= harmony-analysis* harmony-body\n"
+                     "harmony-analysis ::= <|channel|> \"analysis\" <|message|> .* <|end|> <|start|> \"assistant\"\n"
+                     "harmony-final ::= <|channel|> \"final\" <|message|> content\n");
+    ms_sbuf_adds(&b, r->calls == MS_CHAT_CALLS_NO    ? "harmony-body ::= harmony-final\n"
+                     : r->calls == MS_CHAT_CALLS_MAY ? "harmony-body ::= harmony-final | harmony-call\n"
+                                                     : "harmony-body ::= harmony-call\n");
+    if (r->calls != MS_CHAT_CALLS_NO) {
+        ms_sbuf_adds(&b, "harmony-call ::= <|channel|> \"commentary to=functions.\" ( ");
+        for (int i = 0; i < r->n_tools; i++)
+            ms_sbuf_addf(&b, "%s\"%s \" <|constrain|> \"json\" <|message|> args-%d", i ? " | " : "", r->names[i], i);
+        ms_sbuf_adds(&b, " ) <|call|>\n");
+    }
+    size_t l;
+    return ms_sbuf_take(&b, &l);
+}
+
 const ms_chatfmt ms_gptoss_chat = {"harmony", ms_gptoss_chat_encode, stops, ms_gptoss_chat_answer, ms_gptoss_chat_route,
-                                   follow, var, "reasoning_effort, model_identity, builtin_tools"};
+                                   follow, var, "reasoning_effort, model_identity, builtin_tools", NULL, rules};

@@ -79,6 +79,22 @@ static inline void ms_chat_answer_clear(ms_chat_answer *a)
     memset(a, 0, sizeof *a);
 }
 
+/* What a request holds a chat's answer to (response_format, tool_choice, strict tools), for
+ * ms_chatfmt.rules. The grammar (ms_grammar's syntax) already has the rule `content` (the
+ * answer's text: free, or a JSON text under a schema) and, for each tool I a call may name, the
+ * rule `args-I` (its arguments: a JSON object, under its schema when strict); the format adds
+ * `root`, in its own syntax, with rules of its own named FORMAT-... */
+enum { MS_CHAT_CALLS_NO = 0, MS_CHAT_CALLS_MAY, MS_CHAT_CALLS_MUST };
+typedef struct {
+    int calls;                 /* MS_CHAT_CALLS_NO: the content only (no call can begin); _MAY:
+                                  the content, or one call (text may come before it where the
+                                  format has such text); _MUST: one call */
+    int n_tools;               /* the functions a call may name (0 with calls NO) */
+    const char *const *names;  /* [n_tools] their names: [A-Za-z0-9_.-] only (literal as they are) */
+    int opened;                /* the prompt's last ids open the answer (ms_chatfmt.opening > 0:
+                                  DeepSeek-V3.1's <think>): the answer goes on inside that block */
+} ms_chat_rules;
+
 /* A family's chat format. */
 typedef struct {
     const char *name;          /* "kimi" */
@@ -120,6 +136,12 @@ typedef struct {
      * routing starts after them, and answer sees them before the generated ids, so the answer
      * splits as if the model had written them. NULL: none. */
     int (*opening)(const ms_tok *t, const int32_t *prompt, size_t n);
+    /* The rule root (and the format's own rules) of a constrained answer, as the model writes
+     * it: its reasoning block where it has one (free text), then r's content or call; markers
+     * as the grammar's special-token terminals. A new string, or NULL with ms_err set
+     * (MS_EXIT_INPUT) when the tokenizer lacks a marker a call needs. NULL member: root ::=
+     * content, and no calls. */
+    char *(*rules)(const ms_tok *t, const ms_chat_rules *r);
 } ms_chatfmt;
 
 #define MS_CHAT_MAX_STOPS 4

@@ -7,6 +7,7 @@
 #include "ms_kimichat.h"
 #include "ms_err.h"
 #include "ms_pyjson.h"
+#include "ms_sbuf.h"
 
 /* The template's name for a turn: the message's "name" when it has one, else its role. */
 static const char *role_name(const ms_chat_msg *m) { return m->name ? m->name : m->role; }
@@ -235,4 +236,32 @@ static int route(const ms_tok *t, ms_chat_stream *s, int32_t id)
     return MS_CHAT_TO_CONTENT;
 }
 
-const ms_chatfmt ms_kimichat = {"kimi", encode_fmt, stops, answer, route, follow, NULL, ""};
+/* A constrained answer: the content, or text and one call in a tool-calls section as answer
+ * reads it (functions.NAME:INDEX). */
+static char *rules(const ms_tok *t, const ms_chat_rules *r)
+{
+    static const char *const marks[] = {"<|tool_calls_section_begin|>", "<|tool_call_begin|>",
+                                        "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>"};
+    for (int i = 0; r->calls != MS_CHAT_CALLS_NO && i < 5; i++)
+        if (ms_tok_special_id(t, marks[i]) < 0) {
+            ms_err_set("tool calls in the kimi chat format need %s, which the tokenizer lacks", marks[i]);
+            ms_err_set_code(MS_EXIT_INPUT);
+            return NULL;
+        }
+    ms_sbuf b = {0};
+    ms_sbuf_adds(&b, r->calls == MS_CHAT_CALLS_NO    ? "root ::= content\n"
+                     : r->calls == MS_CHAT_CALLS_MAY ? "root ::= content | .* kimi-section\n"
+                                                     : "root ::= kimi-section\n");
+    if (r->calls != MS_CHAT_CALLS_NO) {
+        ms_sbuf_adds(&b, "kimi-section ::= <|tool_calls_section_begin|> <|tool_call_begin|> kimi-call <|tool_call_end|> "
+                         "<|tool_calls_section_end|>\nkimi-call ::= ");
+        for (int i = 0; i < r->n_tools; i++)
+            ms_sbuf_addf(&b, "%s\"functions.%s:\" [0-9]{1,3} <|tool_call_argument_begin|> args-%d", i ? " | " : "",
+                         r->names[i], i);
+        ms_sbuf_adds(&b, "\n");
+    }
+    size_t l;
+    return ms_sbuf_take(&b, &l);
+}
+
+const ms_chatfmt ms_kimichat = {"kimi", encode_fmt, stops, answer, route, follow, NULL, "", NULL, rules};

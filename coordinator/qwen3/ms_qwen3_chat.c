@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ms_chatp.h"
+#include "ms_sbuf.h"
 #include "ms_err.h"
 #include "ms_pyjson.h"
 #include "ms_qwen3_chat.h"
@@ -418,4 +419,30 @@ static int var(const char *name, const json_t *v, const ms_chat_opts *o, char *w
     return 0;
 }
 
-const ms_chatfmt ms_qwen3_chat = {"qwen3", encode, stops, answer, route, follow, var, "enable_thinking"};
+/* A constrained answer: a <think> block (when the model thinks), then the content, or text and
+ * one <tool_call> holding {"name": NAME, "arguments": ARGS} as the system prompt asks. */
+static char *rules(const ms_tok *t, const ms_chat_rules *r)
+{
+    static const char *const marks[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
+    for (int i = 0; i < 4; i++)
+        if ((i < 2 || r->calls != MS_CHAT_CALLS_NO) && ms_tok_special_id(t, marks[i]) < 0) {
+            ms_err_set("the qwen3 chat format needs %s, which the tokenizer lacks", marks[i]);
+            ms_err_set_code(MS_EXIT_INPUT);
+            return NULL;
+        }
+    ms_sbuf b = {0};
+    ms_sbuf_adds(&b, "root ::= qwen-think? qwen-body\nqwen-think ::= <think> .* </think> \"\\n\"{0,2}\n");
+    ms_sbuf_adds(&b, r->calls == MS_CHAT_CALLS_NO    ? "qwen-body ::= content\n"
+                     : r->calls == MS_CHAT_CALLS_MAY ? "qwen-body ::= content | .* qwen-call\n"
+                                                     : "qwen-body ::= qwen-call\n");
+    if (r->calls != MS_CHAT_CALLS_NO) {
+        ms_sbuf_adds(&b, "qwen-call ::= <tool_call> \"\\n{\\\"name\\\": \\\"\" ( ");
+        for (int i = 0; i < r->n_tools; i++)
+            ms_sbuf_addf(&b, "%s\"%s\\\", \\\"arguments\\\": \" args-%d", i ? " | " : "", r->names[i], i);
+        ms_sbuf_adds(&b, " ) \"}\\n\" </tool_call>\n");
+    }
+    size_t l;
+    return ms_sbuf_take(&b, &l);
+}
+
+const ms_chatfmt ms_qwen3_chat = {"qwen3", encode, stops, answer, route, follow, var, "enable_thinking", NULL, rules};

@@ -152,7 +152,7 @@ int ms_jchat_read(json_t *body, const ms_chatfmt *fmt, const char *date, int ren
     c->opts.date = date;
     int rc = 0;
     for (size_t i = 0; i < json_array_size(m) && rc == 0; i++) rc = message(c, json_array_get(m, i), i, why, n, param);
-    const json_t *re = present(body, "reasoning_effort"), *tools = present(body, "tools"), *tc = present(body, "tool_choice");
+    const json_t *re = present(body, "reasoning_effort"), *tools = present(body, "tools");
     const json_t *kw = present(body, "chat_template_kwargs");
     if (rc == 0 && re && !json_is_string(re))
         rc = no(why, n, param, "reasoning_effort", "\"reasoning_effort\" must be a string (low, medium, high)");
@@ -168,9 +168,6 @@ int ms_jchat_read(json_t *body, const ms_chatfmt *fmt, const char *date, int ren
     if (rc == 0 && tools && !json_is_array(tools))
         rc = no(why, n, param, "tools", "\"tools\" must be an array of {\"type\": \"function\", \"function\": {...}}");
     if (rc == 0 && tools) c->opts.tools = tools;
-    if (rc == 0 && tc && !(json_is_string(tc) && !strcmp(json_string_value(tc), "auto")))
-        rc = no(why, n, param, "tool_choice",
-                "\"tool_choice\" other than \"auto\" is not supported: the model decides whether to call a tool");
     if (rc == 0 && kw) rc = kwargs(c, kw, fmt, render_only, why, n, param);
     if (rc == 0 && kw) c->opts.vars = kw; /* checked: the format reads its own */
     if (rc != 0) ms_jchat_clear(c);

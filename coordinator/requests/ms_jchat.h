@@ -21,7 +21,7 @@ typedef struct {
  * turn with "tool_calls"; "thinking" or "reasoning_content": an assistant's reasoning;
  * "tool_calls": [{"type": "function", "function": {"name", "arguments"}}], arguments as a
  * JSON-text string (OpenAI's form, parsed and re-written as the template's tojson writes an
- * object) or an object), "tools", "tool_choice" (absent, null or "auto"), "reasoning_effort",
+ * object) or an object), "tools" (tool_choice and strict are ms_jgram's), "reasoning_effort",
  * and "chat_template_kwargs": "add_generation_prompt" and the variables fmt (the family's chat
  * format; NULL: none) reads (ms_chatfmt.var; harmony: "reasoning_effort", "model_identity",
  * "builtin_tools"), checked and passed on as they are (opts.vars), any other refused. date: what the system message carries (NULL: today).

@@ -9,9 +9,8 @@
 #include "ms_xxh.h" /* XXH3, dispatched */
 
 #include "ms_err.h"
-#include "ms_grammar.h"
+#include "ms_jgram.h"
 #include "ms_jchat.h"
-#include "ms_jschema.h"
 #include "ms_jobfile.h"
 #include "ms_reqfields.h"
 #include "ms_jtext.h"
@@ -209,35 +208,16 @@ static int get_messages(ms_jobspec *j, json_t *body, const ms_jobfile_limits *li
     return rc;
 }
 
-/* "response_format": text (the default), json_object (any JSON object) or json_schema (its
- * "schema", compiled by ms_jschema): the answer held to it by the grammar engine. */
-static int get_response_format(ms_jobspec *j, json_t *body)
+/* What holds the answer (response_format, tool_choice, strict tools: ms_jgram), as a grammar
+ * the engine compiles for the job's sequences; none when nothing asks. */
+static int get_answer_grammar(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim)
 {
-    json_t *rf = json_object_get(body, "response_format");
-    if (!rf || json_is_null(rf)) return 0;
-    j->err_param = "response_format";
-    const char *ty = json_string_value(json_object_get(rf, "type"));
-    if (!json_is_object(rf) || !ty)
-        return bad(j, "invalid_request", "\"response_format\" must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
-    char why[600] = "";
-    if (!strcmp(ty, "text")) {
-        j->err_param = NULL;
-        return 0;
-    } else if (!strcmp(ty, "json_object")) {
-        j->grammar = ms_strdup(ms_jschema_any_object());
-    } else if (!strcmp(ty, "json_schema")) {
-        json_t *js = json_object_get(rf, "json_schema"), *schema = json_object_get(js, "schema");
-        if (!json_is_object(js) || !json_is_string(json_object_get(js, "name")))
-            return bad(j, "invalid_request", "response_format json_schema needs \"json_schema\": {\"name\", \"schema\", ...}");
-        if (!(j->grammar = ms_jschema_grammar(schema ? schema : json_true(), why, sizeof why)))
-            return bad(j, "invalid_request", "response_format.json_schema.schema: %s", why);
-    } else {
-        return bad(j, "invalid_request", "response_format type \"%s\" (text, json_object, json_schema)", ty);
+    char why[800] = "";
+    const char *param = NULL;
+    if (ms_jgram_chat(body, lim->chat, lim->tok, j->prompt, j->n_prompt, &j->grammar, why, sizeof why, &param) != 0) {
+        j->err_param = param;
+        return bad(j, "invalid_request", "%s", why);
     }
-    ms_grammar *g = ms_grammar_parse(j->grammar, strlen(j->grammar)); /* what the engine will compile */
-    if (!g) return bad(j, "invalid_request", "response_format: the schema's grammar: %s", ms_err_msg());
-    ms_grammar_free(g);
-    j->err_param = NULL;
     return 0;
 }
 
@@ -288,7 +268,7 @@ static void parse_body(ms_jobspec *j, json_t *body, const ms_jobfile_limits *lim
     j->max_tokens = mt;
     j->seed = (uint64_t)seed;
     if ((j->kind == MS_JOB_CHAT ? get_messages(j, body, lim) : get_prompt(j, body, lim)) != 0) return;
-    if (j->kind == MS_JOB_CHAT && get_response_format(j, body) != 0) return;
+    if (j->kind == MS_JOB_CHAT && get_answer_grammar(j, body, lim) != 0) return;
     if (j->n_prompt == 0) {
         bad(j, "invalid_prompt", "the prompt is empty (no tokens)");
         return;

@@ -30,6 +30,7 @@ typedef struct {
     char *why;
     size_t wn;
     int failed;
+    const char *prefix; /* rule names: PREFIX-s0, ... ("" : s0, ...) */
 } cc;
 
 static void bprintf(ms_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -108,7 +109,7 @@ static int keywords_known(cc *c, const json_t *s, const char *path, const char *
 
 static int new_rule(cc *c, char name[32])
 {
-    snprintf(name, 32, "s%d", c->n++);
+    snprintf(name, 32, "%s%ss%d", c->prefix, *c->prefix ? "-" : "", c->n++);
     return 0;
 }
 
@@ -323,21 +324,44 @@ static int node(cc *c, const json_t *s, const char *path, char name[32])
     return c->failed ? -1 : rc;
 }
 
-char *ms_jschema_grammar(const json_t *schema, char *why, size_t n)
+/* The schema's rules (c.g) and the name of its top rule, or -1. */
+static int compile(const json_t *schema, const char *prefix, char *why, size_t n, ms_sbuf *rules, char top[32])
 {
-    cc c = {{0}, 0, schema, json_object(), why, n, 0};
-    char top[32];
+    cc c = {{0}, 0, schema, json_object(), why, n, 0, prefix};
     int rc = node(&c, schema, "", top);
     json_decref(c.defs);
     if (rc != 0) {
         ms_sbuf_free(&c.g);
-        return NULL;
+        return -1;
     }
-    ms_sbuf out = {0};
+    *rules = c.g;
+    return 0;
+}
+
+char *ms_jschema_grammar(const json_t *schema, char *why, size_t n)
+{
+    ms_sbuf rules = {0}, out = {0};
+    char top[32];
+    if (compile(schema, "", why, n, &rules, top) != 0) return NULL;
     bprintf(&out, "root ::= ws %s ws\n", top);
-    ms_sbuf_add(&out, c.g.s, c.g.n);
+    ms_sbuf_add(&out, rules.s, rules.n);
     ms_sbuf_adds(&out, COMMON);
-    ms_sbuf_free(&c.g);
+    ms_sbuf_free(&rules);
     size_t l;
     return ms_sbuf_take(&out, &l);
 }
+
+char *ms_jschema_rules(const json_t *schema, const char *name, char *why, size_t n)
+{
+    ms_sbuf rules = {0}, out = {0};
+    char top[32];
+    if (strlen(name) > 12) return snprintf(why, n, "a rule name longer than 12 characters"), NULL;
+    if (compile(schema, name, why, n, &rules, top) != 0) return NULL;
+    bprintf(&out, "%s ::= %s\n", name, top);
+    ms_sbuf_add(&out, rules.s, rules.n);
+    ms_sbuf_free(&rules);
+    size_t l;
+    return ms_sbuf_take(&out, &l);
+}
+
+const char *ms_jschema_common(void) { return COMMON; }

@@ -20,6 +20,13 @@
  * before and after the point and an exponent of at most 3. */
 char *ms_jschema_grammar(const json_t *schema, char *why, size_t n);
 
+/* The same as rules to embed in a larger grammar: the rule `name` (at most 12 characters) is a
+ * JSON text valid under schema (no space around it), its other rules are named name-s0, ...,
+ * and they use the shared rules of ms_jschema_common (ws, jstring, jobject, jvalue, ...), which
+ * the caller adds once. A new string, or NULL with why[n] as ms_jschema_grammar. */
+char *ms_jschema_rules(const json_t *schema, const char *name, char *why, size_t n);
+const char *ms_jschema_common(void); /* static */
+
 /* The grammar of any JSON object (response_format json_object). Static. */
 const char *ms_jschema_any_object(void);
 

@@ -90,6 +90,9 @@ static void check_takes(void)
         {"root ::= (\"a\" | \"b\" \"c\")* # a comment\n", "abcabca", 1},
         {"root ::=\n  \"a\"\n  | \"b\"\n", "b", 1},
         {"root ::= \"{\\\"n\\\": \" [0-9]{1,3} \"}\"", "{\"n\": 12}", 1},
+        {"root ::= .*", "\xed\x9f\xbf", 1},     /* U+D7FF */
+        {"root ::= .*", "\xed\xa6\x80", 0},     /* a surrogate: its second byte already refused */
+        {"root ::= [^x]*", "\xee\x80\x80", 1},  /* U+E000 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ms_grammar *g = parse(cases[i].g);
@@ -107,6 +110,19 @@ static void check_takes(void)
     int x = ms_gstate_accept(s, "a", 1), c4 = ms_gstate_complete(s);
     T_CHECK(a && c2 && o2 && b && c3 && !o3 && !x && c4, "a{2,3}: whole and open after 2, whole and closed after 3, a 4th "
                                                          "refused and the state unchanged");
+    ms_gstate_free(s);
+    ms_grammar_free(g);
+}
+
+/* A character begun only where it can end: after ED (U+D000..U+DFFF), A0..BF would make a
+ * surrogate, which no UTF-8 text holds: refused at that byte, so a mask never offers it. */
+static void check_surrogates(void)
+{
+    ms_grammar *g = parse("root ::= .*");
+    ms_gstate *s = g ? ms_gstate_new(g) : NULL;
+    int ok = s && ms_gstate_accept(s, "\xed", 1) && !ms_gstate_accept(s, "\xa6", 1) && ms_gstate_accept(s, "\x9f", 1) &&
+             ms_gstate_accept(s, "\xbf", 1) && ms_gstate_complete(s);
+    T_CHECK(ok, ".* after ED: A6 refused (a surrogate), 9F BF taken (U+D7FF)");
     ms_gstate_free(s);
     ms_grammar_free(g);
 }
@@ -443,6 +459,7 @@ int main(void)
     ms_log_set_level(0);
     check_syntax();
     check_takes();
+    check_surrogates();
     check_json();
     check_mask();
     check_special();

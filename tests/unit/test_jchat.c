@@ -78,8 +78,6 @@ int main(void)
         {"{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\"}}]}]}", "messages",
          "function.arguments", 0},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "tools", "array", 0},
-        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}", "tool_choice",
-         "auto", 0},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": {\"foo\": 1}}",
          "chat_template_kwargs", "foo is not a variable the harmony chat format reads (reasoning_effort, model_identity, "
          "builtin_tools, add_generation_prompt)", 0},

@@ -149,7 +149,7 @@ static void check_errors(void)
          "invalid_request_error", "image", 400},
         {"{\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":\"hot\"}", "invalid_request_error",
          "temperature", 400},
-        {"{\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"any\"},\"tools\":"
+        {"{\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"some\"},\"tools\":"
          "[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]}",
          "invalid_request_error", "tool_choice", 400},
     };

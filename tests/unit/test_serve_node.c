@@ -53,8 +53,9 @@ static const char *node_env(void)
     snprintf(nd, sizeof nd, "%.1000s/node-tests", b);
     if (ms_t_runf(NULL, NULL, "mkdir -p %s && cp %s/tests/node/package.json %s/tests/node/package-lock.json "
                   "%s/tests/node/serve-openai.mjs %s/tests/node/tool-stream.mjs %s/tests/node/serve-anthropic.mjs "
-                  "%s/tests/node/responses-openai.mjs %s/tests/node/ai-langchain.mjs %s/tests/node/structured.mjs %s/",
-                  nd, src, src, src, src, src, src, src, src, nd) != 0) {
+                  "%s/tests/node/responses-openai.mjs %s/tests/node/ai-langchain.mjs %s/tests/node/structured.mjs "
+                  "%s/tests/node/tools.mjs %s/",
+                  nd, src, src, src, src, src, src, src, src, src, nd) != 0) {
         T_CHECK(0, "copy tests/node to %s", nd);
         return NULL;
     }
@@ -105,6 +106,59 @@ static void check_tool_stream(const char *nd)
  * reference: `run` alone, or the same chat through /v1/chat/completions when tools is set, which
  * the script fetches), count_tokens its input_tokens, 401 for a wrong key, 400 for an image; its
  * stream helper on ms_smsg's events of an answer that calls a tool rebuilds the call. */
+/* Forced tool calls through every client (tools.mjs): a call to the tool the choice allows,
+ * arguments that validate where the tool is strict (get_weather: city a string of at most 12
+ * characters, unit c or f; add: integers a and b), none under tool_choice none. */
+static int weather_args(const char *a)
+{
+    json_t *v = a ? json_loads(a, 0, NULL) : NULL;
+    const char *c = json_string_value(json_object_get(v, "city")), *u = json_string_value(json_object_get(v, "unit"));
+    size_t chars = 0;
+    for (const unsigned char *p = (const unsigned char *)c; c && *p; p++) chars += (*p & 0xC0) != 0x80;
+    int ok = json_object_size(v) == 2 && c && chars <= 12 && u && (!strcmp(u, "c") || !strcmp(u, "f"));
+    json_decref(v);
+    return ok;
+}
+
+static void check_tools(const char *nd, const char *url)
+{
+    char *out = NULL, *err = NULL;
+    int st = ms_t_runf(&out, &err, "cd %s && node tools.mjs %s %s", nd, url, KEY);
+    json_t *o = out ? json_loads(out, JSON_ALLOW_NUL, NULL) : NULL;
+    T_CHECK(st == 0 && o, "the forced-tool-call script ran (exit %d): %s", st, err ? err : "");
+    static const struct {
+        const char *key, *name, *finish;
+        int strict;
+    } want[] = {
+        {"openai_required", NULL, "tool_calls", 1},   {"openai_named", "add", "tool_calls", 1},
+        {"openai_responses_required", "get_weather", "completed", 1}, {"ai_required", "get_weather", "tool-calls", 1},
+        {"lc_any", "get_weather", "tool_calls", 1},   {"anthropic_any", "get_weather", "tool_use", 0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        json_t *r = json_object_get(o, want[i].key);
+        const char *name = json_string_value(json_object_get(r, "name")), *args = json_string_value(json_object_get(r, "args"));
+        const char *fin = json_string_value(json_object_get(r, "finish"));
+        json_t *av = args ? json_loads(args, 0, NULL) : NULL;
+        int ok = name && fin && !strcmp(fin, want[i].finish) && json_is_object(av) &&
+                 (want[i].name ? !strcmp(name, want[i].name) : !strcmp(name, "get_weather") || !strcmp(name, "add"));
+        if (ok && want[i].strict && !strcmp(name, "get_weather")) ok = weather_args(args);
+        if (ok && want[i].strict && !strcmp(name, "add"))
+            ok = json_object_size(av) == 2 && json_is_integer(json_object_get(av, "a")) && json_is_integer(json_object_get(av, "b"));
+        json_decref(av);
+        char ek[64];
+        snprintf(ek, sizeof ek, "%s_error", want[i].key);
+        T_CHECK(ok, "%s: a call to %s%s (%s %s; %s)", want[i].key, want[i].name ? want[i].name : "an offered tool",
+                want[i].strict ? ", arguments valid" : ", arguments an object", name ? name : "-", args ? args : "-",
+                json_string_value(json_object_get(o, ek)) ? json_string_value(json_object_get(o, ek)) : "");
+    }
+    json_t *none = json_object_get(o, "openai_none");
+    T_CHECK(json_is_integer(json_object_get(none, "calls")) && json_integer_value(json_object_get(none, "calls")) == 0,
+            "tool_choice none: no call");
+    json_decref(o);
+    free(out);
+    free(err);
+}
+
 static void check_anthropic(const char *nd, const char *url, const char *text, size_t n_tok, int tools, const char *what)
 {
     ms_chat_answer a = {ms_strdup("Let me look."), 12, NULL, 0, ms_strdup("get_weather"), ms_strdup("{\"city\":\"Oslo\"}"), 15};
@@ -353,13 +407,14 @@ int main(void)
     snprintf(k2, sizeof k2, "%.1024s/k2", tmp);
     int sy = ms_t_runf(NULL, NULL, "%s synth --preset kimi-k2-tiny --out %s --force", bin, k2);
     T_CHECK(sy == 0, "synth kimi-k2-tiny (%d)", sy);
-    const char *argv2[] = {bin, "serve", "--model", k2, "--listen", "127.0.0.1:0", "--ram-budget", "2G", "--max-context", "512",
+    const char *argv2[] = {bin, "serve", "--model", k2, "--listen", "127.0.0.1:0", "--ram-budget", "2G", "--max-context", "1024",
                            "--api-key-file", key, NULL};
     char logf2[1100];
     snprintf(logf2, sizeof logf2, "%s/serve-k2.log", tmp); /* its own: the listening line is read from it */
     ms_t_worker_opts wo2 = {logf2, NULL, NULL, 60};
     if (sy == 0 && ms_t_worker_start(&srv, argv2, &wo2) == 0) {
         check_anthropic(nd, srv.ep, NULL, 0, 1, "kimi-k2-tiny");
+        check_tools(nd, srv.ep);
         T_CHECK(ms_t_worker_stop(&srv, 20, NULL) == 0, "SIGTERM: exit 0");
     }
     for (int i = 0; i < NREQ; i++) {

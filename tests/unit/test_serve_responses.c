@@ -160,7 +160,7 @@ static void check_errors(void)
         {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"http://x\"}]}]}", "input"},
         {"{\"input\":\"x\",\"tools\":[{\"type\":\"file_search\"}]}", "tools"},
         {"{\"input\":\"x\",\"temperature\":\"hot\"}", "temperature"},
-        {"{\"input\":\"x\",\"tool_choice\":\"required\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{}}]}",
+        {"{\"input\":\"x\",\"tool_choice\":\"required\"}",
          "tool_choice"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -411,9 +411,15 @@ static void test_long_words(void)
     }
 
     /* 10 MiB in one word (10.5 million code points, one piece): encodes (no regex depth limit),
-     * merges, and decodes to the same bytes */
+     * merges, and decodes to the same bytes (2 MiB under the sanitizers: the same paths, at a
+     * fifth of their 5x slower time) */
+#if defined(__SANITIZE_ADDRESS__)
+    const size_t word_bytes = 2u << 20;
+#else
+    const size_t word_bytes = 10u << 20;
+#endif
     size_t big = 0;
-    char *w = make_word(0, 10u << 20, &big);
+    char *w = make_word(0, word_bytes, &big);
     double t0 = ms_now();
     size_t n_ids = 0;
     int ok = round_trip(t, w, big, 0, &n_ids);
