@@ -436,12 +436,8 @@ static int var(const char *name, const json_t *v, const ms_chat_opts *o, char *w
 static char *rules(const ms_tok *t, const ms_chat_rules *r)
 {
     static const char *const marks[] = {"<|channel|>", "<|message|>", "<|end|>", "<|start|>", "<|constrain|>", "<|call|>"};
-    for (int i = 0; i < 6; i++)
-        if ((i < 4 || r->calls != MS_CHAT_CALLS_NO) && ms_tok_special_id(t, marks[i]) < 0) {
-            ms_err_set("the harmony format needs %s, which the tokenizer lacks", marks[i]);
-            ms_err_set_code(MS_EXIT_INPUT);
-            return NULL;
-        }
+    if (ms_chatp_need(t, marks, r->calls != MS_CHAT_CALLS_NO ? 6 : 4, "constrained answers in the harmony format") != 0)
+        return NULL;
     ms_sbuf b = {0};
     ms_sbuf_adds(&b, "root ::= harmony-analysis* harmony-body\n"
                      "harmony-analysis ::= <|channel|> \"analysis\" <|message|> .* <|end|> <|start|> \"assistant\"\n"

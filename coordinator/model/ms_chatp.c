@@ -84,3 +84,13 @@ int ms_chatp_valid_utf8(const char *s, size_t n)
     }
     return 1;
 }
+
+int ms_chatp_need(const ms_tok *t, const char *const *marks, int n, const char *what)
+{
+    for (int i = 0; i < n; i++)
+        if (ms_tok_special_id(t, marks[i]) < 0) {
+            ms_err_set("%s need %s, which the tokenizer lacks", what, marks[i]);
+            return ms_err_set_code(MS_EXIT_INPUT);
+        }
+    return 0;
+}

@@ -29,6 +29,9 @@ void ms_chatp_free(ms_chatp *p); /* accepts a zeroed one; leaves it zeroed */
  * inside a run stays text). *ids malloc'ed; 0, or -1 with ms_err set (MS_EXIT_INPUT: the
  * tokenizer lacks a marker, named with the format's name `fmt`). p is left as it was. */
 int ms_chatp_encode(const ms_chatp *p, const ms_tok *t, const char *fmt, int32_t **ids, size_t *n_ids);
+/* 0 when the tokenizer has every marker of marks[n]; else -1 with ms_err set (MS_EXIT_INPUT)
+ * naming the first it lacks and what needs it (`what`: "tool calls in the kimi format"). */
+int ms_chatp_need(const ms_tok *t, const char *const *marks, int n, const char *what);
 /* 1 if s[n] is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
 int ms_chatp_valid_utf8(const char *s, size_t n);
 

@@ -242,12 +242,7 @@ static char *rules(const ms_tok *t, const ms_chat_rules *r)
 {
     static const char *const marks[] = {"<|tool_calls_section_begin|>", "<|tool_call_begin|>",
                                         "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>"};
-    for (int i = 0; r->calls != MS_CHAT_CALLS_NO && i < 5; i++)
-        if (ms_tok_special_id(t, marks[i]) < 0) {
-            ms_err_set("tool calls in the kimi chat format need %s, which the tokenizer lacks", marks[i]);
-            ms_err_set_code(MS_EXIT_INPUT);
-            return NULL;
-        }
+    if (r->calls != MS_CHAT_CALLS_NO && ms_chatp_need(t, marks, 5, "tool calls in the kimi chat format") != 0) return NULL;
     ms_sbuf b = {0};
     ms_sbuf_adds(&b, r->calls == MS_CHAT_CALLS_NO    ? "root ::= content\n"
                      : r->calls == MS_CHAT_CALLS_MAY ? "root ::= content | .* kimi-section\n"

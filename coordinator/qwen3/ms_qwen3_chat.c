@@ -424,12 +424,8 @@ static int var(const char *name, const json_t *v, const ms_chat_opts *o, char *w
 static char *rules(const ms_tok *t, const ms_chat_rules *r)
 {
     static const char *const marks[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
-    for (int i = 0; i < 4; i++)
-        if ((i < 2 || r->calls != MS_CHAT_CALLS_NO) && ms_tok_special_id(t, marks[i]) < 0) {
-            ms_err_set("the qwen3 chat format needs %s, which the tokenizer lacks", marks[i]);
-            ms_err_set_code(MS_EXIT_INPUT);
-            return NULL;
-        }
+    if (ms_chatp_need(t, marks, r->calls != MS_CHAT_CALLS_NO ? 4 : 2, "constrained answers in the qwen3 chat format") != 0)
+        return NULL;
     ms_sbuf b = {0};
     ms_sbuf_adds(&b, "root ::= qwen-think? qwen-body\nqwen-think ::= <think> .* </think> \"\\n\"{0,2}\n");
     ms_sbuf_adds(&b, r->calls == MS_CHAT_CALLS_NO    ? "qwen-body ::= content\n"

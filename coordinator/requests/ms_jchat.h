@@ -32,4 +32,10 @@ int ms_jchat_read(json_t *body, const ms_chatfmt *fmt, const char *date, int ren
                   const char **param);
 void ms_jchat_clear(ms_jchat *c); /* accepts a zeroed struct */
 
+/* What the request readers share: a refusal (why[n] from fmt, *param = field; returns -1), and
+ * a body's member k unless it is absent or null (borrowed). */
+int ms_jchat_refuse(char *why, size_t n, const char **param, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+const json_t *ms_jchat_field(const json_t *o, const char *k);
+
 #endif

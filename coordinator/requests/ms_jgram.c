@@ -1,42 +1,24 @@
 /* ms_jgram: response_format + tool_choice + strict tools -> the rules content and args-I, and the family's root over them. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ms_err.h"
 #include "ms_grammar.h"
+#include "ms_jchat.h"
 #include "ms_jgram.h"
 #include "ms_jschema.h"
 #include "ms_sbuf.h"
-
-static int no(char *why, size_t n, const char **param, const char *p, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int no(char *why, size_t n, const char **param, const char *p, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-    *param = p;
-    return -1;
-}
-
-static const json_t *present(const json_t *o, const char *k)
-{
-    const json_t *v = json_object_get(o, k);
-    return v && !json_is_null(v) ? v : NULL;
-}
 
 /* The rule `content`: free text, any JSON object, or a JSON text under a schema. *json 1 for the
  * last two. */
 static int content_rules(const json_t *body, ms_sbuf *b, int *json, char *why, size_t n, const char **param)
 {
-    const json_t *rf = present(body, "response_format");
+    const json_t *rf = ms_jchat_field(body, "response_format");
     const char *ty = json_string_value(json_object_get(rf, "type"));
     *json = 0;
     if (rf && (!json_is_object(rf) || !ty))
-        return no(why, n, param, "response_format",
+        return ms_jchat_refuse(why, n, param, "response_format",
                   "\"response_format\" must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
     if (!rf || !strcmp(ty, "text")) {
         ms_sbuf_adds(b, "content ::= .*\n");
@@ -48,14 +30,14 @@ static int content_rules(const json_t *body, ms_sbuf *b, int *json, char *why, s
         return 0;
     }
     if (strcmp(ty, "json_schema"))
-        return no(why, n, param, "response_format", "response_format type \"%s\" (text, json_object, json_schema)", ty);
+        return ms_jchat_refuse(why, n, param, "response_format", "response_format type \"%s\" (text, json_object, json_schema)", ty);
     const json_t *js = json_object_get(rf, "json_schema"), *schema = json_object_get(js, "schema");
     if (!json_is_object(js) || !json_is_string(json_object_get(js, "name")))
-        return no(why, n, param, "response_format",
+        return ms_jchat_refuse(why, n, param, "response_format",
                   "response_format json_schema needs \"json_schema\": {\"name\", \"schema\", ...}");
     char w[600] = "";
     char *r = ms_jschema_rules(schema ? schema : json_true(), "schema", w, sizeof w);
-    if (!r) return no(why, n, param, "response_format", "response_format.json_schema.schema: %s", w);
+    if (!r) return ms_jchat_refuse(why, n, param, "response_format", "response_format.json_schema.schema: %s", w);
     ms_sbuf_adds(b, "content ::= ws schema ws\n");
     ms_sbuf_adds(b, r);
     free(r);
@@ -74,26 +56,26 @@ int ms_jgram_chat(const json_t *body, const ms_chatfmt *fmt, const ms_tok *t, co
 {
     *grammar = NULL;
     *param = NULL;
-    const json_t *tools = present(body, "tools"), *tc = present(body, "tool_choice");
+    const json_t *tools = ms_jchat_field(body, "tools"), *tc = ms_jchat_field(body, "tool_choice");
     size_t nt = json_is_array(tools) ? json_array_size(tools) : 0;
     /* tool_choice: auto (the default), none, required, or one function */
     const char *mode = "auto", *named = NULL;
     if (tc && json_is_string(tc)) {
         mode = json_string_value(tc);
         if (strcmp(mode, "auto") && strcmp(mode, "none") && strcmp(mode, "required"))
-            return no(why, n, param, "tool_choice",
+            return ms_jchat_refuse(why, n, param, "tool_choice",
                       "\"tool_choice\" is \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": "
                       "{\"name\": ...}}, not \"%.40s\"", mode);
     } else if (tc) {
         const char *ty = json_string_value(json_object_get(tc, "type"));
         named = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
         if (!json_is_object(tc) || !ty || strcmp(ty, "function") || !named)
-            return no(why, n, param, "tool_choice",
+            return ms_jchat_refuse(why, n, param, "tool_choice",
                       "\"tool_choice\" as an object is {\"type\": \"function\", \"function\": {\"name\": ...}}");
         mode = "named";
     }
     if (!nt && (!strcmp(mode, "required") || named))
-        return no(why, n, param, "tool_choice", "\"tool_choice\" \"%s\" needs \"tools\"", named ? named : mode);
+        return ms_jchat_refuse(why, n, param, "tool_choice", "\"tool_choice\" \"%s\" needs \"tools\"", named ? named : mode);
     /* which tools a call may name; is any strict */
     int strict = 0, found = !named;
     for (size_t i = 0; i < nt; i++) {
@@ -102,7 +84,7 @@ int ms_jgram_chat(const json_t *body, const ms_chatfmt *fmt, const ms_tok *t, co
         strict |= json_is_true(json_object_get(f, "strict"));
         if (named && nm && !strcmp(nm, named)) found = 1;
     }
-    if (!found) return no(why, n, param, "tool_choice", "tool_choice names \"%.64s\", which is not one of the tools", named);
+    if (!found) return ms_jchat_refuse(why, n, param, "tool_choice", "tool_choice names \"%.64s\", which is not one of the tools", named);
     int calls = !nt || !strcmp(mode, "none") ? MS_CHAT_CALLS_NO : !strcmp(mode, "auto") ? MS_CHAT_CALLS_MAY : MS_CHAT_CALLS_MUST;
     ms_sbuf b = {0};
     int json = 0;
@@ -121,7 +103,7 @@ int ms_jgram_chat(const json_t *body, const ms_chatfmt *fmt, const ms_tok *t, co
         if (named && (!nm || strcmp(nm, named))) continue;
         if (!plain_name(nm)) {
             free(names);
-            no(why, n, param, "tools", "tools[%zu].function.name must be 1 to 64 of a-z, A-Z, 0-9, _, . and - (to hold "
+            ms_jchat_refuse(why, n, param, "tools", "tools[%zu].function.name must be 1 to 64 of a-z, A-Z, 0-9, _, . and - (to hold "
                                         "a call to it)", i);
             goto fail;
         }
@@ -135,7 +117,7 @@ int ms_jgram_chat(const json_t *body, const ms_chatfmt *fmt, const ms_tok *t, co
             json_decref(any);
             if (!r) {
                 free(names);
-                no(why, n, param, "tools", "tools[%zu].function.parameters (strict): %s", i, w);
+                ms_jchat_refuse(why, n, param, "tools", "tools[%zu].function.parameters (strict): %s", i, w);
                 goto fail;
             }
             ms_sbuf_adds(&b, r);
@@ -157,7 +139,7 @@ int ms_jgram_chat(const json_t *body, const ms_chatfmt *fmt, const ms_tok *t, co
     }
     free(names);
     if (!root) {
-        no(why, n, param, calls != MS_CHAT_CALLS_NO ? "tools" : "response_format", "%s", ms_err_msg());
+        ms_jchat_refuse(why, n, param, calls != MS_CHAT_CALLS_NO ? "tools" : "response_format", "%s", ms_err_msg());
         goto fail;
     }
     ms_sbuf_adds(&b, root);
@@ -166,7 +148,7 @@ int ms_jgram_chat(const json_t *body, const ms_chatfmt *fmt, const ms_tok *t, co
     char *g = ms_sbuf_take(&b, &len);
     ms_grammar *cg = ms_grammar_parse(g, len); /* what the engine will compile */
     if (!cg) {
-        no(why, n, param, json ? "response_format" : "tools", "the answer's grammar: %s", ms_err_msg());
+        ms_jchat_refuse(why, n, param, json ? "response_format" : "tools", "the answer's grammar: %s", ms_err_msg());
         free(g);
         return -1;
     }
