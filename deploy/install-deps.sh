@@ -4,6 +4,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libzmq3-dev libprotobuf-c-dev
       protobuf-c-compiler uuid-dev libxxhash-dev libutf8proc-dev libmicrohttpd-dev libedit-dev python3 python3-jinja2 iproute2 curl man-db
       bsdutils)
+# Chromium for the chat page's test in a real browser (headless; test_serve_web).
+pkgs+=(chromium)
 # Node + npm for the OpenAI-client test of `serve` (a Node install from elsewhere is kept).
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then pkgs+=(nodejs npm); fi
 missing=()

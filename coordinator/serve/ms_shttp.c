@@ -27,11 +27,12 @@
 #include "ms_smsg.h"
 #include "ms_sresp.h"
 #include "ms_sreq.h"
+#include "ms_sweb.h"
 
 #define OVERFLOW 32 /* connections beyond --max-connections that are still accepted, to be told 503 */
 
 const char *const ms_shttp_ep_names[] = {"completions", "chat_completions", "models", "health", "metrics", "messages",
-                                          "count_tokens", "responses", "other"};
+                                          "count_tokens", "responses", "page", "other"};
 
 void ms_shttp_active_add(ms_shttp *h, int d)
 {
@@ -200,7 +201,7 @@ static enum MHD_Result health(struct MHD_Connection *mc, conn *c)
     int q = c->h->quiesced;
     pthread_mutex_unlock(&c->h->mu);
     const char *st = !ok ? "failed" : degraded ? "degraded" : q ? "draining" : "ok";
-    json_t *o = json_pack("{s:s}", "status", st);
+    json_t *o = json_pack("{s:s,s:s}", "status", st, "api_key", c->h->o.api_key ? "required" : "none");
     if (degraded) json_object_set_new(o, "reason", ms_jtext(why, strlen(why)));
     char *b = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(o);
@@ -208,6 +209,27 @@ static enum MHD_Result health(struct MHD_Connection *mc, conn *c)
     b = ms_realloc(b, len + 2);
     memcpy(b + len, "\n", 2);
     return ms_shttp_reply(mc, c, ok && !degraded && !q ? 200 : 503, "application/json", b, len + 1, NULL, NULL);
+}
+
+/* A file of the chat page (GET or HEAD): static bytes, revalidated each time (a new binary may
+ * bring a new page), only this server's scripts and connections allowed. */
+static enum MHD_Result page(struct MHD_Connection *mc, conn *c, const char *method)
+{
+    if (strcmp(method, "GET") && strcmp(method, "HEAD"))
+        return ms_shttp_reply_error(mc, c, 405, "method_not_allowed", "use GET", MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    const ms_sweb_file *f = ms_sweb_find(c->path);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(f->len, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ms_sweb_type(f));
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'");
+    c->status = 200;
+    enum MHD_Result r = MHD_queue_response(mc, 200, resp);
+    MHD_destroy_response(resp);
+    return r;
 }
 
 static enum MHD_Result metrics(struct MHD_Connection *mc, conn *c)
@@ -259,6 +281,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *
                 : !strcmp(url, "/v1/messages")         ? EP_MESSAGES
                 : !strcmp(url, "/v1/messages/count_tokens") ? EP_COUNT_TOKENS
                 : !strcmp(url, "/v1/responses")        ? EP_RESPONSES
+                : ms_sweb_find(url)                    ? EP_PAGE
                                                        : EP_OTHER;
         ms_shttp_active_add(h, 1);
         *con_cls = c;
@@ -290,6 +313,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *
     ms_sconn_busy(h->g, c->sock); /* the whole request is in: no read deadline while it is answered */
     if (!strcmp(method, "OPTIONS")) return preflight(mc, c);
     if (c->ep == EP_HEALTH && !strcmp(method, "GET")) return health(mc, c);
+    if (c->ep == EP_PAGE) return page(mc, c, method); /* the page asks for the key itself */
     if (!authorized(h, mc))
         return ms_shttp_reply_error(mc, c, 401, "invalid_api_key",
                                     "a valid \"Authorization: Bearer KEY\" or \"x-api-key: KEY\" header is required",

@@ -23,9 +23,9 @@ typedef struct {
     double sum;
 } histo;
 
-#define N_ENDPOINTS 9
+#define N_ENDPOINTS 10
 static const char *const endpoints[N_ENDPOINTS] = {"completions", "chat_completions", "models", "health", "metrics", "messages",
-                                                   "count_tokens", "responses", "other"};
+                                                   "count_tokens", "responses", "page", "other"};
 #define N_CODES 11
 /* 499: the client went away before its answer was complete (nginx's "client closed request") */
 static const int codes[N_CODES] = {200, 400, 401, 404, 405, 413, 429, 499, 500, 503, 504};

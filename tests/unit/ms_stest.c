@@ -48,3 +48,36 @@ int ms_st_http(ms_st_server *s, const char *curl_args, const char *path, const c
     if (headers) *headers = ms_t_read_file(hf, NULL);
     return status;
 }
+
+const char *ms_st_node(const char *what)
+{
+    static char nd[1200];
+    const char *src = getenv("MS_SOURCE_DIR"), *b = getenv("MS_BIN_DIR");
+    if (ms_t_run("node --version >/dev/null 2>&1 && npm --version >/dev/null 2>&1", NULL) != 0) {
+        ms_t_skip("SKIP: node or npm is not installed (deploy/install-deps.sh installs them): %s did not run", what);
+        return NULL;
+    }
+    if (!src || !b) {
+        ms_t_skip("SKIP: MS_SOURCE_DIR / MS_BIN_DIR unset (run through ctest): %s did not run", what);
+        return NULL;
+    }
+    snprintf(nd, sizeof nd, "%.1000s/node-tests", b);
+    if (ms_t_runf(NULL, NULL, "mkdir -p %s && cp %s/tests/node/package.json %s/tests/node/package-lock.json %s/tests/node/*.mjs %s/",
+                  nd, src, src, src, nd) != 0) {
+        T_CHECK(0, "copy tests/node to %s", nd);
+        return NULL;
+    }
+    /* npm ci once for every test that needs it (the lock: two at once would clobber each other);
+     * again when package-lock.json changed */
+    char *err = NULL;
+    int st = ms_t_runf(NULL, &err,
+                       "cd %s && flock .npm-lock sh -c 'cmp -s package-lock.json node_modules/.installed-lock || "
+                       "(timeout 300 npm ci --no-audit --no-fund --loglevel=error >/dev/null 2>&1 && "
+                       "cp package-lock.json node_modules/.installed-lock)'", nd);
+    free(err);
+    if (st != 0) {
+        ms_t_skip("SKIP: `npm ci` in %s failed (no npm registry?): %s did not run", nd, what);
+        return NULL;
+    }
+    return nd;
+}

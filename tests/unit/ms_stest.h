@@ -22,4 +22,9 @@ int ms_st_stop(ms_st_server *s);
  * headers into *headers (malloc'ed) when not NULL. */
 int ms_st_http(ms_st_server *s, const char *curl_args, const char *path, const char *body, char **out, char **headers);
 
+/* Node, npm and the packages of tests/node (`npm ci` into MS_BIN_DIR/node-tests once, under a
+ * lock: tests in parallel share it; tests/node's scripts copied there each time). The folder, or
+ * NULL after a visible skip saying that `what` did not run. */
+const char *ms_st_node(const char *what);
+
 #endif

@@ -14,6 +14,7 @@
 #include "ms_family.h"
 #include "ms_sreq.h"
 #include "ms_synth.h"
+#include "ms_stest.h"
 #include "ms_test.h"
 
 #define KEY "node-key-0123456789"
@@ -35,45 +36,6 @@ static const struct {
 };
 #define NREQ ((int)(sizeof reqs / sizeof reqs[0]))
 
-/* Node, npm and the openai package (npm ci into MS_BIN_DIR/node-tests once). The folder, or
- * NULL after a visible skip. */
-static const char *node_env(void)
-{
-    static char nd[1200];
-    const char *src = getenv("MS_SOURCE_DIR"), *b = getenv("MS_BIN_DIR");
-    if (ms_t_run("node --version >/dev/null 2>&1 && npm --version >/dev/null 2>&1", NULL) != 0) {
-        ms_t_skip("SKIP: node or npm is not installed (deploy/install-deps.sh installs them): the OpenAI Node client "
-                  "test did not run");
-        return NULL;
-    }
-    if (!src || !b) {
-        ms_t_skip("SKIP: MS_SOURCE_DIR / MS_BIN_DIR unset (run through ctest)");
-        return NULL;
-    }
-    snprintf(nd, sizeof nd, "%.1000s/node-tests", b);
-    if (ms_t_runf(NULL, NULL, "mkdir -p %s && cp %s/tests/node/package.json %s/tests/node/package-lock.json "
-                  "%s/tests/node/serve-openai.mjs %s/tests/node/tool-stream.mjs %s/tests/node/serve-anthropic.mjs "
-                  "%s/tests/node/responses-openai.mjs %s/tests/node/ai-langchain.mjs %s/tests/node/structured.mjs "
-                  "%s/tests/node/tools.mjs %s/",
-                  nd, src, src, src, src, src, src, src, src, src, nd) != 0) {
-        T_CHECK(0, "copy tests/node to %s", nd);
-        return NULL;
-    }
-    struct stat sb;
-    char mod[1300], mod2[1300];
-    snprintf(mod, sizeof mod, "%s/node_modules/openai/package.json", nd);
-    snprintf(mod2, sizeof mod2, "%s/node_modules/@langchain/openai/package.json", nd); /* the last added */
-    if (stat(mod, &sb) != 0 || stat(mod2, &sb) != 0) {
-        char *err = NULL;
-        int st = ms_t_runf(NULL, &err, "cd %s && timeout 300 npm ci --no-audit --no-fund --loglevel=error 2>&1 >/dev/null", nd);
-        free(err);
-        if (st != 0 || stat(mod, &sb) != 0 || stat(mod2, &sb) != 0) {
-            ms_t_skip("SKIP: `npm ci` in %s failed (no npm registry?): the OpenAI Node client test did not run", nd);
-            return NULL;
-        }
-    }
-    return nd;
-}
 
 /* The openai client's stream helper (`.stream()`) on the events serve sends for an answer that
  * ends with a tool call: it closes the call's arguments (tool_calls.function.arguments.done). */
@@ -215,7 +177,7 @@ static void check_anthropic(const char *nd, const char *url, const char *text, s
 int main(void)
 {
     ms_log_set_level(0);
-    const char *nd = node_env();
+    const char *nd = ms_st_node("the OpenAI Node client test");
     if (!nd) return ms_t_done();
     snprintf(tmp, sizeof tmp, "%s", ms_t_tmpdir("serve-node"));
     check_tool_stream(nd);
