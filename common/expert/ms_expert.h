@@ -41,6 +41,10 @@ typedef struct {
      * reading them; it returns at once and reports nothing. The begin and compute that follow
      * use what was read of the experts they need and drop the rest. Outputs never depend on it. */
     void (*prefetch)(void *ctx, int layer, int64_t n_rows, int k, const int32_t *ids);
+    /* Optional (NULL: not counted): routes[layer * routes_n + expert] += 1 for every row routed
+     * to the expert (ms_moe_block_run counts; the model owns the array). */
+    uint32_t *routes;
+    int routes_n;
 } ms_experts;
 
 /* Work items (row, expert) grouped by expert: the one grouping of the expert paths (the

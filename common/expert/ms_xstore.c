@@ -109,6 +109,7 @@ ms_xstore *ms_xstore_new(const ms_xstore_opts *o, ms_io_files *files, ms_pool *p
     s->cap = s->n_slots + (size_t)o->depth;
     s->free_buf = ms_calloc(s->cap, sizeof *s->free_buf);
     s->used = ms_calloc(s->n_keys, 1);
+    s->reads_by_key = ms_calloc(s->n_keys, sizeof *s->reads_by_key);
     /* The staging buffers exist whatever happens, faulted in; cache slots come ahead of need.
      * A mapped store has neither. */
     for (int i = 0; i < o->depth && !o->mapped; i++) {
@@ -170,6 +171,7 @@ void ms_xstore_free(ms_xstore *s)
     free(s->loc);
     free(s->loc_state);
     free(s->used);
+    free(s->reads_by_key);
     free(s->key_buf);
     free(s->free_buf);
     free(s->pend);
@@ -244,6 +246,7 @@ static void miss_access(ms_xstore *s, xs_call *c, int d)
     int r = ms_cpolicy_access(s->pol, (uint32_t)key, &victim);
     MS_ASSERT(r != MS_CPOLICY_HIT);
     s->st.misses++;
+    s->reads_by_key[key]++;
     if (r == MS_CPOLICY_EVICT) {
         s->st.evictions++;
         /* A victim with a cached buffer gives it back. If it is a hit of this very call that
@@ -688,6 +691,8 @@ ms_experts ms_xstore_iface(ms_xstore *s)
     ms_experts ex = {xs_compute, s, xs_begin, xs_prefetch};
     return ex;
 }
+
+const uint32_t *ms_xstore_reads_by_expert(const ms_xstore *s) { return s->reads_by_key; }
 
 void ms_xstore_get_stats(ms_xstore *s, ms_xstore_stats *st)
 {

@@ -158,5 +158,8 @@ typedef struct {
     double read_busy_seconds;   /* wall time with at least one read in flight */
 } ms_xstore_stats;
 void ms_xstore_get_stats(ms_xstore *s, ms_xstore_stats *st);
+/* How many times each expert was read from its file (its misses), [layer * n_experts + expert]
+ * for the store's layers (borrowed; counts change as calls run: read between them). */
+const uint32_t *ms_xstore_reads_by_expert(const ms_xstore *s);
 
 #endif

@@ -33,6 +33,7 @@ struct ms_xstore {
     size_t n_keys, n_slots;
     size_t n_located;          /* keys with a location: the experts there are */
     ms_xloc *loc;              /* [n_keys] */
+    uint32_t *reads_by_key;    /* [n_keys] times each expert was read from its file (a miss) */
     uint8_t *loc_state;        /* [n_keys] 0 unset, 1 scattered, 2 contiguous */
     uint8_t **key_buf;         /* [n_keys] buffer of a resident key with valid bytes, else NULL */
     uint8_t **free_buf;        /* [cap] free buffers */

@@ -112,6 +112,7 @@ int xs_map_call(ms_xstore *s, xs_call *c)
         }
         s->used[key] = 1;
         s->st.misses++;
+        s->reads_by_key[key]++;
         s->st.cache_bytes_used += s->E;
     }
     s->st.io_wait_seconds += ms_now() - t0;

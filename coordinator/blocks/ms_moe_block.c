@@ -62,6 +62,8 @@ int ms_moe_block_run(const ms_moe_gate *g, const ms_experts *ex, int layer, cons
     float *wts = ms_arena_take(ar, (size_t)(T * k));                                  /* [T][k] */
     float *eo = ms_arena_take(ar, (size_t)(T * k * W));                               /* [T][k][W] */
     ms_moe_gate_route(g, x, T, ids, wts, ar, pool); /* its logits [T][Ne] come and go after eo */
+    if (ex->routes)
+        for (int64_t i = 0; i < T * k; i++) ex->routes[(size_t)layer * (size_t)ex->routes_n + (size_t)ids[i]]++;
     /* The reads start now, and the disk works while the overlapped work computes. */
     if (T > 0 && ex->begin) ex->begin(ex->ctx, layer, T, k, ids);
     if (overlap && overlap->fn) overlap->fn(overlap->ctx);

@@ -90,7 +90,7 @@ int ms_mrt_init(ms_model *m, const ms_model_ops *ops, const ms_tsrc *src, const 
     /* a draft head's routed experts are one more layer of the table and the store */
     int xl = in->n_layers + in->draft_layers;
     m->table = ms_expert_table_new(xl, in->n_experts, latent, act, params, m->pool);
-    m->experts = ms_expert_table_iface(m->table);
+    mrt_experts_set(m, ms_expert_table_iface(m->table));
     if (m->files) m->xlocs = ms_calloc((size_t)xl * (size_t)in->n_experts, sizeof *m->xlocs);
     return 0;
 }

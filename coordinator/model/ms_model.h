@@ -191,6 +191,12 @@ void ms_model_set_experts(ms_model *m, ms_experts ex);
 /* The routed-expert provider in use (to wrap it, e.g. in tests). */
 ms_experts ms_model_experts(ms_model *m);
 ms_experts ms_model_local_experts(ms_model *m);
+/* Rows routed to each expert so far, [layer * n_experts + expert] over the model's layers and its
+ * draft head's (borrowed; NULL before any provider; counts grow as passes run: read between
+ * them, on the thread that runs them). And each expert's reads from its file (the local store's;
+ * NULL when workers hold the experts). */
+const uint32_t *ms_model_expert_routes(const ms_model *m);
+const uint32_t *ms_model_expert_reads(const ms_model *m);
 
 /* Per-sequence state (the family's: recurrent states, caches) and position. */
 ms_seq *ms_seq_new(ms_model *m);

@@ -78,6 +78,8 @@ void ms_mrt_release(ms_model *m)
     RELEASE(free, m->sched);
     RELEASE(free, m->sched_items);
     RELEASE(ms_xstore_free, m->xs);
+    free(m->routes);
+    m->routes = NULL;
     RELEASE(ms_wstream_free, m->ws);
     RELEASE(ms_wstream_free, m->draft_ws);
     RELEASE(ms_io_free, m->io);
@@ -278,7 +280,10 @@ int ms_model_max_seqs(const ms_model *m)
 }
 int ms_model_spec_window(const ms_model *m) { return m->opts.spec_window > 0 ? m->opts.spec_window : 0; }
 ms_pool *ms_model_pool(ms_model *m) { return m->pool; }
-void ms_model_set_experts(ms_model *m, ms_experts ex) { m->experts = ex; }
+void ms_model_set_experts(ms_model *m, ms_experts ex) { mrt_experts_set(m, ex); }
+
+const uint32_t *ms_model_expert_routes(const ms_model *m) { return m->routes; }
+const uint32_t *ms_model_expert_reads(const ms_model *m) { return m->xs ? ms_xstore_reads_by_expert(m->xs) : NULL; }
 ms_experts ms_model_experts(ms_model *m) { return m->experts; }
 ms_experts ms_model_local_experts(ms_model *m) { return ms_expert_table_iface(m->table); }
 

@@ -4,6 +4,7 @@
 
 #include "ms_arena.h"
 #include "ms_io.h"
+#include "ms_err.h"
 #include "ms_model.h"
 #include "ms_rows.h"
 #include "ms_plan.h"
@@ -141,7 +142,8 @@ struct ms_model {
                                   plan's cache would hold them all; ms_run_opts.no_mmap) */
     int map_trunk;             /* 1: the pinned trunk too (all of it pinned, raw) */
     ms_expert_table *table;    /* routed experts bound in memory */
-    ms_experts experts;
+    ms_experts experts;        /* the provider in use, counting into routes (mrt_experts_set) */
+    uint32_t *routes;          /* [(n_layers + draft_layers) * n_experts] rows routed to each expert */
     ms_route_fn route_fn;
     void *route_ctx;
     ms_layer_fn layer_fn;
@@ -274,5 +276,15 @@ void ms_mrt_release(ms_model *m);
 /* The trunk matrices in the order a forward pass uses them (a traced pass of zero rows).
  * *out is malloc'ed; returns the count. */
 int ms_mrt_schedule(ms_model *m, ms_mat ***out);
+
+/* Make ex the routed-expert provider, its routes counted into m->routes (made here once). */
+static inline void mrt_experts_set(ms_model *m, ms_experts ex)
+{
+    if (!m->routes)
+        m->routes = ms_calloc((size_t)(m->info.n_layers + m->info.draft_layers) * (size_t)m->info.n_experts, sizeof *m->routes);
+    m->experts = ex;
+    m->experts.routes = m->routes;
+    m->experts.routes_n = m->info.n_experts;
+}
 
 #endif

@@ -526,13 +526,13 @@ static int open_experts(ms_model *m, int depth, uint64_t n_routed)
                 const ms_xloc *x = &m->xlocs[(size_t)i * (size_t)c->n_experts + (size_t)e];
                 if (x->len[0]) ms_xstore_set(m->xs, i, e, x);
             }
-        m->experts = ms_xstore_iface(m->xs);
+        mrt_experts_set(m, ms_xstore_iface(m->xs));
         int direct = 1; /* every file an expert is read from bypasses the page cache */
         for (size_t i = 0; i < (size_t)n_xl * (size_t)c->n_experts; i++)
             for (int p = 0; p < MS_XFMT_MAX_PARTS && m->xlocs[i].len[0]; p++)
                 if (m->xlocs[i].len[p]) direct &= ms_io_files_direct(m->iof, m->xlocs[i].file[p]) != 0;
         if (m->opts.prefetch == MS_PREFETCH_OFF || (m->opts.prefetch == MS_PREFETCH_AUTO && (!direct || xo.mapped)))
-            m->experts.prefetch = NULL;
+            m->experts.prefetch = NULL; /* (the counting kept: mrt_experts_set) */
     }
     return 0;
 }

@@ -70,6 +70,10 @@ struct ms_sengine {
     double pass_t0, pass_seconds;
     ms_layer_fn chain_fn;        /* the model's layer observer before the thread started, called after */
     void *chain_ctx;
+    double busy;                 /* seconds in steps */
+    /* the experts' use, copied after every step (ms_model_expert_routes / _reads) */
+    uint32_t *routes, *reads;    /* [n_keys] each; reads NULL when workers hold the experts */
+    size_t n_keys;
 };
 
 
@@ -278,7 +282,9 @@ static void *engine_main(void *arg)
         idle = 0;
         s->pass_t0 = ms_now();
         pthread_mutex_unlock(&s->mu);
+        double t_step = ms_now();
         int rc = ms_sched_step(s->sched);
+        t_step = ms_now() - t_step;
         ms_sched_stats st;
         ms_sched_get_stats(s->sched, &st);
         ms_engine_stats es;
@@ -286,10 +292,14 @@ static void *engine_main(void *arg)
         ms_pcache_stats ps = {0};
         if (s->pc) ms_pcache_get_stats(s->pc, &ps); /* so is the prefix cache */
         if (rc == 0) ms_smetrics_step(s->m, st.last_batch);
+        const uint32_t *routes = ms_model_expert_routes(ms_engine_model(s->e)), *reads = ms_model_expert_reads(ms_engine_model(s->e));
         pthread_mutex_lock(&s->mu);
         s->st = st;
         s->es = es;
         s->ps = ps;
+        s->busy += t_step;
+        if (routes) memcpy(s->routes, routes, sizeof *s->routes * s->n_keys);
+        if (reads && s->reads) memcpy(s->reads, reads, sizeof *s->reads * s->n_keys);
         s->pass_layer = s->pass_layers = 0;
         s->pass_rows = 0;
         s->pass_seconds = 0.0;
@@ -345,6 +355,10 @@ ms_sengine *ms_sengine_start(ms_engine *e, int max_batch, int max_queue, ms_smet
     ms_sched_set_stream(s->sched, on_delta);
     ms_sched_set_admit(s->sched, on_admit);
     ms_sched_set_pcache(s->sched, pc, 256);
+    const ms_model_info *in = ms_engine_info(e);
+    s->n_keys = (size_t)(in->n_layers + in->draft_layers) * (size_t)in->n_experts;
+    s->routes = ms_calloc(s->n_keys ? s->n_keys : 1, sizeof *s->routes);
+    if (ms_model_expert_reads(ms_engine_model(e))) s->reads = ms_calloc(s->n_keys ? s->n_keys : 1, sizeof *s->reads);
     ms_model_get_layer_observer(ms_engine_model(e), &s->chain_fn, &s->chain_ctx);
     ms_model_set_layer_observer(ms_engine_model(e), serve_layer, s);
     pthread_mutex_init(&s->mu, NULL);
@@ -402,6 +416,8 @@ void ms_sengine_free(ms_sengine *s)
     free(s->live);
     pthread_cond_destroy(&s->work);
     pthread_mutex_destroy(&s->mu);
+    free(s->routes);
+    free(s->reads);
     free(s);
 }
 
@@ -548,6 +564,7 @@ void ms_sengine_figures(ms_sengine *s, ms_smetrics_engine *f)
     f->bytes_read = s->es.model.bytes_read_experts + s->es.model.bytes_read_trunk;
     f->cache_requests = s->es.model.expert_requests;
     f->cache_hits = s->es.model.expert_cache_hits;
+    f->cache_misses = s->es.model.expert_cache_misses;
     f->bytes_read_trunk = s->es.model.bytes_read_trunk;
     f->bytes_read_experts = s->es.model.bytes_read_experts;
     f->cache_capacity = s->es.model.expert_cache_capacity;
@@ -565,6 +582,14 @@ void ms_sengine_figures(ms_sengine *s, ms_smetrics_engine *f)
     f->pass_rows = s->pass_rows;
     /* time left: the layers still to run at the pace of those done */
     f->pass_seconds_left = s->pass_layer > 0 ? s->pass_seconds / s->pass_layer * (s->pass_layers - s->pass_layer) : 0.0;
+    f->busy_seconds = s->busy;
+    f->passes = s->es.passes;
+    f->pass_rows_total = s->es.pass_rows;
+    f->decode_tokens = s->es.decode_tokens;
+    uint64_t dec_rows = s->es.decode_passes + s->es.drafted;
+    f->prefill_rows = s->es.pass_rows > dec_rows ? s->es.pass_rows - dec_rows : 0;
+    f->io_wait_seconds = s->es.model.io_wait_seconds;
+    f->bytes_read_at_load = s->es.model.bytes_read_at_load;
     if (s->pc) {
         f->prefix_on = 1;
         f->prefix_lookups = s->ps.lookups;
@@ -574,4 +599,17 @@ void ms_sengine_figures(ms_sengine *s, ms_smetrics_engine *f)
         f->prefix_bytes_disk = s->ps.bytes_disk;
     }
     pthread_mutex_unlock(&s->mu);
+}
+
+ms_engine *ms_sengine_engine(ms_sengine *s) { return s->e; }
+
+size_t ms_sengine_expert_use(ms_sengine *s, uint32_t **routes, uint32_t **reads)
+{
+    *routes = ms_malloc(sizeof **routes * (s->n_keys ? s->n_keys : 1));
+    *reads = s->reads ? ms_malloc(sizeof **reads * (s->n_keys ? s->n_keys : 1)) : NULL;
+    pthread_mutex_lock(&s->mu);
+    memcpy(*routes, s->routes, sizeof **routes * s->n_keys);
+    if (s->reads) memcpy(*reads, s->reads, sizeof **reads * s->n_keys);
+    pthread_mutex_unlock(&s->mu);
+    return s->n_keys;
 }

@@ -27,12 +27,13 @@
 #include "ms_smsg.h"
 #include "ms_sresp.h"
 #include "ms_sreq.h"
+#include "ms_sview.h"
 #include "ms_sweb.h"
 
 #define OVERFLOW 32 /* connections beyond --max-connections that are still accepted, to be told 503 */
 
 const char *const ms_shttp_ep_names[] = {"completions", "chat_completions", "models", "health", "metrics", "messages",
-                                          "count_tokens", "responses", "page", "other"};
+                                          "count_tokens", "responses", "page", "engine", "other"};
 
 void ms_shttp_active_add(ms_shttp *h, int d)
 {
@@ -281,6 +282,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *
                 : !strcmp(url, "/v1/messages")         ? EP_MESSAGES
                 : !strcmp(url, "/v1/messages/count_tokens") ? EP_COUNT_TOKENS
                 : !strcmp(url, "/v1/responses")        ? EP_RESPONSES
+                : !strcmp(url, "/api/engine")          ? EP_ENGINE
                 : ms_sweb_find(url)                    ? EP_PAGE
                                                        : EP_OTHER;
         ms_shttp_active_add(h, 1);
@@ -331,6 +333,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *mc, const char *
     }
     if (c->ep == EP_MODELS) return models(mc, c);
     if (c->ep == EP_METRICS) return metrics(mc, c);
+    if (c->ep == EP_ENGINE) {
+        size_t len;
+        char *t = ms_sview_json(c->h->s, c->h->m, c->h->o.model_name, &len);
+        return ms_shttp_reply(mc, c, 200, "application/json", t, len, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    }
     pthread_mutex_lock(&h->mu);
     int q = h->quiesced;
     pthread_mutex_unlock(&h->mu);

@@ -27,7 +27,7 @@ struct ms_shttp {
     struct ms_sresp_store *responses; /* the turns /v1/responses stored (previous_response_id) */
 };
 
-enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_MESSAGES, EP_COUNT_TOKENS, EP_RESPONSES, EP_PAGE, EP_OTHER };
+enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_MESSAGES, EP_COUNT_TOKENS, EP_RESPONSES, EP_PAGE, EP_ENGINE, EP_OTHER };
 extern const char *const ms_shttp_ep_names[]; /* [EP_OTHER + 1] the /metrics endpoint labels */
 
 /* One request (MHD's con_cls): from the first call to MHD's completion notice. */

@@ -23,9 +23,9 @@ typedef struct {
     double sum;
 } histo;
 
-#define N_ENDPOINTS 10
+#define N_ENDPOINTS 11
 static const char *const endpoints[N_ENDPOINTS] = {"completions", "chat_completions", "models", "health", "metrics", "messages",
-                                                   "count_tokens", "responses", "page", "other"};
+                                                   "count_tokens", "responses", "page", "engine", "other"};
 #define N_CODES 11
 /* 499: the client went away before its answer was complete (nginx's "client closed request") */
 static const int codes[N_CODES] = {200, 400, 401, 404, 405, 413, 429, 499, 500, 503, 504};
@@ -258,4 +258,13 @@ char *ms_smetrics_render(ms_smetrics *m, const ms_smetrics_engine *e, size_t *le
             (unsigned long long)e->prefix_bytes_ram, (unsigned long long)e->prefix_bytes_disk);
     *len = b.n;
     return b.p;
+}
+
+void ms_smetrics_token_totals(ms_smetrics *m, uint64_t *prompt, uint64_t *generated, uint64_t *generations)
+{
+    pthread_mutex_lock(&m->mu);
+    *prompt = m->prompt_tokens;
+    *generated = m->generated_tokens;
+    *generations = m->generations;
+    pthread_mutex_unlock(&m->mu);
 }

@@ -14,7 +14,7 @@ typedef struct {
     int max_batch;
     uint64_t steps;               /* batched steps run */
     uint64_t bytes_read;          /* expert + trunk bytes read by forward passes */
-    uint64_t cache_requests, cache_hits;
+    uint64_t cache_requests, cache_hits, cache_misses;
     uint64_t cancelled;           /* sequences dropped (disconnects, deadlines) */
     uint64_t bytes_read_trunk, bytes_read_experts; /* bytes_read split */
     uint64_t cache_capacity, cache_used, cache_evictions; /* the expert cache: bytes, bytes, experts */
@@ -27,7 +27,17 @@ typedef struct {
     int prefix_on;                /* a prefix cache is used: */
     uint64_t prefix_lookups, prefix_hits, prefix_tokens; /* prompts looked up, found, tokens not prefilled */
     uint64_t prefix_bytes_ram, prefix_bytes_disk;        /* states kept */
+    /* for the engine view (/api/engine): */
+    double busy_seconds;          /* wall time the engine spent in steps */
+    uint64_t passes, pass_rows_total; /* forward passes and the rows they carried */
+    uint64_t decode_tokens;       /* tokens decoding produced */
+    uint64_t prefill_rows;        /* rows that were prompt tokens */
+    double io_wait_seconds;       /* compute waiting for reads */
+    uint64_t bytes_read_at_load;  /* the pinned trunk, read at open */
 } ms_smetrics_engine;
+
+/* Tokens of finished generations (prompt, generated) and their count. */
+void ms_smetrics_token_totals(ms_smetrics *m, uint64_t *prompt, uint64_t *generated, uint64_t *generations);
 
 /* All functions are thread-safe. */
 ms_smetrics *ms_smetrics_new(void);

@@ -26,29 +26,50 @@ try {
   await page.waitForFunction(() => document.getElementById('model').textContent !== 'moestream', { timeout: 10000 });
   out.model = await page.$eval('#model', (e) => e.textContent);
 
+  // the engine view, open before the first message: its figures and heatmap change with it
+  await page.click('#engine-button');
+  await page.waitForFunction(() => document.querySelectorAll('#budget-bar span').length > 0, { timeout: 10000 });
+  const figures = () => page.$$eval('#figures dd', (d) => d.map((x) => x.textContent));
+  out.engine_before = await figures();
+  out.budget_parts = await page.$$eval('#budget-bar span', (s) => s.length);
+  out.budget_width = await page.$$eval('#budget-bar span', (s) => s.reduce((a, x) => a + parseFloat(x.style.width), 0));
+
   // a message, answered token by token: the answer's text seen growing
   await page.$eval('#max_tokens', (e) => { e.value = '24'; });
   await page.$eval('#temperature', (e) => { e.value = '0'; });
+  // every length the answer's text takes on the way, seen by a MutationObserver (not by polling)
+  await page.evaluate(() => {
+    window.__lengths = new Set();
+    new MutationObserver(() => {
+      const a = [...document.querySelectorAll('.msg.assistant .text')].pop();
+      if (a) window.__lengths.add(a.textContent.length);
+    }).observe(document.getElementById('log'), { subtree: true, childList: true, characterData: true });
+  });
+  // the tiny model answers in well under a second: the network slowed (2 KB/s down) so that its
+  // events arrive apart, as a real model's do (and the next answer is still arriving at Stop)
+  await page.emulateNetworkConditions({ offline: false, download: 2000, upload: 1e6, latency: 0 });
   await page.focus('#input');
   await page.keyboard.type('Name a color.');
   await page.keyboard.press('Enter');
-  const lengths = new Set();
-  const t0 = Date.now();
-  for (;;) {
-    const s = await page.evaluate(() => {
-      const a = [...document.querySelectorAll('.msg.assistant .text')].pop();
-      return { len: a ? a.textContent.length : 0, running: !document.getElementById('stop').hidden };
-    });
-    lengths.add(s.len);
-    if (!s.running && s.len > 0) break;
-    if (Date.now() - t0 > 60000) throw new Error('the answer did not finish in 60 s');
-    await new Promise((r) => setTimeout(r, 15));
-  }
-  out.growth_steps = [...lengths].filter((n) => n > 0).length;
+  out.step = 'first answer';
+  await page.waitForFunction(() => document.getElementById('stop').hidden && document.querySelectorAll('.msg.assistant').length === 1 &&
+    [...document.querySelectorAll('.msg.assistant .text')].pop().textContent.length > 0, { timeout: 60000 });
+  out.growth_steps = await page.evaluate(() => [...window.__lengths].filter((n) => n > 0).length);
   out.answer = await page.$$eval('.msg.assistant .text', (a) => a[a.length - 1].textContent);
+  await new Promise((r) => setTimeout(r, 3500)); // looks of the engine view after the answer
+  out.engine_after = await figures();
+  out.heatmap_cells = await page.evaluate(() => {
+    const c = document.getElementById('heatmap'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+    return n;
+  });
   await page.screenshot({ path: shots + '/page-desktop.png' });
+  out.step = 'engine view closed';
+  await page.click('#engine-button'); // closed again for the rest
 
   // a long answer, stopped mid-way (the Stop button)
+  out.step = 'stop';
   await page.$eval('#max_tokens', (e) => { e.value = '400'; });
   await page.$eval('#temperature', (e) => { e.value = '1'; });
   await page.focus('#input');
@@ -62,7 +83,9 @@ try {
   await page.waitForFunction(() => document.getElementById('stop').hidden, { timeout: 20000 });
   out.stopped = await page.$$eval('.msg.assistant .end', (e) => e.map((x) => x.textContent));
   out.stopped_len = await page.$$eval('.msg.assistant .text', (a) => a[a.length - 1].textContent.length);
+  await page.emulateNetworkConditions(null);
 
+  out.step = 'reload';
   // kept in the browser: a reload shows the same conversation
   await page.reload({ waitUntil: 'load' });
   await page.waitForFunction(() => document.querySelectorAll('.msg').length >= 4, { timeout: 10000 });

@@ -53,6 +53,48 @@ static void check_files(void)
     free(out);
 }
 
+/* /api/engine after a request: every MoE layer saw the same rows (top_k routes each), the reads
+ * by expert add up to the store's misses, the budget's parts to at most the budget. */
+static void check_view(void)
+{
+    char *out = NULL;
+    int st = ms_st_http(&srv, "-H 'Authorization: Bearer " KEY "'", "/v1/chat/completions",
+                        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":6}", &out, NULL);
+    free(out);
+    out = NULL;
+    int st2 = ms_st_http(&srv, "-H 'Authorization: Bearer " KEY "'", "/api/engine", NULL, &out, NULL);
+    json_t *o = out ? json_loads(out, 0, NULL) : NULL;
+    json_t *ex = json_object_get(o, "experts"), *layers = json_object_get(ex, "layers"), *c = json_object_get(o, "counters");
+    json_int_t k = json_integer_value(json_object_get(ex, "top_k")), first = -1, reads = 0;
+    int same = json_array_size(layers) > 0;
+    for (size_t l = 0; l < json_array_size(layers); l++) {
+        json_t *L = json_array_get(layers, l);
+        json_int_t sum = 0;
+        for (size_t e = 0; e < json_array_size(json_object_get(L, "routes")); e++)
+            sum += json_integer_value(json_array_get(json_object_get(L, "routes"), e));
+        for (size_t e = 0; e < json_array_size(json_object_get(L, "reads")); e++)
+            reads += json_integer_value(json_array_get(json_object_get(L, "reads"), e));
+        if (first < 0) first = sum;
+        same &= sum == first && sum > 0 && k > 0 && sum % k == 0;
+    }
+    json_int_t misses = json_integer_value(json_object_get(c, "expert_cache_misses"));
+    json_t *b = json_object_get(o, "budget");
+    json_int_t parts = 0;
+    for (size_t i = 0; i < json_array_size(json_object_get(b, "parts")); i++)
+        parts += json_integer_value(json_object_get(json_array_get(json_object_get(b, "parts"), i), "bytes"));
+    T_CHECK(st == 200 && st2 == 200 && same && reads == misses && parts > 0 && parts <= json_integer_value(json_object_get(b, "total")) &&
+                json_integer_value(json_object_get(c, "generated_tokens")) >= 1,
+            "/api/engine: every MoE layer routed the same rows (%lld, top_k %lld each), reads by expert = the cache's misses "
+            "(%lld, %lld), the budget's parts within it (%lld of %lld)", (long long)first, (long long)k, (long long)reads,
+            (long long)misses, (long long)parts, (long long)json_integer_value(json_object_get(b, "total")));
+    json_decref(o);
+    free(out);
+    out = NULL;
+    st = ms_st_http(&srv, NULL, "/api/engine", NULL, &out, NULL);
+    T_CHECK(st == 401, "/api/engine wants the key (%d)", st);
+    free(out);
+}
+
 static long size_of(const char *p)
 {
     struct stat sb;
@@ -72,9 +114,9 @@ static void check_browser(const char *tmp)
     char *out = NULL, *err = NULL;
     int st = ms_t_runf(&out, &err, "cd %s && timeout 240 node web.mjs %s %s %s", nd, srv.url, KEY, shots);
     json_t *o = out ? json_loads(out, 0, NULL) : NULL;
-    T_CHECK(st == 0 && o && !json_object_get(o, "error"), "web.mjs ran (exit %d): %s %s", st,
+    T_CHECK(st == 0 && o && !json_object_get(o, "error"), "web.mjs ran (exit %d): %s at %s %s", st,
             json_string_value(json_object_get(o, "error")) ? json_string_value(json_object_get(o, "error")) : "",
-            err ? err : "");
+            json_string_value(json_object_get(o, "step")) ? json_string_value(json_object_get(o, "step")) : "-", err ? err : "");
     char *dump = o ? json_dumps(o, JSON_COMPACT) : NULL;
     T_CHECK(json_array_size(json_object_get(o, "console_errors")) == 0 && json_array_size(json_object_get(o, "page_errors")) == 0,
             "no console errors, no page errors (%s)", dump ? dump : "-");
@@ -91,6 +133,16 @@ static void check_browser(const char *tmp)
     T_CHECK(json_integer_value(json_object_get(nw, "scroll")) <= 320 && json_is_true(json_object_get(nw, "side_hidden")) &&
                 json_real_value(json_object_get(nw, "send_right")) <= 320.0,
             "at 320 px: no sideways scrolling, the list behind its button, Send within the width");
+    json_t *eb = json_object_get(o, "engine_before"), *ea = json_object_get(o, "engine_after");
+    const char *gen_b = json_string_value(json_array_get(eb, 7)), *gen_a = json_string_value(json_array_get(ea, 7));
+    const char *spt = json_string_value(json_array_get(ea, 0));
+    T_CHECK(json_integer_value(json_object_get(o, "budget_parts")) == 8 && json_real_value(json_object_get(o, "budget_width")) > 0.5 &&
+                json_real_value(json_object_get(o, "budget_width")) <= 100.01,
+            "the engine view's budget bar: 8 parts within the budget (%.2f%% of it)", json_real_value(json_object_get(o, "budget_width")));
+    T_CHECK(gen_b && gen_a && atoi(gen_a) > atoi(gen_b) && spt && strcmp(spt, "-") &&
+                json_integer_value(json_object_get(o, "heatmap_cells")) > 0,
+            "the engine view after an answer: tokens %s -> %s, s/token %s, %lld heatmap pixels lit", gen_b ? gen_b : "-",
+            gen_a ? gen_a : "-", spt ? spt : "-", (long long)json_integer_value(json_object_get(o, "heatmap_cells")));
     const char *th = json_string_value(json_object_get(o, "theme"));
     T_CHECK(th && (!strcmp(th, "dark") || !strcmp(th, "light")), "the theme toggles (%s)", th ? th : "-");
     char p1[1300], p2[1300];
@@ -123,6 +175,7 @@ int main(void)
     snprintf(extra, sizeof extra, "--max-context 1024 --api-key-file %s", key);
     if (ms_st_start(&srv, tmp, dir, extra) == 0) {
         check_files();
+        check_view();
         check_browser(tmp);
         T_CHECK(ms_st_stop(&srv) == 0, "SIGTERM: exit 0");
     }

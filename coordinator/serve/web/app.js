@@ -153,11 +153,12 @@ async function send(text) {
   if (s.system) msgs.push({ role: 'system', content: s.system });
   for (const m of c.messages) if (m.role === 'user' || m.role === 'assistant') msgs.push({ role: m.role, content: m.content || '' });
   const a = { role: 'assistant', model, content: '', reasoning: '', calls: [], end: '' };
+  if (view.last) setMark(view.last); // the heatmap: this answer's experts
   c.messages.push(a);
   save();
   render();
-  const view = $('log').lastElementChild;
-  const textEl = view.querySelector('.text'), reasonEl = view.querySelector('.reasoning'), rtext = view.querySelector('.rtext');
+  const box = $('log').lastElementChild;
+  const textEl = box.querySelector('.text'), reasonEl = box.querySelector('.reasoning'), rtext = box.querySelector('.rtext');
   running = new AbortController();
   $('send').hidden = true;
   $('stop').hidden = false;
@@ -235,6 +236,161 @@ $('theme').onclick = () => {
   document.documentElement.dataset.theme = dark ? 'light' : 'dark';
   store.set('theme', document.documentElement.dataset.theme);
 };
+// ---- the engine view: /api/engine looked at every second while open ----
+
+const PART_COLORS = ['#8d99ae', '#2b6cd6', '#5fa8d3', '#2f8f5b', '#c9a227', '#8a3ffc', '#e07a10', '#b0b7c3'];
+let view = { timer: null, prev: null, mark: null, hist: [] };
+
+function bytes(n) {
+  const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(n < 10 ? 2 : 1) : String(n)) + ' ' + u[i];
+}
+
+function drawBudget(b) {
+  const bar = $('budget-bar'), leg = $('budget-legend');
+  bar.textContent = '';
+  leg.textContent = '';
+  if (!b) return;
+  const used = b.parts.reduce((a, p) => a + p.bytes, 0), total = Math.max(b.total || used, used);
+  $('budget-total').textContent = bytes(total) + (b.total ? '' : ' (no budget: what the plan uses)');
+  b.parts.forEach((p, i) => {
+    const sp = document.createElement('span');
+    sp.style.width = (100 * p.bytes / total) + '%';
+    sp.style.background = PART_COLORS[i % PART_COLORS.length];
+    sp.title = p.name + ': ' + bytes(p.bytes);
+    bar.appendChild(sp);
+    const li = document.createElement('li');
+    const name = document.createElement('span');
+    const sw = document.createElement('i');
+    sw.style.background = PART_COLORS[i % PART_COLORS.length];
+    name.append(sw, p.name);
+    name.title = p.what;
+    li.append(name, el('span', '', bytes(p.bytes)));
+    leg.appendChild(li);
+  });
+  const li = document.createElement('li');
+  li.append(el('span', '', 'unused'), el('span', '', bytes(total - used)));
+  leg.appendChild(li);
+  if (b.streamed_trunk_bytes) {
+    const s = document.createElement('li');
+    s.append(el('span', '', 'streamed trunk (read each pass, not resident)'), el('span', '', bytes(b.streamed_trunk_bytes)));
+    leg.appendChild(s);
+  }
+}
+
+function drawFigures(o, prev) {
+  const c = o.counters, p = prev ? prev.counters : null;
+  const d = (k) => (p ? c[k] - p[k] : 0);
+  const busy = d('busy_seconds'), toks = d('decode_tokens'), rows = d('prefill_rows');
+  const hits = d('expert_cache_hits'), misses = d('expert_cache_misses');
+  const fig = [
+    ['s per generated token', toks > 0 ? (busy / toks).toFixed(3) + ' s' : '-'],
+    ['prefill tokens per s', rows > 0 && busy > 0 ? (rows / busy).toFixed(1) : '-'],
+    ['trunk read per token', toks > 0 ? bytes(Math.round(d('bytes_read_trunk') / toks)) : '-'],
+    ['experts read per token', toks > 0 ? bytes(Math.round(d('bytes_read_experts') / toks)) : '-'],
+    ['waiting for reads', busy > 0 ? Math.round(100 * d('io_wait_seconds') / busy) + '%' : '-'],
+    ['expert-cache hit rate', hits + misses > 0 ? Math.round(100 * hits / (hits + misses)) + '%' : '-'],
+    ['sequences running / queued', o.batch.running + ' / ' + o.batch.queued],
+    ['tokens generated in all', String(c.generated_tokens + 0)],
+    ['read from disk in all', bytes(c.bytes_read_trunk + c.bytes_read_experts)],
+  ];
+  if (o.pass.layers) fig.push(['pass', 'layer ' + o.pass.layer + ' of ' + o.pass.layers + ', ' + o.pass.rows + ' rows, ~' + o.pass.seconds_left.toFixed(0) + ' s left']);
+  // idle between two looks: the rates of the last activity stay (marked as such)
+  const idle = toks === 0 && rows === 0 && hits + misses === 0;
+  if (idle && view.rates) for (let i = 0; i < 6; i++) fig[i][1] = view.rates[i];
+  else if (!idle) view.rates = fig.slice(0, 6).map((f) => f[1]);
+  const dl = $('figures');
+  dl.textContent = '';
+  for (const [k, v] of fig) dl.append(el('dt', '', k), el('dd', '', v));
+  if (p && (toks > 0 || hits + misses > 0)) {
+    view.hist.push({ hit: hits + misses > 0 ? hits / (hits + misses) : null, spt: toks > 0 ? busy / toks : null });
+    if (view.hist.length > 120) view.hist.shift();
+  }
+  const cv = $('history'), g = cv.getContext('2d');
+  g.clearRect(0, 0, cv.width, cv.height);
+  const maxS = Math.max(1e-9, ...view.hist.map((h) => h.spt || 0));
+  const line = (key, color, scale) => {
+    g.strokeStyle = color;
+    g.lineWidth = 2;
+    g.beginPath();
+    let started = false;
+    view.hist.forEach((h, i) => {
+      if (h[key] === null) return;
+      const x = (i + 0.5) * cv.width / 120, y = cv.height - 4 - (cv.height - 8) * h[key] / scale;
+      if (started) g.lineTo(x, y); else { g.moveTo(x, y); started = true; }
+    });
+    g.stroke();
+  };
+  line('hit', '#2f8f5b', 1);
+  line('spt', '#c2570c', maxS);
+  $('workers').textContent = o.workers.listed ? 'Workers: ' + o.workers.up + ' of ' + o.workers.listed + ' answering; ' +
+    o.workers.requests + ' requests, ' + o.workers.resends + ' sent again, ' + o.workers.failovers + ' failed over' : 'Experts run in this process.';
+}
+
+// One cell per expert of each layer: its rows since the mark; blue when the cache served it,
+// orange when it was read from disk (more orange: a larger share of reads), purple from a worker.
+function drawHeatmap(ex) {
+  const cv = $('heatmap'), g = cv.getContext('2d');
+  const L = ex.layers.length, E = ex.experts;
+  if (!L || !E) return;
+  const cols = Math.min(E, 128), rowsPer = Math.ceil(E / cols);
+  cv.width = cols * 3;
+  cv.height = Math.max(1, L * rowsPer * 3);
+  g.clearRect(0, 0, cv.width, cv.height);
+  const mark = view.mark;
+  let most = 1;
+  const cells = ex.layers.map((l, li) => l.routes.map((r, e) => {
+    const r0 = mark ? mark.routes[li][e] : 0, d0 = mark && l.reads ? mark.reads[li][e] : 0;
+    const routes = r - r0, reads = l.reads ? l.reads[e] - d0 : 0;
+    if (routes > most) most = routes;
+    return { routes, reads };
+  }));
+  cells.forEach((row, li) => row.forEach((c, e) => {
+    if (!c.routes) return;
+    const a = 0.25 + 0.75 * Math.sqrt(c.routes / most);
+    let col;
+    if (ex.source === 'workers') col = '138,63,252';
+    else if (c.reads > 0) col = '224,122,16';
+    else col = '43,108,214';
+    g.fillStyle = 'rgba(' + col + ',' + a.toFixed(3) + ')';
+    const x = (e % cols) * 3, y = (li * rowsPer + Math.floor(e / cols)) * 3;
+    g.fillRect(x, y, 3, 3);
+  }));
+}
+
+function setMark(o) {
+  view.mark = { routes: o.experts.layers.map((l) => l.routes.slice()), reads: o.experts.layers.map((l) => (l.reads ? l.reads.slice() : null)) };
+  $('since').textContent = '(since ' + new Date().toLocaleTimeString() + ')';
+}
+
+async function look() {
+  try {
+    const r = await fetch('/api/engine', { headers: headers() });
+    if (!r.ok) return;
+    const o = await r.json();
+    if (!view.mark) setMark(o);
+    drawBudget(o.budget);
+    drawFigures(o, view.prev);
+    drawHeatmap(o.experts);
+    view.prev = o;
+    view.last = o;
+  } catch { /* the next look tries again */ }
+}
+
+function toggleEngine() {
+  const open = $('engine').hidden;
+  $('engine').hidden = !open;
+  $('engine-button').setAttribute('aria-expanded', String(open));
+  clearInterval(view.timer);
+  view.timer = null;
+  if (open) { look(); view.timer = setInterval(look, 1000); }
+}
+
+$('engine-button').onclick = toggleEngine;
+$('since-reset').onclick = () => { if (view.last) { setMark(view.last); drawHeatmap(view.last.experts); } };
+
 const theme = store.get('theme', '');
 if (theme) document.documentElement.dataset.theme = theme;
 render();
