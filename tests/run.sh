@@ -16,12 +16,12 @@ stage "build (RelWithDebInfo, -Werror)"
 cmake -S . -B build -DMS_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs" >/dev/null
 stage "ctest"
-(cd build && ctest --output-on-failure -j"$jobs")
+(cd build && ctest --output-on-failure -j"$((jobs + 1))") # one more than the cores: the serve tests wait on sockets
 stage "build (ASan + UBSan)"
 cmake -S . -B build-asan -DMS_WERROR=ON -DMS_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan -j"$jobs" >/dev/null
 stage "ctest under ASan + UBSan"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs")
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$((jobs + 1))")
 # Fuzz step: every libFuzzer harness of tests/fuzz, deterministic: its corpus and saved findings
 # replayed, then a fixed number of executions (tests/fuzz/runs.txt) with the fixed seed 1, so the
 # same commit gives the same result on every run (about 2.5 min on 2 cores, build excluded). A
