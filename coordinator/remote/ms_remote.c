@@ -534,5 +534,14 @@ void ms_remote_get_stats(ms_remote *r, ms_remote_stats *st)
 {
     *st = r->st;
     st->workers_up = 0;
-    for (int i = 0; i < r->n; i++) st->workers_up += r->w[i].state == W_UP;
+    st->n_view = 0;
+    for (int i = 0; i < r->n; i++) {
+        st->workers_up += r->w[i].state == W_UP;
+        if (i >= MS_REMOTE_VIEW) continue;
+        ms_remote_worker_view *v = &st->view[st->n_view++];
+        snprintf(v->endpoint, sizeof v->endpoint, "%.95s", r->w[i].endpoint);
+        int s = r->w[i].state;
+        v->state = s == W_UP ? "up" : s == W_PROBING ? "probing" : s == W_GONE ? "gone" : "down";
+        snprintf(v->why, sizeof v->why, "%.95s", s == W_UP ? "" : r->w[i].why);
+    }
 }

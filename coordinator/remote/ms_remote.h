@@ -53,9 +53,20 @@ ms_experts ms_remote_iface(ms_remote *r);
  * its restarts), with the reason in why. Safe from any thread. */
 int ms_remote_health(ms_remote *r, char *why, size_t n);
 
+/* One worker as the stats show it. */
+#define MS_REMOTE_VIEW 32 /* workers the stats list one by one (the counts cover all) */
+typedef struct {
+    char endpoint[96];
+    const char *state;         /* "up", "down" (asked again after its back-off), "probing" (asked,
+                                  no answer yet), "gone" (given up on: a local worker past its restarts) */
+    char why[96];              /* its last failure ("" none) */
+} ms_remote_worker_view;
+
 typedef struct {
     uint64_t requests, resends, failovers, bytes_sent, bytes_received;
     int workers_up;
+    int n_view;                /* the first n_view workers, in the order listed: */
+    ms_remote_worker_view view[MS_REMOTE_VIEW];
 } ms_remote_stats;
 void ms_remote_get_stats(ms_remote *r, ms_remote_stats *st);
 

@@ -613,3 +613,10 @@ size_t ms_sengine_expert_use(ms_sengine *s, uint32_t **routes, uint32_t **reads)
     pthread_mutex_unlock(&s->mu);
     return s->n_keys;
 }
+
+void ms_sengine_engine_stats(ms_sengine *s, ms_engine_stats *es)
+{
+    pthread_mutex_lock(&s->mu);
+    *es = s->es;
+    pthread_mutex_unlock(&s->mu);
+}

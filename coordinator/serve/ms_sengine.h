@@ -78,6 +78,8 @@ int ms_sengine_health(ms_sengine *s, char *why, size_t n);
 /* Queue depth, batch size, the engine's read and cache counters, and where the running pass is
  * (layers done, rows, time left). Callable from any thread, the layer observer's included. */
 void ms_sengine_figures(ms_sengine *s, ms_smetrics_engine *f);
+/* The engine's counters as of the last step. */
+void ms_sengine_engine_stats(ms_sengine *s, ms_engine_stats *es);
 /* The engine (its plan and info are fixed once open: readable from any thread). */
 ms_engine *ms_sengine_engine(ms_sengine *s);
 /* Copies of the experts' use as of the last step: rows routed to each and, for experts in this

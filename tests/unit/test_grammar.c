@@ -148,18 +148,27 @@ static void check_json(void)
     ms_grammar_free(g);
 }
 
+/* A synthetic tokenizer of `ranks` ranks in a test folder and grammar text compiled: 0, or -1
+ * (a failed check) with nothing left to free. */
+static int tok_and_grammar(const char *name, int ranks, const char *grammar, ms_tok **t, ms_grammar **g)
+{
+    const char *dir = ms_t_tmpdir(name);
+    T_CHECK(ms_tok_write_synth(dir, ranks) == 0, "synth tokenizer: %s", ms_err_msg());
+    *t = ms_tok_load(dir);
+    *g = parse(grammar);
+    T_CHECK(*t && *g, "tokenizer and grammar: %s", *g ? "" : ms_err_msg());
+    if (*t && *g) return 0;
+    ms_tok_free(*t);
+    ms_grammar_free(*g);
+    return -1;
+}
+
 /* The mask = every token tried alone on a clone, along a JSON text fed a token at a time. */
 static void check_mask(void)
 {
-    const char *dir = ms_t_tmpdir("grammar-tok");
-    T_CHECK(ms_tok_write_synth(dir, 2000) == 0, "synth tokenizer: %s", ms_err_msg());
-    ms_tok *t = ms_tok_load(dir);
-    ms_grammar *g = parse(json_gbnf);
-    if (!t || !g) {
-        ms_tok_free(t);
-        ms_grammar_free(g);
-        return;
-    }
+    ms_tok *t;
+    ms_grammar *g;
+    if (tok_and_grammar("grammar-tok", 2000, json_gbnf, &t, &g) != 0) return;
     ms_gvocab *v = ms_gvocab_new(t);
     int64_t V = ms_tok_n_vocab(t);
     uint8_t *m = ms_malloc((size_t)V);
@@ -222,16 +231,11 @@ static void check_special(void)
         T_CHECK(!g && strstr(ms_err_msg(), "special token is written"), "refused: %s (%s)", bad[i], g ? "parsed" : ms_err_msg());
         ms_grammar_free(g);
     }
-    const char *dir = ms_t_tmpdir("grammar-special");
-    T_CHECK(ms_tok_write_synth(dir, 600) == 0, "synth tokenizer: %s", ms_err_msg());
-    ms_tok *t = ms_tok_load(dir);
-    ms_grammar *g = parse("root ::= \"a\" <|im_middle|> [^x]* <|im_end|> | \"b\" .* <|im_end|> | \"c\" <|nowhere|>");
-    T_CHECK(t && g, "the grammar with special tokens parses: %s", g ? "" : ms_err_msg());
-    if (!t || !g) {
-        ms_tok_free(t);
-        ms_grammar_free(g);
+    ms_tok *t;
+    ms_grammar *g;
+    if (tok_and_grammar("grammar-special", 600,
+                        "root ::= \"a\" <|im_middle|> [^x]* <|im_end|> | \"b\" .* <|im_end|> | \"c\" <|nowhere|>", &t, &g) != 0)
         return;
-    }
     ms_gvocab *v = ms_gvocab_new(t);
     int64_t V = ms_tok_n_vocab(t);
     int32_t mid = ms_tok_special_id(t, "<|im_middle|>"), end = ms_tok_special_id(t, "<|im_end|>");

@@ -95,6 +95,34 @@ static void check_view(void)
     free(out);
 }
 
+/* With a local worker holding the experts: the view lists it, up, and counts routes (no reads:
+ * the worker reads). */
+static void check_view_workers(const char *tmp, const char *dir)
+{
+    ms_st_server w;
+    if (ms_st_start(&w, tmp, dir, "--max-context 512 --local-workers 1") != 0) return;
+    char *out = NULL;
+    int st = ms_st_http(&w, NULL, "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4}",
+                        &out, NULL);
+    free(out);
+    out = NULL;
+    int st2 = ms_st_http(&w, NULL, "/api/engine", NULL, &out, NULL);
+    json_t *o = out ? json_loads(out, 0, NULL) : NULL, *wk = json_object_get(o, "workers"), *ex = json_object_get(o, "experts");
+    json_t *w0 = json_array_get(json_object_get(wk, "list"), 0), *l0 = json_array_get(json_object_get(ex, "layers"), 0);
+    json_int_t routed = 0;
+    for (size_t e = 0; e < json_array_size(json_object_get(l0, "routes")); e++)
+        routed += json_integer_value(json_array_get(json_object_get(l0, "routes"), e));
+    const char *src = json_string_value(json_object_get(ex, "source")), *state = json_string_value(json_object_get(w0, "state"));
+    T_CHECK(st == 200 && st2 == 200 && json_integer_value(json_object_get(wk, "listed")) == 1 &&
+                json_integer_value(json_object_get(wk, "up")) == 1 && state && !strcmp(state, "up") && src &&
+                !strcmp(src, "workers") && json_is_null(json_object_get(l0, "reads")) && routed > 0,
+            "/api/engine with a local worker: listed and up (%s), experts from workers, %lld rows routed in the first layer",
+            state ? state : "-", (long long)routed);
+    json_decref(o);
+    free(out);
+    T_CHECK(ms_st_stop(&w) == 0, "SIGTERM (with a worker): exit 0");
+}
+
 static long size_of(const char *p)
 {
     struct stat sb;
@@ -179,5 +207,6 @@ int main(void)
         check_browser(tmp);
         T_CHECK(ms_st_stop(&srv) == 0, "SIGTERM: exit 0");
     }
+    check_view_workers(tmp, dir);
     return ms_t_done();
 }

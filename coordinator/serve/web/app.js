@@ -153,7 +153,12 @@ async function send(text) {
   if (s.system) msgs.push({ role: 'system', content: s.system });
   for (const m of c.messages) if (m.role === 'user' || m.role === 'assistant') msgs.push({ role: m.role, content: m.content || '' });
   const a = { role: 'assistant', model, content: '', reasoning: '', calls: [], end: '' };
-  if (view.last) setMark(view.last); // the heatmap: this answer's experts
+  // the heatmap: this conversation's experts (since its first answer while this page is open)
+  if (view.last) {
+    if (!view.marks[c.id]) view.marks[c.id] = markOf(view.last, 'since this conversation began');
+    view.mark = view.marks[c.id];
+    $('since').textContent = '(' + view.mark.label + ')';
+  }
   c.messages.push(a);
   save();
   render();
@@ -239,7 +244,7 @@ $('theme').onclick = () => {
 // ---- the engine view: /api/engine looked at every second while open ----
 
 const PART_COLORS = ['#8d99ae', '#2b6cd6', '#5fa8d3', '#2f8f5b', '#c9a227', '#8a3ffc', '#e07a10', '#b0b7c3'];
-let view = { timer: null, prev: null, mark: null, hist: [] };
+let view = { timer: null, prev: null, mark: null, marks: {}, hist: [] };
 
 function bytes(n) {
   const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -320,13 +325,24 @@ function drawFigures(o, prev) {
       if (h[key] === null) return;
       const x = (i + 0.5) * cv.width / 120, y = cv.height - 4 - (cv.height - 8) * h[key] / scale;
       if (started) g.lineTo(x, y); else { g.moveTo(x, y); started = true; }
+      g.fillStyle = color;
+      g.fillRect(x - 2, y - 2, 4, 4); // a point alone is seen too
     });
     g.stroke();
   };
   line('hit', '#2f8f5b', 1);
   line('spt', '#c2570c', maxS);
-  $('workers').textContent = o.workers.listed ? 'Workers: ' + o.workers.up + ' of ' + o.workers.listed + ' answering; ' +
+  const w = $('workers');
+  w.textContent = o.workers.listed ? 'Workers: ' + o.workers.up + ' of ' + o.workers.listed + ' answering; ' +
     o.workers.requests + ' requests, ' + o.workers.resends + ' sent again, ' + o.workers.failovers + ' failed over' : 'Experts run in this process.';
+  if (o.workers.list && o.workers.list.length) {
+    const ul = el('ul', 'worker-list');
+    for (const x of o.workers.list) {
+      const li = el('li', 'w-' + x.state, x.endpoint + ': ' + x.state + (x.why ? ' (' + x.why + ')' : ''));
+      ul.appendChild(li);
+    }
+    w.appendChild(ul);
+  }
 }
 
 // One cell per expert of each layer: its rows since the mark; blue when the cache served it,
@@ -360,9 +376,13 @@ function drawHeatmap(ex) {
   }));
 }
 
+function markOf(o, label) {
+  return { label, routes: o.experts.layers.map((l) => l.routes.slice()), reads: o.experts.layers.map((l) => (l.reads ? l.reads.slice() : null)) };
+}
+
 function setMark(o) {
-  view.mark = { routes: o.experts.layers.map((l) => l.routes.slice()), reads: o.experts.layers.map((l) => (l.reads ? l.reads.slice() : null)) };
-  $('since').textContent = '(since ' + new Date().toLocaleTimeString() + ')';
+  view.mark = markOf(o, 'since ' + new Date().toLocaleTimeString());
+  $('since').textContent = '(' + view.mark.label + ')';
 }
 
 async function look() {
