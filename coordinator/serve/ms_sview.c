@@ -89,13 +89,13 @@ char *ms_sview_json(ms_sengine *s, ms_smetrics *m, const char *model_name, size_
                         json_pack("{s:i,s:i,s:I,s:I,s:I}", "listed", f.workers, "up", f.workers_up, "requests",
                                   (json_int_t)f.worker_requests, "resends", (json_int_t)f.worker_resends, "failovers",
                                   (json_int_t)f.worker_failovers));
-    json_t *wl = json_object_get(json_object_get(o, "workers"), "listed") ? json_array() : NULL;
+    json_t *wl = json_array(); /* one line per worker (empty: the experts run here) */
     ms_engine_stats es;
     ms_sengine_engine_stats(s, &es);
-    for (int i = 0; wl && i < es.remote.n_view; i++)
+    for (int i = 0; i < es.remote.n_view; i++)
         json_array_append_new(wl, json_pack("{s:s,s:s,s:s}", "endpoint", es.remote.view[i].endpoint, "state",
                                             es.remote.view[i].state, "why", es.remote.view[i].why));
-    if (wl) json_object_set_new(json_object_get(o, "workers"), "list", wl);
+    json_object_set_new(json_object_get(o, "workers"), "list", wl);
     json_object_set_new(o, "experts", experts_of(s, in, f.workers > 0));
     char *t = json_dumps(o, JSON_COMPACT);
     json_decref(o);
