@@ -239,7 +239,8 @@ static int send_request(ms_remote *r, int wi, int layer, const float *z, int k, 
     free(local);
     if (rc == 0) {
         w->pending = 1;
-        w->probe_at = ms_now(); /* the deadline counts from here */
+        w->probe_at = w->sent_at = ms_now(); /* the deadline counts from here */
+        w->requests++;
         r->st.requests++;
     }
     return rc;
@@ -405,6 +406,8 @@ static int take_replies(rcall *c, int i)
                 }
                 w->off = w->end;
                 w->pending = 0;
+                w->replies++;
+                w->reply_seconds += ms_now() - w->sent_at;
                 if (w->off < w->n_items) { /* the next slice */
                     if (send_request(r, i, layer, c->z, c->k, ids, c->n_rows) != 0) ms_rconn_down(r, w, "cannot send");
                 } else {
@@ -543,5 +546,8 @@ void ms_remote_get_stats(ms_remote *r, ms_remote_stats *st)
         int s = r->w[i].state;
         v->state = s == W_UP ? "up" : s == W_PROBING ? "probing" : s == W_GONE ? "gone" : "down";
         snprintf(v->why, sizeof v->why, "%.95s", s == W_UP ? "" : r->w[i].why);
+        v->requests = r->w[i].requests;
+        v->replies = r->w[i].replies;
+        v->reply_seconds = r->w[i].reply_seconds;
     }
 }

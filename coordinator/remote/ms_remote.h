@@ -60,6 +60,9 @@ typedef struct {
     const char *state;         /* "up", "down" (asked again after its back-off), "probing" (asked,
                                   no answer yet), "gone" (given up on: a local worker past its restarts) */
     char why[96];              /* its last failure ("" none) */
+    uint64_t requests;         /* compute requests sent to it (slices of a call count one each) */
+    uint64_t replies;          /* of them answered with outputs, in ... */
+    double reply_seconds;      /* ... this many seconds in all, each from its send to its reply */
 } ms_remote_worker_view;
 
 typedef struct {

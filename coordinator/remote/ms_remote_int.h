@@ -38,6 +38,10 @@ typedef struct {
     int starting;          /* restarted by the revive hook and not yet answered: it is loading, wait for it */
     /* the request in flight during a call */
     int pending;
+    double sent_at;        /* when the request in flight went out */
+    uint64_t requests;     /* requests sent to it, and of them ... */
+    uint64_t replies;      /* ... those it answered with outputs, in ... */
+    double reply_seconds;  /* ... this many seconds in all (send to reply) */
     ms_uuid req;
     int64_t *items;        /* [n_items] global item index per request item */
     int64_t n_items;

@@ -260,6 +260,8 @@ char *ms_smetrics_render(ms_smetrics *m, const ms_smetrics_engine *e, size_t *le
     return b.p;
 }
 
+double ms_smetrics_started(const ms_smetrics *m) { return m->start; } /* set once, before any thread reads it */
+
 void ms_smetrics_token_totals(ms_smetrics *m, uint64_t *prompt, uint64_t *generated, uint64_t *generations)
 {
     pthread_mutex_lock(&m->mu);

@@ -38,6 +38,8 @@ typedef struct {
 
 /* Tokens of finished generations (prompt, generated) and their count. */
 void ms_smetrics_token_totals(ms_smetrics *m, uint64_t *prompt, uint64_t *generated, uint64_t *generations);
+/* When serve started (Unix seconds): what tells one server's totals from the next one's. */
+double ms_smetrics_started(const ms_smetrics *m);
 
 /* All functions are thread-safe. */
 ms_smetrics *ms_smetrics_new(void);

@@ -67,6 +67,7 @@ char *ms_sview_json(ms_sengine *s, ms_smetrics *m, const char *model_name, size_
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     json_object_set_new(o, "time", json_real((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9));
+    json_object_set_new(o, "started", json_real(ms_smetrics_started(m)));
     json_object_set_new(o, "budget", p ? budget_of(p) : json_null());
     json_object_set_new(
         o, "counters",
@@ -93,8 +94,11 @@ char *ms_sview_json(ms_sengine *s, ms_smetrics *m, const char *model_name, size_
     ms_engine_stats es;
     ms_sengine_engine_stats(s, &es);
     for (int i = 0; i < es.remote.n_view; i++)
-        json_array_append_new(wl, json_pack("{s:s,s:s,s:s}", "endpoint", es.remote.view[i].endpoint, "state",
-                                            es.remote.view[i].state, "why", es.remote.view[i].why));
+        json_array_append_new(wl, json_pack("{s:s,s:s,s:s,s:I,s:I,s:f}", "endpoint", es.remote.view[i].endpoint, "state",
+                                            es.remote.view[i].state, "why", es.remote.view[i].why, "requests",
+                                            (json_int_t)es.remote.view[i].requests, "replies",
+                                            (json_int_t)es.remote.view[i].replies, "reply_seconds",
+                                            es.remote.view[i].reply_seconds));
     json_object_set_new(json_object_get(o, "workers"), "list", wl);
     json_object_set_new(o, "experts", experts_of(s, in, f.workers > 0));
     char *t = json_dumps(o, JSON_COMPACT);

@@ -90,6 +90,17 @@ try {
   await page.reload({ waitUntil: 'load' });
   await page.waitForFunction(() => document.querySelectorAll('.msg').length >= 4, { timeout: 10000 });
   out.after_reload = await page.$$eval('.msg', (m) => m.length);
+  // the heatmap after the reload: still this conversation's experts (its mark kept), not a new start
+  await page.click('#engine-button');
+  await page.waitForFunction(() => /conversation/.test(document.getElementById('since').textContent), { timeout: 10000 });
+  out.since_after_reload = await page.$eval('#since', (e) => e.textContent);
+  out.heatmap_after_reload = await page.evaluate(() => {
+    const c = document.getElementById('heatmap'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+    return n;
+  });
+  await page.click('#engine-button');
 
   // 320 px: the list behind its button, the composer within the width
   await page.setViewport({ width: 320, height: 640 });

@@ -118,6 +118,15 @@ static void check_view_workers(const char *tmp, const char *dir)
                 !strcmp(src, "workers") && json_is_null(json_object_get(l0, "reads")) && routed > 0,
             "/api/engine with a local worker: listed and up (%s), experts from workers, %lld rows routed in the first layer",
             state ? state : "-", (long long)routed);
+    /* the worker's own counts: every request of the total went to it (the only worker), each
+     * answered, their mean latency positive and under a minute */
+    json_int_t wreq = json_integer_value(json_object_get(w0, "requests")), wrep = json_integer_value(json_object_get(w0, "replies"));
+    double wsec = json_real_value(json_object_get(w0, "reply_seconds"));
+    T_CHECK(wreq > 0 && wreq == json_integer_value(json_object_get(wk, "requests")) && wrep == wreq && wsec > 0 &&
+                wsec / (double)wrep < 60,
+            "the worker's line: %lld requests (of %lld in all), %lld replies, %.1f ms a reply", (long long)wreq,
+            (long long)json_integer_value(json_object_get(wk, "requests")), (long long)wrep,
+            wrep ? 1000 * wsec / (double)wrep : 0.0);
     json_decref(o);
     free(out);
     T_CHECK(ms_st_stop(&w) == 0, "SIGTERM (with a worker): exit 0");
@@ -157,6 +166,10 @@ static void check_browser(const char *tmp)
     T_CHECK(last && !strcmp(last, "stopped") && json_integer_value(json_object_get(o, "stopped_len")) > 0,
             "Stop ends an answer mid-way, what came kept (%s)", last ? last : "-");
     T_CHECK(json_integer_value(json_object_get(o, "after_reload")) >= 4, "a reload shows the conversation (kept in the browser)");
+    T_CHECK(json_integer_value(json_object_get(o, "heatmap_after_reload")) > 0,
+            "after the reload the heatmap still shows the conversation's experts (%s: %lld cells)",
+            json_string_value(json_object_get(o, "since_after_reload")) ? json_string_value(json_object_get(o, "since_after_reload")) : "-",
+            (long long)json_integer_value(json_object_get(o, "heatmap_after_reload")));
     json_t *nw = json_object_get(o, "narrow");
     T_CHECK(json_integer_value(json_object_get(nw, "scroll")) <= 320 && json_is_true(json_object_get(nw, "side_hidden")) &&
                 json_real_value(json_object_get(nw, "send_right")) <= 320.0,

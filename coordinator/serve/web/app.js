@@ -91,11 +91,18 @@ function render() {
     const li = el('li', c.id === current ? 'current' : '');
     const open = el('button', 'open', c.title || 'New chat');
     open.type = 'button';
-    open.onclick = () => { current = c.id; save(); render(); $('side').classList.remove('open'); $('input').focus(); };
+    open.onclick = () => {
+      current = c.id; save(); render(); $('side').classList.remove('open'); $('input').focus();
+      const m = view.last && chatMark(view.last);
+      if (m) { view.mark = m; $('since').textContent = '(' + m.label + ')'; drawHeatmap(view.last.experts); }
+    };
     const del = el('button', 'del', '\u00d7');
     del.type = 'button';
     del.setAttribute('aria-label', 'Delete ' + (c.title || 'this chat'));
-    del.onclick = () => { chats = chats.filter((x) => x.id !== c.id); if (current === c.id) current = chats[0] ? chats[0].id : null; save(); render(); };
+    del.onclick = () => {
+      chats = chats.filter((x) => x.id !== c.id); if (current === c.id) current = chats[0] ? chats[0].id : null;
+      save(); saveMarks(); render();
+    };
     li.append(open, del);
     list.appendChild(li);
   }
@@ -153,9 +160,10 @@ async function send(text) {
   if (s.system) msgs.push({ role: 'system', content: s.system });
   for (const m of c.messages) if (m.role === 'user' || m.role === 'assistant') msgs.push({ role: m.role, content: m.content || '' });
   const a = { role: 'assistant', model, content: '', reasoning: '', calls: [], end: '' };
-  // the heatmap: this conversation's experts (since its first answer while this page is open)
+  // the heatmap: this conversation's experts since its first answer (kept with the conversations
+  // while the same server runs)
   if (view.last) {
-    if (!view.marks[c.id]) view.marks[c.id] = markOf(view.last, 'since this conversation began');
+    if (!view.marks[c.id]) { view.marks[c.id] = markOf(view.last, 'since this conversation began'); saveMarks(); }
     view.mark = view.marks[c.id];
     $('since').textContent = '(' + view.mark.label + ')';
   }
@@ -244,7 +252,18 @@ $('theme').onclick = () => {
 // ---- the engine view: /api/engine looked at every second while open ----
 
 const PART_COLORS = ['#8d99ae', '#2b6cd6', '#5fa8d3', '#2f8f5b', '#c9a227', '#8a3ffc', '#e07a10', '#b0b7c3'];
-let view = { timer: null, prev: null, mark: null, marks: {}, hist: [] };
+// marks: per conversation, the server's counts when its first answer began ({started, label,
+// routes, reads}), kept in the browser; a server started since has counted from zero again
+let view = { timer: null, prev: null, mark: null, marks: store.get('marks', {}), hist: [] };
+
+// The marks of conversations that still exist, the 8 latest (a layer's counts for each expert:
+// the full K3's take some 100 KB each).
+function saveMarks() {
+  const keep = Object.entries(view.marks).filter(([id]) => chats.some((c) => c.id === id))
+    .sort((a, b) => (b[1].at || 0) - (a[1].at || 0)).slice(0, 8);
+  view.marks = Object.fromEntries(keep);
+  store.set('marks', view.marks);
+}
 
 function bytes(n) {
   const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -338,7 +357,9 @@ function drawFigures(o, prev) {
   if (o.workers.list && o.workers.list.length) {
     const ul = el('ul', 'worker-list');
     for (const x of o.workers.list) {
-      const li = el('li', 'w-' + x.state, x.endpoint + ': ' + x.state + (x.why ? ' (' + x.why + ')' : ''));
+      const ms = x.replies ? ', ' + (1000 * x.reply_seconds / x.replies).toFixed(1) + ' ms a reply' : '';
+      const li = el('li', 'w-' + x.state, x.endpoint + ': ' + x.state + ', ' + x.requests + ' requests' + ms +
+        (x.why ? ' (' + x.why + ')' : ''));
       ul.appendChild(li);
     }
     w.appendChild(ul);
@@ -377,7 +398,14 @@ function drawHeatmap(ex) {
 }
 
 function markOf(o, label) {
-  return { label, routes: o.experts.layers.map((l) => l.routes.slice()), reads: o.experts.layers.map((l) => (l.reads ? l.reads.slice() : null)) };
+  return { label, started: o.started, at: Date.now(), routes: o.experts.layers.map((l) => l.routes.slice()),
+    reads: o.experts.layers.map((l) => (l.reads ? l.reads.slice() : null)) };
+}
+
+// The current conversation's mark where this server made it.
+function chatMark(o) {
+  const m = current && view.marks[current];
+  return m && m.started === o.started && m.routes.length === o.experts.layers.length ? m : null;
 }
 
 function setMark(o) {
@@ -390,7 +418,10 @@ async function look() {
     const r = await fetch('/api/engine', { headers: headers() });
     if (!r.ok) return;
     const o = await r.json();
-    if (!view.mark) setMark(o);
+    if (!view.mark || view.mark.started !== o.started) {
+      const m = chatMark(o);
+      if (m) { view.mark = m; $('since').textContent = '(' + m.label + ')'; } else setMark(o);
+    }
     drawBudget(o.budget);
     drawFigures(o, view.prev);
     drawHeatmap(o.experts);
