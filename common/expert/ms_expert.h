@@ -45,6 +45,15 @@ typedef struct {
      * to the expert (ms_moe_block_run counts; the model owns the array). */
     uint32_t *routes;
     int routes_n;
+    /* Optional (NULL: compute only). compute_placed(ctx, layer, n_rows, z, k, ids, slot, out) is
+     * compute with item i's output at out[slot[i]] instead of out[i] (slot: [n_rows * k], a
+     * permutation). ms_moe_block_run places a span's items in their grouped order (experts by
+     * first appearance, rows increasing), so each expert's outputs land together: a span's
+     * outputs (4,096 rows x 16 experts x 3,584 floats: 940 MB for a K3 layer) can exceed the
+     * memory that caches its scratch file, where writes scattered over all of it read back a
+     * page for nearly every write. */
+    int (*compute_placed)(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids,
+                          const int64_t *slot, float *out);
 } ms_experts;
 
 /* Work items (row, expert) grouped by expert: the one grouping of the expert paths (the

@@ -468,8 +468,17 @@ void ms_xstore_prefetch_items(ms_xstore *s, int layer, const ms_xgroup *g)
     pthread_mutex_unlock(&s->mu);
 }
 
+static int compute_items(ms_xstore *s, int layer, const float *z, const uint32_t *item_row, const ms_xgroup *g,
+                         const int64_t *slot, float *out);
+
 int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint32_t *item_row, const ms_xgroup *g,
                             float *out)
+{
+    return compute_items(s, layer, z, item_row, g, NULL, out);
+}
+
+static int compute_items(ms_xstore *s, int layer, const float *z, const uint32_t *item_row, const ms_xgroup *g,
+                         const int64_t *slot, float *out)
 {
     int NE = s->o.n_experts;
     if (layer < 0 || layer >= s->o.n_layers)
@@ -488,7 +497,7 @@ int ms_xstore_compute_items(ms_xstore *s, int layer, const float *z, const uint3
     xs_capacity_for(s, item_row, g->start[g->nd]);
     lead_end(s, layer);
     s->st.requests += (uint64_t)n;
-    xs_call c = {.layer = layer, .z = z, .item_row = item_row, .out = out, .g = g};
+    xs_call c = {.layer = layer, .z = z, .item_row = item_row, .out = out, .slot = slot, .g = g};
     for (int d = 0; d < g->nd; d++) s->dmap[g->dexp[d]] = d;
     c.gather = s->o.gather_rows > 0 && s->o.gather_rows < g->max_m ? s->o.gather_rows : g->max_m;
     c.hit = ms_scratch_push_zero((size_t)g->nd);                    /* [nd] */
@@ -637,8 +646,8 @@ done:
     return rc;
 }
 
-static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids,
-                      float *out)
+static int xs_compute_placed(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids,
+                             const int64_t *slot, float *out)
 {
     ms_xstore *s = ctx;
     if (layer < 0 || layer >= s->o.n_layers)
@@ -653,10 +662,16 @@ static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int 
     if (ms_xgroup_build_scratch(&g, n, (const uint32_t *)ids, s->o.n_experts) != 0) return -1;
     uint32_t *row = ms_scratch_push(sizeof(uint32_t) * (size_t)(n ? n : 1)); /* [n] item (r, j) is row r */
     for (int64_t q = 0; q < n; q++) row[q] = (uint32_t)(q / k);
-    int rc = ms_xstore_compute_items(s, layer, z, row, &g, out);
+    int rc = compute_items(s, layer, z, row, &g, slot, out);
     ms_scratch_pop(row);
     ms_xgroup_free(&g);
     return rc;
+}
+
+static int xs_compute(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids,
+                      float *out)
+{
+    return xs_compute_placed(ctx, layer, n_rows, z, k, ids, NULL, out);
 }
 
 
@@ -689,6 +704,7 @@ static void xs_prefetch(void *ctx, int layer, int64_t n_rows, int k, const int32
 ms_experts ms_xstore_iface(ms_xstore *s)
 {
     ms_experts ex = {xs_compute, s, xs_begin, xs_prefetch};
+    ex.compute_placed = xs_compute_placed;
     return ex;
 }
 

@@ -70,6 +70,7 @@ typedef struct {
     const float *z;            /* [rows][L] */
     const uint32_t *item_row;  /* [n] row of each item */
     float *out;                /* [n][L] */
+    const int64_t *slot;       /* [n] where item i's output goes in out (NULL: at i) */
     const ms_xgroup *g;        /* the items grouped by expert: group d is expert g->dexp[d] */
     int64_t gather;            /* rows per expert computation */
     uint8_t *hit;              /* [nd] 1 if the expert was a hit */

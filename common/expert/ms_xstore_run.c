@@ -32,8 +32,10 @@ static int compute_into(ms_xstore *s, xs_call *c, int d, const uint8_t *buf, int
         /* A NaN or Inf output (bad weights in the file) stops the run instead of spoiling it. */
         if (!bad && ms_expert_check_finite(NULL, MS_EXIT_RUNTIME, c->layer, c->g->dexp[d], zin, zout, mm, L))
             bad = 1;
-        for (int64_t r = 0; r < mm; r++)
-            memcpy(c->out + ms_xgroup_item(c->g, t0 + a + r) * L, zout + r * L, sizeof(float) * (size_t)L);
+        for (int64_t r = 0; r < mm; r++) {
+            int64_t item = ms_xgroup_item(c->g, t0 + a + r);
+            memcpy(c->out + (c->slot ? c->slot[item] : item) * L, zout + r * L, sizeof(float) * (size_t)L);
+        }
     }
     c->done[d] = 1;
     return bad ? -1 : 0;

@@ -489,11 +489,20 @@ static int packed_decode(ms_mat_packed *pk, int64_t rows, int64_t cols, uint16_t
     return 0;
 }
 
-/* Streamed matrix: chunk by chunk, Y[t][r0..r1) from a resident view of rows r0..r1. */
+/* Streamed matrix: chunk by chunk, Y[t][r0..r1) from a resident view of rows r0..r1. Every
+ * chunk walks all of X; over a long span whose scratch lives in a file (a dense layer's down
+ * projection: 4,096 rows of 33,792 floats, 553 MB) X can exceed the memory the kernel caches
+ * the file in, and a walk in the same order each time would miss on every page (the least
+ * recently used page is always the next one wanted). So the token tiles go forward for one
+ * chunk and backward for the next: each walk starts where the last ended, on the pages still
+ * cached, and only what exceeds the window is read again. Each output is the same canonical
+ * dot in any order. */
 static void matmul_streamed(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *pool)
 {
-    float *tmp = NULL; /* [T][chunk rows] */
-    int64_t cap = 0, done = 0;
+    float *tmp = NULL; /* [MS_MM_TOKEN_TILE][chunk rows] */
+    int64_t cap = 0, done = 0, tile = T < MS_MM_TOKEN_TILE ? T : MS_MM_TOKEN_TILE;
+    int64_t n_tiles = (T + MS_MM_TOKEN_TILE - 1) / MS_MM_TOKEN_TILE;
+    int backward = 0;
     while (done < W->rows) {
         int64_t r0 = 0, r1 = 0;
         const void *data = NULL;
@@ -510,17 +519,23 @@ static void matmul_streamed(const ms_mat *W, const float *X, int64_t T, float *Y
             scales = W->scales + (size_t)(r0 / MS_FP8_BLOCK) * (size_t)ms_fp8_blocks(W->cols) * sizeof(float);
         }
         ms_mat sub = {W->type, r1 - r0, W->cols, data, scales, NULL, NULL};
-        if (r1 - r0 > cap) {
-            cap = r1 - r0;
+        int64_t nr = r1 - r0;
+        if (nr > cap) {
+            cap = nr;
             ms_scratch_pop(tmp); /* the inner matmuls popped theirs */
-            tmp = ms_scratch_push(sizeof(float) * (size_t)(T * cap));
+            tmp = ms_scratch_push(sizeof(float) * (size_t)(tile * cap));
         }
-        if (pk)
-            matmul_packed(pk, r1 - r0, W->cols, X, T, tmp, pool);
-        else
-            ms_matmul(&sub, X, T, tmp, pool);
-        for (int64_t t = 0; t < T; t++)
-            memcpy(Y + t * W->rows + r0, tmp + t * (r1 - r0), sizeof(float) * (size_t)(r1 - r0));
+        for (int64_t k = 0; k < n_tiles; k++) {
+            int64_t t0 = (backward ? n_tiles - 1 - k : k) * MS_MM_TOKEN_TILE;
+            int64_t nt = T - t0 < MS_MM_TOKEN_TILE ? T - t0 : MS_MM_TOKEN_TILE;
+            if (pk)
+                matmul_packed(pk, nr, W->cols, X + t0 * W->cols, nt, tmp, pool);
+            else
+                ms_matmul(&sub, X + t0 * W->cols, nt, tmp, pool);
+            for (int64_t t = 0; t < nt; t++)
+                memcpy(Y + (t0 + t) * W->rows + r0, tmp + t * nr, sizeof(float) * (size_t)nr);
+        }
+        backward = !backward;
         W->stream->release(W->stream->ctx, W->key);
         done = r1;
     }

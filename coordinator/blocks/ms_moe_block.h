@@ -39,6 +39,9 @@ void ms_moe_gate_prefetch(const ms_moe_gate *g, const ms_experts *ex, int layer,
 /* y[T][W] = (or, accumulate: +=) sum over the ranks j in order of w[t][j] * eo[t][j][:], summed
  * in double and rounded once: the canonical combine, the same bits whatever computed eo. */
 void ms_moe_combine(const float *w, const float *eo, int64_t T, int k, int64_t W, float *y, int accumulate);
+/* The same with row t's rank-j output at eo[slot[t * k + j]][:] (slot NULL: at t * k + j); k <= 64. */
+void ms_moe_combine_placed(const float *w, const float *eo, const int64_t *slot, int64_t T, int k, int64_t W, float *y,
+                           int accumulate);
 
 /* The routed experts of layer `layer` for T rows: route x[T][H]; ex->begin starts the reads;
  * overlap runs; ex->compute on z[T][W] (NULL: x, whose width is then W); combined into y as

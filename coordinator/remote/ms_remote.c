@@ -313,6 +313,7 @@ typedef struct {
     const float *z;       /* [n_rows][latent] */
     const int32_t *ids;   /* [n] expert of each (row, rank) item */
     float *out;           /* [n][latent] */
+    const int64_t *slot;  /* [n] where item i's output goes in out (NULL: at i) */
     ms_xgroup g;
     int64_t *assign;      /* [n] worker of each item */
     uint8_t *done;        /* [n] output placed */
@@ -401,7 +402,8 @@ static int take_replies(rcall *c, int i)
                 return -1; /* never combine NaN/Inf: the run stops naming the worker */
             } else {
                 for (int64_t j = w->off; j < w->end; j++) {
-                    memcpy(out + w->items[j] * L, cr->outputs + (j - w->off) * L, sizeof(float) * (size_t)L);
+                    memcpy(out + (c->slot ? c->slot[w->items[j]] : w->items[j]) * L, cr->outputs + (j - w->off) * L,
+                           sizeof(float) * (size_t)L);
                     done[w->items[j]] = 1;
                 }
                 w->off = w->end;
@@ -493,10 +495,12 @@ static int check_deadlines(rcall *c)
     return 0;
 }
 
-static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids, float *out)
+static int remote_compute_placed(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids,
+                                 const int64_t *slot, float *out)
 {
     ms_remote *r = ctx;
-    rcall c = {.r = r, .layer = layer, .k = k, .n_rows = n_rows, .n = n_rows * k, .z = z, .ids = ids, .out = out};
+    rcall c = {.r = r, .layer = layer, .k = k, .n_rows = n_rows, .n = n_rows * k, .z = z, .ids = ids, .out = out,
+               .slot = slot};
     c.assign = ms_malloc(sizeof(int64_t) * (size_t)(c.n ? c.n : 1));
     c.done = ms_calloc((size_t)(c.n ? c.n : 1), 1);
     c.need_send = ms_calloc((size_t)r->n, sizeof(int));
@@ -527,9 +531,15 @@ static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, 
     return rc == 0 ? 0 : -1;
 }
 
+static int remote_compute(void *ctx, int layer, int64_t n_rows, const float *z, int k, const int32_t *ids, float *out)
+{
+    return remote_compute_placed(ctx, layer, n_rows, z, k, ids, NULL, out);
+}
+
 ms_experts ms_remote_iface(ms_remote *r)
 {
     ms_experts ex = {remote_compute, r};
+    ex.compute_placed = remote_compute_placed;
     return ex;
 }
 

@@ -146,10 +146,81 @@ static void block(void)
     ms_arena_free(&ar);
 }
 
+/* Placed outputs (a span's many items): the block gives compute_placed each item's slot in the
+ * grouped order (a permutation; each expert's items consecutive, rows increasing), and the
+ * combine reads them there: y is the bits of the unplaced run. */
+enum { TP = 600 };
+typedef struct {
+    int placed_calls, grouped;
+} pfake;
+
+static int p_compute(void *ctx, int layer, int64_t n, const float *z, int k, const int32_t *ids, float *out)
+{
+    (void)ctx;
+    (void)layer;
+    for (int64_t t = 0; t < n; t++)
+        for (int j = 0; j < k; j++)
+            for (int i = 0; i < H; i++) out[(t * k + j) * H + i] = (float)(ids[t * k + j] + 1) * z[t * H + i];
+    return 0;
+}
+
+static int p_compute_placed(void *ctx, int layer, int64_t n, const float *z, int k, const int32_t *ids,
+                            const int64_t *slot, float *out)
+{
+    pfake *f = ctx;
+    (void)layer;
+    f->placed_calls++;
+    static int64_t at[TP * K];
+    for (int64_t i = 0; i < n * k; i++) at[i] = -1;
+    int ok = 1;
+    for (int64_t i = 0; i < n * k; i++) {
+        ok &= slot[i] >= 0 && slot[i] < n * k && at[slot[i]] < 0;
+        if (ok) at[slot[i]] = i;
+    }
+    /* grouped: along the slots, an expert's items are consecutive and their rows increase */
+    int seen[NE] = {0};
+    for (int64_t s = 0; ok && s < n * k; s++) {
+        int e = ids[at[s]];
+        if (s > 0 && ids[at[s - 1]] != e) ok &= !seen[e];
+        if (s > 0 && ids[at[s - 1]] == e) ok &= at[s] / k > at[s - 1] / k;
+        seen[e] = 1;
+    }
+    f->grouped = ok;
+    for (int64_t t = 0; t < n; t++)
+        for (int j = 0; j < k; j++)
+            for (int i = 0; i < H; i++) out[slot[t * k + j] * H + i] = (float)(ids[t * k + j] + 1) * z[t * H + i];
+    return 0;
+}
+
+static void placed(void)
+{
+    static float gate_w[NE * H], x[TP * H], y1[TP * H], y2[TP * H];
+    for (int e = 0; e < NE; e++) gate_w[e * H + e % H] = (float)(e + 1);
+    for (int i = 0; i < TP * H; i++) x[i] = (float)((i * 7) % 11) * 0.37f - 1.5f;
+    ms_mat G = {MS_WT_F32, NE, H, gate_w, NULL, NULL, NULL};
+    ms_moe_gate g = {{MS_ROUTE_TOPK_THEN_SOFTMAX, NE, K, 0, 0, 0, 1.0f}, &G, NULL, NULL};
+    pfake f = {0};
+    ms_experts plain = {p_compute, &f, NULL, NULL}, with = plain;
+    with.compute_placed = p_compute_placed;
+    ms_arena ar = {0};
+    ms_arena_reserve(&ar, ms_moe_block_work_floats(&g, TP, H) + 64);
+    int rc1 = ms_moe_block_run(&g, &plain, 0, x, NULL, TP, H, y1, 0, NULL, NULL, &ar, NULL);
+    int rc2 = ms_moe_block_run(&g, &with, 0, x, NULL, TP, H, y2, 0, NULL, NULL, &ar, NULL);
+    T_CHECK(rc1 == 0 && rc2 == 0 && f.placed_calls == 1 && f.grouped && !memcmp(y1, y2, sizeof y1) && ar.used == 0,
+            "%d rows x %d experts: outputs placed in grouped order (%d call, grouped %d), y the bits of the unplaced run",
+            TP, K, f.placed_calls, f.grouped);
+    /* a decode step's few rows: not placed */
+    f.placed_calls = 0;
+    rc2 = ms_moe_block_run(&g, &with, 0, x, NULL, T, H, y2, 0, NULL, NULL, &ar, NULL);
+    T_CHECK(rc2 == 0 && f.placed_calls == 0, "%d rows: compute, not placed", T);
+    ms_arena_free(&ar);
+}
+
 int main(void)
 {
     ms_kern_init();
     combine();
     block();
+    placed();
     return ms_t_done();
 }

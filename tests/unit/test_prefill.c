@@ -374,6 +374,17 @@ static void check_workers(const char *what, const char *dir, int moe_layers)
         free_set(got, 1);
     }
     free_set(ref, 1);
+    /* a span of 600 rows: enough items that the workers' outputs are placed in grouped order */
+    const size_t long1[1] = {600};
+    if (run_set(dir, (how){0, -1, 0, 1}, long1, 1, ref, &np_ref, NULL) == 0) {
+        how h = {0, 1000, 3, 1};
+        if (run_set(dir, h, long1, 1, got, &np, &st) == 0)
+            T_CHECK(ms_t_record_same(&ref[0], &got[0], 0) && np == 1 && st.remote.requests > 0,
+                    "%s: 3 local workers, one span of 600 rows (outputs placed by expert) = chunks in one process (%llu "
+                    "pass, %llu requests)", what, (unsigned long long)np, (unsigned long long)st.remote.requests);
+        free_set(got, 1);
+    }
+    free_set(ref, 1);
 }
 
 /* One sequence from prompt i of len tokens, greedy, max_tokens, every row recorded into r. */
@@ -536,6 +547,22 @@ static void check_scratch(const char *what, const char *dir, const char *sdir)
         free_set(got, 3);
     }
     free_set(ref, 3);
+    /* 900 rows at the least budget: the trunk streams in chunks and each chunk's matmul walks the
+     * span's three token tiles, forward for one chunk and backward for the next (what keeps a
+     * file larger than its window from being read again whole for every chunk) */
+    const size_t long1[1] = {900};
+    if (run_set(dir, chunks, long1, 1, ref, &np_ref, NULL) == 0) {
+        how hl = {min_budget(dir, 900), 0, 0, 1};
+        hl.scratch = sdir;
+        ms_engine_stats st;
+        if (run_set(dir, hl, long1, 1, got, &np, &st) == 0)
+            T_CHECK(np == 1 && st.model.trunk_bytes_streamed > 0 && ms_t_record_same(&ref[0], &got[0], 0),
+                    "%s: 900 tokens at the least budget in one span in a scratch file, the trunk streamed (%llu "
+                    "bytes) = chunks (%llu passes)", what, (unsigned long long)st.model.trunk_bytes_streamed,
+                    (unsigned long long)np);
+        free_set(got, 1);
+    }
+    free_set(ref, 1);
 
     /* the file cannot be written */
     if (run_set(dir, chunks, one, 1, ref, &np_ref, NULL) != 0) return;
