@@ -166,12 +166,24 @@ void ms_arena_free(ms_arena *a)
     a->cap = a->used = a->peak = 0;
 }
 
+void ms_arena_reset(ms_arena *a, size_t mark)
+{
+    if (a->mapped && a->used > mark && sizeof(float) * (a->used - mark) >= ((size_t)2 << 20)) {
+        const size_t page = 4096;
+        size_t at = (sizeof(float) * mark + page - 1) / page * page, end = sizeof(float) * a->used / page * page;
+        if (at < end) (void)fallocate(a->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)at, (off_t)(end - at));
+    }
+    a->used = mark;
+}
+
 int ms_arena_discard(ms_arena *a, size_t from)
 {
     if (!a->mapped) return 0;
     const size_t page = 4096, end = sizeof(float) * (a->cap ? a->cap : 1);
     size_t at = (sizeof(float) * from + page - 1) / page * page;
     if (at >= end) return 0;
+    /* zeroed in place where the filesystem can: the blocks stay, nothing to allocate again */
+    if (fallocate(a->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)at, (off_t)(end - at)) == 0) return 0;
     if (fallocate(a->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)at, (off_t)(end - at)) != 0)
         return 0; /* no holes on this filesystem: the pages stay and are written back as needed */
     int e = posix_fallocate(a->fd, (off_t)at, (off_t)(end - at));
@@ -180,6 +192,34 @@ int ms_arena_discard(ms_arena *a, size_t from)
         return ms_err_set_code(MS_EXIT_IO);
     }
     return 0;
+}
+
+/* The pages of [p, p + n floats) within a's mapping: 0, or -1 when there are none. */
+static int page_range(const ms_arena *a, const float *p, size_t n, char **at, size_t *len)
+{
+    if (!a->mapped || n == 0) return -1;
+    const uintptr_t page = 4096, lo = (uintptr_t)a->base, hi = lo + sizeof(float) * a->cap;
+    uintptr_t s = (uintptr_t)p & ~(page - 1), e = ((uintptr_t)(p + n) + page - 1) & ~(page - 1);
+    if (s < lo) s = lo;
+    if (e > hi) e = hi;
+    if (s >= e) return -1;
+    *at = (char *)s;
+    *len = e - s;
+    return 0;
+}
+
+void ms_arena_advise_random(ms_arena *a, const float *p, size_t n, int random)
+{
+    char *at;
+    size_t len;
+    if (page_range(a, p, n, &at, &len) == 0) (void)madvise(at, len, random ? MADV_RANDOM : MADV_NORMAL);
+}
+
+void ms_arena_willneed(ms_arena *a, const float *p, size_t n)
+{
+    char *at;
+    size_t len;
+    if (page_range(a, p, n, &at, &len) == 0) (void)madvise(at, len, MADV_WILLNEED);
 }
 
 #define TMPFS_MAGIC_ 0x01021994

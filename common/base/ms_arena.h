@@ -36,10 +36,18 @@ int ms_arena_reserve_file(ms_arena *a, size_t cap, const char *dir);
 
 /* A file-backed arena's memory from float `from` on (rounded up to a page) holds nothing the
  * caller needs any more (a layer's temporaries once it is done): its pages are dropped without
- * being written back, and its blocks allocated again, so the file costs no writes for them and a
- * full disk shows here, not in a fault. 0 (also for a heap arena: nothing to do), or -1 with
+ * being written back, the blocks zeroed in place (FALLOC_FL_ZERO_RANGE) or, where the filesystem
+ * cannot, punched out and allocated again, so the file costs no writes for them and a full disk
+ * shows here, not in a fault. 0 (also for a heap arena: nothing to do), or -1 with
  * ms_err set (MS_EXIT_IO) when the blocks cannot be had again. */
 int ms_arena_discard(ms_arena *a, size_t from);
+
+/* Advice on n floats at p, a piece of a file-backed arena (nothing for a heap arena; the range is
+ * widened to whole pages): random access (1: a fault reads its own page, no readahead around it;
+ * 0: the kernel's usual readahead again), or wanted soon (its pages not in memory are read now,
+ * without waiting). Neither changes any value; a refusal of the kernel is ignored. */
+void ms_arena_advise_random(ms_arena *a, const float *p, size_t n, int random);
+void ms_arena_willneed(ms_arena *a, const float *p, size_t n);
 
 /* Whether `dir` can hold scratch files that leave memory: 1 on a disk, 0 in memory (tmpfs,
  * ramfs) or when it cannot be examined (ms_err says why). */
@@ -49,6 +57,11 @@ int ms_arena_dir_on_disk(const char *dir);
  * programmer error (the size function undercounted): an always-on assert names it. */
 float *ms_arena_take(ms_arena *a, size_t n);
 static inline size_t ms_arena_mark(const ms_arena *a) { return a->used; }
-static inline void ms_arena_reset(ms_arena *a, size_t mark) { a->used = mark; }
+/* Gives back the pieces taken since mark. In a file-backed arena their whole pages, when they
+ * make at least 2 MiB, are zeroed in the file (FALLOC_FL_ZERO_RANGE: dropped from the page cache
+ * unwritten, their blocks kept): what was there is dead, and a later piece there would otherwise
+ * fault each page in from the disk (with readahead) only to overwrite it. Where the filesystem
+ * cannot, nothing happens but the reset. */
+void ms_arena_reset(ms_arena *a, size_t mark);
 
 #endif
