@@ -187,7 +187,9 @@ void ms_cli_catch_signals(void (*handler)(int))
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = handler;
-    sa.sa_flags = SA_RESTART;
+    /* once: the next signal has its default effect (the process ends at once), for a step that
+     * takes long (a long prompt's span is one step) */
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 }

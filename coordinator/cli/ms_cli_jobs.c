@@ -80,7 +80,8 @@ static void jobs_usage(FILE *f)
           "without room for them runs without (said on stderr). --no-shared-prefill: each job prefills its whole\n"
           "prompt.\n"
           MS_CLI_PC_HELP
-          "Ctrl-C or SIGTERM finishes the current step, keeps every finished result and exits 130.\n"
+          "Ctrl-C or SIGTERM finishes the current step, keeps every finished result and exits 130; a\n"
+          "second one ends the process at once (finished results are kept: they were written).\n"
           "Exit 0 when every line was answered (error lines included).\n",
           f);
 }

@@ -129,7 +129,8 @@ static void run_usage(FILE *f, int demo)
           "--plan-seqs N plans for N sequences decoding together (as jobs --max-batch N does).\n"
           MS_CLI_EOPT_SPEC_HELP
           "Ctrl-C (SIGINT) or SIGTERM stops the run between steps: it exits 130 with a message, stops\n"
-          "the local workers, and keeps no partial output (--dump-logits holds the rows computed).\n",
+          "the local workers, and keeps no partial output (--dump-logits holds the rows computed);\n"
+          "a second one ends the process at once (a long prompt's prefill can be one long step).\n",
           f);
 }
 
