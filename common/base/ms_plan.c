@@ -173,8 +173,9 @@ int ms_plan_make(const ms_plan_in *in, ms_plan *p)
             int k = bf[1] + (double)traffic[1] < bf[0] + (double)traffic[0];
             double now = (double)p->read_prompt;
             /* Measured on the k3-slice: a file 2.4 times its window read the checkpoint once
-             * and 6.7 GB of it back; 4.8 times thrashed (the kernel evicts pages a layer's ops
-             * walk again). So not past 3 times unless asked. */
+             * and 6.7 GB of it back; 4.9 times did too (26 GB back) once no op walked its
+             * pages out of order (placed expert outputs, dead pieces zeroed); past 5 times
+             * untried, so not unless asked. */
             int thrash = all > MS_PLAN_SCRATCH_RATIO * win[k];
             if (in->scratch_forced || (!thrash && bf[k] + (double)traffic[k] < 0.8 * now)) {
                 spans = 1;

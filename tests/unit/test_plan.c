@@ -467,15 +467,19 @@ static void test_scratch_file(void)
             "memory up to %lld (1383)", p.scratch_pins, (unsigned long long)(p.scratch_window / M),
             (unsigned long long)(p.scratch_traffic / M), (long long)p.span_in_memory);
     in.span_pins = 0;
-    /* a 5000-token prompt: a file of 5010 MiB is 3.6 times the 1383 window: not taken (measured,
-     * the page cache thrashes), though it would read fewer bytes than 4 spans; asked for, taken */
+    /* a 5000-token prompt: a file of 5010 MiB is 3.6 times the 1383 window, within
+     * MS_PLAN_SCRATCH_RATIO (5): taken; an 8000-token one, 8010 MiB, 5.8 times: not taken (not
+     * measured that far), though it would read fewer bytes than 6 spans; asked for, taken */
     in.n_layers = 2;
     in.max_span = 5000;
     in.scratch_forced = 0;
-    T_CHECK(ms_plan_make(&in, &p) == 0 && !p.scratch && p.span == 1383, "a file 3.6 times its window: spans of %lld "
+    T_CHECK(MS_PLAN_SCRATCH_RATIO == 5 && ms_plan_make(&in, &p) == 0 && p.scratch && p.span == 5000,
+            "a file 3.6 times its window: taken (%d)", p.scratch);
+    in.max_span = 8000;
+    T_CHECK(ms_plan_make(&in, &p) == 0 && !p.scratch && p.span == 1383, "a file 5.8 times its window: spans of %lld "
             "in memory (file %d)", (long long)p.span, p.scratch);
     in.scratch_forced = 1;
-    T_CHECK(ms_plan_make(&in, &p) == 0 && p.scratch && p.span == 5000, "asked for: the file (%d)", p.scratch);
+    T_CHECK(ms_plan_make(&in, &p) == 0 && p.scratch && p.span == 8000, "asked for: the file (%d)", p.scratch);
     in.max_span = 2000;
     /* no directory: never; a prompt memory holds: never */
     in.scratch = 0;
