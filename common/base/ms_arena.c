@@ -166,9 +166,11 @@ void ms_arena_free(ms_arena *a)
     a->cap = a->used = a->peak = 0;
 }
 
+size_t ms_arena_zero_min = (size_t)2 << 20;
+
 void ms_arena_reset(ms_arena *a, size_t mark)
 {
-    if (a->mapped && a->used > mark && sizeof(float) * (a->used - mark) >= ((size_t)2 << 20)) {
+    if (a->mapped && a->used > mark && sizeof(float) * (a->used - mark) >= ms_arena_zero_min) {
         const size_t page = 4096;
         size_t at = (sizeof(float) * mark + page - 1) / page * page, end = sizeof(float) * a->used / page * page;
         if (at < end) (void)fallocate(a->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)at, (off_t)(end - at));

@@ -58,10 +58,13 @@ int ms_arena_dir_on_disk(const char *dir);
 float *ms_arena_take(ms_arena *a, size_t n);
 static inline size_t ms_arena_mark(const ms_arena *a) { return a->used; }
 /* Gives back the pieces taken since mark. In a file-backed arena their whole pages, when they
- * make at least 2 MiB, are zeroed in the file (FALLOC_FL_ZERO_RANGE: dropped from the page cache
+ * make at least ms_arena_zero_min bytes (2 MiB), are zeroed in the file (FALLOC_FL_ZERO_RANGE: dropped from the page cache
  * unwritten, their blocks kept): what was there is dead, and a later piece there would otherwise
  * fault each page in from the disk (with readahead) only to overwrite it. Where the filesystem
  * cannot, nothing happens but the reset. */
 void ms_arena_reset(ms_arena *a, size_t mark);
+/* Set once before any arena is used, by tests only: a page, so that every op's reset over a
+ * tiny model's span gives its pieces back too (and the spans' bit-identity tests cover it). */
+extern size_t ms_arena_zero_min;
 
 #endif
