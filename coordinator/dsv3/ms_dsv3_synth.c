@@ -208,7 +208,10 @@ static void layer(ms_syn_list *l, const ds_shape *s, int i)
 static const char ds_split[] = "\\p{N}{1,3}|[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+|"
                                "[!-/:-~]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char *const ds_specials[] = {"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
-                                          "<think>", "</think>"};
+                                          "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
+                                          "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>",
+                                          "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>",
+                                          "<｜tool▁output▁end｜>"};
 
 int ms_dsv3_synth(const char *dir, const char *name, int layers, int sparse, uint64_t seed)
 {
@@ -264,6 +267,6 @@ int ms_dsv3_synth(const char *dir, const char *name, int layers, int sparse, uin
     /* the release's shard names: one-based, a six-digit total */
     ms_syn_files f = {s.n_shards, 1, 0, 6, sparse};
     int rc = ms_syn_write(dir, &l, &f);
-    if (rc == 0) rc = s.kimi ? ms_tok_write_synth_kimi(dir, ranks, 1) : ms_tok_write_synth_hf(dir, ranks, ds_split, ds_specials, 6);
+    if (rc == 0) rc = s.kimi ? ms_tok_write_synth_kimi(dir, ranks, 1) : ms_tok_write_synth_hf(dir, ranks, ds_split, ds_specials, 15);
     return rc;
 }

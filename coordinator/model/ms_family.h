@@ -93,6 +93,7 @@ typedef struct {
     const char *const *names;  /* [n_tools] their names: [A-Za-z0-9_.-] only (literal as they are) */
     int opened;                /* the prompt's last ids open the answer (ms_chatfmt.opening > 0:
                                   DeepSeek-V3.1's <think>): the answer goes on inside that block */
+    const struct json_t *vars; /* the request's template variables (ms_chat_opts.vars), NULL: none */
 } ms_chat_rules;
 
 /* A family's chat format. */

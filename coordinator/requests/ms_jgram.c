@@ -130,7 +130,8 @@ int ms_jgram_chat(const json_t *body, const ms_chatfmt *fmt, const ms_tok *t, co
     ms_sbuf_adds(&b, ms_jschema_common());
     char *root = NULL;
     if (fmt && fmt->rules) {
-        ms_chat_rules r = {calls, k, names, prompt && fmt->opening && fmt->opening(t, prompt, n_prompt) > 0};
+        ms_chat_rules r = {calls, k, names, prompt && fmt->opening && fmt->opening(t, prompt, n_prompt) > 0,
+                           ms_jchat_field(body, "chat_template_kwargs")};
         root = fmt->rules(t, &r);
     } else if (calls == MS_CHAT_CALLS_NO) {
         root = ms_strdup("root ::= content\n");

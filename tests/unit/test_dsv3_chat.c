@@ -1,4 +1,4 @@
-/* test_dsv3_chat: DeepSeek-V3's chat format (spec §5): prompts (text and ids), R1's <think> answers split whole and streamed alike, V3.1's non-thinking switch, conversations going on, refusals naming what is missing. */
+/* test_dsv3_chat: DeepSeek-V3's chat format (spec §5): prompts (text and ids), R1's <think> answers split whole and streamed alike, V3.1's non-thinking switch, tools and tool calls in V3's and V3.1's forms (rendered, split, forced in jobs), conversations going on, refusals naming what is missing. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +51,68 @@ static void check_refused(const char *what, const char *body, const char *says)
     free(got);
 }
 
+#define CALLS_B "<｜tool▁calls▁begin｜>"
+#define CALLS_E "<｜tool▁calls▁end｜>"
+#define CALL_B "<｜tool▁call▁begin｜>"
+#define CALL_E "<｜tool▁call▁end｜>"
+#define SEP "<｜tool▁sep｜>"
+#define OUTS_B "<｜tool▁outputs▁begin｜>"
+#define OUTS_E "<｜tool▁outputs▁end｜>"
+#define OUT_B "<｜tool▁output▁begin｜>"
+#define OUT_E "<｜tool▁output▁end｜>"
+
+/* A tool, a call to it and its result, as a request sends them (thinking: "" for V3, else the
+ * V3.1 variable's object member). */
+#define TOOLS "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": " \
+              "\"Weather now\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": " \
+              "\"string\"}}}}}]"
+#define CALL_TURNS "{\"role\": \"user\", \"content\": \"Oslo?\"}, {\"role\": \"assistant\", \"content\": null, " \
+                   "\"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", " \
+                   "\"arguments\": \"{\\\"city\\\": \\\"Oslo\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", " \
+                   "\"content\": \"21C\"}, {\"role\": \"tool\", \"tool_call_id\": \"c2\", \"content\": \"dry\"}"
+#define TOOLS_TEXT(FORMAT, CHAIN) "\n\n## Tools\nYou have access to the following tools:\n\n### get_weather\n" \
+    "Description: Weather now\n\nParameters: {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}\n\n" \
+    "IMPORTANT: ALWAYS adhere to this exact format for tool use:\n" CALLS_B CALL_B FORMAT CALL_E \
+    "{additional_tool_calls}" CALLS_E "\n\nWhere:\n- `tool_call_name` must be an exact match to one of the available " \
+    "tools\n- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n- For " \
+    "multiple tool calls, " CHAIN
+
+/* Tools declared after the system prompt; an earlier call, its results and the answer after them,
+ * as each variant's template renders them (V3 / R1: a call in a ```json fence, the results in
+ * an outputs block; V3.1: NAME<｜tool▁sep｜>ARGS, each result alone). */
+static void check_tools(void)
+{
+    check_text("V3: tools, a call, two results", "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, " CALL_TURNS
+               "], " TOOLS "}",
+               BOS "S" TOOLS_TEXT("function" SEP "tool_call_name\n```json\ntool_call_arguments\n```",
+                                  "chain them with a newline as separator")
+               USER "Oslo?" ASSISTANT CALLS_B CALL_B "function" SEP "get_weather\n```json\n{\"city\": \"Oslo\"}\n```" CALL_E
+               CALLS_E EOS OUTS_B OUT_B "21C" OUT_E OUT_B "dry" OUT_E OUTS_E);
+    check_text("V3: the answer after the results, then a user turn", "{\"messages\": [" CALL_TURNS ", {\"role\": "
+               "\"assistant\", \"content\": \"Warm.\"}, {\"role\": \"user\", \"content\": \"Thanks\"}]}",
+               BOS USER "Oslo?" ASSISTANT CALLS_B CALL_B "function" SEP "get_weather\n```json\n{\"city\": \"Oslo\"}\n```"
+               CALL_E CALLS_E EOS OUTS_B OUT_B "21C" OUT_E OUT_B "dry" OUT_E OUTS_E "Warm." EOS USER "Thanks" ASSISTANT);
+    check_text("V3.1: tools, a call, two results", "{\"messages\": [" CALL_TURNS "], " TOOLS ", \"chat_template_kwargs\": "
+               "{\"thinking\": false}}",
+               BOS TOOLS_TEXT("tool_call_name" SEP "tool_call_arguments", "chain them directly without separators or spaces")
+               USER "Oslo?" ASSISTANT "</think>" CALLS_B CALL_B "get_weather" SEP "{\"city\": \"Oslo\"}" CALL_E CALLS_E EOS
+               OUT_B "21C" OUT_E OUT_B "dry" OUT_E);
+    check_text("V3.1: content before a call, the answer after the results", "{\"messages\": [{\"role\": \"user\", "
+               "\"content\": \"Oslo?\"}, {\"role\": \"assistant\", \"content\": \"Looking.\", \"tool_calls\": [{\"id\": "
+               "\"c1\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": "
+               "\"Oslo\"}}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"21C\"}, {\"role\": "
+               "\"assistant\", \"content\": \"Warm.\"}, {\"role\": \"user\", \"content\": \"Bye\"}], "
+               "\"chat_template_kwargs\": {\"thinking\": true}}",
+               BOS USER "Oslo?" ASSISTANT "</think>Looking." CALLS_B CALL_B "get_weather" SEP "{\"city\": \"Oslo\"}" CALL_E
+               CALLS_E EOS OUT_B "21C" OUT_E "Warm." EOS USER "Bye" ASSISTANT "<think>");
+    check_refused("two calls in one message", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": "
+                  "\"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"a\", \"type\": \"function\", \"function\": "
+                  "{\"name\": \"f\", \"arguments\": \"{}\"}}, {\"id\": \"b\", \"type\": \"function\", \"function\": "
+                  "{\"name\": \"g\", \"arguments\": \"{}\"}}]}]}", "more than one tool call");
+    check_refused("a tool result without content", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": "
+                  "\"tool\", \"tool_call_id\": \"c1\"}]}", "content");
+}
+
 static void check_prompts(void)
 {
     check_text("system and user", "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
@@ -67,10 +129,7 @@ static void check_prompts(void)
     check_text("V3.1 thinking false", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", "
                "\"content\": \"Hello\"}, {\"role\": \"user\", \"content\": \"Bye\"}], \"chat_template_kwargs\": {\"thinking\": "
                "false}}", BOS USER "Hi" ASSISTANT "</think>Hello" EOS USER "Bye" ASSISTANT "</think>");
-    check_refused("tools", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"tools\": [{\"type\": \"function\", "
-                  "\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}]}", "does not render \"tools\"");
-    check_refused("a tool result", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"tool\", "
-                  "\"tool_call_id\": \"c1\", \"content\": \"42\"}]}", "tool");
+    check_tools();
     /* V3.1's thinking form: the generation prompt opens the reasoning; earlier turns without theirs */
     check_text("V3.1 thinking true", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": "
                "\"assistant\", \"content\": \"Hello\"}, {\"role\": \"user\", \"content\": \"Bye\"}], "
@@ -167,6 +226,49 @@ static void check_answers(const ms_tok *t)
     ms_gentext_free(g);
 }
 
+/* A tool call in each variant's form: split from the content whole, streamed without it. */
+static void check_call_answers(const ms_tok *t)
+{
+    static const struct { const char *what, *text, *content, *name, *args; } cases[] = {
+        {"V3's call", "Checking." CALLS_B CALL_B "function" SEP "get_weather\n```json\n{\"city\":\"Oslo\"}\n```" CALL_E
+         CALLS_E, "Checking.", "get_weather", "{\"city\":\"Oslo\"}"},
+        {"V3.1's call", CALLS_B CALL_B "get_weather" SEP "{\"city\":\"Oslo\"}" CALL_E CALLS_E, "", "get_weather",
+         "{\"city\":\"Oslo\"}"},
+        {"a call cut before its end", "Hm." CALLS_B CALL_B "get_weather" SEP "{\"ci", NULL, NULL, NULL},
+        {"V3's call without its closing fence", CALLS_B CALL_B "function" SEP "f\n```json\n{}" CALL_E CALLS_E, NULL, NULL,
+         NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        ms_chat_answer a;
+        int rc = ms_tok_encode(t, cases[i].text, strlen(cases[i].text), 1, &ids, &n) == 0 ? ms_dsv3_chat.answer(t, ids, n, &a) : -1;
+        if (cases[i].name) {
+            T_CHECK(rc == 0 && !strcmp(a.content, cases[i].content) && a.call_name && !strcmp(a.call_name, cases[i].name) &&
+                        a.call_args && !strcmp(a.call_args, cases[i].args) && a.call_args_len == strlen(cases[i].args),
+                    "%s: content \"%s\", a call to %s with %s (got \"%s\", %s, %s)", cases[i].what, cases[i].content,
+                    cases[i].name, cases[i].args, rc == 0 ? a.content : ms_err_msg(), rc == 0 && a.call_name ? a.call_name : "-",
+                    rc == 0 && a.call_args ? a.call_args : "-");
+            ms_chat_stream cs = {0};
+            char c[200] = "";
+            for (size_t k = 0; k < n; k++)
+                if (ms_dsv3_chat.route(t, &cs, ids[k]) == MS_CHAT_TO_CONTENT) {
+                    char *x = NULL;
+                    size_t l = 0;
+                    ms_tok_decode(t, ids + k, 1, &x, &l);
+                    strncat(c, x, sizeof c - strlen(c) - 1);
+                    free(x);
+                }
+            T_CHECK(!strcmp(c, cases[i].content), "%s: streamed, the content alone (\"%s\")", cases[i].what, c);
+        } else {
+            T_CHECK(rc == 0 && !a.call_name && a.content_len > strlen(cases[i].text) / 4,
+                    "%s: no call; its text stays the content's (\"%s\")", cases[i].what, rc == 0 ? a.content : ms_err_msg());
+        }
+        if (rc == 0) ms_chat_answer_clear(&a);
+        free(ids);
+    }
+}
+
 static void check_conversation(const ms_tok *t)
 {
     int32_t eos = ms_tok_special_id(t, EOS), st[4];
@@ -254,6 +356,58 @@ static void check_kimi_k2_tools(void)
     free(err);
 }
 
+/* DeepSeek-V3 (deepseek-v3-tiny) answers a forced call in jobs, in each variant's form: the
+ * grammar holds the random model to a call, and the answer comes back as OpenAI's tool_calls. */
+static void check_forced_calls(void)
+{
+    char dir[1100], in[1200], out[1200];
+    snprintf(dir, sizeof dir, "%s/m", ms_t_tmpdir("dsv3-chat-calls"));
+    const char *bin = ms_t_bin("moestream");
+    int sy = ms_t_runf(NULL, NULL, "%s synth --preset deepseek-v3-tiny --out %s --force", bin, dir);
+    T_CHECK(sy == 0, "synth --preset deepseek-v3-tiny (status %d)", sy);
+    snprintf(in, sizeof in, "%s/jobs.jsonl", ms_t_tmpdir("dsv3-chat-calls-jobs"));
+    snprintf(out, sizeof out, "%s/out.jsonl", ms_t_tmpdir("dsv3-chat-calls-jobs"));
+    FILE *f = fopen(in, "w");
+    static const char *const extra[2] = {"\"tool_choice\": \"required\"",
+                                         "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": "
+                                         "\"get_weather\"}}, \"chat_template_kwargs\": {\"thinking\": false}"};
+    for (int v = 0; f && v < 2; v++)
+        fprintf(f, "{\"custom_id\": \"v%d\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": "
+                   "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Oslo?\"}], \"tools\": [{\"type\": "
+                   "\"function\", \"function\": {\"name\": \"get_weather\", \"strict\": true, \"parameters\": {\"type\": "
+                   "\"object\", \"properties\": {\"city\": {\"enum\": [\"Oslo\", \"Paris\"]}}, \"required\": [\"city\"], "
+                   "\"additionalProperties\": false}}}], %s, \"max_tokens\": 96, \"temperature\": 0}}\n",
+                v, extra[v]);
+    if (f) fclose(f);
+    char *err = NULL;
+    int j = ms_t_runf(NULL, &err, "%s jobs --model %s --input %s --output %s --quiet", bin, dir, in, out);
+    T_CHECK(j == 0, "deepseek-v3-tiny: forced calls run in jobs (status %d: %s)", j, err ? err : "");
+    free(err);
+    FILE *o = fopen(out, "r");
+    char line[8192];
+    int seen = 0;
+    while (o && fgets(line, sizeof line, o)) {
+        json_error_t je;
+        json_t *l = json_loads(line, 0, &je);
+        const char *id = json_string_value(json_object_get(l, "custom_id"));
+        json_t *ch = json_array_get(json_object_get(json_object_get(json_object_get(l, "response"), "body"), "choices"), 0);
+        json_t *call = json_array_get(json_object_get(json_object_get(ch, "message"), "tool_calls"), 0);
+        json_t *fn = json_object_get(call, "function");
+        const char *nm = json_string_value(json_object_get(fn, "name")), *args = json_string_value(json_object_get(fn, "arguments"));
+        json_t *a = args ? json_loads(args, 0, &je) : NULL;
+        const char *city = json_string_value(json_object_get(a, "city"));
+        T_CHECK(nm && !strcmp(nm, "get_weather") && city && (!strcmp(city, "Oslo") || !strcmp(city, "Paris")) &&
+                    !strcmp(json_string_value(json_object_get(ch, "finish_reason")) ? json_string_value(json_object_get(ch, "finish_reason")) : "", "tool_calls"),
+                "%s (%s form): the answer is a call to get_weather with a city of the schema, finish_reason tool_calls "
+                "(%s %s)", id ? id : "?", id && !strcmp(id, "v1") ? "V3.1" : "V3", nm ? nm : "-", args ? args : "-");
+        json_decref(a);
+        json_decref(l);
+        seen++;
+    }
+    if (o) fclose(o);
+    T_CHECK(seen == 2, "both requests answered (%d)", seen);
+}
+
 int main(void)
 {
     ms_log_set_level(0);
@@ -267,8 +421,10 @@ int main(void)
     if (t) {
         check_answers(t);
         check_conversation(t);
+        check_call_answers(t);
     }
     ms_tok_free(t);
     check_kimi_k2_tools();
+    check_forced_calls();
     return ms_t_done();
 }
