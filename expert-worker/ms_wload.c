@@ -62,10 +62,10 @@ static int spec_error(const char *item, int len, const char *why)
     return ms_err_set_code(MS_EXIT_USAGE);
 }
 
-/* Resolve spec against avail ([n_layers][n_experts], the experts the source has) into owned. */
+/* Resolve spec against avail ([x_layers][n_experts], the experts the source has) into owned. */
 static int parse_spec(const char *spec, const ms_wload *w, const uint8_t *avail, uint8_t *owned)
 {
-    int NL = w->n_layers, NE = w->n_experts, is_pack = w->is_pack;
+    int NL = w->x_layers, NE = w->n_experts, is_pack = w->is_pack;
     size_t nk = (size_t)NL * (size_t)NE;
     if (!spec || !strcmp(spec, "all") || !strcmp(spec, "*")) {
         memcpy(owned, avail, nk);
@@ -105,7 +105,7 @@ static int parse_spec(const char *spec, const ms_wload *w, const uint8_t *avail,
                     snprintf(why, sizeof why, "layer %d is dense: it has no routed experts (MoE layers are %d..%d)",
                              l, w->first_moe, NL - 1);
                 else
-                    snprintf(why, sizeof why, "the pack has no expert of layer %d", l);
+                    snprintf(why, sizeof why, "the %s has no expert of layer %d", is_pack ? "pack" : "checkpoint", l);
                 return spec_error(p, len, why);
             }
             any_layer = 1;
@@ -162,7 +162,7 @@ const char *ms_wload_layer_ranges(const ms_wload *w, int layer, char *buf, size_
 
 const char *ms_wload_describe(const ms_wload *w, char *buf, size_t n)
 {
-    int NL = w->n_layers;
+    int NL = w->x_layers;
     size_t at = 0;
     buf[0] = 0;
     char cur[512], nxt[512];
@@ -187,16 +187,20 @@ const char *ms_wload_describe(const ms_wload *w, char *buf, size_t n)
 static int open_model(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
 {
     const ms_xfmt *f = &w->fmt;
-    int NL = w->n_layers, NE = w->n_experts;
-    uint8_t *avail = ms_calloc((size_t)NL * (size_t)NE, 1);
-    for (int l = w->first_moe; l < NL; l++) memset(avail + (size_t)l * (size_t)NE, 1, (size_t)NE);
-    int rc = parse_spec(o->experts, w, avail, w->owned);
-    free(avail);
-    if (rc != 0) return -1;
-
+    int NL = w->x_layers, NE = w->n_experts;
     ms_st *st = ms_st_open_dir(w->source);
     if (!st) return -1;
     if (ms_xfam_refine(&w->fmt, w->first_moe, st, w->source) != 0) { /* e.g. the dtype of the biases */
+        ms_st_close(st);
+        return -1;
+    }
+    /* every expert of every MoE layer; a draft head's layer when the checkpoint keeps it */
+    uint8_t *avail = ms_calloc((size_t)NL * (size_t)NE, 1);
+    for (int l = w->first_moe; l < NL; l++)
+        if (l < w->n_layers || ms_xfam_has_expert(st, f, l)) memset(avail + (size_t)l * (size_t)NE, 1, (size_t)NE);
+    int rc = parse_spec(o->experts, w, avail, w->owned);
+    free(avail);
+    if (rc != 0) {
         ms_st_close(st);
         return -1;
     }
@@ -248,7 +252,7 @@ static int open_model(ms_wload *w, const ms_wload_opts *o, ms_xloc *locs)
 static int open_pack(ms_wload *w, const ms_wload_opts *o, const ms_pack *p, ms_xloc *locs)
 {
     int NE = w->n_experts;
-    uint8_t *avail = ms_calloc((size_t)w->n_layers * (size_t)NE, 1);
+    uint8_t *avail = ms_calloc((size_t)w->x_layers * (size_t)NE, 1);
     for (size_t i = 0; i < p->n; i++)
         avail[(size_t)p->entries[i].layer * (size_t)NE + (size_t)p->entries[i].expert] = 1;
     int rc = parse_spec(o->experts, w, avail, w->owned);
@@ -285,6 +289,7 @@ static int model_shape(ms_wload *w)
     if (ms_xfam_load(path, 1, &c) != 0) return -1;
     w->fmt = c.fmt;
     w->n_layers = c.n_layers;
+    w->x_layers = c.n_layers + c.draft_layers;
     w->n_experts = c.n_experts;
     w->first_moe = c.first_moe;
     int rc = 0;
@@ -355,13 +360,14 @@ int ms_wload_open(const ms_wload_opts *o, ms_wload *w)
     if (w->is_pack) {
         if (ms_pack_open(w->source, &pk) != 0) return -1;
         w->n_layers = pk.n_layers;
+        w->x_layers = pk.n_layers + pk.draft_layers;
         w->n_experts = pk.n_experts;
         w->first_moe = pk.first_moe;
         w->fmt = pk.fmt;
     } else if (model_shape(w) != 0) {
         return -1;
     }
-    size_t nk = (size_t)w->n_layers * (size_t)w->n_experts;
+    size_t nk = (size_t)w->x_layers * (size_t)w->n_experts;
     w->owned = ms_calloc(nk, 1);
     ms_xloc *locs = ms_calloc(nk, sizeof *locs);
     int rc = -1;
@@ -380,7 +386,7 @@ int ms_wload_open(const ms_wload_opts *o, ms_wload *w)
     if (plan(w, o, depth) != 0) goto out;
     /* grow_bg 0: a worker's slots still come on first use (its cache fills with the first
      * requests; the coordinator's store grows in the background, docs/PERFORMANCE.md) */
-    ms_xstore_opts xo = {.n_layers = w->n_layers,
+    ms_xstore_opts xo = {.n_layers = w->x_layers,
                          .n_experts = w->n_experts,
                          .fmt = w->fmt,
                          .cache_bytes = w->plan.mem.cache,

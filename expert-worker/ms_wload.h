@@ -37,11 +37,13 @@ typedef struct {
 typedef struct {
     int n_layers, n_experts;   /* the model's layers and routed experts per layer */
     int first_moe;             /* layers below it are dense */
+    int x_layers;              /* layers of the expert tables: n_layers, and a draft head's layer
+                                  (DeepSeek-V3's MTP, layer n_layers) when the source has its experts */
     ms_xfmt fmt;               /* the experts' format: a pack's manifest, or --model's config read once */
     char fingerprint[17];
     char *source;              /* the directory, owned */
     int is_pack;
-    uint8_t *owned;            /* [n_layers][n_experts] 1 if served here, owned */
+    uint8_t *owned;            /* [x_layers][n_experts] 1 if served here, owned */
     size_t n_owned;
     int chunk_items;           /* rows the store gathers per expert computation */
     ms_io_files *files;

@@ -337,7 +337,7 @@ static void on_hello(ms_wsrv *s, wmsg *m, int delim, zmq_msg_t *payload, const M
     /* Owned experts as maximal runs per layer. */
     size_t n = 0, cap = 16;
     Moestream__ExpertRange *r = ms_malloc(sizeof *r * cap);
-    for (int l = 0; l < w->n_layers; l++)
+    for (int l = 0; l < w->x_layers; l++)
         for (int e = 0; e < w->n_experts;) {
             if (!ms_wload_owns(w, l, e)) {
                 e++;
@@ -382,14 +382,14 @@ static int check_compute(ms_wsrv *s, const Moestream__ComputeRequest *c, ms_xgro
     const ms_wload *w = s->w;
     int L = w->fmt.latent;
     size_t n = c->n_item_expert;
-    if (c->layer >= (uint32_t)w->n_layers) {
-        snprintf(text, tn, "compute: layer %u does not exist (the model has layers 0..%d)", c->layer,
-                 w->n_layers - 1);
+    if (c->layer >= (uint32_t)w->x_layers) {
+        snprintf(text, tn, "compute: layer %u does not exist (the model's experts are in layers 0..%d)", c->layer,
+                 w->x_layers - 1);
         return E_LAYER;
     }
     if (c->layer < (uint32_t)w->first_moe) {
         snprintf(text, tn, "compute: layer %u is dense: it has no routed experts (MoE layers are %d..%d)", c->layer,
-                 w->first_moe, w->n_layers - 1);
+                 w->first_moe, w->x_layers - 1);
         return E_LAYER;
     }
     if (c->latent_width != (uint32_t)L) {

@@ -111,6 +111,9 @@ static int mf_validate(const char *path, json_t *root, ms_pack *p)
     p->n_layers = (int)nl;
     p->n_experts = (int)ne;
     p->first_moe = (int)first;
+    long long dl = 0;
+    if (json_object_get(root, "draft_layers") && mf_int(path, "", root, "draft_layers", 0, 8, &dl) != 0) return -1;
+    p->draft_layers = (int)dl;
     json_t *xf = json_object_get(root, "expert_format");
     if (!xf) return mf_fail(path, "field \"expert_format\" is missing");
     if (ms_xfmt_from_json(xf, path, &p->fmt) != 0 || ms_xfam_check(&p->fmt, path) != 0) return -1;
@@ -133,7 +136,7 @@ static int mf_validate(const char *path, json_t *root, ms_pack *p)
         if (!json_is_object(o)) return mf_fail(path, "%smust be an object", where);
         ms_pack_entry *e = &p->entries[i];
         long long l, x, off;
-        if (mf_int(path, where, o, "layer", 0, nl - 1, &l) != 0 || mf_int(path, where, o, "expert", 0, ne - 1, &x) != 0)
+        if (mf_int(path, where, o, "layer", 0, nl + dl - 1, &l) != 0 || mf_int(path, where, o, "expert", 0, ne - 1, &x) != 0)
             return -1;
         if (l < first)
             return mf_fail(path, "%slayer %lld is a dense layer (first_moe_layer is %lld)", where, l, first);

@@ -35,6 +35,8 @@ typedef struct {
     char fingerprint[17];
     int worker, workers, replicas;
     int n_layers, n_experts, first_moe;
+    int draft_layers;        /* "draft_layers" (0 when absent): layers from n_layers on whose
+                                experts the pack may hold too (a draft head's: DeepSeek-V3's MTP) */
     ms_xfmt fmt;             /* the experts' format */
     uint64_t expert_bytes;
     ms_pack_entry *entries;  /* [n], owned */

@@ -303,6 +303,7 @@ static int write_manifest(sh_state *s, int w)
     json_object_set_new(root, "num_layers", json_integer(s->xm.n_layers));
     json_object_set_new(root, "num_experts", json_integer(s->xm.n_experts));
     json_object_set_new(root, "first_moe_layer", json_integer(s->xm.first_moe));
+    if (s->xm.draft_layers) json_object_set_new(root, "draft_layers", json_integer(s->xm.draft_layers));
     json_object_set_new(root, "expert_format", ms_xfmt_to_json(&s->xm.fmt));
     json_object_set_new(root, "expert_bytes", json_integer((json_int_t)s->E));
     char *head = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
@@ -440,11 +441,14 @@ static int shard_plan(sh_state *s)
         int64_t a = (int64_t)i * c->n_experts / s->N, b = (int64_t)(i + 1) * c->n_experts / s->N;
         for (int64_t e = a; e < b; e++) owner[e] = i;
     }
-    s->n_ex = (size_t)n_moe * (size_t)c->n_experts;
+    /* a draft head's layer (DeepSeek-V3's MTP) goes into the packs when the checkpoint has it */
+    s->xm.draft_layers = c->draft_layers > 0 && ms_xfam_has_expert(s->st, &s->xm.fmt, c->n_layers) ? c->draft_layers : 0;
+    int n_xl = c->n_layers + c->draft_layers;
+    s->n_ex = (size_t)(n_xl - c->first_moe) * (size_t)c->n_experts;
     s->ex = ms_calloc(s->n_ex, sizeof *s->ex);
     size_t k = 0;
     int rc = 0;
-    for (int l = c->first_moe; l < c->n_layers && rc == 0; l++)
+    for (int l = c->first_moe; l < n_xl && rc == 0; l++)
         for (int e = 0; e < c->n_experts && rc == 0; e++, k++) {
             rc = find_expert(s->st, &s->xm.fmt, s->model_dir, l, e, &s->ex[k], s->routed);
             s->ex[k].owner = owner[e];

@@ -160,3 +160,14 @@ int ms_xfam_find_part(const ms_st *st, const ms_xfmt *f, int layer, int expert, 
     *off = t->offset + (uint64_t)slice * f->part[part].bytes;
     return 0;
 }
+
+int ms_xfam_has_expert(const ms_st *st, const ms_xfmt *f, int layer)
+{
+    char name[256];
+    int slice, ns;
+    if (ms_xfam_locate(f, layer, 0, 0, name, sizeof name, &slice, &ns) != 0) {
+        ms_err_clear();
+        return 0;
+    }
+    return ms_st_find(st, name) != NULL;
+}

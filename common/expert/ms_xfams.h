@@ -48,6 +48,9 @@ int ms_xfam_check(const ms_xfmt *f, const char *where);
  * the part's bytes; 1 with name set and what is wrong in why ("is missing", "is BF16 of 2 dims
  * [4, 8], expected U8 [4, 4]"); -1 with ms_err set (an unknown family). */
 struct ms_st;
+/* 1 if the checkpoint st holds the first part of expert 0 of `layer` (a draft head's layer
+ * that a release may leave out), else 0. */
+int ms_xfam_has_expert(const struct ms_st *st, const ms_xfmt *f, int layer);
 /* The check of ms_xfam_find_part on a tensor of dtype dt, ndim dims shape[] holding the part
  * as slice `slice` of n_slices (as locate said): 0, or 1 with what is wrong in why. */
 int ms_xfam_check_part(const ms_xfmt *f, int part, int slice, int n_slices, int dt, int ndim, const int64_t *shape,

@@ -22,6 +22,9 @@ typedef struct {
     int first_moe;          /* layers [first_moe, n_layers) route, each to n_experts experts */
     int n_experts;
     int top_k;              /* experts per token */
+    int draft_layers;       /* layers after n_layers whose routed experts (n_experts each) the
+                               checkpoint may keep: a draft head's (DeepSeek-V3's MTP layer, layer
+                               n_layers); whether it keeps them its files tell. 0: none */
     int have_fmt;           /* 0: the widths make no streamable descriptor (why says so; dense
                                F32 test models are used in memory only) */
     ms_xfmt fmt;

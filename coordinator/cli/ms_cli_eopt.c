@@ -140,9 +140,6 @@ int ms_cli_eopt_check(const ms_cli_eopts *o, const char *cmd)
         return ms_cli_fail(cmd, MS_EXIT_USAGE, "give at most one of --workers, --cluster and --local-workers");
     if (o->draft_source == MS_DRAFT_HEAD && o->draft_file)
         return ms_cli_fail(cmd, MS_EXIT_USAGE, "give at most one of --draft mtp and --draft-file");
-    if (o->draft_source == MS_DRAFT_HEAD && (o->workers || o->cluster || o->local_workers > 0))
-        return ms_cli_fail(cmd, MS_EXIT_USAGE, "--draft mtp runs the MTP layer's experts in this process: it cannot be "
-                                              "combined with --workers, --cluster or --local-workers yet");
     if (o->draft_source == MS_DRAFT_HEAD && o->speculate_set && o->speculate == 0)
         return ms_cli_fail(cmd, MS_EXIT_USAGE, "--draft mtp drafts for speculation: not with --speculate off");
     return MS_EXIT_OK;

@@ -19,6 +19,7 @@
 #include "ms_remote.h"
 #include "ms_sample.h"
 #include "ms_wire.h"
+#include "ms_xfams.h"
 
 struct ms_engine {
     ms_engine_opts o;
@@ -135,12 +136,18 @@ static int start_workers(ms_engine *e)
         ms_err_set("%s/config.json: %s", o->model_dir, c->why_no_xfmt);
         return ms_err_set_code(MS_EXIT_MODEL);
     }
+    /* workers serve a draft head's layer (DeepSeek-V3's MTP) where the checkpoint has one */
+    char cfg[4200];
+    ms_xmodel xm;
+    snprintf(cfg, sizeof cfg, "%s/config.json", o->model_dir);
+    if (ms_xfam_load(cfg, 0, &xm) != 0) return -1;
     ms_remote_opts ro = {.n_workers = e->n_workers,
                          .workers = e->wlist,
                          .secret_key = secret[0] ? secret : NULL,
                          .fingerprint = fp,
                          .n_layers = c->n_layers,
                          .n_experts = c->n_experts,
+                         .draft_layers = xm.draft_layers,
                          .fmt = &c->xfmt,
                          .timeout_s = o->worker_timeout};
     ro.local = !e->listed;
@@ -151,6 +158,21 @@ static int start_workers(ms_engine *e)
     e->remote = ms_remote_new(&ro, c->first_moe);
     if (!e->remote) return -1;
     ms_model_set_experts(e->m, ms_remote_iface(e->remote));
+    /* The draft head's routed experts are the workers' too: without an owner for each (packs
+     * written before the packs held them, --experts specs that leave them out), --draft mtp
+     * fails and auto drafts n-grams. */
+    if (e->draft_head && !ms_remote_owns_layer(e->remote, c->n_layers)) {
+        if (o->draft_source == MS_DRAFT_HEAD) {
+            ms_err_set("--draft mtp: no worker owns every expert of the MTP layer (layer %d): write the packs again "
+                       "with this build's moestream shard (they then hold it), give a worker those experts "
+                       "(--experts '%d:*'), or use --draft ngram",
+                       c->n_layers, c->n_layers);
+            return ms_err_set_code(MS_EXIT_WORKER);
+        }
+        ms_log(1, "speculation: the workers do not serve the MTP layer's experts (layer %d): n-gram drafts instead",
+               c->n_layers);
+        e->draft_head = 0;
+    }
     return 0;
 }
 
@@ -175,8 +197,8 @@ ms_engine *ms_engine_open(const ms_engine_opts *o)
     MS_ASSERT(o->speculate == MS_SPEC_AUTO || (o->speculate >= 0 && o->speculate <= MS_SPEC_MAX));
     ro.spec_window = o->speculate == MS_SPEC_AUTO ? MS_SPEC_AUTO_MAX : o->speculate;
     ro.spec_fit = o->speculate == MS_SPEC_AUTO;
-    /* the checkpoint's draft head: its experts are read here, so not beside workers */
-    ro.draft_head = o->speculate != 0 && !o->draft_file && !remote && o->draft_source != MS_DRAFT_NGRAM;
+    /* the checkpoint's draft head (its routed experts here, or the workers') */
+    ro.draft_head = o->speculate != 0 && !o->draft_file && o->draft_source != MS_DRAFT_NGRAM;
     e->spec_auto = o->speculate == MS_SPEC_AUTO;
     if (o->draft_file && ms_draft_read_file(o->draft_file, &e->draft_ids, &e->n_draft_ids) != 0) goto fail;
     if (ms_tok_present(o->model_dir) && !(e->tok = ms_tok_load(o->model_dir))) goto fail;
@@ -186,8 +208,8 @@ ms_engine *ms_engine_open(const ms_engine_opts *o)
     e->draft_head = ms_model_get_info(e->m)->draft_layers > 0;
     if (o->draft_source == MS_DRAFT_HEAD && !e->draft_head) {
         ms_err_set("--draft mtp: %s has no draft head (a DeepSeek-V3 checkpoint with num_nextn_predict_layers = 1 "
-                   "and its MTP layer's tensors)%s",
-                   o->model_dir, remote ? ", or workers run the experts" : "");
+                   "and its MTP layer's tensors)",
+                   o->model_dir);
         ms_err_set_code(MS_EXIT_USAGE);
         goto fail;
     }

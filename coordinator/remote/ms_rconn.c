@@ -190,10 +190,10 @@ int ms_rconn_take_hello(ms_remote *r, wconn *w, const Moestream__Envelope *e)
                  r->fmt.latent);
         return -1;
     }
-    memset(w->owns, 0, (size_t)r->o.n_layers * (size_t)r->o.n_experts);
+    memset(w->owns, 0, (size_t)(r->o.n_layers + r->o.draft_layers) * (size_t)r->o.n_experts);
     for (size_t i = 0; i < h->n_owned; i++) {
         const Moestream__ExpertRange *g = h->owned[i];
-        if ((int)g->layer >= r->o.n_layers || g->expert_end > (uint32_t)r->o.n_experts || g->expert_begin > g->expert_end) {
+        if ((int)g->layer >= r->o.n_layers + r->o.draft_layers || g->expert_end > (uint32_t)r->o.n_experts || g->expert_begin > g->expert_end) {
             snprintf(w->why, sizeof w->why, "claims experts outside the model (layer %u, %u..%u)", g->layer,
                      g->expert_begin, g->expert_end);
             return -1;

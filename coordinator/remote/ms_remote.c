@@ -36,7 +36,7 @@ ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe)
     for (int i = 0; i < r->n; i++) {
         wconn *w = &r->w[i];
         w->endpoint = ms_strdup(o->workers[i].endpoint);
-        w->owns = ms_calloc((size_t)o->n_layers * (size_t)o->n_experts, 1);
+        w->owns = ms_calloc((size_t)(o->n_layers + o->draft_layers) * (size_t)o->n_experts, 1);
         if (o->workers[i].public_key) {
             snprintf(w->pub, sizeof w->pub, "%s", o->workers[i].public_key);
             w->curve = 1;
@@ -560,4 +560,15 @@ void ms_remote_get_stats(ms_remote *r, ms_remote_stats *st)
         v->replies = r->w[i].replies;
         v->reply_seconds = r->w[i].reply_seconds;
     }
+}
+
+int ms_remote_owns_layer(const ms_remote *r, int layer)
+{
+    if (layer < r->first_moe || layer >= r->o.n_layers + r->o.draft_layers) return 0;
+    for (int e = 0; e < r->o.n_experts; e++) {
+        int owned = 0;
+        for (int i = 0; i < r->n && !owned; i++) owned = r->w[i].owns[(size_t)layer * (size_t)r->o.n_experts + (size_t)e];
+        if (!owned) return 0;
+    }
+    return 1;
 }

@@ -25,6 +25,8 @@ typedef struct {
      * worker owns them. ms_local_revive is one. */
     int (*revive)(void *ctx, int worker, char *why, size_t n);
     void *revive_ctx;
+    int draft_layers;            /* layers from n_layers on whose experts workers may serve too
+                                    (a draft head's: DeepSeek-V3's MTP layer); not required of them */
 } ms_remote_opts;
 
 typedef struct ms_remote ms_remote;
@@ -38,6 +40,11 @@ typedef struct ms_remote ms_remote;
  * (class MS_EXIT_WORKER) naming the worker or the experts nobody owns. */
 ms_remote *ms_remote_new(const ms_remote_opts *o, int first_moe);
 void ms_remote_free(ms_remote *r); /* accepts NULL */
+
+/* 1 if every expert of `layer` has a worker that owns it (up or not), else 0: whether the
+ * workers serve a draft head's layer (ms_remote_opts.draft_layers), which the hellos do not
+ * require. */
+int ms_remote_owns_layer(const ms_remote *r, int layer);
 
 /* The ms_experts interface: one request per (call, worker) carrying all the rows that worker
  * computes; outputs placed in canonical (row, rank) order, so the result is bit-identical to

@@ -186,6 +186,20 @@ static void check_cli(const char *fam, const char *dir)
     json_decref(j);
     free(js);
     free(err);
+    if (head) { /* the MTP layer's routed experts computed by the workers, as the model's are */
+        char sw[1200];
+        snprintf(sw, sizeof sw, "%s/specmw.bin", ms_t_tmpdir("conf-specmw"));
+        js = err = NULL;
+        int rw = ms_t_runf(&js, &err, "%s run --model %s --ids %s -n 24 --quiet --json --dump-logits %s --speculate 4 "
+                           "--draft mtp --local-workers 2", bin, dir, ids, sw);
+        j = js ? json_loads(js, 0, &je) : NULL;
+        st = json_object_get(j, "stats");
+        T_CHECK(rw == 0 && ms_t_same_file(s0, sw) && json_integer_value(json_object_get(st, "draft_tokens")) > 0,
+                "%s: --draft mtp beside 2 local workers == off, bit for bit (status %d: %s)", fam, rw, err ? err : "");
+        json_decref(j);
+        free(js);
+        free(err);
+    }
 
     char model[1200], packs[1200], c[1200];
     snprintf(model, sizeof model, "%s/m", ms_t_tmpdir("conf-shard"));
@@ -217,6 +231,14 @@ static void check_cli(const char *fam, const char *dir)
         T_CHECK(st2 == 0 && ms_t_same_file(a, c), "%s: the trunk with 2 pack workers == in process, bit for bit (status %d: %s)",
                 fam, st2, err ? err : "");
         free(err);
+        if (head) { /* the packs hold the MTP layer's experts too */
+            err = NULL;
+            int st3 = ms_t_runf(NULL, &err, "%s run --model %s/trunk --ids %s -n 24 --quiet --dump-logits %s --workers "
+                                "%s,%s --speculate 4 --draft mtp", bin, packs, ids, c, ep[0], ep[1]);
+            T_CHECK(st3 == 0 && ms_t_same_file(s0, c), "%s: --draft mtp with 2 pack workers == off, bit for bit (status %d: %s)",
+                    fam, st3, err ? err : "");
+            free(err);
+        }
     }
     for (int i = 0; i < started; i++) ms_t_worker_kill(&w[i]);
 }

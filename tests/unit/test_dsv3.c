@@ -180,6 +180,8 @@ static void check_mtp(const char *dir, const char *name, ms_run_opts o, const ch
 /* An MTP layer that agrees with its model (synth deepseek-v3-tiny-mtp): --speculate 4 --draft mtp
  * gives off's logits bit for bit at over 1.5 tokens a pass, in a run and in jobs (three prompts
  * sharing a beginning, prefilled once: the head's state is cloned with it). */
+static void check_mtp_unowned(const char *d, const char *ids);
+
 static void check_mtp_agrees(void)
 {
     char bin[1024], d[1100], a[1200], b[1200], ja[1200], jb[1200], in[1200], *js = NULL, *err = NULL;
@@ -229,17 +231,58 @@ static void check_mtp_agrees(void)
     T_CHECK(same, "tiny-mtp: jobs sharing a prefilled beginning, MTP drafts == off for each, bit for bit (status %d, %d: %s)",
             j0, j1, err ? err : "");
     free(err);
-    /* usage: the head's experts run here, so not beside workers; not with --speculate off or a draft file */
-    static const char *const bad[3][2] = {{"--local-workers 2", "cannot be combined with --workers"},
-                                         {"--speculate off", "not with --speculate off"},
+    /* usage: not with --speculate off or a draft file */
+    static const char *const bad[2][2] = {{"--speculate off", "not with --speculate off"},
                                          {"--draft-file /dev/null", "at most one of --draft mtp and --draft-file"}};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 2; i++) {
         err = NULL;
         int st = ms_t_runf(NULL, &err, "%s run --model %s --ids %s -n 2 --quiet --draft mtp %s", bin, d, ids, bad[i][0]);
         T_CHECK(st == 2 && err && strstr(err, bad[i][1]), "--draft mtp with %s: a usage error saying so (status %d: %s)",
                 bad[i][0], st, err ? err : "");
         free(err);
     }
+    check_mtp_unowned(d, ids);
+}
+
+/* A worker that serves every MoE layer but the MTP layer's experts: --draft mtp fails naming the
+ * layer (exit 7), auto drafts n-grams, the tokens those of off. */
+static void check_mtp_unowned(const char *d, const char *ids)
+{
+    char sock[700], ep[800], wb[1024], spec[64];
+    snprintf(sock, sizeof sock, "%s/w.sock", ms_t_sockdir("dsv3-mtp-w"));
+    snprintf(ep, sizeof ep, "ipc://%s", sock);
+    snprintf(wb, sizeof wb, "%s", ms_t_bin("moestream-worker"));
+    ms_model_info in;
+    T_CHECK(ms_dsv3_family.peek(d, &in) == 0, "tiny-mtp: its shape");
+    snprintf(spec, sizeof spec, "%d-%d:*", in.first_moe, in.n_layers - 1);
+    const char *argv[] = {wb, "--model", d, "--experts", spec, "--listen", ep, "--quiet", NULL};
+    ms_t_worker w;
+    ms_t_worker_opts wo = {.wait_path = sock};
+    if (ms_t_worker_start(&w, argv, &wo) != 0) {
+        T_CHECK(0, "tiny-mtp: a worker with --experts %s started", spec);
+        return;
+    }
+    const char *bin = ms_t_bin("moestream");
+    char *err = NULL, *a = NULL, *b = NULL;
+    int st = ms_t_runf(NULL, &err, "%s run --model %s --ids %s -n 8 --quiet --draft mtp --speculate 2 --workers %s", bin, d,
+                       ids, ep);
+    char want[64];
+    snprintf(want, sizeof want, "MTP layer (layer %d)", in.n_layers);
+    T_CHECK(st == 7 && err && strstr(err, want), "--draft mtp beside a worker without the MTP layer's experts: exit 7 naming "
+            "%s (status %d: %s)", want, st, err ? err : "");
+    free(err);
+    int s0 = ms_t_runf(&a, NULL, "%s run --model %s --ids %s -n 8 --quiet --json --speculate off", bin, d, ids);
+    int s1 = ms_t_runf(&b, NULL, "%s run --model %s --ids %s -n 8 --quiet --json --workers %s", bin, d, ids, ep);
+    json_t *ja = a ? json_loads(a, 0, NULL) : NULL, *jb = b ? json_loads(b, 0, NULL) : NULL;
+    const char *src = json_string_value(json_object_get(json_object_get(jb, "stats"), "draft_source"));
+    T_CHECK(s0 == 0 && s1 == 0 && json_equal(json_object_get(ja, "generated_ids"), json_object_get(jb, "generated_ids")) &&
+                src && !strcmp(src, "ngram"),
+            "auto beside that worker: n-gram drafts (%s), the tokens of off", src ? src : "-");
+    json_decref(ja);
+    json_decref(jb);
+    free(a);
+    free(b);
+    ms_t_worker_kill(&w);
 }
 
 int main(void)

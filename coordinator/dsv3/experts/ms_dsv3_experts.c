@@ -44,6 +44,8 @@ static int ds_describe(ms_jcfg *j, ms_xmodel *out)
     }
     int enc = ms_xquant_config_enc(j, root);
     if (!enc) return -1;
+    /* the MTP layer (layer num_hidden_layers) routes like the others; the model reads one */
+    out->draft_layers = json_integer_value(json_object_get(root, "num_nextn_predict_layers")) > 0;
     return ms_xmodel_set(out, v.n_layers, v.n_dense, v.n_experts, v.top_k,
                          ms_dsv3_experts_fmt(v.hidden, v.inter, enc, &out->fmt));
 }
