@@ -138,5 +138,6 @@ const ms_family ms_dsv3_family = {
                   "K2-Thinking's form: a BF16 trunk, routed experts compressed-tensors INT4 in groups of 32), "
                   "kimi-k2-tiny (the tiny shape in Kimi K2's form: no expert groups, no MTP layer, Kimi's tokenizer "
                   "with its tool-call markers), deepseek-v3 (the "
-                  "released 671B: 641 GiB), kimi-k2 (958 GiB), kimi-k2-thinking (594 GB), the last three for --sparse",
+                  "released 671B: 641 GiB), deepseek-v3-slice (its widths in 16 layers of 16 experts, 18 GB of real bytes), kimi-k2 "
+                  "(958 GiB), kimi-k2-thinking (594 GB), the last two and deepseek-v3 for --sparse",
 };

@@ -34,13 +34,18 @@ static int preset(const char *name, ds_shape *s)
     else if (!strcmp(name, "deepseek-v3")) /* the released 671B: 641 GiB (use with --sparse) */
         *s = (ds_shape){61, 3, 7168, 18432, 2048, 128, 1536, 512, 128, 64, 128, 256, 8, 1, 8, 4, 129280, 1, 163, 0, 2.5f,
                         10000, 40, 32, 0, 0};
+    else if (!strcmp(name, "deepseek-v3-slice"))
+        /* the release's widths and routing in 16 layers (3 dense, 13 MoE) of 16 experts, no MTP layer:
+         * 18 GB of real bytes, to measure whether reads overlap compute (tests/bench/deepseek.sh) */
+        *s = (ds_shape){16, 3, 7168, 18432, 2048, 128, 1536, 512, 128, 64, 128, 16, 8, 1, 8, 4, 129280, 0, 8, 0, 2.5f,
+                        10000, 40, 32, 0, 0};
     else if (!strcmp(name, "kimi-k2") || !strcmp(name, "kimi-k2-thinking"))
         /* the released Kimi K2 1T: 958 GiB; K2-Thinking: its experts INT4, 594 GB (use with --sparse) */
         *s = (ds_shape){61, 1, 7168, 18432, 2048, 64, 1536, 512, 128, 64, 128, 384, 8, 1, 1, 1, 163840, 0, 62, 1, 2.827f,
                         50000, 32, 1, !strcmp(name, "kimi-k2-thinking"), 0};
     else {
         ms_err_set("unknown DeepSeek-V3 synth preset '%s' (known: deepseek-v3-tiny, deepseek-v3-tiny-mtp, "
-                   "deepseek-v3-tiny-int4, kimi-k2-tiny, deepseek-v3, kimi-k2, kimi-k2-thinking)", name);
+                   "deepseek-v3-tiny-int4, kimi-k2-tiny, deepseek-v3, deepseek-v3-slice, kimi-k2, kimi-k2-thinking)", name);
         return ms_err_set_code(MS_EXIT_USAGE);
     }
     return 0;

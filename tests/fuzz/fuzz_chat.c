@@ -1,6 +1,7 @@
-/* fuzz_chat: libFuzzer harness for chat requests (OpenAI shape: messages, tool calls, tools, template options) rendered by both families' formats, and for the tojson writer. */
+/* fuzz_chat: libFuzzer harness for chat requests (OpenAI shape: messages, tool calls, tools, template options) rendered by the families' formats (harmony, Kimi, DeepSeek-V3), and for the tojson writer. */
 #include "fuzz_tok.h"
 #include "fuzz_util.h"
+#include "ms_dsv3_model.h"
 #include "ms_families.h"
 #include "ms_gptoss_chat.h"
 #include "ms_jchat.h"
@@ -39,8 +40,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     ms_jchat c;
     char why[768];
     const char *param = NULL;
-    /* the template variables a chat may set are its format's: harmony's, or (bit 1) Kimi's none */
-    const ms_chatfmt *fmt = data[0] & 2 ? ms_families_find("kimi-k3")->chat : &ms_gptoss_chat;
+    /* the template variables a chat may set are its format's: harmony's, (bit 1) Kimi's none, or
+     * (bit 2) DeepSeek-V3's thinking */
+    const ms_chatfmt *fmt = data[0] & 4   ? &ms_dsv3_chat
+                            : data[0] & 2 ? ms_families_find("kimi-k3")->chat
+                                          : &ms_gptoss_chat;
     if (json_is_object(body) && ms_jchat_read(body, fmt, "2025-08-05", render_only, &c, why, sizeof why, &param) == 0) {
         FUZZ_CHECK(c.n >= 1 && c.msgs);
         char *text = NULL;
@@ -60,6 +64,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
         const ms_tok *tok = fuzz_tok();
         if (k3->chat->encode(tok, c.msgs, c.n, &c.opts, &ids, &ni) == 0) FUZZ_CHECK(ni > 0);
         free(ids);
+        /* DeepSeek-V3's: BOS first, valid UTF-8 (tools, calls and results in either variant's form) */
+        if (ms_dsv3_chat_render(c.msgs, c.n, &c.opts, &text, &tl) == 0) {
+            static const char bos[] = "<｜begin▁of▁sentence｜>";
+            FUZZ_CHECK(text && tl >= sizeof bos - 1 && !memcmp(text, bos, sizeof bos - 1) && valid_utf8(text, tl));
+            free(text);
+        } else {
+            FUZZ_CHECK(ms_err_code() == MS_EXIT_INPUT && ms_err_msg()[0]);
+        }
         ms_jchat_clear(&c);
     } else if (json_is_object(body)) {
         FUZZ_CHECK(param && why[0]);
