@@ -247,7 +247,8 @@ static void mat_row(const ms_mat *W, int64_t r, float *out, int simd)
         bf16_row_scalar((const uint16_t *)W->data + r * c, c, out);
         return;
     case MS_WT_FP8:
-        ms_fp8_dequant_rows((const uint8_t *)W->data, W->scales, c, r, 1, out);
+        /* the AVX2 block decode gives the table's values: the same bits */
+        ms_fp8_dequant_rows_at((const uint8_t *)W->data, W->scales, c, r, 1, out, simd ? ms_cpu_level() : MS_SIMD_SCALAR);
         return;
     case MS_WT_INT4:
         ms_int4_dequant_rows_at((const uint8_t *)W->data, W->scales, c, r, 1, out, simd ? ms_cpu_level() : MS_SIMD_SCALAR);
