@@ -28,7 +28,8 @@ static void usage(FILE *f)
           "    and again after the kernels (--json's ratios are of the larger);\n"
           "  - every weight kernel (f32; bf16; bf16 decoded from trunk-pack blocks, each checked as when\n"
           "    streamed (bf16-packed) or verified once as when pinned (bf16-pinned); mxfp4) at a Kimi K3 and\n"
-          "    a gpt-oss shape, and fp8 (E4M3 with 128 x 128 block scales) at a DeepSeek-V3 and a Qwen3 shape,\n"
+          "    a gpt-oss shape, fp8 (E4M3 with 128 x 128 block scales) at a DeepSeek-V3 and a Qwen3 shape, and\n"
+          "    int4 (compressed-tensors group-32 INT4 with BF16 scales) at a Kimi K2-Thinking expert's,\n"
           "    for each row count T of --rows: GFLOP/s (2 x rows x cols x T per call), GB/s of\n"
           "    weights read, and their ratios to the widest FP32 peak and to the bandwidth. Weights are resident\n"
           "    (several copies cycled, more than the caches hold).\n"
@@ -64,6 +65,7 @@ static const bench_case cases[] = {
     {"mxfp4", "gpt-oss expert gate_up", 5760, 2880},
     {"fp8", "deepseek-v3 expert gate", 2048, 7168},
     {"fp8", "qwen3-30b expert gate", 768, 2048},
+    {"int4", "kimi-k2-thinking expert gate", 2048, 7168},
 };
 
 enum { MAX_COPIES = 64 }; /* copies of a case's matrix cycled through (small matrices need many) */
@@ -232,6 +234,7 @@ int ms_cli_bench(int argc, char **argv)
         ms_wtype ty = !strcmp(bc->kernel, "f32")     ? MS_WT_F32
                       : !strcmp(bc->kernel, "mxfp4") ? MS_WT_MXFP4
                       : !strcmp(bc->kernel, "fp8")   ? MS_WT_FP8
+                      : !strcmp(bc->kernel, "int4")  ? MS_WT_INT4
                                                      : MS_WT_BF16;
         ms_mat one = {ty, R, C, NULL, NULL, NULL, NULL};
         uint64_t bytes = ms_mat_bytes(&one);
@@ -263,6 +266,14 @@ int ms_cli_bench(int argc, char **argv)
                     memcpy(w + i, &s, 4);
                 }
                 W[k].scales = w + R * C;
+            } else if (ty == MS_WT_INT4) { /* any nibbles; BF16 scales near 2^-7, one a 32 columns */
+                uint8_t *w = mem[k];
+                for (int64_t i = 0; i < R * C / 2; i++) w[i] = (uint8_t)rng_next(&seed);
+                for (uint64_t i = (uint64_t)(R * C / 2); i + 2 <= bytes; i += 2) {
+                    uint16_t s = ms_f32_to_bf16_trunc(0.0078125f * (1.0f + (float)(rng_next(&seed) % 8) / 8.0f));
+                    memcpy(w + i, &s, 2);
+                }
+                W[k].scales = w + R * C / 2;
             } else {
                 uint8_t *w = mem[k];
                 for (uint64_t i = 0; i < (uint64_t)(R * C / 2); i++) w[i] = (uint8_t)rng_next(&seed);
