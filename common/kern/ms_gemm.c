@@ -37,7 +37,7 @@ static inline float elem(ms_wtype ty, const void *w, int64_t c)
  * dec_mx_avx2), for BF16 on AVX2 in the half layout of dec_bf16_avx2. */
 static inline int lane_pos(ms_wtype ty, int level, int e)
 {
-    if (level < MS_SIMD_AVX2 || ty == MS_WT_F32 || ty == MS_WT_FP8) return e;
+    if (level < MS_SIMD_AVX2 || ty == MS_WT_F32 || ty == MS_WT_FP8 || ty == MS_WT_INT4) return e;
     if (ty == MS_WT_BF16) return level == MS_SIMD_AVX512 ? e : (e & 3) + ((e & 4) << 1) + ((e & 8) >> 1);
     if (level == MS_SIMD_AVX512) return e < 8 ? 2 * e : 2 * (e - 8) + 1;
     return (e & 1) * 4 + (e >> 2) + (e & 2) * 4;
@@ -79,11 +79,12 @@ static inline const void *row_ptr(const ms_mat *W, int64_t r)
     }
 }
 
-/* Row r's scales: MXFP4's E8M0 bytes, or an FP8 row's floats of its 128-row block of the grid
- * (one a 128 columns); NULL for F32 and BF16. */
+/* Row r's scales: MXFP4's E8M0 bytes, an INT4 row's BF16 words (one a 32 columns), or an FP8
+ * row's floats of its 128-row block of the grid (one a 128 columns); NULL for F32 and BF16. */
 static inline const uint8_t *row_scales(const ms_mat *W, int64_t r)
 {
     if (W->type == MS_WT_MXFP4) return W->scales + r * (W->cols / 32);
+    if (W->type == MS_WT_INT4) return W->scales + r * (W->cols / 32) * 2;
     if (W->type == MS_WT_FP8) return W->scales + (size_t)(r / MS_FP8_BLOCK) * (size_t)ms_fp8_blocks(W->cols) * sizeof(float);
     return NULL;
 }
@@ -126,7 +127,8 @@ static inline __attribute__((always_inline)) void pf_scales(const ms_mat *W, int
     for (int64_t b = 0; b < n; b += 64) __builtin_prefetch(s + b);
 }
 
-/* Bytes of a row of `cols` elements: EB2 is twice an element's bytes (8 F32, 4 BF16, 1 MXFP4). */
+/* Bytes of a row of `cols` elements: EB2 is twice an element's bytes (8 F32, 4 BF16, 2 FP8, 1 MXFP4
+ * and INT4). */
 #define MS_ROW_BYTES(cols, EB2) ((cols) * (EB2) / 2)
 
 #if MS_KERN_X86
@@ -202,6 +204,35 @@ MS_AVX2 static inline void dec_fp8_avx2(const void *w, const uint8_t *s, int64_t
     const __m256 sv = _mm256_set1_ps(sc);
     o[0] = fp8x8_avx2((const uint8_t *)w + i, sv);
     o[1] = fp8x8_avx2((const uint8_t *)w + i + 8, sv);
+}
+
+/* An INT4 group's scale (BF16 word g of the row's) as a float: exact. */
+static inline float int4_scale(const uint8_t *s, int64_t i)
+{
+    uint16_t h;
+    memcpy(&h, s + (i >> 5) * 2, 2);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* The 8 bytes of 16 INT4 columns as 16 nibbles in column order (low nibble first). */
+MS_AVX2 static inline __m128i int4_nibbles(const void *w, int64_t i)
+{
+    __m128i b = _mm_loadl_epi64((const __m128i *)((const uint8_t *)w + (i >> 1))), m = _mm_set1_epi8(15);
+    return _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+}
+
+/* 16 INT4 elements in order (o[0] 0-7, o[1] 8-15): (u - 8) x the group's scale, exact, the
+ * values of ms_int4_dequant_rows_at. */
+MS_AVX2 static inline void dec_int4_avx2(const void *w, const uint8_t *s, int64_t i, __m256 o[2])
+{
+    const __m256 sv = _mm256_set1_ps(int4_scale(s, i));
+    const __m256i eight = _mm256_set1_epi32(8);
+    __m128i n = int4_nibbles(w, i);
+    o[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(n), eight)), sv);
+    o[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(n, 8)), eight)), sv);
 }
 
 /* The tree of ms_gemm_dot over lanes lo (0-7) and hi (8-15), in registers: s8 = lo + hi, s4 =
@@ -306,6 +337,7 @@ MS_TILES_AVX2(f32, dec_f32_avx2, tree_avx2, 8, 1)
 MS_TILES_AVX2(bf16, dec_bf16_avx2, tree_avx2h, 4, 1)
 MS_TILES_AVX2(mx, dec_mx_avx2, tree_avx2m, 1, 2) /* no tails: cols % 32 == 0 */
 MS_TILES_AVX2(fp8, dec_fp8_avx2, tree_avx2, 2, 1) /* no tails: ms_matmul takes these for cols % 16 == 0 */
+MS_TILES_AVX2(int4, dec_int4_avx2, tree_avx2, 1, 1) /* no tails: cols % 32 == 0 */
 /* MXFP4 at 4-6 tokens: one row, each decoded group serving all the tokens. The decode (a dozen
  * instructions for 32 weights) is the cost, so a tile is as fast as it has tokens: on Zen 1, 2
  * threads, k3 expert up, 2 x 2 + 2 x 2 tiles gave 39 GFLOP/s at 4 tokens, 1 x 4 53; at 5 and 6
@@ -316,7 +348,7 @@ MS_TILE_AVX2(t_mx_a2_1_6, dec_mx_avx2, tree_avx2m, 1, 2, 1, 6)
 
 typedef void (*tile_fn)(const tile *);
 /* [type][R - 1][TB - 1] (R = 1, 2, 4) */
-static const tile_fn avx2_tiles[4][4][6] = {
+static const tile_fn avx2_tiles[5][4][6] = {
 #define ROW(T)                                                                                                         \
     {{t_##T##_a2_1_1, t_##T##_a2_1_2, t_##T##_a2_1_3},                                                                 \
      {t_##T##_a2_2_1, t_##T##_a2_2_2, t_##T##_a2_2_3},                                                                 \
@@ -324,7 +356,7 @@ static const tile_fn avx2_tiles[4][4][6] = {
      {t_##T##_a2_4_1}}
     ROW(f32), ROW(bf16),
     {{t_mx_a2_1_1, t_mx_a2_1_2, t_mx_a2_1_3, t_mx_a2_1_4, t_mx_a2_1_5, t_mx_a2_1_6}, {t_mx_a2_2_1, t_mx_a2_2_2, t_mx_a2_2_3}, {0}, {t_mx_a2_4_1}},
-    ROW(fp8)
+    ROW(fp8), ROW(int4)
 #undef ROW
 };
 
@@ -359,6 +391,13 @@ MS_AVX512 static inline __m512 dec_mx_512(const void *w, const uint8_t *s, int64
     memcpy(&q, (const uint8_t *)w + (i >> 1), 8);
     __m512i idx = _mm512_srlv_epi64(_mm512_set1_epi64((long long)q), sh);
     return _mm512_permutexvar_ps(idx, _mm512_load_ps(ms_mx_tab16[s[i >> 5]]));
+}
+
+/* 16 INT4 elements in order, as dec_int4_avx2. */
+MS_AVX512 static inline __m512 dec_int4_512(const void *w, const uint8_t *s, int64_t i)
+{
+    __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(int4_nibbles(w, i)), _mm512_set1_epi32(8));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(int4_scale(s, i)));
 }
 
 /* 16 FP8 elements in order, as fp8x8_avx2 does 8. */
@@ -465,6 +504,7 @@ MS_AVX512 static inline float tree_512p(__m512 v)
 MS_TILES_512(f32, dec_f32_512, tree_512, 8)
 MS_TILES_512(bf16, dec_bf16_512, tree_512, 4)
 MS_TILES_512(fp8, dec_fp8_512, tree_512, 2)
+MS_TILES_512(int4, dec_int4_512, tree_512, 1)
 
 /* MXFP4 tiles step a whole scale group (32 columns): the group's 16 scaled values are loaded
  * into a register once and looked up by both halves, each a broadcast 8 bytes, one shift and
@@ -588,13 +628,13 @@ MS_TILE_512(t_mx_z_2_6, dec_mx_512, tree_512p, 1, 2, 6)
 MS_TILE_512(t_mx_z_4_5, dec_mx_512, tree_512p, 1, 4, 5)
 MS_TILE_512(t_mx_z_4_6, dec_mx_512, tree_512p, 1, 4, 6)
 
-static const tile_fn z_tiles[4][4][6] = {
+static const tile_fn z_tiles[5][4][6] = {
 #define ROW(T)                                                                                                         \
     {{t_##T##_z_1_1, t_##T##_z_1_2, t_##T##_z_1_3, t_##T##_z_1_4, t_##T##_z_1_5, t_##T##_z_1_6},                       \
      {t_##T##_z_2_1, t_##T##_z_2_2, t_##T##_z_2_3, t_##T##_z_2_4, t_##T##_z_2_5, t_##T##_z_2_6},                       \
      {0},                                                                                                              \
      {t_##T##_z_4_1, t_##T##_z_4_2, t_##T##_z_4_3, t_##T##_z_4_4, t_##T##_z_4_5, t_##T##_z_4_6}}
-    ROW(f32), ROW(bf16), ROW(mx), ROW(fp8)
+    ROW(f32), ROW(bf16), ROW(mx), ROW(fp8), ROW(int4)
 #undef ROW
 };
 
@@ -605,7 +645,11 @@ static const tile_fn z_tiles[4][4][6] = {
 static void rows_tiled(const ms_mat *W, const float *X, int64_t T, float *Y, int64_t ldy, int64_t r0, int64_t r1,
                        int level)
 {
-    int ty = W->type == MS_WT_F32 ? 0 : W->type == MS_WT_BF16 ? 1 : W->type == MS_WT_FP8 ? 3 : 2;
+    int ty = W->type == MS_WT_F32    ? 0
+             : W->type == MS_WT_BF16 ? 1
+             : W->type == MS_WT_FP8  ? 3
+             : W->type == MS_WT_INT4 ? 4
+                                     : 2;
     int tbmax = level == MS_SIMD_AVX512 ? 6 : 3;
     int rmax = T == 1 || level == MS_SIMD_AVX512 ? 4 : 2; /* a GEMV: more rows, more chains */
     /* An AVX-512 MXFP4 GEMV: 8 rows, each step two dependent FMAs a row (measured 5-7% over 4) */
@@ -668,7 +712,7 @@ static inline int64_t panel_kb(int level) { return level == MS_SIMD_AVX512 ? 512
  * BF16 1.06-1.20x at 48 with two threads, MXFP4 1.07-1.23x with one and two). */
 static inline int panel_min(ms_wtype type, int level)
 {
-    if (type == MS_WT_FP8) return INT32_MAX; /* tiles only: wider FP8 passes dequantise (ms_kern.c) */
+    if (type == MS_WT_FP8 || type == MS_WT_INT4) return INT32_MAX; /* tiles only: wider passes dequantise (ms_kern.c) */
     if (type == MS_WT_F32) return 4;
     if (level != MS_SIMD_AVX512) return type == MS_WT_BF16 ? 8 : 7;
     if (ms_cpu_is_amd()) return 40;

@@ -664,10 +664,10 @@ void ms_matmul(const ms_mat *W, const float *X, int64_t T, float *Y, ms_pool *po
     }
     ms_kern_init();
     int level = ms_cpu_level();
-    /* FP8: up to fp8_tile_tokens rows go through the tiles, which decode the codes in registers
-     * (the same values, each output the same canonical dot); more are dequantised 16 rows at a
-     * time for the F32 kernels, whose panels then take them */
-    if ((W->type == MS_WT_FP8 && !(T <= fp8_tile_tokens(level) && W->cols % 16 == 0)) || W->type == MS_WT_INT4) {
+    /* FP8 and INT4: up to fp8_tile_tokens rows go through the tiles, which decode the codes in
+     * registers (the same values, each output the same canonical dot); more are dequantised 16
+     * rows at a time for the F32 kernels, whose panels then take them */
+    if ((W->type == MS_WT_FP8 || W->type == MS_WT_INT4) && !(T <= fp8_tile_tokens(level) && W->cols % 16 == 0)) {
         matmul_fp8(W, X, T, Y, level, pool);
         return;
     }
