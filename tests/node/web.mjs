@@ -45,9 +45,10 @@ try {
       if (a) window.__lengths.add(a.textContent.length);
     }).observe(document.getElementById('log'), { subtree: true, childList: true, characterData: true });
   });
-  // the tiny model answers in well under a second: the network slowed (2 KB/s down) so that its
+  // the tiny model answers in well under a second: the network slowed (700 B/s down: 3 or 4 events
+  // a second, so that a loaded machine's browser does not take several in one read) so that its
   // events arrive apart, as a real model's do (and the next answer is still arriving at Stop)
-  await page.emulateNetworkConditions({ offline: false, download: 2000, upload: 1e6, latency: 0 });
+  await page.emulateNetworkConditions({ offline: false, download: 700, upload: 1e6, latency: 0 });
   await page.focus('#input');
   await page.keyboard.type('Name a color.');
   await page.keyboard.press('Enter');
