@@ -45,11 +45,7 @@ bench_need_fio
 slice=${slice:-$dir/deepseek-v3-slice}
 [ -f "$slice/config.json" ] || "$bin" synth --preset deepseek-v3-slice --out "$slice"
 shard=$(ls -S "$slice"/*.safetensors | head -n 1)
-fio_run() {
-  drop
-  fio --name=dsv3 --filename="$shard" --readonly --direct=1 --rw=randread --bs=16M --iodepth=8 \
-      --ioengine=libaio --runtime=20 --time_based --output-format=json > "$out/fio-$1.json" 2>/dev/null
-}
+fio_run() { bench_fio "$shard" "$out/fio-$1.json"; }
 fio_run before
 uptime > "$out/uptime-before.txt"
 # the device's busy time (/sys/class/block/DEV/stat field 10, io_ticks: ms with a request in flight)

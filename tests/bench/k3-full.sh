@@ -137,11 +137,7 @@ print(','.join(sorted({str(json.load(open(f))['plan']['expert_cache_slots']) for
 #    where compute is a larger share of the time (a sharper test of max against sum).
 bench_slice "$bin" "$slice"
 shard=$(ls -S "$slice"/*.safetensors | head -n 1)
-fio_run() {
-  drop
-  fio --name=k3full --filename="$shard" --readonly --direct=1 --rw=randread --bs=16M --iodepth=8 \
-      --ioengine=libaio --runtime=20 --time_based --output-format=json > "$out/fio-$1.json" 2>/dev/null
-}
+fio_run() { bench_fio "$shard" "$out/fio-$1.json"; }
 fio_run before
 uptime > "$out/uptime-slice-before.txt"
 for cfg in "1G 2" "4G 1"; do

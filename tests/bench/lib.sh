@@ -1,4 +1,4 @@
-# lib.sh: what the benchmarks share (sourced, not run): the release build, fio, the real-width
+# lib.sh: what the benchmarks share (sourced, not run): the release build, fio and the disk it measures, the real-width
 # k3-slice checkpoint, dropping the page cache, sizes.
 
 # Install the packages, configure and build RelWithDebInfo into build dir $1 (default build).
@@ -10,6 +10,14 @@ bench_build() {
 }
 
 bench_need_fio() { command -v fio >/dev/null || apt-get install -y -qq fio >/dev/null; }
+
+# The disk under file $1, page cache dropped: fio O_DIRECT random 16 MiB reads at queue depth 8
+# for 20 s, its JSON into $2.
+bench_fio() {
+  drop
+  fio --name=bench --filename="$1" --readonly --direct=1 --rw=randread --bs=16M --iodepth=8 \
+      --ioengine=libaio --runtime=20 --time_based --output-format=json > "$2" 2>/dev/null
+}
 
 # Write the 3-layer k3-slice (about 41 GB) with binary $1 into $2 unless it is there.
 bench_slice() {
