@@ -301,16 +301,28 @@ static void check_conversation(const ms_tok *t)
     free(ids);
 }
 
+/* synth PRESET into a test directory (dir), and a jobs file's and its output's paths (in, out);
+ * the moestream binary. */
+static const char *synth_for_jobs(const char *preset, const char *tag, char dir[1100], char in[1200], char out[1200])
+{
+    char jt[64];
+    snprintf(dir, 1100, "%s/m", ms_t_tmpdir(tag));
+    const char *bin = ms_t_bin("moestream");
+    int sy = ms_t_runf(NULL, NULL, "%s synth --preset %s --out %s --force", bin, preset, dir);
+    T_CHECK(sy == 0, "synth --preset %s (status %d)", preset, sy);
+    snprintf(jt, sizeof jt, "%s-jobs", tag);
+    snprintf(in, 1200, "%s/jobs.jsonl", ms_t_tmpdir(jt));
+    snprintf(out, 1200, "%s/out.jsonl", ms_t_tmpdir(jt));
+    return bin;
+}
+
 /* Kimi K2 (kimi-k2-tiny: Kimi's tokenizer with its call markers): the family chats in Kimi's
  * format, tools and all: an answer's call is split out through the family's format, and a
  * request with tools, a call and its result runs in jobs. */
 static void check_kimi_k2_tools(void)
 {
     char dir[1100], in[1200], out[1200];
-    snprintf(dir, sizeof dir, "%s/m", ms_t_tmpdir("dsv3-chat-k2"));
-    const char *bin = ms_t_bin("moestream");
-    int sy = ms_t_runf(NULL, NULL, "%s synth --preset kimi-k2-tiny --out %s --force", bin, dir);
-    T_CHECK(sy == 0, "synth --preset kimi-k2-tiny (status %d)", sy);
+    const char *bin = synth_for_jobs("kimi-k2-tiny", "dsv3-chat-k2", dir, in, out);
     const ms_family *fam = ms_families_detect(dir);
     ms_tok *t = ms_tok_load(dir);
     T_CHECK(fam && fam->chat && t, "kimi-k2-tiny: its family and tokenizer load: %s", ms_err_msg());
@@ -330,8 +342,6 @@ static void check_kimi_k2_tools(void)
     if (rc == 0) ms_chat_answer_clear(&a);
     free(ids);
     ms_tok_free(t);
-    snprintf(in, sizeof in, "%s/jobs.jsonl", ms_t_tmpdir("dsv3-chat-k2-jobs"));
-    snprintf(out, sizeof out, "%s/out.jsonl", ms_t_tmpdir("dsv3-chat-k2-jobs"));
     FILE *f = fopen(in, "w");
     if (f) {
         fputs("{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": "
@@ -361,12 +371,7 @@ static void check_kimi_k2_tools(void)
 static void check_forced_calls(void)
 {
     char dir[1100], in[1200], out[1200];
-    snprintf(dir, sizeof dir, "%s/m", ms_t_tmpdir("dsv3-chat-calls"));
-    const char *bin = ms_t_bin("moestream");
-    int sy = ms_t_runf(NULL, NULL, "%s synth --preset deepseek-v3-tiny --out %s --force", bin, dir);
-    T_CHECK(sy == 0, "synth --preset deepseek-v3-tiny (status %d)", sy);
-    snprintf(in, sizeof in, "%s/jobs.jsonl", ms_t_tmpdir("dsv3-chat-calls-jobs"));
-    snprintf(out, sizeof out, "%s/out.jsonl", ms_t_tmpdir("dsv3-chat-calls-jobs"));
+    const char *bin = synth_for_jobs("deepseek-v3-tiny", "dsv3-chat-calls", dir, in, out);
     FILE *f = fopen(in, "w");
     static const char *const extra[2] = {"\"tool_choice\": \"required\"",
                                          "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": "
